@@ -1,0 +1,1 @@
+//! Weight formats and CPU kernels.
