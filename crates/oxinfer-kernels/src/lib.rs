@@ -1,1 +1,22 @@
-//! Weight formats and CPU kernels.
+//! Weight formats and CPU kernels of oxinfer (no model knowledge).
+//!
+//! - [`mod@format`]: the one weight-format enum ([`WeightFormat`]): float formats and llama.cpp's
+//!   block-quantized types, with their GGML type ids and block geometry.
+//! - [`dequant`]: scalar reference dequantization of a row of weights ([`dequantize_row`]),
+//!   bit-exact with llama.cpp / the `gguf` Python package.
+//! - [`mod@matmul`]: `y = x · Wᵀ` with f32 activations and weights in any [`WeightFormat`]
+//!   ([`matmul()`]), parallel over output rows.
+//! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
+#![warn(missing_docs)]
+
+pub mod dequant;
+pub mod dispatch;
+pub mod error;
+pub mod format;
+pub mod matmul;
+
+pub use dequant::dequantize_row;
+pub use dispatch::{kernel_set, KernelSet};
+pub use error::KernelError;
+pub use format::WeightFormat;
+pub use matmul::{matmul, num_threads, set_num_threads, WeightMatrix};

@@ -1,0 +1,164 @@
+//! Scalar reference dequantization: packed weights → f32.
+//!
+//! These are the reference implementations every SIMD/GPU kernel is tested against. They
+//! reproduce llama.cpp's `dequantize_row_*` (ggml-quants.c) bit for bit: same operations, same
+//! order, no fused multiply-add.
+
+mod float;
+mod kquants;
+mod legacy;
+
+use crate::error::KernelError;
+use crate::format::WeightFormat;
+
+/// Dequantizes one row of `dst.len()` weights stored in `format` into `dst` (f32).
+///
+/// `src` holds the row's whole blocks back to back (llama.cpp layout, little endian); its length
+/// must be exactly `format.row_bytes(dst.len())`.
+///
+/// # Errors
+/// [`KernelError::NotBlockMultiple`] when `dst.len()` is not a multiple of the block size,
+/// [`KernelError::RowBytes`] when `src` has the wrong length.
+pub fn dequantize_row(
+    format: WeightFormat,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), KernelError> {
+    let n = dst.len();
+    let expected = format.row_bytes(n).ok_or_else(|| {
+        if n % format.block_size() != 0 {
+            KernelError::NotBlockMultiple {
+                format,
+                n,
+                block_size: format.block_size(),
+            }
+        } else {
+            KernelError::Overflow {
+                format,
+                what: format!("a row of {n} weights"),
+            }
+        }
+    })?;
+    if src.len() != expected {
+        return Err(KernelError::RowBytes {
+            format,
+            n,
+            expected,
+            actual: src.len(),
+        });
+    }
+    match format {
+        WeightFormat::F32 => float::dequantize_f32(src, dst),
+        WeightFormat::F16 => float::dequantize_f16(src, dst),
+        WeightFormat::BF16 => float::dequantize_bf16(src, dst),
+        WeightFormat::Q4_0 => blocks(src, dst, legacy::block_q4_0),
+        WeightFormat::Q4_1 => blocks(src, dst, legacy::block_q4_1),
+        WeightFormat::Q5_0 => blocks(src, dst, legacy::block_q5_0),
+        WeightFormat::Q5_1 => blocks(src, dst, legacy::block_q5_1),
+        WeightFormat::Q8_0 => blocks(src, dst, legacy::block_q8_0),
+        WeightFormat::Q2K => blocks(src, dst, kquants::block_q2_k),
+        WeightFormat::Q3K => blocks(src, dst, kquants::block_q3_k),
+        WeightFormat::Q4K => blocks(src, dst, kquants::block_q4_k),
+        WeightFormat::Q5K => blocks(src, dst, kquants::block_q5_k),
+        WeightFormat::Q6K => blocks(src, dst, kquants::block_q6_k),
+        WeightFormat::Q8K => blocks(src, dst, kquants::block_q8_k),
+    }
+    Ok(())
+}
+
+/// Applies a block decoder to every `(B bytes → N weights)` block of a row whose sizes were
+/// already checked.
+fn blocks<const B: usize, const N: usize>(
+    src: &[u8],
+    dst: &mut [f32],
+    f: fn(&[u8; B], &mut [f32; N]),
+) {
+    debug_assert_eq!(src.len() / B * N, dst.len());
+    for (b, y) in src.chunks_exact(B).zip(dst.chunks_exact_mut(N)) {
+        // chunks_exact yields slices of exactly B / N elements, so these conversions cannot fail.
+        let (Ok(b), Ok(y)) = (<&[u8; B]>::try_from(b), <&mut [f32; N]>::try_from(y)) else {
+            unreachable!("chunks_exact yields exact sizes")
+        };
+        f(b, y);
+    }
+}
+
+/// Reads the little-endian f16 at `b[i..i + 2]` as f32.
+#[inline(always)]
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_sizes() {
+        let mut dst = vec![0.0; 33];
+        let e = dequantize_row(WeightFormat::Q4_0, &[0; 36], &mut dst).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KernelError::NotBlockMultiple {
+                    n: 33,
+                    block_size: 32,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("Q4_0"), "{e}");
+        let mut dst = vec![0.0; 64];
+        let e = dequantize_row(WeightFormat::Q4_0, &[0; 35], &mut dst).unwrap_err();
+        assert_eq!(
+            e,
+            KernelError::RowBytes {
+                format: WeightFormat::Q4_0,
+                n: 64,
+                expected: 36,
+                actual: 35
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "Q4_0: a row of 64 weights takes 36 bytes, but 35 bytes were given"
+        );
+        // empty rows are fine
+        dequantize_row(WeightFormat::Q6K, &[], &mut []).unwrap();
+    }
+
+    #[test]
+    fn all_formats_all_sizes_never_panic() {
+        for f in WeightFormat::ALL {
+            for n in [0, 1, 31, 32, 256, 257, 512] {
+                let mut dst = vec![0.0; n];
+                for len in [0, 1, f.block_bytes(), f.row_bytes(n).unwrap_or(7)] {
+                    let src = vec![0x5au8; len];
+                    let r = dequantize_row(f, &src, &mut dst);
+                    assert_eq!(
+                        r.is_ok(),
+                        f.row_bytes(n) == Some(len),
+                        "{f} n={n} len={len}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q4_0_hand_example() {
+        // d = 0.5; qs[j] = low nibble j%16, high nibble 15 - j%16
+        let mut b = vec![0u8; 18];
+        b[..2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+        for j in 0..16 {
+            b[2 + j] = (j as u8) | ((15 - j as u8) << 4);
+        }
+        let mut y = [0.0f32; 32];
+        dequantize_row(WeightFormat::Q4_0, &b, &mut y).unwrap();
+        for j in 0..16 {
+            assert_eq!(y[j], 0.5 * (j as f32 - 8.0));
+            assert_eq!(y[j + 16], 0.5 * (15.0 - j as f32 - 8.0));
+        }
+    }
+}

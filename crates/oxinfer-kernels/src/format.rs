@@ -1,0 +1,290 @@
+//! Weight formats: float formats and llama.cpp's block-quantized types.
+//!
+//! Block layouts follow llama.cpp (`ggml-common.h`); all multi-byte fields are little endian.
+//! Legacy quants hold 32 weights per block, K-quants 256 (a "super-block").
+
+use std::fmt;
+
+/// Storage format of a weight tensor. One enum for the whole project.
+///
+/// Block layouts (bytes in order; `f16` = IEEE half, `qs`/`qh` = packed quants):
+///
+/// | format | weights/block | bytes/block | layout |
+/// |---|---|---|---|
+/// | `F32`  | 1   | 4   | f32 |
+/// | `F16`  | 1   | 2   | IEEE f16 |
+/// | `BF16` | 1   | 2   | bfloat16 |
+/// | `Q4_0` | 32  | 18  | f16 d; u8 qs\[16] |
+/// | `Q4_1` | 32  | 20  | f16 d, m; u8 qs\[16] |
+/// | `Q5_0` | 32  | 22  | f16 d; u8 qh\[4]; u8 qs\[16] |
+/// | `Q5_1` | 32  | 24  | f16 d, m; u8 qh\[4]; u8 qs\[16] |
+/// | `Q8_0` | 32  | 34  | f16 d; i8 qs\[32] |
+/// | `Q2_K` | 256 | 84  | u8 scales\[16]; u8 qs\[64]; f16 d, dmin |
+/// | `Q3_K` | 256 | 110 | u8 hmask\[32]; u8 qs\[64]; u8 scales\[12]; f16 d |
+/// | `Q4_K` | 256 | 144 | f16 d, dmin; u8 scales\[12]; u8 qs\[128] |
+/// | `Q5_K` | 256 | 176 | f16 d, dmin; u8 scales\[12]; u8 qh\[32]; u8 qs\[128] |
+/// | `Q6_K` | 256 | 210 | u8 ql\[128]; u8 qh\[64]; i8 scales\[16]; f16 d |
+/// | `Q8_K` | 256 | 292 | f32 d; i8 qs\[256]; i16 bsums\[16] |
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// 32-bit IEEE float.
+    F32,
+    /// 16-bit IEEE half float.
+    F16,
+    /// bfloat16 (the upper half of an f32).
+    BF16,
+    /// 32 weights: `d * (q - 8)`, 4-bit `q`.
+    Q4_0,
+    /// 32 weights: `d * q + m`, 4-bit `q`.
+    Q4_1,
+    /// 32 weights: `d * (q - 16)`, 5-bit `q`.
+    Q5_0,
+    /// 32 weights: `d * q + m`, 5-bit `q`.
+    Q5_1,
+    /// 32 weights: `d * q`, 8-bit signed `q`.
+    Q8_0,
+    /// 256 weights in 16 groups of 16: 2-bit quants, 4-bit scales and mins.
+    Q2K,
+    /// 256 weights in 16 groups of 16: 3-bit quants, 6-bit signed scales.
+    Q3K,
+    /// 256 weights in 8 groups of 32: 4-bit quants, 6-bit scales and mins.
+    Q4K,
+    /// 256 weights in 8 groups of 32: 5-bit quants, 6-bit scales and mins.
+    Q5K,
+    /// 256 weights in 16 groups of 16: 6-bit quants, 8-bit signed scales.
+    Q6K,
+    /// 256 weights: `d * q`, f32 `d`, 8-bit signed `q` (plus group sums; used for activations).
+    Q8K,
+}
+
+impl WeightFormat {
+    /// Every format, in GGML type-id order.
+    pub const ALL: [WeightFormat; 14] = [
+        Self::F32,
+        Self::F16,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q8_0,
+        Self::Q2K,
+        Self::Q3K,
+        Self::Q4K,
+        Self::Q5K,
+        Self::Q6K,
+        Self::Q8K,
+        Self::BF16,
+    ];
+
+    /// The format of a GGML type id (as stored in GGUF tensor infos); `None` for ids this crate
+    /// does not handle (Q8_1, IQ*, TQ*, integer types, removed ids 4 and 5, ...).
+    pub fn from_ggml_type(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
+            8 => Self::Q8_0,
+            10 => Self::Q2K,
+            11 => Self::Q3K,
+            12 => Self::Q4K,
+            13 => Self::Q5K,
+            14 => Self::Q6K,
+            15 => Self::Q8K,
+            30 => Self::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The GGML type id of this format.
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
+            Self::Q8_0 => 8,
+            Self::Q2K => 10,
+            Self::Q3K => 11,
+            Self::Q4K => 12,
+            Self::Q5K => 13,
+            Self::Q6K => 14,
+            Self::Q8K => 15,
+            Self::BF16 => 30,
+        }
+    }
+
+    /// The name as GGUF / llama.cpp spell it: `"F32"`, `"BF16"`, `"Q4_0"`, `"Q4_K"`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::BF16 => "BF16",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
+            Self::Q8_0 => "Q8_0",
+            Self::Q2K => "Q2_K",
+            Self::Q3K => "Q3_K",
+            Self::Q4K => "Q4_K",
+            Self::Q5K => "Q5_K",
+            Self::Q6K => "Q6_K",
+            Self::Q8K => "Q8_K",
+        }
+    }
+
+    /// The format named `name` as GGUF spells it (case-insensitive); inverse of [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Weights per block: 1 for float formats, 32 for legacy quants, 256 for K-quants.
+    pub fn block_size(self) -> usize {
+        match self {
+            Self::F32 | Self::F16 | Self::BF16 => 1,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => 32,
+            Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K | Self::Q8K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::BF16 => 2,
+            Self::Q4_0 => 18,
+            Self::Q4_1 => 20,
+            Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
+            Self::Q8_0 => 34,
+            Self::Q2K => 84,
+            Self::Q3K => 110,
+            Self::Q4K => 144,
+            Self::Q5K => 176,
+            Self::Q6K => 210,
+            Self::Q8K => 292,
+        }
+    }
+
+    /// Whether this is a block-quantized format (not F32/F16/BF16).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Bytes of a row of `n` weights; `None` when `n` is not a multiple of
+    /// [`block_size`](Self::block_size) or the size overflows `usize`.
+    pub fn row_bytes(self, n: usize) -> Option<usize> {
+        let bs = self.block_size();
+        if n % bs != 0 {
+            return None;
+        }
+        (n / bs).checked_mul(self.block_bytes())
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    /// Writes [`WeightFormat::name`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ggml_ids_round_trip() {
+        for f in WeightFormat::ALL {
+            assert_eq!(WeightFormat::from_ggml_type(f.ggml_type()), Some(f));
+            assert_eq!(WeightFormat::from_name(f.name()), Some(f));
+            assert_eq!(f.to_string(), f.name());
+        }
+        for id in [4, 5, 9, 16, 17, 29, 31, 1000] {
+            assert_eq!(WeightFormat::from_ggml_type(id), None, "id {id}");
+        }
+        let ids: Vec<u32> = WeightFormat::ALL.iter().map(|f| f.ggml_type()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ALL is in id order");
+    }
+
+    #[test]
+    fn block_geometry_matches_llama_cpp() {
+        // (format, weights per block, bytes per block) from ggml.c's type traits.
+        let expected = [
+            (WeightFormat::F32, 1, 4),
+            (WeightFormat::F16, 1, 2),
+            (WeightFormat::BF16, 1, 2),
+            (WeightFormat::Q4_0, 32, 2 + 16),
+            (WeightFormat::Q4_1, 32, 2 + 2 + 16),
+            (WeightFormat::Q5_0, 32, 2 + 4 + 16),
+            (WeightFormat::Q5_1, 32, 2 + 2 + 4 + 16),
+            (WeightFormat::Q8_0, 32, 2 + 32),
+            (WeightFormat::Q2K, 256, 16 + 64 + 2 + 2),
+            (WeightFormat::Q3K, 256, 32 + 64 + 12 + 2),
+            (WeightFormat::Q4K, 256, 2 + 2 + 12 + 128),
+            (WeightFormat::Q5K, 256, 2 + 2 + 12 + 32 + 128),
+            (WeightFormat::Q6K, 256, 128 + 64 + 16 + 2),
+            (WeightFormat::Q8K, 256, 4 + 256 + 2 * 16),
+        ];
+        for (f, bs, bb) in expected {
+            assert_eq!((f.block_size(), f.block_bytes()), (bs, bb), "{f}");
+        }
+    }
+
+    #[test]
+    fn row_bytes_edges() {
+        assert_eq!(WeightFormat::Q4K.row_bytes(0), Some(0));
+        assert_eq!(WeightFormat::Q4K.row_bytes(255), None);
+        assert_eq!(WeightFormat::Q4K.row_bytes(512), Some(288));
+        assert_eq!(WeightFormat::F32.row_bytes(usize::MAX), None);
+        assert_eq!(WeightFormat::F16.row_bytes(usize::MAX / 2 + 1), None);
+        assert_eq!(
+            WeightFormat::F16.row_bytes(usize::MAX / 2),
+            Some(usize::MAX - 1)
+        );
+        assert_eq!(WeightFormat::Q8_0.row_bytes(usize::MAX - 31), None);
+    }
+
+    fn any_format() -> impl Strategy<Value = WeightFormat> {
+        proptest::sample::select(WeightFormat::ALL.to_vec())
+    }
+
+    proptest! {
+        #[test]
+        fn row_bytes_arithmetic(f in any_format(), blocks in 0usize..100_000, extra in 0usize..256) {
+            let bs = f.block_size();
+            let n = blocks * bs + extra % bs;
+            let got = f.row_bytes(n);
+            if n % bs == 0 {
+                prop_assert_eq!(got, Some(blocks * f.block_bytes()));
+                // additive over concatenated rows
+                prop_assert_eq!(f.row_bytes(n + bs), Some(got.unwrap() + f.block_bytes()));
+            } else {
+                prop_assert_eq!(got, None);
+            }
+        }
+
+        #[test]
+        fn row_bytes_never_panics(f in any_format(), n in any::<usize>()) {
+            match f.row_bytes(n) {
+                Some(b) => {
+                    prop_assert_eq!(n % f.block_size(), 0);
+                    prop_assert_eq!(b as u128, (n / f.block_size()) as u128 * f.block_bytes() as u128);
+                }
+                None => prop_assert!(
+                    n % f.block_size() != 0
+                        || (n / f.block_size()) as u128 * f.block_bytes() as u128 > usize::MAX as u128
+                ),
+            }
+        }
+    }
+}
