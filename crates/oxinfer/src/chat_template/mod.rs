@@ -1,0 +1,304 @@
+//! Chat templates: a model's Jinja template rendered exactly as transformers'
+//! `apply_chat_template(messages, tokenize=False)` renders it.
+//!
+//! transformers compiles templates in a sandboxed Jinja2 environment with `trim_blocks=True`,
+//! `lstrip_blocks=True` (trailing newline of the source dropped, Jinja2's default), the
+//! `loopcontrols` extension (`{% break %}`, `{% continue %}`), a `{% generation %}` block tag, the
+//! globals `raise_exception` and `strftime_now`, and a `tojson` filter that calls Python's
+//! `json.dumps(x, ensure_ascii=False, indent=..., separators=..., sort_keys=False)`. The context
+//! holds `messages`, `tools` (`None` unless given), `documents` (`None`),
+//! `add_generation_prompt`, the tokenizer's special tokens (`bos_token`, `eos_token`) and every
+//! extra keyword. This module reproduces that with minijinja, its Python-compatibility methods
+//! (`.strip()`, `.split()`, `.items()`, ...) and Python's spelling of printed values (`None`,
+//! `True`, `['a', 'b']`).
+
+mod pyfmt;
+mod strftime;
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind, State};
+use serde::{Deserialize, Serialize};
+
+use pyfmt::JsonOptions;
+
+const TEMPLATE_NAME: &str = "chat";
+const RAISED: &str = "raise_exception: ";
+
+/// One message of a conversation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, `tool`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with `role` and `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Errors of compiling or rendering a chat template.
+#[derive(thiserror::Error, Debug)]
+pub enum TemplateError {
+    /// The template source is not valid (for minijinja).
+    #[error("chat template does not compile: {0}")]
+    Syntax(String),
+    /// Rendering failed (an unknown filter or method, a type error, ...).
+    #[error("chat template failed to render: {0}")]
+    Render(String),
+    /// The template called `raise_exception(message)`, e.g. on roles that do not alternate.
+    #[error("chat template rejected the conversation: {0}")]
+    Raised(String),
+    /// `extra` is not a JSON object.
+    #[error("chat template extra variables must be a JSON object or null, not {0}")]
+    Extra(String),
+}
+
+/// A compiled chat template.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+/// Rewrites transformers' `{% generation %}` ... `{% endgeneration %}` block (which only marks
+/// assistant text) as an always-true `if` block, keeping the tags' whitespace control.
+fn rewrite_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        let Some(len) = rest[start..].find("%}") else {
+            break;
+        };
+        let tag = &rest[start..start + len + 2];
+        let body = &tag[2..tag.len() - 2];
+        let lead = if body.starts_with(['-', '+']) {
+            &body[..1]
+        } else {
+            ""
+        };
+        let trail = if body.len() > lead.len() && body.ends_with(['-', '+']) {
+            &body[body.len() - 1..]
+        } else {
+            ""
+        };
+        let inner = body[lead.len()..body.len() - trail.len()].trim();
+        let replacement = match inner {
+            "generation" => Some("if true"),
+            "endgeneration" => Some("endif"),
+            _ => None,
+        };
+        out.push_str(&rest[..start]);
+        match replacement {
+            Some(word) => out.push_str(&format!("{{%{lead} {word} {trail}%}}")),
+            None => out.push_str(tag),
+        }
+        rest = &rest[start + tag.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
+fn tojson(value: &Value, ensure_ascii: Option<bool>, kwargs: Kwargs) -> Result<String, Error> {
+    let ensure_ascii = match ensure_ascii {
+        Some(b) => b,
+        None => kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+    };
+    let indent = match kwargs.get::<Option<Value>>("indent")? {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => {
+                let n = i64::try_from(v)?;
+                Some(" ".repeat(n.max(0) as usize))
+            }
+        },
+    };
+    let separators = match kwargs.get::<Option<Vec<String>>>("separators")? {
+        Some(v) if v.len() == 2 => Some((v[0].clone(), v[1].clone())),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be an (item, key) pair",
+            ))
+        }
+        None => None,
+    };
+    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    pyfmt::to_json(
+        value,
+        &JsonOptions::new(ensure_ascii, indent, separators, sort_keys),
+    )
+}
+
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(
+        ErrorKind::InvalidOperation,
+        format!("{RAISED}{message}"),
+    ))
+}
+
+fn strftime_now(format: String) -> String {
+    strftime::DateTime::now().format(&format)
+}
+
+/// Maps a render error to [`TemplateError`], finding `raise_exception` messages in the chain.
+fn render_error(err: Error) -> TemplateError {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(e) = cur {
+        if let Some(mj) = e.downcast_ref::<Error>() {
+            if let Some(msg) = mj.detail().and_then(|d| d.strip_prefix(RAISED)) {
+                return TemplateError::Raised(msg.to_string());
+            }
+        }
+        cur = e.source();
+    }
+    TemplateError::Render(format!("{err:#}"))
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (a Jinja chat template); `bos_token` and `eos_token` are the texts the
+    /// template sees as `bos_token` / `eos_token` (undefined when `None`).
+    pub fn new(
+        source: &str,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(|out, _state: &State, value| {
+            let mut s = String::new();
+            pyfmt::py_str(value, &mut s)?;
+            out.write_str(&s)
+                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+        });
+        env.add_filter("tojson", tojson);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
+            .map_err(|e| TemplateError::Syntax(format!("{e:#}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.map(str::to_string),
+            eos_token: eos_token.map(str::to_string),
+        })
+    }
+
+    /// Renders `messages`. `add_generation_prompt` asks the template to open an assistant turn;
+    /// `extra` (a JSON object, or null) adds variables such as `enable_thinking` or `tools`,
+    /// overriding the defaults.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &serde_json::Value,
+    ) -> Result<String, TemplateError> {
+        let mut ctx: Vec<(String, Value)> = vec![
+            ("messages".into(), Value::from_serialize(messages)),
+            ("tools".into(), Value::from(())),
+            ("documents".into(), Value::from(())),
+            (
+                "add_generation_prompt".into(),
+                Value::from(add_generation_prompt),
+            ),
+        ];
+        if let Some(b) = &self.bos_token {
+            ctx.push(("bos_token".into(), Value::from(b.as_str())));
+        }
+        if let Some(e) = &self.eos_token {
+            ctx.push(("eos_token".into(), Value::from(e.as_str())));
+        }
+        match extra {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let v = Value::from_serialize(v);
+                    match ctx.iter_mut().find(|(name, _)| name == k) {
+                        Some(slot) => slot.1 = v,
+                        None => ctx.push((k.clone(), v)),
+                    }
+                }
+            }
+            other => {
+                let kind = match other {
+                    serde_json::Value::Bool(_) => "a bool",
+                    serde_json::Value::Number(_) => "a number",
+                    serde_json::Value::String(_) => "a string",
+                    _ => "an array",
+                };
+                return Err(TemplateError::Extra(kind.into()));
+            }
+        }
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TemplateError::Render(format!("{e:#}")))?;
+        let ctx: Value = ctx.into_iter().collect();
+        tmpl.render(ctx).map_err(render_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_tags_become_if_blocks() {
+        assert_eq!(
+            rewrite_generation_tags("a{%- generation -%}b{% endgeneration %}c{{ x }}"),
+            "a{%- if true -%}b{% endif %}c{{ x }}"
+        );
+        assert_eq!(
+            rewrite_generation_tags("{% if x %}y{% endif %}"),
+            "{% if x %}y{% endif %}"
+        );
+    }
+
+    #[test]
+    fn python_flavoured_rendering() {
+        let t = ChatTemplate::new(
+            "{{ bos_token }}{% for m in messages %}{{ m.role | upper }}:{{ m['content'].strip() }}|{% endfor %}{{ tools }} {{ flag }} {{ [1, 'a'] }} {{ {'k': 1.5} | tojson }}\n",
+            Some("<s>"),
+            None,
+        )
+        .map_err(|e| e.to_string());
+        let t = match t {
+            Ok(t) => t,
+            Err(e) => panic!("{e}"),
+        };
+        let out = t
+            .render(
+                &[ChatMessage::new("user", "  hi  ")],
+                false,
+                &serde_json::json!({"flag": true}),
+            )
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            out.as_deref(),
+            Ok("<s>USER:hi|None True [1, 'a'] {\"k\": 1.5}")
+        );
+    }
+
+    #[test]
+    fn raise_exception_is_reported() {
+        let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None);
+        let err = t.and_then(|t| t.render(&[], true, &serde_json::Value::Null));
+        match err {
+            Err(TemplateError::Raised(m)) => assert_eq!(m, "roles must alternate"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
