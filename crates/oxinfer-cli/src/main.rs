@@ -1,1 +1,50 @@
-fn main() {}
+//! `oxinfer`: run, chat with, measure and inspect local models.
+
+mod chat;
+mod common;
+mod info;
+mod npy;
+mod perplexity;
+mod progress;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Local inference engine: open-weight models from GGUF files and safetensors folders.
+#[derive(Parser)]
+#[command(name = "oxinfer", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (the default model is fetched on first use).
+    Run(run::RunArgs),
+    /// Interactive multi-turn chat (/clear forgets the history, /exit quits).
+    Chat(chat::ChatArgs),
+    /// Perplexity of a text file, measured the way llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Describe a model: architecture, parameters, tensor formats, context, template.
+    Info(info::InfoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
+        Command::Info(a) => info::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `oxinfer chat`: interactive multi-turn chat. The KV cache is kept between turns, so only
+//! the new messages are run.
+
+use crate::common::{ModelArgs, SamplingArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use oxinfer::engine::GenerateOptions;
+use oxinfer::ChatMessage;
+use std::io::{BufRead, IsTerminal, Write};
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// System message.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Most tokens per reply.
+    #[arg(short = 'n', long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// Context length (default: the model's).
+    #[arg(short = 'c', long)]
+    pub ctx: Option<usize>,
+}
+
+pub fn run(a: ChatArgs) -> Result<()> {
+    let model = a.model.load()?;
+    if model.chat_template().is_none() {
+        bail!("{}: the model has no chat template", model.path().display());
+    }
+    let mut session = model.session(a.ctx);
+    let start: Vec<ChatMessage> = a
+        .system
+        .iter()
+        .map(|s| ChatMessage::new("system", s))
+        .collect();
+    let mut messages = start.clone();
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("chatting with {} — /clear forgets, /exit quits", model.path().display());
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut params = a.sampling.params();
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        let input = line.trim_end_matches(['\r', '\n']);
+        match input.trim() {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/clear" => {
+                messages = start.clone();
+                session.clear();
+                eprintln!("(history cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(ChatMessage::new("user", input));
+        let prompt = model.chat_tokens(&messages)?;
+        let opts = GenerateOptions {
+            max_tokens: a.max_tokens,
+            sampling: params.clone(),
+            ..GenerateOptions::default()
+        };
+        let stdout = std::io::stdout();
+        let g = match session.generate(&prompt, &opts, |ev| {
+            let mut o = stdout.lock();
+            let _ = o.write_all(ev.text.as_bytes());
+            let _ = o.flush();
+            true
+        }) {
+            Ok(g) => g,
+            Err(e) => {
+                messages.pop();
+                eprintln!("error: {e}");
+                continue;
+            }
+        };
+        println!();
+        messages.push(ChatMessage::new("assistant", g.text.trim()));
+        params.seed = params.seed.wrapping_add(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Options and helpers shared by the subcommands.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use oxinfer::engine::SamplingParams;
+use oxinfer::Model;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Model selection and threads.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file, a safetensors folder, or a cached model name (default: smollm2-135m-instruct).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
+impl ModelArgs {
+    /// Resolves (fetching the default model when needed) and loads the model.
+    pub fn load(&self) -> Result<Model> {
+        if let Some(n) = self.threads {
+            anyhow::ensure!(n > 0, "--threads must be at least 1");
+            oxinfer_kernels::set_num_threads(n);
+        }
+        let mut progress = crate::progress::Bars::new();
+        let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
+        let model = Model::load(&path)?;
+        Ok(model)
+    }
+}
+
+/// Sampling options.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Random seed (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+            }),
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// Whether stderr is an interactive terminal (progress bars, colours).
+pub fn stderr_is_tty() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// Reads a whole text file, naming it on failure.
+pub fn read_text(path: &std::path::Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("{}: not valid UTF-8 text", path.display()))
+}

@@ -1,0 +1,148 @@
+//! `oxinfer run`: one prompt in, generated text out (stdout), stats on stderr.
+
+use crate::common::{read_text, ModelArgs, SamplingArgs};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use oxinfer::engine::GenerateOptions;
+use oxinfer::ChatMessage;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt (default: read from stdin).
+    #[arg(short = 'p', long)]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
+    /// Feed the prompt as-is instead of through the chat template (BOS added if the model's
+    /// metadata says so).
+    #[arg(long)]
+    pub raw: bool,
+    /// System message for the chat template.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Stop when this text appears (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Context length (default: the model's).
+    #[arg(short = 'c', long)]
+    pub ctx: Option<usize>,
+    /// Print the rendered prompt (stderr) before generating.
+    #[arg(long)]
+    pub print_prompt: bool,
+    /// Print generated token ids (one line, space-separated) instead of text.
+    #[arg(long)]
+    pub show_tokens: bool,
+    /// Feed these token ids (comma-separated) instead of a prompt.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "file", "system"])]
+    pub tokens: Option<Vec<u32>>,
+    /// Write the logits of every prompt position as a float32 .npy `[n_prompt, vocab]`.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    // Read the user's input before the (possibly slow) model load, so a bad path fails fast.
+    let text = match (&a.tokens, &a.prompt, &a.file) {
+        (Some(_), _, _) => None,
+        (None, Some(p), _) => Some(p.clone()),
+        (None, None, Some(f)) => Some(read_text(f)?),
+        (None, None, None) => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the prompt from stdin")?;
+            Some(s)
+        }
+    };
+    let model = a.model.load()?;
+    let vocab = model.config().vocab_size;
+    let prompt: Vec<u32> = match (&a.tokens, text) {
+        (Some(ids), _) => {
+            if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+                bail!("--tokens: id {bad} is outside the vocabulary (size {vocab})");
+            }
+            ids.clone()
+        }
+        (None, Some(text)) => {
+            if a.raw {
+                model.tokenize(&text, model.adds_bos())?
+            } else if model.chat_template().is_none() {
+                bail!(
+                    "{}: the model has no chat template; pass --raw to feed the prompt as-is",
+                    model.path().display()
+                );
+            } else {
+                let mut messages = Vec::new();
+                if let Some(s) = &a.system {
+                    messages.push(ChatMessage::new("system", s));
+                }
+                messages.push(ChatMessage::new("user", &text));
+                let rendered = model.render_chat(&messages, true, &serde_json::Value::Null)?;
+                if a.print_prompt {
+                    eprintln!("{rendered}");
+                }
+                model.tokenize(&rendered, model.adds_bos())?
+            }
+        }
+        (None, None) => unreachable!("text is read whenever no ids are given"),
+    };
+    if prompt.is_empty() {
+        bail!("the prompt is empty");
+    }
+    if a.print_prompt && a.raw {
+        eprintln!("{}", model.tokenizer().map(|t| t.decode(&prompt)).unwrap_or_default());
+    }
+    let opts = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampling: a.sampling.params(),
+        stop: a.stop.clone(),
+        keep_prompt_logits: a.dump_logits.is_some(),
+        ..GenerateOptions::default()
+    };
+    let mut session = model.session(a.ctx);
+    let stdout = std::io::stdout();
+    let show_tokens = a.show_tokens || model.tokenizer().is_none();
+    let mut ids_out: Vec<String> = Vec::new();
+    let g = session.generate(&prompt, &opts, |ev| {
+        if show_tokens {
+            ids_out.push(ev.id.to_string());
+        } else {
+            let mut out = stdout.lock();
+            let _ = out.write_all(ev.text.as_bytes());
+            let _ = out.flush();
+        }
+        true
+    })?;
+    if show_tokens {
+        // Every generated id, the end-of-generation token included.
+        let all: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
+        println!("{}", all.join(" "));
+    } else {
+        println!();
+    }
+    if let (Some(path), Some(logits)) = (&a.dump_logits, &g.prompt_logits) {
+        crate::npy::write_f32(path, &[prompt.len(), vocab], logits)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let t = g.timings;
+    eprintln!(
+        "load {:.2} s | prompt {} tokens, {:.1} tok/s | generation {} tokens, {:.1} tok/s | stop: {:?}",
+        model.load_time().as_secs_f64(),
+        t.prompt_tokens,
+        t.prompt_tps(),
+        t.generated_tokens,
+        t.generation_tps(),
+        g.stop_reason
+    );
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! Llama-family decoder (Llama 2/3, SmolLM, Mistral-style): pre-norm blocks of RMSNorm →
+//! GQA attention with RoPE → residual, RMSNorm → SwiGLU MLP → residual; final RMSNorm and
+//! an output head (tied to the embedding or not).
+
+use super::CausalLm;
+use crate::config::ModelConfig;
+use crate::error::{Error, LoadError, Result};
+use crate::loader::{Naming, TensorStore};
+use crate::nn::{
+    attention, Activation, AttentionParams, Embedding, GatedMlp, KvCache, Linear, RmsNorm, Rope,
+};
+
+/// The attention half of a decoder block.
+struct SelfAttention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+}
+
+struct Block {
+    attn_norm: RmsNorm,
+    attn: SelfAttention,
+    ffn_norm: RmsNorm,
+    mlp: GatedMlp,
+}
+
+/// A loaded Llama-family model.
+pub struct Llama {
+    cfg: ModelConfig,
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    head: Linear,
+    rope: Rope,
+}
+
+impl Llama {
+    /// Loads every tensor of the model from `store` (borrowed from the mapped file).
+    pub fn load(cfg: &ModelConfig, store: &dyn TensorStore, naming: Naming) -> Result<Self, LoadError> {
+        let (d, hd) = (cfg.hidden_size, cfg.head_dim);
+        let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
+        let embed = Embedding::new(embed_view.clone(), 1.0)?;
+        let head = match (cfg.tie_embeddings, store.get(&naming.global("output"))) {
+            (false, Some(w)) => {
+                let w = w?;
+                Linear::from_view(w, None)?
+            }
+            (true, _) | (false, None) => Linear::from_view(embed_view, None)?,
+        };
+        if head.n_out != cfg.vocab_size || head.n_in != d {
+            return Err(LoadError::tensor(
+                store.path(),
+                &head.weight().name,
+                format!("shape {:?}, expected [{}, {d}]", head.weight().shape, cfg.vocab_size),
+            ));
+        }
+        let freq_factors = match store.get("rope_freqs.weight") {
+            Some(t) => Some(t?.to_f32()?),
+            None => None,
+        };
+        if let Some(f) = &freq_factors {
+            if f.len() != cfg.rope.dim / 2 {
+                return Err(LoadError::tensor(
+                    store.path(),
+                    "rope_freqs.weight",
+                    format!("{} factors, expected {}", f.len(), cfg.rope.dim / 2),
+                ));
+            }
+        }
+        let rope = Rope::new(&cfg.rope, freq_factors.as_deref());
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let name = |part: &str| naming.layer(i, part);
+            blocks.push(Block {
+                attn_norm: RmsNorm::load(store, &name("attn_norm"), d, cfg.norm_eps, false)?,
+                attn: SelfAttention {
+                    q: Linear::load(store, &name("attn_q"), cfg.n_heads * hd, d)?,
+                    k: Linear::load(store, &name("attn_k"), cfg.n_kv_heads * hd, d)?,
+                    v: Linear::load(store, &name("attn_v"), cfg.n_kv_heads * hd, d)?,
+                    o: Linear::load(store, &name("attn_output"), d, cfg.n_heads * hd)?,
+                },
+                ffn_norm: RmsNorm::load(store, &name("ffn_norm"), d, cfg.norm_eps, false)?,
+                mlp: GatedMlp::load(
+                    store,
+                    [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
+                    d,
+                    cfg.intermediate_size,
+                    Activation::Silu,
+                )?,
+            });
+        }
+        Ok(Llama {
+            cfg: cfg.clone(),
+            embed,
+            blocks,
+            norm: RmsNorm::load(store, &naming.global("output_norm"), d, cfg.norm_eps, false)?,
+            head,
+            rope,
+        })
+    }
+
+    fn attn_params(&self) -> AttentionParams {
+        AttentionParams {
+            n_heads: self.cfg.n_heads,
+            n_kv_heads: self.cfg.n_kv_heads,
+            head_dim: self.cfg.head_dim,
+            scale: 1.0 / (self.cfg.head_dim as f32).sqrt(),
+            window: self.cfg.sliding_window,
+            softcap: None,
+        }
+    }
+}
+
+impl CausalLm for Llama {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(self.cfg.n_layers, self.cfg.n_kv_heads * self.cfg.head_dim, capacity)
+    }
+
+    fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Result<Vec<f32>> {
+        let t = tokens.len();
+        let pos0 = cache.len();
+        if t == 0 {
+            return Err(Error::Request("no tokens to run".into()));
+        }
+        if pos0 + t > cache.capacity() {
+            return Err(Error::Request(format!(
+                "context overflow: {} cached + {t} new tokens exceed the context of {}",
+                pos0,
+                cache.capacity()
+            )));
+        }
+        let (d, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
+        let params = self.attn_params();
+        let mut x = self.embed.forward(tokens)?;
+        for (li, b) in self.blocks.iter().enumerate() {
+            let h = b.attn_norm.forward(&x);
+            let mut q = b.attn.q.forward(&h, t);
+            let mut k = b.attn.k.forward(&h, t);
+            let v = b.attn.v.forward(&h, t);
+            self.rope.apply(&mut q, t, self.cfg.n_heads, hd, pos0);
+            self.rope.apply(&mut k, t, self.cfg.n_kv_heads, hd, pos0);
+            cache.append(li, &k, &v);
+            let lc = &cache.layers[li];
+            let a = attention(&q, &lc.k, &lc.v, t, pos0, &params);
+            let o = b.attn.o.forward(&a, t);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let h = b.ffn_norm.forward(&x);
+            let m = b.mlp.forward(&h, t);
+            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+        }
+        cache.advance(t);
+        let rows = if all_logits { &x[..] } else { &x[(t - 1) * d..] };
+        let n = rows.len() / d;
+        let h = self.norm.forward(rows);
+        Ok(self.head.forward(&h, n))
+    }
+}

@@ -1,0 +1,403 @@
+//! One typed model configuration, read from GGUF metadata or from a HuggingFace `config.json`.
+//!
+//! `config.json` exists in two spellings (see the project's reference notes): transformers 5
+//! writes `rope_parameters` and `dtype`; older checkpoints write top-level `rope_theta`,
+//! `rope_scaling` and `torch_dtype`. Both are accepted.
+
+use crate::error::LoadError;
+use crate::gguf::GgufFile;
+use serde_json::Value;
+use std::path::Path;
+
+/// Model families the engine implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM, Mistral-style decoders (RMSNorm, RoPE, GQA, SwiGLU).
+    Llama,
+}
+
+impl Arch {
+    /// The family's name as GGUF spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+        }
+    }
+
+    /// Names accepted in error messages.
+    pub const SUPPORTED: &'static str = "llama (Llama, SmolLM, Mistral)";
+
+    fn from_gguf(name: &str) -> Option<Self> {
+        match name {
+            "llama" | "mistral" => Some(Arch::Llama),
+            _ => None,
+        }
+    }
+
+    fn from_hf(model_type: &str) -> Option<Self> {
+        match model_type {
+            "llama" | "mistral" => Some(Arch::Llama),
+            _ => None,
+        }
+    }
+}
+
+/// How rotary embeddings pair up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: llama.cpp's "normal" RoPE on GGUF Llama files, whose q/k
+    /// rows were permuted by the converter.
+    Interleaved,
+    /// Pairs `(i, i + d/2)`: transformers' `rotate_half`, llama.cpp's "NeoX" RoPE.
+    Half,
+}
+
+/// Frequency scaling applied to the rotary embedding.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor`.
+    Linear { factor: f32 },
+    /// Llama 3.1 wavelength-dependent scaling.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: f32,
+    },
+}
+
+/// Rotary position embedding parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Base of the frequencies (`rope_theta`).
+    pub theta: f32,
+    /// Number of rotated dimensions per head (≤ head_dim).
+    pub dim: usize,
+    pub style: RopeStyle,
+    pub scaling: RopeScaling,
+}
+
+/// Typed configuration of a decoder-only language model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (GQA when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Dimension of one attention head.
+    pub head_dim: usize,
+    /// Hidden size of the MLP.
+    pub intermediate_size: usize,
+    /// Epsilon of the RMSNorms.
+    pub norm_eps: f32,
+    pub rope: RopeConfig,
+    /// Context length the model was trained for.
+    pub context_length: usize,
+    /// Attention window (a query at q sees keys k with q − k < window), if any.
+    pub sliding_window: Option<usize>,
+    /// Whether the output head reuses the embedding table.
+    pub tie_embeddings: bool,
+    /// Storage type named by the checkpoint (`bfloat16`, `float32`, or the GGUF file type).
+    pub dtype: Option<String>,
+    /// BOS token id from `config.json` (GGUF files carry it in the tokenizer metadata).
+    pub bos_token_id: Option<u32>,
+    /// EOS token ids from `config.json`.
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// Sanity limits that keep a corrupt header from allocating absurd memory.
+const MAX_DIM: usize = 1 << 20;
+const MAX_LAYERS: usize = 4096;
+const MAX_VOCAB: usize = 1 << 24;
+
+impl ModelConfig {
+    fn validate(self, path: &Path) -> Result<Self, LoadError> {
+        let bad = |what: String| Err(LoadError::field(path, what));
+        for (name, v, max) in [
+            ("hidden size", self.hidden_size, MAX_DIM),
+            ("layer count", self.n_layers, MAX_LAYERS),
+            ("head count", self.n_heads, MAX_DIM),
+            ("kv head count", self.n_kv_heads, MAX_DIM),
+            ("head dim", self.head_dim, MAX_DIM),
+            ("intermediate size", self.intermediate_size, MAX_DIM * 4),
+            ("vocab size", self.vocab_size, MAX_VOCAB),
+        ] {
+            if v == 0 || v > max {
+                return bad(format!("{name} {v} is out of range (1..={max})"));
+            }
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "head count {} is not a multiple of kv head count {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope.dim > self.head_dim || self.rope.dim % 2 != 0 {
+            return bad(format!(
+                "rope dimension {} must be even and ≤ head dim {}",
+                self.rope.dim, self.head_dim
+            ));
+        }
+        if !(self.rope.theta.is_finite() && self.rope.theta > 0.0) {
+            return bad(format!("rope theta {} must be positive", self.rope.theta));
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return bad(format!("norm epsilon {} is invalid", self.norm_eps));
+        }
+        Ok(self)
+    }
+
+    /// Reads the configuration from a GGUF file's metadata (`{arch}.*` keys). The vocabulary
+    /// size comes from `{arch}.vocab_size`, else the token list, else `token_embd.weight`.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self, LoadError> {
+        let path = g.path();
+        let arch_name = g.architecture()?;
+        let arch = Arch::from_gguf(arch_name).ok_or_else(|| LoadError::UnsupportedArch {
+            path: path.to_path_buf(),
+            arch: arch_name.to_string(),
+            supported: Arch::SUPPORTED.to_string(),
+        })?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let req = |k: &str| -> Result<usize, LoadError> {
+            g.get_u64(&key(k))?
+                .map(|v| v as usize)
+                .ok_or_else(|| LoadError::field(path, format!("metadata '{}' is missing", key(k))))
+        };
+        let hidden_size = req("embedding_length")?;
+        let n_heads = req("attention.head_count")?;
+        let n_kv_heads = g
+            .get_u64(&key("attention.head_count_kv"))?
+            .map_or(n_heads, |v| v as usize);
+        let head_dim = match g.get_u64(&key("attention.key_length"))? {
+            Some(v) => v as usize,
+            None if n_heads > 0 => hidden_size / n_heads,
+            None => 0,
+        };
+        let vocab_size = match g.get_u64(&key("vocab_size"))? {
+            Some(v) => v as usize,
+            None => match g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+                Some(a) => a.len(),
+                None => g
+                    .tensor_info("token_embd.weight")
+                    .map(|t| t.shape()[0])
+                    .ok_or_else(|| LoadError::field(path, "cannot tell the vocabulary size"))?,
+            },
+        };
+        let scaling = match g.get_str(&key("rope.scaling.type"))? {
+            Some("linear") => RopeScaling::Linear {
+                factor: g.get_f64(&key("rope.scaling.factor"))?.unwrap_or(1.0) as f32,
+            },
+            None | Some("none") => RopeScaling::None,
+            Some(other) => {
+                return Err(LoadError::field(
+                    path,
+                    format!("rope scaling type '{other}' is not supported"),
+                ))
+            }
+        };
+        let style = match arch {
+            Arch::Llama => RopeStyle::Interleaved,
+        };
+        ModelConfig {
+            arch,
+            vocab_size,
+            hidden_size,
+            n_layers: req("block_count")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            intermediate_size: req("feed_forward_length")?,
+            norm_eps: g
+                .get_f64(&key("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-5) as f32,
+            rope: RopeConfig {
+                theta: g.get_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32,
+                dim: g
+                    .get_u64(&key("rope.dimension_count"))?
+                    .map_or(head_dim, |v| v as usize),
+                style,
+                scaling,
+            },
+            context_length: g.get_u64(&key("context_length"))?.unwrap_or(2048) as usize,
+            sliding_window: g
+                .get_u64(&key("attention.sliding_window"))?
+                .map(|v| v as usize)
+                .filter(|&w| w > 0),
+            tie_embeddings: g.tensor_info("output.weight").is_none(),
+            dtype: g.get_u64("general.file_type")?.map(gguf_file_type_name),
+            bos_token_id: None,
+            eos_token_ids: Vec::new(),
+        }
+        .validate(path)
+    }
+
+    /// Reads a HuggingFace `config.json`.
+    pub fn from_config_json(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+        let json: Value = serde_json::from_str(&text)
+            .map_err(|e| LoadError::malformed(path, format!("invalid JSON: {e}")))?;
+        Self::from_config_value(path, &json)
+    }
+
+    /// Reads a parsed `config.json`; multimodal configs are read from their `text_config`.
+    pub fn from_config_value(path: &Path, json: &Value) -> Result<Self, LoadError> {
+        let c = json.get("text_config").unwrap_or(json);
+        let model_type = c
+            .get("model_type")
+            .or_else(|| json.get("model_type"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| LoadError::field(path, "field 'model_type' is missing"))?;
+        let arch = Arch::from_hf(model_type).ok_or_else(|| LoadError::UnsupportedArch {
+            path: path.to_path_buf(),
+            arch: model_type.to_string(),
+            supported: Arch::SUPPORTED.to_string(),
+        })?;
+        let usize_field = |k: &str| -> Result<Option<usize>, LoadError> {
+            match c.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v.as_u64().map(|v| Some(v as usize)).ok_or_else(|| {
+                    LoadError::field(path, format!("field '{k}' must be a non-negative integer, got {v}"))
+                }),
+            }
+        };
+        let f64_field = |v: Option<&Value>, k: &str| -> Result<Option<f64>, LoadError> {
+            match v {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| LoadError::field(path, format!("field '{k}' must be a number, got {v}"))),
+            }
+        };
+        let req = |k: &str| -> Result<usize, LoadError> {
+            usize_field(k)?.ok_or_else(|| LoadError::field(path, format!("field '{k}' is missing")))
+        };
+        let hidden_size = req("hidden_size")?;
+        let n_heads = req("num_attention_heads")?;
+        let n_kv_heads = usize_field("num_key_value_heads")?.unwrap_or(n_heads);
+        let head_dim = match usize_field("head_dim")? {
+            Some(d) => d,
+            None if n_heads > 0 => hidden_size / n_heads,
+            None => 0,
+        };
+
+        // transformers 5: `rope_parameters` holds theta and scaling; older: top-level fields.
+        let rope_params = c.get("rope_parameters").filter(|v| v.is_object());
+        let rope_scaling = c.get("rope_scaling").filter(|v| v.is_object());
+        let theta = f64_field(
+            rope_params.and_then(|p| p.get("rope_theta")).or(c.get("rope_theta")),
+            "rope_theta",
+        )?
+        .unwrap_or(10_000.0) as f32;
+        let scaling = match rope_params.or(rope_scaling) {
+            None => RopeScaling::None,
+            Some(s) => parse_rope_scaling(path, s)?,
+        };
+        let partial = f64_field(c.get("partial_rotary_factor"), "partial_rotary_factor")?;
+        let rope_dim = partial.map_or(head_dim, |p| (head_dim as f64 * p) as usize);
+
+        let eos_token_ids = match c.get("eos_token_id").or(json.get("eos_token_id")) {
+            Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+            _ => Vec::new(),
+        };
+        ModelConfig {
+            arch,
+            vocab_size: req("vocab_size")?,
+            hidden_size,
+            n_layers: req("num_hidden_layers")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            intermediate_size: req("intermediate_size")?,
+            norm_eps: f64_field(c.get("rms_norm_eps"), "rms_norm_eps")?.unwrap_or(1e-6) as f32,
+            rope: RopeConfig {
+                theta,
+                dim: rope_dim,
+                style: RopeStyle::Half,
+                scaling,
+            },
+            context_length: usize_field("max_position_embeddings")?.unwrap_or(2048),
+            sliding_window: usize_field("sliding_window")?.filter(|&w| w > 0),
+            tie_embeddings: c
+                .get("tie_word_embeddings")
+                .or(json.get("tie_word_embeddings"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            dtype: c
+                .get("dtype")
+                .or(c.get("torch_dtype"))
+                .or(json.get("dtype"))
+                .or(json.get("torch_dtype"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            bos_token_id: c
+                .get("bos_token_id")
+                .or(json.get("bos_token_id"))
+                .and_then(Value::as_u64)
+                .map(|v| v as u32),
+            eos_token_ids,
+        }
+        .validate(path)
+    }
+}
+
+fn parse_rope_scaling(path: &Path, s: &Value) -> Result<RopeScaling, LoadError> {
+    let kind = s
+        .get("rope_type")
+        .or(s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |k: &str| -> Result<f32, LoadError> {
+        s.get(k)
+            .and_then(Value::as_f64)
+            .map(|v| v as f32)
+            .ok_or_else(|| LoadError::field(path, format!("rope scaling '{kind}' needs a numeric '{k}'")))
+    };
+    Ok(match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: num("factor")? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: num("factor")?,
+            low_freq_factor: num("low_freq_factor")?,
+            high_freq_factor: num("high_freq_factor")?,
+            original_max_position: num("original_max_position_embeddings")?,
+        },
+        other => {
+            return Err(LoadError::field(
+                path,
+                format!("rope scaling type '{other}' is not supported"),
+            ))
+        }
+    })
+}
+
+/// llama.cpp's name for a `general.file_type` value.
+pub fn gguf_file_type_name(v: u64) -> String {
+    match v {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return format!("file type {v}"),
+    }
+    .to_string()
+}

@@ -1,0 +1,15 @@
+//! The engine front ends call: a loaded [`Model`] (weights, tokenizer, chat template),
+//! sampling, the generation loop, chat sessions and perplexity.
+
+pub mod generate;
+mod model;
+pub mod perplexity;
+pub mod sampler;
+mod session;
+pub mod stop;
+
+pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
+pub use model::{Model, ModelInfo};
+pub use perplexity::Perplexity;
+pub use sampler::{Sampler, SamplingParams};
+pub use session::Session;

@@ -1,0 +1,95 @@
+//! Perplexity the way llama.cpp's `llama-perplexity` measures it: the text is tokenized once,
+//! cut into non-overlapping windows of `ctx` tokens (the first token of each window replaced
+//! by BOS when the model adds one), and only the second half of each window is scored.
+
+use crate::arch::CausalLm;
+use crate::error::{Error, Result};
+
+/// Result of a perplexity run.
+#[derive(Clone, Debug)]
+pub struct Perplexity {
+    /// exp(mean negative log-likelihood).
+    pub ppl: f64,
+    /// Standard error of the estimate (llama.cpp's `+/-`).
+    pub error: f64,
+    /// Windows evaluated.
+    pub chunks: usize,
+    /// Tokens scored.
+    pub scored: usize,
+    /// Per scored position: the model's most likely next token (for top-1 agreement).
+    pub top1: Vec<u32>,
+}
+
+/// Scores `tokens` (the whole text, without BOS) in windows of `ctx`. `bos` is inserted at the
+/// start of each window when given; at most `max_chunks` windows are run. `progress` is
+/// called after each window with (done, total, running ppl).
+pub fn perplexity(
+    lm: &dyn CausalLm,
+    tokens: &[u32],
+    ctx: usize,
+    bos: Option<u32>,
+    max_chunks: Option<usize>,
+    prefill_chunk: usize,
+    mut progress: impl FnMut(usize, usize, f64),
+) -> Result<Perplexity> {
+    if ctx < 4 {
+        return Err(Error::Request(format!("--ctx {ctx} is too small (at least 4)")));
+    }
+    if ctx > 1 << 20 {
+        return Err(Error::Request(format!("--ctx {ctx} is too large")));
+    }
+    let mut n_chunks = tokens.len() / ctx;
+    if let Some(m) = max_chunks {
+        n_chunks = n_chunks.min(m);
+    }
+    if n_chunks == 0 {
+        return Err(Error::Request(format!(
+            "the text has {} tokens; perplexity with --ctx {ctx} needs at least {ctx}",
+            tokens.len()
+        )));
+    }
+    let vocab = lm.config().vocab_size;
+    let first = ctx / 2;
+    let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    let mut top1 = Vec::new();
+    for c in 0..n_chunks {
+        let start = c * ctx;
+        let mut window = tokens[start..start + ctx].to_vec();
+        if let Some(b) = bos {
+            window[0] = b;
+        }
+        let mut cache = lm.new_cache(ctx);
+        let mut logits = Vec::with_capacity(ctx * vocab);
+        for piece in window.chunks(prefill_chunk.max(1)) {
+            logits.extend(lm.forward(piece, &mut cache, true)?);
+        }
+        for j in first..ctx - 1 {
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            let target = tokens[start + j + 1] as usize;
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
+            let logp = f64::from(row[target] - max) - sum.ln();
+            nll -= logp;
+            nll2 += logp * logp;
+            count += 1;
+            top1.push(super::sampler::argmax(row));
+        }
+        progress(c + 1, n_chunks, (nll / count as f64).exp());
+    }
+    let n = count as f64;
+    let mean = nll / n;
+    let var = nll2 / n - mean * mean;
+    let ppl = mean.exp();
+    let error = if var > 0.0 && count > 1 {
+        (var / (n - 1.0)).sqrt() * ppl
+    } else {
+        0.0
+    };
+    Ok(Perplexity {
+        ppl,
+        error,
+        chunks: n_chunks,
+        scored: count,
+        top1,
+    })
+}

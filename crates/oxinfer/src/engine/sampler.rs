@@ -1,0 +1,315 @@
+//! Token sampling: repetition penalties, top-k, top-p, min-p, temperature, seeded draws;
+//! greedy when the temperature is zero. The order follows llama.cpp's default chain
+//! (penalties → top-k → top-p → min-p → temperature → draw).
+
+use crate::error::Error;
+
+/// Sampling settings of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` picks the most likely token (greedy).
+    pub temperature: f32,
+    /// Keep the `k` most likely tokens; `0` disables.
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches `p`; `1` disables.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` × the top probability; `0` disables.
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recently seen tokens; `1` disables.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub repeat_last_n: usize,
+    /// OpenAI-style penalty subtracted once from the logit of any seen token.
+    pub presence_penalty: f32,
+    /// OpenAI-style penalty subtracted per occurrence of a seen token.
+    pub frequency_penalty: f32,
+    /// Seed of the random draws.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding (argmax), no penalties.
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        }
+    }
+
+    /// Checks ranges, naming the value at fault.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Request(what));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(format!("temperature {} must be ≥ 0", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p {} must be in [0, 1]", self.min_p));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad(format!("repeat penalty {} must be > 0", self.repeat_penalty));
+        }
+        for (n, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !v.is_finite() || v.abs() > 2.0 {
+                return bad(format!("{n} {v} must be in [-2, 2]"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64 seeding a xoshiro256**).
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// A generator whose sequence depends only on `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            x ^ (x >> 31)
+        };
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Draws tokens from logits according to [`SamplingParams`].
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+}
+
+/// Index of the largest value (the first one on ties), as greedy decoding picks.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+impl Sampler {
+    /// A sampler with its own seeded generator.
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = Rng::new(params.seed);
+        Sampler { params, rng }
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Applies the penalties to `logits` in place given the tokens seen so far.
+    pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
+        let p = &self.params;
+        if p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+            return;
+        }
+        let recent = &history[history.len().saturating_sub(p.repeat_last_n)..];
+        let mut counts: std::collections::HashMap<u32, u32> = Default::default();
+        for &id in recent {
+            *counts.entry(id).or_default() += 1;
+        }
+        for (&id, &n) in &counts {
+            let Some(l) = logits.get_mut(id as usize) else {
+                continue;
+            };
+            if p.repeat_penalty != 1.0 {
+                *l = if *l > 0.0 {
+                    *l / p.repeat_penalty
+                } else {
+                    *l * p.repeat_penalty
+                };
+            }
+            *l -= n as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+
+    /// Picks the next token from `logits` (`[vocab]`), `history` being every token so far.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let mut logits = logits.to_vec();
+        self.apply_penalties(&mut logits, history);
+        let p = &self.params;
+        if p.temperature <= 0.0 {
+            return argmax(&logits);
+        }
+        // Candidates sorted by logit, best first.
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        if cand.is_empty() {
+            return argmax(&logits);
+        }
+        let k = if p.top_k == 0 {
+            cand.len()
+        } else {
+            p.top_k.min(cand.len())
+        };
+        if k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(k);
+        }
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let probs = softmax(cand.iter().map(|c| c.1));
+        // top-p: the smallest prefix reaching p.
+        let mut keep = cand.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, &pr) in probs.iter().enumerate() {
+                acc += pr;
+                if acc >= f64::from(p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        // min-p: relative to the best token.
+        if p.min_p > 0.0 {
+            let floor = probs[0] * f64::from(p.min_p);
+            keep = keep.min(probs.iter().take_while(|&&pr| pr >= floor).count().max(1));
+        }
+        cand.truncate(keep);
+        let probs = softmax(cand.iter().map(|c| c.1 / p.temperature));
+        let r = self.rng.next_f64();
+        let mut acc = 0.0;
+        for (c, pr) in cand.iter().zip(&probs) {
+            acc += pr;
+            if r < acc {
+                return c.0;
+            }
+        }
+        cand[cand.len() - 1].0
+    }
+}
+
+fn softmax(xs: impl Iterator<Item = f32> + Clone) -> Vec<f64> {
+    let max = xs.clone().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f64> = xs.map(|x| f64::from(x - max).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_is_argmax() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&[0.1, 3.0, 2.9, -1.0], &[]), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_changes_choice() {
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&[0.1, 3.0, 2.0, -1.0], &[1]), 2);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_seed_reproducible() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let mut a = Sampler::new(SamplingParams {
+            top_k: 1,
+            ..Default::default()
+        });
+        assert_eq!(a.sample(&logits, &[]), argmax(&logits));
+        let params = SamplingParams {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..Default::default()
+        };
+        let run = |p: &SamplingParams| {
+            let mut s = Sampler::new(p.clone());
+            (0..50).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
+        };
+        assert_eq!(run(&params), run(&params));
+        let distinct: std::collections::HashSet<_> = run(&params).into_iter().collect();
+        assert!(distinct.len() > 3, "temperature sampling should vary: {distinct:?}");
+    }
+
+    #[test]
+    fn min_p_and_top_p_restrict_candidates() {
+        // One dominant token: min_p 0.5 leaves only it.
+        let logits = [10.0, 0.0, 0.0, 0.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 5.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            ..Default::default()
+        });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]), 0);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 5.0,
+            top_k: 0,
+            top_p: 0.1,
+            min_p: 0.0,
+            ..Default::default()
+        });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]), 0);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Causal multi-head attention over a KV cache (GQA, optional sliding window and logit
+//! soft-capping). Plain reference path: one softmax per query row, heads in parallel.
+
+use super::parallel;
+
+/// Shape and options of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionParams {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads; query head `h` reads kv head `h / (n_heads / n_kv_heads)`.
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Factor on q·k (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// A query at position q sees keys k with `q - k < window`.
+    pub window: Option<usize>,
+    /// Scores become `cap · tanh(score / cap)` before the softmax.
+    pub softcap: Option<f32>,
+}
+
+/// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
+/// `[pos0 + t, n_kv_heads * head_dim]` (every cached position, the new ones included).
+/// Returns `[t, n_heads * head_dim]`.
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, pos0: usize, p: &AttentionParams) -> Vec<f32> {
+    let hd = p.head_dim;
+    let kv_row = p.n_kv_heads * hd;
+    let q_row = p.n_heads * hd;
+    let n_keys = pos0 + t;
+    debug_assert_eq!(q.len(), t * q_row);
+    debug_assert!(k.len() >= n_keys * kv_row && v.len() >= n_keys * kv_row);
+    let group = p.n_heads / p.n_kv_heads;
+
+    let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
+    parallel::for_each_mut(&mut per_head, |h, out| {
+        out.resize(t * hd, 0.0);
+        let kvh = h / group;
+        let mut scores = vec![0f32; n_keys];
+        for i in 0..t {
+            let pos = pos0 + i;
+            let first = match p.window {
+                Some(w) => (pos + 1).saturating_sub(w),
+                None => 0,
+            };
+            let qi = &q[i * q_row + h * hd..i * q_row + (h + 1) * hd];
+            let mut max = f32::NEG_INFINITY;
+            for j in first..=pos {
+                let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                let mut s = dot(qi, kj) * p.scale;
+                if let Some(cap) = p.softcap {
+                    s = cap * (s / cap).tanh();
+                }
+                scores[j] = s;
+                max = max.max(s);
+            }
+            let mut sum = 0f32;
+            for s in &mut scores[first..=pos] {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let inv = 1.0 / sum;
+            let oi = &mut out[i * hd..(i + 1) * hd];
+            oi.fill(0.0);
+            for j in first..=pos {
+                let w = scores[j] * inv;
+                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                for (o, &x) in oi.iter_mut().zip(vj) {
+                    *o += w * x;
+                }
+            }
+        }
+    });
+
+    let mut out = vec![0f32; t * q_row];
+    for (h, buf) in per_head.iter().enumerate() {
+        for i in 0..t {
+            out[i * q_row + h * hd..i * q_row + (h + 1) * hd].copy_from_slice(&buf[i * hd..(i + 1) * hd]);
+        }
+    }
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One query attending to one key returns that key's value.
+    #[test]
+    fn single_key_returns_value() {
+        let p = AttentionParams {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 2,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        };
+        let out = attention(&[1.0, 0.0, 0.0, 1.0], &[0.5, 0.5], &[3.0, -2.0], 1, 0, &p);
+        assert_eq!(out, vec![3.0, -2.0, 3.0, -2.0]);
+    }
+
+    /// Causal mask: the first query ignores the second key; the window hides old keys.
+    #[test]
+    fn causal_and_window() {
+        let mut p = AttentionParams {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        };
+        let q = [0.0, 0.0];
+        let k = [0.0, 0.0];
+        let v = [2.0, 4.0];
+        assert_eq!(attention(&q, &k, &v, 2, 0, &p), vec![2.0, 3.0]);
+        p.window = Some(1);
+        assert_eq!(attention(&q, &k, &v, 2, 0, &p), vec![2.0, 4.0]);
+    }
+}

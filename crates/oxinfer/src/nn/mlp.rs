@@ -1,0 +1,63 @@
+//! Gated MLP: `down(act(gate(x)) ⊙ up(x))` (SwiGLU with SiLU, GeGLU with tanh-GELU).
+
+use super::Linear;
+use crate::error::LoadError;
+use crate::loader::TensorStore;
+
+/// Activation applied to the gate projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `x · sigmoid(x)`.
+    Silu,
+    /// GELU, tanh approximation.
+    GeluTanh,
+}
+
+impl Activation {
+    /// Applies the activation to one value.
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::GeluTanh => {
+                const C: f32 = 0.797_884_6; // sqrt(2/pi)
+                0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+            }
+        }
+    }
+}
+
+/// A gated MLP block.
+pub struct GatedMlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub act: Activation,
+}
+
+impl GatedMlp {
+    /// Loads the three projections by name: gate and up `[ffn, dim]`, down `[dim, ffn]`.
+    pub fn load(
+        store: &dyn TensorStore,
+        names: [&str; 3],
+        dim: usize,
+        ffn: usize,
+        act: Activation,
+    ) -> Result<Self, LoadError> {
+        Ok(GatedMlp {
+            gate: Linear::load(store, names[0], ffn, dim)?,
+            up: Linear::load(store, names[1], ffn, dim)?,
+            down: Linear::load(store, names[2], dim, ffn)?,
+            act,
+        })
+    }
+
+    /// `x` is `[t, dim]`; returns `[t, dim]`.
+    pub fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        let mut g = self.gate.forward(x, t);
+        let u = self.up.forward(x, t);
+        for (g, u) in g.iter_mut().zip(&u) {
+            *g = self.act.apply(*g) * u;
+        }
+        self.down.forward(&g, t)
+    }
+}

@@ -1,0 +1,19 @@
+//! Neural-network blocks that architectures compose: linear layers, embeddings, norms, RoPE,
+//! attention with a KV cache, and MLPs. Architectures call these, never kernels directly.
+
+pub mod attention;
+pub mod embedding;
+pub mod kv_cache;
+pub mod linear;
+pub mod mlp;
+pub mod norm;
+pub mod parallel;
+pub mod rope;
+
+pub use attention::{attention, AttentionParams};
+pub use embedding::Embedding;
+pub use kv_cache::{KvCache, LayerCache};
+pub use linear::Linear;
+pub use mlp::{Activation, GatedMlp};
+pub use norm::RmsNorm;
+pub use rope::Rope;

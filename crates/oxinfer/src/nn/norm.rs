@@ -1,0 +1,52 @@
+//! RMSNorm, plain (`x / rms · w`) or zero-centred (`x / rms · (1 + w)`, Gemma).
+
+use crate::error::LoadError;
+use crate::loader::TensorStore;
+
+/// Root-mean-square normalization over the last dimension.
+pub struct RmsNorm {
+    /// Per-feature gain, already including the `1 +` of zero-centred variants.
+    pub weight: Vec<f32>,
+    pub eps: f32,
+}
+
+impl RmsNorm {
+    /// Loads the gain vector `name` of length `dim`; `unit_offset` adds 1 to it (zero-centred
+    /// norms store `w` and compute with `1 + w`).
+    pub fn load(
+        store: &dyn TensorStore,
+        name: &str,
+        dim: usize,
+        eps: f32,
+        unit_offset: bool,
+    ) -> Result<Self, LoadError> {
+        let mut weight = store.require_shape(name, &[dim])?.to_f32()?;
+        if unit_offset {
+            weight.iter_mut().for_each(|w| *w += 1.0);
+        }
+        Ok(RmsNorm { weight, eps })
+    }
+
+    /// Normalizes each row of `x` (`[t, dim]`) in place.
+    pub fn forward_inplace(&self, x: &mut [f32]) {
+        for row in x.chunks_exact_mut(self.weight.len()) {
+            rms_norm_row(row, &self.weight, self.eps);
+        }
+    }
+
+    /// Normalizes each row of `x` (`[t, dim]`) into a new buffer.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = x.to_vec();
+        self.forward_inplace(&mut y);
+        y
+    }
+}
+
+/// `row ← row / sqrt(mean(row²) + eps) · w`, accumulating in f64 like a careful reference.
+pub fn rms_norm_row(row: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let inv = (1.0 / (ss / row.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    for (v, &g) in row.iter_mut().zip(w) {
+        *v = *v * inv * g;
+    }
+}

@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: fixture paths, .npy reading, real-model lookup.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// The repository's `tests/fixtures` folder.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// Reads a little-endian float32 C-order `.npy` file: (shape, data).
+pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..6], b"\x93NUMPY", "{}: not .npy", path.display());
+    let (hlen, hstart) = if b[6] == 1 {
+        (u16::from_le_bytes([b[8], b[9]]) as usize, 10)
+    } else {
+        (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
+    };
+    let header = std::str::from_utf8(&b[hstart..hstart + hlen]).expect("header");
+    assert!(header.contains("'<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape_txt = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape");
+    let shape: Vec<usize> = shape_txt
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("dim"))
+        .collect();
+    let data: Vec<f32> = b[hstart + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
+/// Where real test models live (`OXINFER_TEST_MODELS`, default `~/.cache/oxinfer/models`).
+pub fn test_models_dir() -> PathBuf {
+    match std::env::var_os("OXINFER_TEST_MODELS") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/oxinfer/models"),
+    }
+}
+
+/// A real model file, or `None` after printing one "skipped" line.
+pub fn real_model(file: &str) -> Option<PathBuf> {
+    let p = test_models_dir().join(file);
+    if p.is_file() {
+        Some(p)
+    } else {
+        println!("skipped: {} not found (run scripts/fetch-test-models.sh)", p.display());
+        None
+    }
+}
+
+/// Largest absolute difference between two equally long slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
