@@ -1,1 +1,23 @@
-//! oxinfer engine.
+//! oxinfer: a local inference engine in pure Rust.
+//!
+//! Layers, top to bottom: [`loader`]/[`gguf`] and [`config`] read model files; `oxinfer-kernels`
+//! holds the weight formats and CPU kernels; [`nn`] composes them into blocks; [`arch`] builds
+//! model families from blocks; [`engine`] (tokenizer, chat templates, sampling, generation) is
+//! what front ends call.
+
+pub mod arch;
+pub mod chat_template;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod gguf;
+pub mod hub;
+pub mod loader;
+pub mod nn;
+pub mod tokenizer;
+
+pub use chat_template::ChatMessage;
+pub use config::ModelConfig;
+pub use engine::{GenerateOptions, Generation, Model, SamplingParams, Session};
+
+pub use error::{Error, LoadError, Result};

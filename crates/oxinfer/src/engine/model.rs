@@ -7,7 +7,7 @@ use crate::config::ModelConfig;
 use crate::error::{Error, LoadError, Result};
 use crate::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
-use crate::loader::{Naming, TensorStore, WeightSource};
+use crate::loader::{Naming, WeightSource};
 use crate::tokenizer::Tokenizer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -275,7 +275,6 @@ impl Model {
                 ("safetensors", s.total_size() as u64)
             }
         };
-        let _ = self.source.store().path();
         ModelInfo {
             path: self.path.clone(),
             container,
