@@ -399,7 +399,8 @@ impl<'a> Reader<'a> {
             return Err(LoadError::malformed(
                 self.path,
                 format!(
-                    "{what} {count} is impossible: only {left} bytes remain at offset {}",
+                    "{what} {count} is impossible: only {left} bytes remain at offset {} \
+                     (truncated or corrupt file)",
                     self.pos
                 ),
             ));
