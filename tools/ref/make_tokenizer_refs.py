@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -132,6 +133,29 @@ CORPUS = [
     "\ufeffBOM at start",
     "mixed: Hello мир 世界 🌍 123!",
 ]
+# One long input: every line above, joined.
+CORPUS.append("\n\n".join(CORPUS))
+
+# Pieces that random strings are made of (seeded, so the fixture is reproducible).
+FUZZ_PIECES = (
+    list("abcXYZ019 \t\n\r'\".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`")
+    + [" ", "  ", "   ", "\n\n", " \n", "\t\t", "'s", "'t", "'ll", "'S", "’s", "'RE", "the", " the", "The"]
+    + list("éèàçüöäßñÅø") + ["e\u0301", "a\u0308", "\u0301"]
+    + ["日本", "語", "中文", "한국", "ひらがな", "カタカナ", "مرح", "با", "नमस्", "ते", "สวั", "ดี", "Привет", "мир"]
+    + ["🤗", "🚀", "👍🏽", "❤️", "\u200d", "\ufe0f", "🇺🇸", "👨‍👩‍👧", "😀"]
+    + ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"]
+    + ["<unused5>", "<0x41>", "▁", "▁▁", "Ġ", "<|im", "_end|>", "<pad>", "<mask>"]
+    + ["½", "²", "٣", "४", "①", "12", "345", "3.14", "1,000"]
+    + ["\u00a0", "\u3000", "\u2003", "\u200b", "\x0b", "\x0c", "\x85", "\u2028", "\x00", "\x7f", "\U0010ffff"]
+)
+
+
+def fuzz_strings(n: int = 400, seed: int = 20240611) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 24))) for _ in range(n)]
+
+
+FUZZ = fuzz_strings()
 
 
 def load_llama_cpp():
@@ -150,7 +174,7 @@ def fnv1a64(data: bytes, h: int = 0xCBF29CE484222325) -> int:
     return h
 
 
-def llama_cpp_refs(llama_cpp, path: Path):
+def llama_cpp_refs(llama_cpp, path: Path, texts: list[str]):
     llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
@@ -170,7 +194,7 @@ def llama_cpp_refs(llama_cpp, path: Path):
         digest = fnv1a64(len(p).to_bytes(4, "little") + p, digest)
         if llama_cpp.llama_vocab_is_eog(vocab, tok):
             eog.append(tok)
-    ids = [llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) for text in CORPUS]
+    ids = [llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) for text in texts]
     detok = [b"".join(piece(t) for t in seq) for seq in ids]
     info = {
         "version": getattr(llama_cpp, "__version__", "unknown"),
@@ -188,11 +212,11 @@ def llama_cpp_refs(llama_cpp, path: Path):
     return ids, detok, info
 
 
-def transformers_refs(path: Path):
+def transformers_refs(path: Path, texts: list[str]):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    ids = [tok.encode(text, add_special_tokens=False) for text in CORPUS]
+    ids = [tok.encode(text, add_special_tokens=False) for text in texts]
     dec = [tok.decode(seq) for seq in ids]
     info = {
         "version": importlib.metadata.version("transformers"),
@@ -206,6 +230,12 @@ def transformers_refs(path: Path):
 def export_hf(tok, out: Path, name: str) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         tok.save_pretrained(tmp)
+        # tokenizers writes tokenizer.json pretty-printed (one merge part per line); the same
+        # JSON written compactly is about half the size.
+        tj = Path(tmp) / "tokenizer.json"
+        if tj.exists():
+            obj = json.loads(tj.read_text(encoding="utf-8"))
+            tj.write_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
         files = sorted(p for p in Path(tmp).iterdir() if p.is_file())
         size = sum(p.stat().st_size for p in files)
         if size > HF_EXPORT_LIMIT:
@@ -217,53 +247,79 @@ def export_hf(tok, out: Path, name: str) -> bool:
         for p in files:
             shutil.copy(p, out / p.name)
         print(f"{name}: wrote {[p.name for p in files]} ({size} bytes) to {out}")
+    # The exported folder must tokenize like the GGUF-loaded tokenizer it came from.
+    from transformers import AutoTokenizer
+
+    reloaded = AutoTokenizer.from_pretrained(str(out))
+    for text in CORPUS:
+        a = tok.encode(text, add_special_tokens=False)
+        b = reloaded.encode(text, add_special_tokens=False)
+        if a != b:
+            raise SystemExit(f"{name}: exported folder tokenizes {text!r} as {b}, not {a}")
     return True
+
+
+def write_doc(path: Path, doc: dict) -> None:
+    """JSON with one line per top-level key and one line per case (small diffs, small files)."""
+    lines = ["{"]
+    keys = list(doc)
+    for k, key in enumerate(keys):
+        comma = "," if k + 1 < len(keys) else ""
+        value = doc[key]
+        if isinstance(value, list):
+            lines.append(f"{json.dumps(key)}: [")
+            for i, item in enumerate(value):
+                item_comma = "," if i + 1 < len(value) else ""
+                lines.append(" " + json.dumps(item, ensure_ascii=False) + item_comma)
+            lines.append("]" + comma)
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}{comma}")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main() -> None:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "corpus.json").write_text(json.dumps(CORPUS, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     llama_cpp = load_llama_cpp()
+    texts = CORPUS + FUZZ
     for key, fname in MODEL_FILES.items():
         path = MODELS / fname
         if not path.exists():
             print(f"skipped: {path} not found", file=sys.stderr)
             continue
-        tok, hf_ids, hf_dec, hf_info = transformers_refs(path)
+        tok, hf_ids, hf_dec, hf_info = transformers_refs(path, texts)
         if key == "smollm2":
             export_hf(tok, OUT_DIR / "smollm2-hf", key)
-        cases = []
         if llama_cpp is not None:
-            lc_ids, lc_detok, lc_info = llama_cpp_refs(llama_cpp, path)
+            lc_ids, lc_detok, lc_info = llama_cpp_refs(llama_cpp, path, texts)
         else:
-            lc_ids, lc_detok, lc_info = [None] * len(CORPUS), [None] * len(CORPUS), None
-        n_disagree = 0
-        for i, text in enumerate(CORPUS):
-            case = {
-                "text": text,
-                "transformers": hf_ids[i],
-                "transformers_decode": hf_dec[i],
-            }
+            lc_ids, lc_detok, lc_info = [None] * len(texts), [None] * len(texts), None
+        cases, fuzz = [], []
+        disagree = {"corpus": 0, "fuzz": 0}
+        for i, text in enumerate(texts):
+            is_fuzz = i >= len(CORPUS)
+            case = {"text": text, "transformers": hf_ids[i], "transformers_decode": hf_dec[i]}
             if lc_ids[i] is not None:
                 case["llama_cpp"] = lc_ids[i]
-                detok = lc_detok[i]
                 try:
-                    case["llama_cpp_decode"] = detok.decode("utf-8")
+                    case["llama_cpp_decode"] = lc_detok[i].decode("utf-8")
                 except UnicodeDecodeError:
-                    case["llama_cpp_decode_bytes"] = list(detok)
+                    case["llama_cpp_decode_bytes"] = list(lc_detok[i])
                 if lc_ids[i] != hf_ids[i]:
-                    n_disagree += 1
-            cases.append(case)
+                    disagree["fuzz" if is_fuzz else "corpus"] += 1
+            (fuzz if is_fuzz else cases).append(case)
         doc = {
             "model": fname,
             "transformers": hf_info,
             "llama_cpp": lc_info,
-            "disagreements": n_disagree,
+            "disagreements": disagree,
             "cases": cases,
+            "fuzz": fuzz,
         }
         out = OUT_DIR / f"{key}.json"
-        out.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        print(f"{key}: {len(cases)} cases, {n_disagree} llama.cpp/transformers disagreements -> {out}")
+        write_doc(out, doc)
+        print(f"{key}: {len(cases)} corpus + {len(fuzz)} fuzz cases, llama.cpp/transformers disagreements {disagree} -> {out}")
 
 
 if __name__ == "__main__":

@@ -198,6 +198,30 @@ fn write_json(
     Ok(())
 }
 
+/// Python's `str.isprintable()` for one character: false for control, format, separator (other
+/// than the space), private-use and noncharacter code points. Unassigned code points, which
+/// Python also escapes, are not known here and print as themselves.
+fn py_printable(c: char) -> bool {
+    let cp = c as u32;
+    !(cp < 0x20
+        || (0x7f..=0xa0).contains(&cp)
+        || cp == 0xad
+        || (0x600..=0x605).contains(&cp)
+        || matches!(
+            cp,
+            0x61c | 0x6dd | 0x70f | 0x890 | 0x891 | 0x8e2 | 0x1680 | 0x180e | 0x3000
+        )
+        || (0x2000..=0x200f).contains(&cp)
+        || (0x2028..=0x202f).contains(&cp)
+        || (0x205f..=0x206f).contains(&cp)
+        || (0xe000..=0xf8ff).contains(&cp)
+        || matches!(cp, 0xfeff | 0xfff9..=0xfffb)
+        || matches!(cp, 0x110bd | 0x110cd | 0x13430..=0x1343f | 0x1bca0..=0x1bca3)
+        || matches!(cp, 0x1d173..=0x1d17a | 0xe0001 | 0xe0020..=0xe007f)
+        || cp >= 0xf0000
+        || (cp & 0xfffe) == 0xfffe)
+}
+
 /// Python's `repr(str)`: single quotes unless the text has a single quote and no double quote.
 fn py_repr_str(s: &str, out: &mut String) {
     let quote = if s.contains('\'') && !s.contains('"') {
@@ -216,8 +240,15 @@ fn py_repr_str(s: &str, out: &mut String) {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
+            c if !py_printable(c) => {
+                let cp = c as u32;
+                if cp < 0x100 {
+                    out.push_str(&format!("\\x{cp:02x}"));
+                } else if cp < 0x10000 {
+                    out.push_str(&format!("\\u{cp:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{cp:08x}"));
+                }
             }
             c => out.push(c),
         }
