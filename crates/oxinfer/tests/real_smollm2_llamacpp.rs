@@ -1,0 +1,67 @@
+//! SmolLM2-135M-Instruct Q4_1 against llama.cpp (tests/fixtures/smollm2/llamacpp_ref.json,
+//! made by tools/ref/ref_llamacpp.py through llama-cpp-python): the text tokenizes to the same
+//! ids, perplexity within 1 % and next-token top-1 agreement ≥ 95 % for two window sizes.
+
+mod common;
+
+use common::{fixtures, real_model};
+use oxinfer::Model;
+use serde_json::Value;
+
+#[test]
+fn smollm2_perplexity_matches_llamacpp() {
+    let Some(path) = real_model("SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let dir = fixtures();
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("smollm2/llamacpp_ref.json")).unwrap(),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(dir.join("texts/ppl-en.txt")).unwrap();
+    let model = Model::load(&path).expect("load");
+    let tokens = model.tokenize(&text, model.adds_bos()).unwrap();
+    let want: Vec<u32> = r["text_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(tokens, want, "text tokenization differs from llama.cpp");
+    let bos = model.adds_bos().then(|| model.tokenizer().unwrap().bos_id()).flatten();
+    for case in r["perplexity"].as_array().unwrap() {
+        let ctx = case["n_ctx"].as_u64().unwrap() as usize;
+        let got = oxinfer::engine::perplexity::perplexity(
+            model.lm(),
+            &tokens,
+            ctx,
+            bos,
+            None,
+            512,
+            |_, _, _| {},
+        )
+        .unwrap();
+        let want_ppl = case["ppl"].as_f64().unwrap();
+        assert_eq!(got.chunks as u64, case["n_chunk"].as_u64().unwrap());
+        assert_eq!(got.scored as u64, case["n_scored"].as_u64().unwrap());
+        let rel = (got.ppl - want_ppl).abs() / want_ppl;
+        let want_top1: Vec<u32> = case["top1_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|chunk| chunk.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32))
+            .collect();
+        assert_eq!(want_top1.len(), got.top1.len());
+        let agree = got.top1.iter().zip(&want_top1).filter(|(a, b)| a == b).count() as f64
+            / want_top1.len() as f64;
+        println!(
+            "ctx {ctx}: oxinfer PPL {:.4} ± {:.4}, llama.cpp {want_ppl:.4}, rel diff {:.3} %, top-1 agreement {:.2} %",
+            got.ppl,
+            got.error,
+            rel * 100.0,
+            agree * 100.0
+        );
+        assert!(rel <= 0.01, "ctx {ctx}: perplexity {} vs llama.cpp {want_ppl}", got.ppl);
+        assert!(agree >= 0.95, "ctx {ctx}: top-1 agreement {agree}");
+    }
+}
