@@ -9,6 +9,10 @@ Writes
   - transformers (``AutoTokenizer.from_pretrained(dir, gguf_file=NAME).encode(text, add_special_tokens=False)``),
   plus both decodes, the llama.cpp end-of-generation ids, BOS/EOS, and a digest of
   every token's llama.cpp piece bytes (``token_to_piece(id, special=True)``);
+* ``variants.json``: llama.cpp's ids for the same texts with metadata-only copies of the GGUF files
+  in which one key is changed (SmolLM2's vocabulary under other ``tokenizer.ggml.pre`` families,
+  Gemma 3's with ``add_space_prefix`` on), to test every pre-tokenizer family and SentencePiece's
+  space prefix against llama.cpp; the Rust test writes the same copies itself;
 * ``smollm2-hf/``: SmolLM2's tokenizer as transformers saves it (tokenizer.json,
   tokenizer_config.json, chat_template.jinja), to test loading HF folders.
 
@@ -259,6 +263,59 @@ def export_hf(tok, out: Path, name: str) -> bool:
     return True
 
 
+# (model key, metadata key, value) of each variant.
+VARIANTS = [
+    ("smollm2", "tokenizer.ggml.pre", "gpt-2"),
+    ("smollm2", "tokenizer.ggml.pre", "default"),
+    ("smollm2", "tokenizer.ggml.pre", "llama-bpe"),
+    ("smollm2", "tokenizer.ggml.pre", "qwen2"),
+    ("smollm2", "tokenizer.ggml.pre", "qwen35"),
+    ("smollm2", "tokenizer.ggml.pre", "gpt-4o"),
+    ("smollm2", "tokenizer.ggml.pre", "tekken"),
+    ("smollm2", "tokenizer.ggml.pre", "deepseek-v3"),
+    ("gemma3", "tokenizer.ggml.add_space_prefix", True),
+]
+# Texts of the variant tests: the corpus without its joined line, and the first fuzz strings.
+VARIANT_TEXTS = CORPUS[:-1] + FUZZ[:150]
+
+
+def metadata_copy(src: Path, dst: Path, key: str, value) -> None:
+    """A GGUF with every metadata key of `src` (one changed) and no tensors."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        val = value if name == key else field.contents()
+        writer.add_key_value(name, val, vtype, sub)
+    if key not in reader.fields:
+        vtype = gguf.GGUFValueType.BOOL if isinstance(value, bool) else gguf.GGUFValueType.STRING
+        writer.add_key_value(key, value, vtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+
+
+def variant_refs(llama_cpp) -> dict:
+    out = {"texts": VARIANT_TEXTS, "variants": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for key, meta_key, value in VARIANTS:
+            dst = Path(tmp) / f"{key}-variant.gguf"
+            metadata_copy(MODELS / MODEL_FILES[key], dst, meta_key, value)
+            llm = llama_cpp.Llama(model_path=str(dst), vocab_only=True, verbose=False)
+            ids = [llm.tokenize(t.encode("utf-8"), add_bos=False, special=True) for t in VARIANT_TEXTS]
+            out["variants"].append({"model": MODEL_FILES[key], "key": meta_key, "value": value, "llama_cpp": ids})
+            print(f"variant {key} {meta_key}={value!r}: {sum(map(len, ids))} ids")
+            del llm
+    return out
+
+
 def write_doc(path: Path, doc: dict) -> None:
     """JSON with one line per top-level key and one line per case (small diffs, small files)."""
     lines = ["{"]
@@ -320,6 +377,8 @@ def main() -> None:
         out = OUT_DIR / f"{key}.json"
         write_doc(out, doc)
         print(f"{key}: {len(cases)} corpus + {len(fuzz)} fuzz cases, llama.cpp/transformers disagreements {disagree} -> {out}")
+    if llama_cpp is not None and all((MODELS / f).exists() for f in MODEL_FILES.values()):
+        write_doc(OUT_DIR / "variants.json", variant_refs(llama_cpp))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@
 //! (`.strip()`, `.split()`, `.items()`, ...) and Python's spelling of printed values (`None`,
 //! `True`, `['a', 'b']`).
 
+#![warn(missing_docs)]
+
 mod pyfmt;
 mod strftime;
 

@@ -164,7 +164,7 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                 context: format!("{}: {KEY_TOKENS}/{KEY_MERGES}", path.display()),
                 message,
             })?;
-        backend = Backend::Bpe(model);
+        backend = Backend::Bpe(Box::new(model));
     } else {
         add_bos_family_default = true;
         let add_space_prefix = g.get_bool(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);

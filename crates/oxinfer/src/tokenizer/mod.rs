@@ -11,6 +11,8 @@
 //! as special tokens, as llama.cpp does for chat prompts (`parse_special = true`). For GGUF files
 //! the ids match llama.cpp's `llama_tokenize(..., add_special=false, parse_special=true)`.
 
+#![warn(missing_docs)]
+
 mod bpe;
 mod bytelevel;
 mod error;
@@ -34,7 +36,7 @@ use vocab::Vocab;
 
 /// The model that turns text fragments into ids.
 enum Backend {
-    Bpe(bpe::BpeModel),
+    Bpe(Box<bpe::BpeModel>),
     Spm(spm::SpmModel),
     Hf(Box<tokenizers::Tokenizer>),
 }

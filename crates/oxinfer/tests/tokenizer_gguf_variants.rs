@@ -1,0 +1,176 @@
+//! Every pre-tokenizer family and SentencePiece's space prefix against llama.cpp: the test writes
+//! metadata-only copies of the GGUF files with one key changed (SmolLM2's vocabulary under other
+//! `tokenizer.ggml.pre` values, Gemma 3's with `add_space_prefix` on), exactly as
+//! tools/ref/make_tokenizer_refs.py did for tests/fixtures/tokenizer/variants.json.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use oxinfer::gguf::{GgufFile, MetaArray, MetaValue};
+use oxinfer::tokenizer::Tokenizer;
+use serde_json::Value;
+
+fn models_dir() -> PathBuf {
+    match std::env::var_os("OXINFER_TEST_MODELS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/oxinfer/models"),
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// GGUF type code and payload of an array.
+fn put_array(out: &mut Vec<u8>, a: &MetaArray) {
+    macro_rules! items {
+        ($code:expr, $v:expr, $f:expr) => {{
+            out.extend_from_slice(&($code as u32).to_le_bytes());
+            out.extend_from_slice(&($v.len() as u64).to_le_bytes());
+            for x in $v {
+                $f(out, x);
+            }
+        }};
+    }
+    match a {
+        MetaArray::U8(v) => items!(0, v, |o: &mut Vec<u8>, x: &u8| o.push(*x)),
+        MetaArray::I8(v) => items!(1, v, |o: &mut Vec<u8>, x: &i8| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::U16(v) => items!(2, v, |o: &mut Vec<u8>, x: &u16| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::I16(v) => items!(3, v, |o: &mut Vec<u8>, x: &i16| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::U32(v) => items!(4, v, |o: &mut Vec<u8>, x: &u32| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::I32(v) => items!(5, v, |o: &mut Vec<u8>, x: &i32| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::F32(v) => items!(6, v, |o: &mut Vec<u8>, x: &f32| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::Bool(v) => items!(7, v, |o: &mut Vec<u8>, x: &bool| o.push(u8::from(*x))),
+        MetaArray::String(v) => items!(8, v, |o: &mut Vec<u8>, x: &String| put_str(o, x)),
+        MetaArray::U64(v) => items!(10, v, |o: &mut Vec<u8>, x: &u64| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::I64(v) => items!(11, v, |o: &mut Vec<u8>, x: &i64| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::F64(v) => items!(12, v, |o: &mut Vec<u8>, x: &f64| o
+            .extend_from_slice(&x.to_le_bytes())),
+        MetaArray::Array(v) => items!(9, v, put_array),
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &MetaValue) {
+    let (code, bytes): (u32, Vec<u8>) = match v {
+        MetaValue::U8(x) => (0, vec![*x]),
+        MetaValue::I8(x) => (1, x.to_le_bytes().to_vec()),
+        MetaValue::U16(x) => (2, x.to_le_bytes().to_vec()),
+        MetaValue::I16(x) => (3, x.to_le_bytes().to_vec()),
+        MetaValue::U32(x) => (4, x.to_le_bytes().to_vec()),
+        MetaValue::I32(x) => (5, x.to_le_bytes().to_vec()),
+        MetaValue::F32(x) => (6, x.to_le_bytes().to_vec()),
+        MetaValue::Bool(x) => (7, vec![u8::from(*x)]),
+        MetaValue::String(s) => {
+            let mut b = Vec::new();
+            put_str(&mut b, s);
+            (8, b)
+        }
+        MetaValue::Array(a) => {
+            let mut b = Vec::new();
+            put_array(&mut b, a);
+            (9, b)
+        }
+        MetaValue::U64(x) => (10, x.to_le_bytes().to_vec()),
+        MetaValue::I64(x) => (11, x.to_le_bytes().to_vec()),
+        MetaValue::F64(x) => (12, x.to_le_bytes().to_vec()),
+    };
+    out.extend_from_slice(&code.to_le_bytes());
+    out.extend_from_slice(&bytes);
+}
+
+/// Writes a GGUF v3 file holding the metadata of `src` with `key` set to `value`, and no tensors.
+fn metadata_copy(src: &GgufFile, dst: &Path, key: &str, value: MetaValue) {
+    let mut meta: Vec<(String, MetaValue)> = src
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    meta.push((key.to_string(), value));
+    let mut out = Vec::new();
+    out.extend_from_slice(b"GGUF");
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    for (k, v) in &meta {
+        put_str(&mut out, k);
+        put_value(&mut out, v);
+    }
+    while out.len() % 32 != 0 {
+        out.push(0);
+    }
+    let mut f = std::fs::File::create(dst).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+    f.write_all(&out)
+        .unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+}
+
+#[test]
+fn variants_match_llama_cpp() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tokenizer/variants.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let fx: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let texts: Vec<String> = serde_json::from_value(fx["texts"].clone()).unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("oxinfer-tok-variants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let mut report = Vec::new();
+    for (n, variant) in fx["variants"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let file = variant["model"].as_str().unwrap_or_default();
+        let src = models_dir().join(file);
+        if !src.is_file() {
+            println!("skipped: {file} not found (run scripts/fetch-test-models.sh)");
+            continue;
+        }
+        let key = variant["key"].as_str().unwrap_or_default();
+        let value = match &variant["value"] {
+            Value::Bool(b) => MetaValue::Bool(*b),
+            v => MetaValue::String(v.as_str().unwrap_or_default().to_string()),
+        };
+        let label = format!("{file} with {key} = {}", variant["value"]);
+        let g = GgufFile::open(&src).unwrap_or_else(|e| panic!("{e}"));
+        let dst = dir.join(format!("variant-{n}.gguf"));
+        metadata_copy(&g, &dst, key, value);
+        let tok = Tokenizer::from_gguf(&GgufFile::open(&dst).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let want = variant["llama_cpp"].as_array().cloned().unwrap_or_default();
+        let mut bad = 0;
+        for (t, w) in texts.iter().zip(&want) {
+            let w: Vec<u32> = serde_json::from_value(w.clone()).unwrap_or_default();
+            let got = tok
+                .encode(t, false)
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            if got != w {
+                bad += 1;
+                if bad <= 5 {
+                    report.push(format!(
+                        "{label}: {t:?}\n    ours      {got:?}\n    llama.cpp {w:?}"
+                    ));
+                }
+            }
+            assert_eq!(tok.decode(&got), tok.decode(&w));
+        }
+        if bad > 0 {
+            report.push(format!("{label}: {bad} of {} texts differ", texts.len()));
+        } else {
+            println!("{label}: {} texts identical to llama.cpp", texts.len());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}
