@@ -75,10 +75,10 @@ def open_model(path: Path, n_ctx: int, **kw) -> Llama:
                  seed=0, **kw)
 
 
-def perplexity(path: Path, tokens: list[int], n_ctx: int, add_bos: bool, bos: int) -> dict:
+def perplexity(path: Path, tokens: list[int], n_ctx: int, add_bos: bool, bos: int, **kw) -> dict:
     if len(tokens) < 2 * n_ctx:
         raise ValueError(f"need at least {2 * n_ctx} tokens for n_ctx={n_ctx}, have {len(tokens)}")
-    llm = open_model(path, n_ctx)
+    llm = open_model(path, n_ctx, **kw)
     n_chunk = len(tokens) // n_ctx
     first = n_ctx // 2
     nll = nll2 = 0.0
@@ -137,6 +137,51 @@ def greedy(llm: Llama, ids: list[int]) -> tuple[list[int], list[float], np.ndarr
     return toks, margins, last_prompt
 
 
+def f32_twin(args, tokens: list[int], add_bos: bool, bos: int, items: list) -> dict:
+    """Dequantize the GGUF to F32 (tools/ref/gguf_to_f32.py) and run it with an f32 KV cache."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        twin_path = Path(tmp) / "twin-f32.gguf"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("gguf_to_f32.py")),
+                        str(args.gguf), str(twin_path)], check=True)
+        f32kv = dict(type_k=0, type_v=0)  # GGML_TYPE_F32
+        print("F32 twin:")
+        ppl = [perplexity(twin_path, tokens, n, add_bos, bos, **f32kv) for n in args.ctx]
+        for p in ppl:
+            p.pop("top1_ids")
+        vocab = Llama(model_path=str(twin_path), vocab_only=True, verbose=False)
+        max_len = max(len(vocab.tokenize(r.encode(), add_bos=True, special=True)) for _, _, _, r, _ in items)
+        llm = open_model(twin_path, max_len + N_GREEDY + 8, **f32kv)
+        prompts = []
+        for idx, kind, text, rendered, tp in items:
+            ids = vocab.tokenize(rendered.encode("utf-8"), add_bos=True, special=kind == "chat")
+            toks, margins, last = greedy(llm, ids)
+            rec = {"index": idx, "ids": ids, "greedy_ids": toks, "min_greedy_margin": min(margins)}
+            if tp is not None:
+                same = 0
+                for a, b in zip(toks, tp["greedy_ids"]):
+                    if a != b:
+                        break
+                    same += 1
+                rec["greedy_common_prefix_with_transformers"] = same
+                lf = args.prompts.parent / tp["logits_file"]
+                if lf.exists() and ids == tp["ids"]:
+                    rec["last_prompt_logits_max_abs_diff_vs_transformers"] = float(
+                        np.abs(np.load(lf) - last).max())
+            print(f"  [{idx}] {rec}")
+            prompts.append(rec)
+        del llm, vocab
+    return {
+        "what": "the GGUF dequantized to F32 with gguf-py (tools/ref/gguf_to_f32.py), run through "
+                "the same llama.cpp with an f32 KV cache: no quantized-activation matmuls, so this "
+                "is llama.cpp's float path on the same weights transformers uses",
+        "kv_cache_type": "f32",
+        "perplexity": ppl,
+        "prompts": prompts,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", type=Path, required=True)
@@ -145,6 +190,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=Path, default=None,
                     help="a transformers_ref.json: use its prompts (raw and chat) and compare")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--f32-twin", action="store_true",
+                    help="also run an F32 (dequantized) twin of the GGUF with an f32 KV cache: "
+                         "perplexity, prompt logits vs transformers, greedy ids")
     args = ap.parse_args()
 
     vocab = Llama(model_path=str(args.gguf), vocab_only=True, verbose=False)
@@ -207,6 +255,10 @@ def main() -> None:
                  f" tokens, ids match {rec.get('ids_match_transformers')}" if tp else "")
               + f": {rec['greedy_text']!r}")
 
+    twin = None
+    if args.f32_twin:
+        twin = f32_twin(args, tokens, add_bos, bos, items)
+
     out = {
         "generator": "tools/ref/ref_llamacpp.py",
         "versions": {
@@ -235,6 +287,8 @@ def main() -> None:
                          "exactly 32 tokens, no stop at EOS",
         "prompts": results,
     }
+    if twin is not None:
+        out["f32_twin"] = twin
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print("wrote", args.out)

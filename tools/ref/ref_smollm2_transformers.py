@@ -109,7 +109,11 @@ def main() -> None:
     probe = tok("Hello")["input_ids"]
     bos_added = tok.bos_token_id is not None and len(probe) > 0 and probe[0] == tok.bos_token_id
 
-    items = [("raw", p) for p in RAW_PROMPTS] + [("chat", p) for p in CHAT_PROMPTS]
+    items = [("raw", p) for p in RAW_PROMPTS]
+    if getattr(tok, "chat_template", None):
+        items += [("chat", p) for p in CHAT_PROMPTS]
+    else:
+        print("the tokenizer has no chat template: raw prompts only")
     results = []
     for i, (kind, text) in enumerate(items):
         if kind == "raw":
