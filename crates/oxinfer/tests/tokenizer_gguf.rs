@@ -128,7 +128,7 @@ fn check_model(fixture_name: &str) {
             }
         }
         // Streaming: complete UTF-8 only, concatenating to the full decode.
-        let mut stream = tok.stream();
+        let mut stream = tok.stream_from_start();
         let mut streamed = String::new();
         for &id in &got {
             let piece = stream.push(id);

@@ -56,7 +56,7 @@ fn smollm2_folder_matches_transformers() {
             case["transformers_decode"].as_str(),
             "decode of {text:?}"
         );
-        let mut stream = tok.stream();
+        let mut stream = tok.stream_from_start();
         let mut streamed: String = got.iter().map(|&id| stream.push(id)).collect();
         streamed.push_str(&stream.finish());
         assert_eq!(streamed, decoded);
@@ -113,4 +113,11 @@ fn errors_name_the_file() {
         "{msg}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shareable_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+    send_sync::<oxinfer::chat_template::ChatTemplate>();
 }

@@ -202,9 +202,14 @@ impl Tokenizer {
         String::from_utf8_lossy(&self.decode_bytes(ids)).into_owned()
     }
 
-    /// A decoder for a stream of generated ids.
+    /// A decoder for ids generated after a prompt: each token's piece as is.
     pub fn stream(&self) -> StreamDecoder<'_> {
-        StreamDecoder::new(self)
+        StreamDecoder::new(self, false)
+    }
+
+    /// A decoder for ids that start a text: its output concatenates to [`decode`](Self::decode).
+    pub fn stream_from_start(&self) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, true)
     }
 
     /// The leading space SentencePiece prefixing adds, removed from a first token's bytes.

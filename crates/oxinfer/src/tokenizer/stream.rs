@@ -3,23 +3,29 @@
 use super::Tokenizer;
 
 /// Decodes a stream of token ids into text, holding back the bytes of a character split across
-/// tokens (byte-level BPE pieces, byte-fallback tokens) until it is complete. The concatenation of
-/// every [`push`](Self::push) and the final [`finish`](Self::finish) equals
-/// [`Tokenizer::decode`] of all the ids.
+/// tokens (byte-level BPE pieces, byte-fallback tokens) until it is complete.
+///
+/// A decoder from [`Tokenizer::stream`] continues a prompt: every token adds its piece as is, as
+/// llama.cpp prints generated tokens. One from [`Tokenizer::stream_from_start`] decodes a text
+/// from its start: the concatenation of every [`push`](Self::push) and the final
+/// [`finish`](Self::finish) equals [`Tokenizer::decode`] of all the ids (which, for SentencePiece
+/// vocabularies with `add_space_prefix`, drops the first token's leading space).
 #[derive(Debug, Clone)]
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     pending: Vec<u8>,
+    from_start: bool,
     first: bool,
 }
 
 impl<'a> StreamDecoder<'a> {
-    /// A decoder at the start of a text.
-    pub fn new(tokenizer: &'a Tokenizer) -> Self {
+    /// A decoder continuing a prompt (`from_start = false`) or decoding a text from its start.
+    pub fn new(tokenizer: &'a Tokenizer, from_start: bool) -> Self {
         StreamDecoder {
             tokenizer,
             pending: Vec::new(),
-            first: true,
+            from_start,
+            first: from_start,
         }
     }
 
@@ -39,11 +45,11 @@ impl<'a> StreamDecoder<'a> {
     }
 
     /// Returns whatever is still held back (an incomplete character becomes U+FFFD) and resets
-    /// the decoder for a new text.
+    /// the decoder to its initial state.
     pub fn finish(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
-        self.first = true;
+        self.first = self.from_start;
         out
     }
 
