@@ -11,9 +11,10 @@ Templates:
 * ``gemma3``: the Gemma 3 instruct template. The gemma-3-270m GGUF used for the tokenizer tests is
   the base model and carries no ``tokenizer.chat_template``, so the template of the instruction-tuned
   Gemma 3 checkpoints is written below (rendered with the gemma-3-270m tokenizer's BOS/EOS);
-* ``features``: written for these tests: namespaces, slices, loop controls, Python string and
-  dict methods, ``tojson`` options, Python's printing of None/True/lists/dicts/floats,
-  ``{% generation %}``, ``enable_thinking``;
+* ``features``: written for these tests: namespaces, slices, loop controls, loop filters,
+  ``selectattr``, Python string and dict methods, string-literal escapes (backslash-newline,
+  ``\\x``, octal, ``\\U``), ``tojson`` options, Python's printing of None/True/lists/dicts/floats,
+  ``{% generation %}``, ``enable_thinking``, reassigning ``messages``;
 * ``chatml_tools``: written for these tests in the style of ChatML templates with tool schemas.
 
 Run with the reference venv:
@@ -123,6 +124,13 @@ Compact: {{ extra_values | tojson(separators=(',', ':')) }}
 Indented: {{ extra_values | tojson(indent=4) }}
 Printed: {{ extra_values }}
 {%- endif %}
+{%- set users = messages | selectattr('role', 'equalto', 'user') | list %}
+Users: {{ users | length }} first={{ (users[0] if users else {}).get('content', '') | default('none', true) }}
+{%- for key, val in {'k1': 'v1', 'skip': 0, 'k2': [1, 'a']}.items() if key != 'skip' %} {{ key }}={{ val | string }}{% endfor %}
+Escapes: {{ 'line\\
+continued \\x41\\101 \\u00e9 \\/ \\a|\\v|\\U0001F600' }}
+Tail: {{ (messages[-1] | tojson)[:-1] }} same={{ messages[-1] == messages[-1] }}
+{%- set messages = messages[1:] if messages | length > 1 else messages %}
 Counts: users={{ ns.n_user }} last={{ ns.last_user }} total={{ messages | length }}
 {%- if add_generation_prompt %}
 <assistant>

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 mod pyfmt;
+mod source;
 mod strftime;
 
 use minijinja::value::{Kwargs, Value};
@@ -70,44 +71,6 @@ pub struct ChatTemplate {
     eos_token: Option<String>,
 }
 
-/// Rewrites transformers' `{% generation %}` ... `{% endgeneration %}` block (which only marks
-/// assistant text) as an always-true `if` block, keeping the tags' whitespace control.
-fn rewrite_generation_tags(source: &str) -> String {
-    let mut out = String::with_capacity(source.len());
-    let mut rest = source;
-    while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else {
-            break;
-        };
-        let tag = &rest[start..start + len + 2];
-        let body = &tag[2..tag.len() - 2];
-        let lead = if body.starts_with(['-', '+']) {
-            &body[..1]
-        } else {
-            ""
-        };
-        let trail = if body.len() > lead.len() && body.ends_with(['-', '+']) {
-            &body[body.len() - 1..]
-        } else {
-            ""
-        };
-        let inner = body[lead.len()..body.len() - trail.len()].trim();
-        let replacement = match inner {
-            "generation" => Some("if true"),
-            "endgeneration" => Some("endif"),
-            _ => None,
-        };
-        out.push_str(&rest[..start]);
-        match replacement {
-            Some(word) => out.push_str(&format!("{{%{lead} {word} {trail}%}}")),
-            None => out.push_str(tag),
-        }
-        rest = &rest[start + tag.len()..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
 fn tojson(value: &Value, ensure_ascii: Option<bool>, kwargs: Kwargs) -> Result<String, Error> {
     let ensure_ascii = match ensure_ascii {
@@ -141,6 +104,43 @@ fn tojson(value: &Value, ensure_ascii: Option<bool>, kwargs: Kwargs) -> Result<S
         value,
         &JsonOptions::new(ensure_ascii, indent, separators, sort_keys),
     )
+}
+
+/// Jinja2's `string` filter: Python's `str()` (`None`, `True`, `['a', 1]`).
+fn string_filter(value: &Value) -> Result<String, Error> {
+    let mut s = String::new();
+    pyfmt::py_str(value, &mut s)?;
+    Ok(s)
+}
+
+/// Jinja2's `join(d='', attribute=None)`: items (or their `attribute`) as Python's `str()`,
+/// separated by `d`.
+fn join_filter(value: &Value, sep: Option<String>, kwargs: Kwargs) -> Result<String, Error> {
+    let attribute: Option<String> = kwargs.get("attribute")?;
+    let sep = match sep {
+        Some(s) => s,
+        None => kwargs.get::<Option<String>>("d")?.unwrap_or_default(),
+    };
+    kwargs.assert_all_used()?;
+    if value.is_undefined() || value.is_none() {
+        return Ok(String::new());
+    }
+    let items: Vec<Value> = match value.as_str() {
+        Some(s) => s.chars().map(|c| Value::from(c.to_string())).collect(),
+        None => value.try_iter()?.collect(),
+    };
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(&sep);
+        }
+        let item = match &attribute {
+            Some(a) => a.split('.').try_fold(item.clone(), |v, k| v.get_attr(k))?,
+            None => item.clone(),
+        };
+        pyfmt::py_str(&item, &mut out)?;
+    }
+    Ok(out)
 }
 
 fn raise_exception(message: String) -> Result<Value, Error> {
@@ -188,9 +188,11 @@ impl ChatTemplate {
                 .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
         });
         env.add_filter("tojson", tojson);
+        env.add_filter("string", string_filter);
+        env.add_filter("join", join_filter);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
+        env.add_template_owned(TEMPLATE_NAME, source::adapt(source))
             .map_err(|e| TemplateError::Syntax(format!("{e:#}")))?;
         Ok(ChatTemplate {
             env,
@@ -256,18 +258,6 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn generation_tags_become_if_blocks() {
-        assert_eq!(
-            rewrite_generation_tags("a{%- generation -%}b{% endgeneration %}c{{ x }}"),
-            "a{%- if true -%}b{% endif %}c{{ x }}"
-        );
-        assert_eq!(
-            rewrite_generation_tags("{% if x %}y{% endif %}"),
-            "{% if x %}y{% endif %}"
-        );
-    }
 
     #[test]
     fn python_flavoured_rendering() {
