@@ -88,21 +88,14 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue) {
     out.extend_from_slice(&bytes);
 }
 
-/// Writes a GGUF v3 file holding the metadata of `src` with `key` set to `value`, and no tensors.
-fn metadata_copy(src: &GgufFile, dst: &Path, key: &str, value: MetaValue) {
-    let mut meta: Vec<(String, MetaValue)> = src
-        .metadata()
-        .iter()
-        .filter(|(k, _)| k.as_str() != key)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    meta.push((key.to_string(), value));
+/// Writes a GGUF v3 file with the given metadata and no tensors.
+fn write_gguf(dst: &Path, meta: &[(String, MetaValue)]) {
     let mut out = Vec::new();
     out.extend_from_slice(b"GGUF");
     out.extend_from_slice(&3u32.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
-    for (k, v) in &meta {
+    for (k, v) in meta {
         put_str(&mut out, k);
         put_value(&mut out, v);
     }
@@ -112,6 +105,223 @@ fn metadata_copy(src: &GgufFile, dst: &Path, key: &str, value: MetaValue) {
     let mut f = std::fs::File::create(dst).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
     f.write_all(&out)
         .unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+}
+
+/// Writes a GGUF v3 file holding the metadata of `src` with `key` set to `value`, and no tensors.
+fn metadata_copy(src: &GgufFile, dst: &Path, key: &str, value: MetaValue) {
+    let mut meta: Vec<(String, MetaValue)> = src
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    meta.push((key.to_string(), value));
+    write_gguf(dst, &meta);
+}
+
+fn strings(v: &[&str]) -> MetaValue {
+    MetaValue::Array(MetaArray::String(v.iter().map(|s| s.to_string()).collect()))
+}
+
+/// A small byte-level BPE vocabulary: the 256 byte characters, a few merges, two specials.
+fn tiny_bpe(pre: Option<&str>, model: &str) -> Vec<(String, MetaValue)> {
+    let table: Vec<String> = (0..=255u8)
+        .map(|b| {
+            let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+            let n = (0..b)
+                .filter(|&x| {
+                    !((b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE)
+                })
+                .count() as u32;
+            let c = if printable {
+                char::from(b)
+            } else {
+                char::from_u32(256 + n).unwrap_or('?')
+            };
+            c.to_string()
+        })
+        .collect();
+    let mut tokens: Vec<String> = vec!["<|im_start|>".into(), "<|im_end|>".into()];
+    tokens.extend(table);
+    tokens.extend(["he", "ll", "hell", "hello", "Ġhello", "Ġw"].map(String::from));
+    let mut types = vec![3i32, 3];
+    types.extend(std::iter::repeat_n(1, tokens.len() - 2));
+    let mut meta = vec![
+        (
+            "general.architecture".to_string(),
+            MetaValue::String("llama".into()),
+        ),
+        (
+            "tokenizer.ggml.model".to_string(),
+            MetaValue::String(model.into()),
+        ),
+        (
+            "tokenizer.ggml.tokens".to_string(),
+            MetaValue::Array(MetaArray::String(tokens)),
+        ),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            MetaValue::Array(MetaArray::I32(types)),
+        ),
+        (
+            "tokenizer.ggml.merges".to_string(),
+            strings(&["h e", "l l", "he ll", "hell o", "Ġ hello", "Ġ w"]),
+        ),
+        ("tokenizer.ggml.eos_token_id".to_string(), MetaValue::U32(1)),
+    ];
+    if let Some(p) = pre {
+        meta.push((
+            "tokenizer.ggml.pre".to_string(),
+            MetaValue::String(p.into()),
+        ));
+    }
+    meta
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("oxinfer-tok-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir.join("vocab.gguf")
+}
+
+#[test]
+fn tiny_written_vocabularies() {
+    let path = scratch("tiny");
+    // Byte-level BPE with an unknown pre-tokenizer name: GPT-2's expression, a warning.
+    write_gguf(&path, &tiny_bpe(Some("no-such-pre"), "gpt2"));
+    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    let ids = tok
+        .encode("<|im_start|>hello hello<|im_end|>", false)
+        .unwrap_or_default();
+    let hello = tok.token_id("hello");
+    let space_hello = tok.token_id("Ġhello");
+    assert_eq!(
+        ids,
+        [Some(0), hello, space_hello, Some(1)].map(|x| x.unwrap_or(u32::MAX))
+    );
+    assert_eq!(tok.decode(&ids), "<|im_start|>hello hello<|im_end|>");
+    assert_eq!(tok.eos_ids(), &[1]);
+    assert!(tok.is_eog(1) && tok.is_special(0));
+    assert_eq!(tok.bos_id(), None);
+    assert!(!tok.add_bos_default());
+    assert!(
+        tok.encode("x", true).is_err(),
+        "BOS requested but none defined"
+    );
+    assert_eq!(tok.encode("", false).unwrap_or_default(), Vec::<u32>::new());
+
+    // An unsupported tokenizer family is a clear error naming the key.
+    write_gguf(&path, &tiny_bpe(None, "bert"));
+    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let msg = Tokenizer::from_gguf(&g)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("tokenizer.ggml.model") && msg.contains("bert"),
+        "{msg}"
+    );
+
+    // Missing merges.
+    let meta: Vec<_> = tiny_bpe(None, "gpt2")
+        .into_iter()
+        .filter(|(k, _)| k != "tokenizer.ggml.merges")
+        .collect();
+    write_gguf(&path, &meta);
+    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let msg = Tokenizer::from_gguf(&g)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(msg.contains("tokenizer.ggml.merges"), "{msg}");
+
+    // Token types of the wrong type.
+    let mut meta = tiny_bpe(None, "gpt2");
+    for (k, v) in meta.iter_mut() {
+        if k == "tokenizer.ggml.token_type" {
+            *v = strings(&["x"]);
+        }
+    }
+    write_gguf(&path, &meta);
+    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let msg = Tokenizer::from_gguf(&g)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(msg.contains("tokenizer.ggml.token_type"), "{msg}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap_or(Path::new("/nonexistent")));
+}
+
+#[test]
+fn tiny_sentencepiece_vocabulary() {
+    let path = scratch("spm");
+    let mut tokens: Vec<String> = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "<start_of_turn>",
+        "▁",
+        "a",
+        "b",
+        "▁a",
+        "ab",
+        "▁ab",
+    ]
+    .map(String::from)
+    .to_vec();
+    tokens.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+    let mut types = vec![2i32, 3, 3, 3, 1, 1, 1, 1, 1, 1];
+    types.extend(std::iter::repeat_n(6, 256));
+    let mut scores = vec![0.0f32; tokens.len()];
+    scores[7] = -0.5; // "▁a" merges before "ab" (-1.0)
+    scores[8] = -1.0;
+    scores[9] = -2.0;
+    let meta = vec![
+        (
+            "general.architecture".to_string(),
+            MetaValue::String("llama".into()),
+        ),
+        (
+            "tokenizer.ggml.model".to_string(),
+            MetaValue::String("llama".into()),
+        ),
+        (
+            "tokenizer.ggml.tokens".to_string(),
+            MetaValue::Array(MetaArray::String(tokens)),
+        ),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            MetaValue::Array(MetaArray::I32(types)),
+        ),
+        (
+            "tokenizer.ggml.scores".to_string(),
+            MetaValue::Array(MetaArray::F32(scores)),
+        ),
+        (
+            "tokenizer.ggml.add_space_prefix".to_string(),
+            MetaValue::Bool(true),
+        ),
+    ];
+    write_gguf(&path, &meta);
+    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    // llama.cpp's SentencePiece defaults: BOS 1, EOS 2, add_bos.
+    assert_eq!(
+        (tok.bos_id(), tok.eos_id(), tok.add_bos_default()),
+        (Some(1), Some(2), true)
+    );
+    // A space is put before the text and after each special token; "é" has no piece: bytes.
+    let ids = tok
+        .encode("ab<start_of_turn>ab é", true)
+        .unwrap_or_default();
+    assert_eq!(ids, vec![1, 9, 3, 9, 4, 10 + 0xC3, 10 + 0xA9]);
+    assert_eq!(tok.decode(&ids), "<s> ab<start_of_turn> ab é");
+    assert_eq!(tok.decode(&ids[1..]), "ab<start_of_turn> ab é");
+    let mut s = tok.stream();
+    let streamed: String = ids[1..].iter().map(|&i| s.push(i)).collect();
+    assert_eq!(streamed + &s.finish(), " ab<start_of_turn> ab é");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap_or(Path::new("/nonexistent")));
 }
 
 #[test]
