@@ -39,7 +39,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let mut messages = start.clone();
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("chatting with {} — /clear forgets, /exit quits", model.path().display());
+        eprintln!(
+            "chatting with {} — /clear forgets, /exit quits",
+            model.path().display()
+        );
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();

@@ -27,8 +27,19 @@ impl ModelArgs {
         }
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
-        let model = Model::load(&path)?;
-        Ok(model)
+        // Mapping is instant, but building a large model touches its pages: show a spinner.
+        let big = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() > 256 << 20);
+        let spinner = (big && stderr_is_tty()).then(|| {
+            let s = indicatif::ProgressBar::new_spinner();
+            s.set_message(format!("loading {}", path.display()));
+            s.enable_steady_tick(std::time::Duration::from_millis(100));
+            s
+        });
+        let model = Model::load(&path);
+        if let Some(s) = spinner {
+            s.finish_and_clear();
+        }
+        Ok(model?)
     }
 }
 

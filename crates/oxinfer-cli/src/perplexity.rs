@@ -36,7 +36,8 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         "perplexity: {} tokens, ctx {}, {} chunks",
         tokens.len(),
         a.ctx,
-        a.chunks.map_or(tokens.len() / a.ctx.max(1), |c| c.min(tokens.len() / a.ctx.max(1)))
+        a.chunks.map_or(tokens.len() / a.ctx.max(1), |c| c
+            .min(tokens.len() / a.ctx.max(1)))
     );
     let start = std::time::Instant::now();
     let r = oxinfer::engine::perplexity::perplexity(

@@ -100,7 +100,13 @@ pub fn run(a: RunArgs) -> Result<()> {
         bail!("the prompt is empty");
     }
     if a.print_prompt && a.raw {
-        eprintln!("{}", model.tokenizer().map(|t| t.decode(&prompt)).unwrap_or_default());
+        eprintln!(
+            "{}",
+            model
+                .tokenizer()
+                .map(|t| t.decode(&prompt))
+                .unwrap_or_default()
+        );
     }
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,

@@ -12,7 +12,10 @@ fn fixtures() -> PathBuf {
 fn oxinfer(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oxinfer"))
         .args(args)
-        .env("OXINFER_CACHE", std::env::temp_dir().join("oxinfer-cli-test-cache"))
+        .env(
+            "OXINFER_CACHE",
+            std::env::temp_dir().join("oxinfer-cli-test-cache"),
+        )
         .output()
         .expect("run oxinfer")
 }
@@ -28,10 +31,16 @@ fn stderr(o: &Output) -> String {
 /// Asserts a clean failure: non-zero exit, no panic, an `error:` line containing every needle.
 fn assert_fails_with(o: &Output, needles: &[&str]) {
     let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
-    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {err}"));
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
     for n in needles {
         assert!(line.contains(n), "error line lacks {n:?}: {line}");
     }
@@ -43,7 +52,11 @@ fn reference(name: &str) -> serde_json::Value {
 }
 
 fn id_list(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -58,15 +71,30 @@ fn show_tokens_on_a_folder_without_tokenizer_matches_transformers() {
     let r = reference("llama-tiny-a");
     let p = &r["prompts"][0];
     let prompt: Vec<String> = id_list(&p["ids"]).iter().map(|i| i.to_string()).collect();
-    let want: Vec<String> = id_list(&p["greedy_ids"]).iter().map(|i| i.to_string()).collect();
+    let want: Vec<String> = id_list(&p["greedy_ids"])
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
     let dir = fixtures().join("llama-tiny-a");
     let o = oxinfer(&[
-        "run", "-m", dir.to_str().unwrap(), "--tokens", &prompt.join(","), "--temp", "0",
-        "--max-tokens", &want.len().to_string(), "--show-tokens",
+        "run",
+        "-m",
+        dir.to_str().unwrap(),
+        "--tokens",
+        &prompt.join(","),
+        "--temp",
+        "0",
+        "--max-tokens",
+        &want.len().to_string(),
+        "--show-tokens",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).trim(), want.join(" "));
-    assert!(stderr(&o).contains("tok/s"), "stats line on stderr: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tok/s"),
+        "stats line on stderr: {}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -77,33 +105,76 @@ fn dump_logits_matches_transformers() {
     let out = temp_dir("dump").join("logits.npy");
     let gguf = fixtures().join("llama-tiny-b/model.gguf");
     let o = oxinfer(&[
-        "run", "-m", gguf.to_str().unwrap(), "--tokens", &prompt.join(","), "--temp", "0",
-        "--max-tokens", "1", "--show-tokens", "--dump-logits", out.to_str().unwrap(),
+        "run",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--tokens",
+        &prompt.join(","),
+        "--temp",
+        "0",
+        "--max-tokens",
+        "1",
+        "--show-tokens",
+        "--dump-logits",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = std::fs::read(&out).unwrap();
-    let want = std::fs::read(fixtures().join("llama-tiny-b").join(p["logits_file"].as_str().unwrap())).unwrap();
+    let want = std::fs::read(
+        fixtures()
+            .join("llama-tiny-b")
+            .join(p["logits_file"].as_str().unwrap()),
+    )
+    .unwrap();
     // Same header layout (shape, dtype), then values within 1e-4.
     let body = |b: &[u8]| {
         let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-        (String::from_utf8_lossy(&b[10..10 + hlen]).into_owned(), b[10 + hlen..].to_vec())
+        (
+            String::from_utf8_lossy(&b[10..10 + hlen]).into_owned(),
+            b[10 + hlen..].to_vec(),
+        )
     };
     let (gh, gb) = body(&got);
     let (wh, wb) = body(&want);
-    let shape = |h: &str| h.split("'shape':").nth(1).unwrap().split(')').next().unwrap().replace(' ', "");
+    let shape = |h: &str| {
+        h.split("'shape':")
+            .nth(1)
+            .unwrap()
+            .split(')')
+            .next()
+            .unwrap()
+            .replace(' ', "")
+    };
     assert_eq!(shape(&gh), shape(&wh));
     assert_eq!(gb.len(), wb.len());
-    let f = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
-    let d = f(&gb).iter().zip(f(&wb)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let f = |b: &[u8]| {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect::<Vec<_>>()
+    };
+    let d = f(&gb)
+        .iter()
+        .zip(f(&wb))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(d <= 1e-4, "max abs diff {d}");
 }
 
 #[test]
 fn info_describes_the_model() {
-    let o = oxinfer(&["info", fixtures().join("llama-tiny-b/model.gguf").to_str().unwrap()]);
+    let o = oxinfer(&[
+        "info",
+        fixtures().join("llama-tiny-b/model.gguf").to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let s = stdout(&o);
-    for needle in ["architecture:    llama", "container:       gguf", "F32", "context length:  512", "chat template:   no"] {
+    for needle in [
+        "architecture:    llama",
+        "container:       gguf",
+        "F32",
+        "context length:  512",
+        "chat template:   no",
+    ] {
         assert!(s.contains(needle), "{needle:?} missing in:\n{s}");
     }
     let o = oxinfer(&["info", fixtures().join("llama-tiny-b").to_str().unwrap()]);
@@ -129,7 +200,13 @@ fn out_of_vocabulary_token_ids_are_refused() {
 fn missing_path_is_a_clear_error() {
     let o = oxinfer(&["run", "-m", "/nonexistent/model.gguf", "-p", "hi"]);
     assert_fails_with(&o, &["/nonexistent/model.gguf"]);
-    let o = oxinfer(&["perplexity", "-m", fixtures().join("llama-tiny-a/model.gguf").to_str().unwrap(), "-f", "/nonexistent/text.txt"]);
+    let o = oxinfer(&[
+        "perplexity",
+        "-m",
+        fixtures().join("llama-tiny-a/model.gguf").to_str().unwrap(),
+        "-f",
+        "/nonexistent/text.txt",
+    ]);
     assert_fails_with(&o, &["/nonexistent/text.txt"]);
 }
 
@@ -156,7 +233,9 @@ fn corrupt_gguf_files_are_refused() {
     assert_fails_with(&o, &[bad_magic.to_str().unwrap()]);
 
     // Tensor count claiming 2^60 entries: refused before any allocation.
-    let absurd = corrupt_gguf("absurd", |b| b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes()));
+    let absurd = corrupt_gguf("absurd", |b| {
+        b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes())
+    });
     let o = oxinfer(&["info", absurd.to_str().unwrap()]);
     assert_fails_with(&o, &[absurd.to_str().unwrap(), "tensor count"]);
 
@@ -197,7 +276,9 @@ fn corrupt_safetensors_folders_are_refused() {
     let o = oxinfer(&["info", d.to_str().unwrap()]);
     assert_fails_with(&o, &["model.safetensors", "past the end"]);
 
-    let d = make("st-header", &|b| b[..8].copy_from_slice(&(u64::MAX / 4).to_le_bytes()));
+    let d = make("st-header", &|b| {
+        b[..8].copy_from_slice(&(u64::MAX / 4).to_le_bytes())
+    });
     let o = oxinfer(&["info", d.to_str().unwrap()]);
     assert_fails_with(&o, &["model.safetensors", "header length"]);
 
@@ -207,17 +288,166 @@ fn corrupt_safetensors_folders_are_refused() {
 
     // Unsupported model_type in config.json.
     let d = make("st-arch", &|_| {});
-    let cfg = std::fs::read_to_string(d.join("config.json")).unwrap().replace("\"llama\"", "\"falcon_mamba\"");
+    let cfg = std::fs::read_to_string(d.join("config.json"))
+        .unwrap()
+        .replace("\"llama\"", "\"falcon_mamba\"");
     std::fs::write(d.join("config.json"), cfg).unwrap();
     let o = oxinfer(&["info", d.to_str().unwrap()]);
-    assert_fails_with(&o, &["config.json", "unsupported architecture 'falcon_mamba'"]);
+    assert_fails_with(
+        &o,
+        &["config.json", "unsupported architecture 'falcon_mamba'"],
+    );
 
     // A missing shard named by the index.
     let d = temp_dir("st-shard");
     let srcb = fixtures().join("llama-tiny-b");
-    for f in ["config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors"] {
+    for f in [
+        "config.json",
+        "model.safetensors.index.json",
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+    ] {
         std::fs::copy(srcb.join(f), d.join(f)).unwrap();
     }
     let o = oxinfer(&["info", d.to_str().unwrap()]);
     assert_fails_with(&o, &["model-00003-of-00003.safetensors"]);
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let dir = match std::env::var_os("OXINFER_TEST_MODELS") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/oxinfer/models"),
+    };
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.is_file() {
+        Some(p)
+    } else {
+        println!(
+            "skipped: {} not found (run scripts/fetch-test-models.sh)",
+            p.display()
+        );
+        None
+    }
+}
+
+fn smollm2_reference(file: &str) -> serde_json::Value {
+    let p = fixtures().join("smollm2").join(file);
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn run_real_model_greedy_text_matches_transformers() {
+    let Some(model) = smollm2() else { return };
+    let r = smollm2_reference("transformers_ref.json");
+    for p in r["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        let mut args = vec![
+            "run",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            text,
+            "--temp",
+            "0",
+            "-n",
+            "32",
+        ];
+        if p["kind"] == "raw" {
+            args.push("--raw");
+        }
+        let o = oxinfer(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let want = p["greedy_text_until_eos"].as_str().unwrap();
+        assert_eq!(stdout(&o), format!("{want}\n"), "prompt {text:?}");
+    }
+}
+
+#[test]
+fn perplexity_command_matches_llamacpp_running_value() {
+    let Some(model) = smollm2() else { return };
+    let r = smollm2_reference("llamacpp_ref.json");
+    let case = &r["perplexity"][0];
+    assert_eq!(case["n_ctx"], 128);
+    let want = case["ppl"].as_f64().unwrap();
+    let text = fixtures().join("texts/ppl-en.txt");
+    let o = oxinfer(&[
+        "perplexity",
+        "-m",
+        model.to_str().unwrap(),
+        "-f",
+        text.to_str().unwrap(),
+        "--ctx",
+        "128",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap();
+    let rest = last
+        .strip_prefix("PPL = ")
+        .unwrap_or_else(|| panic!("last line: {last}"));
+    let (v, e) = rest.split_once(" +/- ").unwrap();
+    let (v, e): (f64, f64) = (v.parse().unwrap(), e.parse().unwrap());
+    assert!(
+        (v - want).abs() / want < 0.01,
+        "PPL {v} vs llama.cpp {want}"
+    );
+    assert!(e > 0.0 && e < v);
+}
+
+#[test]
+fn chat_keeps_history_and_clears_it() {
+    use std::io::Write;
+    let Some(model) = smollm2() else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxinfer"))
+        .args([
+            "chat",
+            "-m",
+            model.to_str().unwrap(),
+            "--temp",
+            "0",
+            "-n",
+            "24",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France?\n/clear\nWhat is the capital of France?\n/exit\nignored\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let replies: Vec<&str> = std::str::from_utf8(&o.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect();
+    // Greedy, same question after /clear: the same reply twice, and the input after /exit unused.
+    assert!(replies.len() >= 2, "{replies:?}");
+    let half = replies.len() / 2;
+    assert_eq!(replies[..half], replies[half..], "{replies:?}");
+    // And the same as `run` gives for that one message.
+    let run = oxinfer(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "What is the capital of France?",
+        "--temp",
+        "0",
+        "-n",
+        "24",
+    ]);
+    let run_lines: Vec<String> = stdout(&run)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(replies[..half], run_lines[..], "chat vs run");
+    assert!(stderr(&o).contains("history cleared"));
 }

@@ -57,7 +57,9 @@ pub enum RopeStyle {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor`.
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// Llama 3.1 wavelength-dependent scaling.
     Llama3 {
         factor: f32,
@@ -261,17 +263,19 @@ impl ModelConfig {
             match c.get(k) {
                 None | Some(Value::Null) => Ok(None),
                 Some(v) => v.as_u64().map(|v| Some(v as usize)).ok_or_else(|| {
-                    LoadError::field(path, format!("field '{k}' must be a non-negative integer, got {v}"))
+                    LoadError::field(
+                        path,
+                        format!("field '{k}' must be a non-negative integer, got {v}"),
+                    )
                 }),
             }
         };
         let f64_field = |v: Option<&Value>, k: &str| -> Result<Option<f64>, LoadError> {
             match v {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(Some)
-                    .ok_or_else(|| LoadError::field(path, format!("field '{k}' must be a number, got {v}"))),
+                Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                    LoadError::field(path, format!("field '{k}' must be a number, got {v}"))
+                }),
             }
         };
         let req = |k: &str| -> Result<usize, LoadError> {
@@ -290,7 +294,9 @@ impl ModelConfig {
         let rope_params = c.get("rope_parameters").filter(|v| v.is_object());
         let rope_scaling = c.get("rope_scaling").filter(|v| v.is_object());
         let theta = f64_field(
-            rope_params.and_then(|p| p.get("rope_theta")).or(c.get("rope_theta")),
+            rope_params
+                .and_then(|p| p.get("rope_theta"))
+                .or(c.get("rope_theta")),
             "rope_theta",
         )?
         .unwrap_or(10_000.0) as f32;
@@ -303,7 +309,11 @@ impl ModelConfig {
 
         let eos_token_ids = match c.get("eos_token_id").or(json.get("eos_token_id")) {
             Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
-            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as u32)
+                .collect(),
             _ => Vec::new(),
         };
         ModelConfig {
@@ -357,11 +367,15 @@ fn parse_rope_scaling(path: &Path, s: &Value) -> Result<RopeScaling, LoadError> 
         s.get(k)
             .and_then(Value::as_f64)
             .map(|v| v as f32)
-            .ok_or_else(|| LoadError::field(path, format!("rope scaling '{kind}' needs a numeric '{k}'")))
+            .ok_or_else(|| {
+                LoadError::field(path, format!("rope scaling '{kind}' needs a numeric '{k}'"))
+            })
     };
     Ok(match kind {
         "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear { factor: num("factor")? },
+        "linear" => RopeScaling::Linear {
+            factor: num("factor")?,
+        },
         "llama3" => RopeScaling::Llama3 {
             factor: num("factor")?,
             low_freq_factor: num("low_freq_factor")?,

@@ -21,3 +21,4 @@ pub use config::ModelConfig;
 pub use engine::{GenerateOptions, Generation, Model, SamplingParams, Session};
 
 pub use error::{Error, LoadError, Result};
+pub use tokenizer::Tokenizer;

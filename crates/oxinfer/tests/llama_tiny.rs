@@ -18,7 +18,11 @@ fn reference(dir: &Path) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// Logits of every prompt position, run in pieces of `chunk` tokens.
@@ -66,7 +70,13 @@ fn check_variant(name: &str) {
             }
             let want_ids = ids(&p["greedy_ids"]);
             let got_ids = greedy(&model, &prompt, want_ids.len());
-            assert_eq!(got_ids, want_ids, "{} prompt {} greedy", source.display(), p["name"]);
+            assert_eq!(
+                got_ids,
+                want_ids,
+                "{} prompt {} greedy",
+                source.display(),
+                p["name"]
+            );
         }
     }
 }

@@ -14,7 +14,11 @@ use serde_json::Value;
 const TOL: f32 = 1e-3;
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 #[test]
@@ -25,7 +29,9 @@ fn smollm2_matches_transformers() {
         return;
     };
     let dir = fixtures().join("smollm2");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("transformers_ref.json")).unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("transformers_ref.json")).unwrap())
+            .unwrap();
     let model = Model::load(&path).expect("load");
     let lm = model.lm();
     let vocab = model.config().vocab_size;
@@ -37,7 +43,11 @@ fn smollm2_matches_transformers() {
             let rendered = model
                 .render_chat(&[ChatMessage::new("user", text)], true, &Value::Null)
                 .unwrap();
-            assert_eq!(rendered, p["rendered"].as_str().unwrap(), "rendered chat prompt");
+            assert_eq!(
+                rendered,
+                p["rendered"].as_str().unwrap(),
+                "rendered chat prompt"
+            );
             model.tokenize(&rendered, false).unwrap()
         } else {
             model.tokenize(text, model.adds_bos()).unwrap()
@@ -56,7 +66,10 @@ fn smollm2_matches_transformers() {
                 let id = pair[0].as_u64().unwrap() as usize;
                 let want = pair[1].as_f64().unwrap() as f32;
                 let got = logits[pos * vocab + id];
-                assert!((got - want).abs() <= TOL, "{text:?} pos {pos} id {id}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() <= TOL,
+                    "{text:?} pos {pos} id {id}: {got} vs {want}"
+                );
             }
         }
 

@@ -37,7 +37,11 @@ pub struct Llama {
 
 impl Llama {
     /// Loads every tensor of the model from `store` (borrowed from the mapped file).
-    pub fn load(cfg: &ModelConfig, store: &dyn TensorStore, naming: Naming) -> Result<Self, LoadError> {
+    pub fn load(
+        cfg: &ModelConfig,
+        store: &dyn TensorStore,
+        naming: Naming,
+    ) -> Result<Self, LoadError> {
         let (d, hd) = (cfg.hidden_size, cfg.head_dim);
         let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
         let embed = Embedding::new(embed_view.clone(), 1.0)?;
@@ -52,7 +56,11 @@ impl Llama {
             return Err(LoadError::tensor(
                 store.path(),
                 &head.weight().name,
-                format!("shape {:?}, expected [{}, {d}]", head.weight().shape, cfg.vocab_size),
+                format!(
+                    "shape {:?}, expected [{}, {d}]",
+                    head.weight().shape,
+                    cfg.vocab_size
+                ),
             ));
         }
         let freq_factors = match store.get("rope_freqs.weight") {
@@ -118,7 +126,11 @@ impl CausalLm for Llama {
     }
 
     fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(self.cfg.n_layers, self.cfg.n_kv_heads * self.cfg.head_dim, capacity)
+        KvCache::new(
+            self.cfg.n_layers,
+            self.cfg.n_kv_heads * self.cfg.head_dim,
+            capacity,
+        )
     }
 
     fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Result<Vec<f32>> {
@@ -154,7 +166,11 @@ impl CausalLm for Llama {
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
         cache.advance(t);
-        let rows = if all_logits { &x[..] } else { &x[(t - 1) * d..] };
+        let rows = if all_logits {
+            &x[..]
+        } else {
+            &x[(t - 1) * d..]
+        };
         let n = rows.len() / d;
         let h = self.norm.forward(rows);
         Ok(self.head.forward(&h, n))

@@ -160,7 +160,13 @@ pub fn generate(
     let eos: Vec<u32> = tokenizer.map(|t| t.eos_ids().to_vec()).unwrap_or_default();
 
     let t0 = Instant::now();
-    let all = prefill(lm, cache, prompt, opts.prefill_chunk, opts.keep_prompt_logits)?;
+    let all = prefill(
+        lm,
+        cache,
+        prompt,
+        opts.prefill_chunk,
+        opts.keep_prompt_logits,
+    )?;
     let vocab = lm.config().vocab_size;
     let mut logits = all[all.len() - vocab..].to_vec();
     let prompt_logits = opts.keep_prompt_logits.then_some(all);
@@ -206,7 +212,10 @@ pub fn generate(
         }
         logits = lm.forward(&[id], cache, false)?;
     }
-    if matches!(out.stop_reason, StopReason::MaxTokens | StopReason::ContextFull | StopReason::Eos) {
+    if matches!(
+        out.stop_reason,
+        StopReason::MaxTokens | StopReason::ContextFull | StopReason::Eos
+    ) {
         let mut tail = stream.as_mut().map(|s| s.finish()).unwrap_or_default();
         let (text, _) = stops.push(&tail);
         tail = text + &stops.finish();

@@ -105,7 +105,10 @@ impl Model {
         let config = ModelConfig::from_gguf(&g)?;
         let lm = arch::load(&config, &g, Naming::Gguf)?;
         let tokenizer = if g.get("tokenizer.ggml.tokens").is_some() {
-            Some(Tokenizer::from_gguf(&g).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?)
+            Some(
+                Tokenizer::from_gguf(&g)
+                    .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?,
+            )
         } else {
             None
         };
@@ -143,7 +146,8 @@ impl Model {
             None => {
                 let jinja = dir.join("chat_template.jinja");
                 if jinja.is_file() {
-                    let src = std::fs::read_to_string(&jinja).map_err(|e| LoadError::io(&jinja, e))?;
+                    let src =
+                        std::fs::read_to_string(&jinja).map_err(|e| LoadError::io(&jinja, e))?;
                     Some(Self::template(&jinja, &src, tokenizer.as_ref())?)
                 } else {
                     None
@@ -215,7 +219,9 @@ impl Model {
     /// start with the BOS token's text.
     pub fn tokenize(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         let tok = self.require_tokenizer()?;
-        let starts_with_bos = tok.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(b));
+        let starts_with_bos = tok
+            .bos_token()
+            .is_some_and(|b| !b.is_empty() && text.starts_with(b));
         tok.encode(text, add_bos && !starts_with_bos)
             .map_err(|e| Error::Tokenizer(e.to_string()))
     }

@@ -33,7 +33,9 @@ pub fn perplexity(
     mut progress: impl FnMut(usize, usize, f64),
 ) -> Result<Perplexity> {
     if ctx < 4 {
-        return Err(Error::Request(format!("--ctx {ctx} is too small (at least 4)")));
+        return Err(Error::Request(format!(
+            "--ctx {ctx} is too small (at least 4)"
+        )));
     }
     if ctx > 1 << 20 {
         return Err(Error::Request(format!("--ctx {ctx} is too large")));

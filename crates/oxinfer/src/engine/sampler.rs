@@ -65,7 +65,10 @@ impl SamplingParams {
             return bad(format!("min_p {} must be in [0, 1]", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad(format!("repeat penalty {} must be > 0", self.repeat_penalty));
+            return bad(format!(
+                "repeat penalty {} must be > 0",
+                self.repeat_penalty
+            ));
         }
         for (n, v) in [
             ("presence_penalty", self.presence_penalty),
@@ -284,7 +287,10 @@ mod tests {
         };
         assert_eq!(run(&params), run(&params));
         let distinct: std::collections::HashSet<_> = run(&params).into_iter().collect();
-        assert!(distinct.len() > 3, "temperature sampling should vary: {distinct:?}");
+        assert!(
+            distinct.len() > 3,
+            "temperature sampling should vary: {distinct:?}"
+        );
     }
 
     #[test]

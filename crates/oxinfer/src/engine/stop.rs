@@ -25,7 +25,12 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return (std::mem::take(&mut self.held), false);
         }
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             let out = self.held[..at].to_string();
             self.held.clear();
             return (out, true);

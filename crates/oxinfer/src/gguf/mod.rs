@@ -272,7 +272,10 @@ impl GgufFile {
     pub fn get_str(&self, key: &str) -> Result<Option<&str>, LoadError> {
         match self.metadata.get(key) {
             None => Ok(None),
-            Some(v) => v.as_str().map(Some).ok_or_else(|| self.wrong_type(key, v, "string")),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.wrong_type(key, v, "string")),
         }
     }
 
@@ -311,14 +314,18 @@ impl GgufFile {
 
     /// The architecture named by `general.architecture`.
     pub fn architecture(&self) -> Result<&str, LoadError> {
-        self.get_str("general.architecture")?
-            .ok_or_else(|| LoadError::field(&self.path, "metadata 'general.architecture' is missing"))
+        self.get_str("general.architecture")?.ok_or_else(|| {
+            LoadError::field(&self.path, "metadata 'general.architecture' is missing")
+        })
     }
 
     fn wrong_type(&self, key: &str, v: &MetaValue, want: &str) -> LoadError {
         LoadError::field(
             &self.path,
-            format!("metadata '{key}' is a {} ({v}), expected a {want}", v.type_name()),
+            format!(
+                "metadata '{key}' is a {} ({v}), expected a {want}",
+                v.type_name()
+            ),
         )
     }
 
@@ -494,11 +501,7 @@ impl<'a> Reader<'a> {
             5 => numbers!(I32, i32),
             6 => numbers!(F32, f32),
             7 => MetaArray::Bool((0..n).map(|_| self.bool(key)).collect::<Result<_, _>>()?),
-            8 => MetaArray::String(
-                (0..n)
-                    .map(|_| self.string(key))
-                    .collect::<Result<_, _>>()?,
-            ),
+            8 => MetaArray::String((0..n).map(|_| self.string(key)).collect::<Result<_, _>>()?),
             9 => MetaArray::Array(
                 (0..n)
                     .map(|_| self.meta_array(key, depth + 1))

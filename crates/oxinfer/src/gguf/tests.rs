@@ -134,7 +134,9 @@ fn reads_every_value_type_v2_and_v3() {
         assert_eq!(g.get("i64").and_then(|v| v.as_i64()), Some(-5));
         assert_eq!(g.get_f64("f64").unwrap(), Some(0.25));
         assert_eq!(
-            g.get("ints").and_then(|v| v.as_array()).and_then(|a| a.to_ints()),
+            g.get("ints")
+                .and_then(|v| v.as_array())
+                .and_then(|a| a.to_ints()),
             Some(vec![1, -2, 3])
         );
         assert_eq!(
@@ -150,11 +152,20 @@ fn reads_every_value_type_v2_and_v3() {
         );
         // wrong-type access is an error naming the key, not a panic
         let e = g.get_str("u32").unwrap_err().to_string();
-        assert!(e.contains("'u32'") && e.contains("expected a string"), "{e}");
+        assert!(
+            e.contains("'u32'") && e.contains("expected a string"),
+            "{e}"
+        );
         let a = g.tensor("a").unwrap();
         assert_eq!(a.shape, vec![2, 4]);
-        assert_eq!(a.to_f32().unwrap(), (0..8).map(|i| i as f32).collect::<Vec<_>>());
-        assert_eq!(g.tensor("b").unwrap().to_f32().unwrap(), vec![10.0, 11.0, 12.0]);
+        assert_eq!(
+            a.to_f32().unwrap(),
+            (0..8).map(|i| i as f32).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            g.tensor("b").unwrap().to_f32().unwrap(),
+            vec![10.0, 11.0, 12.0]
+        );
         assert_eq!(g.data_offset() % 32, 0);
     }
 }
@@ -228,7 +239,10 @@ fn tensor_problems_name_the_tensor() {
     w.tensor("blk.0.attn_q.weight", &[1024, 1024], 0, 0);
     w.pad(32);
     let e = err(w.buf);
-    assert!(e.contains("blk.0.attn_q.weight") && e.contains("past the end"), "{e}");
+    assert!(
+        e.contains("blk.0.attn_q.weight") && e.contains("past the end"),
+        "{e}"
+    );
     // unsupported type id
     let mut w = Writer::new(3, 1, 0);
     w.tensor("w", &[32], 99, 0);

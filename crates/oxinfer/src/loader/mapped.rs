@@ -23,7 +23,10 @@ impl MappedFile {
         let file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
         let meta = file.metadata().map_err(|e| LoadError::io(path, e))?;
         if meta.is_dir() {
-            return Err(LoadError::malformed(path, "is a directory, expected a file"));
+            return Err(LoadError::malformed(
+                path,
+                "is a directory, expected a file",
+            ));
         }
         if meta.len() == 0 {
             return Ok(MappedFile {

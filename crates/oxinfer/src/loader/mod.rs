@@ -2,8 +2,8 @@
 //! over them and GGUF for the architectures to fetch tensors by name.
 
 mod mapped;
-pub mod safetensors;
 mod names;
+pub mod safetensors;
 mod store;
 
 pub use mapped::{MappedFile, TensorView};

@@ -62,7 +62,10 @@ impl SafetensorsFile {
         if bytes.len() < 8 {
             return Err(LoadError::malformed(
                 path,
-                format!("truncated safetensors file ({} bytes, no header)", bytes.len()),
+                format!(
+                    "truncated safetensors file ({} bytes, no header)",
+                    bytes.len()
+                ),
             ));
         }
         let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
@@ -266,7 +269,11 @@ impl SafetensorsModel {
             let file = SafetensorsFile::open(&f)?;
             for name in file.entries().keys() {
                 if by_name.insert(name.clone(), opened.len()).is_some() {
-                    return Err(LoadError::tensor(&f, name, "appears in more than one shard"));
+                    return Err(LoadError::tensor(
+                        &f,
+                        name,
+                        "appears in more than one shard",
+                    ));
                 }
             }
             opened.push(file);

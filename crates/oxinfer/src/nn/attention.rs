@@ -22,7 +22,14 @@ pub struct AttentionParams {
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
 /// `[pos0 + t, n_kv_heads * head_dim]` (every cached position, the new ones included).
 /// Returns `[t, n_heads * head_dim]`.
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, pos0: usize, p: &AttentionParams) -> Vec<f32> {
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    pos0: usize,
+    p: &AttentionParams,
+) -> Vec<f32> {
     let hd = p.head_dim;
     let kv_row = p.n_kv_heads * hd;
     let q_row = p.n_heads * hd;
@@ -74,7 +81,8 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, pos0: usize, p: &Att
     let mut out = vec![0f32; t * q_row];
     for (h, buf) in per_head.iter().enumerate() {
         for i in 0..t {
-            out[i * q_row + h * hd..i * q_row + (h + 1) * hd].copy_from_slice(&buf[i * hd..(i + 1) * hd]);
+            out[i * q_row + h * hd..i * q_row + (h + 1) * hd]
+                .copy_from_slice(&buf[i * hd..(i + 1) * hd]);
         }
     }
     out

@@ -20,7 +20,11 @@ pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     let header = std::str::from_utf8(&b[hstart..hstart + hlen]).expect("header");
     assert!(header.contains("'<f4'"), "{header}");
     assert!(header.contains("'fortran_order': False"), "{header}");
-    let shape_txt = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape");
+    let shape_txt = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("shape");
     let shape: Vec<usize> = shape_txt
         .split(',')
         .map(str::trim)
@@ -39,7 +43,8 @@ pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
 pub fn test_models_dir() -> PathBuf {
     match std::env::var_os("OXINFER_TEST_MODELS") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/oxinfer/models"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/oxinfer/models"),
     }
 }
 
@@ -49,7 +54,10 @@ pub fn real_model(file: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        println!("skipped: {} not found (run scripts/fetch-test-models.sh)", p.display());
+        println!(
+            "skipped: {} not found (run scripts/fetch-test-models.sh)",
+            p.display()
+        );
         None
     }
 }
@@ -57,5 +65,8 @@ pub fn real_model(file: &str) -> Option<PathBuf> {
 /// Largest absolute difference between two equally long slices.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
