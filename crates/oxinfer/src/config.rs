@@ -240,10 +240,7 @@ impl ModelConfig {
 
     /// Reads a HuggingFace `config.json`.
     pub fn from_config_json(path: &Path) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| LoadError::malformed(path, format!("invalid JSON: {e}")))?;
-        Self::from_config_value(path, &json)
+        Self::from_config_value(path, &read_config_json(path)?)
     }
 
     /// Reads a parsed `config.json`; multimodal configs are read from their `text_config`.
@@ -391,6 +388,13 @@ fn parse_rope_scaling(path: &Path, s: &Value) -> Result<RopeScaling, LoadError> 
     })
 }
 
+/// Reads and parses a `config.json`.
+pub fn read_config_json(path: &Path) -> Result<Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+    serde_json::from_str(&text)
+        .map_err(|e| LoadError::malformed(path, format!("invalid JSON: {e}")))
+}
+
 /// llama.cpp's name for a `general.file_type` value.
 pub fn gguf_file_type_name(v: u64) -> String {
     match v {
@@ -414,4 +418,103 @@ pub fn gguf_file_type_name(v: u64) -> String {
         _ => return format!("file type {v}"),
     }
     .to_string()
+}
+
+/// Where a configuration was read from, so a family can read its own extra keys (sliding
+/// window patterns, soft-caps, layer types...) from the same source.
+#[derive(Clone, Copy)]
+pub enum ConfigSource<'a> {
+    /// GGUF metadata; keys are looked up under `{general.architecture}.`.
+    Gguf(&'a GgufFile),
+    /// A parsed `config.json` (fields of `text_config` take precedence when present).
+    Json { path: &'a Path, json: &'a Value },
+}
+
+impl<'a> ConfigSource<'a> {
+    /// The file the configuration came from (for error messages).
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigSource::Gguf(g) => g.path(),
+            ConfigSource::Json { path, .. } => path,
+        }
+    }
+
+    /// The GGUF file, when the model is one.
+    pub fn gguf(&self) -> Option<&'a GgufFile> {
+        match self {
+            ConfigSource::Gguf(g) => Some(g),
+            ConfigSource::Json { .. } => None,
+        }
+    }
+
+    /// A raw `config.json` field (from `text_config` first, then the top level).
+    pub fn json(&self, key: &str) -> Option<&'a Value> {
+        match self {
+            ConfigSource::Json { json, .. } => json
+                .get("text_config")
+                .and_then(|t| t.get(key))
+                .or_else(|| json.get(key))
+                .filter(|v| !v.is_null()),
+            ConfigSource::Gguf(_) => None,
+        }
+    }
+
+    /// A raw GGUF value of `{arch}.{key}`.
+    pub fn gguf_value(&self, key: &str) -> Option<&'a crate::gguf::MetaValue> {
+        let g = self.gguf()?;
+        let arch = g.architecture().ok()?;
+        g.get(&format!("{arch}.{key}"))
+    }
+
+    /// A number: GGUF `{arch}.{gguf_key}` or `config.json` field `json_key`.
+    pub fn f64(&self, gguf_key: &str, json_key: &str) -> Result<Option<f64>, LoadError> {
+        match self {
+            ConfigSource::Gguf(_) => match self.gguf_value(gguf_key) {
+                None => Ok(None),
+                Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                    LoadError::field(
+                        self.path(),
+                        format!("metadata '{gguf_key}' is not a number ({v})"),
+                    )
+                }),
+            },
+            ConfigSource::Json { .. } => match self.json(json_key) {
+                None => Ok(None),
+                Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                    LoadError::field(
+                        self.path(),
+                        format!("field '{json_key}' is not a number ({v})"),
+                    )
+                }),
+            },
+        }
+    }
+
+    /// A non-negative integer: GGUF `{arch}.{gguf_key}` or `config.json` field `json_key`.
+    pub fn usize(&self, gguf_key: &str, json_key: &str) -> Result<Option<usize>, LoadError> {
+        match self.f64(gguf_key, json_key)? {
+            None => Ok(None),
+            Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e15 => Ok(Some(v as usize)),
+            Some(v) => Err(LoadError::field(
+                self.path(),
+                format!("'{gguf_key}' / '{json_key}' must be a non-negative integer, got {v}"),
+            )),
+        }
+    }
+
+    /// A bool: GGUF `{arch}.{gguf_key}` or `config.json` field `json_key`.
+    pub fn bool(&self, gguf_key: &str, json_key: &str) -> Result<Option<bool>, LoadError> {
+        let (v, name) = match self {
+            ConfigSource::Gguf(_) => (self.gguf_value(gguf_key).map(|v| v.as_bool()), gguf_key),
+            ConfigSource::Json { .. } => (self.json(json_key).map(|v| v.as_bool()), json_key),
+        };
+        match v {
+            None => Ok(None),
+            Some(Some(b)) => Ok(Some(b)),
+            Some(None) => Err(LoadError::field(
+                self.path(),
+                format!("'{name}' is not a bool"),
+            )),
+        }
+    }
 }

@@ -2,9 +2,10 @@
 //! GQA attention with RoPE → residual, RMSNorm → SwiGLU MLP → residual; final RMSNorm and
 //! an output head (tied to the embedding or not).
 
+use super::batch::{self, SeqBatch};
 use super::CausalLm;
 use crate::config::ModelConfig;
-use crate::error::{Error, LoadError, Result};
+use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
     attention, Activation, AttentionParams, Embedding, GatedMlp, KvCache, Linear, RmsNorm, Rope,
@@ -133,46 +134,43 @@ impl CausalLm for Llama {
         )
     }
 
-    fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Result<Vec<f32>> {
-        let t = tokens.len();
-        let pos0 = cache.len();
-        if t == 0 {
-            return Err(Error::Request("no tokens to run".into()));
-        }
-        if pos0 + t > cache.capacity() {
-            return Err(Error::Request(format!(
-                "context overflow: {} cached + {t} new tokens exceed the context of {}",
-                pos0,
-                cache.capacity()
-            )));
-        }
+    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
+        let (ids, spans) = batch::layout(batch)?;
+        let t = ids.len();
         let (d, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
+        let (q_row, kv_row) = (self.cfg.n_heads * hd, self.cfg.n_kv_heads * hd);
         let params = self.attn_params();
-        let mut x = self.embed.forward(tokens)?;
+        let mut x = self.embed.forward(&ids)?;
+        let mut a = vec![0f32; t * q_row];
         for (li, b) in self.blocks.iter().enumerate() {
             let h = b.attn_norm.forward(&x);
             let mut q = b.attn.q.forward(&h, t);
             let mut k = b.attn.k.forward(&h, t);
             let v = b.attn.v.forward(&h, t);
-            self.rope.apply(&mut q, t, self.cfg.n_heads, hd, pos0);
-            self.rope.apply(&mut k, t, self.cfg.n_kv_heads, hd, pos0);
-            cache.append(li, &k, &v);
-            let lc = &cache.layers[li];
-            let a = attention(&q, &lc.k, &lc.v, t, pos0, &params);
+            for (s, sp) in batch.iter_mut().zip(&spans) {
+                let rows = sp.row..sp.row + sp.len;
+                let q = &mut q[rows.start * q_row..rows.end * q_row];
+                let k = &mut k[rows.start * kv_row..rows.end * kv_row];
+                self.rope.apply(q, sp.len, self.cfg.n_heads, hd, sp.pos0);
+                self.rope.apply(k, sp.len, self.cfg.n_kv_heads, hd, sp.pos0);
+                s.cache
+                    .append(li, k, &v[rows.start * kv_row..rows.end * kv_row]);
+                let lc = &s.cache.layers[li];
+                let out = attention(q, &lc.k, &lc.v, sp.len, sp.pos0, &params);
+                a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
+            }
             let o = b.attn.o.forward(&a, t);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             let h = b.ffn_norm.forward(&x);
             let m = b.mlp.forward(&h, t);
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
-        cache.advance(t);
-        let rows = if all_logits {
-            &x[..]
-        } else {
-            &x[(t - 1) * d..]
-        };
-        let n = rows.len() / d;
-        let h = self.norm.forward(rows);
-        Ok(self.head.forward(&h, n))
+        for (s, sp) in batch.iter_mut().zip(&spans) {
+            s.cache.advance(sp.len);
+        }
+        let (rows, counts) = batch::logit_rows(&x, d, batch, &spans);
+        let h = self.norm.forward(&rows);
+        let logits = self.head.forward(&h, h.len() / d);
+        Ok(batch::split_logits(logits, self.cfg.vocab_size, &counts))
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::arch::{self, CausalLm};
 use crate::chat_template::{ChatMessage, ChatTemplate};
-use crate::config::ModelConfig;
+use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{Error, LoadError, Result};
 use crate::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
@@ -103,7 +103,7 @@ impl Model {
     fn load_gguf(path: &Path) -> Result<Model> {
         let g = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&g)?;
-        let lm = arch::load(&config, &g, Naming::Gguf)?;
+        let lm = arch::load(&config, &g, Naming::Gguf, &ConfigSource::Gguf(&g))?;
         let tokenizer = if g.get("tokenizer.ggml.tokens").is_some() {
             Some(
                 Tokenizer::from_gguf(&g)
@@ -128,9 +128,15 @@ impl Model {
     }
 
     fn load_safetensors(dir: &Path, file: Option<&Path>) -> Result<Model> {
-        let config = ModelConfig::from_config_json(&dir.join("config.json"))?;
+        let cfg_path = dir.join("config.json");
+        let json = crate::config::read_config_json(&cfg_path)?;
+        let config = ModelConfig::from_config_value(&cfg_path, &json)?;
         let st = SafetensorsModel::open(file.unwrap_or(dir))?;
-        let lm = arch::load(&config, &st, Naming::Hf)?;
+        let src = ConfigSource::Json {
+            path: &cfg_path,
+            json: &json,
+        };
+        let lm = arch::load(&config, &st, Naming::Hf, &src)?;
         let tok_json = dir.join("tokenizer.json");
         let tok_cfg = dir.join("tokenizer_config.json");
         let tokenizer = if tok_json.is_file() {
