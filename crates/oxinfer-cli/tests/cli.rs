@@ -10,8 +10,13 @@ fn fixtures() -> PathBuf {
 }
 
 fn oxinfer(args: &[&str]) -> Output {
+    oxinfer_env(args, &[])
+}
+
+fn oxinfer_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oxinfer"))
         .args(args)
+        .envs(env.iter().copied())
         .env(
             "OXINFER_CACHE",
             std::env::temp_dir().join("oxinfer-cli-test-cache"),
@@ -356,7 +361,8 @@ fn run_real_model_greedy_text_matches_transformers() {
         if p["kind"] == "raw" {
             args.push("--raw");
         }
-        let o = oxinfer(&args);
+        // The reference kernels (f32 activations), as transformers computes.
+        let o = oxinfer_env(&args, &[("OXINFER_KERNELS", "scalar")]);
         assert!(o.status.success(), "{}", stderr(&o));
         let want = p["greedy_text_until_eos"].as_str().unwrap();
         assert_eq!(stdout(&o), format!("{want}\n"), "prompt {text:?}");

@@ -5,7 +5,7 @@
 //! order, no fused multiply-add.
 
 mod float;
-mod kquants;
+pub(crate) mod kquants;
 mod legacy;
 
 use crate::error::KernelError;
@@ -85,7 +85,7 @@ fn blocks<const B: usize, const N: usize>(
 
 /// Reads the little-endian f16 at `b[i..i + 2]` as f32.
 #[inline(always)]
-fn f16_at(b: &[u8], i: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 

@@ -12,11 +12,15 @@
 pub mod dequant;
 pub mod dispatch;
 pub mod error;
+pub mod fast;
 pub mod format;
 pub mod matmul;
+pub mod pool;
+pub mod q8;
+pub mod vecdot;
 
 pub use dequant::dequantize_row;
 pub use dispatch::{kernel_set, KernelSet};
 pub use error::KernelError;
 pub use format::WeightFormat;
-pub use matmul::{matmul, num_threads, set_num_threads, WeightMatrix};
+pub use matmul::{matmul, matmul_reference, num_threads, set_num_threads, WeightMatrix};

@@ -144,6 +144,25 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32]) {
     if rows == 0 || t == 0 {
         return;
     }
+    if crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto {
+        crate::fast::matmul_fast(w, x, t, y, crate::vecdot::detected_isa());
+        return;
+    }
+    matmul_reference(w, x, t, y);
+}
+
+/// The scalar reference matmul (what `OXINFER_KERNELS=scalar` runs): f32 activations, each
+/// weight row dequantized once and dotted with all `t` inputs, rows split over scoped threads.
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`.
+pub fn matmul_reference(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    assert_eq!(x.len(), t * cols, "x must be [t = {t}, cols = {cols}]");
+    assert_eq!(y.len(), t * rows, "y must be [t = {t}, rows = {rows}]");
+    if rows == 0 || t == 0 {
+        return;
+    }
     let work = rows.saturating_mul(cols).saturating_mul(t);
     let threads = if work < SINGLE_THREAD_WORK {
         1

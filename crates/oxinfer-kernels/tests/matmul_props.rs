@@ -1,8 +1,10 @@
 //! `matmul` against a naive dequantize-then-dot reference, and `WeightMatrix::new` size checks.
 
+use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::vecdot::{detected_isa, Isa};
 use oxinfer_kernels::{
-    dequantize_row, matmul, matmul::SINGLE_THREAD_WORK, num_threads, set_num_threads, KernelError,
-    WeightFormat, WeightMatrix,
+    dequantize_row, matmul, matmul::SINGLE_THREAD_WORK, matmul_reference, num_threads,
+    set_num_threads, KernelError, WeightFormat, WeightMatrix,
 };
 use proptest::prelude::*;
 use std::sync::Mutex;
@@ -93,9 +95,10 @@ fn check(f: WeightFormat, rows: usize, blocks_per_row: usize, t: usize, threads:
     {
         let _g = THREADS.lock().unwrap_or_else(|e| e.into_inner());
         set_num_threads(threads);
-        matmul(&w, &x, t, &mut y);
+        matmul_reference(&w, &x, t, &mut y);
         set_num_threads(0);
     }
+    check_fast(&w, &x, t, &want, &mag);
     for i in 0..y.len() {
         // recursive-summation bound (cols products, f32) plus rounding the f64 reference
         let tol = (cols + 2) as f32 * f32::EPSILON * mag[i];
@@ -105,6 +108,47 @@ fn check(f: WeightFormat, rows: usize, blocks_per_row: usize, t: usize, threads:
             y[i],
             want[i]
         );
+    }
+}
+
+/// The fast path (int8 activations, SIMD and scalar kernels) against the exact result, within
+/// the activation-quantization error: each product is off by at most |w| · (max|x| / 127) / 2.
+fn check_fast(w: &WeightMatrix, x: &[f32], t: usize, want: &[f32], mag: &[f32]) {
+    let mut wabs = vec![0.0f32; w.rows];
+    let mut row = vec![0.0f32; w.cols];
+    for (r, a) in wabs.iter_mut().enumerate() {
+        dequantize_row(w.format, w.row(r), &mut row).unwrap();
+        *a = row.iter().map(|v| v.abs()).sum();
+    }
+    let float = matches!(
+        w.format,
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16
+    );
+    for isa in [Isa::Scalar, detected_isa()] {
+        let mut y = vec![f32::NAN; t * w.rows];
+        matmul_fast(w, x, t, &mut y, isa);
+        for ti in 0..t {
+            let xs = &x[ti * w.cols..(ti + 1) * w.cols];
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for r in 0..w.rows {
+                let i = ti * w.rows + r;
+                let quant = if float {
+                    0.0
+                } else {
+                    0.5 * wabs[r] * amax / 127.0
+                };
+                let tol = quant * 1.01 + (w.cols + 2) as f32 * f32::EPSILON * mag[i] * 4.0 + 1e-6;
+                assert!(
+                    (y[i] - want[i]).abs() <= tol,
+                    "{} fast {isa:?} rows={} cols={} t={t}: y[{i}] = {} vs {} (tol {tol})",
+                    w.format,
+                    w.rows,
+                    w.cols,
+                    y[i],
+                    want[i]
+                );
+            }
+        }
     }
 }
 

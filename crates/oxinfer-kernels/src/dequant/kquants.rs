@@ -39,7 +39,7 @@ pub(super) fn block_q2_k(b: &[u8; 84], y: &mut [f32; 256]) {
 ///
 /// Q3_K: scale `i` has low 4 bits from nibble `i / 8` of byte `i % 8` and high 2 bits from bits
 /// `2 (i / 4)..` of byte `8 + i % 4`; the value is that 6-bit number minus 32.
-fn q3_k_scales(s: &[u8]) -> [i8; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (i, o) in out.iter_mut().enumerate() {
         let low = if i < 8 { s[i] & 0x0F } else { s[i - 8] >> 4 };
@@ -83,7 +83,7 @@ pub(super) fn block_q3_k(b: &[u8; 110], y: &mut [f32; 256]) {
 
 /// Scale and min `j` (< 8) of the 12-byte Q4_K/Q5_K packing (llama.cpp `get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -1,0 +1,197 @@
+//! AVX2 + FMA + F16C dot-product kernels. Every function here requires those features; the
+//! dispatcher in `mod.rs` only calls them after run-time detection.
+#![cfg(target_arch = "x86_64")]
+
+use super::KBlock;
+use crate::dequant::f16_at;
+use crate::format::WeightFormat;
+use crate::q8::{BlockQ8, BlockQ8K};
+use std::arch::x86_64::*;
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum_ps(v: __m256) -> f32 {
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps::<1>(v);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 16 packed bytes → 32 nibbles: low nibbles in bytes 0..16, high nibbles in 16..32.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles_32(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes at `p`.
+    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    _mm256_and_si256(b, _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of `qh` → 32 bytes, `0xFF` where the bit is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bits_32(qh: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Σ of u8 × i8 products in 8 i32 lanes (pairs summed in i16 first: callers keep products
+/// small enough not to saturate).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+}
+
+/// Σ of i8 × i8 products in 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot_i8_i8(a: __m256i, b: __m256i) -> __m256i {
+    dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
+}
+
+/// See `super::dot_float`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_float(format: WeightFormat, w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let main = n / 8 * 8;
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY (all loads below): `w` holds `n` elements of the format (checked by the caller's
+    // WeightMatrix), `x` holds `n` f32; indices stay below `main <= n`.
+    unsafe {
+        while i + 16 <= main {
+            let (w0, w1) = match format {
+                WeightFormat::F32 => (
+                    _mm256_loadu_ps(w.as_ptr().add(4 * i) as *const f32),
+                    _mm256_loadu_ps(w.as_ptr().add(4 * i + 32) as *const f32),
+                ),
+                WeightFormat::F16 => (
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i)),
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * i + 16) as *const __m128i)),
+                ),
+                _ => (
+                    bf16x8(w.as_ptr().add(2 * i)),
+                    bf16x8(w.as_ptr().add(2 * i + 16)),
+                ),
+            };
+            acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
+            acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x.as_ptr().add(i + 8)), acc1);
+            i += 16;
+        }
+    }
+    let mut sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    let tail = &w[i * format.block_bytes()..];
+    sum += super::scalar::dot_float(format, tail, &x[i..]);
+    sum
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bf16x8(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 16 readable bytes at `p`.
+    let h = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+}
+
+/// See `super::dot_q8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8]) -> f32 {
+    let bb = format.block_bytes();
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0f32;
+    for (b, y) in w.chunks_exact(bb).zip(x) {
+        // SAFETY: `b` is one whole block of `format` (bb bytes), `y.qs` holds 32 bytes.
+        let yq = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
+        let p = b.as_ptr();
+        let (d, sumi) = match format {
+            WeightFormat::Q4_0 => {
+                // SAFETY: qs at offset 2, 16 bytes.
+                let q = _mm256_sub_epi8(unsafe { nibbles_32(p.add(2)) }, _mm256_set1_epi8(8));
+                (f16_at(b, 0), dot_i8_i8(q, yq))
+            }
+            WeightFormat::Q4_1 => {
+                summ += f16_at(b, 2) * y.s;
+                // SAFETY: qs at offset 4, 16 bytes.
+                (f16_at(b, 0), dot_u8_i8(unsafe { nibbles_32(p.add(4)) }, yq))
+            }
+            WeightFormat::Q5_0 => {
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                // High bit clear → nibble - 16 (as i8: nibble | 0xF0); set → nibble.
+                let hi = _mm256_andnot_si256(bits_32(qh), _mm256_set1_epi8(0xF0u8 as i8));
+                // SAFETY: qs at offset 6, 16 bytes.
+                let q = _mm256_or_si256(unsafe { nibbles_32(p.add(6)) }, hi);
+                (f16_at(b, 0), dot_i8_i8(q, yq))
+            }
+            WeightFormat::Q5_1 => {
+                summ += f16_at(b, 2) * y.s;
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                let hi = _mm256_and_si256(bits_32(qh), _mm256_set1_epi8(0x10));
+                // SAFETY: qs at offset 8, 16 bytes.
+                let q = _mm256_or_si256(unsafe { nibbles_32(p.add(8)) }, hi);
+                (f16_at(b, 0), dot_u8_i8(q, yq))
+            }
+            _ => {
+                // Q8_0. SAFETY: qs at offset 2, 32 bytes.
+                let q = unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) };
+                (f16_at(b, 0), dot_i8_i8(q, yq))
+            }
+        };
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) + summ
+}
+
+/// See `super::dot_kblock`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_kblock(kb: &KBlock, y: &BlockQ8K) -> f32 {
+    let mut acc = _mm256_setzero_si256();
+    for c in 0..8 {
+        // SAFETY: 32 bytes at offset 32c < 256 of both arrays.
+        let (q, v) = unsafe {
+            (
+                _mm256_loadu_si256(kb.q.as_ptr().add(32 * c) as *const __m256i),
+                _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i),
+            )
+        };
+        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(v, q));
+        let sc = _mm256_set_m128i(
+            _mm_set1_epi16(kb.sc[2 * c + 1]),
+            _mm_set1_epi16(kb.sc[2 * c]),
+        );
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, sc));
+    }
+    let sumi = hsum_epi32(acc);
+    let summ = if kb.dmin != 0.0 {
+        // SAFETY: both arrays hold 16 i16 (32 bytes).
+        let (m, s) = unsafe {
+            (
+                _mm256_loadu_si256(kb.m.as_ptr() as *const __m256i),
+                _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i),
+            )
+        };
+        hsum_epi32(_mm256_madd_epi16(m, s))
+    } else {
+        0
+    };
+    y.d * (kb.d * sumi as f32 - kb.dmin * summ as f32)
+}

@@ -1,0 +1,144 @@
+//! Every SIMD kernel against its scalar twin, and both against the f32 reference
+//! (dequantized weights · activations) within the int8 quantization error.
+
+use super::*;
+use crate::dequant::dequantize_row;
+use crate::q8::{quantize_q8, quantize_q8k};
+use proptest::prelude::*;
+
+/// A row of `n` weights of `format` from random bytes with sane f16 scales.
+fn random_row(format: WeightFormat, n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let nb = n / format.block_size();
+    let bb = format.block_bytes();
+    let mut row: Vec<u8> = (0..nb * bb).map(|_| next() as u8).collect();
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for blk in row.chunks_exact_mut(bb) {
+        let a = f16(((next() % 1000) as f32 / 1000.0 - 0.5) * 0.2);
+        let b = f16(((next() % 1000) as f32 / 1000.0) * 0.1);
+        let mut put = |at: usize, v: [u8; 2]| blk[at..at + 2].copy_from_slice(&v);
+        match format {
+            WeightFormat::F16 | WeightFormat::BF16 | WeightFormat::F32 => {}
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => put(0, a),
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                put(0, a);
+                put(2, b);
+            }
+            WeightFormat::Q2K => {
+                put(80, a);
+                put(82, b);
+            }
+            WeightFormat::Q3K => put(108, a),
+            WeightFormat::Q4K | WeightFormat::Q5K => {
+                put(0, a);
+                put(2, b);
+            }
+            WeightFormat::Q6K => put(208, a),
+            WeightFormat::Q8K => blk[..4].copy_from_slice(&0.01f32.to_le_bytes()),
+        }
+    }
+    if format == WeightFormat::F32 {
+        for c in row.chunks_exact_mut(4) {
+            let v = ((next() % 2000) as f32 / 1000.0) - 1.0;
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    if format == WeightFormat::F16 || format == WeightFormat::BF16 {
+        for c in row.chunks_exact_mut(2) {
+            let v = ((next() % 2000) as f32 / 1000.0) - 1.0;
+            let b = if format == WeightFormat::F16 {
+                half::f16::from_f32(v).to_le_bytes()
+            } else {
+                half::bf16::from_f32(v).to_le_bytes()
+            };
+            c.copy_from_slice(&b);
+        }
+    }
+    row
+}
+
+fn kquant_dot(format: WeightFormat, w: &[u8], xq: &[BlockQ8K], isa: Isa) -> f32 {
+    let mut kb = KBlock::default();
+    let mut sum = 0.0;
+    for (b, y) in w.chunks_exact(format.block_bytes()).zip(xq) {
+        unpack_k(format, b, &mut kb);
+        sum += dot_kblock(&kb, y, isa);
+    }
+    sum
+}
+
+fn both(format: WeightFormat, w: &[u8], x: &[f32]) -> (f32, f32) {
+    let n = x.len();
+    match act_kind(format) {
+        ActKind::F32 => (
+            dot_float(format, w, x, Isa::Scalar),
+            dot_float(format, w, x, detected_isa()),
+        ),
+        ActKind::Q8 => {
+            let mut q = vec![BlockQ8::default(); n / 32];
+            quantize_q8(x, &mut q);
+            (
+                dot_q8(format, w, &q, Isa::Scalar),
+                dot_q8(format, w, &q, detected_isa()),
+            )
+        }
+        ActKind::Q8K => {
+            let mut q = vec![BlockQ8K::default(); n / 256];
+            quantize_q8k(x, &mut q);
+            if format == WeightFormat::Q8K {
+                let v = dot_q8k_row(w, &q);
+                return (v, v);
+            }
+            (
+                kquant_dot(format, w, &q, Isa::Scalar),
+                kquant_dot(format, w, &q, detected_isa()),
+            )
+        }
+    }
+}
+
+const FORMATS: [WeightFormat; 13] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::BF16,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::Q2K,
+    WeightFormat::Q3K,
+    WeightFormat::Q4K,
+    WeightFormat::Q5K,
+    WeightFormat::Q6K,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn simd_matches_scalar_twin_and_f32_reference(fi in 0usize..13, blocks in 1usize..5, extra in 0usize..9, seed in any::<u64>()) {
+        let format = FORMATS[fi];
+        // Float formats get ragged lengths; block formats whole blocks.
+        let n = if format.block_size() == 1 { blocks * 37 + extra } else { blocks * format.block_size().max(32) * if format.block_size() == 32 { 1 + extra } else { 1 } };
+        let w = random_row(format, n, seed);
+        let x: Vec<f32> = (0..n).map(|i| (((i as u64).wrapping_mul(seed | 1) >> 7) % 2001) as f32 / 1000.0 - 1.0).collect();
+        let (s, v) = both(format, &w, &x);
+        let scale: f32 = {
+            let mut wf = vec![0f32; n];
+            dequantize_row(format, &w, &mut wf).unwrap();
+            let exact: f64 = wf.iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let mag: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>().max(1e-6);
+            // int8 activations: each product off by at most |w| * d_x / 2 (~0.4 % of amax).
+            let bound = if act_kind(format) == ActKind::F32 { 1e-4 * mag } else { 0.5 * wf.iter().map(|a| a.abs()).sum::<f32>() * x.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0 + 1e-4 * mag };
+            prop_assert!((f64::from(s) - exact).abs() <= f64::from(bound) * 1.0 + 1e-5, "{format}: scalar {s} vs exact {exact} (bound {bound})");
+            mag
+        };
+        prop_assert!((s - v).abs() <= 1e-5 * scale + 1e-6, "{format}: scalar {s} vs simd {v}");
+    }
+}
