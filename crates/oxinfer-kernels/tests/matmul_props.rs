@@ -130,13 +130,9 @@ fn check_fast(w: &WeightMatrix, x: &[f32], t: usize, want: &[f32], mag: &[f32]) 
         for ti in 0..t {
             let xs = &x[ti * w.cols..(ti + 1) * w.cols];
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for r in 0..w.rows {
+            for (r, wa) in wabs.iter().enumerate() {
                 let i = ti * w.rows + r;
-                let quant = if float {
-                    0.0
-                } else {
-                    0.5 * wabs[r] * amax / 127.0
-                };
+                let quant = if float { 0.0 } else { 0.5 * wa * amax / 127.0 };
                 let tol = quant * 1.01 + (w.cols + 2) as f32 * f32::EPSILON * mag[i] * 4.0 + 1e-6;
                 assert!(
                     (y[i] - want[i]).abs() <= tol,
