@@ -275,7 +275,8 @@ def main() -> None:
             "cpu_build": "GGML_NATIVE=OFF AVX AVX2 FMA F16C; AVX512/AMX off",
         },
         "tokenizer": {"add_bos": add_bos, "bos_id": bos, "eos_id": eos, "n_vocab": n_vocab,
-                      "gguf_add_bos_token": md.get("tokenizer.ggml.add_bos_token"),
+                      "gguf_add_bos_token": {"true": True, "false": False}.get(
+                          md.get("tokenizer.ggml.add_bos_token"), md.get("tokenizer.ggml.add_bos_token")),
                       "model": md.get("tokenizer.ggml.model"), "pre": md.get("tokenizer.ggml.pre")},
         "text_file": str(args.text.relative_to(REPO)) if args.text.is_relative_to(REPO) else str(args.text),
         "text_sha256": sha256_of(args.text),
