@@ -1,5 +1,6 @@
 //! `oxinfer`: run, chat with, measure and inspect local models.
 
+mod bench;
 mod chat;
 mod common;
 mod info;
@@ -29,6 +30,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Describe a model: architecture, parameters, tensor formats, context, template.
     Info(info::InfoArgs),
+    /// Prompt-processing and generation speed (like llama-bench); --memory for bandwidth.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Info(a) => info::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

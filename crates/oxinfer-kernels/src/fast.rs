@@ -87,8 +87,20 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
                 }
                 Acts::Q8(q) => {
                     let per = cols / 32;
-                    for (ti, a) in acc.iter_mut().enumerate() {
-                        *a = vecdot::dot_q8(format, row, &q[ti * per..(ti + 1) * per], isa);
+                    let tok = |ti: usize| &q[ti * per..(ti + 1) * per];
+                    let mut ti = 0;
+                    while ti + 4 <= t {
+                        let r4 = vecdot::dot_q8_x4(
+                            format,
+                            row,
+                            [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)],
+                            isa,
+                        );
+                        acc[ti..ti + 4].copy_from_slice(&r4);
+                        ti += 4;
+                    }
+                    for (k, a) in acc.iter_mut().enumerate().skip(ti) {
+                        *a = vecdot::dot_q8(format, row, tok(k), isa);
                     }
                 }
                 Acts::Q8K(q) => {

@@ -3,7 +3,6 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::KBlock;
-use crate::dequant::f16_at;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;
@@ -61,13 +60,6 @@ fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 }
 
-/// Σ of i8 × i8 products in 8 i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn dot_i8_i8(a: __m256i, b: __m256i) -> __m256i {
-    dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
-}
-
 /// See `super::dot_float`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_float(format: WeightFormat, w: &[u8], x: &[f32]) -> f32 {
@@ -113,52 +105,126 @@ unsafe fn bf16x8(p: *const u8) -> __m256 {
     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
 }
 
+/// Format codes for the const-generic kernel (one monomorphized loop per format).
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// The f16 at `p`, converted by the F16C unit.
+#[inline(always)]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`; the enclosing kernel has f16c.
+    unsafe {
+        let h = std::ptr::read_unaligned(p as *const u16);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+    }
+}
+
 /// See `super::dot_q8`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8]) -> f32 {
-    let bb = format.block_bytes();
-    let mut acc = _mm256_setzero_ps();
-    let mut summ = 0f32;
-    for (b, y) in w.chunks_exact(bb).zip(x) {
-        // SAFETY: `b` is one whole block of `format` (bb bytes), `y.qs` holds 32 bytes.
-        let yq = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
-        let p = b.as_ptr();
-        let (d, sumi) = match format {
-            WeightFormat::Q4_0 => {
-                // SAFETY: qs at offset 2, 16 bytes.
-                let q = _mm256_sub_epi8(unsafe { nibbles_32(p.add(2)) }, _mm256_set1_epi8(8));
-                (f16_at(b, 0), dot_i8_i8(q, yq))
-            }
-            WeightFormat::Q4_1 => {
-                summ += f16_at(b, 2) * y.s;
-                // SAFETY: qs at offset 4, 16 bytes.
-                (f16_at(b, 0), dot_u8_i8(unsafe { nibbles_32(p.add(4)) }, yq))
-            }
-            WeightFormat::Q5_0 => {
-                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                // High bit clear → nibble - 16 (as i8: nibble | 0xF0); set → nibble.
-                let hi = _mm256_andnot_si256(bits_32(qh), _mm256_set1_epi8(0xF0u8 as i8));
-                // SAFETY: qs at offset 6, 16 bytes.
-                let q = _mm256_or_si256(unsafe { nibbles_32(p.add(6)) }, hi);
-                (f16_at(b, 0), dot_i8_i8(q, yq))
-            }
-            WeightFormat::Q5_1 => {
-                summ += f16_at(b, 2) * y.s;
-                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-                let hi = _mm256_and_si256(bits_32(qh), _mm256_set1_epi8(0x10));
-                // SAFETY: qs at offset 8, 16 bytes.
-                let q = _mm256_or_si256(unsafe { nibbles_32(p.add(8)) }, hi);
-                (f16_at(b, 0), dot_u8_i8(q, yq))
-            }
-            _ => {
-                // Q8_0. SAFETY: qs at offset 2, 32 bytes.
-                let q = unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) };
-                (f16_at(b, 0), dot_i8_i8(q, yq))
-            }
-        };
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi), acc);
+    let mut out = [0f32; 1];
+    // SAFETY: same contract as this function.
+    unsafe { dot_q8_multi::<1>(format, w, [x], &mut out) };
+    out[0]
+}
+
+/// `N` tokens at once: each weight block is unpacked once and dotted with every token's block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q8_multi<const N: usize>(
+    format: WeightFormat,
+    w: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) {
+    // SAFETY: forwarded contract; each instantiation requires the same features.
+    unsafe {
+        match format {
+            WeightFormat::Q4_0 => dot_q8_impl::<Q4_0, N>(w, xs, out),
+            WeightFormat::Q4_1 => dot_q8_impl::<Q4_1, N>(w, xs, out),
+            WeightFormat::Q5_0 => dot_q8_impl::<Q5_0, N>(w, xs, out),
+            WeightFormat::Q5_1 => dot_q8_impl::<Q5_1, N>(w, xs, out),
+            _ => dot_q8_impl::<Q8_0, N>(w, xs, out),
+        }
     }
-    hsum_ps(acc) + summ
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_impl<const F: u8, const N: usize>(
+    w: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) {
+    let bb = match F {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    };
+    let nb = w.len() / bb;
+    for x in &xs {
+        assert!(x.len() >= nb, "activation row shorter than the weight row");
+    }
+    let unsigned = F == Q4_1 || F == Q5_1;
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut summ = [0f32; N];
+    let mut p = w.as_ptr();
+    for i in 0..nb {
+        // SAFETY: block i spans bytes [i*bb, (i+1)*bb) of `w` (nb = w.len() / bb); the offsets
+        // below follow each format's layout; every xs[k] has at least nb blocks (asserted).
+        unsafe {
+            let (q, d, m) = match F {
+                Q4_0 => (
+                    _mm256_sub_epi8(nibbles_32(p.add(2)), _mm256_set1_epi8(8)),
+                    f16_ptr(p),
+                    0.0,
+                ),
+                Q4_1 => (nibbles_32(p.add(4)), f16_ptr(p), f16_ptr(p.add(2))),
+                Q5_0 => {
+                    let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
+                    // High bit clear → nibble - 16 (as i8: nibble | 0xF0); set → nibble.
+                    let hi = _mm256_andnot_si256(bits_32(qh), _mm256_set1_epi8(0xF0u8 as i8));
+                    (_mm256_or_si256(nibbles_32(p.add(6)), hi), f16_ptr(p), 0.0)
+                }
+                Q5_1 => {
+                    let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
+                    let hi = _mm256_and_si256(bits_32(qh), _mm256_set1_epi8(0x10));
+                    (
+                        _mm256_or_si256(nibbles_32(p.add(8)), hi),
+                        f16_ptr(p),
+                        f16_ptr(p.add(2)),
+                    )
+                }
+                _ => (
+                    _mm256_loadu_si256(p.add(2) as *const __m256i),
+                    f16_ptr(p),
+                    0.0,
+                ),
+            };
+            let qa = if unsigned { q } else { _mm256_sign_epi8(q, q) };
+            for k in 0..N {
+                let y = xs[k].get_unchecked(i);
+                let yq = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let yq = if unsigned {
+                    yq
+                } else {
+                    _mm256_sign_epi8(yq, q)
+                };
+                let sumi = dot_u8_i8(qa, yq);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi), acc[k]);
+                if unsigned {
+                    summ[k] += m * y.s;
+                }
+            }
+            p = p.add(bb);
+        }
+    }
+    for k in 0..N {
+        out[k] = hsum_ps(acc[k]) + summ[k];
+    }
 }
 
 /// See `super::dot_kblock`.

@@ -92,6 +92,21 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
     }
 }
 
+/// Dot products of one row of a 32-weight format with four tokens' activations at once (the
+/// weight blocks are unpacked once for the four).
+pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) -> [f32; 4] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let mut out = [0f32; 4];
+            // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2, fma and f16c.
+            unsafe { avx2::dot_q8_multi::<4>(format, w, xs, &mut out) };
+            out
+        }
+        _ => xs.map(|x| scalar::dot_q8(format, w, x)),
+    }
+}
+
 /// Dot product of an unpacked K-quant super-block with one [`BlockQ8K`].
 pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K, isa: Isa) -> f32 {
     match isa {

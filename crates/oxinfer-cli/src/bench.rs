@@ -1,0 +1,250 @@
+//! `oxinfer bench`: prompt-processing and generation speed like llama-bench (mean ± standard
+//! deviation of tok/s over repetitions, markdown or JSON), and `--memory`: measured read
+//! bandwidth and the decode ceiling it implies for a model.
+
+use crate::common::ModelArgs;
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use oxinfer::Model;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt lengths to test (pp), comma-separated; 0 skips.
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Tokens to generate (tg); 0 skips.
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub reps: usize,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Md)]
+    pub output: Output,
+    /// Measure memory read bandwidth (and, with -m, the decode ceiling it implies).
+    #[arg(long)]
+    pub memory: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Output {
+    Md,
+    Json,
+}
+
+struct Row {
+    test: String,
+    n_prompt: usize,
+    n_gen: usize,
+    samples: Vec<f64>,
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Deterministic token ids spread over the vocabulary.
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn run_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
+    let lm = model.lm();
+    let ids = tokens(n, model.config().vocab_size, seed);
+    let mut cache = lm.new_cache(n);
+    let t0 = Instant::now();
+    for chunk in ids.chunks(oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK) {
+        lm.forward(chunk, &mut cache, false)?;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn run_tg(model: &Model, n: usize, seed: u64) -> Result<f64> {
+    let lm = model.lm();
+    let ids = tokens(n, model.config().vocab_size, seed);
+    let mut cache = lm.new_cache(n + 1);
+    let t0 = Instant::now();
+    for &id in &ids {
+        lm.forward(&[id], &mut cache, false)?;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// Bytes of weights a decode step reads: every matrix once, the embedding table one row
+/// (unless it is also the output head).
+fn bytes_per_token(model: &Model) -> u64 {
+    let info = model.info();
+    let c = model.config();
+    let embed = (c.vocab_size * c.hidden_size) as f64 / info.parameters.max(1) as f64
+        * info.file_size as f64;
+    if c.tie_embeddings {
+        info.file_size
+    } else {
+        (info.file_size as f64 - embed) as u64
+    }
+}
+
+/// Read bandwidth in GB/s over a 1 GiB buffer: one thread, then every pool thread.
+fn memory_bandwidth() -> (f64, f64) {
+    const SIZE: usize = 1 << 30;
+    let buf: Vec<u64> = (0..SIZE / 8).map(|i| i as u64).collect();
+    let read = |part: &[u64]| -> u64 { part.iter().fold(0u64, |a, &b| a.wrapping_add(b)) };
+    let best = |f: &dyn Fn() -> u64| {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            std::hint::black_box(f());
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        SIZE as f64 / best / 1e9
+    };
+    let single = best(&|| read(&buf));
+    let parts = 64;
+    let per = buf.len() / parts;
+    let all = best(&|| {
+        let sum = std::sync::atomic::AtomicU64::new(0);
+        oxinfer_kernels::pool::parallel_for(parts, &|i| {
+            let s = read(&buf[i * per..(i + 1) * per]);
+            sum.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
+        });
+        sum.into_inner()
+    });
+    (single, all)
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    if a.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    if a.memory {
+        let (one, all) = memory_bandwidth();
+        println!(
+            "memory read bandwidth: {one:.1} GB/s (1 thread), {all:.1} GB/s ({} threads)",
+            oxinfer_kernels::pool::pool_threads()
+        );
+        if a.model.model.is_some() {
+            let model = a.model.load()?;
+            let b = bytes_per_token(&model);
+            println!(
+                "decode ceiling for {}: {:.1} MB read per token → {:.1} tok/s",
+                model.path().display(),
+                b as f64 / 1e6,
+                all * 1e9 / b as f64
+            );
+        }
+        return Ok(());
+    }
+    let model = a.model.load()?;
+    let threads = oxinfer_kernels::pool::pool_threads();
+    let mut rows = Vec::new();
+    for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
+        if p > model.config().context_length {
+            bail!(
+                "-p {p} exceeds the model's context ({})",
+                model.config().context_length
+            );
+        }
+        run_pp(&model, p.min(32), 0)?; // warm-up
+        let samples = (0..a.reps)
+            .map(|r| run_pp(&model, p, r as u64 + 1))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(Row {
+            test: format!("pp{p}"),
+            n_prompt: p,
+            n_gen: 0,
+            samples,
+        });
+    }
+    for &n in a.n_gen.iter().filter(|&&n| n > 0) {
+        run_tg(&model, n.min(8), 0)?; // warm-up
+        let samples = (0..a.reps)
+            .map(|r| run_tg(&model, n, r as u64 + 1))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(Row {
+            test: format!("tg{n}"),
+            n_prompt: 0,
+            n_gen: n,
+            samples,
+        });
+    }
+    let info = model.info();
+    let model_type = format!(
+        "{} {:.0}M {}",
+        info.architecture,
+        info.parameters as f64 / 1e6,
+        info.config.dtype.clone().unwrap_or_default()
+    );
+    let backend = format!("CPU ({})", oxinfer_kernels::vecdot::detected_isa().name());
+    let name = model
+        .path()
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match a.output {
+        Output::Md => {
+            println!("| model | size | params | backend | threads | test | t/s |");
+            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+            for r in &rows {
+                let (m, s) = mean_std(&r.samples);
+                println!(
+                    "| {model_type} | {:.2} MiB | {:.2} M | {backend} | {threads} | {} | {m:.2} ± {s:.2} |",
+                    info.file_size as f64 / 1048576.0,
+                    info.parameters as f64 / 1e6,
+                    r.test
+                );
+            }
+        }
+        Output::Json => {
+            let out: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| {
+                    let (m, s) = mean_std(&r.samples);
+                    serde_json::json!({
+                        "model_filename": name,
+                        "model_type": model_type,
+                        "model_size": info.file_size,
+                        "model_n_params": info.parameters,
+                        "backends": backend,
+                        "n_threads": threads,
+                        "n_prompt": r.n_prompt,
+                        "n_gen": r.n_gen,
+                        "test": r.test,
+                        "avg_ts": m,
+                        "stddev_ts": s,
+                        "samples_ts": r.samples,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+    }
+    Ok(())
+}
