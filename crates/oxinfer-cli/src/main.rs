@@ -3,6 +3,7 @@
 mod bench;
 mod chat;
 mod common;
+mod devices;
 mod info;
 mod npy;
 mod perplexity;
@@ -32,6 +33,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Prompt-processing and generation speed (like llama-bench); --memory for bandwidth.
     Bench(bench::BenchArgs),
+    /// The CPU (features, cores, memory), the kernels chosen for it, and accelerators.
+    Devices,
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => perplexity::run(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Devices => devices::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

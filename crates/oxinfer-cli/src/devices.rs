@@ -1,0 +1,101 @@
+//! `oxinfer devices`: the CPU (architecture, model, features, cores, memory), the kernel set
+//! chosen for it, and accelerators.
+
+use anyhow::Result;
+
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+fn memory_gib() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: f64 = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1048576.0)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    macro_rules! probe {
+        ($($name:tt),* $(,)?) => {$(
+            if std::is_x86_feature_detected!($name) {
+                f.push($name);
+            }
+        )*};
+    }
+    probe!(
+        "sse4.2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512dq",
+        "avx512vnni",
+        "avx512bf16",
+        "avx512fp16",
+        "avxvnni",
+    );
+    // AMX detection is not stable in std: read the kernel's flags.
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        if let Some(flags) = info.lines().find(|l| l.starts_with("flags")) {
+            for amx in ["amx_tile", "amx_int8", "amx_bf16"] {
+                if flags.split_whitespace().any(|w| w == amx) {
+                    f.push(amx);
+                }
+            }
+        }
+    }
+    f
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn features() -> Vec<&'static str> {
+    Vec::new()
+}
+
+pub fn run() -> Result<()> {
+    println!("CPU");
+    println!("  architecture: {}", std::env::consts::ARCH);
+    if let Some(m) = cpu_model() {
+        println!("  model:        {m}");
+    }
+    println!(
+        "  threads:      {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if let Some(g) = memory_gib() {
+        println!("  memory:       {g:.1} GiB");
+    }
+    println!("  features:     {}", features().join(" "));
+    let set = oxinfer_kernels::kernel_set();
+    let isa = oxinfer_kernels::vecdot::detected_isa();
+    println!(
+        "  kernels:      {} ({}; OXINFER_KERNELS={})",
+        match set {
+            oxinfer_kernels::KernelSet::Scalar => "scalar reference",
+            oxinfer_kernels::KernelSet::Auto => "int8 activations, SIMD dot products",
+        },
+        if set == oxinfer_kernels::KernelSet::Scalar {
+            "scalar"
+        } else {
+            isa.name()
+        },
+        set.name()
+    );
+    println!("GPU");
+    println!("  none: this build has no GPU backend yet");
+    Ok(())
+}
