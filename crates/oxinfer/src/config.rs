@@ -14,6 +14,16 @@ use std::path::Path;
 pub enum Arch {
     /// Llama 2/3, SmolLM, Mistral-style decoders (RMSNorm, RoPE, GQA, SwiGLU).
     Llama,
+    /// Qwen2 / Qwen2.5 / DeepSeek-R1-Distill-Qwen: Llama blocks with q/k/v biases, NeoX RoPE.
+    Qwen2,
+    /// Qwen3 dense: Llama blocks with per-head QK RMSNorm, NeoX RoPE.
+    Qwen3,
+    /// Qwen 3.5 hybrid: Gated DeltaNet layers and gated full-attention layers.
+    Qwen35,
+    /// Qwen 3.5 hybrid with routed + shared experts.
+    Qwen35Moe,
+    /// Gemma 3 text decoder (sliding/global layers, QK norms, pre/post norms, GeGLU).
+    Gemma3,
 }
 
 impl Arch {
@@ -21,15 +31,26 @@ impl Arch {
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
     /// Names accepted in error messages.
-    pub const SUPPORTED: &'static str = "llama (Llama, SmolLM, Mistral)";
+    pub const SUPPORTED: &'static str =
+        "llama (Llama, SmolLM, Mistral), qwen2, qwen3, qwen35 (Qwen 3.5), qwen35moe, gemma3 (Gemma 3 text)";
 
     fn from_gguf(name: &str) -> Option<Self> {
         match name {
             "llama" | "mistral" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            "qwen35" => Some(Arch::Qwen35),
+            "qwen35moe" => Some(Arch::Qwen35Moe),
+            "gemma3" => Some(Arch::Gemma3),
             _ => None,
         }
     }
@@ -37,6 +58,11 @@ impl Arch {
     fn from_hf(model_type: &str) -> Option<Self> {
         match model_type {
             "llama" | "mistral" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            "qwen3_5" | "qwen3_5_text" => Some(Arch::Qwen35),
+            "qwen3_5_moe" | "qwen3_5_moe_text" => Some(Arch::Qwen35Moe),
+            "gemma3" | "gemma3_text" => Some(Arch::Gemma3),
             _ => None,
         }
     }
@@ -204,6 +230,8 @@ impl ModelConfig {
         };
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 | Arch::Qwen35Moe => RopeStyle::Half,
+            Arch::Gemma3 => RopeStyle::Half,
         };
         ModelConfig {
             arch,
@@ -213,7 +241,10 @@ impl ModelConfig {
             n_heads,
             n_kv_heads,
             head_dim,
-            intermediate_size: req("feed_forward_length")?,
+            intermediate_size: match g.get_u64(&key("feed_forward_length"))? {
+                Some(v) => v as usize,
+                None => req("expert_feed_forward_length")?,
+            },
             norm_eps: g
                 .get_f64(&key("attention.layer_norm_rms_epsilon"))?
                 .unwrap_or(1e-5) as f32,
@@ -288,7 +319,11 @@ impl ModelConfig {
         };
 
         // transformers 5: `rope_parameters` holds theta and scaling; older: top-level fields.
-        let rope_params = c.get("rope_parameters").filter(|v| v.is_object());
+        // Per-layer-type parameters (Gemma 3/4): the global layers' entry is the model's RoPE.
+        let rope_params = c
+            .get("rope_parameters")
+            .filter(|v| v.is_object())
+            .map(|p| p.get("full_attention").filter(|v| v.is_object()).unwrap_or(p));
         let rope_scaling = c.get("rope_scaling").filter(|v| v.is_object());
         let theta = f64_field(
             rope_params
@@ -301,7 +336,11 @@ impl ModelConfig {
             None => RopeScaling::None,
             Some(s) => parse_rope_scaling(path, s)?,
         };
-        let partial = f64_field(c.get("partial_rotary_factor"), "partial_rotary_factor")?;
+        let partial = f64_field(
+            c.get("partial_rotary_factor")
+                .or(rope_params.and_then(|p| p.get("partial_rotary_factor"))),
+            "partial_rotary_factor",
+        )?;
         let rope_dim = partial.map_or(head_dim, |p| (head_dim as f64 * p) as usize);
 
         let eos_token_ids = match c.get("eos_token_id").or(json.get("eos_token_id")) {
@@ -321,7 +360,10 @@ impl ModelConfig {
             n_heads,
             n_kv_heads,
             head_dim,
-            intermediate_size: req("intermediate_size")?,
+            intermediate_size: match usize_field("intermediate_size")? {
+                Some(v) => v,
+                None => req("moe_intermediate_size")?,
+            },
             norm_eps: f64_field(c.get("rms_norm_eps"), "rms_norm_eps")?.unwrap_or(1e-6) as f32,
             rope: RopeConfig {
                 theta,
@@ -330,7 +372,10 @@ impl ModelConfig {
                 scaling,
             },
             context_length: usize_field("max_position_embeddings")?.unwrap_or(2048),
-            sliding_window: usize_field("sliding_window")?.filter(|&w| w > 0),
+            // Qwen2/3 write a window with `use_sliding_window: false`: then there is none.
+            sliding_window: usize_field("sliding_window")?
+                .filter(|&w| w > 0)
+                .filter(|_| c.get("use_sliding_window").and_then(Value::as_bool) != Some(false)),
             tie_embeddings: c
                 .get("tie_word_embeddings")
                 .or(json.get("tie_word_embeddings"))

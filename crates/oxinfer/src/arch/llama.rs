@@ -1,6 +1,7 @@
-//! Llama-family decoder (Llama 2/3, SmolLM, Mistral-style): pre-norm blocks of RMSNorm →
-//! GQA attention with RoPE → residual, RMSNorm → SwiGLU MLP → residual; final RMSNorm and
-//! an output head (tied to the embedding or not).
+//! Llama-family decoder (Llama 2/3, SmolLM, Mistral-style, Qwen2, Qwen3): pre-norm blocks of
+//! RMSNorm → GQA attention with RoPE → residual, RMSNorm → SwiGLU MLP → residual; final RMSNorm
+//! and an output head (tied to the embedding or not). Qwen2's q/k/v biases and Qwen3's per-head
+//! QK norms are loaded when the checkpoint has them (see [`SelfAttention`]).
 
 use super::batch::{self, SeqBatch};
 use super::CausalLm;
@@ -8,16 +9,9 @@ use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
-    attention, Activation, AttentionParams, Embedding, GatedMlp, KvCache, Linear, RmsNorm, Rope,
+    Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
+    Rope, SelfAttention, SeqRows,
 };
-
-/// The attention half of a decoder block.
-struct SelfAttention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-}
 
 struct Block {
     attn_norm: RmsNorm,
@@ -78,17 +72,21 @@ impl Llama {
             }
         }
         let rope = Rope::new(&cfg.rope, freq_factors.as_deref());
+        let attn_shape = AttentionShape {
+            dim: d,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            norm_eps: cfg.norm_eps,
+            qk_norm_unit_offset: false,
+            output_gate: false,
+        };
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let name = |part: &str| naming.layer(i, part);
             blocks.push(Block {
                 attn_norm: RmsNorm::load(store, &name("attn_norm"), d, cfg.norm_eps, false)?,
-                attn: SelfAttention {
-                    q: Linear::load(store, &name("attn_q"), cfg.n_heads * hd, d)?,
-                    k: Linear::load(store, &name("attn_k"), cfg.n_kv_heads * hd, d)?,
-                    v: Linear::load(store, &name("attn_v"), cfg.n_kv_heads * hd, d)?,
-                    o: Linear::load(store, &name("attn_output"), d, cfg.n_heads * hd)?,
-                },
+                attn: SelfAttention::load(store, &name, attn_shape)?,
                 ffn_norm: RmsNorm::load(store, &name("ffn_norm"), d, cfg.norm_eps, false)?,
                 mlp: GatedMlp::load(
                     store,
@@ -137,34 +135,27 @@ impl CausalLm for Llama {
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
-        let (d, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
-        let (q_row, kv_row) = (self.cfg.n_heads * hd, self.cfg.n_kv_heads * hd);
+        let d = self.cfg.hidden_size;
         let params = self.attn_params();
         let mut x = self.embed.forward(&ids)?;
-        let mut a = vec![0f32; t * q_row];
+        let mut seqs: Vec<SeqRows<'_>> = batch
+            .iter_mut()
+            .zip(&spans)
+            .map(|(s, sp)| SeqRows {
+                row: sp.row,
+                len: sp.len,
+                cache: &mut *s.cache,
+            })
+            .collect();
         for (li, b) in self.blocks.iter().enumerate() {
             let h = b.attn_norm.forward(&x);
-            let mut q = b.attn.q.forward(&h, t);
-            let mut k = b.attn.k.forward(&h, t);
-            let v = b.attn.v.forward(&h, t);
-            for (s, sp) in batch.iter_mut().zip(&spans) {
-                let rows = sp.row..sp.row + sp.len;
-                let q = &mut q[rows.start * q_row..rows.end * q_row];
-                let k = &mut k[rows.start * kv_row..rows.end * kv_row];
-                self.rope.apply(q, sp.len, self.cfg.n_heads, hd, sp.pos0);
-                self.rope.apply(k, sp.len, self.cfg.n_kv_heads, hd, sp.pos0);
-                s.cache
-                    .append(li, k, &v[rows.start * kv_row..rows.end * kv_row]);
-                let lc = &s.cache.layers[li];
-                let out = attention(q, &lc.k, &lc.v, sp.len, sp.pos0, &params);
-                a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
-            }
-            let o = b.attn.o.forward(&a, t);
+            let o = b.attn.forward(&h, t, li, &mut seqs, &self.rope, &params);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             let h = b.ffn_norm.forward(&x);
             let m = b.mlp.forward(&h, t);
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
+        drop(seqs);
         for (s, sp) in batch.iter_mut().zip(&spans) {
             s.cache.advance(sp.len);
         }

@@ -5,7 +5,9 @@
 //! batching); [`CausalLm::forward`] is the one-sequence case.
 
 pub mod batch;
+pub mod gemma;
 pub mod llama;
+pub mod qwen35;
 
 pub use batch::{SeqBatch, SeqSpan};
 
@@ -46,8 +48,11 @@ pub fn load(
     naming: Naming,
     src: &ConfigSource<'_>,
 ) -> Result<Box<dyn CausalLm>, LoadError> {
-    let _ = src;
     Ok(match cfg.arch {
-        Arch::Llama => Box::new(llama::Llama::load(cfg, store, naming)?),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Box::new(llama::Llama::load(cfg, store, naming)?)
+        }
+        Arch::Qwen35 | Arch::Qwen35Moe => Box::new(qwen35::Qwen35::load(cfg, store, naming, src)?),
+        Arch::Gemma3 => Box::new(gemma::gemma3::Gemma3::load(cfg, store, naming, src)?),
     })
 }

@@ -3,17 +3,21 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod gated_delta;
 pub mod kv_cache;
 pub mod linear;
 pub mod mlp;
+pub mod moe;
 pub mod norm;
 pub mod parallel;
 pub mod rope;
+pub mod self_attention;
 
 pub use attention::{attention, AttentionParams};
 pub use embedding::Embedding;
-pub use kv_cache::{KvCache, LayerCache};
+pub use kv_cache::{KvCache, LayerCache, RecurrentState};
 pub use linear::Linear;
 pub use mlp::{Activation, GatedMlp};
 pub use norm::RmsNorm;
 pub use rope::Rope;
+pub use self_attention::{AttentionShape, SelfAttention, SeqRows};

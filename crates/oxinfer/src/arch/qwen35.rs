@@ -1,0 +1,376 @@
+//! Qwen 3.5 hybrid decoder (transformers `qwen3_5` / `qwen3_5_moe` text model, llama.cpp
+//! `qwen35` / `qwen35moe`): pre-norm blocks whose token mixer is either a Gated DeltaNet
+//! (linear attention with a fixed-size recurrent state) or gated full attention (QK-norm,
+//! partial RoPE, sigmoid output gate, GQA), followed by a SwiGLU MLP or a sparse MoE with a
+//! shared expert. Norms are zero-centred (`1 + w`) in transformers' checkpoints; llama.cpp's
+//! converter stores `1 + w`.
+
+use super::batch::{self, SeqBatch};
+use super::CausalLm;
+use crate::config::{ConfigSource, ModelConfig};
+use crate::error::{LoadError, Result};
+use crate::loader::{Naming, TensorStore, TensorView};
+use crate::nn::gated_delta::{DeltaNames, DeltaShape, GatedDeltaNet};
+use crate::nn::moe::SparseMoe;
+use crate::nn::{
+    Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
+    Rope, SelfAttention, SeqRows,
+};
+use std::path::Path;
+
+enum Mixer {
+    Attention(SelfAttention),
+    Delta(GatedDeltaNet),
+}
+
+enum Ffn {
+    Dense(GatedMlp),
+    Moe(SparseMoe),
+}
+
+struct Layer {
+    norm1: RmsNorm,
+    mixer: Mixer,
+    norm2: RmsNorm,
+    ffn: Ffn,
+}
+
+/// A loaded Qwen 3.5 (dense or MoE) model.
+pub struct Qwen35 {
+    cfg: ModelConfig,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    head: Linear,
+    rope: Rope,
+    /// Recurrent state sizes per layer (zero for attention layers).
+    state_sizes: Vec<(usize, usize)>,
+}
+
+/// transformers' multimodal checkpoints keep the text model under `model.language_model.`.
+struct Prefixed<'a> {
+    inner: &'a dyn TensorStore,
+    prefix: &'static str,
+}
+
+impl TensorStore for Prefixed<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn get(&self, name: &str) -> Option<Result<TensorView, LoadError>> {
+        match name.strip_prefix("model.") {
+            Some(rest) => self.inner.get(&format!("{}{rest}", self.prefix)),
+            None => self.inner.get(name),
+        }
+    }
+}
+
+/// Per-layer tensor names in either spelling, by GGUF part name.
+fn layer_name(naming: Naming, i: usize, gguf_part: &str) -> String {
+    match naming {
+        Naming::Gguf => match gguf_part {
+            "ssm_dt" => format!("blk.{i}.ssm_dt.bias"),
+            "ssm_a" => format!("blk.{i}.ssm_a"),
+            p => format!("blk.{i}.{p}.weight"),
+        },
+        Naming::Hf => {
+            let hf = match gguf_part {
+                "post_attention_norm" => "post_attention_layernorm.weight",
+                "attn_qkv" => "linear_attn.in_proj_qkv.weight",
+                "attn_gate" => "linear_attn.in_proj_z.weight",
+                "ssm_beta" => "linear_attn.in_proj_b.weight",
+                "ssm_alpha" => "linear_attn.in_proj_a.weight",
+                "ssm_conv1d" => "linear_attn.conv1d.weight",
+                "ssm_dt" => "linear_attn.dt_bias",
+                "ssm_a" => "linear_attn.A_log",
+                "ssm_norm" => "linear_attn.norm.weight",
+                "ssm_out" => "linear_attn.out_proj.weight",
+                "ffn_gate_inp" => "mlp.gate.weight",
+                "ffn_gate_up_exps" => "mlp.experts.gate_up_proj",
+                "ffn_gate_exps" => "mlp.experts.gate_proj",
+                "ffn_up_exps" => "mlp.experts.up_proj",
+                "ffn_down_exps" => "mlp.experts.down_proj",
+                "ffn_gate_shexp" => "mlp.shared_expert.gate_proj.weight",
+                "ffn_up_shexp" => "mlp.shared_expert.up_proj.weight",
+                "ffn_down_shexp" => "mlp.shared_expert.down_proj.weight",
+                "ffn_gate_inp_shexp" => "mlp.shared_expert_gate.weight",
+                p => return Naming::Hf.layer(i, p),
+            };
+            format!("model.layers.{i}.{hf}")
+        }
+    }
+}
+
+/// Which layers are full attention: `layer_types` (config.json) or every
+/// `full_attention_interval`-th layer (default 4).
+fn full_attention_layers(
+    cfg: &ModelConfig,
+    src: &ConfigSource<'_>,
+) -> Result<Vec<bool>, LoadError> {
+    if let Some(types) = src.json("layer_types").and_then(|v| v.as_array()) {
+        if types.len() != cfg.n_layers {
+            return Err(LoadError::field(
+                src.path(),
+                format!(
+                    "layer_types has {} entries for {} layers",
+                    types.len(),
+                    cfg.n_layers
+                ),
+            ));
+        }
+        return types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("full_attention") => Ok(true),
+                Some("linear_attention") => Ok(false),
+                _ => Err(LoadError::field(
+                    src.path(),
+                    format!("unknown layer type {t}"),
+                )),
+            })
+            .collect();
+    }
+    let every = src
+        .usize("full_attention_interval", "full_attention_interval")?
+        .unwrap_or(4)
+        .max(1);
+    Ok((0..cfg.n_layers).map(|i| (i + 1) % every == 0).collect())
+}
+
+impl Qwen35 {
+    pub fn load(
+        cfg: &ModelConfig,
+        store: &dyn TensorStore,
+        naming: Naming,
+        src: &ConfigSource<'_>,
+    ) -> Result<Self, LoadError> {
+        let prefixed = Prefixed {
+            inner: store,
+            prefix: "model.language_model.",
+        };
+        let store: &dyn TensorStore = if naming == Naming::Hf
+            && store
+                .get("model.language_model.embed_tokens.weight")
+                .is_some()
+        {
+            &prefixed
+        } else {
+            store
+        };
+        let gguf = naming == Naming::Gguf;
+        // transformers stores `w` of `1 + w` norms; llama.cpp's converter stores `1 + w`.
+        let offset = !gguf;
+        let (d, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.norm_eps);
+        let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
+        let embed = Embedding::new(embed_view.clone(), 1.0)?;
+        let head = match store.get(&naming.global("output")) {
+            Some(w) if !cfg.tie_embeddings => Linear::from_view(w?, None)?,
+            _ => Linear::from_view(embed_view, None)?,
+        };
+        let full = full_attention_layers(cfg, src)?;
+        let req = |gk: &str, jk: &str| -> Result<usize, LoadError> {
+            src.usize(gk, jk)?
+                .ok_or_else(|| LoadError::field(src.path(), format!("'{jk}' / '{gk}' is missing")))
+        };
+        let delta = DeltaShape {
+            dim: d,
+            n_k_heads: req("ssm.group_count", "linear_num_key_heads")?,
+            k_dim: req("ssm.state_size", "linear_key_head_dim")?,
+            n_v_heads: req("ssm.time_step_rank", "linear_num_value_heads")?,
+            v_dim: if gguf {
+                req("ssm.inner_size", "")? / req("ssm.time_step_rank", "")?.max(1)
+            } else {
+                req("", "linear_value_head_dim")?
+            },
+            kernel: req("ssm.conv_kernel", "linear_conv_kernel_dim")?,
+            norm_eps: eps,
+            tiled_groups: gguf,
+        };
+        let attn = AttentionShape {
+            dim: d,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            norm_eps: eps,
+            qk_norm_unit_offset: offset,
+            output_gate: true,
+        };
+        let moe = if cfg.arch == crate::config::Arch::Qwen35Moe {
+            Some((
+                req("expert_count", "num_experts")?,
+                req("expert_used_count", "num_experts_per_tok")?,
+                req(
+                    "expert_shared_feed_forward_length",
+                    "shared_expert_intermediate_size",
+                )?,
+            ))
+        } else {
+            None
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        let mut state_sizes = Vec::with_capacity(cfg.n_layers);
+        for (i, &is_full) in full.iter().enumerate() {
+            let name = |p: &str| layer_name(naming, i, p);
+            let mixer = if is_full {
+                state_sizes.push((0, 0));
+                Mixer::Attention(SelfAttention::load(store, &name, attn)?)
+            } else {
+                state_sizes.push(delta.state_sizes());
+                let names = DeltaNames {
+                    qkv: name("attn_qkv"),
+                    z: name("attn_gate"),
+                    b: name("ssm_beta"),
+                    a: name("ssm_alpha"),
+                    conv: name("ssm_conv1d"),
+                    dt_bias: name("ssm_dt"),
+                    a_log: name("ssm_a"),
+                    norm: name("ssm_norm"),
+                    out: name("ssm_out"),
+                    a_is_negated_exp: gguf,
+                };
+                Mixer::Delta(GatedDeltaNet::load(store, &names, delta)?)
+            };
+            let ffn = match moe {
+                None => Ffn::Dense(GatedMlp::load(
+                    store,
+                    [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
+                    d,
+                    cfg.intermediate_size,
+                    Activation::Silu,
+                )?),
+                Some((n_exp, top_k, shared_ffn)) => {
+                    // transformers saves one tensor per expert; GGUF stacks them.
+                    let per_expert =
+                        |e: usize, p: &str| format!("model.layers.{i}.mlp.experts.{e}.{p}.weight");
+                    let experts = if naming == Naming::Hf
+                        && store.get(&per_expert(0, "gate_proj")).is_some()
+                    {
+                        (0..n_exp)
+                            .map(|e| {
+                                GatedMlp::load(
+                                    store,
+                                    [
+                                        &per_expert(e, "gate_proj"),
+                                        &per_expert(e, "up_proj"),
+                                        &per_expert(e, "down_proj"),
+                                    ],
+                                    d,
+                                    cfg.intermediate_size,
+                                    Activation::Silu,
+                                )
+                            })
+                            .collect::<Result<Vec<_>, _>>()?
+                    } else {
+                        SparseMoe::experts_from_stacked(
+                            store,
+                            Some(&name("ffn_gate_up_exps")),
+                            [&name("ffn_gate_exps"), &name("ffn_up_exps")],
+                            &name("ffn_down_exps"),
+                            n_exp,
+                            cfg.intermediate_size,
+                        )?
+                    };
+                    let shared = GatedMlp::load(
+                        store,
+                        [
+                            &name("ffn_gate_shexp"),
+                            &name("ffn_up_shexp"),
+                            &name("ffn_down_shexp"),
+                        ],
+                        d,
+                        shared_ffn,
+                        Activation::Silu,
+                    )?;
+                    let gate_name = name("ffn_gate_inp_shexp");
+                    let gate_view = store.require(&gate_name)?;
+                    let gate_view = TensorView {
+                        shape: vec![1, d],
+                        ..gate_view
+                    };
+                    Ffn::Moe(SparseMoe::new(
+                        Linear::load(store, &name("ffn_gate_inp"), n_exp, d)?,
+                        experts,
+                        top_k,
+                        Some((shared, Linear::from_view(gate_view, None)?)),
+                    )?)
+                }
+            };
+            layers.push(Layer {
+                norm1: RmsNorm::load(store, &name("attn_norm"), d, eps, offset)?,
+                mixer,
+                norm2: RmsNorm::load(store, &name("post_attention_norm"), d, eps, offset)?,
+                ffn,
+            });
+        }
+        Ok(Qwen35 {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm: RmsNorm::load(store, &naming.global("output_norm"), d, eps, offset)?,
+            head,
+            rope: Rope::new(&cfg.rope, None),
+            state_sizes,
+        })
+    }
+}
+
+impl CausalLm for Qwen35 {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(
+            self.cfg.n_layers,
+            self.cfg.n_kv_heads * self.cfg.head_dim,
+            capacity,
+        )
+        .with_recurrent(&self.state_sizes)
+    }
+
+    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
+        let (ids, spans) = batch::layout(batch)?;
+        let t = ids.len();
+        let d = self.cfg.hidden_size;
+        let params = AttentionParams {
+            n_heads: self.cfg.n_heads,
+            n_kv_heads: self.cfg.n_kv_heads,
+            head_dim: self.cfg.head_dim,
+            scale: 1.0 / (self.cfg.head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+        };
+        let mut x = self.embed.forward(&ids)?;
+        let mut seqs: Vec<SeqRows<'_>> = batch
+            .iter_mut()
+            .zip(&spans)
+            .map(|(s, sp)| SeqRows {
+                row: sp.row,
+                len: sp.len,
+                cache: &mut *s.cache,
+            })
+            .collect();
+        for (li, l) in self.layers.iter().enumerate() {
+            let h = l.norm1.forward(&x);
+            let o = match &l.mixer {
+                Mixer::Attention(a) => a.forward(&h, t, li, &mut seqs, &self.rope, &params),
+                Mixer::Delta(g) => g.forward(&h, t, li, &mut seqs),
+            };
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let h = l.norm2.forward(&x);
+            let m = match &l.ffn {
+                Ffn::Dense(m) => m.forward(&h, t),
+                Ffn::Moe(m) => m.forward(&h, t),
+            };
+            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+        }
+        drop(seqs);
+        for (s, sp) in batch.iter_mut().zip(&spans) {
+            s.cache.advance(sp.len);
+        }
+        let (rows, counts) = batch::logit_rows(&x, d, batch, &spans);
+        let h = self.norm.forward(&rows);
+        let logits = self.head.forward(&h, h.len() / d);
+        Ok(batch::split_logits(logits, self.cfg.vocab_size, &counts))
+    }
+}

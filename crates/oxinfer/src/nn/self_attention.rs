@@ -1,0 +1,139 @@
+//! The attention half of a decoder block, shared by the families that compose it: q/k/v
+//! projections (biases loaded when present), optional per-head QK RMSNorm before RoPE (Qwen3,
+//! Qwen 3.5), optional sigmoid output gate carried by the q projection (Qwen 3.5), RoPE, cached
+//! GQA attention per sequence, output projection.
+
+use super::{attention, AttentionParams, KvCache, Linear, RmsNorm, Rope};
+use crate::error::LoadError;
+use crate::loader::TensorStore;
+
+/// One sequence's rows in a stacked batch `[total, dim]` and the cache they extend. The cache
+/// still holds the previous positions only (it advances after the whole pass), so the new rows
+/// are at positions `cache.len() ..`.
+pub struct SeqRows<'c> {
+    /// First row in the stacked activations.
+    pub row: usize,
+    /// Number of new tokens.
+    pub len: usize,
+    pub cache: &'c mut KvCache,
+}
+
+/// Shape and variant of an attention block.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub dim: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub norm_eps: f32,
+    /// QK norms store `w` and compute with `1 + w` (zero-centred, Qwen 3.5 in transformers'
+    /// spelling).
+    pub qk_norm_unit_offset: bool,
+    /// The q projection yields, per head, `head_dim` query values then `head_dim` gate values;
+    /// the attention output is multiplied by `sigmoid(gate)` before the output projection.
+    pub output_gate: bool,
+}
+
+/// Projections and norms of one attention block.
+pub struct SelfAttention {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    /// Per-head RMSNorm of queries and keys before RoPE, when the checkpoint has them.
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    pub shape: AttentionShape,
+}
+
+impl SelfAttention {
+    /// Loads the block of one layer; `name(part)` maps a GGUF part name (`attn_q`, `attn_q_norm`,
+    /// ...) to the tensor's name in `store`. QK norms are loaded when present.
+    pub fn load(
+        store: &dyn TensorStore,
+        name: impl Fn(&str) -> String,
+        s: AttentionShape,
+    ) -> Result<Self, LoadError> {
+        let hd = s.head_dim;
+        let q_out = s.n_heads * hd * if s.output_gate { 2 } else { 1 };
+        let norm = |part: &str| -> Result<Option<RmsNorm>, LoadError> {
+            let n = name(part);
+            match store.get(&n) {
+                None => Ok(None),
+                Some(_) => {
+                    RmsNorm::load(store, &n, hd, s.norm_eps, s.qk_norm_unit_offset).map(Some)
+                }
+            }
+        };
+        Ok(SelfAttention {
+            q: Linear::load(store, &name("attn_q"), q_out, s.dim)?,
+            k: Linear::load(store, &name("attn_k"), s.n_kv_heads * hd, s.dim)?,
+            v: Linear::load(store, &name("attn_v"), s.n_kv_heads * hd, s.dim)?,
+            o: Linear::load(store, &name("attn_output"), s.dim, s.n_heads * hd)?,
+            q_norm: norm("attn_q_norm")?,
+            k_norm: norm("attn_k_norm")?,
+            shape: s,
+        })
+    }
+
+    /// `h` is the normed input `[t, dim]` of every sequence stacked; appends each sequence's
+    /// keys and values to layer `layer` of its cache and returns the block output `[t, dim]`
+    /// (before the residual add).
+    pub fn forward(
+        &self,
+        h: &[f32],
+        t: usize,
+        layer: usize,
+        seqs: &mut [SeqRows<'_>],
+        rope: &Rope,
+        params: &AttentionParams,
+    ) -> Vec<f32> {
+        let s = &self.shape;
+        let hd = s.head_dim;
+        let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+        let q_all = self.q.forward(h, t);
+        let (mut q, gate) = if s.output_gate {
+            // Per head: [query (hd) | gate (hd)].
+            let mut q = vec![0f32; t * q_row];
+            let mut g = vec![0f32; t * q_row];
+            for (i, row) in q_all.chunks_exact(2 * q_row).enumerate() {
+                for (hh, pair) in row.chunks_exact(2 * hd).enumerate() {
+                    let at = i * q_row + hh * hd;
+                    q[at..at + hd].copy_from_slice(&pair[..hd]);
+                    g[at..at + hd].copy_from_slice(&pair[hd..]);
+                }
+            }
+            (q, Some(g))
+        } else {
+            (q_all, None)
+        };
+        let mut k = self.k.forward(h, t);
+        let v = self.v.forward(h, t);
+        if let Some(n) = &self.q_norm {
+            n.forward_inplace(&mut q);
+        }
+        if let Some(n) = &self.k_norm {
+            n.forward_inplace(&mut k);
+        }
+        let mut a = vec![0f32; t * q_row];
+        for sq in seqs.iter_mut() {
+            let rows = sq.row..sq.row + sq.len;
+            let pos0 = sq.cache.len();
+            let q = &mut q[rows.start * q_row..rows.end * q_row];
+            let k = &mut k[rows.start * kv_row..rows.end * kv_row];
+            rope.apply(q, sq.len, s.n_heads, hd, pos0);
+            rope.apply(k, sq.len, s.n_kv_heads, hd, pos0);
+            sq.cache
+                .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
+            let lc = &sq.cache.layers[layer];
+            let out = attention(q, &lc.k, &lc.v, sq.len, pos0, params);
+            a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
+        }
+        if let Some(g) = gate {
+            for (a, g) in a.iter_mut().zip(&g) {
+                *a *= 1.0 / (1.0 + (-g).exp());
+            }
+        }
+        self.o.forward(&a, t)
+    }
+}
