@@ -5,7 +5,7 @@ use crate::format::WeightFormat;
 use crate::matmul::WeightMatrix;
 use crate::pool::{parallel_for, pool_threads};
 use crate::q8::{quantize_q8, quantize_q8k, BlockQ8, BlockQ8K};
-use crate::vecdot::{self, act_kind, unpack_k, ActKind, Isa, KBlock};
+use crate::vecdot::{self, act_kind, ActKind, Isa, KBlock};
 
 /// Raw pointer into a buffer whose disjoint parts are written by different tasks.
 struct SyncPtr<T>(*mut T);
@@ -113,7 +113,7 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
                         acc.fill(0.0);
                         let bb = format.block_bytes();
                         for (bi, b) in row.chunks_exact(bb).enumerate() {
-                            unpack_k(format, b, &mut kb);
+                            vecdot::unpack_k_isa(format, b, &mut kb, isa);
                             for (ti, a) in acc.iter_mut().enumerate() {
                                 *a += vecdot::dot_kblock(&kb, &q[ti * per + bi], isa);
                             }

@@ -261,3 +261,75 @@ pub unsafe fn dot_kblock(kb: &KBlock, y: &BlockQ8K) -> f32 {
     };
     y.d * (kb.d * sumi as f32 - kb.dmin * summ as f32)
 }
+
+/// Unpacks the quants of a Q4_K, Q5_K or Q6_K super-block with SIMD (scales and mins are
+/// decoded by the scalar unpacker, which then skips its quant loop). Other formats: `false`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn unpack_quants(format: WeightFormat, b: &[u8], q: &mut [i8; 256]) -> bool {
+    let lo = _mm256_set1_epi8(0x0F);
+    let out = q.as_mut_ptr() as *mut __m256i;
+    // SAFETY (all loads/stores): `b` is one whole super-block of `format` (checked by the
+    // caller's WeightMatrix); `q` holds 256 bytes = 8 stores of 32.
+    unsafe {
+        match format {
+            WeightFormat::Q4K | WeightFormat::Q5K => {
+                let (qs, qh) = if format == WeightFormat::Q4K {
+                    (b.as_ptr().add(16), None)
+                } else {
+                    (
+                        b.as_ptr().add(48),
+                        Some(_mm256_loadu_si256(b.as_ptr().add(16) as *const __m256i)),
+                    )
+                };
+                for p in 0..4 {
+                    let v = _mm256_loadu_si256(qs.add(32 * p) as *const __m256i);
+                    let mut l = _mm256_and_si256(v, lo);
+                    let mut h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), lo);
+                    if let Some(bits) = qh {
+                        let one = _mm256_set1_epi8(1);
+                        let s1 = _mm_cvtsi32_si128((2 * p) as i32);
+                        let s2 = _mm_cvtsi32_si128((2 * p + 1) as i32);
+                        let b1 = _mm256_and_si256(_mm256_srl_epi16(bits, s1), one);
+                        let b2 = _mm256_and_si256(_mm256_srl_epi16(bits, s2), one);
+                        l = _mm256_or_si256(l, _mm256_slli_epi16::<4>(b1));
+                        h = _mm256_or_si256(h, _mm256_slli_epi16::<4>(b2));
+                    }
+                    _mm256_storeu_si256(out.add(2 * p), l);
+                    _mm256_storeu_si256(out.add(2 * p + 1), h);
+                }
+                true
+            }
+            WeightFormat::Q6K => {
+                let m30 = _mm256_set1_epi8(0x30);
+                let m32 = _mm256_set1_epi8(32);
+                for h in 0..2 {
+                    let a = _mm256_loadu_si256(b.as_ptr().add(64 * h) as *const __m256i);
+                    let c = _mm256_loadu_si256(b.as_ptr().add(64 * h + 32) as *const __m256i);
+                    let hb = _mm256_loadu_si256(b.as_ptr().add(128 + 32 * h) as *const __m256i);
+                    let q0 = _mm256_or_si256(
+                        _mm256_and_si256(a, lo),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30),
+                    );
+                    let q1 = _mm256_or_si256(
+                        _mm256_and_si256(c, lo),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30),
+                    );
+                    let q2 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(a), lo),
+                        _mm256_and_si256(hb, m30),
+                    );
+                    let q3 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(c), lo),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
+                    );
+                    _mm256_storeu_si256(out.add(4 * h), _mm256_sub_epi8(q0, m32));
+                    _mm256_storeu_si256(out.add(4 * h + 1), _mm256_sub_epi8(q1, m32));
+                    _mm256_storeu_si256(out.add(4 * h + 2), _mm256_sub_epi8(q2, m32));
+                    _mm256_storeu_si256(out.add(4 * h + 3), _mm256_sub_epi8(q3, m32));
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -9,7 +9,7 @@ mod avx2;
 mod scalar;
 mod unpack;
 
-pub use unpack::{unpack_k, KBlock};
+pub use unpack::{unpack_k, unpack_k_isa, KBlock};
 
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};

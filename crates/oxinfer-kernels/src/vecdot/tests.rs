@@ -67,7 +67,11 @@ fn kquant_dot(format: WeightFormat, w: &[u8], xq: &[BlockQ8K], isa: Isa) -> f32 
     let mut kb = KBlock::default();
     let mut sum = 0.0;
     for (b, y) in w.chunks_exact(format.block_bytes()).zip(xq) {
-        unpack_k(format, b, &mut kb);
+        unpack_k_isa(format, b, &mut kb, isa);
+        let mut plain = KBlock::default();
+        unpack_k(format, b, &mut plain);
+        assert_eq!(kb.q, plain.q, "{format}: SIMD unpack");
+        assert_eq!((kb.sc, kb.m), (plain.sc, plain.m), "{format}: scales");
         sum += dot_kblock(&kb, y, isa);
     }
     sum

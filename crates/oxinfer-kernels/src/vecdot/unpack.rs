@@ -34,7 +34,46 @@ impl Default for KBlock {
     }
 }
 
-/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out`.
+/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out`, with SIMD for the
+/// quants where `isa` has it.
+pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: super::Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == super::Isa::Avx2 {
+        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2, fma and f16c; `b` is one
+        // whole super-block (the caller sliced it by block_bytes).
+        if unsafe { super::avx2::unpack_quants(format, b, &mut out.q) } {
+            unpack_scales(format, b, out);
+            return;
+        }
+    }
+    let _ = isa;
+    unpack_k(format, b, out);
+}
+
+/// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
+fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
+    if format == WeightFormat::Q6K {
+        out.d = f16_at(b, 208);
+        out.dmin = 0.0;
+        for g in 0..16 {
+            out.sc[g] = i16::from(b[192 + g] as i8);
+            out.m[g] = 0;
+        }
+        return;
+    }
+    out.d = f16_at(b, 0);
+    out.dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        out.sc[2 * j] = i16::from(sc);
+        out.sc[2 * j + 1] = i16::from(sc);
+        out.m[2 * j] = i16::from(m);
+        out.m[2 * j + 1] = i16::from(m);
+    }
+}
+
+/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out` (portable code).
 pub fn unpack_k(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     match format {
         WeightFormat::Q2K => {
