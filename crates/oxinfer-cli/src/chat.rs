@@ -4,6 +4,7 @@
 use crate::common::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Result};
 use clap::Args;
+use oxinfer::engine::thinking::{prompt_opens_think, TracePrinter};
 use oxinfer::engine::GenerateOptions;
 use oxinfer::ChatMessage;
 use std::io::{BufRead, IsTerminal, Write};
@@ -23,6 +24,10 @@ pub struct ChatArgs {
     /// Context length (default: the model's).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
+    /// Let the model reason first (the chat template's `enable_thinking`); the `<think>` trace
+    /// is printed dimmed on a terminal (to stderr otherwise) and kept out of the history.
+    #[arg(long)]
+    pub think: bool,
 }
 
 pub fn run(a: ChatArgs) -> Result<()> {
@@ -67,28 +72,37 @@ pub fn run(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         messages.push(ChatMessage::new("user", input));
-        let prompt = model.chat_tokens(&messages)?;
+        let extra = serde_json::json!({ "enable_thinking": a.think });
+        let rendered = model.render_chat(&messages, true, &extra)?;
+        let prompt = model.tokenize(&rendered, model.adds_bos())?;
+        let terminal = std::io::stdout().is_terminal();
+        let mut printer = TracePrinter::new(prompt_opens_think(&rendered), terminal);
+        let mut trace: Box<dyn Write> = if terminal {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(std::io::stderr())
+        };
         let opts = GenerateOptions {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();
-        let g = match session.generate(&prompt, &opts, |ev| {
-            let mut o = stdout.lock();
-            let _ = o.write_all(ev.text.as_bytes());
-            let _ = o.flush();
+        let generated = session.generate(&prompt, &opts, |ev| {
+            let _ = printer.write(&ev.text, &mut stdout.lock(), &mut trace);
             true
-        }) {
-            Ok(g) => g,
+        });
+        match generated {
+            Ok(_) => {}
             Err(e) => {
                 messages.pop();
                 eprintln!("error: {e}");
                 continue;
             }
         };
+        let _ = printer.finish(&mut stdout.lock(), &mut trace);
         println!();
-        messages.push(ChatMessage::new("assistant", g.text.trim()));
+        messages.push(ChatMessage::new("assistant", printer.answer.trim()));
         params.seed = params.seed.wrapping_add(1);
     }
     Ok(())

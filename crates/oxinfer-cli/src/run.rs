@@ -3,9 +3,10 @@
 use crate::common::{read_text, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use oxinfer::engine::thinking::{prompt_opens_think, TracePrinter};
 use oxinfer::engine::GenerateOptions;
 use oxinfer::ChatMessage;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -48,6 +49,10 @@ pub struct RunArgs {
     /// Write the logits of every prompt position as a float32 .npy `[n_prompt, vocab]`.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
+    /// Let the model reason first (the chat template's `enable_thinking`); the `<think>` trace
+    /// is printed dimmed on a terminal (to stderr otherwise) and kept out of the answer.
+    #[arg(long)]
+    pub think: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -65,6 +70,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
     };
     let model = a.model.load()?;
+    let mut in_think = false;
     let vocab = model.config().vocab_size;
     let prompt: Vec<u32> = match (&a.tokens, text) {
         (Some(ids), _) => {
@@ -87,7 +93,9 @@ pub fn run(a: RunArgs) -> Result<()> {
                     messages.push(ChatMessage::new("system", s));
                 }
                 messages.push(ChatMessage::new("user", &text));
-                let rendered = model.render_chat(&messages, true, &serde_json::Value::Null)?;
+                let extra = serde_json::json!({ "enable_thinking": a.think });
+                let rendered = model.render_chat(&messages, true, &extra)?;
+                in_think = prompt_opens_think(&rendered);
                 if a.print_prompt {
                     eprintln!("{rendered}");
                 }
@@ -119,16 +127,24 @@ pub fn run(a: RunArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let show_tokens = a.show_tokens || model.tokenizer().is_none();
     let mut ids_out: Vec<String> = Vec::new();
+    let terminal = stdout.is_terminal();
+    let mut printer = TracePrinter::new(in_think, terminal);
+    let mut trace: Box<dyn Write> = if terminal {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(std::io::stderr())
+    };
     let g = session.generate(&prompt, &opts, |ev| {
         if show_tokens {
             ids_out.push(ev.id.to_string());
         } else {
-            let mut out = stdout.lock();
-            let _ = out.write_all(ev.text.as_bytes());
-            let _ = out.flush();
+            let _ = printer.write(&ev.text, &mut stdout.lock(), &mut trace);
         }
         true
     })?;
+    if !show_tokens {
+        let _ = printer.finish(&mut stdout.lock(), &mut trace);
+    }
     if show_tokens {
         // Every generated id, the end-of-generation token included.
         let all: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
@@ -150,5 +166,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         t.generation_tps(),
         g.stop_reason
     );
+    crate::common::print_profile();
     Ok(())
 }

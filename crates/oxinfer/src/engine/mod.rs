@@ -7,6 +7,7 @@ pub mod perplexity;
 pub mod sampler;
 mod session;
 pub mod stop;
+pub mod thinking;
 
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
 pub use model::{Model, ModelInfo};
