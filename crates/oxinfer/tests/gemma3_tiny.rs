@@ -1,0 +1,145 @@
+//! Tiny random Gemma 3 checkpoints against transformers float32 (fixtures made by
+//! tools/ref/make_tiny_gemma3.py): prompt logits within 1e-4 and identical greedy tokens, from
+//! the safetensors folder and (variant a) its GGUF twin, with whole, chunked (7) and one-token
+//! prefill; prompts of 12 and 110 tokens cross the sliding window (5 and 4).
+
+mod common;
+
+use common::{fixtures, max_abs_diff, read_npy_f32};
+use oxinfer::engine::sampler::argmax;
+use oxinfer::Model;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const TOL: f32 = 1e-4;
+
+fn reference(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+    serde_json::from_str(&text).expect("json")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// Logits of every prompt position, run in pieces of `chunk` tokens.
+fn prompt_logits(model: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let lm = model.lm();
+    let mut cache = lm.new_cache(prompt.len() + 64);
+    let mut out = Vec::new();
+    for piece in prompt.chunks(chunk) {
+        out.extend(lm.forward(piece, &mut cache, true).expect("forward"));
+    }
+    out
+}
+
+fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let lm = model.lm();
+    let mut cache = lm.new_cache(prompt.len() + n + 1);
+    let mut logits = lm.forward(prompt, &mut cache, false).expect("prefill");
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let id = argmax(&logits);
+        out.push(id);
+        logits = lm.forward(&[id], &mut cache, false).expect("decode");
+    }
+    out
+}
+
+fn check(dir: &Path, sources: &[PathBuf]) {
+    let r = reference(dir);
+    for source in sources {
+        let model = Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        let mut worst = 0f32;
+        for p in r["prompts"].as_array().expect("prompts") {
+            let prompt = ids(&p["ids"]);
+            let (shape, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().expect("file")));
+            assert_eq!(shape, vec![prompt.len(), model.config().vocab_size]);
+            for chunk in [prompt.len(), 7, 1] {
+                let got = prompt_logits(&model, &prompt, chunk);
+                let d = max_abs_diff(&got, &want);
+                worst = worst.max(d);
+                assert!(
+                    d <= TOL,
+                    "{} prompt {} chunk {chunk}: max abs logit diff {d}",
+                    source.display(),
+                    p["name"]
+                );
+            }
+            let want_ids = ids(&p["greedy_ids"]);
+            let got_ids = greedy(&model, &prompt, want_ids.len());
+            assert_eq!(
+                got_ids,
+                want_ids,
+                "{} prompt {} greedy",
+                source.display(),
+                p["name"]
+            );
+        }
+        println!(
+            "{}: worst max abs logit diff {worst:e}",
+            source.strip_prefix(fixtures()).unwrap_or(source).display()
+        );
+    }
+}
+
+/// transformers-5 config spelling (per-layer-type `rope_parameters`), 5 sliding + 1 global
+/// layers, GQA 4/2, window 5, tied head; the GGUF twin stores norms as `1 + w`.
+#[test]
+fn gemma3_tiny_a_safetensors_and_gguf() {
+    let dir = fixtures().join("gemma3-tiny-a");
+    check(&dir, &[dir.clone(), dir.join("model.gguf")]);
+}
+
+/// Older hub spelling (`rope_theta`, `rope_local_base_freq`, linear `rope_scaling` on the
+/// global layers), explicit `layer_types`, MQA, query_pre_attn_scalar ≠ head_dim, attention and
+/// final logit soft-capping, untied head, window 4.
+#[test]
+fn gemma3_tiny_b_hub_config_softcaps_untied() {
+    let dir = fixtures().join("gemma3-tiny-b");
+    check(&dir, &[dir.clone()]);
+}
+
+/// Two sequences of different lengths in one batched pass give their own reference logits.
+#[test]
+fn gemma3_batched_sequences_match_their_references() {
+    use oxinfer::arch::SeqBatch;
+    let dir = fixtures().join("gemma3-tiny-a");
+    let r = reference(&dir);
+    let model = Model::load(&dir).unwrap();
+    let lm = model.lm();
+    let prompts: Vec<Vec<u32>> = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let wants: Vec<Vec<f32>> = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| read_npy_f32(&dir.join(p["logits_file"].as_str().unwrap())).1)
+        .collect();
+    let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
+    let out = {
+        let mut batch = [
+            SeqBatch {
+                tokens: &prompts[0],
+                cache: &mut c0,
+                all_logits: true,
+            },
+            SeqBatch {
+                tokens: &prompts[1],
+                cache: &mut c1,
+                all_logits: true,
+            },
+        ];
+        lm.forward_batch(&mut batch).unwrap()
+    };
+    assert!(max_abs_diff(&out[0], &wants[0]) <= TOL);
+    assert!(max_abs_diff(&out[1], &wants[1]) <= TOL);
+}
