@@ -246,5 +246,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&out)?);
         }
     }
+    crate::common::print_profile();
     Ok(())
 }

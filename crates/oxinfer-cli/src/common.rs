@@ -16,6 +16,9 @@ pub struct ModelArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 impl ModelArgs {
@@ -25,6 +28,7 @@ impl ModelArgs {
             anyhow::ensure!(n > 0, "--threads must be at least 1");
             oxinfer_kernels::set_num_threads(n);
         }
+        oxinfer_kernels::profile::enable(self.profile);
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
         // Mapping is instant, but building a large model touches its pages: show a spinner.
@@ -82,6 +86,13 @@ impl SamplingArgs {
             }),
             ..SamplingParams::default()
         }
+    }
+}
+
+/// Prints the `--profile` table to stderr when profiling is on.
+pub fn print_profile() {
+    if oxinfer_kernels::profile::enabled() {
+        eprint!("{}", oxinfer_kernels::profile::report());
     }
 }
 

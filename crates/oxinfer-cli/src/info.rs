@@ -13,6 +13,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let model = crate::common::ModelArgs {
         model: Some(a.model),
         threads: None,
+        profile: false,
     }
     .load()?;
     let i = model.info();

@@ -16,6 +16,7 @@ pub mod fast;
 pub mod format;
 pub mod matmul;
 pub mod pool;
+pub mod profile;
 pub mod q8;
 pub mod vecdot;
 

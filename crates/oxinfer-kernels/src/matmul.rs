@@ -144,6 +144,11 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32]) {
     if rows == 0 || t == 0 {
         return;
     }
+    let _p = crate::profile::scope(
+        || format!("matmul {}", w.format),
+        w.data.len() as u64,
+        2 * (rows * cols * t) as u64,
+    );
     if crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto {
         crate::fast::matmul_fast(w, x, t, y, crate::vecdot::detected_isa());
         return;

@@ -37,6 +37,11 @@ pub fn attention(
     debug_assert_eq!(q.len(), t * q_row);
     debug_assert!(k.len() >= n_keys * kv_row && v.len() >= n_keys * kv_row);
     let group = p.n_heads / p.n_kv_heads;
+    let _prof = oxinfer_kernels::profile::scope(
+        || "attention".to_string(),
+        (2 * n_keys * kv_row * 4) as u64,
+        (4 * t * n_keys * q_row) as u64,
+    );
 
     let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
     parallel::for_each_mut(&mut per_head, |h, out| {

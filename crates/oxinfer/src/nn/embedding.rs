@@ -52,6 +52,11 @@ impl Embedding {
         let row_bytes = self.table.format.row_bytes(self.dim).unwrap_or(0);
         let bytes = self.table.bytes();
         let mut out = vec![0f32; ids.len() * self.dim];
+        let _prof = oxinfer_kernels::profile::scope(
+            || "embedding".to_string(),
+            (ids.len() * row_bytes) as u64,
+            0,
+        );
         for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(self.dim)) {
             let id = id as usize;
             if id >= self.vocab {

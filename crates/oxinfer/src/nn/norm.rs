@@ -29,6 +29,8 @@ impl RmsNorm {
 
     /// Normalizes each row of `x` (`[t, dim]`) in place.
     pub fn forward_inplace(&self, x: &mut [f32]) {
+        let _prof =
+            oxinfer_kernels::profile::scope(|| "rms_norm".to_string(), (x.len() * 4) as u64, 0);
         for row in x.chunks_exact_mut(self.weight.len()) {
             rms_norm_row(row, &self.weight, self.eps);
         }

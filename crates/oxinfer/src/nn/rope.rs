@@ -68,6 +68,7 @@ impl Rope {
     /// `pos0 + i`. Only the first `dim` dimensions of each head rotate.
     pub fn apply(&self, x: &mut [f32], t: usize, heads: usize, head_dim: usize, pos0: usize) {
         debug_assert_eq!(x.len(), t * heads * head_dim);
+        let _prof = oxinfer_kernels::profile::scope(|| "rope".to_string(), (x.len() * 4) as u64, 0);
         let half = self.dim / 2;
         let mut cos = vec![0f32; half];
         let mut sin = vec![0f32; half];
