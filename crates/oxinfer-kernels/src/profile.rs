@@ -77,7 +77,7 @@ pub fn snapshot() -> BTreeMap<String, Stat> {
 /// The table as aligned text, slowest operation first, with GB/s and GFLOP/s.
 pub fn report() -> String {
     let mut rows: Vec<(String, Stat)> = snapshot().into_iter().collect();
-    rows.sort_by(|a, b| b.1.time.cmp(&a.1.time));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1.time));
     let total: f64 = rows.iter().map(|r| r.1.time.as_secs_f64()).sum();
     let mut out = format!(
         "{:<24} {:>8} {:>10} {:>6} {:>9} {:>9}\n",
