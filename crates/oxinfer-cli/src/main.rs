@@ -38,6 +38,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when stdout is closed (`oxinfer run | head`) instead
+    // of failing on the write.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
