@@ -61,8 +61,8 @@ VARIANTS = {
         spelling="transformers5",
         gguf=True,
         config=dict(
-            vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
             max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=True,
             initializer_range=0.1, sliding_window=5,
             rope_parameters={

@@ -143,3 +143,27 @@ fn gemma3_batched_sequences_match_their_references() {
     assert!(max_abs_diff(&out[0], &wants[0]) <= TOL);
     assert!(max_abs_diff(&out[1], &wants[1]) <= TOL);
 }
+
+/// Sliding layers keep about two windows of positions (≤ 3 windows before a batched drop);
+/// global layers keep all of them.
+#[test]
+fn gemma3_sliding_layers_keep_only_their_window() {
+    let dir = fixtures().join("gemma3-tiny-a");
+    let r = reference(&dir);
+    let model = Model::load(&dir).unwrap();
+    let lm = model.lm();
+    let cfg = model.config();
+    let (w, row) = (cfg.sliding_window.unwrap(), cfg.n_kv_heads * cfg.head_dim);
+    let prompt = ids(&r["prompts"][1]["ids"]);
+    let mut cache = lm.new_cache(256);
+    for &id in &prompt {
+        lm.forward(&[id], &mut cache, false).unwrap();
+    }
+    let rows: Vec<usize> = cache.layers.iter().map(|l| l.k.len() / row).collect();
+    // llama.cpp's pattern: layer 5 is the global one.
+    assert_eq!(rows[5], prompt.len(), "{rows:?}");
+    for (i, &n) in rows.iter().enumerate().filter(|&(i, _)| i != 5) {
+        assert!(n < 3 * w, "layer {i} keeps {n} rows: {rows:?}");
+        assert_eq!(cache.layers[i].start + n, prompt.len());
+    }
+}

@@ -1,12 +1,31 @@
 //! Key/value cache of a decoder: per layer, the rotated keys and the values of every position
 //! seen so far, grown as tokens arrive; and, for recurrent layers (Gated DeltaNet), their
-//! fixed-size state.
+//! fixed-size state. Layers with a sliding window keep only the rows their queries can still
+//! see (plus one window of slack so short rewinds work), dropped in batches so each row is
+//! moved at most once on average.
 
-/// Keys and values of one attention layer, `[len, kv_heads * head_dim]` each, row-major.
+/// Keys and values of one attention layer, `[len - start, kv_heads * head_dim]` each,
+/// row-major: row `i` holds position `start + i`.
 #[derive(Clone, Debug, Default)]
 pub struct LayerCache {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
+    /// Position of the first stored row (0 unless a windowed layer dropped old rows). Attention
+    /// over `k`/`v` sees the new queries at positions `pos0 - start ..`.
+    pub start: usize,
+    /// The layer's sliding window (a query at q sees keys k with q − k < window), if any.
+    pub window: Option<usize>,
+}
+
+impl LayerCache {
+    /// Whether the layer can serve a query at position `pos` (it still holds every key that
+    /// query sees).
+    fn serves(&self, pos: usize) -> bool {
+        match self.window {
+            Some(w) => self.start <= (pos + 1).saturating_sub(w),
+            None => self.start == 0,
+        }
+    }
 }
 
 /// Fixed-size state of one recurrent layer: the last inputs of its causal convolution and its
@@ -45,6 +64,15 @@ impl KvCache {
         }
     }
 
+    /// Gives each layer its sliding window (`None`: keep every position); windowed layers then
+    /// hold about two windows of rows instead of the whole context.
+    pub fn with_windows(mut self, windows: &[Option<usize>]) -> Self {
+        for (l, &w) in self.layers.iter_mut().zip(windows) {
+            l.window = w.filter(|&w| w > 0);
+        }
+        self
+    }
+
     /// Adds zeroed recurrent state per layer (`conv` and `state` lengths per layer; zero for
     /// attention layers).
     pub fn with_recurrent(mut self, sizes: &[(usize, usize)]) -> Self {
@@ -76,7 +104,19 @@ impl KvCache {
     /// Appends `t` rows of keys and values to `layer`. Call for every layer, then
     /// [`KvCache::advance`] once.
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        let (pos0, row) = (self.len, self.row);
         let c = &mut self.layers[layer];
+        if let Some(w) = c.window {
+            // The first new query sees positions ≥ pos0 + 1 − w; keep one more window for
+            // rewinds, and drop only once a whole window is dead (amortized moves).
+            let keep_from = (pos0 + 1).saturating_sub(2 * w);
+            if keep_from >= c.start + w {
+                let n = (keep_from - c.start) * row;
+                c.k.drain(..n);
+                c.v.drain(..n);
+                c.start = keep_from;
+            }
+        }
         c.k.extend_from_slice(k);
         c.v.extend_from_slice(v);
     }
@@ -87,12 +127,26 @@ impl KvCache {
         debug_assert!(self
             .layers
             .iter()
-            .all(|l| l.k.len() == self.len * self.row || l.k.is_empty()));
+            .all(|l| l.k.len() == (self.len - l.start) * self.row || l.k.is_empty()));
     }
 
     /// Drops every position at or after `len` (to rewind to a shared prefix). A cache with
-    /// recurrent state cannot rewind part-way: it empties instead; check [`KvCache::len`].
+    /// recurrent state, or a windowed layer that already dropped rows a query at `len` would
+    /// see, cannot rewind part-way: it empties instead; check [`KvCache::len`].
     pub fn truncate(&mut self, len: usize) {
+        if len < self.len && !self.layers.iter().all(|l| l.serves(len)) {
+            for l in &mut self.layers {
+                l.k.clear();
+                l.v.clear();
+                l.start = 0;
+            }
+            for r in &mut self.recurrent {
+                r.conv.fill(0.0);
+                r.state.fill(0.0);
+            }
+            self.len = 0;
+            return;
+        }
         let len = if len < self.len && !self.recurrent.is_empty() {
             for r in &mut self.recurrent {
                 r.conv.fill(0.0);
@@ -104,8 +158,8 @@ impl KvCache {
         };
         if len < self.len {
             for l in &mut self.layers {
-                l.k.truncate(len * self.row);
-                l.v.truncate(len * self.row);
+                l.k.truncate((len - l.start) * self.row);
+                l.v.truncate((len - l.start) * self.row);
             }
             self.len = len;
         }
@@ -114,5 +168,34 @@ impl KvCache {
     /// Empties the cache, keeping its allocation.
     pub fn clear(&mut self) {
         self.truncate(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A windowed layer keeps at most about three windows of rows, knows where they start, and
+    /// rewinds within its slack; a deeper rewind empties the cache.
+    #[test]
+    fn windowed_layer_drops_old_rows() {
+        let mut c = KvCache::new(2, 1, 1000).with_windows(&[Some(4), None]);
+        for p in 0..50 {
+            let x = [p as f32];
+            c.append(0, &x, &x);
+            c.append(1, &x, &x);
+            c.advance(1);
+            let l = &c.layers[0];
+            assert!(l.k.len() <= 3 * 4 + 1, "{} rows at {p}", l.k.len());
+            assert_eq!(l.k[0], l.start as f32);
+            assert!(l.serves(p + 1));
+            assert_eq!(c.layers[1].k.len(), p + 1);
+        }
+        c.truncate(47);
+        assert_eq!(c.len(), 47);
+        assert_eq!(*c.layers[0].k.last().unwrap(), 46.0);
+        c.truncate(20);
+        assert_eq!(c.len(), 0);
+        assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
     }
 }

@@ -126,7 +126,7 @@ impl SelfAttention {
             sq.cache
                 .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
             let lc = &sq.cache.layers[layer];
-            let out = attention(q, &lc.k, &lc.v, sq.len, pos0, params);
+            let out = attention(q, &lc.k, &lc.v, sq.len, pos0 - lc.start, params);
             a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
         }
         if let Some(g) = gate {

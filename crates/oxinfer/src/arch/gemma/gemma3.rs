@@ -180,12 +180,19 @@ impl CausalLm for Gemma3 {
         &self.cfg
     }
 
+    /// Sliding layers keep only about two windows of positions.
     fn new_cache(&self, capacity: usize) -> KvCache {
+        let windows: Vec<Option<usize>> = self
+            .layers
+            .iter()
+            .map(|l| self.attn_params(l.kind).window)
+            .collect();
         KvCache::new(
             self.cfg.n_layers,
             self.cfg.n_kv_heads * self.cfg.head_dim,
             capacity,
         )
+        .with_windows(&windows)
     }
 
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
