@@ -58,6 +58,8 @@ impl<'m> Session<'m> {
             common = common.saturating_sub(1);
         }
         self.cache.truncate(common);
+        // A cache that cannot rewind that far (sliding windows, recurrent state) empties itself.
+        common = common.min(self.cache.len());
         self.cached.truncate(common);
         let result = generate(
             self.model.lm(),
