@@ -120,3 +120,62 @@ fn qwen35moe_tiny_nested_hub_layout() {
     let d = check("qwen35moe-tiny", &[""], 1e-3);
     println!("qwen35moe-tiny worst max abs logit diff {d:.3e}");
 }
+
+/// Qwen 3.5: two sequences in one batched pass keep separate recurrent states (prefill both,
+/// then a decode step of both), each matching its own reference; a rewound cache starts over.
+#[test]
+fn qwen35_batched_sequences_keep_their_own_state() {
+    use oxinfer::arch::SeqBatch;
+    let dir = fixtures().join("qwen35-tiny");
+    let r = reference(&dir);
+    let model = Model::load(&dir).unwrap();
+    let lm = model.lm();
+    let ps: Vec<&Value> = r["prompts"].as_array().unwrap().iter().collect();
+    let (p0, p1) = (ids(&ps[0]["ids"]), ids(&ps[1]["ids"]));
+    let w0 = read_npy_f32(&dir.join(ps[0]["logits_file"].as_str().unwrap())).1;
+    let w1 = read_npy_f32(&dir.join(ps[1]["logits_file"].as_str().unwrap())).1;
+    let vocab = model.config().vocab_size;
+    let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
+    let n0 = p0.len() - 1;
+    let out = lm
+        .forward_batch(&mut [
+            SeqBatch {
+                tokens: &p0[..n0],
+                cache: &mut c0,
+                all_logits: true,
+            },
+            SeqBatch {
+                tokens: &p1,
+                cache: &mut c1,
+                all_logits: true,
+            },
+        ])
+        .unwrap();
+    assert!(max_abs_diff(&out[0], &w0[..n0 * vocab]) <= 1e-3);
+    assert!(max_abs_diff(&out[1], &w1) <= 1e-3);
+    let next1 = argmax(&out[1][(p1.len() - 1) * vocab..]);
+    let step = lm
+        .forward_batch(&mut [
+            SeqBatch {
+                tokens: &p0[n0..],
+                cache: &mut c0,
+                all_logits: false,
+            },
+            SeqBatch {
+                tokens: &[next1],
+                cache: &mut c1,
+                all_logits: false,
+            },
+        ])
+        .unwrap();
+    assert!(max_abs_diff(&step[0], &w0[n0 * vocab..]) <= 1e-3);
+    let mut alone = lm.new_cache(256);
+    lm.forward(&p1, &mut alone, false).unwrap();
+    let want1 = lm.forward(&[next1], &mut alone, false).unwrap();
+    assert!(max_abs_diff(&step[1], &want1) <= 1e-5);
+    // Recurrent state cannot rewind part-way: truncating empties the cache.
+    c0.truncate(3);
+    assert_eq!(c0.len(), 0);
+    let again = lm.forward(&p0, &mut c0, true).unwrap();
+    assert!(max_abs_diff(&again, &w0) <= 1e-3);
+}
