@@ -320,10 +320,11 @@ impl ModelConfig {
 
         // transformers 5: `rope_parameters` holds theta and scaling; older: top-level fields.
         // Per-layer-type parameters (Gemma 3/4): the global layers' entry is the model's RoPE.
-        let rope_params = c
-            .get("rope_parameters")
-            .filter(|v| v.is_object())
-            .map(|p| p.get("full_attention").filter(|v| v.is_object()).unwrap_or(p));
+        let rope_params = c.get("rope_parameters").filter(|v| v.is_object()).map(|p| {
+            p.get("full_attention")
+                .filter(|v| v.is_object())
+                .unwrap_or(p)
+        });
         let rope_scaling = c.get("rope_scaling").filter(|v| v.is_object());
         let theta = f64_field(
             rope_params
