@@ -89,7 +89,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         };
         let stdout = std::io::stdout();
         let generated = session.generate(&prompt, &opts, |ev| {
-            let _ = printer.write(&ev.text, &mut stdout.lock(), &mut trace);
+            let _ = printer.write(ev.text, &mut stdout.lock(), &mut trace);
             true
         });
         match generated {

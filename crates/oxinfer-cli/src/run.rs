@@ -138,7 +138,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         if show_tokens {
             ids_out.push(ev.id.to_string());
         } else {
-            let _ = printer.write(&ev.text, &mut stdout.lock(), &mut trace);
+            let _ = printer.write(ev.text, &mut stdout.lock(), &mut trace);
         }
         true
     })?;

@@ -101,7 +101,7 @@ fn gemma3_tiny_a_safetensors_and_gguf() {
 #[test]
 fn gemma3_tiny_b_hub_config_softcaps_untied() {
     let dir = fixtures().join("gemma3-tiny-b");
-    check(&dir, &[dir.clone()]);
+    check(&dir, std::slice::from_ref(&dir));
 }
 
 /// Two sequences of different lengths in one batched pass give their own reference logits.

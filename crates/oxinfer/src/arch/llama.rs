@@ -86,7 +86,7 @@ impl Llama {
             let name = |part: &str| naming.layer(i, part);
             blocks.push(Block {
                 attn_norm: RmsNorm::load(store, &name("attn_norm"), d, cfg.norm_eps, false)?,
-                attn: SelfAttention::load(store, &name, attn_shape)?,
+                attn: SelfAttention::load(store, name, attn_shape)?,
                 ffn_norm: RmsNorm::load(store, &name("ffn_norm"), d, cfg.norm_eps, false)?,
                 mlp: GatedMlp::load(
                     store,

@@ -23,6 +23,7 @@ enum Mixer {
     Delta(GatedDeltaNet),
 }
 
+#[allow(clippy::large_enum_variant)] // one per layer, built once at load
 enum Ffn {
     Dense(GatedMlp),
     Moe(SparseMoe),
@@ -213,7 +214,7 @@ impl Qwen35 {
             let name = |p: &str| layer_name(naming, i, p);
             let mixer = if is_full {
                 state_sizes.push((0, 0));
-                Mixer::Attention(SelfAttention::load(store, &name, attn)?)
+                Mixer::Attention(SelfAttention::load(store, name, attn)?)
             } else {
                 state_sizes.push(delta.state_sizes());
                 let names = DeltaNames {

@@ -123,7 +123,7 @@ impl Gemma3 {
             if attn.q_norm.is_none() || attn.k_norm.is_none() {
                 return Err(LoadError::tensor(
                     store.path(),
-                    &names.layer(i, "attn_q_norm"),
+                    names.layer(i, "attn_q_norm"),
                     "missing (Gemma 3 has QK norms)",
                 ));
             }
