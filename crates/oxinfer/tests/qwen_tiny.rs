@@ -5,48 +5,11 @@
 
 mod common;
 
-use common::{fixtures, max_abs_diff, read_npy_f32};
+use common::{fixtures, greedy, ids, max_abs_diff, prompt_logits, read_npy_f32, reference};
 use oxinfer::engine::sampler::argmax;
 use oxinfer::Model;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn reference(dir: &Path) -> Value {
-    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
-    serde_json::from_str(&text).expect("json")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-/// Logits of every prompt position, run in pieces of `chunk` tokens.
-fn prompt_logits(model: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
-    let lm = model.lm();
-    let mut cache = lm.new_cache(prompt.len() + 64);
-    let mut out = Vec::new();
-    for piece in prompt.chunks(chunk) {
-        out.extend(lm.forward(piece, &mut cache, true).expect("forward"));
-    }
-    out
-}
-
-fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
-    let lm = model.lm();
-    let mut cache = lm.new_cache(prompt.len() + n + 1);
-    let mut logits = lm.forward(prompt, &mut cache, false).expect("prefill");
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let id = argmax(&logits);
-        out.push(id);
-        logits = lm.forward(&[id], &mut cache, false).expect("decode");
-    }
-    out
-}
+use std::path::PathBuf;
 
 /// Checks every prompt of fixture `name` from each of `sources` (relative to the fixture);
 /// returns the largest logit difference seen.

@@ -70,3 +70,43 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// A fixture folder's `reference.json`.
+pub fn reference(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// A JSON list of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// Logits of every prompt position, run in pieces of `chunk` tokens.
+pub fn prompt_logits(model: &oxinfer::Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let lm = model.lm();
+    let mut cache = lm.new_cache(prompt.len() + 64);
+    let mut out = Vec::new();
+    for piece in prompt.chunks(chunk) {
+        out.extend(lm.forward(piece, &mut cache, true).expect("forward"));
+    }
+    out
+}
+
+/// `n` greedy tokens after `prompt` (prefill, then one token per step through the cache).
+pub fn greedy(model: &oxinfer::Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let lm = model.lm();
+    let mut cache = lm.new_cache(prompt.len() + n + 1);
+    let mut logits = lm.forward(prompt, &mut cache, false).expect("prefill");
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let id = oxinfer::engine::sampler::argmax(&logits);
+        out.push(id);
+        logits = lm.forward(&[id], &mut cache, false).expect("decode");
+    }
+    out
+}
