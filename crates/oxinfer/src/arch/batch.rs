@@ -2,7 +2,7 @@
 //! activations `[total_tokens, dim]`, their positions, and which rows need logits.
 
 use crate::error::{Error, Result};
-use crate::nn::KvCache;
+use crate::nn::{KvCache, Linear, RmsNorm, SeqRows};
 
 /// One sequence of a batch: new tokens and the cache they extend.
 pub struct SeqBatch<'a> {
@@ -85,4 +85,41 @@ pub fn split_logits(logits: Vec<f32>, vocab: usize, counts: &[usize]) -> Vec<Vec
         at += n;
     }
     out
+}
+
+/// Each sequence's rows and cache, as the blocks of one pass take them.
+pub fn seq_rows<'a>(batch: &'a mut [SeqBatch<'_>], spans: &[SeqSpan]) -> Vec<SeqRows<'a>> {
+    batch
+        .iter_mut()
+        .zip(spans)
+        .map(|(s, sp)| SeqRows {
+            row: sp.row,
+            len: sp.len,
+            cache: &mut *s.cache,
+        })
+        .collect()
+}
+
+/// Ends a pass: advances every cache by its new tokens, then runs the final norm and the output
+/// head (soft-capped when `softcap` is given) on the rows that need logits (`x` is the stacked
+/// `[total, dim]` hidden state). Returns the logits per sequence.
+pub fn finish(
+    batch: &mut [SeqBatch<'_>],
+    spans: &[SeqSpan],
+    x: &[f32],
+    norm: &RmsNorm,
+    head: &Linear,
+    softcap: Option<f32>,
+) -> Vec<Vec<f32>> {
+    for (s, sp) in batch.iter_mut().zip(spans) {
+        s.cache.advance(sp.len);
+    }
+    let d = head.n_in;
+    let (rows, counts) = logit_rows(x, d, batch, spans);
+    let h = norm.forward(&rows);
+    let mut logits = head.forward(&h, h.len() / d);
+    if let Some(cap) = softcap {
+        logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+    }
+    split_logits(logits, head.n_out, &counts)
 }

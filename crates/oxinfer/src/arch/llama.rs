@@ -10,7 +10,7 @@ use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
     Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention, SeqRows,
+    Rope, SelfAttention,
 };
 
 struct Block {
@@ -135,18 +135,9 @@ impl CausalLm for Llama {
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
-        let d = self.cfg.hidden_size;
         let params = self.attn_params();
         let mut x = self.embed.forward(&ids)?;
-        let mut seqs: Vec<SeqRows<'_>> = batch
-            .iter_mut()
-            .zip(&spans)
-            .map(|(s, sp)| SeqRows {
-                row: sp.row,
-                len: sp.len,
-                cache: &mut *s.cache,
-            })
-            .collect();
+        let mut seqs = batch::seq_rows(batch, &spans);
         for (li, b) in self.blocks.iter().enumerate() {
             let h = b.attn_norm.forward(&x);
             let o = b.attn.forward(&h, t, li, &mut seqs, &self.rope, &params);
@@ -156,12 +147,8 @@ impl CausalLm for Llama {
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
         drop(seqs);
-        for (s, sp) in batch.iter_mut().zip(&spans) {
-            s.cache.advance(sp.len);
-        }
-        let (rows, counts) = batch::logit_rows(&x, d, batch, &spans);
-        let h = self.norm.forward(&rows);
-        let logits = self.head.forward(&h, h.len() / d);
-        Ok(batch::split_logits(logits, self.cfg.vocab_size, &counts))
+        Ok(batch::finish(
+            batch, &spans, &x, &self.norm, &self.head, None,
+        ))
     }
 }

@@ -14,7 +14,7 @@ use crate::nn::gated_delta::{DeltaNames, DeltaShape, GatedDeltaNet};
 use crate::nn::moe::SparseMoe;
 use crate::nn::{
     Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention, SeqRows,
+    Rope, SelfAttention,
 };
 use std::path::Path;
 
@@ -332,7 +332,6 @@ impl CausalLm for Qwen35 {
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
-        let d = self.cfg.hidden_size;
         let params = AttentionParams {
             n_heads: self.cfg.n_heads,
             n_kv_heads: self.cfg.n_kv_heads,
@@ -342,15 +341,7 @@ impl CausalLm for Qwen35 {
             softcap: None,
         };
         let mut x = self.embed.forward(&ids)?;
-        let mut seqs: Vec<SeqRows<'_>> = batch
-            .iter_mut()
-            .zip(&spans)
-            .map(|(s, sp)| SeqRows {
-                row: sp.row,
-                len: sp.len,
-                cache: &mut *s.cache,
-            })
-            .collect();
+        let mut seqs = batch::seq_rows(batch, &spans);
         for (li, l) in self.layers.iter().enumerate() {
             let h = l.norm1.forward(&x);
             let o = match &l.mixer {
@@ -366,12 +357,8 @@ impl CausalLm for Qwen35 {
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
         drop(seqs);
-        for (s, sp) in batch.iter_mut().zip(&spans) {
-            s.cache.advance(sp.len);
-        }
-        let (rows, counts) = batch::logit_rows(&x, d, batch, &spans);
-        let h = self.norm.forward(&rows);
-        let logits = self.head.forward(&h, h.len() / d);
-        Ok(batch::split_logits(logits, self.cfg.vocab_size, &counts))
+        Ok(batch::finish(
+            batch, &spans, &x, &self.norm, &self.head, None,
+        ))
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
     Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention, SeqRows,
+    Rope, SelfAttention,
 };
 
 struct Layer {
@@ -198,17 +198,8 @@ impl CausalLm for Gemma3 {
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
-        let d = self.cfg.hidden_size;
         let mut x = self.embed.forward(&ids)?;
-        let mut seqs: Vec<SeqRows<'_>> = batch
-            .iter_mut()
-            .zip(&spans)
-            .map(|(s, sp)| SeqRows {
-                row: sp.row,
-                len: sp.len,
-                cache: &mut *s.cache,
-            })
-            .collect();
+        let mut seqs = batch::seq_rows(batch, &spans);
         for (li, l) in self.layers.iter().enumerate() {
             let rope = match l.kind {
                 LayerKind::Sliding => &self.local_rope,
@@ -226,15 +217,9 @@ impl CausalLm for Gemma3 {
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
         drop(seqs);
-        for (s, sp) in batch.iter_mut().zip(&spans) {
-            s.cache.advance(sp.len);
-        }
-        let (rows, counts) = batch::logit_rows(&x, d, batch, &spans);
-        let h = self.norm.forward(&rows);
-        let mut logits = self.head.forward(&h, h.len() / d);
-        if let Some(cap) = self.params.final_softcap {
-            super::softcap_inplace(&mut logits, cap);
-        }
-        Ok(batch::split_logits(logits, self.cfg.vocab_size, &counts))
+        let cap = self.params.final_softcap;
+        Ok(batch::finish(
+            batch, &spans, &x, &self.norm, &self.head, cap,
+        ))
     }
 }

@@ -202,13 +202,6 @@ pub fn softcap(
         .map(|c| c as f32))
 }
 
-/// `x ← cap · tanh(x / cap)` elementwise.
-pub fn softcap_inplace(x: &mut [f32], cap: f32) {
-    for v in x {
-        *v = cap * (*v / cap).tanh();
-    }
-}
-
 /// The scaled embedding (`× √hidden`, rounded to f32 as transformers and llama.cpp do) and the
 /// output head: the checkpoint's own when present and untied, else the embedding table.
 pub fn embedding_and_head(
