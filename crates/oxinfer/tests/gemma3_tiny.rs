@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fixtures, greedy, ids, max_abs_diff, prompt_logits, read_npy_f32, reference};
+use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
 
@@ -17,29 +17,7 @@ fn check(dir: &Path, sources: &[PathBuf]) {
         let model = Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
         let mut worst = 0f32;
         for p in r["prompts"].as_array().expect("prompts") {
-            let prompt = ids(&p["ids"]);
-            let (shape, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().expect("file")));
-            assert_eq!(shape, vec![prompt.len(), model.config().vocab_size]);
-            for chunk in [prompt.len(), 7, 1] {
-                let got = prompt_logits(&model, &prompt, chunk);
-                let d = max_abs_diff(&got, &want);
-                worst = worst.max(d);
-                assert!(
-                    d <= TOL,
-                    "{} prompt {} chunk {chunk}: max abs logit diff {d}",
-                    source.display(),
-                    p["name"]
-                );
-            }
-            let want_ids = ids(&p["greedy_ids"]);
-            let got_ids = greedy(&model, &prompt, want_ids.len());
-            assert_eq!(
-                got_ids,
-                want_ids,
-                "{} prompt {} greedy",
-                source.display(),
-                p["name"]
-            );
+            worst = worst.max(check_prompt(&model, source, dir, p, &[0, 7, 1], TOL));
         }
         println!(
             "{}: worst max abs logit diff {worst:e}",

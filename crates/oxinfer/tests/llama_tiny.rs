@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fixtures, greedy, ids, max_abs_diff, prompt_logits, read_npy_f32, reference};
+use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
 use oxinfer::engine::sampler::argmax;
 use oxinfer::Model;
 
@@ -16,28 +16,7 @@ fn check_variant(name: &str) {
     for source in [dir.clone(), dir.join("model.gguf")] {
         let model = Model::load(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
         for p in r["prompts"].as_array().expect("prompts") {
-            let prompt = ids(&p["ids"]);
-            let (shape, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().expect("file")));
-            assert_eq!(shape, vec![prompt.len(), model.config().vocab_size]);
-            for chunk in [prompt.len(), 7, 1] {
-                let got = prompt_logits(&model, &prompt, chunk);
-                let d = max_abs_diff(&got, &want);
-                assert!(
-                    d <= TOL,
-                    "{} prompt {} chunk {chunk}: max abs logit diff {d}",
-                    source.display(),
-                    p["name"]
-                );
-            }
-            let want_ids = ids(&p["greedy_ids"]);
-            let got_ids = greedy(&model, &prompt, want_ids.len());
-            assert_eq!(
-                got_ids,
-                want_ids,
-                "{} prompt {} greedy",
-                source.display(),
-                p["name"]
-            );
+            check_prompt(&model, &source, &dir, p, &[0, 7, 1], TOL);
         }
     }
 }

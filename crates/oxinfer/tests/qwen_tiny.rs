@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fixtures, greedy, ids, max_abs_diff, prompt_logits, read_npy_f32, reference};
+use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
 use oxinfer::engine::sampler::argmax;
 use oxinfer::Model;
 use serde_json::Value;
@@ -25,34 +25,7 @@ fn check(name: &str, sources: &[&str], tol: f32) -> f32 {
         };
         let model = Model::load(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
         for p in r["prompts"].as_array().expect("prompts") {
-            let prompt = ids(&p["ids"]);
-            let (shape, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().expect("file")));
-            assert_eq!(shape, vec![prompt.len(), model.config().vocab_size]);
-            for chunk in [prompt.len(), 64, 7, 1] {
-                let got = prompt_logits(&model, &prompt, chunk);
-                let d = max_abs_diff(&got, &want);
-                println!(
-                    "{} prompt {} chunk {chunk}: max abs logit diff {d:.3e}",
-                    source.display(),
-                    p["name"]
-                );
-                assert!(
-                    d <= tol,
-                    "{} prompt {} chunk {chunk}: max abs logit diff {d}",
-                    source.display(),
-                    p["name"]
-                );
-                worst = worst.max(d);
-            }
-            let want_ids = ids(&p["greedy_ids"]);
-            let got_ids = greedy(&model, &prompt, want_ids.len());
-            assert_eq!(
-                got_ids,
-                want_ids,
-                "{} prompt {} greedy",
-                source.display(),
-                p["name"]
-            );
+            worst = worst.max(check_prompt(&model, &source, &dir, p, &[0, 64, 7, 1], tol));
         }
     }
     worst

@@ -110,3 +110,46 @@ pub fn greedy(model: &oxinfer::Model, prompt: &[u32], n: usize) -> Vec<u32> {
     }
     out
 }
+
+/// Checks one fixture prompt `p` (from `reference.json` in `dir`) on `model`: the prompt logits
+/// run in pieces of each size in `chunks` (0 = the whole prompt) within `tol` of the reference,
+/// and identical greedy ids. Returns the largest logit difference seen.
+pub fn check_prompt(
+    model: &oxinfer::Model,
+    source: &Path,
+    dir: &Path,
+    p: &serde_json::Value,
+    chunks: &[usize],
+    tol: f32,
+) -> f32 {
+    let prompt = ids(&p["ids"]);
+    let (shape, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().expect("file")));
+    assert_eq!(shape, vec![prompt.len(), model.config().vocab_size]);
+    let mut worst = 0f32;
+    for &chunk in chunks {
+        let chunk = if chunk == 0 { prompt.len() } else { chunk };
+        let d = max_abs_diff(&prompt_logits(model, &prompt, chunk), &want);
+        println!(
+            "{} prompt {} chunk {chunk}: max abs logit diff {d:.3e}",
+            source.display(),
+            p["name"]
+        );
+        assert!(
+            d <= tol,
+            "{} prompt {} chunk {chunk}: max abs logit diff {d}",
+            source.display(),
+            p["name"]
+        );
+        worst = worst.max(d);
+    }
+    let want_ids = ids(&p["greedy_ids"]);
+    let got_ids = greedy(model, &prompt, want_ids.len());
+    assert_eq!(
+        got_ids,
+        want_ids,
+        "{} prompt {} greedy",
+        source.display(),
+        p["name"]
+    );
+    worst
+}
