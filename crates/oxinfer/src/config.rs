@@ -24,6 +24,9 @@ pub enum Arch {
     Qwen35Moe,
     /// Gemma 3 text decoder (sliding/global layers, QK norms, pre/post norms, GeGLU).
     Gemma3,
+    /// Gemma 4 text decoder (per-layer embeddings, KV sharing, per-layer head dims, optional
+    /// routed experts beside the dense MLP).
+    Gemma4,
 }
 
 impl Arch {
@@ -36,12 +39,13 @@ impl Arch {
             Arch::Qwen35 => "qwen35",
             Arch::Qwen35Moe => "qwen35moe",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
         }
     }
 
     /// Names accepted in error messages.
     pub const SUPPORTED: &'static str =
-        "llama (Llama, SmolLM, Mistral), qwen2, qwen3, qwen35 (Qwen 3.5), qwen35moe, gemma3 (Gemma 3 text)";
+        "llama (Llama, SmolLM, Mistral), qwen2, qwen3, qwen35 (Qwen 3.5), qwen35moe, gemma3 (Gemma 3 text), gemma4 (Gemma 4 text)";
 
     fn from_gguf(name: &str) -> Option<Self> {
         match name {
@@ -51,6 +55,7 @@ impl Arch {
             "qwen35" => Some(Arch::Qwen35),
             "qwen35moe" => Some(Arch::Qwen35Moe),
             "gemma3" => Some(Arch::Gemma3),
+            "gemma4" => Some(Arch::Gemma4),
             _ => None,
         }
     }
@@ -63,6 +68,7 @@ impl Arch {
             "qwen3_5" | "qwen3_5_text" => Some(Arch::Qwen35),
             "qwen3_5_moe" | "qwen3_5_moe_text" => Some(Arch::Qwen35Moe),
             "gemma3" | "gemma3_text" => Some(Arch::Gemma3),
+            "gemma4" | "gemma4_text" => Some(Arch::Gemma4),
             _ => None,
         }
     }
@@ -92,6 +98,13 @@ pub enum RopeScaling {
         low_freq_factor: f32,
         high_freq_factor: f32,
         original_max_position: f32,
+    },
+    /// transformers' "proportional" RoPE (Gemma 4's global layers): pairs `(i, i + dim/2)`
+    /// over the whole head, frequencies `θ^(-2i/dim) / factor` for the first
+    /// `⌊partial_rotary_factor · dim / 2⌋` pairs; the other pairs do not rotate.
+    Proportional {
+        factor: f32,
+        partial_rotary_factor: f64,
     },
 }
 
@@ -231,7 +244,7 @@ impl ModelConfig {
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
             Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 | Arch::Qwen35Moe => RopeStyle::Half,
-            Arch::Gemma3 => RopeStyle::Half,
+            Arch::Gemma3 | Arch::Gemma4 => RopeStyle::Half,
         };
         ModelConfig {
             arch,
@@ -277,6 +290,14 @@ impl ModelConfig {
     /// Reads a parsed `config.json`; multimodal configs are read from their `text_config`.
     pub fn from_config_value(path: &Path, json: &Value) -> Result<Self, LoadError> {
         let c = json.get("text_config").unwrap_or(json);
+        let with_defaults;
+        let c = match c.get("model_type").or_else(|| json.get("model_type")) {
+            Some(Value::String(t)) if Arch::from_hf(t) == Some(Arch::Gemma4) => {
+                with_defaults = fill_gemma4_defaults(c, json);
+                &with_defaults
+            }
+            _ => c,
+        };
         let model_type = c
             .get("model_type")
             .or_else(|| json.get("model_type"))
@@ -342,7 +363,11 @@ impl ModelConfig {
                 .or(rope_params.and_then(|p| p.get("partial_rotary_factor"))),
             "partial_rotary_factor",
         )?;
-        let rope_dim = partial.map_or(head_dim, |p| (head_dim as f64 * p) as usize);
+        let rope_dim = match scaling {
+            // Proportional RoPE pairs dimensions across the whole head.
+            RopeScaling::Proportional { .. } => head_dim,
+            _ => partial.map_or(head_dim, |p| (head_dim as f64 * p) as usize),
+        };
 
         let eos_token_ids = match c.get("eos_token_id").or(json.get("eos_token_id")) {
             Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
@@ -425,6 +450,25 @@ fn parse_rope_scaling(path: &Path, s: &Value) -> Result<RopeScaling, LoadError> 
             high_freq_factor: num("high_freq_factor")?,
             original_max_position: num("original_max_position_embeddings")?,
         },
+        "proportional" => RopeScaling::Proportional {
+            factor: if s.get("factor").is_some() {
+                num("factor")?
+            } else {
+                1.0
+            },
+            partial_rotary_factor: match s.get("partial_rotary_factor") {
+                None | Some(Value::Null) => 1.0,
+                Some(v) => v
+                    .as_f64()
+                    .filter(|p| (0.0..=1.0).contains(p))
+                    .ok_or_else(|| {
+                        LoadError::field(
+                            path,
+                            format!("rope 'partial_rotary_factor' {v} must be in [0, 1]"),
+                        )
+                    })?,
+            },
+        },
         other => {
             return Err(LoadError::field(
                 path,
@@ -432,6 +476,84 @@ fn parse_rope_scaling(path: &Path, s: &Value) -> Result<RopeScaling, LoadError> 
             ))
         }
     })
+}
+
+/// `Gemma4TextConfig`'s defaults (transformers 5.24) for the fields a Gemma 4 `config.json` may
+/// leave out (`save_pretrained` can write only the fields that differ from them).
+pub fn gemma4_default(key: &str) -> Option<Value> {
+    use serde_json::json;
+    Some(match key {
+        "vocab_size" => json!(262_144),
+        "hidden_size" => json!(2304),
+        "intermediate_size" => json!(9216),
+        "num_hidden_layers" => json!(30),
+        "num_attention_heads" => json!(8),
+        "num_key_value_heads" => json!(4),
+        "head_dim" => json!(256),
+        "global_head_dim" => json!(512),
+        "hidden_activation" => json!("gelu_pytorch_tanh"),
+        "max_position_embeddings" => json!(131_072),
+        "rms_norm_eps" => json!(1e-6),
+        "bos_token_id" => json!(2),
+        "eos_token_id" => json!(1),
+        "tie_word_embeddings" => json!(true),
+        "sliding_window" => json!(512),
+        "vocab_size_per_layer_input" => json!(262_144),
+        "hidden_size_per_layer_input" => json!(256),
+        "attention_k_eq_v" => json!(false),
+        "num_kv_shared_layers" => json!(0),
+        "enable_moe_block" => json!(false),
+        "use_double_wide_mlp" => json!(false),
+        "attention_bias" => json!(false),
+        "rope_parameters" => json!({
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 1_000_000.0
+            }
+        }),
+        _ => return None,
+    })
+}
+
+/// Keys [`gemma4_default`] knows.
+const GEMMA4_DEFAULT_KEYS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "bos_token_id",
+    "eos_token_id",
+    "tie_word_embeddings",
+    "sliding_window",
+    "rope_parameters",
+];
+
+/// A Gemma 4 text config with its missing fields filled in: from the outer multimodal config
+/// when it has them (`tie_word_embeddings`, token ids), else the family defaults.
+fn fill_gemma4_defaults(c: &Value, outer: &Value) -> Value {
+    let mut c = c.clone();
+    if let Value::Object(m) = &mut c {
+        for &k in GEMMA4_DEFAULT_KEYS {
+            if m.get(k).is_none_or(Value::is_null) {
+                let v = outer
+                    .get(k)
+                    .filter(|v| !v.is_null() && outer.get("text_config").is_some())
+                    .cloned()
+                    .or_else(|| gemma4_default(k));
+                if let Some(v) = v {
+                    m.insert(k.to_string(), v);
+                }
+            }
+        }
+    }
+    c
 }
 
 /// Reads and parses a `config.json`.

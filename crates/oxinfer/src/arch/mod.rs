@@ -54,5 +54,6 @@ pub fn load(
         }
         Arch::Qwen35 | Arch::Qwen35Moe => Box::new(qwen35::Qwen35::load(cfg, store, naming, src)?),
         Arch::Gemma3 => Box::new(gemma::gemma3::Gemma3::load(cfg, store, naming, src)?),
+        Arch::Gemma4 => Box::new(gemma::gemma4::Gemma4::load(cfg, store, naming, src)?),
     })
 }

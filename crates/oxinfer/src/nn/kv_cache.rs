@@ -15,6 +15,9 @@ pub struct LayerCache {
     pub start: usize,
     /// The layer's sliding window (a query at q sees keys k with q − k < window), if any.
     pub window: Option<usize>,
+    /// Width of this layer's rows when it differs from the cache-wide one (0: the cache-wide
+    /// width), for models whose layers have different head dims or kv head counts.
+    pub width: usize,
 }
 
 impl LayerCache {
@@ -73,6 +76,24 @@ impl KvCache {
         self
     }
 
+    /// Gives each layer its own row width (`kv_heads * head_dim` of that layer; 0 keeps the
+    /// cache-wide width). A layer that reads another layer's keys (KV sharing) is never
+    /// appended to and stays empty.
+    pub fn with_row_widths(mut self, widths: &[usize]) -> Self {
+        for (l, &w) in self.layers.iter_mut().zip(widths) {
+            l.width = w;
+        }
+        self
+    }
+
+    /// Row width of layer `layer`.
+    pub fn row_width(&self, layer: usize) -> usize {
+        match self.layers[layer].width {
+            0 => self.row,
+            w => w,
+        }
+    }
+
     /// Adds zeroed recurrent state per layer (`conv` and `state` lengths per layer; zero for
     /// attention layers).
     pub fn with_recurrent(mut self, sizes: &[(usize, usize)]) -> Self {
@@ -104,7 +125,7 @@ impl KvCache {
     /// Appends `t` rows of keys and values to `layer`. Call for every layer, then
     /// [`KvCache::advance`] once.
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        let (pos0, row) = (self.len, self.row);
+        let (pos0, row) = (self.len, self.row_width(layer));
         let c = &mut self.layers[layer];
         if let Some(w) = c.window {
             // The first new query sees positions ≥ pos0 + 1 − w; keep one more window for
@@ -124,10 +145,10 @@ impl KvCache {
     /// Records that `t` positions were appended to every layer.
     pub fn advance(&mut self, t: usize) {
         self.len += t;
-        debug_assert!(self
-            .layers
-            .iter()
-            .all(|l| l.k.len() == (self.len - l.start) * self.row || l.k.is_empty()));
+        debug_assert!((0..self.layers.len()).all(|i| {
+            let l = &self.layers[i];
+            l.k.len() == (self.len - l.start) * self.row_width(i) || l.k.is_empty()
+        }));
     }
 
     /// Drops every position at or after `len` (to rewind to a shared prefix). A cache with
@@ -157,9 +178,11 @@ impl KvCache {
             len
         };
         if len < self.len {
-            for l in &mut self.layers {
-                l.k.truncate((len - l.start) * self.row);
-                l.v.truncate((len - l.start) * self.row);
+            for i in 0..self.layers.len() {
+                let row = self.row_width(i);
+                let l = &mut self.layers[i];
+                l.k.truncate((len - l.start) * row);
+                l.v.truncate((len - l.start) * row);
             }
             self.len = len;
         }

@@ -1,5 +1,6 @@
-//! Sparse mixture of experts (Qwen 3.5 MoE): a softmax router picks the top-k experts per token
-//! (weights renormalised to sum to 1), each a SwiGLU MLP; plus a shared expert scaled by
+//! Sparse mixture of experts (Qwen 3.5 MoE, Gemma 4): a softmax router picks the top-k experts
+//! per token (weights renormalised to sum to 1, optionally times a per-expert scale), each a
+//! gated MLP (SwiGLU or GeGLU); plus, optionally, a shared expert scaled by
 //! `sigmoid(shared_gate · x)`.
 
 use super::{Activation, GatedMlp, Linear};
@@ -12,6 +13,8 @@ pub struct SparseMoe {
     experts: Vec<GatedMlp>,
     top_k: usize,
     shared: Option<(GatedMlp, Linear)>,
+    /// Per-expert factors on the routing weights (Gemma 4's `per_expert_scale`).
+    expert_scales: Option<Vec<f32>>,
 }
 
 /// Rows `first .. first + rows` of expert `e` of a stacked `[n_experts, r, cols]` tensor, as a
@@ -77,7 +80,30 @@ impl SparseMoe {
             experts,
             top_k,
             shared,
+            expert_scales: None,
         })
+    }
+
+    /// Multiplies each selected expert's (renormalised) routing weight by `scales[e]`.
+    pub fn with_expert_scales(mut self, scales: Vec<f32>) -> Result<Self, LoadError> {
+        if scales.len() != self.experts.len() {
+            return Err(LoadError::tensor(
+                self.router.weight().path(),
+                &self.router.weight().name,
+                format!(
+                    "{} per-expert scales for {} experts",
+                    scales.len(),
+                    self.experts.len()
+                ),
+            ));
+        }
+        self.expert_scales = Some(scales);
+        Ok(self)
+    }
+
+    /// Number of routed experts.
+    pub fn n_experts(&self) -> usize {
+        self.experts.len()
     }
 
     /// Loads stacked experts: `gate_up` `[E, 2·ffn, dim]` (gate rows then up rows) or separate
@@ -89,6 +115,27 @@ impl SparseMoe {
         down: &str,
         n_experts: usize,
         ffn: usize,
+    ) -> Result<Vec<GatedMlp>, LoadError> {
+        Self::experts_from_stacked_act(
+            store,
+            gate_up,
+            gate_and_up,
+            down,
+            n_experts,
+            ffn,
+            Activation::Silu,
+        )
+    }
+
+    /// [`SparseMoe::experts_from_stacked`] with the experts' activation `act`.
+    pub fn experts_from_stacked_act(
+        store: &dyn TensorStore,
+        gate_up: Option<&str>,
+        gate_and_up: [&str; 2],
+        down: &str,
+        n_experts: usize,
+        ffn: usize,
+        act: Activation,
     ) -> Result<Vec<GatedMlp>, LoadError> {
         let down = store.require(down)?;
         let (g, u, fused) = match gate_up.and_then(|n| store.get(n)) {
@@ -109,7 +156,7 @@ impl SparseMoe {
                     gate: Linear::from_view(expert_rows(&g, e, 0, ffn)?, None)?,
                     up: Linear::from_view(expert_rows(&u, e, up_first, ffn)?, None)?,
                     down: Linear::from_view(expert_rows(&down, e, 0, down.shape[1])?, None)?,
-                    act: Activation::Silu,
+                    act,
                 })
             })
             .collect()
@@ -117,9 +164,15 @@ impl SparseMoe {
 
     /// `x` is `[t, dim]`; returns `[t, dim]`.
     pub fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        self.forward_routed(x, x, t)
+    }
+
+    /// The router reads `router_in` and the experts (and shared expert) read `x`, both
+    /// `[t, dim]`; returns `[t, dim]`.
+    pub fn forward_routed(&self, router_in: &[f32], x: &[f32], t: usize) -> Vec<f32> {
         let dim = self.router.n_in;
         let n = self.experts.len();
-        let logits = self.router.forward(x, t);
+        let logits = self.router.forward(router_in, t);
         // Per expert: (token, weight) pairs.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n];
         for (ti, l) in logits.chunks_exact(n).enumerate() {
@@ -131,7 +184,8 @@ impl SparseMoe {
             let top = &idx[..self.top_k];
             let tot: f32 = top.iter().map(|&e| p[e] / sum).sum();
             for &e in top {
-                routed[e].push((ti, p[e] / sum / tot));
+                let s = self.expert_scales.as_ref().map_or(1.0, |s| s[e]);
+                routed[e].push((ti, p[e] / sum / tot * s));
             }
         }
         let mut out = match &self.shared {

@@ -1,5 +1,5 @@
-//! Rotary position embeddings: frequency tables (with Llama-3 / linear scaling or explicit
-//! per-dimension factors) applied in interleaved or half-split layout.
+//! Rotary position embeddings: frequency tables (with Llama-3 / linear / proportional scaling or
+//! explicit per-dimension factors) applied in interleaved or half-split layout.
 
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 
@@ -26,6 +26,16 @@ impl Rope {
             .collect();
         match cfg.scaling {
             RopeScaling::None => {}
+            RopeScaling::Proportional {
+                factor,
+                partial_rotary_factor,
+            } => {
+                // transformers: int(partial · head_dim // 2) rotating pairs, the rest fixed.
+                let rotated = (partial_rotary_factor * cfg.dim as f64 / 2.0).floor() as usize;
+                for (i, f) in inv_freq.iter_mut().enumerate() {
+                    *f = if i < rotated { *f / factor } else { 0.0 };
+                }
+            }
             RopeScaling::Linear { factor } => inv_freq.iter_mut().for_each(|f| *f /= factor),
             RopeScaling::Llama3 {
                 factor,

@@ -4,6 +4,9 @@
 //! output head and logit soft-capping.
 
 pub mod gemma3;
+pub mod gemma4;
+pub mod gemma4_block;
+pub mod gemma4_config;
 
 use crate::config::ConfigSource;
 use crate::error::LoadError;
@@ -34,6 +37,14 @@ const HF_LAYER: &[(&str, &str)] = &[
     ("ffn_gate", "mlp.gate_proj"),
     ("ffn_up", "mlp.up_proj"),
     ("ffn_down", "mlp.down_proj"),
+    // Gemma 4: the MoE block's norms and router, the per-layer-embedding block.
+    ("pre_ffw_norm_2", "pre_feedforward_layernorm_2"),
+    ("post_ffw_norm_1", "post_feedforward_layernorm_1"),
+    ("post_ffw_norm_2", "post_feedforward_layernorm_2"),
+    ("ffn_gate_inp", "router.proj"),
+    ("inp_gate", "per_layer_input_gate"),
+    ("proj", "per_layer_projection"),
+    ("post_norm", "post_per_layer_input_norm"),
 ];
 
 /// Tensor names of a Gemma checkpoint: GGUF, or transformers' text-only (`model.…`) and
@@ -108,6 +119,15 @@ impl Names {
                     .map_or(part, |(_, h)| h);
                 format!("{}layers.{i}.{hf}.weight", self.prefix)
             }
+        }
+    }
+
+    /// A per-layer tensor named `blk.{i}.{part}.{suffix}` in GGUF and `{prefix}layers.{i}.{hf}`
+    /// (no `.weight`) by transformers: Gemma 4's layer scalar, router scales, stacked experts.
+    pub fn layer_param(&self, i: usize, part: &str, suffix: &str, hf: &str) -> String {
+        match self.naming {
+            Naming::Gguf => format!("blk.{i}.{part}.{suffix}"),
+            Naming::Hf => format!("{}layers.{i}.{hf}", self.prefix),
         }
     }
 }

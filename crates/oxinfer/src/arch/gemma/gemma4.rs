@@ -1,0 +1,240 @@
+//! Gemma 4 text decoder (transformers `gemma4` / `gemma4_text`): sliding-window and global
+//! attention layers with their own head dims, kv head counts and RoPE (proportional, partly
+//! rotating, on the global layers), QK norms and an unscaled V norm, optional k = v on the
+//! global layers, KV sharing for the top layers, per-layer embeddings (PLE), norms before and
+//! after attention and MLP (plain `w` gains, unlike Gemma 3's `1 + w`), a learned scalar per
+//! layer, the 26B-A4B-style routed experts beside the dense MLP, a tied head and final logit
+//! soft-capping.
+
+use super::gemma4_block::{Attention, FeedForward, PleBlock};
+use super::gemma4_config::Gemma4Params;
+use super::{LayerKind, Names};
+use crate::arch::batch::{self, SeqBatch};
+use crate::arch::CausalLm;
+use crate::config::{ConfigSource, ModelConfig};
+use crate::error::{LoadError, Result};
+use crate::loader::{Naming, TensorStore};
+use crate::nn::{Embedding, KvCache, Linear, RmsNorm, Rope};
+
+struct Layer {
+    kind: LayerKind,
+    attn_norm: RmsNorm,
+    attn: Attention,
+    post_attn_norm: RmsNorm,
+    ffn: FeedForward,
+    ple: Option<PleBlock>,
+    /// Factor on the layer's output hidden state (`layer_scalar`, 1 when absent).
+    scalar: f32,
+}
+
+/// The model-level part of the per-layer embeddings: a table `[rows, layers · width]` looked up
+/// by token (× √width) and a projection of the embedded token (× 1/√hidden, RMS-normed per
+/// layer); each layer's input is `(projection + lookup) / √2`.
+struct PleInputs {
+    table: Embedding,
+    model_proj: Linear,
+    proj_norm: RmsNorm,
+    width: usize,
+}
+
+impl PleInputs {
+    /// Per-layer inputs `[t, layers · width]` of tokens `ids` whose scaled embeddings are `x`.
+    fn forward(&self, ids: &[u32], x: &[f32], t: usize) -> Result<Vec<f32>> {
+        let tok = self.table.forward(ids)?;
+        let mut p = self.model_proj.forward(x, t);
+        let s = (self.model_proj.n_in as f64).powf(-0.5) as f32;
+        p.iter_mut().for_each(|v| *v *= s);
+        self.proj_norm.forward_inplace(&mut p);
+        let half = std::f32::consts::FRAC_1_SQRT_2;
+        p.iter_mut()
+            .zip(&tok)
+            .for_each(|(p, e)| *p = (*p + e) * half);
+        Ok(p)
+    }
+
+    /// Layer `l`'s rows `[t, width]` out of all per-layer inputs.
+    fn layer(&self, all: &[f32], l: usize, t: usize) -> Vec<f32> {
+        let n = all.len() / t.max(1);
+        let w = self.width;
+        (0..t)
+            .flat_map(|i| all[i * n + l * w..i * n + (l + 1) * w].iter().copied())
+            .collect()
+    }
+}
+
+/// A loaded Gemma 4 text model.
+pub struct Gemma4 {
+    cfg: ModelConfig,
+    params: Gemma4Params,
+    embed: Embedding,
+    ple: Option<PleInputs>,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    head: Linear,
+    local_rope: Rope,
+    global_rope: Rope,
+}
+
+impl Gemma4 {
+    /// Loads every tensor from `store` (borrowed from the mapped file).
+    pub fn load(
+        cfg: &ModelConfig,
+        store: &dyn TensorStore,
+        naming: Naming,
+        src: &ConfigSource<'_>,
+    ) -> Result<Self, LoadError> {
+        let params = Gemma4Params::read(cfg, src)?;
+        let names = Names::detect(store, naming);
+        let (d, eps) = (cfg.hidden_size, cfg.norm_eps);
+        let (embed, head) =
+            super::embedding_and_head(store, &names, cfg.vocab_size, d, cfg.tie_embeddings)?;
+        let n = cfg.n_layers;
+        let ple = match params.ple {
+            Some((rows, width)) => {
+                let table = store.require_shape(
+                    &names.global("per_layer_token_embd", "embed_tokens_per_layer"),
+                    &[rows, n * width],
+                )?;
+                Some(PleInputs {
+                    table: Embedding::new(table, (width as f64).sqrt() as f32)?,
+                    model_proj: Linear::load(
+                        store,
+                        &names.global("per_layer_model_proj", "per_layer_model_projection"),
+                        n * width,
+                        d,
+                    )?,
+                    proj_norm: RmsNorm::load(
+                        store,
+                        &names.global("per_layer_proj_norm", "per_layer_projection_norm"),
+                        width,
+                        eps,
+                        false,
+                    )?,
+                    width,
+                })
+            }
+            None => None,
+        };
+        let mut layers = Vec::with_capacity(n);
+        for (i, &kind) in params.layer_kinds.iter().enumerate() {
+            let norm = |part: &str| RmsNorm::load(store, &names.layer(i, part), d, eps, false);
+            let scalar_name = names.layer_param(i, "layer_output_scale", "weight", "layer_scalar");
+            let scalar = match store.get(&scalar_name) {
+                Some(t) => {
+                    let v = t?.to_f32()?;
+                    match v[..] {
+                        [s] => s,
+                        _ => {
+                            return Err(LoadError::tensor(
+                                store.path(),
+                                scalar_name,
+                                format!("{} values, expected 1", v.len()),
+                            ))
+                        }
+                    }
+                }
+                None => 1.0,
+            };
+            layers.push(Layer {
+                kind,
+                attn_norm: norm("attn_norm")?,
+                attn: Attention::load(store, &names, i, d, cfg.n_heads, eps, &params)?,
+                post_attn_norm: norm("post_attention_norm")?,
+                ffn: FeedForward::load(store, &names, i, d, cfg.intermediate_size, eps, &params)?,
+                ple: match &ple {
+                    Some(p) => Some(PleBlock::load(store, &names, i, d, p.width, eps)?),
+                    None => None,
+                },
+                scalar,
+            });
+        }
+        Ok(Gemma4 {
+            cfg: cfg.clone(),
+            embed,
+            ple,
+            layers,
+            norm: RmsNorm::load(store, &names.global("output_norm", ""), d, eps, false)?,
+            head,
+            local_rope: Rope::new(&params.local_rope, None),
+            global_rope: Rope::new(&params.global_rope, None),
+            params,
+        })
+    }
+
+    /// The family-specific settings in use.
+    pub fn params(&self) -> &Gemma4Params {
+        &self.params
+    }
+
+    fn window(&self, kind: LayerKind) -> Option<usize> {
+        match kind {
+            LayerKind::Sliding => self.cfg.sliding_window,
+            LayerKind::Full => None,
+        }
+    }
+}
+
+impl CausalLm for Gemma4 {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Sliding layers keep only about two windows of positions; each layer's rows have its own
+    /// width; KV-shared layers store nothing.
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        let windows: Vec<Option<usize>> = self.layers.iter().map(|l| self.window(l.kind)).collect();
+        let widths: Vec<usize> = (0..self.layers.len())
+            .map(|i| {
+                if self.params.is_kv_shared(i) {
+                    0
+                } else {
+                    self.params.shapes[i].n_kv_heads * self.params.shapes[i].head_dim
+                }
+            })
+            .collect();
+        KvCache::new(
+            self.cfg.n_layers,
+            self.cfg.n_kv_heads * self.cfg.head_dim,
+            capacity,
+        )
+        .with_windows(&windows)
+        .with_row_widths(&widths)
+    }
+
+    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
+        let (ids, spans) = batch::layout(batch)?;
+        let t = ids.len();
+        let mut x = self.embed.forward(&ids)?;
+        let ple_all = match &self.ple {
+            Some(p) => Some(p.forward(&ids, &x, t)?),
+            None => None,
+        };
+        let mut seqs = batch::seq_rows(batch, &spans);
+        for (li, l) in self.layers.iter().enumerate() {
+            let rope = match l.kind {
+                LayerKind::Sliding => &self.local_rope,
+                LayerKind::Full => &self.global_rope,
+            };
+            let h = l.attn_norm.forward(&x);
+            let mut o = l
+                .attn
+                .forward(&h, t, li, &mut seqs, rope, self.window(l.kind));
+            l.post_attn_norm.forward_inplace(&mut o);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let m = l.ffn.forward(&x, t);
+            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+            if let (Some(block), Some(p), Some(all)) = (&l.ple, &self.ple, &ple_all) {
+                let y = block.forward(&x, &p.layer(all, li, t), t);
+                x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
+            }
+            if l.scalar != 1.0 {
+                x.iter_mut().for_each(|v| *v *= l.scalar);
+            }
+        }
+        drop(seqs);
+        let cap = self.params.final_softcap;
+        Ok(batch::finish(
+            batch, &spans, &x, &self.norm, &self.head, cap,
+        ))
+    }
+}
