@@ -1,5 +1,7 @@
-//! Separating a reasoning model's `<think>…</think>` trace from its answer in streamed text
-//! (Qwen 3 / 3.5 with `enable_thinking`, DeepSeek-R1 distills).
+//! Separating a reasoning model's trace from its answer in streamed text: `<think>…</think>`
+//! (Qwen 3 / 3.5 with `enable_thinking`, DeepSeek-R1 distills) and Gemma 4's thought channel
+//! `<|channel>thought\n…<channel|>` (the markers transformers' response parser uses for
+//! `gemma4`).
 //!
 //! Text arrives in arbitrary pieces, so a tag may be split across them: the splitter holds back
 //! any tail that could still become a tag. Templates that open the think block themselves (the
@@ -9,6 +11,13 @@
 /// Opening and closing tags of the reasoning trace.
 pub const THINK_OPEN: &str = "<think>";
 pub const THINK_CLOSE: &str = "</think>";
+
+/// Gemma 4's thought channel: opening and closing markers.
+pub const CHANNEL_OPEN: &str = "<|channel>thought\n";
+pub const CHANNEL_CLOSE: &str = "<channel|>";
+
+/// Every (open, close) pair of trace markers the splitter recognises.
+const MARKERS: &[(&str, &str)] = &[(THINK_OPEN, THINK_CLOSE), (CHANNEL_OPEN, CHANNEL_CLOSE)];
 
 /// Which part of the output a piece of text belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +47,8 @@ enum State {
 #[derive(Clone, Debug)]
 pub struct ThinkingSplitter {
     state: State,
+    /// The closing tag of the open trace (`None` inside a trace the prompt opened: any).
+    close: Option<&'static str>,
     /// Text not yet emitted (a possible tag prefix, or leading whitespace).
     held: String,
 }
@@ -47,10 +58,13 @@ pub struct ThinkingSplitter {
 /// templates do).
 pub fn prompt_opens_think(prompt: &str) -> bool {
     let p = prompt.trim_end();
-    match p.rfind(THINK_OPEN) {
-        Some(i) => !p[i..].contains(THINK_CLOSE) && p[i + THINK_OPEN.len()..].trim().is_empty(),
-        None => false,
-    }
+    MARKERS.iter().any(|(open, close)| {
+        let open = open.trim_end();
+        match p.rfind(open) {
+            Some(i) => !p[i..].contains(close) && p[i + open.len()..].trim().is_empty(),
+            None => false,
+        }
+    })
 }
 
 impl ThinkingSplitter {
@@ -64,6 +78,7 @@ impl ThinkingSplitter {
             } else {
                 State::Start
             },
+            close: None,
             held: String::new(),
         }
     }
@@ -84,23 +99,28 @@ impl ThinkingSplitter {
                     if t.is_empty() {
                         return out;
                     }
-                    if let Some(rest) = t.strip_prefix(THINK_OPEN) {
-                        self.held = rest.to_string();
+                    if let Some((open, close)) = MARKERS.iter().find(|(o, _)| t.starts_with(o)) {
+                        self.held = t[open.len()..].to_string();
+                        self.close = Some(close);
                         self.state = State::Thinking;
-                    } else if THINK_OPEN.starts_with(t) {
-                        return out; // maybe a split "<think>"
+                    } else if MARKERS.iter().any(|(o, _)| o.starts_with(t)) {
+                        return out; // maybe a split opening tag
                     } else {
                         self.state = State::Answer;
                     }
                 }
-                State::Thinking => match self.held.find(THINK_CLOSE) {
-                    Some(i) => {
+                State::Thinking => match self.find_close() {
+                    Some((i, n)) => {
                         emit(&mut out, Part::Reasoning, &self.held[..i]);
-                        self.held = self.held[i + THINK_CLOSE.len()..].to_string();
+                        self.held = self.held[i + n..].to_string();
                         self.state = State::AfterThink;
                     }
                     None => {
-                        let keep = partial_tag_len(&self.held, THINK_CLOSE);
+                        let keep = self
+                            .closes()
+                            .map(|c| partial_tag_len(&self.held, c))
+                            .max()
+                            .unwrap_or(0);
                         let cut = self.held.len() - keep;
                         emit(&mut out, Part::Reasoning, &self.held[..cut]);
                         self.held = self.held[cut..].to_string();
@@ -123,6 +143,21 @@ impl ThinkingSplitter {
                 }
             }
         }
+    }
+
+    /// The closing tags that may end the current trace.
+    fn closes(&self) -> impl Iterator<Item = &'static str> + '_ {
+        MARKERS
+            .iter()
+            .map(|&(_, c)| c)
+            .filter(move |c| self.close.is_none_or(|want| want == *c))
+    }
+
+    /// Where the first closing tag of the trace starts in `held`, and its length.
+    fn find_close(&self) -> Option<(usize, usize)> {
+        self.closes()
+            .filter_map(|c| self.held.find(c).map(|i| (i, c.len())))
+            .min()
     }
 
     /// Flushes whatever is held at the end of generation.
@@ -337,5 +372,28 @@ mod tests {
             "<|im_start|>assistant\n<think>\n\n</think>\n\n"
         ));
         assert!(!prompt_opens_think("<|im_start|>assistant\n"));
+    }
+
+    /// Gemma 4's thought channel, split anywhere; with thinking off the template closes an
+    /// empty channel in the prompt and the output is all answer.
+    #[test]
+    fn gemma4_thought_channel() {
+        let text = "<|channel>thought\nAdd 2 and 2; </think> is just text.<channel|>It is 4.";
+        for cut in 0..=text.len() {
+            let (r, a, _) = run(&[&text[..cut], &text[cut..]], false);
+            assert_eq!(r, "Add 2 and 2; </think> is just text.", "cut {cut}");
+            assert_eq!(a, "It is 4.", "cut {cut}");
+        }
+        let (r, a, _) = run(&["<|chan", "nel>thought\nhmm"], false);
+        assert_eq!((r.as_str(), a.as_str()), ("hmm", ""));
+        let (r, a, _) = run(&["<|channel>other"], false);
+        assert_eq!((r.as_str(), a.as_str()), ("", "<|channel>other"));
+        assert!(!prompt_opens_think(
+            "<|turn>model\n<|channel>thought\n<channel|>"
+        ));
+        assert!(prompt_opens_think("<|turn>model\n<|channel>thought\n"));
+        let (r, a, _) = run(&["still thinking<chan", "nel|>\nDone."], true);
+        assert_eq!((r.as_str(), a.as_str()), ("still thinking", "Done."));
+        assert!(!prompt_opens_think("<|turn>model\n"));
     }
 }
