@@ -15,7 +15,12 @@ Templates:
   ``selectattr``, Python string and dict methods, string-literal escapes (backslash-newline,
   ``\\x``, octal, ``\\U``), ``tojson`` options, Python's printing of None/True/lists/dicts/floats,
   ``{% generation %}``, ``enable_thinking``, reassigning ``messages``;
-* ``chatml_tools``: written for these tests in the style of ChatML templates with tool schemas.
+* ``chatml_tools``: written for these tests in the style of ChatML templates with tool schemas;
+* ``qwen25``, ``qwen3``, ``qwen35``, ``r1_distill_qwen``: the chat templates of
+  Qwen2.5-7B-Instruct, Qwen3-0.6B, Qwen3.5-4B and DeepSeek-R1-Distill-Qwen-32B, read from the copies
+  llama.cpp keeps in ``models/templates/`` (llama-cpp-python sdist, fetched by
+  tools/ref/llamacpp_convert.py into ~/.cache/oxinfer/llama-cpp-src); cases with tools, tool
+  responses, thinking on/off and earlier assistant turns that carry a ``<think>`` trace.
 
 Run with the reference venv:
     /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_chat_refs.py
@@ -26,7 +31,10 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "tests" / "fixtures" / "chat"
@@ -280,6 +288,56 @@ CHATML_CASES = [
 ]
 
 
+QWEN_CASES = MODEL_CASES + [
+    ("thinking_off", msgs(("user", "2+2?")), True, {"enable_thinking": False}),
+    ("thinking_on", msgs(("user", "2+2?")), True, {"enable_thinking": True}),
+    (
+        "history_with_think_trace",
+        msgs(
+            ("system", "You are helpful."),
+            ("user", "What is 3*7?"),
+            ("assistant", "<think>\n3 times 7 is 21.\n</think>\n\n21."),
+            ("user", "And 4*8?"),
+        ),
+        True,
+        None,
+    ),
+    (
+        "last_assistant_with_think_trace",
+        msgs(("user", "Hi"), ("assistant", "<think>\ngreet back\n</think>\n\nHello!")),
+        False,
+        None,
+    ),
+    ("tools", msgs(("user", "What's the weather in Zürich?")), True, {"tools": TOOLS}),
+    (
+        "tools_system_responses",
+        msgs(
+            ("system", "Use tools when needed."),
+            ("user", "Weather in Paris?"),
+            ("assistant", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+            ("tool", '{"temp": 21}'),
+            ("tool", '{"wind": "5 km/h"}'),
+        ),
+        True,
+        {"tools": TOOLS},
+    ),
+    ("system_only", msgs(("system", "Only a system turn.")), True, None),
+]
+
+LLAMA_CPP_TEMPLATES = {
+    "qwen25": "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "qwen3": "Qwen-Qwen3-0.6B.jinja",
+    "qwen35": "Qwen3.5-4B.jinja",
+    "r1_distill_qwen": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+}
+
+
+def llama_cpp_template(file: str) -> str:
+    import llamacpp_convert
+
+    return (llamacpp_convert.llama_cpp_source(None) / "models" / "templates" / file).read_text()
+
+
 def render_cases(tok, template: str, cases) -> list[dict]:
     out = []
     for name, messages, gen, extra in cases:
@@ -317,6 +375,9 @@ def main() -> None:
         ("features", "written for the tests; BOS/EOS of SmolLM2", smol, FEATURES_TEMPLATE, FEATURE_CASES),
         ("chatml_tools", "written for the tests; BOS/EOS of SmolLM2", smol, CHATML_TOOLS_TEMPLATE, CHATML_CASES),
     ]
+    for name, file in LLAMA_CPP_TEMPLATES.items():
+        source = f"llama.cpp models/templates/{file} (llama-cpp-python sdist); BOS/EOS of SmolLM2"
+        jobs.append((name, source, smol, llama_cpp_template(file), QWEN_CASES))
     for name, source, tok, template, cases in jobs:
         doc = {
             "name": name,

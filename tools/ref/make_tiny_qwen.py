@@ -64,6 +64,20 @@ VARIANTS = {
             bos_token_id=BOS_ID, eos_token_id=EOS_ID,
         ),
     ),
+    # Sliding window on the layers at and above `max_window_layers` only (transformers derives
+    # layer_types [full, sliding, sliding] from it; the hub spelling drops layer_types, so the
+    # engine must derive them too). No GGUF twin: llama.cpp's qwen2 has no sliding window.
+    "qwen2-tiny-swa": dict(
+        family="qwen2", seed=2025, spelling="hub", hub_extra={}, gguf=False,
+        config=dict(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+            rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.1,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            use_sliding_window=True, sliding_window=8, max_window_layers=1,
+            bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+        ),
+    ),
 }
 
 
@@ -219,6 +233,10 @@ def feature_checks(spec: dict, model, ids: list[int]) -> dict:
         checks["sliding_window_8_on"] = base.max_diff(variant(cfg_changes={
             "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0,
             "layer_types": ["sliding_attention"] * model.config.num_hidden_layers}), base_logits)
+    if getattr(model.config, "use_sliding_window", False):
+        checks["sliding_window_off"] = base.max_diff(variant(cfg_changes={
+            "use_sliding_window": False, "sliding_window": None,
+            "layer_types": ["full_attention"] * model.config.num_hidden_layers}), base_logits)
     return {k: v for k, v in checks.items() if v is not None}
 
 
@@ -265,7 +283,7 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
         assert (v < 1e-5) if k.endswith("identity") else (v > 1e-2), (k, v)
 
     sd = base.load_state_dict(out)
-    gguf_info = write_gguf(out, name, spec["family"], ref.config, sd)
+    gguf_info = write_gguf(out, name, spec["family"], ref.config, sd) if spec.get("gguf", True) else None
     reference = {
         "generator": "tools/ref/make_tiny_qwen.py",
         "versions": base.versions(),
@@ -281,7 +299,7 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
         "feature_checks_max_abs_logit_change": checks,
         "feature_checks_prompt": "long",
     }
-    if use_llamacpp:
+    if use_llamacpp and gguf_info is not None:
         lc = base.llamacpp_check(out, prompts, logits)
         if lc is not None:
             print("llama.cpp GGUF twin:", lc)

@@ -13,6 +13,10 @@ Variants:
   qwen35moe-tiny   Qwen3_5MoeForCausalLM weights saved the way the hub's multimodal checkpoints
                    are: config.json {model_type: qwen3_5_moe, text_config: {...}} and tensors
                    under model.language_model.*; the reference comes from the text model.
+  qwen35-tiny-gguf, qwen35moe-tiny-gguf
+                   also get model.gguf written by llama.cpp's converter, and llama.cpp's logits on
+                   it compared with transformers (reference.json "llamacpp_gguf_check"); see
+                   tools/ref/llamacpp_convert.py.
 
 Run (from the repository root):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_qwen35.py [--variant qwen35-tiny]
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +54,9 @@ COMMON = dict(
     bos_token_id=BOS_ID, eos_token_id=EOS_ID,
 )
 
+MROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+         "mrope_interleaved": True, "mrope_section": [2, 1, 1]}
+
 VARIANTS = {
     # layers: linear, linear, full, linear (layer_types given explicitly), tied embeddings.
     "qwen35-tiny": dict(
@@ -63,6 +71,23 @@ VARIANTS = {
         config=dict(COMMON, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
                     moe_intermediate_size=16, shared_expert_intermediate_size=32,
                     full_attention_interval=2),
+    ),
+    # GGUF twins written by llama.cpp's own converter (tools/ref/llamacpp_convert.py) and checked
+    # with llama.cpp's forward pass. llama.cpp requires linear_value_head_dim ==
+    # linear_key_head_dim, so these use 16 for both (4 value heads over 2 key heads, so the
+    # converter's grouped -> tiled V-head reordering is exercised), and mrope sections that fit
+    # the 4 rotary pairs (the converter's default [11, 11, 10] is for 64 rotary dims).
+    "qwen35-tiny-gguf": dict(
+        seed=3537, cls=(Qwen3_5TextConfig, Qwen3_5ForCausalLM), nested=False, gguf=True,
+        config=dict(COMMON, linear_value_head_dim=16, intermediate_size=96, rope_parameters=MROPE,
+                    tie_word_embeddings=False, full_attention_interval=2),
+    ),
+    "qwen35moe-tiny-gguf": dict(
+        seed=3538, cls=(Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM), nested=False, gguf=True,
+        config=dict(COMMON, linear_value_head_dim=16, rope_parameters=MROPE,
+                    tie_word_embeddings=True, num_experts=8,
+                    num_experts_per_tok=2, moe_intermediate_size=16,
+                    shared_expert_intermediate_size=32, full_attention_interval=2),
     ),
 }
 
@@ -211,6 +236,10 @@ def make_variant(name: str, spec: dict) -> None:
         "feature_checks_prompt": "long",
     }
     (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
+    if spec.get("gguf"):
+        # a separate process: the converter imports llama.cpp's own gguf-py
+        subprocess.run([sys.executable, str(Path(__file__).parent / "llamacpp_convert.py"), str(out)],
+                       check=True)
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"{out.relative_to(REPO)}: {size / 1024:.0f} KiB", flush=True)
 

@@ -69,6 +69,26 @@ fn chatml_tools_template() {
 }
 
 #[test]
+fn qwen25_template() {
+    check("qwen25");
+}
+
+#[test]
+fn qwen3_template() {
+    check("qwen3");
+}
+
+#[test]
+fn qwen35_template() {
+    check("qwen35");
+}
+
+#[test]
+fn r1_distill_qwen_template() {
+    check("r1_distill_qwen");
+}
+
+#[test]
 fn bad_templates_and_extras_are_errors() {
     assert!(matches!(
         ChatTemplate::new("{% for x in %}", None, None),

@@ -1,7 +1,8 @@
 //! Tiny random Qwen checkpoints against transformers float32 (fixtures made by
 //! tools/ref/make_tiny_qwen.py and tools/ref/make_tiny_qwen35.py): prompt logits within the
-//! tolerance and identical greedy tokens, from the safetensors folder and (dense Qwen2/Qwen3)
-//! its GGUF twin, with whole-prompt, chunked and one-token prefill.
+//! tolerance and identical greedy tokens, from the safetensors folder and its GGUF twin (Qwen2/
+//! Qwen3: written by our script; Qwen 3.5: written by llama.cpp's converter), with whole-prompt,
+//! chunked and one-token prefill.
 
 mod common;
 
@@ -36,6 +37,13 @@ fn qwen2_tiny_biases_hub_config_sliding_window_off() {
     check("qwen2-tiny", &["", "model.gguf"], 1e-4);
 }
 
+/// Sliding window (8) on the layers at and above `max_window_layers` (1) only, derived from the
+/// hub-spelling config (no `layer_types`); both prompts are longer than the window.
+#[test]
+fn qwen2_tiny_sliding_window_above_max_window_layers() {
+    check("qwen2-tiny-swa", &[""], 1e-4);
+}
+
 #[test]
 fn qwen3_tiny_qk_norm_transformers5_config() {
     check("qwen3-tiny", &["", "model.gguf"], 1e-4);
@@ -55,6 +63,24 @@ fn qwen35_tiny_gated_deltanet_hybrid() {
 fn qwen35moe_tiny_nested_hub_layout() {
     let d = check("qwen35moe-tiny", &[""], 1e-3);
     println!("qwen35moe-tiny worst max abs logit diff {d:.3e}");
+}
+
+/// Qwen 3.5 dense and MoE GGUF files written by llama.cpp's own converter (tools/ref/
+/// llamacpp_convert.py: tiled V heads, `1 + w` norms, `-exp(A_log)`, fused-by-name tensors, MRoPE
+/// sections), on which llama.cpp itself reproduces the transformers logits (reference.json
+/// `llamacpp_gguf_check`): the engine reads that layout to the same logits as the safetensors.
+#[test]
+fn qwen35_gguf_from_llamacpp_converter() {
+    for name in ["qwen35-tiny-gguf", "qwen35moe-tiny-gguf"] {
+        let r = reference(&fixtures().join(name));
+        let lc = &r["llamacpp_gguf_check"];
+        assert!(
+            lc["long_greedy_ids_match"].as_bool() == Some(true),
+            "{name}: the fixture's llama.cpp check did not pass: {lc}"
+        );
+        let d = check(name, &["", "model.gguf"], 1e-3);
+        println!("{name} worst max abs logit diff {d:.3e} (safetensors and llama.cpp's GGUF)");
+    }
 }
 
 /// Qwen 3.5: two sequences in one batched pass keep separate recurrent states (prefill both,

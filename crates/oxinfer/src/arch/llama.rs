@@ -5,7 +5,7 @@
 
 use super::batch::{self, SeqBatch};
 use super::CausalLm;
-use crate::config::ModelConfig;
+use crate::config::{Arch, ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
@@ -28,14 +28,63 @@ pub struct Llama {
     norm: RmsNorm,
     head: Linear,
     rope: Rope,
+    /// Sliding attention window of each layer (`None`: full attention).
+    windows: Vec<Option<usize>>,
+}
+
+/// Each layer's attention window. `config.json` may name the layer types (`layer_types`:
+/// `sliding_attention` / `full_attention`); Qwen2/Qwen3 configs without them slide only on the
+/// layers at and above `max_window_layers` (transformers' rule, default 28); otherwise the
+/// configured window (if any) applies to every layer, as in Mistral-style models and GGUF files.
+fn layer_windows(
+    cfg: &ModelConfig,
+    src: &ConfigSource<'_>,
+) -> Result<Vec<Option<usize>>, LoadError> {
+    let Some(window) = cfg.sliding_window else {
+        return Ok(vec![None; cfg.n_layers]);
+    };
+    if let Some(types) = src.json("layer_types").and_then(|v| v.as_array()) {
+        if types.len() != cfg.n_layers {
+            return Err(LoadError::field(
+                src.path(),
+                format!(
+                    "layer_types has {} entries for {} layers",
+                    types.len(),
+                    cfg.n_layers
+                ),
+            ));
+        }
+        return types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(Some(window)),
+                Some("full_attention") => Ok(None),
+                _ => Err(LoadError::field(
+                    src.path(),
+                    format!("unknown layer type {t}"),
+                )),
+            })
+            .collect();
+    }
+    let from = match (cfg.arch, src) {
+        (Arch::Qwen2 | Arch::Qwen3, ConfigSource::Json { .. }) => {
+            src.usize("", "max_window_layers")?.unwrap_or(28)
+        }
+        _ => 0,
+    };
+    Ok((0..cfg.n_layers)
+        .map(|i| (i >= from).then_some(window))
+        .collect())
 }
 
 impl Llama {
-    /// Loads every tensor of the model from `store` (borrowed from the mapped file).
+    /// Loads every tensor of the model from `store` (borrowed from the mapped file); `src` gives
+    /// the per-layer attention pattern.
     pub fn load(
         cfg: &ModelConfig,
         store: &dyn TensorStore,
         naming: Naming,
+        src: &ConfigSource<'_>,
     ) -> Result<Self, LoadError> {
         let (d, hd) = (cfg.hidden_size, cfg.head_dim);
         let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
@@ -104,16 +153,17 @@ impl Llama {
             norm: RmsNorm::load(store, &naming.global("output_norm"), d, cfg.norm_eps, false)?,
             head,
             rope,
+            windows: layer_windows(cfg, src)?,
         })
     }
 
-    fn attn_params(&self) -> AttentionParams {
+    fn attn_params(&self, layer: usize) -> AttentionParams {
         AttentionParams {
             n_heads: self.cfg.n_heads,
             n_kv_heads: self.cfg.n_kv_heads,
             head_dim: self.cfg.head_dim,
             scale: 1.0 / (self.cfg.head_dim as f32).sqrt(),
-            window: self.cfg.sliding_window,
+            window: self.windows[layer],
             softcap: None,
         }
     }
@@ -130,15 +180,16 @@ impl CausalLm for Llama {
             self.cfg.n_kv_heads * self.cfg.head_dim,
             capacity,
         )
+        .with_windows(&self.windows)
     }
 
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
-        let params = self.attn_params();
         let mut x = self.embed.forward(&ids)?;
         let mut seqs = batch::seq_rows(batch, &spans);
         for (li, b) in self.blocks.iter().enumerate() {
+            let params = self.attn_params(li);
             let h = b.attn_norm.forward(&x);
             let o = b.attn.forward(&h, t, li, &mut seqs, &self.rope, &params);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);

@@ -50,7 +50,7 @@ pub fn load(
 ) -> Result<Box<dyn CausalLm>, LoadError> {
     Ok(match cfg.arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            Box::new(llama::Llama::load(cfg, store, naming)?)
+            Box::new(llama::Llama::load(cfg, store, naming, src)?)
         }
         Arch::Qwen35 | Arch::Qwen35Moe => Box::new(qwen35::Qwen35::load(cfg, store, naming, src)?),
         Arch::Gemma3 => Box::new(gemma::gemma3::Gemma3::load(cfg, store, naming, src)?),

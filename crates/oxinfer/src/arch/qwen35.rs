@@ -9,6 +9,7 @@ use super::batch::{self, SeqBatch};
 use super::CausalLm;
 use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
+use crate::gguf::MetaArray;
 use crate::loader::{Naming, TensorStore, TensorView};
 use crate::nn::gated_delta::{DeltaNames, DeltaShape, GatedDeltaNet};
 use crate::nn::moe::SparseMoe;
@@ -102,12 +103,31 @@ fn layer_name(naming: Naming, i: usize, gguf_part: &str) -> String {
     }
 }
 
-/// Which layers are full attention: `layer_types` (config.json) or every
+/// Which layers are full attention: `layer_types` (config.json), GGUF
+/// `attention.recurrent_layers` (one bool per layer, true = Gated DeltaNet; llama.cpp's converter
+/// writes it and a `full_attention_interval` that need not agree with it), or every
 /// `full_attention_interval`-th layer (default 4).
 fn full_attention_layers(
     cfg: &ModelConfig,
     src: &ConfigSource<'_>,
 ) -> Result<Vec<bool>, LoadError> {
+    if let Some(v) = src.gguf_value("attention.recurrent_layers") {
+        let flags: Option<Vec<bool>> = match v.as_array() {
+            Some(MetaArray::Bool(b)) => Some(b.clone()),
+            Some(a) => a.to_ints().map(|i| i.into_iter().map(|x| x != 0).collect()),
+            None => None,
+        };
+        return match flags {
+            Some(f) if f.len() == cfg.n_layers => Ok(f.into_iter().map(|r| !r).collect()),
+            _ => Err(LoadError::field(
+                src.path(),
+                format!(
+                    "metadata 'attention.recurrent_layers' must be {} bools, got {v}",
+                    cfg.n_layers
+                ),
+            )),
+        };
+    }
     if let Some(types) = src.json("layer_types").and_then(|v| v.as_array()) {
         if types.len() != cfg.n_layers {
             return Err(LoadError::field(
