@@ -7,6 +7,7 @@
 mod float;
 pub(crate) mod kquants;
 mod legacy;
+mod split;
 
 use crate::error::KernelError;
 use crate::format::WeightFormat;
@@ -62,6 +63,68 @@ pub fn dequantize_row(
         WeightFormat::Q5K => blocks(src, dst, kquants::block_q5_k),
         WeightFormat::Q6K => blocks(src, dst, kquants::block_q6_k),
         WeightFormat::Q8K => blocks(src, dst, kquants::block_q8_k),
+        WeightFormat::Q8 | WeightFormat::Q4 => {
+            return Err(KernelError::Scales {
+                format,
+                what: "a split format needs its scales buffer (use dequantize_row_split)".into(),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Dequantizes one row of `dst.len()` weights whose scales may live in a separate buffer: for
+/// the split formats (`Q8`, `Q4`) `qs` holds the row's quants and `scales` its per-block scales
+/// (`format.row_scale_bytes(n)` bytes); for every other format `scales` must be empty and this
+/// is [`dequantize_row`].
+///
+/// # Errors
+/// As [`dequantize_row`], plus [`KernelError::Scales`] when `scales` has the wrong length.
+pub fn dequantize_row_split(
+    format: WeightFormat,
+    qs: &[u8],
+    scales: &[u8],
+    dst: &mut [f32],
+) -> Result<(), KernelError> {
+    let n = dst.len();
+    if !format.is_split() {
+        if !scales.is_empty() {
+            return Err(KernelError::Scales {
+                format,
+                what: "this format keeps its scales in its blocks, but a scales buffer was given"
+                    .into(),
+            });
+        }
+        return dequantize_row(format, qs, dst);
+    }
+    let bs = format.block_size();
+    let (Some(expected), Some(want)) = (format.row_bytes(n), format.row_scale_bytes(n)) else {
+        return Err(KernelError::NotBlockMultiple {
+            format,
+            n,
+            block_size: bs,
+        });
+    };
+    if scales.len() != want {
+        return Err(KernelError::Scales {
+            format,
+            what: format!(
+                "a row of {n} weights takes {want} scale bytes, but {} were given",
+                scales.len()
+            ),
+        });
+    }
+    if qs.len() != expected {
+        return Err(KernelError::RowBytes {
+            format,
+            n,
+            expected,
+            actual: qs.len(),
+        });
+    }
+    match format {
+        WeightFormat::Q8 => split::dequantize_q8(qs, scales, dst),
+        _ => split::dequantize_q4(qs, scales, dst),
     }
     Ok(())
 }

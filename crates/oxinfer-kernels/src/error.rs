@@ -53,4 +53,23 @@ pub enum KernelError {
         /// Bytes given.
         actual: usize,
     },
+    /// A split format (`Q8`, `Q4`) used where only one buffer was given, or its scales buffer
+    /// has the wrong length.
+    #[error("{format}: {what}")]
+    Scales {
+        /// The weight format.
+        format: WeightFormat,
+        /// What is wrong, with the numbers.
+        what: String,
+    },
+    /// A weight that is NaN or infinite where a finite one is needed (quantization).
+    #[error("{format}: weight {index} (row-major) is {value}, not finite: cannot quantize")]
+    NonFinite {
+        /// The target format.
+        format: WeightFormat,
+        /// Index of the value (row-major within its row or matrix).
+        index: usize,
+        /// The value, as text (`NaN`, `inf`, `-inf`).
+        value: String,
+    },
 }

@@ -66,6 +66,7 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
     let (rows, cols) = (w.rows, w.cols);
     let acts = quantize_acts(w.format, x, t, cols);
     let rb = w.row_bytes();
+    let sb = w.row_scale_bytes();
     // Enough tasks to balance the threads, few enough to keep per-task overhead small.
     let target = pool_threads() * 4;
     let chunk = rows.div_ceil(target).clamp(8, 256).min(rows.max(1));
@@ -79,6 +80,7 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
         let mut acc = vec![0f32; t];
         for r in r0..r1 {
             let row = &w.data[r * rb..(r + 1) * rb];
+            let sc = &w.scales[r * sb..(r + 1) * sb];
             match &acts {
                 Acts::F32(x) => {
                     for (ti, a) in acc.iter_mut().enumerate() {
@@ -89,6 +91,18 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
                     let per = cols / 32;
                     let tok = |ti: usize| &q[ti * per..(ti + 1) * per];
                     let mut ti = 0;
+                    if format.is_split() {
+                        while ti + 4 <= t {
+                            let xs = [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)];
+                            let r4 = vecdot::dot_split_x4(format, row, sc, xs, isa);
+                            acc[ti..ti + 4].copy_from_slice(&r4);
+                            ti += 4;
+                        }
+                        for (k, a) in acc.iter_mut().enumerate().skip(ti) {
+                            *a = vecdot::dot_split(format, row, sc, tok(k), isa);
+                        }
+                        ti = t;
+                    }
                     while ti + 4 <= t {
                         let r4 = vecdot::dot_q8_x4(
                             format,

@@ -25,6 +25,16 @@ use std::fmt;
 /// | `Q5_K` | 256 | 176 | f16 d, dmin; u8 scales\[12]; u8 qh\[32]; u8 qs\[128] |
 /// | `Q6_K` | 256 | 210 | u8 ql\[128]; u8 qh\[64]; i8 scales\[16]; f16 d |
 /// | `Q8_K` | 256 | 292 | f32 d; i8 qs\[256]; i16 bsums\[16] |
+///
+/// The *split* formats ([`WeightFormat::SPLIT`], oxinfer's own, see `DESIGN.md` "File formats
+/// we write") keep quants and scales in two separate buffers, so a pre-quantized safetensors
+/// checkpoint stores each as an ordinary tensor and the kernels borrow both in place. For them
+/// `block_bytes` counts the quants buffer only; [`WeightFormat::scale_bytes`] the scales buffer.
+///
+/// | format | weights/block | quant bytes/block | scale | weight |
+/// |---|---|---|---|---|
+/// | `Q8` | 32 | 32 (i8 q) | f32 `d` | `d * q` |
+/// | `Q4` | 32 | 16 (u8: weight `j` in the low nibble of byte `j`, weight `j + 16` in its high nibble) | f16 `d` | `d * (q - 8)` |
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
@@ -56,10 +66,15 @@ pub enum WeightFormat {
     Q6K,
     /// 256 weights: `d * q`, f32 `d`, 8-bit signed `q` (plus group sums; used for activations).
     Q8K,
+    /// Split format: 32 weights `d * q`, i8 `q` in the quants buffer, f32 `d` in the scales buffer.
+    Q8,
+    /// Split format: 32 weights `d * (q - 8)`, 4-bit `q` (Q4_0 nibble order) in the quants
+    /// buffer, f16 `d` in the scales buffer.
+    Q4,
 }
 
 impl WeightFormat {
-    /// Every format, in GGML type-id order.
+    /// Every GGML format, in GGML type-id order (the split formats are in [`Self::SPLIT`]).
     pub const ALL: [WeightFormat; 14] = [
         Self::F32,
         Self::F16,
@@ -76,6 +91,9 @@ impl WeightFormat {
         Self::Q8K,
         Self::BF16,
     ];
+
+    /// oxinfer's split formats (quants and scales in separate buffers), not GGML types.
+    pub const SPLIT: [WeightFormat; 2] = [Self::Q8, Self::Q4];
 
     /// The format of a GGML type id (as stored in GGUF tensor infos); `None` for ids this crate
     /// does not handle (Q8_1, IQ*, TQ*, integer types, removed ids 4 and 5, ...).
@@ -99,9 +117,9 @@ impl WeightFormat {
         })
     }
 
-    /// The GGML type id of this format.
-    pub fn ggml_type(self) -> u32 {
-        match self {
+    /// The GGML type id of this format; `None` for the split formats, which GGML lacks.
+    pub fn ggml_type(self) -> Option<u32> {
+        Some(match self {
             Self::F32 => 0,
             Self::F16 => 1,
             Self::Q4_0 => 2,
@@ -116,7 +134,8 @@ impl WeightFormat {
             Self::Q6K => 14,
             Self::Q8K => 15,
             Self::BF16 => 30,
-        }
+            Self::Q8 | Self::Q4 => return None,
+        })
     }
 
     /// The name as GGUF / llama.cpp spell it: `"F32"`, `"BF16"`, `"Q4_0"`, `"Q4_K"`, ...
@@ -136,6 +155,8 @@ impl WeightFormat {
             Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
             Self::Q8K => "Q8_K",
+            Self::Q8 => "Q8",
+            Self::Q4 => "Q4",
         }
     }
 
@@ -143,6 +164,7 @@ impl WeightFormat {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
+            .chain(Self::SPLIT)
             .find(|f| f.name().eq_ignore_ascii_case(name))
     }
 
@@ -151,13 +173,16 @@ impl WeightFormat {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
             Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => 32,
+            Self::Q8 | Self::Q4 => 32,
             Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K | Self::Q8K => 256,
         }
     }
 
-    /// Bytes per block.
+    /// Bytes per block (for the split formats: of the quants buffer only).
     pub fn block_bytes(self) -> usize {
         match self {
+            Self::Q8 => 32,
+            Self::Q4 => 16,
             Self::F32 => 4,
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => 18,
@@ -172,6 +197,30 @@ impl WeightFormat {
             Self::Q6K => 210,
             Self::Q8K => 292,
         }
+    }
+
+    /// Bytes of one block's scale in the separate scales buffer: 4 (f32) for `Q8`, 2 (f16) for
+    /// `Q4`, 0 for every format that keeps its scales inside its blocks.
+    pub fn scale_bytes(self) -> usize {
+        match self {
+            Self::Q8 => 4,
+            Self::Q4 => 2,
+            _ => 0,
+        }
+    }
+
+    /// Whether quants and scales live in separate buffers ([`Self::SPLIT`]).
+    pub fn is_split(self) -> bool {
+        self.scale_bytes() > 0
+    }
+
+    /// Bytes of the scales of a row of `n` weights (0 for formats without a scales buffer);
+    /// `None` when `n` is not a multiple of the block size.
+    pub fn row_scale_bytes(self, n: usize) -> Option<usize> {
+        if n % self.block_size() != 0 {
+            return None;
+        }
+        (n / self.block_size()).checked_mul(self.scale_bytes())
     }
 
     /// Whether this is a block-quantized format (not F32/F16/BF16).
@@ -205,14 +254,30 @@ mod tests {
     #[test]
     fn ggml_ids_round_trip() {
         for f in WeightFormat::ALL {
-            assert_eq!(WeightFormat::from_ggml_type(f.ggml_type()), Some(f));
+            assert_eq!(
+                WeightFormat::from_ggml_type(f.ggml_type().unwrap()),
+                Some(f)
+            );
             assert_eq!(WeightFormat::from_name(f.name()), Some(f));
             assert_eq!(f.to_string(), f.name());
         }
         for id in [4, 5, 9, 16, 17, 29, 31, 1000] {
             assert_eq!(WeightFormat::from_ggml_type(id), None, "id {id}");
         }
-        let ids: Vec<u32> = WeightFormat::ALL.iter().map(|f| f.ggml_type()).collect();
+        for f in WeightFormat::SPLIT {
+            assert_eq!(f.ggml_type(), None);
+            assert_eq!(WeightFormat::from_name(f.name()), Some(f));
+            assert!(f.is_split() && f.is_quantized() && f.block_size() == 32);
+        }
+        assert_eq!(WeightFormat::Q8.row_bytes(64), Some(64));
+        assert_eq!(WeightFormat::Q4.row_bytes(64), Some(32));
+        assert_eq!(WeightFormat::Q8.row_scale_bytes(64), Some(8));
+        assert_eq!(WeightFormat::Q4.row_scale_bytes(64), Some(4));
+        assert_eq!(WeightFormat::Q4_0.row_scale_bytes(64), Some(0));
+        let ids: Vec<u32> = WeightFormat::ALL
+            .iter()
+            .map(|f| f.ggml_type().unwrap())
+            .collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "ALL is in id order");
     }
 

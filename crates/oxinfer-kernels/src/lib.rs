@@ -6,6 +6,8 @@
 //!   bit-exact with llama.cpp / the `gguf` Python package.
 //! - [`mod@matmul`]: `y = x · Wᵀ` with f32 activations and weights in any [`WeightFormat`]
 //!   ([`matmul()`]), parallel over output rows.
+//! - [`quantize`]: f32 weights → the split formats `Q8`/`Q4` or BF16 ([`quantize::quantize_matrix`],
+//!   parallel).
 //! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
 #![warn(missing_docs)]
 
@@ -18,9 +20,10 @@ pub mod matmul;
 pub mod pool;
 pub mod profile;
 pub mod q8;
+pub mod quantize;
 pub mod vecdot;
 
-pub use dequant::dequantize_row;
+pub use dequant::{dequantize_row, dequantize_row_split};
 pub use dispatch::{kernel_set, KernelSet};
 pub use error::KernelError;
 pub use format::WeightFormat;

@@ -33,7 +33,7 @@ fn cases() -> (Value, Vec<Case>) {
         let format = WeightFormat::from_name(name).unwrap_or_else(|| panic!("unknown type {name}"));
         assert_eq!(
             t["ggml_type"].as_u64(),
-            Some(format.ggml_type() as u64),
+            format.ggml_type().map(u64::from),
             "{name} id"
         );
         assert_eq!(

@@ -54,6 +54,7 @@ fn random_weights(f: WeightFormat, blocks: usize, seed: u64) -> Vec<u8> {
             WeightFormat::Q3K => blk[108..110].copy_from_slice(&h),
             WeightFormat::Q6K => blk[208..210].copy_from_slice(&h),
             WeightFormat::Q8K => blk[..4].copy_from_slice(&v.to_le_bytes()),
+            WeightFormat::Q8 | WeightFormat::Q4 => unreachable!("ALL holds GGML formats only"),
         }
     }
     out

@@ -14,11 +14,12 @@ pub mod gguf;
 pub mod hub;
 pub mod loader;
 pub mod nn;
+pub mod quant;
 pub mod tokenizer;
 
 pub use chat_template::ChatMessage;
 pub use config::ModelConfig;
-pub use engine::{GenerateOptions, Generation, Model, SamplingParams, Session};
+pub use engine::{GenerateOptions, Generation, LoadOptions, Model, SamplingParams, Session};
 
 pub use error::{Error, LoadError, Result};
 pub use tokenizer::Tokenizer;

@@ -227,6 +227,51 @@ unsafe fn dot_q8_impl<const F: u8, const N: usize>(
     }
 }
 
+/// Split formats (`Q8`, `Q4`), `N` tokens at once; see `super::dot_split`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_split_multi<const N: usize>(
+    format: WeightFormat,
+    w: &[u8],
+    s: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) {
+    let q8 = format == WeightFormat::Q8;
+    let (bb, sb) = if q8 { (32, 4) } else { (16, 2) };
+    let nb = (w.len() / bb).min(s.len() / sb);
+    for x in &xs {
+        assert!(x.len() >= nb, "activation row shorter than the weight row");
+    }
+    let mut acc = [_mm256_setzero_ps(); N];
+    for i in 0..nb {
+        // SAFETY: block i spans bytes [i*bb, (i+1)*bb) of `w` and [i*sb, (i+1)*sb) of `s`
+        // (nb is bounded by both lengths); every xs[k] has at least nb blocks (asserted).
+        unsafe {
+            let (q, d) = if q8 {
+                (
+                    _mm256_loadu_si256(w.as_ptr().add(32 * i) as *const __m256i),
+                    std::ptr::read_unaligned(s.as_ptr().add(4 * i) as *const f32),
+                )
+            } else {
+                (
+                    _mm256_sub_epi8(nibbles_32(w.as_ptr().add(16 * i)), _mm256_set1_epi8(8)),
+                    f16_ptr(s.as_ptr().add(2 * i)),
+                )
+            };
+            let qa = _mm256_sign_epi8(q, q);
+            for k in 0..N {
+                let y = xs[k].get_unchecked(i);
+                let yq = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let sumi = dot_u8_i8(qa, _mm256_sign_epi8(yq, q));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi), acc[k]);
+            }
+        }
+    }
+    for k in 0..N {
+        out[k] = hsum_ps(acc[k]);
+    }
+}
+
 /// See `super::dot_kblock`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_kblock(kb: &KBlock, y: &BlockQ8K) -> f32 {

@@ -67,7 +67,7 @@ pub fn act_kind(format: WeightFormat) -> ActKind {
     use WeightFormat::*;
     match format {
         F32 | F16 | BF16 => ActKind::F32,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => ActKind::Q8,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8 | Q4 => ActKind::Q8,
         Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => ActKind::Q8K,
     }
 }
@@ -104,6 +104,41 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
             out
         }
         _ => xs.map(|x| scalar::dot_q8(format, w, x)),
+    }
+}
+
+/// Dot product of a row of a split format (`Q8`, `Q4`: quants `w`, per-block scales `s`) with
+/// quantized activations (one block per 32).
+pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let mut out = [0f32; 1];
+            // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2, fma and f16c.
+            unsafe { avx2::dot_split_multi::<1>(format, w, s, [x], &mut out) };
+            out[0]
+        }
+        _ => scalar::dot_split(format, w, s, x),
+    }
+}
+
+/// [`dot_split`] for four tokens at once (each weight block unpacked once for the four).
+pub fn dot_split_x4(
+    format: WeightFormat,
+    w: &[u8],
+    s: &[u8],
+    xs: [&[BlockQ8]; 4],
+    isa: Isa,
+) -> [f32; 4] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let mut out = [0f32; 4];
+            // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2, fma and f16c.
+            unsafe { avx2::dot_split_multi::<4>(format, w, s, xs, &mut out) };
+            out
+        }
+        _ => xs.map(|x| scalar::dot_split(format, w, s, x)),
     }
 }
 

@@ -90,6 +90,31 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8]) -> f32 {
     sum
 }
 
+/// Split formats: the same integer sums as `dot_q8`, the scale read from the scales buffer.
+pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8]) -> f32 {
+    let bb = format.block_bytes();
+    let sb = format.scale_bytes();
+    let mut q = [0i32; 32];
+    let mut sum = 0f32;
+    for ((b, sc), y) in w.chunks_exact(bb).zip(s.chunks_exact(sb)).zip(x) {
+        let d = if format == WeightFormat::Q8 {
+            for j in 0..32 {
+                q[j] = i32::from(b[j] as i8);
+            }
+            f32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]])
+        } else {
+            for j in 0..16 {
+                q[j] = i32::from(b[j] & 0x0F) - 8;
+                q[j + 16] = i32::from(b[j] >> 4) - 8;
+            }
+            f16_at(sc, 0)
+        };
+        let sumi: i32 = q.iter().zip(&y.qs).map(|(&a, &b)| a * i32::from(b)).sum();
+        sum += d * y.d * sumi as f32;
+    }
+    sum
+}
+
 pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K) -> f32 {
     let (mut sumi, mut summ) = (0i32, 0i32);
     for g in 0..16 {

@@ -41,6 +41,9 @@ fn random_row(format: WeightFormat, n: usize, seed: u64) -> Vec<u8> {
             }
             WeightFormat::Q6K => put(208, a),
             WeightFormat::Q8K => blk[..4].copy_from_slice(&0.01f32.to_le_bytes()),
+            WeightFormat::Q8 | WeightFormat::Q4 => {
+                unreachable!("split formats are tested in quantize")
+            }
         }
     }
     if format == WeightFormat::F32 {

@@ -10,7 +10,7 @@ pub mod stop;
 pub mod thinking;
 
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
-pub use model::{Model, ModelInfo};
+pub use model::{LoadOptions, Model, ModelInfo};
 pub use perplexity::Perplexity;
 pub use sampler::{Sampler, SamplingParams};
 pub use session::Session;

@@ -7,7 +7,8 @@ use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{Error, LoadError, Result};
 use crate::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
-use crate::loader::{Naming, WeightSource};
+use crate::loader::{Naming, TensorStore, TensorView, WeightSource};
+use crate::quant::{self, Converted, Overlay, Precision, QuantReport};
 use crate::tokenizer::Tokenizer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,19 @@ pub struct Model {
     tokenizer: Option<Tokenizer>,
     template: Option<ChatTemplate>,
     source: WeightSource,
+    /// Tensors converted at load (`--quant`), served over the file's.
+    converted: Option<Converted>,
+    /// The precision of the weights when chosen at load or recorded by a pre-quantized file.
+    precision: Option<Precision>,
     load_time: Duration,
+}
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Convert the weight matrices of a safetensors checkpoint to this precision at load
+    /// (`None`: use them as stored). Refused for GGUF files.
+    pub quant: Option<Precision>,
 }
 
 /// Summary of a model for `oxinfer info`.
@@ -54,15 +67,20 @@ impl Model {
     /// Loads a GGUF file, or a folder holding `config.json` and safetensors weights (plus
     /// optionally `tokenizer.json` and `tokenizer_config.json`), or a folder holding one GGUF.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        Self::load_with(path, &LoadOptions::default())
+    }
+
+    /// [`Model::load`] with options (on-load quantization).
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let t0 = Instant::now();
         let meta = std::fs::metadata(path).map_err(|e| LoadError::io(path, e))?;
         let mut model = if meta.is_file() {
             if is_gguf(path) || path.extension().is_some_and(|e| e == "gguf") {
-                Self::load_gguf(path)?
+                Self::load_gguf(path, opts)?
             } else if path.extension().is_some_and(|e| e == "safetensors") {
                 let dir = path.parent().unwrap_or(Path::new("."));
-                Self::load_safetensors(dir, Some(path))?
+                Self::load_safetensors(dir, Some(path), opts)?
             } else {
                 return Err(LoadError::malformed(
                     path,
@@ -71,7 +89,7 @@ impl Model {
                 .into());
             }
         } else if path.join("config.json").is_file() {
-            Self::load_safetensors(path, None)?
+            Self::load_safetensors(path, None, opts)?
         } else {
             let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| LoadError::io(path, e))?
@@ -79,7 +97,7 @@ impl Model {
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
             match ggufs.as_slice() {
-                [one] => Self::load_gguf(one)?,
+                [one] => Self::load_gguf(one, opts)?,
                 [] => {
                     return Err(LoadError::malformed(
                         path,
@@ -100,7 +118,18 @@ impl Model {
         Ok(model)
     }
 
-    fn load_gguf(path: &Path) -> Result<Model> {
+    fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<Model> {
+        if let Some(p) = opts.quant {
+            return Err(LoadError::malformed(
+                path,
+                format!(
+                    "--quant {p} applies to safetensors checkpoints; a GGUF file's weights are \
+                     already quantized and re-quantizing them would stack a second rounding \
+                     error on the first (quantize the original safetensors checkpoint instead)"
+                ),
+            )
+            .into());
+        }
         let g = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&g)?;
         let lm = arch::load(&config, &g, Naming::Gguf, &ConfigSource::Gguf(&g))?;
@@ -123,20 +152,52 @@ impl Model {
             tokenizer,
             template,
             source: WeightSource::Gguf(g),
+            converted: None,
+            precision: None,
             load_time: Duration::ZERO,
         })
     }
 
-    fn load_safetensors(dir: &Path, file: Option<&Path>) -> Result<Model> {
+    fn load_safetensors(dir: &Path, file: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
         let cfg_path = dir.join("config.json");
         let json = crate::config::read_config_json(&cfg_path)?;
         let config = ModelConfig::from_config_value(&cfg_path, &json)?;
         let st = SafetensorsModel::open(file.unwrap_or(dir))?;
+        let stored = match st.metadata(quant::METADATA_KEY) {
+            Some(v) => Some(Precision::parse(v).ok_or_else(|| {
+                LoadError::field(
+                    st.path(),
+                    format!(
+                        "__metadata__ '{}' is '{v}', expected bf16, q8 or q4",
+                        quant::METADATA_KEY
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        let converted = match (opts.quant, stored) {
+            (Some(want), Some(have)) if want != have => {
+                return Err(LoadError::malformed(
+                    st.path(),
+                    format!(
+                        "is a pre-quantized {have} checkpoint; --quant {want} would quantize its \
+                         weights a second time (convert the original checkpoint instead)"
+                    ),
+                )
+                .into())
+            }
+            (Some(want), None) => Some(quant::convert(&st, want)?),
+            _ => None,
+        };
         let src = ConfigSource::Json {
             path: &cfg_path,
             json: &json,
         };
-        let lm = arch::load(&config, &st, Naming::Hf, &src)?;
+        let store = Overlay {
+            base: &st,
+            over: converted.as_ref().map(|c| &c.tensors),
+        };
+        let lm = arch::load(&config, &store, Naming::Hf, &src)?;
         let tok_json = dir.join("tokenizer.json");
         let tok_cfg = dir.join("tokenizer_config.json");
         let tokenizer = if tok_json.is_file() {
@@ -167,6 +228,8 @@ impl Model {
             tokenizer,
             template,
             source: WeightSource::Safetensors(st),
+            precision: opts.quant.or(stored),
+            converted,
             load_time: Duration::ZERO,
         })
     }
@@ -214,6 +277,76 @@ impl Model {
     /// The chat template, when the model ships one.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.template.as_ref()
+    }
+
+    /// The weights' precision when chosen at load (`--quant`) or recorded by a pre-quantized
+    /// checkpoint; `None` when they are used as the file stores them without such a record.
+    pub fn precision(&self) -> Option<Precision> {
+        self.precision
+    }
+
+    /// What on-load conversion did, when it ran.
+    pub fn quant_report(&self) -> Option<&QuantReport> {
+        self.converted.as_ref().map(|c| &c.report)
+    }
+
+    /// Every weight tensor as the model uses it (converted ones in their new format), by
+    /// checkpoint name (a pre-quantized pair `X.q8` + `X.q8s` is one tensor `X`); safetensors
+    /// checkpoints only (`None` for GGUF).
+    pub fn weight_tensors(&self) -> Option<Result<Vec<TensorView>>> {
+        let WeightSource::Safetensors(st) = &self.source else {
+            return None;
+        };
+        let store = Overlay {
+            base: st,
+            over: self.converted.as_ref().map(|c| &c.tensors),
+        };
+        let mut names: Vec<&str> = st
+            .entries()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !n.starts_with(quant::writer::PAD_PREFIX))
+            .map(|n| {
+                [".q8", ".q8s", ".q4", ".q4s"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s))
+                    .unwrap_or(n)
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        Some(
+            names
+                .into_iter()
+                .map(|n| store.require(n).map_err(Error::from))
+                .collect(),
+        )
+    }
+
+    /// Writes the model's weights, in the precision they were loaded in, as a pre-quantized
+    /// checkpoint in `out` (see [`crate::quant`]), copying config and tokenizer files.
+    ///
+    /// # Errors
+    /// A GGUF model (not supported: see [`LoadOptions::quant`]); a model loaded without a
+    /// precision (nothing to save); I/O errors.
+    pub fn save_quantized(
+        &self,
+        out: &Path,
+        opts: &quant::WriteOptions,
+    ) -> Result<quant::WriteReport> {
+        let precision = self.precision.ok_or_else(|| {
+            Error::Request(format!(
+                "{}: loaded at its stored precision; choose one with --quant bf16|q8|q4 to save it",
+                self.path.display()
+            ))
+        })?;
+        let tensors = self.weight_tensors().ok_or_else(|| {
+            Error::Request(format!(
+                "{}: saving a GGUF model as a pre-quantized checkpoint is not supported (its \
+                 weights are already quantized; start from the safetensors checkpoint)",
+                self.path.display()
+            ))
+        })??;
+        Ok(quant::write(out, &self.path, &tensors, precision, opts)?)
     }
 
     /// Time spent in [`Model::load`].
@@ -280,9 +413,10 @@ impl Model {
                 ("gguf", g.file_size() as u64)
             }
             WeightSource::Safetensors(s) => {
-                for (_, e) in s.entries() {
-                    *formats.entry(e.dtype.clone()).or_insert(0) += 1;
-                    parameters += e.shape.iter().product::<usize>() as u64;
+                // As the model uses them: converted or pre-quantized matrices by their format.
+                for t in self.weight_tensors().into_iter().flatten().flatten() {
+                    *formats.entry(t.format.name().to_string()).or_insert(0) += 1;
+                    parameters += t.numel() as u64;
                 }
                 ("safetensors", s.total_size() as u64)
             }

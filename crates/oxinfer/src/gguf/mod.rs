@@ -349,6 +349,7 @@ impl GgufFile {
             file: self.map.clone(),
             offset: info.offset,
             size: info.size,
+            scales: None,
         })
     }
 }

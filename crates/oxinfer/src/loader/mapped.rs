@@ -1,7 +1,7 @@
 //! Read-only memory-mapped files and borrowed tensor views into them.
 
 use crate::error::LoadError;
-use oxinfer_kernels::WeightFormat;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -63,6 +63,25 @@ impl MappedFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether the bytes are a memory mapping of the file (not a copy held in memory).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.data, Backing::Map(_))
+    }
+}
+
+/// A byte range of a mapped file (the scales buffer of a split-format tensor).
+#[derive(Clone)]
+pub(crate) struct Span {
+    pub(crate) file: Arc<MappedFile>,
+    pub(crate) offset: usize,
+    pub(crate) size: usize,
+}
+
+impl Span {
+    fn bytes(&self) -> &[u8] {
+        &self.file.bytes()[self.offset..self.offset + self.size]
+    }
 }
 
 /// A tensor borrowed from a mapped file: no bytes are copied until a kernel reads them.
@@ -77,6 +96,8 @@ pub struct TensorView {
     pub(crate) file: Arc<MappedFile>,
     pub(crate) offset: usize,
     pub(crate) size: usize,
+    /// The scales buffer of a split format (`Q8`, `Q4`); `None` for every other format.
+    pub(crate) scales: Option<Span>,
 }
 
 impl std::fmt::Debug for TensorView {
@@ -89,6 +110,74 @@ impl TensorView {
     /// The tensor's raw bytes in its storage format.
     pub fn bytes(&self) -> &[u8] {
         &self.file.bytes()[self.offset..self.offset + self.size]
+    }
+
+    /// The per-block scales of a split format (`Q8`, `Q4`), rows back to back; empty for
+    /// formats that keep their scales inside their blocks.
+    pub fn scales_bytes(&self) -> &[u8] {
+        self.scales.as_ref().map_or(&[], Span::bytes)
+    }
+
+    /// Whether the tensor's bytes (and scales) are borrowed from a memory-mapped file rather
+    /// than held in memory (on-load conversion, test bytes).
+    pub fn is_mapped(&self) -> bool {
+        self.file.is_mapped() && self.scales.as_ref().is_none_or(|s| s.file.is_mapped())
+    }
+
+    /// A tensor whose bytes are held in memory (made by on-load conversion): `data` in `format`
+    /// and, for a split format, its `scales`. `origin` names the file it came from in errors.
+    pub fn from_owned(
+        origin: &Path,
+        name: &str,
+        format: WeightFormat,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+        scales: Vec<u8>,
+    ) -> TensorView {
+        let size = data.len();
+        let file = Arc::new(MappedFile::from_bytes(origin, data));
+        let scales = (!scales.is_empty()).then(|| Span {
+            size: scales.len(),
+            file: Arc::new(MappedFile::from_bytes(origin, scales)),
+            offset: 0,
+        });
+        TensorView {
+            name: name.to_string(),
+            format,
+            shape,
+            file,
+            offset: 0,
+            size,
+            scales,
+        }
+    }
+
+    /// `[rows, cols]` of the tensor seen as a matrix: the last dimension is `cols`, the others
+    /// multiply into `rows` (a vector is one row).
+    pub fn rows_cols(&self) -> (usize, usize) {
+        let cols = self.shape.last().copied().unwrap_or(1);
+        let rows = self.shape[..self.shape.len().saturating_sub(1)]
+            .iter()
+            .product();
+        (rows, cols)
+    }
+
+    /// The tensor as the kernels see it (`[rows, cols]` per [`Self::rows_cols`]), its sizes
+    /// checked.
+    pub fn matrix(&self) -> Result<WeightMatrix<'_>, LoadError> {
+        let (rows, cols) = self.rows_cols();
+        WeightMatrix::new_split(self.format, self.bytes(), self.scales_bytes(), rows, cols)
+            .map_err(|e| LoadError::tensor(self.path(), &self.name, e.to_string()))
+    }
+
+    /// Offset of the tensor's first byte in its file (or in-memory buffer).
+    pub fn file_offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Offset of the scales' first byte in their file, for a split format.
+    pub fn scales_file_offset(&self) -> Option<usize> {
+        self.scales.as_ref().map(|s| s.offset)
     }
 
     /// The file the tensor lives in.
@@ -105,6 +194,13 @@ impl TensorView {
     pub fn to_f32(&self) -> Result<Vec<f32>, LoadError> {
         let n = self.numel();
         let mut out = vec![0f32; n];
+        if self.format.is_split() {
+            let m = self.matrix()?;
+            for (r, dst) in out.chunks_exact_mut(m.cols.max(1)).enumerate() {
+                m.dequantize_row_into(r, dst);
+            }
+            return Ok(out);
+        }
         oxinfer_kernels::dequantize_row(self.format, self.bytes(), &mut out)
             .map_err(|e| LoadError::tensor(self.path(), &self.name, e.to_string()))?;
         Ok(out)

@@ -6,6 +6,7 @@ mod names;
 pub mod safetensors;
 mod store;
 
+pub(crate) use mapped::Span;
 pub use mapped::{MappedFile, TensorView};
 pub use names::Naming;
 pub use store::{TensorStore, WeightSource};

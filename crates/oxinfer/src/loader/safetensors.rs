@@ -4,7 +4,7 @@
 //! `{dtype, shape, data_offsets: [begin, end]}` (offsets relative to the end of the header), an
 //! optional `__metadata__` string map, then the data.
 
-use super::{MappedFile, TensorStore, TensorView};
+use super::{MappedFile, Span, TensorStore, TensorView};
 use crate::error::LoadError;
 use oxinfer_kernels::WeightFormat;
 use std::collections::BTreeMap;
@@ -138,6 +138,7 @@ impl SafetensorsFile {
                 file: self.map.clone(),
                 offset: e.offset,
                 size: e.size,
+                scales: None,
             }),
             None => Err(LoadError::tensor(
                 self.path(),
@@ -299,6 +300,124 @@ impl SafetensorsModel {
     pub fn entries(&self) -> impl Iterator<Item = (&String, &SafetensorsEntry)> {
         self.files.iter().flat_map(|f| f.entries.iter())
     }
+
+    /// The `__metadata__` value `key` of the first shard that has it.
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.files
+            .iter()
+            .find_map(|f| f.metadata.get(key).map(String::as_str))
+    }
+
+    /// The entry called `name` and the shard holding it.
+    fn entry(&self, name: &str) -> Option<(&SafetensorsFile, &SafetensorsEntry)> {
+        let &i = self.by_name.get(name)?;
+        let f = &self.files[i];
+        Some((f, f.entries.get(name)?))
+    }
+
+    /// A matrix `name` stored in a split format as the pair `name.q8` + `name.q8s` or
+    /// `name.q4` + `name.q4s` (the pre-quantized layout of `DESIGN.md`), borrowed from the
+    /// mapped shards: `None` when there is no such pair, an error naming the tensor when the
+    /// pair is inconsistent (wrong dtype or shape, missing scales, non-finite scales).
+    fn split_view(&self, name: &str) -> Option<Result<TensorView, LoadError>> {
+        let (format, qs_name, sc_name) = [WeightFormat::Q8, WeightFormat::Q4]
+            .into_iter()
+            .map(|f| {
+                let suffix = f.name().to_ascii_lowercase();
+                (f, format!("{name}.{suffix}"), format!("{name}.{suffix}s"))
+            })
+            .find(|(_, q, _)| self.by_name.contains_key(q))?;
+        Some(self.split_pair(format, &qs_name, &sc_name, name))
+    }
+
+    fn split_pair(
+        &self,
+        format: WeightFormat,
+        qs_name: &str,
+        sc_name: &str,
+        name: &str,
+    ) -> Result<TensorView, LoadError> {
+        let (qf, q) = self.entry(qs_name).expect("checked by the caller");
+        let bad = |tensor: &str, what: String| {
+            LoadError::tensor(
+                qf.path(),
+                tensor,
+                format!("{what} (corrupt pre-quantized {format} checkpoint?)"),
+            )
+        };
+        let (q_dtype, s_dtype, per_byte) = match format {
+            WeightFormat::Q8 => ("I8", "F32", 1),
+            _ => ("U8", "F16", 2),
+        };
+        let [rows, qcols] = q.shape[..] else {
+            return Err(bad(
+                qs_name,
+                format!("shape {:?}, expected a matrix", q.shape),
+            ));
+        };
+        if q.dtype != q_dtype {
+            return Err(bad(
+                qs_name,
+                format!("dtype {}, expected {q_dtype}", q.dtype),
+            ));
+        }
+        let cols = qcols * per_byte;
+        if cols % 32 != 0 {
+            return Err(bad(
+                qs_name,
+                format!("{cols} weights per row is not a multiple of 32"),
+            ));
+        }
+        let Some((sf, sc)) = self.entry(sc_name) else {
+            return Err(bad(sc_name, "missing (the scales of its quants)".into()));
+        };
+        if sc.dtype != s_dtype || sc.shape != [rows, cols / 32] {
+            return Err(bad(
+                sc_name,
+                format!(
+                    "{} {:?}, expected {s_dtype} [{rows}, {}]",
+                    sc.dtype,
+                    sc.shape,
+                    cols / 32
+                ),
+            ));
+        }
+        let scales = Span {
+            file: sf.map.clone(),
+            offset: sc.offset,
+            size: sc.size,
+        };
+        let view = TensorView {
+            name: name.to_string(),
+            format,
+            shape: vec![rows, cols],
+            file: qf.map.clone(),
+            offset: q.offset,
+            size: q.size,
+            scales: Some(scales),
+        };
+        // Scales are 1/8 of the quants' bytes: checking them all costs little and catches
+        // garbage where a file was damaged.
+        let sb = view.scales_bytes();
+        let bad_scale = if format == WeightFormat::Q8 {
+            sb.chunks_exact(4)
+                .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+        } else {
+            sb.chunks_exact(2)
+                .position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite())
+        };
+        if let Some(i) = bad_scale {
+            return Err(bad(
+                sc_name,
+                format!(
+                    "scale {i} (row {}, block {}) is not finite",
+                    i / (cols / 32),
+                    i % (cols / 32)
+                ),
+            ));
+        }
+        Ok(view)
+    }
 }
 
 impl TensorStore for SafetensorsModel {
@@ -307,7 +426,9 @@ impl TensorStore for SafetensorsModel {
     }
 
     fn get(&self, name: &str) -> Option<Result<TensorView, LoadError>> {
-        let &i = self.by_name.get(name)?;
-        self.files[i].view(name)
+        match self.by_name.get(name) {
+            Some(&i) => self.files[i].view(name),
+            None => self.split_view(name),
+        }
     }
 }

@@ -27,13 +27,7 @@ impl Embedding {
                 ))
             }
         };
-        if table.format.row_bytes(dim).is_none() {
-            return Err(LoadError::tensor(
-                table.path(),
-                &table.name,
-                "row length is not a multiple of the block size",
-            ));
-        }
+        table.matrix()?;
         Ok(Embedding {
             table,
             vocab,
@@ -49,8 +43,8 @@ impl Embedding {
 
     /// Looks up `ids`, returning `[ids.len(), dim]`. Ids outside the vocabulary are an error.
     pub fn forward(&self, ids: &[u32]) -> Result<Vec<f32>, Error> {
-        let row_bytes = self.table.format.row_bytes(self.dim).unwrap_or(0);
-        let bytes = self.table.bytes();
+        let m = self.table.matrix()?;
+        let row_bytes = m.row_bytes() + m.row_scale_bytes();
         let mut out = vec![0f32; ids.len() * self.dim];
         let _prof = oxinfer_kernels::profile::scope(
             || "embedding".to_string(),
@@ -65,9 +59,7 @@ impl Embedding {
                     self.vocab
                 )));
             }
-            let src = &bytes[id * row_bytes..(id + 1) * row_bytes];
-            oxinfer_kernels::dequantize_row(self.table.format, src, dst)
-                .map_err(|e| Error::Request(format!("{}: {e}", self.table.name)))?;
+            m.dequantize_row_into(id, dst);
             if self.scale != 1.0 {
                 dst.iter_mut().for_each(|v| *v *= self.scale);
             }

@@ -56,8 +56,7 @@ impl Linear {
                 ))
             }
         };
-        WeightMatrix::new(weight.format, weight.bytes(), n_out, n_in)
-            .map_err(|e| LoadError::tensor(weight.path(), &weight.name, e.to_string()))?;
+        weight.matrix()?;
         Ok(Linear {
             weight,
             bias,
@@ -71,6 +70,7 @@ impl Linear {
         WeightMatrix {
             format: self.weight.format,
             data: self.weight.bytes(),
+            scales: self.weight.scales_bytes(),
             rows: self.n_out,
             cols: self.n_in,
         }

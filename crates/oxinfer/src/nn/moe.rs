@@ -39,6 +39,16 @@ pub fn expert_rows(
         .format
         .row_bytes(cols)
         .ok_or_else(|| LoadError::tensor(t.path(), &t.name, "row length is not whole blocks"))?;
+    if t.format.is_split() {
+        return Err(LoadError::tensor(
+            t.path(),
+            &t.name,
+            format!(
+                "stacked experts in the split format {} are not supported",
+                t.format
+            ),
+        ));
+    }
     if e >= n || first + rows > r || row_bytes * r * n != t.size {
         return Err(LoadError::tensor(
             t.path(),
@@ -53,6 +63,7 @@ pub fn expert_rows(
         file: t.file.clone(),
         offset: t.offset + (e * r + first) * row_bytes,
         size: rows * row_bytes,
+        scales: None,
     })
 }
 
