@@ -9,6 +9,7 @@ mod npy;
 mod perplexity;
 mod progress;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The CPU (features, cores, memory), the kernels chosen for it, and accelerators.
     Devices,
+    /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices => devices::run(),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,12 +2,14 @@
 //! sampling, the generation loop, chat sessions and perplexity.
 
 pub mod generate;
+pub mod grammar;
 mod model;
 pub mod perplexity;
 pub mod sampler;
 mod session;
 pub mod stop;
 pub mod thinking;
+pub mod tool_calls;
 
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
 pub use model::{LoadOptions, Model, ModelInfo};

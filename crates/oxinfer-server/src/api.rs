@@ -1,0 +1,168 @@
+//! Request bodies of the OpenAI API as this server reads them. Unknown fields are ignored;
+//! fields are optional where the API makes them optional. Responses are built as JSON values in
+//! [`crate::chat`] and [`crate::completions`].
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub model: Option<String>,
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub gen: GenFields,
+    pub tools: Option<Vec<Tool>>,
+    /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": ...}}`.
+    pub tool_choice: Option<Value>,
+    /// `{"type": "text" | "json_object"}` or `{"type": "json_schema", "json_schema": {...}}`.
+    pub response_format: Option<Value>,
+    /// Return log-probabilities of the output tokens.
+    pub logprobs: Option<bool>,
+    /// How many alternatives per token (0-20), with `logprobs`.
+    pub top_logprobs: Option<u32>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    /// A string, or an array holding one string.
+    pub prompt: Value,
+    #[serde(flatten)]
+    pub gen: GenFields,
+    /// Alternatives per token (0-5): the legacy completions `logprobs`.
+    pub logprobs: Option<u32>,
+    /// Repeat the prompt before the completion.
+    pub echo: Option<bool>,
+}
+
+/// Generation settings shared by both endpoints.
+#[derive(Debug, Default, Deserialize)]
+pub struct GenFields {
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    /// llama.cpp's extension: multiplicative repetition penalty.
+    pub repeat_penalty: Option<f32>,
+    pub n: Option<u32>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// `stop`: one string or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Stop {
+    /// The stop strings.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the token counts.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// One chat message.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    /// Calls an assistant made (fed back in later turns).
+    pub tool_calls: Option<Vec<MessageToolCall>>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
+}
+
+/// Message content: a string or a list of parts (only text parts are supported).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+/// One content part.
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+impl Content {
+    /// The text of the content; an error names a part that is not text.
+    pub fn text(&self) -> Result<String, String> {
+        match self {
+            Content::Text(s) => Ok(s.clone()),
+            Content::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    match (&*p.kind, &p.text) {
+                        ("text", Some(t)) => out.push_str(t),
+                        (k, _) => {
+                            return Err(format!(
+                                "content part of type '{k}' is not supported (text only)"
+                            ))
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// A tool call inside an assistant message.
+#[derive(Debug, Deserialize)]
+pub struct MessageToolCall {
+    pub id: Option<String>,
+    pub function: FunctionCall,
+}
+
+/// The function of a tool call: its name and JSON-encoded arguments.
+#[derive(Debug, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text (the API's spelling); an object is accepted too.
+    pub arguments: Value,
+}
+
+/// One entry of `tools`.
+#[derive(Debug, Deserialize, Clone)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionDef,
+}
+
+/// A function the model may call.
+#[derive(Debug, Deserialize, Clone)]
+pub struct FunctionDef {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON schema of the arguments.
+    pub parameters: Option<Value>,
+}
