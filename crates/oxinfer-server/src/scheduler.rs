@@ -227,6 +227,8 @@ fn run(
             continue;
         }
         step(lm, &mut slots, &metrics);
+        let active = slots.iter().filter(|s| s.active.is_some()).count();
+        metrics.active_slots.store(active, Ordering::Relaxed);
     }
 }
 
@@ -374,6 +376,9 @@ fn step(lm: &dyn oxinfer::arch::CausalLm, slots: &mut [Slot<'_>], metrics: &Metr
         }
         new_tokens += 1;
         if let Some(reason) = sample(a, &mut logits, slot.cache.len(), slot.cache.capacity()) {
+            if reason == StopReason::Cancelled {
+                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
             finish(slot, reason);
         }
     }

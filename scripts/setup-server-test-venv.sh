@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the Python venv the server tests use: the official `openai` client, pytest and
+# jsonschema (crates/oxinfer-server/tests/python). Idempotent: an existing venv with the
+# packages importable is kept.
+#
+#   scripts/setup-server-test-venv.sh
+#
+# Location: ${OXINFER_SERVER_VENV:-$HOME/.cache/oxinfer/servervenv}.
+set -euo pipefail
+
+VENV="${OXINFER_SERVER_VENV:-$HOME/.cache/oxinfer/servervenv}"
+PACKAGES=(openai pytest jsonschema)
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openai, pytest, jsonschema" 2>/dev/null; then
+  echo "server test venv: $VENV (ready)"
+  exit 0
+fi
+PY=""
+for cand in python3 python; do
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import venv" >/dev/null 2>&1; then
+    PY="$cand"
+    break
+  fi
+done
+if [ -z "$PY" ]; then
+  echo "setup-server-test-venv: no Python with the venv module found (tried python3, python)" >&2
+  exit 1
+fi
+mkdir -p "$(dirname "$VENV")"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PACKAGES[@]}"
+"$VENV/bin/python" -c "import openai; print('server test venv:', '$VENV', 'openai', openai.__version__)"
