@@ -8,9 +8,11 @@
 //!   ([`matmul()`]), parallel over output rows.
 //! - [`quantize`]: f32 weights → the split formats `Q8`/`Q4` or BF16 ([`quantize::quantize_matrix`],
 //!   parallel).
+//! - [`attention`]: fused causal attention (query blocks × key tiles, online softmax).
 //! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
 #![warn(missing_docs)]
 
+pub mod attention;
 pub mod dequant;
 pub mod dispatch;
 pub mod error;

@@ -1,5 +1,8 @@
 //! Causal multi-head attention over a KV cache (GQA, optional sliding window and logit
-//! soft-capping). Plain reference path: one softmax per query row, heads in parallel.
+//! soft-capping). The default kernel set runs the fused, tiled kernel
+//! ([`oxinfer_kernels::attention`]: query blocks × key tiles with an online softmax);
+//! `OXINFER_KERNELS=scalar` runs the plain reference here: one softmax per query row, heads in
+//! parallel.
 
 use super::parallel;
 
@@ -42,6 +45,19 @@ pub fn attention(
         (2 * n_keys * kv_row * 4) as u64,
         (4 * t * n_keys * q_row) as u64,
     );
+    if oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar {
+        let shape = oxinfer_kernels::attention::AttnShape {
+            n_heads: p.n_heads,
+            n_kv_heads: p.n_kv_heads,
+            head_dim: hd,
+            scale: p.scale,
+            window: p.window,
+            softcap: p.softcap,
+        };
+        let mut out = vec![0f32; t * q_row];
+        oxinfer_kernels::attention::attention(q, k, v, t, pos0, &shape, &mut out);
+        return out;
+    }
 
     let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
     parallel::for_each_mut(&mut per_head, |h, out| {

@@ -1,0 +1,339 @@
+//! Fused causal attention on the CPU: tiled over query blocks and key tiles with an online
+//! softmax (the flash-attention scheme), so scores never exist as a whole `[t, n_keys]` matrix
+//! and each key/value tile is read once per block of queries instead of once per query.
+//!
+//! Work is split into (head, query block) tasks, the longest (last) query blocks first, so the
+//! thread pool stays balanced under the causal mask. Dot products and the `p · V` updates use
+//! AVX2+FMA where the CPU has it ([`crate::vecdot::detected_isa`]), portable code elsewhere.
+//! The reference (one full softmax per query row) lives in the `oxinfer` crate's nn layer and
+//! is what `OXINFER_KERNELS=scalar` runs; tests compare the two.
+
+use crate::pool::parallel_for;
+use crate::vecdot::{detected_isa, Isa};
+
+/// Shape and options of one attention call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads; query head `h` reads kv head `h / (n_heads / n_kv_heads)`.
+    pub n_kv_heads: usize,
+    /// Width of one head (elements).
+    pub head_dim: usize,
+    /// Factor on q·k (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// A query at position `p` sees keys `k` with `p - k < window`.
+    pub window: Option<usize>,
+    /// Scores become `cap · tanh(score / cap)` before the softmax.
+    pub softcap: Option<f32>,
+}
+
+/// Queries per task.
+const Q_BLOCK: usize = 16;
+/// Keys per tile.
+const K_TILE: usize = 64;
+
+/// Raw output pointer shared by tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint (query row, head) slices while the buffer is alive.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Causal attention of `t` new queries at positions `pos0 .. pos0 + t`.
+///
+/// `q` is `[t, n_heads * head_dim]`; `k` and `v` are `[pos0 + t, n_kv_heads * head_dim]` (all
+/// visible positions, the new ones included); `out` (`[t, n_heads * head_dim]`) is overwritten.
+///
+/// # Panics
+/// When a buffer is shorter than its shape says or the heads do not divide.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    pos0: usize,
+    s: &AttnShape,
+    out: &mut [f32],
+) {
+    attention_isa(q, k, v, t, pos0, s, out, detected_isa());
+}
+
+/// [`attention`] with the instruction set given (tests run every one the CPU has).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_isa(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    pos0: usize,
+    s: &AttnShape,
+    out: &mut [f32],
+    isa: Isa,
+) {
+    let hd = s.head_dim;
+    let q_row = s.n_heads * hd;
+    let kv_row = s.n_kv_heads * hd;
+    let n_keys = pos0 + t;
+    assert!(
+        s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
+        "heads must divide"
+    );
+    assert!(
+        q.len() >= t * q_row && out.len() >= t * q_row,
+        "q/out too short"
+    );
+    assert!(
+        k.len() >= n_keys * kv_row && v.len() >= n_keys * kv_row,
+        "k/v too short"
+    );
+    if t == 0 {
+        return;
+    }
+    let group = s.n_heads / s.n_kv_heads;
+    let n_qb = t.div_ceil(Q_BLOCK);
+    let optr = OutPtr(out.as_mut_ptr());
+    parallel_for(s.n_heads * n_qb, &|task| {
+        let h = task % s.n_heads;
+        let qb = n_qb - 1 - task / s.n_heads;
+        let i0 = qb * Q_BLOCK;
+        let i1 = (i0 + Q_BLOCK).min(t);
+        let kvh = h / group;
+        let mut o = vec![0f32; (i1 - i0) * hd];
+        block(q, k, v, (i0, i1), pos0, h, kvh, s, isa, &mut o);
+        for (r, i) in (i0..i1).enumerate() {
+            // SAFETY: row i, head h of `out` is written by this task only; i < t and
+            // (h + 1) * hd <= q_row, so the slice lies inside `out` (checked above).
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(optr.get().add(i * q_row + h * hd), hd) };
+            dst.copy_from_slice(&o[r * hd..(r + 1) * hd]);
+        }
+    });
+}
+
+/// First key position a query at `pos` sees.
+fn first_key(pos: usize, window: Option<usize>) -> usize {
+    match window {
+        Some(w) if w > 0 => (pos + 1).saturating_sub(w),
+        _ => 0,
+    }
+}
+
+/// One query block `rows` of head `h` (kv head `kvh`) → `o` (`[rows, head_dim]`).
+#[allow(clippy::too_many_arguments)]
+fn block(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    rows: (usize, usize),
+    pos0: usize,
+    h: usize,
+    kvh: usize,
+    s: &AttnShape,
+    isa: Isa,
+    o: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+    let (i0, i1) = rows;
+    let n = i1 - i0;
+    let mut m = vec![f32::NEG_INFINITY; n];
+    let mut l = vec![0f32; n];
+    let mut sc = [0f32; K_TILE];
+    let lo = first_key(pos0 + i0, s.window);
+    let hi = pos0 + i1; // exclusive
+    let mut j0 = lo;
+    while j0 < hi {
+        let j1 = (j0 + K_TILE).min(hi);
+        for r in 0..n {
+            let pos = pos0 + i0 + r;
+            let a = first_key(pos, s.window).max(j0);
+            let b = (pos + 1).min(j1);
+            if a >= b {
+                continue;
+            }
+            let qi = &q[(i0 + r) * q_row + h * hd..(i0 + r) * q_row + (h + 1) * hd];
+            let key = |j: usize| &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+            let mut tmax = f32::NEG_INFINITY;
+            let mut j = a;
+            while j + 4 <= b {
+                let d = dot4(qi, [key(j), key(j + 1), key(j + 2), key(j + 3)], isa);
+                for (u, &x) in d.iter().enumerate() {
+                    sc[j - j0 + u] = x;
+                }
+                j += 4;
+            }
+            while j < b {
+                sc[j - j0] = dot(qi, key(j), isa);
+                j += 1;
+            }
+            for x in &mut sc[a - j0..b - j0] {
+                let mut y = *x * s.scale;
+                if let Some(cap) = s.softcap {
+                    y = cap * (y / cap).tanh();
+                }
+                *x = y;
+                tmax = tmax.max(y);
+            }
+            let orow = &mut o[r * hd..(r + 1) * hd];
+            let m_new = m[r].max(tmax);
+            if m_new == f32::NEG_INFINITY {
+                continue; // every score -inf (only with infinite inputs): nothing to add
+            }
+            if m[r] != m_new {
+                let corr = if m[r] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (m[r] - m_new).exp()
+                };
+                l[r] *= corr;
+                scale_in_place(orow, corr, isa);
+                m[r] = m_new;
+            }
+            let mut sum = 0f32;
+            for j in a..b {
+                let p = (sc[j - j0] - m_new).exp();
+                sum += p;
+                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                axpy(orow, p, vj, isa);
+            }
+            l[r] += sum;
+        }
+        j0 = j1;
+    }
+    for r in 0..n {
+        let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
+        scale_in_place(&mut o[r * hd..(r + 1) * hd], inv, isa);
+    }
+}
+
+fn dot(a: &[f32], b: &[f32], isa: Isa) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2) {
+        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+        return unsafe { avx2::dot4(a, [b, b, b, b])[0] };
+    }
+    let _ = isa;
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn dot4(a: &[f32], b: [&[f32]; 4], isa: Isa) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2) {
+        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+        return unsafe { avx2::dot4(a, b) };
+    }
+    let _ = isa;
+    b.map(|b| a.iter().zip(b).map(|(x, y)| x * y).sum())
+}
+
+/// `o += p · v`.
+fn axpy(o: &mut [f32], p: f32, v: &[f32], isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2) {
+        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+        return unsafe { avx2::axpy(o, p, v) };
+    }
+    let _ = isa;
+    o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);
+}
+
+fn scale_in_place(o: &mut [f32], c: f32, isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2) {
+        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+        return unsafe { avx2::scale(o, c) };
+    }
+    let _ = isa;
+    o.iter_mut().for_each(|o| *o *= c);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `a · b[u]` for four rows `b[u]` (each at least `a.len()` long).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+        let n = a.len();
+        assert!(b.iter().all(|r| r.len() >= n));
+        let main = n / 8 * 8;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < main {
+            // SAFETY: i + 8 <= main <= n and every row holds at least n floats (asserted).
+            unsafe {
+                let x = _mm256_loadu_ps(a.as_ptr().add(i));
+                for u in 0..4 {
+                    acc[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[u].as_ptr().add(i)), acc[u]);
+                }
+            }
+            i += 8;
+        }
+        let mut out = [0f32; 4];
+        for u in 0..4 {
+            out[u] = hsum(acc[u]) + (main..n).map(|i| a[i] * b[u][i]).sum::<f32>();
+        }
+        out
+    }
+
+    /// `o += p · v` (`v` at least `o.len()` long).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy(o: &mut [f32], p: f32, v: &[f32]) {
+        let n = o.len();
+        assert!(v.len() >= n);
+        let main = n / 8 * 8;
+        let pv = _mm256_set1_ps(p);
+        let mut i = 0;
+        while i < main {
+            // SAFETY: i + 8 <= main <= n <= v.len().
+            unsafe {
+                let y = _mm256_loadu_ps(o.as_ptr().add(i));
+                let y = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v.as_ptr().add(i)), y);
+                _mm256_storeu_ps(o.as_mut_ptr().add(i), y);
+            }
+            i += 8;
+        }
+        for i in main..n {
+            o[i] += p * v[i];
+        }
+    }
+
+    /// `o *= c`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scale(o: &mut [f32], c: f32) {
+        let n = o.len();
+        let main = n / 8 * 8;
+        let cv = _mm256_set1_ps(c);
+        let mut i = 0;
+        while i < main {
+            // SAFETY: i + 8 <= main <= n.
+            unsafe {
+                let y = _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(i)), cv);
+                _mm256_storeu_ps(o.as_mut_ptr().add(i), y);
+            }
+            i += 8;
+        }
+        for x in &mut o[main..] {
+            *x *= c;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
