@@ -8,12 +8,13 @@ Writes, for each variant, tests/fixtures/<variant>/:
 
 Variants:
   gemma4-tiny-dense  Gemma4ForCausalLM (E2B-style), transformers-5 config spelling (the
-                     `per_layer_config` this transformers writes), 6 layers [S S F S S F],
-                     per-layer embeddings (PLE), the top 2 layers reuse the KV of layers 3 (S)
-                     and 2 (F), double-wide MLP on those shared layers, global layers with their
+                     `per_layer_config` this transformers writes), 8 layers [S S F S F S S F]
+                     (the last unshared layers F after S, as llama.cpp's KV reuse assumes),
+                     per-layer embeddings (PLE), the top 3 layers reuse the KV of layers 3 (S)
+                     and 4 (F), double-wide MLP on those shared layers, global layers with their
                      own head dim (16 vs 8), one kv head and k = v, proportional RoPE (partial
-                     0.5, factor 2) on the global layers, window 5, final soft-cap, random
-                     layer scalars and norms.
+                     0.5) on the global layers, window 5, final soft-cap, random layer scalars
+                     and norms. GGUF twin.
   gemma4-tiny-moe    Gemma4ForConditionalGeneration-style nested config (`text_config`, weights
                      under `model.language_model.`), 26B-A4B-style block: dense MLP + 4 routed
                      experts (top-2) with router scale and per-expert scales, no PLE, no KV
@@ -21,7 +22,15 @@ Variants:
                      `num_global_key_value_heads`) relying on family defaults (no
                      `layer_types` — the default 5:1 pattern —, no `rope_parameters`, no
                      `rms_norm_eps`, `hidden_activation`, `tie_word_embeddings`), window 4,
-                     untied head.
+                     untied head. GGUF twin.
+
+GGUF twins (model.gguf, F32) are laid out as llama.cpp's convert_hf_to_gguf.py Gemma4Model writes
+them (arch `gemma4`: norms stored as is, `global_head_dim` as key_length and `head_dim` as
+key_length_swa, per-layer kv-head and feed-forward arrays, a bool sliding-window pattern,
+`rope_freqs.weight` of 1 for the rotating pairs of the global layers and 1e30 for the others,
+`layer_output_scale`, `ffn_gate_inp.scale` / `ffn_down_exps.scale` for the router scales), except
+the vocabulary: a llama (SentencePiece) byte vocabulary instead of the `gemma4` tokenizer model.
+Each twin is run through llama.cpp (llama-cpp-python) and its logits compared with transformers'.
 
 Run (from the repository root):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_gemma4.py [--variant gemma4-tiny-dense]
@@ -62,22 +71,24 @@ VARIANTS = {
         seed=4041,
         spelling="transformers5",
         nested=False,
+        gguf=True,
         config=dict(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=6,
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=8,
             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
             global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True,
             max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=True,
             initializer_range=0.1, sliding_window=5,
             layer_types=["sliding_attention", "sliding_attention", "full_attention",
-                         "sliding_attention", "sliding_attention", "full_attention"],
+                         "sliding_attention", "full_attention", "sliding_attention",
+                         "sliding_attention", "full_attention"],
             rope_parameters={
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                 "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
-                                   "rope_theta": 1000000.0, "factor": 2.0},
+                                   "rope_theta": 1000000.0},
             },
             final_logit_softcapping=3.0,
             hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
-            num_kv_shared_layers=2, use_double_wide_mlp=True,
+            num_kv_shared_layers=3, use_double_wide_mlp=True,
             pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
         ),
     ),
@@ -85,6 +96,7 @@ VARIANTS = {
         seed=4042,
         spelling="hub-defaults",
         nested=True,
+        gguf=True,
         config=dict(
             vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=6,
             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -292,6 +304,144 @@ def add_kv(s: dict, cfg) -> dict:
     return s
 
 
+# ----------------------------------------------------------------------------------------------
+# GGUF twin: what convert_hf_to_gguf.py's Gemma4Model writes (F32)
+
+GGUF_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+    "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+    "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "router.proj.weight": "ffn_gate_inp.weight",
+    "router.scale": "ffn_gate_inp.scale",
+    "router.per_expert_scale": "ffn_down_exps.scale",
+    "experts.gate_up_proj": "ffn_gate_up_exps.weight",
+    "experts.down_proj": "ffn_down_exps.weight",
+    "per_layer_input_gate.weight": "inp_gate.weight",
+    "per_layer_projection.weight": "proj.weight",
+    "post_per_layer_input_norm.weight": "post_norm.weight",
+    "layer_scalar": "layer_output_scale.weight",
+}
+GGUF_GLOBAL = {
+    "embed_tokens.weight": "token_embd.weight",
+    "norm.weight": "output_norm.weight",
+    "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+    "per_layer_model_projection.weight": "per_layer_model_proj.weight",
+    "per_layer_projection_norm.weight": "per_layer_proj_norm.weight",
+}
+
+
+def write_gguf(folder: Path, name: str, cfg: Gemma4TextConfig, sd: dict[str, torch.Tensor]) -> dict:
+    import gguf
+    from make_tiny_gemma3 import spm_vocab
+
+    assert VOCAB == 260
+    rp = cfg.rope_parameters
+    full, swa = rp["full_attention"], rp["sliding_attention"]
+    assert full["rope_type"] == "proportional" and "factor" not in full, "the converter drops factor"
+    assert swa.get("rope_type", "default") == "default"
+    types = list(cfg.layer_types)
+    is_swa = [t == "sliding_attention" for t in types]
+    n = cfg.num_hidden_layers
+    gl = cfg.per_layer_config[types.index("full_attention")]
+    sl = cfg.per_layer_config[types.index("sliding_attention")]
+    ghd, hd = gl.head_dim, sl.head_dim
+    path = folder / "model.gguf"
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_type("model")
+    w.add_name(name)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(n)
+    first_shared = n - cfg.num_kv_shared_layers
+    if cfg.use_double_wide_mlp:
+        w.add_feed_forward_length([cfg.intermediate_size * (2 if i >= first_shared else 1) for i in range(n)])
+    else:
+        w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    if gl.num_key_value_heads != sl.num_key_value_heads:
+        w.add_head_count_kv([sl.num_key_value_heads if s else gl.num_key_value_heads for s in is_swa])
+    else:
+        w.add_head_count_kv(sl.num_key_value_heads)
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_key_length(ghd)
+    w.add_value_length(ghd)
+    w.add_key_length_swa(hd)
+    w.add_value_length_swa(hd)
+    w.add_rope_freq_base(float(full["rope_theta"]))
+    w.add_rope_freq_base_swa(float(swa["rope_theta"]))
+    w.add_rope_dimension_count(ghd)
+    w.add_rope_dimension_count_swa(hd)
+    if cfg.final_logit_softcapping:
+        w.add_final_logit_softcapping(float(cfg.final_logit_softcapping))
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_shared_kv_layers(cfg.num_kv_shared_layers)
+    w.add_embedding_length_per_layer_input(cfg.hidden_size_per_layer_input or 0)
+    w.add_sliding_window_pattern(is_swa)
+    if cfg.enable_moe_block:
+        w.add_expert_count(cfg.num_experts)
+        w.add_expert_used_count(cfg.top_k_experts)
+        w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    tokens, scores, toktypes = spm_vocab()
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(toktypes)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(PAD_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    n_rot = int(ghd * full["partial_rotary_factor"] / 2)
+    freqs = np.array([1.0] * n_rot + [1e30] * (ghd // 2 - n_rot), dtype=np.float32)
+    w.add_tensor("rope_freqs.weight", freqs)
+    written = ["rope_freqs.weight"]
+    for hf_name in sorted(sd):
+        t = sd[hf_name].to(torch.float32)
+        if hf_name == "lm_head.weight":
+            if cfg.tie_word_embeddings:
+                continue
+            g = "output.weight"
+        else:
+            assert hf_name.startswith("model."), hf_name
+            rest = hf_name[len("model."):]
+            if rest in GGUF_GLOBAL:
+                g = GGUF_GLOBAL[rest]
+            else:
+                parts = rest.split(".")
+                assert parts[0] == "layers", hf_name
+                g = f"blk.{int(parts[1])}.{GGUF_LAYER['.'.join(parts[2:])]}"
+        w.add_tensor(g, np.ascontiguousarray(t.numpy()))
+        written.append(g)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {
+        "file": "model.gguf",
+        "tensor_type": "F32",
+        "layout": "convert_hf_to_gguf.py Gemma4Model (norms as is, rope_freqs 1 / 1e30, per-layer arrays)",
+        "tokenizer": "llama (SentencePiece): 0 <pad>, 1 <eos>, 2 <bos>, 3 <unk>, 4 + b = <0xbb>",
+        "tensors": written,
+    }
+
+
 def make_variant(name: str, spec: dict) -> None:
     out = FIXTURES / name
     print(f"== {name}")
@@ -369,6 +519,14 @@ def make_variant(name: str, spec: dict) -> None:
         "feature_checks_max_abs_logit_change": checks,
         "feature_checks_prompt": "long",
     }
+    if spec.get("gguf"):
+        from make_tiny_gemma3 import llamacpp_check
+        sd = {k: v for k, v in model.state_dict().items()}
+        reference["gguf"] = write_gguf(out, name, cfg, sd)
+        lc = llamacpp_check(out, prompts, logits)
+        if lc is not None:
+            print("llama.cpp GGUF twin:", lc)
+            reference["llamacpp_gguf_check"] = lc
     (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"{out.relative_to(REPO)}: {size / 1024:.0f} KiB, files {sorted(p.name for p in out.iterdir())}")

@@ -211,10 +211,26 @@ impl ModelConfig {
         };
         let hidden_size = req("embedding_length")?;
         let n_heads = req("attention.head_count")?;
-        let n_kv_heads = g
-            .get_u64(&key("attention.head_count_kv"))?
-            .map_or(n_heads, |v| v as usize);
+        // Gemma 4 writes per-layer arrays (kv heads, feed-forward widths) and the sliding
+        // layers' head dim as `key_length_swa`: the model-wide values are the first layer's.
+        let first_of = |k: &str| -> Result<Option<usize>, LoadError> {
+            match g.get(&key(k)) {
+                Some(v) if v.as_array().is_some() && arch == Arch::Gemma4 => v
+                    .as_array()
+                    .and_then(|a| a.int_at(0))
+                    .filter(|&x| x > 0)
+                    .map(|x| Some(x as usize))
+                    .ok_or_else(|| {
+                        LoadError::field(path, format!("metadata '{}' is an empty array", key(k)))
+                    }),
+                _ => Ok(g.get_u64(&key(k))?.map(|v| v as usize)),
+            }
+        };
+        let n_kv_heads = first_of("attention.head_count_kv")?.unwrap_or(n_heads);
         let head_dim = match g.get_u64(&key("attention.key_length"))? {
+            _ if arch == Arch::Gemma4 && g.get(&key("attention.key_length_swa")).is_some() => {
+                req("attention.key_length_swa")?
+            }
             Some(v) => v as usize,
             None if n_heads > 0 => hidden_size / n_heads,
             None => 0,
@@ -254,8 +270,8 @@ impl ModelConfig {
             n_heads,
             n_kv_heads,
             head_dim,
-            intermediate_size: match g.get_u64(&key("feed_forward_length"))? {
-                Some(v) => v as usize,
+            intermediate_size: match first_of("feed_forward_length")? {
+                Some(v) => v,
                 None => req("expert_feed_forward_length")?,
             },
             norm_eps: g
@@ -263,9 +279,12 @@ impl ModelConfig {
                 .unwrap_or(1e-5) as f32,
             rope: RopeConfig {
                 theta: g.get_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32,
-                dim: g
-                    .get_u64(&key("rope.dimension_count"))?
-                    .map_or(head_dim, |v| v as usize),
+                // Gemma 4's count is the global layers' (wider) head: its RoPE is per layer type.
+                dim: match g.get_u64(&key("rope.dimension_count"))? {
+                    Some(_) if arch == Arch::Gemma4 => head_dim,
+                    Some(v) => v as usize,
+                    None => head_dim,
+                },
                 style,
                 scaling,
             },

@@ -1,36 +1,40 @@
 //! Tiny random Gemma 4 checkpoints against transformers float32 (fixtures made by
-//! tools/ref/make_tiny_gemma4.py): prompt logits within 1e-4 and identical greedy tokens, with
-//! whole, chunked (7) and one-token prefill; prompts of 12 and 110 tokens cross the sliding
-//! windows (5 and 4).
+//! tools/ref/make_tiny_gemma4.py): prompt logits within 1e-4 and identical greedy tokens, from
+//! the safetensors folder and its GGUF twin (laid out as llama.cpp's converter writes it and
+//! cross-checked through llama.cpp by the script), with whole, chunked (7) and one-token
+//! prefill; prompts of 12 and 110 tokens cross the sliding windows (5 and 4).
 
 mod common;
 
 use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
 use oxinfer::Model;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const TOL: f32 = 1e-4;
 
-fn check(dir: &Path) {
+fn check(dir: &Path, sources: &[PathBuf]) {
     let r = reference(dir);
-    let model = Model::load(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut worst = 0f32;
-    for p in r["prompts"].as_array().expect("prompts") {
-        worst = worst.max(check_prompt(&model, dir, dir, p, &[0, 7, 1], TOL));
+    for source in sources {
+        let model = Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        let mut worst = 0f32;
+        for p in r["prompts"].as_array().expect("prompts") {
+            worst = worst.max(check_prompt(&model, source, dir, p, &[0, 7, 1], TOL));
+        }
+        println!(
+            "{}: worst max abs logit diff {worst:e}",
+            source.strip_prefix(fixtures()).unwrap_or(source).display()
+        );
     }
-    println!(
-        "{}: worst max abs logit diff {worst:e}",
-        dir.strip_prefix(fixtures()).unwrap_or(dir).display()
-    );
 }
 
-/// E2B-style: per-layer embeddings, the top 2 layers reading the KV of layers 3 (sliding) and
-/// 2 (global) with double-wide MLPs, global layers with their own head dim, one kv head and
-/// k = v, proportional RoPE (partial 0.5, factor 2), window 5, final soft-cap, transformers-5
-/// `per_layer_config` spelling.
+/// E2B-style: per-layer embeddings, the top 3 layers reading the KV of layers 3 (sliding) and
+/// 4 (global) with double-wide MLPs, global layers with their own head dim, one kv head and
+/// k = v, proportional RoPE (partial 0.5), window 5, final soft-cap, transformers-5
+/// `per_layer_config` spelling; the GGUF twin carries per-layer arrays and `rope_freqs`.
 #[test]
 fn gemma4_tiny_dense_ple_kv_sharing() {
-    check(&fixtures().join("gemma4-tiny-dense"));
+    let dir = fixtures().join("gemma4-tiny-dense");
+    check(&dir, &[dir.clone(), dir.join("model.gguf")]);
 }
 
 /// 26B-A4B-style: dense MLP plus 4 routed experts (top-2, router and per-expert scales),
@@ -39,7 +43,8 @@ fn gemma4_tiny_dense_ple_kv_sharing() {
 /// pattern, RoPE and norms; untied head, window 4.
 #[test]
 fn gemma4_tiny_moe_nested_hub_defaults() {
-    check(&fixtures().join("gemma4-tiny-moe"));
+    let dir = fixtures().join("gemma4-tiny-moe");
+    check(&dir, &[dir.clone(), dir.join("model.gguf")]);
 }
 
 /// Two sequences of different lengths in one batched pass give their own reference logits.
@@ -83,32 +88,43 @@ fn gemma4_batched_sequences_match_their_references() {
 }
 
 /// Sliding layers keep about two windows of positions (≤ 3 windows before a batched drop),
-/// global layers keep all of them with their own row width, and the KV-shared layers (4 and
-/// 5) store nothing.
+/// global layers keep all of them with their own row width, and the KV-shared layers store
+/// nothing; from both the safetensors folder and the GGUF twin.
 #[test]
 fn gemma4_cache_per_layer_type() {
     let dir = fixtures().join("gemma4-tiny-dense");
     let r = reference(&dir);
-    let model = Model::load(&dir).unwrap();
-    let lm = model.lm();
-    let cfg = model.config();
-    let w = cfg.sliding_window.unwrap();
-    let prompt = ids(&r["prompts"][1]["ids"]);
-    let mut cache = lm.new_cache(256);
-    for &id in &prompt {
-        lm.forward(&[id], &mut cache, false).unwrap();
-    }
     let c = &r["config"];
-    let sliding_row =
-        (c["num_key_value_heads"].as_u64().unwrap() * c["head_dim"].as_u64().unwrap()) as usize;
-    let full = &c["per_layer_config"]["2"];
-    let full_row = (full["num_key_value_heads"].as_u64().unwrap()
-        * full["head_dim"].as_u64().unwrap()) as usize;
-    let rows = |i: usize, row: usize| cache.layers[i].k.len() / row;
-    for i in [0, 1, 3] {
-        assert!(rows(i, sliding_row) < 3 * w, "layer {i}");
-        assert_eq!(cache.layers[i].start + rows(i, sliding_row), prompt.len());
+    let modes = r["kv_sharing_modes"].as_array().unwrap();
+    let row = |o: &serde_json::Value| {
+        (o["num_key_value_heads"].as_u64().unwrap() * o["head_dim"].as_u64().unwrap()) as usize
+    };
+    let prompt = ids(&r["prompts"][1]["ids"]);
+    for source in [dir.clone(), dir.join("model.gguf")] {
+        let model = Model::load(&source).unwrap();
+        let lm = model.lm();
+        let w = model.config().sliding_window.unwrap();
+        let mut cache = lm.new_cache(256);
+        for &id in &prompt {
+            lm.forward(&[id], &mut cache, false).unwrap();
+        }
+        for (i, kind) in c["layer_types"].as_array().unwrap().iter().enumerate() {
+            let l = &cache.layers[i];
+            if modes[i] == "reuse" {
+                assert!(
+                    l.k.is_empty() && l.v.is_empty(),
+                    "shared layer {i} stores rows"
+                );
+                continue;
+            }
+            if kind == "full_attention" {
+                let full = &c["per_layer_config"][i.to_string()];
+                assert_eq!(l.k.len(), prompt.len() * row(full), "global layer {i}");
+            } else {
+                let n = l.k.len() / row(c);
+                assert!(n < 3 * w, "sliding layer {i} keeps {n} rows");
+                assert_eq!(l.start + n, prompt.len(), "sliding layer {i}");
+            }
+        }
     }
-    assert_eq!(rows(2, full_row), prompt.len());
-    assert!(cache.layers[4].k.is_empty() && cache.layers[5].k.is_empty());
 }

@@ -90,11 +90,16 @@ impl Gemma4 {
             super::embedding_and_head(store, &names, cfg.vocab_size, d, cfg.tie_embeddings)?;
         let n = cfg.n_layers;
         let ple = match params.ple {
-            Some((rows, width)) => {
-                let table = store.require_shape(
-                    &names.global("per_layer_token_embd", "embed_tokens_per_layer"),
-                    &[rows, n * width],
-                )?;
+            Some(width) => {
+                let table = store
+                    .require(&names.global("per_layer_token_embd", "embed_tokens_per_layer"))?;
+                if table.shape.len() != 2 || table.shape[1] != n * width {
+                    return Err(LoadError::tensor(
+                        store.path(),
+                        &table.name,
+                        format!("shape {:?}, expected [rows, {}]", table.shape, n * width),
+                    ));
+                }
                 Some(PleInputs {
                     table: Embedding::new(table, (width as f64).sqrt() as f32)?,
                     model_proj: Linear::load(
@@ -140,7 +145,7 @@ impl Gemma4 {
                 attn_norm: norm("attn_norm")?,
                 attn: Attention::load(store, &names, i, d, cfg.n_heads, eps, &params)?,
                 post_attn_norm: norm("post_attention_norm")?,
-                ffn: FeedForward::load(store, &names, i, d, cfg.intermediate_size, eps, &params)?,
+                ffn: FeedForward::load(store, &names, i, d, eps, &params)?,
                 ple: match &ple {
                     Some(p) => Some(PleBlock::load(store, &names, i, d, p.width, eps)?),
                     None => None,
@@ -148,6 +153,27 @@ impl Gemma4 {
                 scalar,
             });
         }
+        // llama.cpp's converter expresses proportional RoPE as per-pair divisors of the global
+        // frequencies: 1 for the rotating pairs, 1e30 for the others.
+        let freq_factors = match store.get("rope_freqs.weight") {
+            Some(t) if naming == Naming::Gguf => {
+                let t = t?;
+                let f = t.to_f32()?;
+                if f.len() != params.global_rope.dim / 2 {
+                    return Err(LoadError::tensor(
+                        store.path(),
+                        &t.name,
+                        format!(
+                            "{} values for {} rotary pairs",
+                            f.len(),
+                            params.global_rope.dim / 2
+                        ),
+                    ));
+                }
+                Some(f)
+            }
+            _ => None,
+        };
         Ok(Gemma4 {
             cfg: cfg.clone(),
             embed,
@@ -156,7 +182,7 @@ impl Gemma4 {
             norm: RmsNorm::load(store, &names.global("output_norm", ""), d, eps, false)?,
             head,
             local_rope: Rope::new(&params.local_rope, None),
-            global_rope: Rope::new(&params.global_rope, None),
+            global_rope: Rope::new(&params.global_rope, freq_factors.as_deref()),
             params,
         })
     }

@@ -5,7 +5,7 @@
 use super::gemma4_config::{Gemma4Params, LayerShape, MoeParams};
 use super::Names;
 use crate::error::LoadError;
-use crate::loader::TensorStore;
+use crate::loader::{Naming, TensorStore};
 use crate::nn::moe::SparseMoe;
 use crate::nn::{attention, Activation, AttentionParams, GatedMlp, Linear, RmsNorm, Rope, SeqRows};
 
@@ -49,13 +49,14 @@ impl Attention {
             None
         } else {
             let kv_out = s.n_kv_heads * s.head_dim;
+            // transformers: global layers with `attention_k_eq_v` have no v projection;
+            // llama.cpp: any layer without `attn_v` uses its keys as values.
             let k_eq_v = p.k_eq_v && p.layer_kinds[i] == super::LayerKind::Full;
             let v = match store.get(&name("attn_v")) {
                 Some(_) if !k_eq_v => Some(Linear::load(store, &name("attn_v"), kv_out, dim)?),
-                None if !k_eq_v => {
-                    return Err(LoadError::tensor(store.path(), name("attn_v"), "missing"));
-                }
-                _ => None,
+                Some(_) => None,
+                None if k_eq_v || names.naming() == Naming::Gguf => None,
+                None => return Err(LoadError::tensor(store.path(), name("attn_v"), "missing")),
             };
             Some(KvProj {
                 k: Linear::load(store, &name("attn_k"), kv_out, dim)?,
@@ -169,10 +170,12 @@ impl Experts {
             .to_f32()?;
         let gate_up = names.layer_param(i, "ffn_gate_up_exps", "weight", "experts.gate_up_proj");
         let down = names.layer_param(i, "ffn_down_exps", "weight", "experts.down_proj");
+        let gate = names.layer_param(i, "ffn_gate_exps", "weight", "experts.gate_proj");
+        let up = names.layer_param(i, "ffn_up_exps", "weight", "experts.up_proj");
         let experts = SparseMoe::experts_from_stacked_act(
             store,
             Some(&gate_up),
-            [&gate_up, &gate_up],
+            [&gate, &up],
             &down,
             m.n_experts,
             m.ffn,
@@ -218,17 +221,12 @@ impl FeedForward {
         names: &Names,
         i: usize,
         dim: usize,
-        ffn: usize,
         eps: f32,
         p: &Gemma4Params,
     ) -> Result<Self, LoadError> {
         let name = |part: &str| names.layer(i, part);
         let norm = |part: &str| RmsNorm::load(store, &name(part), dim, eps, false);
-        let ffn = if p.double_wide_mlp && p.is_kv_shared(i) {
-            2 * ffn
-        } else {
-            ffn
-        };
+        let ffn = p.ffn[i];
         let moe = match &p.moe {
             Some(m) => Some((
                 norm("post_ffw_norm_1")?,

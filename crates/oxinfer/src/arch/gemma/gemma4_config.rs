@@ -1,8 +1,10 @@
 //! Gemma 4's family-specific settings, read from `config.json` (transformers `gemma4_text`, flat
-//! or nested under `text_config`): per-layer attention shapes (`per_layer_config` as transformers
-//! 5.24 writes it, or the hub's `global_head_dim` / `num_global_key_value_heads`), the KV-sharing
-//! plan, per-layer-type RoPE, per-layer embeddings, the MoE block and the final soft-cap. Fields
-//! a config leaves out take `Gemma4TextConfig`'s defaults ([`crate::config::gemma4_default`]).
+//! or nested under `text_config`) or GGUF metadata (llama.cpp's `gemma4`): per-layer attention
+//! shapes (`per_layer_config` as transformers 5.24 writes it, the hub's `global_head_dim` /
+//! `num_global_key_value_heads`, or GGUF's `key_length` / `key_length_swa` and per-layer
+//! `head_count_kv`), the KV-sharing plan, per-layer-type RoPE, per-layer embeddings,
+//! per-layer MLP widths, the MoE block and the final soft-cap. Fields a `config.json` leaves out
+//! take `Gemma4TextConfig`'s defaults ([`crate::config::gemma4_default`]).
 
 use super::LayerKind;
 use crate::config::{
@@ -37,15 +39,18 @@ pub struct Gemma4Params {
     /// Per layer: the layer whose keys and values it attends to (itself, or for the top
     /// `num_kv_shared_layers` layers the last earlier unshared layer of the same kind).
     pub kv_source: Vec<usize>,
-    /// Global layers use their key projection as values (`attention_k_eq_v`).
+    /// Global layers use their key projection as values (`attention_k_eq_v`). GGUF files say
+    /// it per layer by leaving out `attn_v`.
     pub k_eq_v: bool,
-    /// RoPE of the sliding layers and of the global layers (each over that kind's head dim).
+    /// RoPE of the sliding layers and of the global layers (each over that kind's head dim;
+    /// a GGUF file's `rope_freqs.weight` further divides the global frequencies).
     pub local_rope: RopeConfig,
     pub global_rope: RopeConfig,
-    /// Per-layer embeddings: (table rows, width per layer), when the model has them.
-    pub ple: Option<(usize, usize)>,
-    /// KV-shared layers have an MLP twice as wide (`use_double_wide_mlp`).
-    pub double_wide_mlp: bool,
+    /// Per-layer embeddings: width per layer, when the model has them.
+    pub ple: Option<usize>,
+    /// Per layer: hidden size of the dense MLP (KV-shared layers are twice as wide with
+    /// `use_double_wide_mlp`).
+    pub ffn: Vec<usize>,
     pub moe: Option<MoeParams>,
     /// Final logits become `cap · tanh(logits / cap)`.
     pub final_softcap: Option<f32>,
@@ -156,14 +161,71 @@ fn rope_of(
     })
 }
 
-impl Gemma4Params {
-    /// Reads the settings from a `config.json` (GGUF Gemma 4 files are not read yet).
-    pub fn read(cfg: &ModelConfig, src: &ConfigSource<'_>) -> Result<Self, LoadError> {
-        if src.gguf().is_some() {
+/// Checks that every layer's heads divide into its kv heads.
+fn check_shapes(
+    src: &ConfigSource<'_>,
+    cfg: &ModelConfig,
+    shapes: &[LayerShape],
+) -> Result<(), LoadError> {
+    for (i, s) in shapes.iter().enumerate() {
+        if s.head_dim == 0 || s.n_kv_heads == 0 || cfg.n_heads % s.n_kv_heads != 0 {
             return Err(bad(
                 src,
-                "Gemma 4 GGUF files are not supported yet (safetensors checkpoints are)".into(),
+                format!(
+                    "layer {i}: {} heads over {} kv heads of dim {}",
+                    cfg.n_heads, s.n_kv_heads, s.head_dim
+                ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The KV-sharing plan: the top `shared` layers read the last unshared layer of their kind.
+fn kv_sources(
+    src: &ConfigSource<'_>,
+    layer_kinds: &[LayerKind],
+    shapes: &[LayerShape],
+    shared: usize,
+) -> Result<Vec<usize>, LoadError> {
+    let n = layer_kinds.len();
+    if shared >= n && shared > 0 {
+        return Err(bad(
+            src,
+            format!("{shared} KV-shared layers leave no layer computing keys ({n} layers)"),
+        ));
+    }
+    let first_shared = n - shared;
+    let mut kv_source: Vec<usize> = (0..n).collect();
+    for i in first_shared..n {
+        let kind = layer_kinds[i];
+        kv_source[i] = (0..first_shared)
+            .rev()
+            .find(|&j| layer_kinds[j] == kind)
+            .ok_or_else(|| {
+                bad(
+                    src,
+                    format!("KV-shared layer {i} has no earlier {kind:?} layer to share with"),
+                )
+            })?;
+        if shapes[kv_source[i]] != shapes[i] {
+            return Err(bad(
+                src,
+                format!(
+                    "KV-shared layer {i} and its source {} differ in shape",
+                    kv_source[i]
+                ),
+            ));
+        }
+    }
+    Ok(kv_source)
+}
+
+impl Gemma4Params {
+    /// Reads the settings from GGUF metadata or a `config.json`.
+    pub fn read(cfg: &ModelConfig, src: &ConfigSource<'_>) -> Result<Self, LoadError> {
+        if src.gguf().is_some() {
+            return Self::read_gguf(cfg, src);
         }
         super::check_activation(src)?;
         let n = cfg.n_layers;
@@ -248,51 +310,19 @@ impl Gemma4Params {
                 ))
             }
         }
-        for (i, s) in shapes.iter().enumerate() {
-            if s.head_dim == 0 || s.n_kv_heads == 0 || cfg.n_heads % s.n_kv_heads != 0 {
-                return Err(bad(
-                    src,
-                    format!(
-                        "layer {i}: {} heads over {} kv heads of dim {}",
-                        cfg.n_heads, s.n_kv_heads, s.head_dim
-                    ),
-                ));
-            }
-        }
-
-        // KV sharing: the top layers read the last unshared layer of their kind.
+        check_shapes(src, cfg, &shapes)?;
         let shared = int(src, "num_kv_shared_layers")?.unwrap_or(0);
-        if shared >= n && shared > 0 {
-            return Err(bad(
-                src,
-                format!(
-                    "num_kv_shared_layers {shared} leaves no layer computing keys ({n} layers)"
-                ),
-            ));
-        }
-        let first_shared = n - shared;
-        let mut kv_source: Vec<usize> = (0..n).collect();
-        for i in first_shared..n {
-            let kind = layer_kinds[i];
-            kv_source[i] = (0..first_shared)
-                .rev()
-                .find(|&j| layer_kinds[j] == kind)
-                .ok_or_else(|| {
-                    bad(
-                        src,
-                        format!("KV-shared layer {i} has no earlier {kind:?} layer to share with"),
-                    )
-                })?;
-            if shapes[kv_source[i]] != shapes[i] {
-                return Err(bad(
-                    src,
-                    format!(
-                        "KV-shared layer {i} and its source {} differ in shape",
-                        kv_source[i]
-                    ),
-                ));
-            }
-        }
+        let kv_source = kv_sources(src, &layer_kinds, &shapes, shared)?;
+        let double_wide = flag(src, "use_double_wide_mlp")?;
+        let ffn = (0..n)
+            .map(|i| {
+                if double_wide && kv_source[i] != i {
+                    2 * cfg.intermediate_size
+                } else {
+                    cfg.intermediate_size
+                }
+            })
+            .collect();
 
         let rope_params = field(src, "rope_parameters")
             .filter(Value::is_object)
@@ -332,13 +362,7 @@ impl Gemma4Params {
             }
         }
 
-        let ple = match int(src, "hidden_size_per_layer_input")? {
-            Some(p) if p > 0 => {
-                let rows = int(src, "vocab_size_per_layer_input")?.unwrap_or(cfg.vocab_size);
-                Some((rows, p))
-            }
-            _ => None,
-        };
+        let ple = int(src, "hidden_size_per_layer_input")?.filter(|&p| p > 0);
         let moe = if flag(src, "enable_moe_block")? {
             let need = |k: &str| -> Result<usize, LoadError> {
                 int(src, k)?
@@ -383,9 +407,117 @@ impl Gemma4Params {
             local_rope,
             global_rope,
             ple,
-            double_wide_mlp: flag(src, "use_double_wide_mlp")?,
+            ffn,
             moe,
             final_softcap,
+        })
+    }
+
+    /// Reads the settings from llama.cpp's `gemma4` GGUF metadata.
+    fn read_gguf(cfg: &ModelConfig, src: &ConfigSource<'_>) -> Result<Self, LoadError> {
+        let n = cfg.n_layers;
+        let mut layer_kinds = super::layer_kinds(src, n, 6)?;
+        if let Some(last) = layer_kinds.last_mut() {
+            *last = LayerKind::Full;
+        }
+        // A per-layer array or one value for every layer.
+        let per_layer = |k: &str, default: usize| -> Result<Vec<usize>, LoadError> {
+            match src.gguf_value(k) {
+                None => Ok(vec![default; n]),
+                Some(v) => match v.as_array() {
+                    Some(a) => {
+                        let xs: Vec<usize> = a
+                            .to_ints()
+                            .filter(|xs| xs.len() == n && xs.iter().all(|&x| x > 0))
+                            .ok_or_else(|| {
+                                bad(
+                                    src,
+                                    format!("metadata '{k}' must hold {n} positive integers"),
+                                )
+                            })?
+                            .into_iter()
+                            .map(|x| x as usize)
+                            .collect();
+                        Ok(xs)
+                    }
+                    None => Ok(vec![src.usize(k, "")?.unwrap_or(default); n]),
+                },
+            }
+        };
+        let kv_heads = per_layer("attention.head_count_kv", cfg.n_kv_heads)?;
+        let full_dim = src
+            .usize("attention.key_length", "")?
+            .unwrap_or(cfg.head_dim);
+        let swa_dim = src
+            .usize("attention.key_length_swa", "")?
+            .unwrap_or(full_dim);
+        let shapes: Vec<LayerShape> = (0..n)
+            .map(|i| LayerShape {
+                head_dim: match layer_kinds[i] {
+                    LayerKind::Sliding => swa_dim,
+                    LayerKind::Full => full_dim,
+                },
+                n_kv_heads: kv_heads[i],
+            })
+            .collect();
+        check_shapes(src, cfg, &shapes)?;
+        let shared = src.usize("attention.shared_kv_layers", "")?.unwrap_or(0);
+        let kv_source = kv_sources(src, &layer_kinds, &shapes, shared)?;
+        let local_rope = RopeConfig {
+            theta: src.f64("rope.freq_base_swa", "")?.unwrap_or(10_000.0) as f32,
+            dim: src
+                .usize("rope.dimension_count_swa", "")?
+                .unwrap_or(swa_dim),
+            style: RopeStyle::Half,
+            scaling: RopeScaling::None,
+        };
+        let global_rope = RopeConfig {
+            theta: cfg.rope.theta,
+            dim: src.usize("rope.dimension_count", "")?.unwrap_or(full_dim),
+            style: RopeStyle::Half,
+            scaling: RopeScaling::None,
+        };
+        for (r, d) in [(&local_rope, swa_dim), (&global_rope, full_dim)] {
+            if r.dim > d || r.dim % 2 != 0 || !(r.theta.is_finite() && r.theta > 0.0) {
+                return Err(bad(
+                    src,
+                    format!(
+                        "rope dimension {} (θ {}) must be even and ≤ {d}",
+                        r.dim, r.theta
+                    ),
+                ));
+            }
+        }
+        let moe = match src.usize("expert_count", "")? {
+            Some(e) if e > 0 => {
+                let need = |k: &str| -> Result<usize, LoadError> {
+                    src.usize(k, "")?
+                        .filter(|&v| v > 0 && (k != "expert_used_count" || v <= e))
+                        .ok_or_else(|| {
+                            bad(src, format!("metadata '{k}' is missing or out of range"))
+                        })
+                };
+                Some(MoeParams {
+                    n_experts: e,
+                    top_k: need("expert_used_count")?,
+                    ffn: need("expert_feed_forward_length")?,
+                })
+            }
+            _ => None,
+        };
+        Ok(Gemma4Params {
+            layer_kinds,
+            shapes,
+            kv_source,
+            k_eq_v: false,
+            local_rope,
+            global_rope,
+            ple: src
+                .usize("embedding_length_per_layer_input", "")?
+                .filter(|&p| p > 0),
+            ffn: per_layer("feed_forward_length", cfg.intermediate_size)?,
+            moe,
+            final_softcap: super::softcap(src, "final_logit_softcapping", "")?,
         })
     }
 
