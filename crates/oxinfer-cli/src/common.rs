@@ -19,6 +19,9 @@ pub struct ModelArgs {
     /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
     #[arg(long)]
     pub profile: bool,
+    /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
+    #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
+    pub device: oxinfer::backend::DevicePref,
 }
 
 impl ModelArgs {
@@ -29,6 +32,7 @@ impl ModelArgs {
             oxinfer_kernels::set_num_threads(n);
         }
         oxinfer_kernels::profile::enable(self.profile);
+        crate::devices::select(self.device)?;
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
         // Mapping is instant, but building a large model touches its pages: show a spinner.
@@ -93,6 +97,9 @@ impl SamplingArgs {
 pub fn print_profile() {
     if oxinfer_kernels::profile::enabled() {
         eprint!("{}", oxinfer_kernels::profile::report());
+        if let Some(s) = oxinfer::backend::active().and_then(|b| b.stats()) {
+            eprint!("{s}");
+        }
     }
 }
 

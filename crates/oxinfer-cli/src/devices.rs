@@ -1,7 +1,26 @@
 //! `oxinfer devices`: the CPU (architecture, model, features, cores, memory), the kernel set
-//! chosen for it, and accelerators.
+//! chosen for it, and accelerators; choosing the compute device (`--device`).
 
 use anyhow::Result;
+use oxinfer::backend::{DeviceChoice, DevicePref, Provider};
+
+/// The GPU backends compiled into this binary.
+pub fn providers() -> Vec<&'static dyn Provider> {
+    vec![
+        #[cfg(feature = "cuda")]
+        &oxinfer_cuda::CudaProvider,
+    ]
+}
+
+/// Installs the backend for `pref` and says on stderr, in one line, which device runs the
+/// model (for `auto`; an explicit choice is silent unless it fails, which is an error).
+pub fn select(pref: DevicePref) -> Result<()> {
+    let choice = oxinfer::backend::init(&providers(), pref)?;
+    if pref == DevicePref::Auto || matches!(choice, DeviceChoice::Gpu { .. }) {
+        eprintln!("{}", choice.describe());
+    }
+    Ok(())
+}
 
 fn cpu_model() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
@@ -96,6 +115,26 @@ pub fn run() -> Result<()> {
         set.name()
     );
     println!("GPU");
-    println!("  none: this build has no GPU backend yet");
+    let providers = providers();
+    if providers.is_empty() {
+        println!("  none: this build has no GPU backend");
+    }
+    for p in providers {
+        match p.probe() {
+            Err(e) => println!("  {}: none ({e})", p.kind().as_str()),
+            Ok(list) if list.is_empty() => println!("  {}: none (no device)", p.kind().as_str()),
+            Ok(list) => {
+                for g in list {
+                    println!("  {}:{}  {}", g.kind.as_str(), g.index, g.name);
+                    println!(
+                        "    memory:  {:.1} GiB",
+                        g.memory_bytes as f64 / (1u64 << 30) as f64
+                    );
+                    println!("    compute: {}", g.compute);
+                    println!("    driver:  {}", g.driver);
+                }
+            }
+        }
+    }
     Ok(())
 }

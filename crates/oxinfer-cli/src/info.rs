@@ -14,6 +14,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         model: Some(a.model),
         threads: None,
         profile: false,
+        device: oxinfer::backend::DevicePref::Cpu,
     }
     .load()?;
     let i = model.info();

@@ -58,6 +58,9 @@ fn main() -> ExitCode {
         Command::Devices => devices::run(),
         Command::Serve(a) => serve::run(a),
     };
+    if let Some(r) = oxinfer::backend::check_report() {
+        eprint!("{r}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -6,6 +6,7 @@
 //! what front ends call.
 
 pub mod arch;
+pub mod backend;
 pub mod chat_template;
 pub mod config;
 pub mod engine;

@@ -1,10 +1,11 @@
 //! Causal multi-head attention over a KV cache (GQA, optional sliding window and logit
-//! soft-capping). The default kernel set runs the fused, tiled kernel
+//! soft-capping). Offered to the installed [`crate::backend`] first; on the CPU the default kernel set runs the fused, tiled kernel
 //! ([`oxinfer_kernels::attention`]: query blocks × key tiles with an online softmax);
 //! `OXINFER_KERNELS=scalar` runs the plain reference here: one softmax per query row, heads in
 //! parallel.
 
 use super::parallel;
+use crate::backend::{self, AttentionGeom};
 
 /// Shape and options of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -33,6 +34,29 @@ pub fn attention(
     pos0: usize,
     p: &AttentionParams,
 ) -> Vec<f32> {
+    let g = AttentionGeom {
+        t,
+        pos0,
+        n_heads: p.n_heads,
+        n_kv_heads: p.n_kv_heads,
+        head_dim: p.head_dim,
+        scale: p.scale,
+        window: p.window,
+        softcap: p.softcap,
+    };
+    if let Some(b) = backend::active() {
+        let mut out = vec![0f32; t * p.n_heads * p.head_dim];
+        if b.attention(q, k, v, &g, &mut out) {
+            return out;
+        }
+    }
+    attention_cpu(q, k, v, &g)
+}
+
+/// The CPU reference of [`attention`] (also the twin `OXINFER_GPU_CHECK` compares against):
+/// `q` `[t, n_heads * head_dim]`, `k`/`v` at least `[pos0 + t, n_kv_heads * head_dim]`.
+pub fn attention_cpu(q: &[f32], k: &[f32], v: &[f32], p: &AttentionGeom) -> Vec<f32> {
+    let (t, pos0) = (p.t, p.pos0);
     let hd = p.head_dim;
     let kv_row = p.n_kv_heads * hd;
     let q_row = p.n_heads * hd;

@@ -1,8 +1,10 @@
 //! Linear layer `y = x Wᵀ + b` over a weight matrix in any storage format.
 
+use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use oxinfer_kernels::WeightMatrix;
+use std::sync::OnceLock;
 
 /// A linear layer whose weight `[n_out, n_in]` stays in its file's format (borrowed, not copied).
 pub struct Linear {
@@ -12,6 +14,9 @@ pub struct Linear {
     pub n_out: usize,
     /// Input features.
     pub n_in: usize,
+    /// The weight on the installed backend, uploaded on first use (`None` inside when the
+    /// backend declined it).
+    device: OnceLock<Option<DeviceWeight>>,
 }
 
 impl Linear {
@@ -62,6 +67,7 @@ impl Linear {
             bias,
             n_out,
             n_in,
+            device: OnceLock::new(),
         })
     }
 
@@ -92,7 +98,71 @@ impl Linear {
     pub fn forward_into(&self, x: &[f32], t: usize, y: &mut [f32]) {
         debug_assert_eq!(x.len(), t * self.n_in);
         debug_assert_eq!(y.len(), t * self.n_out);
-        oxinfer_kernels::matmul(&self.matrix(), x, t, y);
+        if !self.forward_on_device(x, t, y) {
+            oxinfer_kernels::matmul(&self.matrix(), x, t, y);
+        }
+        self.add_bias(y);
+    }
+
+    /// Runs several layers over one input `x` `[t, n_in]`; returns each `[t, n_out]`. A backend
+    /// gets them as one batch (the input travels once).
+    pub fn forward_shared(layers: &[&Linear], x: &[f32], t: usize) -> Vec<Vec<f32>> {
+        let mut ys: Vec<Vec<f32>> = layers.iter().map(|l| vec![0f32; t * l.n_out]).collect();
+        let on_device = backend::active().is_some_and(|b| {
+            let devs: Option<Vec<&DeviceWeight>> = layers
+                .iter()
+                .map(|l| {
+                    b.wants(l.n_out, l.n_in, t)
+                        .then(|| l.on_device(b))
+                        .flatten()
+                })
+                .collect();
+            let Some(devs) = devs else { return false };
+            let mut jobs: Vec<Job> = layers
+                .iter()
+                .zip(devs)
+                .zip(ys.iter_mut())
+                .map(|((l, dev), y)| Job {
+                    w: l.matrix(),
+                    dev,
+                    y,
+                })
+                .collect();
+            layers.iter().all(|l| l.n_in == layers[0].n_in)
+                && b.matmul(x, t, layers[0].n_in, &mut jobs)
+        });
+        for (l, y) in layers.iter().zip(ys.iter_mut()) {
+            if on_device {
+                l.add_bias(y);
+            } else {
+                l.forward_into(x, t, y);
+            }
+        }
+        ys
+    }
+
+    /// The weight on backend `b`, uploaded on first use; `None` when `b` declined it.
+    pub fn on_device(&self, b: &dyn Backend) -> Option<&DeviceWeight> {
+        self.device
+            .get_or_init(|| b.upload(&self.matrix()))
+            .as_ref()
+    }
+
+    /// The weight with its device state on `b`, for fused backend ops.
+    pub fn device_weight(&self, b: &dyn Backend) -> Option<Weight<'_>> {
+        let dev = self.on_device(b)?;
+        Some(Weight {
+            w: self.matrix(),
+            dev,
+        })
+    }
+
+    /// Whether the layer has a bias.
+    pub fn has_bias(&self) -> bool {
+        self.bias.is_some()
+    }
+
+    fn add_bias(&self, y: &mut [f32]) {
         if let Some(b) = &self.bias {
             for row in y.chunks_exact_mut(self.n_out) {
                 for (v, bv) in row.iter_mut().zip(b) {
@@ -100,5 +170,28 @@ impl Linear {
                 }
             }
         }
+    }
+
+    /// Offers the matmul to the installed backend; false when it is not taken.
+    fn forward_on_device(&self, x: &[f32], t: usize, y: &mut [f32]) -> bool {
+        let Some(b) = backend::active() else {
+            return false;
+        };
+        if !b.wants(self.n_out, self.n_in, t) {
+            return false;
+        }
+        let Some(dev) = self.on_device(b) else {
+            return false;
+        };
+        b.matmul(
+            x,
+            t,
+            self.n_in,
+            &mut [Job {
+                w: self.matrix(),
+                dev,
+                y,
+            }],
+        )
     }
 }

@@ -53,11 +53,39 @@ impl GatedMlp {
 
     /// `x` is `[t, dim]`; returns `[t, dim]`.
     pub fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
-        let mut g = self.gate.forward(x, t);
-        let u = self.up.forward(x, t);
+        if let Some(y) = self.forward_on_device(x, t) {
+            return y;
+        }
+        let mut gu = Linear::forward_shared(&[&self.gate, &self.up], x, t);
+        let u = gu.pop().unwrap_or_default();
+        let mut g = gu.pop().unwrap_or_default();
         for (g, u) in g.iter_mut().zip(&u) {
             *g = self.act.apply(*g) * u;
         }
         self.down.forward(&g, t)
+    }
+
+    /// The whole block on the installed backend (intermediates stay on the device), when it
+    /// takes it.
+    fn forward_on_device(&self, x: &[f32], t: usize) -> Option<Vec<f32>> {
+        let b = crate::backend::active()?;
+        let layers = [&self.gate, &self.up, &self.down];
+        if layers
+            .iter()
+            .any(|l| l.has_bias() || !b.wants(l.n_out, l.n_in, t))
+        {
+            return None;
+        }
+        let act = match self.act {
+            Activation::Silu => crate::backend::GateAct::Silu,
+            Activation::GeluTanh => crate::backend::GateAct::GeluTanh,
+        };
+        let (g, u, d) = (
+            self.gate.device_weight(b)?,
+            self.up.device_weight(b)?,
+            self.down.device_weight(b)?,
+        );
+        let mut y = vec![0f32; t * self.down.n_out];
+        b.gated_mlp(x, t, g, u, d, act, &mut y).then_some(y)
     }
 }

@@ -91,7 +91,10 @@ impl SelfAttention {
         let s = &self.shape;
         let hd = s.head_dim;
         let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
-        let q_all = self.q.forward(h, t);
+        let mut qkv = Linear::forward_shared(&[&self.q, &self.k, &self.v], h, t);
+        let v = qkv.pop().unwrap_or_default();
+        let mut k = qkv.pop().unwrap_or_default();
+        let q_all = qkv.pop().unwrap_or_default();
         let (mut q, gate) = if s.output_gate {
             // Per head: [query (hd) | gate (hd)].
             let mut q = vec![0f32; t * q_row];
@@ -107,8 +110,6 @@ impl SelfAttention {
         } else {
             (q_all, None)
         };
-        let mut k = self.k.forward(h, t);
-        let v = self.v.forward(h, t);
         if let Some(n) = &self.q_norm {
             n.forward_inplace(&mut q);
         }

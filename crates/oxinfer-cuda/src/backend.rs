@@ -1,0 +1,403 @@
+//! [`CudaBackend`]: the [`Backend`] implementation over one GPU.
+
+use crate::gemm::{self, DeviceMatrix, QuantPath};
+use crate::gpu::{DevBuf, Gpu, Slot};
+use oxinfer::backend::{AttentionGeom, Backend, DeviceWeight, GateAct, Job, Weight};
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Per op kind: calls, seconds (host wall time, transfers included), bytes up, bytes down.
+type Stats = BTreeMap<String, (u64, f64, u64, u64)>;
+
+/// One CUDA GPU as an oxinfer backend. Ops run one at a time on one stream (a mutex guards the
+/// device state); the model code calls from one thread at a time anyway.
+pub struct CudaBackend {
+    name: String,
+    gpu: Mutex<Gpu>,
+    stats: Mutex<Stats>,
+    path: QuantPath,
+    min_tokens: usize,
+    warned: AtomicBool,
+}
+
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+impl CudaBackend {
+    /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`, device
+    /// ops from `OXINFER_CUDA_MIN_TOKENS` rows on (default 16; decode stays on the CPU).
+    pub fn new(ordinal: usize) -> Result<Self, String> {
+        let min_tokens = std::env::var("OXINFER_CUDA_MIN_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16);
+        Self::with_options(ordinal, QuantPath::from_env(), min_tokens)
+    }
+
+    /// Opens GPU `ordinal`, multiplying quantized weights by `path` and taking ops of at least
+    /// `min_tokens` rows.
+    pub fn with_options(
+        ordinal: usize,
+        path: QuantPath,
+        min_tokens: usize,
+    ) -> Result<Self, String> {
+        if !crate::probe::driver_present() {
+            return Err("the CUDA driver library (libcuda) was not found".to_string());
+        }
+        let gpu = Gpu::open(ordinal)?;
+        Ok(CudaBackend {
+            name: format!("cuda:{ordinal}"),
+            gpu: Mutex::new(gpu),
+            stats: Mutex::new(BTreeMap::new()),
+            path,
+            min_tokens,
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gpu> {
+        self.gpu.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn note(&self, kind: String, start: Instant, up: usize, down: usize) {
+        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        let e = s.entry(kind).or_insert((0, 0.0, 0, 0));
+        e.0 += 1;
+        e.1 += start.elapsed().as_secs_f64();
+        e.2 += up as u64;
+        e.3 += down as u64;
+    }
+
+    /// Reports a device failure once (the op then runs on the CPU).
+    fn fail(&self, what: &str, e: String) -> bool {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            eprintln!("[{}: {what} failed: {e}; running it on the CPU]", self.name);
+        }
+        false
+    }
+
+    fn matmul_inner(&self, x: &[f32], t: usize, jobs: &mut [Job]) -> Result<bool, String> {
+        let mats: Vec<&DeviceMatrix> = match jobs
+            .iter()
+            .map(|j| j.dev.downcast_ref::<DeviceMatrix>())
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(m) => m,
+            None => return Ok(false),
+        };
+        let start = Instant::now();
+        let mut g = self.lock();
+        g.bind()?;
+        let xp = g.scratch(Slot::X, std::mem::size_of_val(x))?;
+        g.upload(xp, x)?;
+        let x16 = g.scratch(Slot::X16, x.len() * 2)?;
+        let mut converted: Option<bool> = None;
+        let mut down = 0;
+        for (j, m) in jobs.iter_mut().zip(&mats) {
+            let f16 = m.format == WeightFormat::F16;
+            if converted != Some(f16) {
+                gemm::convert(&g, xp, x16, x.len(), f16)?;
+                converted = Some(f16);
+            }
+            let y = g.scratch(Slot::Y, j.y.len() * 4)?;
+            gemm::matmul(&mut g, m, x16, y, t, self.path)?;
+            g.download(j.y, y)?;
+            down += j.y.len() * 4;
+        }
+        drop(g);
+        let kind = format!("matmul {}", mats[0].format);
+        self.note(kind, start, std::mem::size_of_val(x), down);
+        Ok(true)
+    }
+
+    fn attention_inner(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        a: &AttentionGeom,
+        out: &mut [f32],
+    ) -> Result<(), String> {
+        let start = Instant::now();
+        let kv_len = a.n_keys() * a.n_kv_heads * a.head_dim;
+        let (k, v) = (&k[..kv_len], &v[..kv_len]);
+        let mut g = self.lock();
+        g.bind()?;
+        let qp = g.scratch(Slot::X, std::mem::size_of_val(q))?;
+        let kp = g.scratch(Slot::K, kv_len * 4)?;
+        let vp = g.scratch(Slot::V, kv_len * 4)?;
+        let op = g.scratch(Slot::Y, std::mem::size_of_val(out))?;
+        g.upload(qp, q)?;
+        g.upload(kp, k)?;
+        g.upload(vp, v)?;
+        let warps = a.n_heads * a.t.div_ceil(4);
+        let blocks = (warps * 32).div_ceil(128) as u32;
+        let (t, pos0, h, kvh, hd) = (
+            a.t as i32,
+            a.pos0 as i32,
+            a.n_heads as i32,
+            a.n_kv_heads as i32,
+            a.head_dim as i32,
+        );
+        let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+        let softcap = a.softcap.unwrap_or(0.0);
+        let f = g.k.attention;
+        g.launch(
+            f,
+            (blocks, 1, 1),
+            (128, 1, 1),
+            &mut [
+                arg(&qp),
+                arg(&kp),
+                arg(&vp),
+                arg(&op),
+                arg(&t),
+                arg(&pos0),
+                arg(&h),
+                arg(&kvh),
+                arg(&hd),
+                arg(&a.scale),
+                arg(&window),
+                arg(&softcap),
+            ],
+        )?;
+        g.download(out, op)?;
+        drop(g);
+        self.note(
+            "attention".to_string(),
+            start,
+            (q.len() + 2 * kv_len) * 4,
+            out.len() * 4,
+        );
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gated_mlp_inner(
+        &self,
+        x: &[f32],
+        t: usize,
+        gate: &DeviceMatrix,
+        up: &DeviceMatrix,
+        down: &DeviceMatrix,
+        act: GateAct,
+        y: &mut [f32],
+    ) -> Result<(), String> {
+        let start = Instant::now();
+        let ffn = gate.rows;
+        let mut g = self.lock();
+        g.bind()?;
+        let xp = g.scratch(Slot::X, std::mem::size_of_val(x))?;
+        g.upload(xp, x)?;
+        let x16 = g.scratch(Slot::X16, x.len() * 2)?;
+        gemm::convert(&g, xp, x16, x.len(), false)?;
+        let gp = g.scratch(Slot::G, t * ffn * 4)?;
+        let up_p = g.scratch(Slot::U, t * ffn * 4)?;
+        let h16 = g.scratch(Slot::H16, t * ffn * 2)?;
+        let yp = g.scratch(Slot::Y, y.len() * 4)?;
+        gemm::matmul(&mut g, gate, x16, gp, t, self.path)?;
+        gemm::matmul(&mut g, up, x16, up_p, t, self.path)?;
+        let n = (t * ffn) as i64;
+        let a: i32 = match act {
+            GateAct::Silu => 0,
+            GateAct::GeluTanh => 1,
+        };
+        let f = g.k.gated_act;
+        g.launch(
+            f,
+            ((t * ffn).div_ceil(256) as u32, 1, 1),
+            (256, 1, 1),
+            &mut [arg(&gp), arg(&up_p), arg(&h16), arg(&n), arg(&a)],
+        )?;
+        gemm::matmul(&mut g, down, h16, yp, t, self.path)?;
+        g.download(y, yp)?;
+        drop(g);
+        self.note(
+            format!("gated_mlp {}/{}", gate.format, down.format),
+            start,
+            std::mem::size_of_val(x),
+            std::mem::size_of_val(y),
+        );
+        Ok(())
+    }
+
+    /// Registers and spill bytes of the GEMM kernels as compiled for this device.
+    pub fn kernel_report(&self) -> String {
+        self.lock().k.resource_report()
+    }
+
+    /// Seconds per `[t, k] × [n, k]ᵀ` matmul with weights in `format` already on the device
+    /// (random contents; transfers excluded), the mean of `reps` after one warm-up. For GEMM
+    /// throughput measurements.
+    pub fn time_gemm(
+        &self,
+        format: WeightFormat,
+        n: usize,
+        k: usize,
+        t: usize,
+        path: QuantPath,
+        reps: usize,
+    ) -> Result<f64, String> {
+        if !gemm::supported(format) {
+            return Err(format!("{format} is not handled on the device"));
+        }
+        let row_bytes = format
+            .row_bytes(k)
+            .ok_or_else(|| format!("{k} columns do not fill {format} blocks"))?;
+        let mut bytes = vec![0u8; n * row_bytes];
+        // Deterministic filler; quantized formats get small f16 scales so values stay finite.
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for b in bytes.iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *b = (s >> 24) as u8 & 0x3b;
+        }
+        let mut g = self.lock();
+        g.bind()?;
+        let w = DeviceMatrix {
+            format,
+            rows: n,
+            cols: k,
+            row_bytes,
+            buf: DevBuf::from_host(&g.ctx, &bytes)?,
+        };
+        let x16 = g.scratch(Slot::X16, t * k * 2)?;
+        let y = g.scratch(Slot::Y, t * n * 4)?;
+        gemm::matmul(&mut g, &w, x16, y, t, path)?;
+        g.sync()?;
+        let start = Instant::now();
+        for _ in 0..reps {
+            gemm::matmul(&mut g, &w, x16, y, t, path)?;
+        }
+        g.sync()?;
+        Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn wants(&self, _n_out: usize, _n_in: usize, t: usize) -> bool {
+        t >= self.min_tokens
+    }
+
+    fn upload(&self, w: &WeightMatrix) -> Option<DeviceWeight> {
+        if !gemm::supported(w.format) || w.cols % 16 != 0 {
+            return None;
+        }
+        let start = Instant::now();
+        let g = self.lock();
+        let buf = match g.bind().and_then(|_| DevBuf::from_host(&g.ctx, w.data)) {
+            Ok(b) => b,
+            Err(e) => {
+                drop(g);
+                self.fail("upload", e);
+                return None;
+            }
+        };
+        drop(g);
+        self.note("upload".to_string(), start, w.data.len(), 0);
+        Some(Box::new(DeviceMatrix {
+            format: w.format,
+            rows: w.rows,
+            cols: w.cols,
+            row_bytes: w.row_bytes(),
+            buf,
+        }))
+    }
+
+    fn matmul(&self, x: &[f32], t: usize, n_in: usize, jobs: &mut [Job]) -> bool {
+        if jobs.is_empty() || x.len() != t * n_in {
+            return false;
+        }
+        match self.matmul_inner(x, t, jobs) {
+            Ok(done) => done,
+            Err(e) => self.fail("matmul", e),
+        }
+    }
+
+    fn attention(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        g: &AttentionGeom,
+        out: &mut [f32],
+    ) -> bool {
+        let kv_len = g.n_keys() * g.n_kv_heads * g.head_dim;
+        let ok_shape = g.t >= self.min_tokens
+            && g.head_dim % 32 == 0
+            && g.head_dim <= 256
+            && g.n_kv_heads > 0
+            && g.n_heads % g.n_kv_heads == 0
+            && q.len() == g.t * g.n_heads * g.head_dim
+            && out.len() == q.len()
+            && k.len() >= kv_len
+            && v.len() >= kv_len;
+        if !ok_shape {
+            return false;
+        }
+        match self.attention_inner(q, k, v, g, out) {
+            Ok(()) => true,
+            Err(e) => self.fail("attention", e),
+        }
+    }
+
+    fn gated_mlp(
+        &self,
+        x: &[f32],
+        t: usize,
+        gate: Weight,
+        up: Weight,
+        down: Weight,
+        act: GateAct,
+        y: &mut [f32],
+    ) -> bool {
+        let (Some(g), Some(u), Some(d)) = (
+            gate.dev.downcast_ref::<DeviceMatrix>(),
+            up.dev.downcast_ref::<DeviceMatrix>(),
+            down.dev.downcast_ref::<DeviceMatrix>(),
+        ) else {
+            return false;
+        };
+        // The intermediate is converted to bf16: F16 weights (which take f16 inputs) go the
+        // unfused way.
+        let shapes_ok = g.rows == u.rows
+            && g.cols == u.cols
+            && d.cols == g.rows
+            && x.len() == t * g.cols
+            && y.len() == t * d.rows;
+        if !shapes_ok || [g, u, d].iter().any(|w| w.format == WeightFormat::F16) {
+            return false;
+        }
+        match self.gated_mlp_inner(x, t, g, u, d, act, y) {
+            Ok(()) => true,
+            Err(e) => self.fail("gated_mlp", e),
+        }
+    }
+
+    fn stats(&self) -> Option<String> {
+        let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_empty() {
+            return None;
+        }
+        let mut out = format!("{} device ops (wall time incl. transfers):\n", self.name);
+        for (k, (calls, secs, up, down)) in s.iter() {
+            out.push_str(&format!(
+                "  {k:<16} {calls:>7} calls {:>10.2} ms  up {:>9.1} MB  down {:>9.1} MB\n",
+                secs * 1e3,
+                *up as f64 / 1e6,
+                *down as f64 / 1e6
+            ));
+        }
+        Some(out)
+    }
+}

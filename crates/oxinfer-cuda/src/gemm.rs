@@ -1,0 +1,183 @@
+//! Host side of the matmuls: activation conversion, the in-tile dequantizing tensor-core GEMM,
+//! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
+
+use crate::gpu::{DevBuf, Gpu, Slot};
+use crate::kernels::GEMM_TILE;
+use cudarc::cublas::sys as blas_sys;
+use cudarc::driver::sys::CUdeviceptr;
+use oxinfer_kernels::WeightFormat;
+use std::ffi::c_void;
+
+/// How quantized weights are multiplied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantPath {
+    /// Decode each weight tile into shared memory inside the tensor-core GEMM (nothing extra in
+    /// device memory).
+    Mma,
+    /// Decode the whole matrix to bf16 in a scratch buffer, then cuBLAS (more memory traffic,
+    /// cuBLAS's tuned kernels).
+    DequantCublas,
+}
+
+impl QuantPath {
+    /// From `OXINFER_CUDA_QGEMM` (`mma` or `cublas`); dequantize + cuBLAS by default, the
+    /// faster of the two on the H200 at every shape measured (see the README's GPU section).
+    pub fn from_env() -> Self {
+        match std::env::var("OXINFER_CUDA_QGEMM").as_deref() {
+            Ok("mma") => QuantPath::Mma,
+            _ => QuantPath::DequantCublas,
+        }
+    }
+}
+
+/// A weight matrix in device memory, in its file's format.
+pub(crate) struct DeviceMatrix {
+    pub format: WeightFormat,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    pub row_bytes: usize,
+    pub buf: DevBuf,
+}
+
+/// Whether the device handles weights in `f`.
+pub(crate) fn supported(f: WeightFormat) -> bool {
+    matches!(f, WeightFormat::F16 | WeightFormat::BF16)
+        || crate::kernels::QUANT_FORMATS.iter().any(|(g, _)| *g == f)
+}
+
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+/// Converts `n` f32 at `x` to 16-bit floats at `out` (bf16, or IEEE f16 when `f16`).
+pub(crate) fn convert(
+    gpu: &Gpu,
+    x: CUdeviceptr,
+    out: CUdeviceptr,
+    n: usize,
+    f16: bool,
+) -> Result<(), String> {
+    let f = if f16 {
+        gpu.k.f32_to_f16
+    } else {
+        gpu.k.f32_to_bf16
+    };
+    let n_l = n as i64;
+    let grid = (n.div_ceil(256) as u32, 1, 1);
+    gpu.launch(f, grid, (256, 1, 1), &mut [arg(&x), arg(&out), arg(&n_l)])
+}
+
+/// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds bf16 (f16 for F16
+/// weights), `y` f32.
+pub(crate) fn matmul(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    x16: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+    path: QuantPath,
+) -> Result<(), String> {
+    match w.format {
+        WeightFormat::BF16 | WeightFormat::F16 => {
+            let ty = if w.format == WeightFormat::F16 {
+                blas_sys::cudaDataType::CUDA_R_16F
+            } else {
+                blas_sys::cudaDataType::CUDA_R_16BF
+            };
+            cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols)
+        }
+        f if path == QuantPath::DequantCublas => {
+            let dq = gpu.k.dequant(f).ok_or("no decoder")?;
+            let w16 = gpu.scratch(Slot::W16, w.rows * w.cols * 2)?;
+            let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
+            let wp = w.buf.ptr();
+            let n = w.rows * w.cols / 16;
+            gpu.launch(
+                dq,
+                (n.div_ceil(256) as u32, 1, 1),
+                (256, 1, 1),
+                &mut [arg(&wp), arg(&w16), arg(&rows), arg(&cols), arg(&rb)],
+            )?;
+            cublas(
+                gpu,
+                w16,
+                blas_sys::cudaDataType::CUDA_R_16BF,
+                x16,
+                y,
+                t,
+                w.rows,
+                w.cols,
+            )
+        }
+        f => {
+            let g = gpu.k.gemm(f).ok_or("no GEMM kernel")?;
+            let (bm, bn) = GEMM_TILE;
+            let grid = (
+                w.rows.div_ceil(bm as usize) as u32,
+                t.div_ceil(bn as usize) as u32,
+                1,
+            );
+            let (wp, rb) = (w.buf.ptr(), w.row_bytes as i64);
+            let (t_i, n_i, k_i) = (t as i32, w.rows as i32, w.cols as i32);
+            gpu.launch(
+                g,
+                grid,
+                (256, 1, 1),
+                &mut [
+                    arg(&wp),
+                    arg(&rb),
+                    arg(&x16),
+                    arg(&y),
+                    arg(&t_i),
+                    arg(&n_i),
+                    arg(&k_i),
+                ],
+            )
+        }
+    }
+}
+
+/// cuBLAS `y[t, n] = x[t, k] · w[n, k]ᵀ` with 16-bit `w` and `x` of type `ty`, f32 output and
+/// accumulation. Column-major view: `yᵀ (n × t) = wᵀᵀ · xᵀ`, i.e. op(A) = T on `w` (lda = k),
+/// op(B) = N on `x` (ldb = k), ldc = n.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cublas(
+    gpu: &Gpu,
+    w: CUdeviceptr,
+    ty: blas_sys::cudaDataType,
+    x: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+    n: usize,
+    k: usize,
+) -> Result<(), String> {
+    let (alpha, beta) = (1f32, 0f32);
+    // SAFETY: `w` holds n·k, `x` t·k 16-bit values and `y` room for t·n f32, all in this
+    // context; the handle runs on the backend's stream.
+    unsafe {
+        cudarc::cublas::result::gemm_ex(
+            gpu.blas,
+            blas_sys::cublasOperation_t::CUBLAS_OP_T,
+            blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            n as i32,
+            t as i32,
+            k as i32,
+            &alpha as *const f32 as *const c_void,
+            w as *const c_void,
+            ty,
+            k as i32,
+            x as *const c_void,
+            ty,
+            k as i32,
+            &beta as *const f32 as *const c_void,
+            y as *mut c_void,
+            blas_sys::cudaDataType::CUDA_R_32F,
+            n as i32,
+            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| format!("cublasGemmEx: {e:?}"))
+}

@@ -1,0 +1,145 @@
+//! The CUDA C++ kernels (in `kernels/`), compiled by NVRTC when a backend opens, and their
+//! function handles.
+
+use cudarc::driver::{sys, CudaContext, CudaModule};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use oxinfer_kernels::WeightFormat;
+use std::sync::Arc;
+
+/// The kernel source: helpers, per-format decoders, GEMMs, attention.
+pub(crate) fn source() -> String {
+    [
+        include_str!("kernels/common.cuh"),
+        include_str!("kernels/dequant.cuh"),
+        include_str!("kernels/gemm.cu"),
+        include_str!("kernels/attention.cu"),
+    ]
+    .join("\n")
+}
+
+/// Block formats with a decoder, and the suffix of their kernels' names.
+pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
+    (WeightFormat::Q4_0, "q4_0"),
+    (WeightFormat::Q4_1, "q4_1"),
+    (WeightFormat::Q5_0, "q5_0"),
+    (WeightFormat::Q5_1, "q5_1"),
+    (WeightFormat::Q8_0, "q8_0"),
+    (WeightFormat::Q2K, "q2_k"),
+    (WeightFormat::Q3K, "q3_k"),
+    (WeightFormat::Q4K, "q4_k"),
+    (WeightFormat::Q5K, "q5_k"),
+    (WeightFormat::Q6K, "q6_k"),
+    (WeightFormat::Q8K, "q8_k"),
+];
+
+/// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).
+pub(crate) const GEMM_TILE: (u32, u32) = (128, 128);
+
+/// Function handles into the compiled module.
+pub(crate) struct Kernels {
+    _module: Arc<CudaModule>,
+    gemm: Vec<(WeightFormat, sys::CUfunction)>,
+    dequant: Vec<(WeightFormat, sys::CUfunction)>,
+    pub f32_to_bf16: sys::CUfunction,
+    pub f32_to_f16: sys::CUfunction,
+    pub attention: sys::CUfunction,
+    pub gated_act: sys::CUfunction,
+}
+
+fn arch(major: i32, minor: i32) -> &'static str {
+    match (major, minor) {
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (9, _) => "compute_90",
+        (10, _) => "compute_100",
+        (12, _) => "compute_120",
+        _ => "compute_80",
+    }
+}
+
+/// Compiles the kernels with NVRTC for compute capability `major.minor` (no GPU needed).
+///
+/// # Errors
+/// NVRTC missing, or its compile log.
+pub fn compile_ptx(major: i32, minor: i32) -> Result<Ptx, String> {
+    // SAFETY: probing dlopen only.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("NVRTC (libnvrtc) was not found".to_string());
+    }
+    let opts = CompileOptions {
+        arch: Some(arch(major, minor)),
+        options: vec!["--std=c++17".to_string()],
+        ..Default::default()
+    };
+    compile_ptx_with_opts(source(), opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+            format!("NVRTC compile failed:\n{}", log.to_string_lossy())
+        }
+        e => format!("NVRTC: {e:?}"),
+    })
+}
+
+impl Kernels {
+    /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`.
+    pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
+        let ptx = compile_ptx(major, minor)?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| format!("loading the kernels: {e:?}"))?;
+        let get = |name: &str| -> Result<sys::CUfunction, String> {
+            module
+                .load_function(name)
+                .map(|f| f.cu_function())
+                .map_err(|e| format!("kernel {name}: {e:?}"))
+        };
+        let mut gemm = Vec::new();
+        let mut dequant = Vec::new();
+        for (f, n) in QUANT_FORMATS {
+            gemm.push((f, get(&format!("gemm_{n}"))?));
+            dequant.push((f, get(&format!("dequant_{n}"))?));
+        }
+        Ok(Kernels {
+            f32_to_bf16: get("f32_to_bf16")?,
+            f32_to_f16: get("f32_to_f16")?,
+            attention: get("attention_f32")?,
+            gated_act: get("gated_act_bf16")?,
+            gemm,
+            dequant,
+            _module: module,
+        })
+    }
+
+    /// The in-tile dequantizing GEMM for `f`.
+    pub fn gemm(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        self.gemm.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+    }
+
+    /// The whole-matrix dequantizer (to bf16) for `f`.
+    pub fn dequant(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        self.dequant.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+    }
+
+    /// Registers and local (spill) bytes per thread of each GEMM kernel, one line each.
+    pub fn resource_report(&self) -> String {
+        let attr = |f: sys::CUfunction, a: sys::CUfunction_attribute| -> i32 {
+            let mut v = 0i32;
+            // SAFETY: `f` is a live function of our module; `v` is a valid out-pointer.
+            unsafe { sys::cuFuncGetAttribute(&mut v, a, f) };
+            v
+        };
+        let mut out = String::new();
+        for (fmt, f) in &self.gemm {
+            out.push_str(&format!(
+                "gemm {fmt}: {} registers, {} local bytes\n",
+                attr(*f, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS),
+                attr(
+                    *f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+                )
+            ));
+        }
+        out
+    }
+}

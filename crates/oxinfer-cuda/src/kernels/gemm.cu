@@ -1,0 +1,214 @@
+// Quantized GEMM with dequantization in the tile: Y[t, n] = X[t, k] . W[n, k]^T.
+// W stays in its GGUF block format in device memory; each k-tile of W is decoded to bf16 into
+// shared memory by the block and multiplied with the bf16 activations on the tensor cores
+// (mma.sync m16n8k16, f32 accumulation). X is converted to bf16 once per call beforehand.
+//
+// Tile: BM weight rows x BN tokens x BK columns, 8 warps as 2 (rows) x 4 (tokens), each warp
+// 64 x (BN/4). Shared rows are padded to LDS bf16 so ldmatrix reads hit distinct banks.
+// Two shared buffers: the block decodes tile k+1 while its warps multiply tile k.
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#define BK 32
+#define LDS (BK + 8)
+#define WN (BN / 4)
+#define MT 4
+#define NT (WN / 8)
+
+__device__ __forceinline__ void mma_bf16(float* c, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// Decodes this thread's share of weight tile (m0, k0) into registers: BM*BK/256 values.
+template <int F>
+__device__ __forceinline__ void load_w(const u8* w, long row_bytes, int n, int m0, int k0, u32* p) {
+    #pragma unroll
+    for (int part = 0; part < BM / 128; part++) {
+        int idx = threadIdx.x + part * 256;
+        int r = idx >> 1, half = idx & 1;
+        float v[16];
+        if (m0 + r < n) {
+            dq16<F>(w + (long)(m0 + r) * row_bytes, k0 + half * 16, v);
+        } else {
+            #pragma unroll
+            for (int i = 0; i < 16; i++) v[i] = 0.f;
+        }
+        #pragma unroll
+        for (int i = 0; i < 8; i++) p[part * 8 + i] = pack_bf2(v[2 * i], v[2 * i + 1]);
+    }
+}
+
+__device__ __forceinline__ void store_w(u16* s, const u32* p) {
+    #pragma unroll
+    for (int part = 0; part < BM / 128; part++) {
+        int idx = threadIdx.x + part * 256;
+        int r = idx >> 1, half = idx & 1;
+        uint4* d = (uint4*)(s + r * LDS + half * 16);
+        d[0] = make_uint4(p[part * 8 + 0], p[part * 8 + 1], p[part * 8 + 2], p[part * 8 + 3]);
+        d[1] = make_uint4(p[part * 8 + 4], p[part * 8 + 5], p[part * 8 + 6], p[part * 8 + 7]);
+    }
+}
+
+__device__ __forceinline__ void load_x(const u16* x, int t, int k, int n0, int k0, uint4* p) {
+    #pragma unroll
+    for (int part = 0; part < BN / 128; part++) {
+        int idx = threadIdx.x + part * 256;
+        int r = idx >> 1, half = idx & 1;
+        if (n0 + r < t) {
+            const uint4* s = (const uint4*)(x + (long)(n0 + r) * k + k0 + half * 16);
+            p[part * 2] = s[0];
+            p[part * 2 + 1] = s[1];
+        } else {
+            p[part * 2] = make_uint4(0, 0, 0, 0);
+            p[part * 2 + 1] = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+__device__ __forceinline__ void store_x(u16* s, const uint4* p) {
+    #pragma unroll
+    for (int part = 0; part < BN / 128; part++) {
+        int idx = threadIdx.x + part * 256;
+        int r = idx >> 1, half = idx & 1;
+        uint4* d = (uint4*)(s + r * LDS + half * 16);
+        d[0] = p[part * 2];
+        d[1] = p[part * 2 + 1];
+    }
+}
+
+template <int F>
+__device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __restrict__ x,
+                       float* __restrict__ y, int t, int n, int k) {
+    __shared__ __align__(16) u16 sw[2][BM * LDS];
+    __shared__ __align__(16) u16 sx[2][BN * LDS];
+    int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = (warp >> 2) * 64, wn = (warp & 3) * WN;
+    float acc[MT][NT][4];
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        #pragma unroll
+        for (int j = 0; j < NT; j++)
+            #pragma unroll
+            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.f;
+
+    u32 pw[BM / 128 * 8];
+    uint4 px[BN / 128 * 2];
+    load_w<F>(w, row_bytes, n, m0, 0, pw);
+    load_x(x, t, k, n0, 0, px);
+    store_w(sw[0], pw);
+    store_x(sx[0], px);
+    __syncthreads();
+
+    int kt_n = k / BK;
+    for (int kt = 0; kt < kt_n; kt++) {
+        int cur = kt & 1;
+        bool more = kt + 1 < kt_n;
+        if (more) {
+            load_x(x, t, k, n0, (kt + 1) * BK, px);
+            load_w<F>(w, row_bytes, n, m0, (kt + 1) * BK, pw);
+        }
+        const u16* a_s = sw[cur];
+        const u16* b_s = sx[cur];
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            u32 af[MT][4], bf[NT][2];
+            #pragma unroll
+            for (int i = 0; i < MT; i++) {
+                int row = wm + i * 16 + (lane & 15);
+                int col = kk + (lane >> 4) * 8;
+                ldsm4(af[i], smem_addr(a_s + row * LDS + col));
+            }
+            #pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                int row = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
+                int col = kk + ((lane >> 3) & 1) * 8;
+                u32 r[4];
+                ldsm4(r, smem_addr(b_s + row * LDS + col));
+                bf[j][0] = r[0];
+                bf[j][1] = r[1];
+                bf[j + 1][0] = r[2];
+                bf[j + 1][1] = r[3];
+            }
+            #pragma unroll
+            for (int i = 0; i < MT; i++)
+                #pragma unroll
+                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+        }
+        if (more) {
+            store_w(sw[cur ^ 1], pw);
+            store_x(sx[cur ^ 1], px);
+        }
+        __syncthreads();
+    }
+
+    int g = lane >> 2, tq = lane & 3;
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        #pragma unroll
+        for (int j = 0; j < NT; j++) {
+            int row = m0 + wm + i * 16 + g;
+            int col = n0 + wn + j * 8 + tq * 2;
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int r = row + (c >> 1) * 8, cc = col + (c & 1);
+                if (r < n && cc < t) y[(long)cc * n + r] = acc[i][j][c];
+            }
+        }
+    }
+}
+
+#define INSTANTIATE(F, NAME)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256) gemm_##NAME(                             \
+        const u8* w, long row_bytes, const u16* x, float* y, int t, int n, int k) {            \
+        gemm_q<F>(w, row_bytes, x, y, t, n, k);                                                \
+    }                                                                                          \
+    extern "C" __global__ void dequant_##NAME(const u8* w, u16* out, int rows, int cols,      \
+                                              long row_bytes) {                                \
+        dequant_bf16<F>(w, out, rows, cols, row_bytes);                                        \
+    }
+
+INSTANTIATE(FMT_Q4_0, q4_0)
+INSTANTIATE(FMT_Q4_1, q4_1)
+INSTANTIATE(FMT_Q5_0, q5_0)
+INSTANTIATE(FMT_Q5_1, q5_1)
+INSTANTIATE(FMT_Q8_0, q8_0)
+INSTANTIATE(FMT_Q2_K, q2_k)
+INSTANTIATE(FMT_Q3_K, q3_k)
+INSTANTIATE(FMT_Q4_K, q4_k)
+INSTANTIATE(FMT_Q5_K, q5_k)
+INSTANTIATE(FMT_Q6_K, q6_k)
+INSTANTIATE(FMT_Q8_K, q8_k)
+
+// Activations: f32 -> bf16 / f16, n elements.
+extern "C" __global__ void f32_to_bf16(const float* x, u16* y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (u16)f2bf(x[i]);
+}
+
+extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = f2h(x[i]);
+}
+
+// Gated MLP middle: h = act(g) * u as bf16 (act 0 = SiLU, 1 = tanh-GELU), n elements.
+extern "C" __global__ void gated_act_bf16(const float* g, const float* u, u16* h, long n, int act) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = g[i];
+    float a = act == 0 ? x / (1.f + __expf(-x))
+                       : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+    h[i] = (u16)f2bf(a * u[i]);
+}

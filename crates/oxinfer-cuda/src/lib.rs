@@ -1,0 +1,25 @@
+//! CUDA backend for oxinfer.
+//!
+//! Everything CUDA-related is loaded at run time (the driver, NVRTC and cuBLAS through
+//! `cudarc`'s dynamic loading): the crate builds anywhere, and on a machine without CUDA
+//! [`CudaProvider::probe`] says so instead of failing. Kernels are CUDA C++ compiled by NVRTC
+//! for the device's compute capability when a backend opens.
+//!
+//! What runs on the device ([`CudaBackend`]):
+//! - matmul with bf16/f16 weights through cuBLAS (`cublasGemmEx`, f32 accumulation);
+//! - matmul with GGUF block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K),
+//!   kept quantized on the device and decoded inside the tile of a tensor-core (mma) GEMM;
+//! - fused flash-style attention with GQA, sliding window and soft-cap.
+//!
+//! Weights are uploaded once, on a layer's first use; activations travel per call.
+
+mod backend;
+mod gemm;
+mod gpu;
+mod kernels;
+mod probe;
+
+pub use backend::CudaBackend;
+pub use gemm::QuantPath;
+pub use kernels::compile_ptx;
+pub use probe::{probe, CudaProvider};

@@ -1,0 +1,155 @@
+//! `OXINFER_GPU_CHECK=1`: a [`Backend`] wrapper that lets the device compute each op, recomputes
+//! it with the CPU twin, and keeps the worst relative error per op kind for [`report`].
+//!
+//! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
+//! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
+//! program would have taken without the backend (the dispatching CPU matmul, the reference
+//! attention), so the number says how far the device moves results from the CPU build.
+
+use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
+use oxinfer_kernels::WeightMatrix;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Per op kind: (calls, worst relative error, element count of the worst call).
+static WORST: Mutex<BTreeMap<String, (u64, f64, usize)>> = Mutex::new(BTreeMap::new());
+
+fn record(kind: String, dev: &[f32], cpu: &[f32]) {
+    let mut max_ref = 0f64;
+    let mut max_diff = 0f64;
+    let mut bad = false;
+    for (&d, &c) in dev.iter().zip(cpu) {
+        if !d.is_finite() && c.is_finite() {
+            bad = true;
+        }
+        max_ref = max_ref.max(c.abs() as f64);
+        max_diff = max_diff.max((d as f64 - c as f64).abs());
+    }
+    let rel = if bad {
+        f64::INFINITY
+    } else if max_ref > 0.0 {
+        max_diff / max_ref
+    } else {
+        max_diff
+    };
+    let mut w = WORST.lock().unwrap_or_else(|e| e.into_inner());
+    let e = w.entry(kind).or_insert((0, 0.0, 0));
+    e.0 += 1;
+    if rel > e.1 || e.0 == 1 {
+        e.1 = rel;
+        e.2 = dev.len();
+    }
+}
+
+/// The summary table, or `None` when no device op ran.
+pub fn report() -> Option<String> {
+    let w = WORST.lock().unwrap_or_else(|e| e.into_inner());
+    if w.is_empty() {
+        return None;
+    }
+    let mut s = String::from(
+        "OXINFER_GPU_CHECK: worst relative error (max|dev-cpu| / max|cpu|) per op kind\n",
+    );
+    for (kind, (calls, rel, n)) in w.iter() {
+        s.push_str(&format!(
+            "  {kind:<24} {rel:.3e}  ({calls} calls; worst over {n} values)\n"
+        ));
+    }
+    Some(s)
+}
+
+/// Wraps a backend; every op it handles is recomputed on the CPU and compared.
+pub struct Checked {
+    inner: Box<dyn Backend>,
+    name: String,
+}
+
+impl Checked {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn Backend>) -> Self {
+        let name = format!("{} (checked)", inner.name());
+        Checked { inner, name }
+    }
+}
+
+impl Backend for Checked {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn wants(&self, n_out: usize, n_in: usize, t: usize) -> bool {
+        self.inner.wants(n_out, n_in, t)
+    }
+
+    fn upload(&self, w: &WeightMatrix) -> Option<DeviceWeight> {
+        self.inner.upload(w)
+    }
+
+    fn matmul(&self, x: &[f32], t: usize, n_in: usize, jobs: &mut [Job]) -> bool {
+        if !self.inner.matmul(x, t, n_in, jobs) {
+            return false;
+        }
+        for j in jobs.iter() {
+            let mut cpu = vec![0f32; j.y.len()];
+            oxinfer_kernels::matmul(&j.w, x, t, &mut cpu);
+            record(format!("matmul {}", j.w.format), j.y, &cpu);
+        }
+        true
+    }
+
+    fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
+        // No CPU twin of the fused convolution lives in this crate yet: pass through unchecked.
+        self.inner.conv2d(x, g, norm, job)
+    }
+
+    fn attention(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        g: &AttentionGeom,
+        out: &mut [f32],
+    ) -> bool {
+        if !self.inner.attention(q, k, v, g, out) {
+            return false;
+        }
+        let cpu = crate::nn::attention::attention_cpu(q, k, v, g);
+        record("attention".to_string(), out, &cpu);
+        true
+    }
+
+    fn gated_mlp(
+        &self,
+        x: &[f32],
+        t: usize,
+        gate: Weight,
+        up: Weight,
+        down: Weight,
+        act: GateAct,
+        y: &mut [f32],
+    ) -> bool {
+        if !self.inner.gated_mlp(x, t, gate, up, down, act, y) {
+            return false;
+        }
+        let ffn = gate.w.rows;
+        let mut g = vec![0f32; t * ffn];
+        let mut u = vec![0f32; t * ffn];
+        oxinfer_kernels::matmul(&gate.w, x, t, &mut g);
+        oxinfer_kernels::matmul(&up.w, x, t, &mut u);
+        for (g, u) in g.iter_mut().zip(&u) {
+            *g = act.apply(*g) * u;
+        }
+        let mut cpu = vec![0f32; y.len()];
+        oxinfer_kernels::matmul(&down.w, &g, t, &mut cpu);
+        record(
+            format!("gated_mlp {}/{}", gate.w.format, down.w.format),
+            y,
+            &cpu,
+        );
+        true
+    }
+
+    fn stats(&self) -> Option<String> {
+        self.inner.stats()
+    }
+}
