@@ -19,6 +19,8 @@ use crate::nn::{
 };
 use std::path::Path;
 
+// One per layer, built once: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Mixer {
     Attention(SelfAttention),
     Delta(GatedDeltaNet),
