@@ -1,8 +1,8 @@
 //! Causal multi-head attention over a KV cache (GQA, optional sliding window and logit
-//! soft-capping). Offered to the installed [`crate::backend`] first; on the CPU the default kernel set runs the fused, tiled kernel
-//! ([`oxinfer_kernels::attention`]: query blocks × key tiles with an online softmax);
-//! `OXINFER_KERNELS=scalar` runs the plain reference here: one softmax per query row, heads in
-//! parallel.
+//! soft-capping). Offered to the installed [`crate::backend`] first; on the CPU the default
+//! kernel set runs the fused, tiled kernel ([`oxinfer_kernels::attention`]: query blocks × key
+//! tiles with an online softmax); `OXINFER_KERNELS=scalar` runs the plain reference here: one
+//! softmax per query row, heads in parallel.
 
 use super::parallel;
 use crate::backend::{self, AttentionGeom};
