@@ -11,6 +11,7 @@
 
 use crate::api::{Message, Tool};
 use crate::error::ApiError;
+use oxinfer::chat_template::ChatTemplate;
 use oxinfer::Model;
 use serde_json::{json, Map, Value};
 
@@ -60,30 +61,50 @@ fn check_roles(msgs: &[Message]) -> Result<(), ApiError> {
 
 /// Renders the conversation (with `tools` when given) as prompt text.
 pub fn render(model: &Model, msgs: &[Message], tools: Option<&[Tool]>) -> Result<String, ApiError> {
+    let tpl = model.chat_template().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "{}: the model has no chat template; use /v1/completions",
+            model.path().display()
+        ))
+    })?;
+    render_with(tpl, template_supports_tools(model), msgs, tools)
+}
+
+/// [`render`] through `tpl`; `native_tools` says whether the template renders `tools` itself.
+pub fn render_with(
+    tpl: &ChatTemplate,
+    native_tools: bool,
+    msgs: &[Message],
+    tools: Option<&[Tool]>,
+) -> Result<String, ApiError> {
     check_roles(msgs)?;
-    let messages = if tools.is_some() && !template_supports_tools(model) {
-        fallback_messages(msgs, tools.unwrap_or_default())?
-    } else {
-        native_messages(msgs)?
+    let messages = match tools {
+        Some(t) if !native_tools => fallback_messages(msgs, t)?,
+        _ => native_messages(msgs)?,
     };
     let mut extra = Map::new();
     extra.insert("messages".into(), Value::Array(messages));
-    if let Some(t) = tools.filter(|_| template_supports_tools(model)) {
-        let list: Vec<Value> = t
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.function.name,
-                    "description": t.function.description,
-                    "parameters": t.function.parameters.clone().unwrap_or(json!({"type": "object", "properties": {}})),
-                }})
-            })
-            .collect();
-        extra.insert("tools".into(), Value::Array(list));
+    if let Some(t) = tools.filter(|_| native_tools) {
+        extra.insert(
+            "tools".into(),
+            Value::Array(t.iter().map(tool_json).collect()),
+        );
     }
-    model
-        .render_chat(&[], true, &Value::Object(extra))
+    tpl.render(&[], true, &Value::Object(extra))
         .map_err(|e| ApiError::bad_request(e.to_string()).with_param("messages"))
+}
+
+/// A tool as the request gave it (fields it left out stay out).
+fn tool_json(t: &Tool) -> Value {
+    let mut f = Map::new();
+    f.insert("name".into(), json!(t.function.name));
+    if let Some(d) = &t.function.description {
+        f.insert("description".into(), json!(d));
+    }
+    if let Some(p) = &t.function.parameters {
+        f.insert("parameters".into(), p.clone());
+    }
+    json!({"type": "function", "function": Value::Object(f)})
 }
 
 /// Messages as a tool-aware template reads them.
@@ -197,4 +218,78 @@ pub fn tool_call_schema(tools: &[&Tool]) -> Value {
         "properties": {"name": {"enum": names}, "arguments": args},
         "required": ["name", "arguments"],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request in the API's shape, rendered through the Qwen2.5 template, equals what
+    /// transformers' `apply_chat_template(messages, tools=...)` returned for the same
+    /// conversation (tests/fixtures/chat/qwen25.json, made by tools/ref/make_chat_refs.py).
+    #[test]
+    fn api_tools_render_like_transformers() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/chat/qwen25.json"
+        );
+        let fx: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let tpl = ChatTemplate::new(
+            fx["template"].as_str().unwrap(),
+            fx["bos_token"].as_str(),
+            fx["eos_token"].as_str(),
+        )
+        .unwrap();
+        let mut checked = 0;
+        for case in fx["cases"].as_array().unwrap() {
+            let Some(tools) = case.pointer("/extra/tools") else {
+                continue;
+            };
+            if case["add_generation_prompt"] != json!(true) {
+                continue;
+            }
+            let msgs: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
+            let tools: Vec<Tool> = serde_json::from_value(tools.clone()).unwrap();
+            let got = render_with(&tpl, true, &msgs, Some(&tools)).unwrap();
+            assert_eq!(
+                got,
+                case["expected"].as_str().unwrap(),
+                "case {}",
+                case["name"]
+            );
+            checked += 1;
+        }
+        assert!(checked >= 2, "only {checked} tool cases");
+    }
+
+    /// Without template support, the tools and the calls are still in the prompt, and tool
+    /// results come back as user turns.
+    #[test]
+    fn fallback_describes_tools_and_calls() {
+        let tpl = ChatTemplate::new(
+            "{% for m in messages %}[{{ m.role }}]{{ m.content }}\n{% endfor %}",
+            None,
+            None,
+        )
+        .unwrap();
+        let msgs: Vec<Message> = serde_json::from_value(json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21 C"},
+        ]))
+        .unwrap();
+        let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object"}}}]))
+        .unwrap();
+        let out = render_with(&tpl, false, &msgs, Some(&tools)).unwrap();
+        assert!(out.starts_with("[system]"), "{out}");
+        assert!(out.contains("{\"name\":\"get_weather\",\"description\":null,\"parameters\":{\"type\":\"object\"}}"), "{out}");
+        let call = "[assistant]<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>";
+        assert!(out.contains(call), "{out}");
+        assert!(
+            out.contains("[user]<tool_response>\n21 C\n</tool_response>"),
+            "{out}"
+        );
+    }
 }

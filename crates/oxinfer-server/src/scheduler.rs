@@ -226,7 +226,23 @@ fn run(
         if active == 0 {
             continue;
         }
-        step(lm, &mut slots, &metrics);
+        // A bug in the engine must not take the server down: fail the requests of this step
+        // and start their slots afresh.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            step(lm, &mut slots, &metrics)
+        }));
+        if ran.is_err() {
+            for s in &mut slots {
+                if let Some(a) = s.active.take() {
+                    let _ = a
+                        .req
+                        .events
+                        .send(Event::Error("internal error: the engine panicked".into()));
+                }
+                s.cache.clear();
+                s.cached.clear();
+            }
+        }
         let active = slots.iter().filter(|s| s.active.is_some()).count();
         metrics.active_slots.store(active, Ordering::Relaxed);
     }

@@ -122,6 +122,13 @@ def test_completions_stop_and_logprobs(server):
     r = c.completions.create(model=MODEL_NAME, prompt="One, two, three,", max_tokens=12,
                              temperature=0, stop=[" six"])
     assert " six" not in r.choices[0].text
+    whole = c.completions.create(model=MODEL_NAME, prompt="The sky is", max_tokens=10,
+                                 temperature=0, echo=True, logprobs=2)
+    assert whole.choices[0].text.startswith("The sky is")
+    assert len(whole.choices[0].logprobs.tokens) == whole.usage.completion_tokens
+    parts = list(c.completions.create(model=MODEL_NAME, prompt="The sky is", max_tokens=10,
+                                      temperature=0, stream=True))
+    assert "The sky is" + "".join(p.choices[0].text for p in parts) == whole.choices[0].text
     r = c.chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": "Say yes."}],
         temperature=0, max_tokens=4, logprobs=True, top_logprobs=3,
