@@ -297,7 +297,9 @@ def test_full_queue_is_503_with_retry_after(small_server):
     long = dict(model=MODEL_NAME, messages=[{"role": "user", "content": "Tell a long story."}],
                 max_tokens=200, temperature=0.8, stream=True)
     first = c.chat.completions.create(**long)
-    next(iter(first))  # running in the only slot
+    for chunk in first:  # the first generated text: it holds the only slot
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
     second = c.chat.completions.create(**long)  # waits in the queue of one
     r = raw("POST", small_server.url + "/v1/chat/completions", {**long, "stream": False},
             {"authorization": "Bearer test-key"})
