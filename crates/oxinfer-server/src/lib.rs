@@ -109,6 +109,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/health", get(health))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
@@ -199,6 +200,13 @@ async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         st.metrics.render(),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::with_status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
     )
 }
 

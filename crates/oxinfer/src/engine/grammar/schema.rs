@@ -250,6 +250,9 @@ impl<'a> Compiler<'a> {
                         props.push((k.clone(), id, required.contains(&k.as_str())));
                     }
                 }
+                if props.len() > 64 {
+                    return Err(Self::err(path, "more than 64 properties"));
+                }
                 for r in &required {
                     if !props.iter().any(|(k, _, _)| k == r) && obj.contains_key("properties") {
                         return Err(Self::err(
