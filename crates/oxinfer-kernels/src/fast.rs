@@ -76,70 +76,94 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
     parallel_for(n_tasks, &|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(rows);
-        let mut kb = KBlock::default();
-        let mut acc = vec![0f32; t];
-        for r in r0..r1 {
-            let row = &w.data[r * rb..(r + 1) * rb];
-            let sc = &w.scales[r * sb..(r + 1) * sb];
+        let mut kb: Vec<KBlock> = (0..ROW_GROUP).map(|_| KBlock::default()).collect();
+        // acc[g * t + ti]: row g of the current group, token ti.
+        let mut acc = vec![0f32; ROW_GROUP * t];
+        let mut g0 = r0;
+        while g0 < r1 {
+            let g1 = (g0 + ROW_GROUP).min(r1);
+            let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+            let sc = |r: usize| &w.scales[r * sb..(r + 1) * sb];
+            // Tokens outer, the group's rows inner: each token's activations are read once per
+            // group (from L1 after the first row) and the group's weight rows stay in L1 across
+            // all tokens.
             match &acts {
                 Acts::F32(x) => {
-                    for (ti, a) in acc.iter_mut().enumerate() {
-                        *a = vecdot::dot_float(format, row, &x[ti * cols..(ti + 1) * cols], isa);
+                    for ti in 0..t {
+                        let xt = &x[ti * cols..(ti + 1) * cols];
+                        for r in g0..g1 {
+                            acc[(r - g0) * t + ti] = vecdot::dot_float(format, row(r), xt, isa);
+                        }
                     }
                 }
                 Acts::Q8(q) => {
                     let per = cols / 32;
                     let tok = |ti: usize| &q[ti * per..(ti + 1) * per];
+                    let split = format.is_split();
                     let mut ti = 0;
-                    if format.is_split() {
-                        while ti + 4 <= t {
-                            let xs = [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)];
-                            let r4 = vecdot::dot_split_x4(format, row, sc, xs, isa);
-                            acc[ti..ti + 4].copy_from_slice(&r4);
-                            ti += 4;
-                        }
-                        for (k, a) in acc.iter_mut().enumerate().skip(ti) {
-                            *a = vecdot::dot_split(format, row, sc, tok(k), isa);
-                        }
-                        ti = t;
-                    }
                     while ti + 4 <= t {
-                        let r4 = vecdot::dot_q8_x4(
-                            format,
-                            row,
-                            [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)],
-                            isa,
-                        );
-                        acc[ti..ti + 4].copy_from_slice(&r4);
+                        let xs = [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)];
+                        for r in g0..g1 {
+                            let r4 = if split {
+                                vecdot::dot_split_x4(format, row(r), sc(r), xs, isa)
+                            } else {
+                                vecdot::dot_q8_x4(format, row(r), xs, isa)
+                            };
+                            let g = (r - g0) * t;
+                            acc[g + ti..g + ti + 4].copy_from_slice(&r4);
+                        }
                         ti += 4;
                     }
-                    for (k, a) in acc.iter_mut().enumerate().skip(ti) {
-                        *a = vecdot::dot_q8(format, row, tok(k), isa);
+                    for k in ti..t {
+                        for r in g0..g1 {
+                            acc[(r - g0) * t + k] = if split {
+                                vecdot::dot_split(format, row(r), sc(r), tok(k), isa)
+                            } else {
+                                vecdot::dot_q8(format, row(r), tok(k), isa)
+                            };
+                        }
                     }
                 }
                 Acts::Q8K(q) => {
                     let per = cols / 256;
                     if format == WeightFormat::Q8K {
-                        for (ti, a) in acc.iter_mut().enumerate() {
-                            *a = vecdot::dot_q8k_row(row, &q[ti * per..(ti + 1) * per]);
+                        for ti in 0..t {
+                            for r in g0..g1 {
+                                acc[(r - g0) * t + ti] =
+                                    vecdot::dot_q8k_row(row(r), &q[ti * per..(ti + 1) * per]);
+                            }
                         }
                     } else {
                         acc.fill(0.0);
                         let bb = format.block_bytes();
-                        for (bi, b) in row.chunks_exact(bb).enumerate() {
-                            vecdot::unpack_k_isa(format, b, &mut kb, isa);
-                            for (ti, a) in acc.iter_mut().enumerate() {
-                                *a += vecdot::dot_kblock(&kb, &q[ti * per + bi], isa);
+                        for bi in 0..per {
+                            for r in g0..g1 {
+                                let b = &row(r)[bi * bb..(bi + 1) * bb];
+                                vecdot::unpack_k_isa(format, b, &mut kb[r - g0], isa);
+                            }
+                            for ti in 0..t {
+                                let y = &q[ti * per + bi];
+                                for r in g0..g1 {
+                                    acc[(r - g0) * t + ti] +=
+                                        vecdot::dot_kblock(&kb[r - g0], y, isa);
+                                }
                             }
                         }
                     }
                 }
             }
-            for (ti, &a) in acc.iter().enumerate() {
-                // SAFETY: index ti*rows + r < t*rows = y.len(); rows r0..r1 belong to this task
-                // only, so no two tasks write the same element; `y` outlives parallel_for.
-                unsafe { *out.get().add(ti * rows + r) = a };
+            for r in g0..g1 {
+                for ti in 0..t {
+                    // SAFETY: index ti*rows + r < t*rows = y.len(); rows r0..r1 belong to this
+                    // task only, so no two tasks write the same element; `y` outlives
+                    // parallel_for.
+                    unsafe { *out.get().add(ti * rows + r) = acc[(r - g0) * t + ti] };
+                }
             }
+            g0 = g1;
         }
     });
 }
+
+/// Weight rows processed together by one task step (their activations are shared).
+const ROW_GROUP: usize = 8;

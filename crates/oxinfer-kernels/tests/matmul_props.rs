@@ -1,7 +1,7 @@
 //! `matmul` against a naive dequantize-then-dot reference, and `WeightMatrix::new` size checks.
 
 use oxinfer_kernels::fast::matmul_fast;
-use oxinfer_kernels::vecdot::{detected_isa, Isa};
+use oxinfer_kernels::vecdot::available_isas;
 use oxinfer_kernels::{
     dequantize_row, matmul, matmul::SINGLE_THREAD_WORK, matmul_reference, num_threads,
     set_num_threads, KernelError, WeightFormat, WeightMatrix,
@@ -125,7 +125,7 @@ fn check_fast(w: &WeightMatrix, x: &[f32], t: usize, want: &[f32], mag: &[f32]) 
         w.format,
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16
     );
-    for isa in [Isa::Scalar, detected_isa()] {
+    for isa in available_isas() {
         let mut y = vec![f32::NAN; t * w.rows];
         matmul_fast(w, x, t, &mut y, isa);
         for ti in 0..t {
@@ -157,7 +157,7 @@ proptest! {
         f in any_format(),
         rows in 1usize..40,
         blocks_per_row in 1usize..5,
-        t in 1usize..5,
+        t in 1usize..11,
         threads in 1usize..5,
         seed in any::<u64>(),
     ) {

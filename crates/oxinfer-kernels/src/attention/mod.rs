@@ -215,8 +215,8 @@ fn block(
 
 fn dot(a: &[f32], b: &[f32], isa: Isa) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2) {
-        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         return unsafe { avx2::dot4(a, [b, b, b, b])[0] };
     }
     let _ = isa;
@@ -225,8 +225,8 @@ fn dot(a: &[f32], b: &[f32], isa: Isa) -> f32 {
 
 fn dot4(a: &[f32], b: [&[f32]; 4], isa: Isa) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2) {
-        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         return unsafe { avx2::dot4(a, b) };
     }
     let _ = isa;
@@ -236,8 +236,8 @@ fn dot4(a: &[f32], b: [&[f32]; 4], isa: Isa) -> [f32; 4] {
 /// `o += p · v`.
 fn axpy(o: &mut [f32], p: f32, v: &[f32], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2) {
-        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         return unsafe { avx2::axpy(o, p, v) };
     }
     let _ = isa;
@@ -246,8 +246,8 @@ fn axpy(o: &mut [f32], p: f32, v: &[f32], isa: Isa) {
 
 fn scale_in_place(o: &mut [f32], c: f32, isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2) {
-        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2 and fma.
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         return unsafe { avx2::scale(o, c) };
     }
     let _ = isa;

@@ -80,19 +80,19 @@ fn kquant_dot(format: WeightFormat, w: &[u8], xq: &[BlockQ8K], isa: Isa) -> f32 
     sum
 }
 
-fn both(format: WeightFormat, w: &[u8], x: &[f32]) -> (f32, f32) {
+fn both(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> (f32, f32) {
     let n = x.len();
     match act_kind(format) {
         ActKind::F32 => (
             dot_float(format, w, x, Isa::Scalar),
-            dot_float(format, w, x, detected_isa()),
+            dot_float(format, w, x, isa),
         ),
         ActKind::Q8 => {
             let mut q = vec![BlockQ8::default(); n / 32];
             quantize_q8(x, &mut q);
             (
                 dot_q8(format, w, &q, Isa::Scalar),
-                dot_q8(format, w, &q, detected_isa()),
+                dot_q8(format, w, &q, isa),
             )
         }
         ActKind::Q8K => {
@@ -104,7 +104,7 @@ fn both(format: WeightFormat, w: &[u8], x: &[f32]) -> (f32, f32) {
             }
             (
                 kquant_dot(format, w, &q, Isa::Scalar),
-                kquant_dot(format, w, &q, detected_isa()),
+                kquant_dot(format, w, &q, isa),
             )
         }
     }
@@ -135,7 +135,8 @@ proptest! {
         let n = if format.block_size() == 1 { blocks * 37 + extra } else { blocks * format.block_size().max(32) * if format.block_size() == 32 { 1 + extra } else { 1 } };
         let w = random_row(format, n, seed);
         let x: Vec<f32> = (0..n).map(|i| (((i as u64).wrapping_mul(seed | 1) >> 7) % 2001) as f32 / 1000.0 - 1.0).collect();
-        let (s, v) = both(format, &w, &x);
+        for isa in available_isas() {
+        let (s, v) = both(format, &w, &x, isa);
         let scale: f32 = {
             let mut wf = vec![0f32; n];
             dequantize_row(format, &w, &mut wf).unwrap();
@@ -146,6 +147,46 @@ proptest! {
             prop_assert!((f64::from(s) - exact).abs() <= f64::from(bound) * 1.0 + 1e-5, "{format}: scalar {s} vs exact {exact} (bound {bound})");
             mag
         };
-        prop_assert!((s - v).abs() <= 1e-5 * scale + 1e-6, "{format}: scalar {s} vs simd {v}");
+        prop_assert!((s - v).abs() <= 1e-5 * scale + 1e-6, "{format}: scalar {s} vs {isa:?} {v}");
+        }
+    }
+}
+
+/// The four-token kernels give each token what the one-token kernel gives it, on every ISA.
+#[test]
+fn four_token_kernels_match_one_token() {
+    for (fi, format) in [
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
+        WeightFormat::Q8_0,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = 32 * 7;
+        let w = random_row(format, n, 11 + fi as u64);
+        let acts: Vec<Vec<BlockQ8>> = (0..4)
+            .map(|k| {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| ((i * 31 + k * 17) % 97) as f32 / 48.0 - 1.0)
+                    .collect();
+                let mut q = vec![BlockQ8::default(); n / 32];
+                quantize_q8(&x, &mut q);
+                q
+            })
+            .collect();
+        for isa in available_isas() {
+            let four = dot_q8_x4(format, &w, [&acts[0], &acts[1], &acts[2], &acts[3]], isa);
+            for k in 0..4 {
+                let one = dot_q8(format, &w, &acts[k], Isa::Scalar);
+                assert!(
+                    (four[k] - one).abs() <= 1e-5 * one.abs().max(1.0),
+                    "{format} {isa:?} token {k}: {} vs scalar {one}",
+                    four[k]
+                );
+            }
+        }
     }
 }

@@ -38,8 +38,8 @@ impl Default for KBlock {
 /// quants where `isa` has it.
 pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: super::Isa) {
     #[cfg(target_arch = "x86_64")]
-    if isa == super::Isa::Avx2 {
-        // SAFETY: Isa::Avx2 is only chosen when the CPU reports avx2, fma and f16c; `b` is one
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c; `b` is one
         // whole super-block (the caller sliced it by block_bytes).
         if unsafe { super::avx2::unpack_quants(format, b, &mut out.q) } {
             unpack_scales(format, b, out);

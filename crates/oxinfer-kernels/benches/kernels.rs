@@ -1,0 +1,145 @@
+//! Criterion benches of the CPU kernels, per weight format and instruction set:
+//!
+//! - `matvec/<format>/<isa>`: one token through a 2048 × 2048 matrix (decode; throughput in
+//!   bytes of weights read, so criterion prints GB/s);
+//! - `gemm/<format>/<isa>`: 64 tokens through the same matrix (prefill; throughput in
+//!   multiply-adds × 2, so criterion's "elements/s" read as FLOP/s);
+//! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads).
+//!
+//! Run: `cargo bench -p oxinfer-kernels --bench kernels [-- FILTER]`. Threads: `OXINFER_THREADS`
+//! (default: all cores). The weights are random bytes with sane block scales.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use oxinfer_kernels::attention::{attention, AttnShape};
+use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::vecdot::available_isas;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+use std::hint::black_box;
+
+const ROWS: usize = 2048;
+const COLS: usize = 2048;
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}
+
+/// A matrix of random quants whose f16 scales (at each format's scale offsets) are small
+/// finite numbers, so no kernel meets NaN/Inf.
+fn matrix(format: WeightFormat) -> Vec<u8> {
+    let rb = format.row_bytes(COLS).expect("COLS fits the block size");
+    let mut data = random_bytes(rb * ROWS, format as u64 + 7);
+    let bb = format.block_bytes();
+    let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let offsets: &[usize] = match format {
+        WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => &[0],
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K | WeightFormat::Q5K => &[0, 2],
+        WeightFormat::Q2K => &[80, 82],
+        WeightFormat::Q3K => &[108],
+        WeightFormat::Q6K => &[208],
+        _ => &[],
+    };
+    if format == WeightFormat::F16 {
+        for c in data.chunks_exact_mut(2) {
+            c.copy_from_slice(&half(f32::from(c[0]) / 256.0 - 0.5));
+        }
+    } else if format == WeightFormat::F32 {
+        for c in data.chunks_exact_mut(4) {
+            c.copy_from_slice(&(f32::from(c[0]) / 256.0 - 0.5).to_le_bytes());
+        }
+    } else if format == WeightFormat::BF16 {
+        for c in data.chunks_exact_mut(2) {
+            let b = (f32::from(c[0]) / 256.0 - 0.5).to_bits();
+            c.copy_from_slice(&((b >> 16) as u16).to_le_bytes());
+        }
+    }
+    for blk in data.chunks_exact_mut(bb) {
+        for &o in offsets {
+            blk[o..o + 2].copy_from_slice(&half(0.01));
+        }
+    }
+    data
+}
+
+const FORMATS: [WeightFormat; 12] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::BF16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q3K,
+    WeightFormat::Q4K,
+    WeightFormat::Q5K,
+    WeightFormat::Q6K,
+];
+
+fn bench_matmul(c: &mut Criterion) {
+    for (name, t) in [("matvec", 1usize), ("gemm", 64)] {
+        let mut g = c.benchmark_group(name);
+        g.sample_size(10);
+        let x: Vec<f32> = (0..t * COLS)
+            .map(|i| ((i % 97) as f32 / 48.0) - 1.0)
+            .collect();
+        let mut y = vec![0f32; t * ROWS];
+        for format in FORMATS {
+            let data = matrix(format);
+            let w = WeightMatrix::new(format, &data, ROWS, COLS).expect("matrix geometry");
+            g.throughput(if t == 1 {
+                Throughput::Bytes(data.len() as u64)
+            } else {
+                Throughput::Elements((2 * t * ROWS * COLS) as u64)
+            });
+            for isa in available_isas() {
+                g.bench_with_input(
+                    BenchmarkId::new(format.to_string(), isa.name()),
+                    &isa,
+                    |b, &isa| b.iter(|| matmul_fast(&w, black_box(&x), t, &mut y, isa)),
+                );
+            }
+        }
+        g.finish();
+    }
+}
+
+fn bench_attention(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention");
+    g.sample_size(10);
+    let s = AttnShape {
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        window: None,
+        softcap: None,
+    };
+    for (t, pos0) in [(512usize, 0usize), (1, 2047)] {
+        let keys = pos0 + t;
+        let q: Vec<f32> = (0..t * 512)
+            .map(|i| ((i % 89) as f32 / 44.0) - 1.0)
+            .collect();
+        let kv: Vec<f32> = (0..keys * 128)
+            .map(|i| ((i % 83) as f32 / 41.0) - 1.0)
+            .collect();
+        let mut out = vec![0f32; t * 512];
+        g.throughput(Throughput::Elements(
+            (4 * t * keys * 512 / if t > 1 { 2 } else { 1 }) as u64,
+        ));
+        g.bench_function(format!("{t}x{keys}"), |b| {
+            b.iter(|| attention(black_box(&q), &kv, &kv, t, pos0, &s, &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_matmul, bench_attention);
+criterion_main!(benches);
