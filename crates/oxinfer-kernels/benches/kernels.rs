@@ -4,7 +4,10 @@
 //!   bytes of weights read, so criterion prints GB/s);
 //! - `gemm/<format>/<isa>`: 64 tokens through the same matrix (prefill; throughput in
 //!   multiply-adds × 2, so criterion's "elements/s" read as FLOP/s);
-//! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads).
+//! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads);
+//! - `parallel_region/<pool|rayon>/<tasks>`: dispatch overhead of one parallel region of tiny
+//!   tasks on our pool ([`oxinfer_kernels::pool::parallel_for`]) and on rayon (`par_iter`), the
+//!   cost a decode step pays a few hundred times.
 //!
 //! Run: `cargo bench -p oxinfer-kernels --bench kernels [-- FILTER]`. Threads: `OXINFER_THREADS`
 //! (default: all cores). The weights are random bytes with sane block scales.
@@ -141,5 +144,41 @@ fn bench_attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_matmul, bench_attention);
+fn bench_parallel_region(c: &mut Criterion) {
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut g = c.benchmark_group("parallel_region");
+    let threads = oxinfer_kernels::pool::pool_threads();
+    let rayon_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool");
+    let hits = AtomicUsize::new(0);
+    for tasks in [threads, 64] {
+        g.bench_function(BenchmarkId::new("pool", tasks), |b| {
+            b.iter(|| {
+                oxinfer_kernels::pool::parallel_for(tasks, &|i| {
+                    hits.fetch_add(black_box(i), Ordering::Relaxed);
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("rayon", tasks), |b| {
+            b.iter(|| {
+                rayon_pool.install(|| {
+                    (0..tasks).into_par_iter().for_each(|i| {
+                        hits.fetch_add(black_box(i), Ordering::Relaxed);
+                    })
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_matmul,
+    bench_attention,
+    bench_parallel_region
+);
 criterion_main!(benches);
