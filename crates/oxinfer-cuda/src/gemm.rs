@@ -2,7 +2,7 @@
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
 use crate::gpu::{DevBuf, Gpu, Slot};
-use crate::kernels::GEMM_TILE;
+use crate::kernels::{GEMM_BK, GEMM_SMEM, GEMM_TILE};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer_kernels::WeightFormat;
@@ -88,7 +88,8 @@ pub(crate) fn matmul(
             };
             cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols)
         }
-        f if path == QuantPath::DequantCublas => {
+        // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
+        f if path == QuantPath::DequantCublas || w.cols % GEMM_BK != 0 => {
             let dq = gpu.k.dequant(f).ok_or("no decoder")?;
             let w16 = gpu.scratch(Slot::W16, w.rows * w.cols * 2)?;
             let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
@@ -121,10 +122,11 @@ pub(crate) fn matmul(
             );
             let (wp, rb) = (w.buf.ptr(), w.row_bytes as i64);
             let (t_i, n_i, k_i) = (t as i32, w.rows as i32, w.cols as i32);
-            gpu.launch(
+            gpu.launch_smem(
                 g,
                 grid,
                 (256, 1, 1),
+                GEMM_SMEM,
                 &mut [
                     arg(&wp),
                     arg(&rb),

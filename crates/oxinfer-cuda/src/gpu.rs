@@ -259,9 +259,21 @@ impl Gpu {
         block: (u32, u32, u32),
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), String> {
+        self.launch_smem(f, grid, block, 0, params)
+    }
+
+    /// [`Self::launch`] with `smem` bytes of dynamic shared memory.
+    pub fn launch_smem(
+        &self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem: u32,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), String> {
         // SAFETY: `f` is a kernel of our module whose signature the callers match argument by
         // argument; the pointed-to values live until this call returns.
-        unsafe { result::launch_kernel(f, grid, block, 0, self.stream, params) }
+        unsafe { result::launch_kernel(f, grid, block, smem, self.stream, params) }
             .map_err(|e| format!("kernel launch: {e:?}"))
     }
 }

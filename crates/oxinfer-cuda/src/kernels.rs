@@ -35,6 +35,13 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
 /// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).
 pub(crate) const GEMM_TILE: (u32, u32) = (128, 128);
 
+/// Columns per k-step of the quantized GEMM (`BK` in gemm.cu); `n_in` must be a multiple.
+pub(crate) const GEMM_BK: usize = 64;
+
+/// Dynamic shared memory of the quantized GEMM: two stages of bf16 weight and activation tiles,
+/// rows padded by 8 (`2 * (BM + BN) * (BK + 8) * 2` bytes).
+pub(crate) const GEMM_SMEM: u32 = 2 * (GEMM_TILE.0 + GEMM_TILE.1) * (GEMM_BK as u32 + 8) * 2;
+
 /// Function handles into the compiled module.
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
@@ -97,7 +104,19 @@ impl Kernels {
         let mut gemm = Vec::new();
         let mut dequant = Vec::new();
         for (f, n) in QUANT_FORMATS {
-            gemm.push((f, get(&format!("gemm_{n}"))?));
+            let g = get(&format!("gemm_{n}"))?;
+            // SAFETY: `g` is a live function of the module; the size is within the device's
+            // opt-in shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    g,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    GEMM_SMEM as i32,
+                )
+            }
+            .result()
+            .map_err(|e| format!("gemm_{n}: shared memory size: {e:?}"))?;
+            gemm.push((f, g));
             dequant.push((f, get(&format!("dequant_{n}"))?));
         }
         Ok(Kernels {

@@ -95,8 +95,9 @@ const FORMATS: [WeightFormat; 13] = [
 ];
 
 /// (n_out, n_in, t): ragged row and token counts around the 128 x 128 tile.
-const SHAPES: [(usize, usize, usize); 5] = [
+const SHAPES: [(usize, usize, usize); 6] = [
     (64, 256, 1),
+    (100, 96, 50),
     (130, 512, 17),
     (256, 768, 128),
     (333, 1024, 200),

@@ -25,8 +25,11 @@ __device__ __forceinline__ u32 f2bf(float f) {
     return u >> 16;
 }
 
+// Two floats -> packed bf16x2 (lo in the low half), one hardware conversion (sm_80+).
 __device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
-    return f2bf(lo) | (f2bf(hi) << 16);
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 __device__ __forceinline__ u16 ld16(const u8* p) {

@@ -13,8 +13,14 @@
 #ifndef BN
 #define BN 128
 #endif
-#define BK 32
+#ifndef BK
+#define BK 64
+#endif
 #define LDS (BK + 8)
+// 16-value segments per tile row, and segments each of the 256 threads loads per operand.
+#define SEGS (BK / 16)
+#define W_PER_THREAD (BM * SEGS / 256)
+#define X_PER_THREAD (BN * SEGS / 256)
 #define WN (BN / 4)
 #define MT 4
 #define NT (WN / 8)
@@ -31,31 +37,34 @@ __device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-// Decodes this thread's share of weight tile (m0, k0) into registers: BM*BK/256 values.
+// Decodes this thread's share of weight tile (m0, k0) into registers (bf16 pairs). All the
+// segments' loads are issued before their arithmetic, so their latencies overlap.
 template <int F>
 __device__ __forceinline__ void load_w(const u8* w, long row_bytes, int n, int m0, int k0, u32* p) {
+    float v[W_PER_THREAD][16];
     #pragma unroll
-    for (int part = 0; part < BM / 128; part++) {
+    for (int part = 0; part < W_PER_THREAD; part++) {
         int idx = threadIdx.x + part * 256;
-        int r = idx >> 1, half = idx & 1;
-        float v[16];
+        int r = idx / SEGS, seg = idx % SEGS;
         if (m0 + r < n) {
-            dq16<F>(w + (long)(m0 + r) * row_bytes, k0 + half * 16, v);
+            dq16<F>(w + (long)(m0 + r) * row_bytes, k0 + seg * 16, v[part]);
         } else {
             #pragma unroll
-            for (int i = 0; i < 16; i++) v[i] = 0.f;
+            for (int i = 0; i < 16; i++) v[part][i] = 0.f;
         }
-        #pragma unroll
-        for (int i = 0; i < 8; i++) p[part * 8 + i] = pack_bf2(v[2 * i], v[2 * i + 1]);
     }
+    #pragma unroll
+    for (int part = 0; part < W_PER_THREAD; part++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) p[part * 8 + i] = pack_bf2(v[part][2 * i], v[part][2 * i + 1]);
 }
 
 __device__ __forceinline__ void store_w(u16* s, const u32* p) {
     #pragma unroll
-    for (int part = 0; part < BM / 128; part++) {
+    for (int part = 0; part < W_PER_THREAD; part++) {
         int idx = threadIdx.x + part * 256;
-        int r = idx >> 1, half = idx & 1;
-        uint4* d = (uint4*)(s + r * LDS + half * 16);
+        int r = idx / SEGS, seg = idx % SEGS;
+        uint4* d = (uint4*)(s + r * LDS + seg * 16);
         d[0] = make_uint4(p[part * 8 + 0], p[part * 8 + 1], p[part * 8 + 2], p[part * 8 + 3]);
         d[1] = make_uint4(p[part * 8 + 4], p[part * 8 + 5], p[part * 8 + 6], p[part * 8 + 7]);
     }
@@ -63,11 +72,11 @@ __device__ __forceinline__ void store_w(u16* s, const u32* p) {
 
 __device__ __forceinline__ void load_x(const u16* x, int t, int k, int n0, int k0, uint4* p) {
     #pragma unroll
-    for (int part = 0; part < BN / 128; part++) {
+    for (int part = 0; part < X_PER_THREAD; part++) {
         int idx = threadIdx.x + part * 256;
-        int r = idx >> 1, half = idx & 1;
+        int r = idx / SEGS, seg = idx % SEGS;
         if (n0 + r < t) {
-            const uint4* s = (const uint4*)(x + (long)(n0 + r) * k + k0 + half * 16);
+            const uint4* s = (const uint4*)(x + (long)(n0 + r) * k + k0 + seg * 16);
             p[part * 2] = s[0];
             p[part * 2 + 1] = s[1];
         } else {
@@ -79,10 +88,10 @@ __device__ __forceinline__ void load_x(const u16* x, int t, int k, int n0, int k
 
 __device__ __forceinline__ void store_x(u16* s, const uint4* p) {
     #pragma unroll
-    for (int part = 0; part < BN / 128; part++) {
+    for (int part = 0; part < X_PER_THREAD; part++) {
         int idx = threadIdx.x + part * 256;
-        int r = idx >> 1, half = idx & 1;
-        uint4* d = (uint4*)(s + r * LDS + half * 16);
+        int r = idx / SEGS, seg = idx % SEGS;
+        uint4* d = (uint4*)(s + r * LDS + seg * 16);
         d[0] = p[part * 2];
         d[1] = p[part * 2 + 1];
     }
@@ -91,8 +100,11 @@ __device__ __forceinline__ void store_x(u16* s, const uint4* p) {
 template <int F>
 __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __restrict__ x,
                        float* __restrict__ y, int t, int n, int k) {
-    __shared__ __align__(16) u16 sw[2][BM * LDS];
-    __shared__ __align__(16) u16 sx[2][BN * LDS];
+    // Dynamic shared memory (more than the 48 KiB static limit): [2][BM*LDS] weights, then
+    // [2][BN*LDS] activations.
+    extern __shared__ __align__(16) u16 smem[];
+    u16* sw[2] = {smem, smem + BM * LDS};
+    u16* sx[2] = {smem + 2 * BM * LDS, smem + 2 * BM * LDS + BN * LDS};
     int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int wm = (warp >> 2) * 64, wn = (warp & 3) * WN;
@@ -104,8 +116,8 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
             #pragma unroll
             for (int c = 0; c < 4; c++) acc[i][j][c] = 0.f;
 
-    u32 pw[BM / 128 * 8];
-    uint4 px[BN / 128 * 2];
+    u32 pw[W_PER_THREAD * 8];
+    uint4 px[X_PER_THREAD * 2];
     load_w<F>(w, row_bytes, n, m0, 0, pw);
     load_x(x, t, k, n0, 0, px);
     store_w(sw[0], pw);
