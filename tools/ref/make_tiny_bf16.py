@@ -8,6 +8,12 @@ Writes tests/fixtures/quant-tiny/<variant>/:
   reference.json    versions, seed, prompt, its ids (from transformers' tokenizer), greedy ids
   logits.npy        float32 [n_prompt, vocab]: transformers float32 logits of the bf16 weights
 
+and tests/fixtures/quant-tiny/kl_reference.json: `llama-perplexity --kl-divergence` statistics
+computed here with transformers + numpy, model = the llama variant, reference = the gemma3
+variant (same tokenizer), on tests/fixtures/texts/ppl-en.txt with llama-perplexity's windows
+(ctx KL_CTX, KL_CHUNKS windows, BOS first in each, the second half of each window scored):
+both perplexities, mean / median / 99th percentile / max KL(P_ref || P_model), top-1 agreement.
+
 Every dimension a matrix multiplies over is a multiple of 32, so Q8/Q4 apply to every matrix.
 
 Run (from the repository root):
@@ -36,6 +42,7 @@ MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n")]
 VOCAB = 256 + 2 + len(MERGES)
 PROMPT = "The quick brown fox jumps over the lazy dog. Quantization keeps the logits close."
 N_GREEDY = 16
+KL_CTX, KL_CHUNKS = 64, 3
 
 VARIANTS = {
     "llama": dict(
@@ -139,5 +146,51 @@ def main() -> None:
         print(name, "ids", len(ids), "greedy", greedy[:8], "->", out)
 
 
+def kl_reference() -> None:
+    text = (REPO / "tests/fixtures/texts/ppl-en.txt").read_text()
+    tok = PreTrainedTokenizerFast.from_pretrained(OUT / "llama")
+    ids = [256] + tok.encode(text, add_special_tokens=False)
+    models = {}
+    for name in ("llama", "gemma3"):
+        m = VARIANTS[name]["cls"].from_pretrained(OUT / name, dtype=torch.float32).eval()
+        m.config._attn_implementation = "eager"
+        models[name] = m
+    nll = {"llama": [], "gemma3": []}
+    kls, agree = [], []
+    first = KL_CTX // 2
+    for c in range(KL_CHUNKS):
+        w = list(ids[c * KL_CTX:(c + 1) * KL_CTX])
+        w[0] = 256
+        with torch.no_grad():
+            lp = {n: torch.log_softmax(m(torch.tensor([w])).logits[0].double(), -1).numpy()
+                  for n, m in models.items()}
+        for j in range(first, KL_CTX - 1):
+            target = ids[c * KL_CTX + j + 1]
+            for n in nll:
+                nll[n].append(-lp[n][j, target])
+            r, q = lp["gemma3"][j], lp["llama"][j]
+            kls.append(float(np.sum(np.exp(r) * (r - q))))
+            agree.append(int(np.argmax(r) == np.argmax(q)))
+    kls_sorted = np.sort(np.array(kls))
+    out = {
+        "made_by": "tools/ref/make_tiny_bf16.py (transformers float32 + numpy)",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "numpy": np.__version__},
+        "model": "quant-tiny/llama", "reference": "quant-tiny/gemma3",
+        "text": "tests/fixtures/texts/ppl-en.txt", "ctx": KL_CTX, "chunks": KL_CHUNKS,
+        "scored": len(kls),
+        "ppl_model": float(np.exp(np.mean(nll["llama"]))),
+        "ppl_ref": float(np.exp(np.mean(nll["gemma3"]))),
+        "mean_kl": float(np.mean(kls)),
+        "median_kl": float(np.quantile(kls_sorted, 0.5)),
+        "p99_kl": float(np.quantile(kls_sorted, 0.99)),
+        "max_kl": float(kls_sorted[-1]),
+        "top1_agree_percent": 100.0 * float(np.mean(agree)),
+    }
+    (OUT / "kl_reference.json").write_text(json.dumps(out, indent=2) + "\n")
+    print("kl reference", out)
+
+
 if __name__ == "__main__":
     main()
+    kl_reference()

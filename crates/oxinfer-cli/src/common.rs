@@ -3,12 +3,13 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use oxinfer::engine::SamplingParams;
-use oxinfer::Model;
+use oxinfer::quant::Precision;
+use oxinfer::{LoadOptions, Model};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// Model selection and threads.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct ModelArgs {
     /// A GGUF file, a safetensors folder, or a cached model name (default: smollm2-135m-instruct).
     #[arg(short = 'm', long = "model")]
@@ -22,6 +23,10 @@ pub struct ModelArgs {
     /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
     pub device: oxinfer::backend::DevicePref,
+    /// Convert a safetensors model's weight matrices at load: bf16, q8 (32 int8 weights per
+    /// f32 scale) or q4 (Q4_0-style: 32 4-bit weights per f16 scale). Default: as stored.
+    #[arg(long, value_name = "bf16|q8|q4")]
+    pub quant: Option<Precision>,
 }
 
 impl ModelArgs {
@@ -43,11 +48,15 @@ impl ModelArgs {
             s.enable_steady_tick(std::time::Duration::from_millis(100));
             s
         });
-        let model = Model::load(&path);
+        let model = Model::load_with(&path, &LoadOptions { quant: self.quant });
         if let Some(s) = spinner {
             s.finish_and_clear();
         }
-        Ok(model?)
+        let model = model?;
+        if let Some(r) = model.quant_report() {
+            eprintln!("{}", r.summary());
+        }
+        Ok(model)
     }
 }
 

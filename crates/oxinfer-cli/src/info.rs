@@ -12,9 +12,8 @@ pub struct InfoArgs {
 pub fn run(a: InfoArgs) -> Result<()> {
     let model = crate::common::ModelArgs {
         model: Some(a.model),
-        threads: None,
-        profile: false,
         device: oxinfer::backend::DevicePref::Cpu,
+        ..Default::default()
     }
     .load()?;
     let i = model.info();

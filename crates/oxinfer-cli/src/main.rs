@@ -5,9 +5,11 @@ mod chat;
 mod common;
 mod devices;
 mod info;
+mod kl;
 mod npy;
 mod perplexity;
 mod progress;
+mod quantize;
 mod run;
 mod serve;
 
@@ -30,6 +32,11 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Perplexity of a text file, measured the way llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
+    /// Write a safetensors model's weights as a pre-quantized checkpoint (bf16, q8 or q4).
+    Quantize(quantize::QuantizeArgs),
+    /// KL divergence of next-token distributions against a reference model (llama-perplexity
+    /// --kl-divergence statistics: mean/p99/max KL, top-1 agreement, both perplexities).
+    Kl(kl::KlArgs),
     /// Describe a model: architecture, parameters, tensor formats, context, template.
     Info(info::InfoArgs),
     /// Prompt-processing and generation speed (like llama-bench); --memory for bandwidth.
@@ -53,6 +60,8 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),
+        Command::Quantize(a) => quantize::run(a),
+        Command::Kl(a) => kl::run(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices => devices::run(),

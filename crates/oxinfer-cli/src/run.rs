@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// is printed dimmed on a terminal (to stderr otherwise) and kept out of the answer.
     #[arg(long)]
     pub think: bool,
+    /// After loading, write the weights (in the precision chosen with --quant) as a
+    /// pre-quantized checkpoint in this folder, then run as usual.
+    #[arg(long, value_name = "DIR")]
+    pub save_quantized: Option<PathBuf>,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -70,6 +74,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
     };
     let model = a.model.load()?;
+    if let Some(dir) = &a.save_quantized {
+        crate::quantize::save(&model, dir)?;
+    }
     let mut in_think = false;
     let vocab = model.config().vocab_size;
     let prompt: Vec<u32> = match (&a.tokens, text) {

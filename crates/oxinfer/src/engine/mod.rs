@@ -3,6 +3,7 @@
 
 pub mod generate;
 pub mod grammar;
+pub mod kl;
 mod model;
 pub mod perplexity;
 pub mod sampler;
@@ -12,6 +13,7 @@ pub mod thinking;
 pub mod tool_calls;
 
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
+pub use kl::KlStats;
 pub use model::{LoadOptions, Model, ModelInfo};
 pub use perplexity::Perplexity;
 pub use sampler::{Sampler, SamplingParams};
