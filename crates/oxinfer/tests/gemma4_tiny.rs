@@ -128,3 +128,51 @@ fn gemma4_cache_per_layer_type() {
         }
     }
 }
+
+/// Prefill that wants only the last logits runs the KV-shared layers on the last positions
+/// only: the last-row logits still match the reference, alone and batched, and decoding after
+/// it continues correctly (the greedy checks above go through this path too).
+#[test]
+fn gemma4_last_logits_prefill_skips_rows_in_shared_layers() {
+    use oxinfer::arch::SeqBatch;
+    let dir = fixtures().join("gemma4-tiny-dense");
+    let r = reference(&dir);
+    let vocab = r["config"]["vocab_size"].as_u64().unwrap() as usize;
+    for source in [dir.clone(), dir.join("model.gguf")] {
+        let model = Model::load(&source).unwrap();
+        let lm = model.lm();
+        let ps: Vec<(Vec<u32>, Vec<f32>)> = r["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let want = read_npy_f32(&dir.join(p["logits_file"].as_str().unwrap())).1;
+                (ids(&p["ids"]), want)
+            })
+            .collect();
+        let last = |w: &[f32]| w[w.len() - vocab..].to_vec();
+        for (prompt, want) in &ps {
+            let mut cache = lm.new_cache(256);
+            let got = lm.forward(prompt, &mut cache, false).unwrap();
+            assert!(max_abs_diff(&got, &last(want)) <= TOL);
+        }
+        let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
+        let out = {
+            let mut batch = [
+                SeqBatch {
+                    tokens: &ps[0].0,
+                    cache: &mut c0,
+                    all_logits: false,
+                },
+                SeqBatch {
+                    tokens: &ps[1].0,
+                    cache: &mut c1,
+                    all_logits: false,
+                },
+            ];
+            lm.forward_batch(&mut batch).unwrap()
+        };
+        assert!(max_abs_diff(&out[0], &last(&ps[0].1)) <= TOL);
+        assert!(max_abs_diff(&out[1], &last(&ps[1].1)) <= TOL);
+    }
+}

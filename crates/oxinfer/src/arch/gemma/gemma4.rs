@@ -227,16 +227,37 @@ impl CausalLm for Gemma4 {
         .with_row_widths(&widths)
     }
 
+    /// When no sequence wants the logits of every position, the KV-shared layers (which store
+    /// nothing) run on each sequence's last position only, as transformers does in generation.
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         let (ids, spans) = batch::layout(batch)?;
-        let t = ids.len();
+        let mut t = ids.len();
+        let d = self.cfg.hidden_size;
         let mut x = self.embed.forward(&ids)?;
-        let ple_all = match &self.ple {
+        let mut ple_all = match &self.ple {
             Some(p) => Some(p.forward(&ids, &x, t)?),
             None => None,
         };
+        let n = self.layers.len();
+        let first_shared = (0..n).find(|&i| self.params.is_kv_shared(i)).unwrap_or(n);
+        let last_only = batch.iter().all(|s| !s.all_logits) && t > batch.len();
+        // The full hidden state and each sequence's last row, once the layers run on those rows.
+        let mut sliced: Option<(Vec<f32>, Vec<usize>)> = None;
+        let mut skipped: Vec<usize> = Vec::new();
         let mut seqs = batch::seq_rows(batch, &spans);
         for (li, l) in self.layers.iter().enumerate() {
+            if li == first_shared && last_only {
+                let last: Vec<usize> = seqs.iter().map(|s| s.row + s.len - 1).collect();
+                ple_all = ple_all.map(|p| gather_rows(&p, p.len() / t, &last));
+                skipped = seqs.iter().map(|s| s.len - 1).collect();
+                for (k, sq) in seqs.iter_mut().enumerate() {
+                    sq.row = k;
+                    sq.len = 1;
+                }
+                let xs = gather_rows(&x, d, &last);
+                sliced = Some((std::mem::replace(&mut x, xs), last));
+                t = seqs.len();
+            }
             let rope = match l.kind {
                 LayerKind::Sliding => &self.local_rope,
                 LayerKind::Full => &self.global_rope,
@@ -244,7 +265,7 @@ impl CausalLm for Gemma4 {
             let h = l.attn_norm.forward(&x);
             let mut o = l
                 .attn
-                .forward(&h, t, li, &mut seqs, rope, self.window(l.kind));
+                .forward(&h, t, li, &mut seqs, &skipped, rope, self.window(l.kind));
             l.post_attn_norm.forward_inplace(&mut o);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             let m = l.ffn.forward(&x, t);
@@ -258,9 +279,23 @@ impl CausalLm for Gemma4 {
             }
         }
         drop(seqs);
+        if let Some((mut full, last)) = sliced {
+            // Only the last rows are read from here on.
+            for (k, &r) in last.iter().enumerate() {
+                full[r * d..(r + 1) * d].copy_from_slice(&x[k * d..(k + 1) * d]);
+            }
+            x = full;
+        }
         let cap = self.params.final_softcap;
         Ok(batch::finish(
             batch, &spans, &x, &self.norm, &self.head, cap,
         ))
     }
+}
+
+/// Rows `rows` of the row-major matrix `m` (`width` columns), stacked.
+fn gather_rows(m: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter()
+        .flat_map(|&r| m[r * width..(r + 1) * width].iter().copied())
+        .collect()
 }

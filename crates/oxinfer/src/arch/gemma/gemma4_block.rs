@@ -81,13 +81,17 @@ impl Attention {
 
     /// `h` is the normed input `[t, dim]` of every sequence stacked; appends each sequence's
     /// keys and values to cache layer `layer` (unless KV-shared) and returns the block output
-    /// `[t, dim]`.
+    /// `[t, dim]`. `skipped[k]` (empty: none) is how many of sequence `k`'s new positions were
+    /// left out before its rows here, which only a KV-shared layer allows: its keys are all in
+    /// the source layer's cache already.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         h: &[f32],
         t: usize,
         layer: usize,
         seqs: &mut [SeqRows<'_>],
+        skipped: &[usize],
         rope: &Rope,
         window: Option<usize>,
     ) -> Vec<f32> {
@@ -115,9 +119,10 @@ impl Attention {
         };
         let mut a = vec![0f32; t * q_row];
         let mut kv = kv;
-        for sq in seqs.iter_mut() {
+        debug_assert!(self.kv.is_none() || skipped.iter().all(|&s| s == 0));
+        for (si, sq) in seqs.iter_mut().enumerate() {
             let rows = sq.row..sq.row + sq.len;
-            let pos0 = sq.cache.len();
+            let pos0 = sq.cache.len() + skipped.get(si).copied().unwrap_or(0);
             let q = &mut q[rows.start * q_row..rows.end * q_row];
             rope.apply(q, sq.len, nh, hd, pos0);
             if let Some((k, v)) = kv.as_mut() {
