@@ -80,7 +80,21 @@ fn features() -> Vec<&'static str> {
     f
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+fn features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    macro_rules! probe {
+        ($($name:tt),* $(,)?) => {$(
+            if std::arch::is_aarch64_feature_detected!($name) {
+                f.push($name);
+            }
+        )*};
+    }
+    probe!("neon", "fp16", "dotprod", "i8mm", "bf16", "sve", "sve2");
+    f
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn features() -> Vec<&'static str> {
     Vec::new()
 }

@@ -100,10 +100,22 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
                     let per = cols / 32;
                     let tok = |ti: usize| &q[ti * per..(ti + 1) * per];
                     let split = format.is_split();
+                    // Two rows at a time where a two-row kernel pays (int8 matrix multiply).
+                    let pair = !split && vecdot::pairs_rows(isa);
                     let mut ti = 0;
                     while ti + 4 <= t {
                         let xs = [tok(ti), tok(ti + 1), tok(ti + 2), tok(ti + 3)];
-                        for r in g0..g1 {
+                        let mut r_single = g0;
+                        while pair && r_single + 2 <= g1 {
+                            let r = r_single;
+                            let o = vecdot::dot_q8_2x4(format, [row(r), row(r + 1)], xs, isa);
+                            for (j, oj) in o.iter().enumerate() {
+                                let g = (r + j - g0) * t;
+                                acc[g + ti..g + ti + 4].copy_from_slice(oj);
+                            }
+                            r_single += 2;
+                        }
+                        for r in r_single..g1 {
                             let r4 = if split {
                                 vecdot::dot_split_x4(format, row(r), sc(r), xs, isa)
                             } else {

@@ -6,6 +6,8 @@
 //! Each kernel has a scalar twin (`scalar.rs`) that the SIMD versions are tested against.
 
 mod avx2;
+mod neon;
+mod neon_mm;
 mod scalar;
 mod unpack;
 
@@ -22,6 +24,12 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C.
     Avx2,
+    /// aarch64 Advanced SIMD (NEON), present on every aarch64 CPU.
+    Neon,
+    /// NEON with the dot-product extension (`sdot`, Armv8.2 `dotprod`).
+    NeonDot,
+    /// NEON with `dotprod` and the int8 matrix multiply (`smmla`, Armv8.6 `i8mm`).
+    NeonI8mm,
 }
 
 impl Isa {
@@ -30,6 +38,9 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2+fma+f16c",
+            Isa::Neon => "neon",
+            Isa::NeonDot => "neon+dotprod",
+            Isa::NeonI8mm => "neon+dotprod+i8mm",
         }
     }
 
@@ -38,6 +49,11 @@ impl Isa {
     /// AVX-512, 25-33 vs 29-32 GFLOP/s per core, and dropped).
     pub fn has_avx2(self) -> bool {
         matches!(self, Isa::Avx2)
+    }
+
+    /// Whether this is one of the aarch64 NEON levels.
+    pub fn is_neon(self) -> bool {
+        matches!(self, Isa::Neon | Isa::NeonDot | Isa::NeonI8mm)
     }
 }
 
@@ -48,7 +64,22 @@ pub fn available_isas() -> Vec<Isa> {
     if best.has_avx2() {
         v.push(Isa::Avx2);
     }
+    if best.is_neon() {
+        v.push(Isa::Neon);
+    }
+    if matches!(best, Isa::NeonDot | Isa::NeonI8mm) {
+        v.push(Isa::NeonDot);
+    }
+    if best == Isa::NeonI8mm {
+        v.push(Isa::NeonI8mm);
+    }
     v
+}
+
+/// Whether [`dot_q8_2x4`] is faster than two [`dot_q8_x4`] calls at `isa` (it has a kernel of
+/// its own); callers with two or more rows and four or more tokens then pair the rows.
+pub fn pairs_rows(isa: Isa) -> bool {
+    isa == Isa::NeonI8mm
 }
 
 /// The best instruction set the running CPU supports (detected once).
@@ -62,6 +93,19 @@ pub fn detected_isa() -> Isa {
                 && is_x86_feature_detected!("f16c")
             {
                 return Isa::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            use std::arch::is_aarch64_feature_detected as has;
+            if has!("neon") {
+                if has!("dotprod") && has!("i8mm") {
+                    return Isa::NeonI8mm;
+                }
+                if has!("dotprod") {
+                    return Isa::NeonDot;
+                }
+                return Isa::Neon;
             }
         }
         Isa::Scalar
@@ -95,6 +139,10 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         isa if isa.has_avx2() => unsafe { avx2::dot_float(format, w, x) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is part of every aarch64 CPU (and the Neon* levels are only chosen when
+        // the CPU reports it).
+        isa if isa.is_neon() => unsafe { neon::dot_float(format, w, x) },
         _ => scalar::dot_float(format, w, x),
     }
 }
@@ -105,8 +153,33 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         isa if isa.has_avx2() => unsafe { avx2::dot_q8(format, w, x) },
+        #[cfg(target_arch = "aarch64")]
+        isa if isa.is_neon() => neon_q8_multi::<1>(format, w, None, [x], isa)[0],
         _ => scalar::dot_q8(format, w, x),
     }
+}
+
+/// The NEON 32-weight kernels for `N` tokens: `s` holds the scales of a split format.
+#[cfg(target_arch = "aarch64")]
+fn neon_q8_multi<const N: usize>(
+    format: WeightFormat,
+    w: &[u8],
+    s: Option<&[u8]>,
+    xs: [&[BlockQ8]; N],
+    isa: Isa,
+) -> [f32; N] {
+    let mut out = [0f32; N];
+    match (s, isa) {
+        // SAFETY: NEON is part of every aarch64 CPU.
+        (None, Isa::Neon) => unsafe { neon::dot_q8_multi::<N>(format, w, xs, &mut out) },
+        // SAFETY: as above.
+        (Some(s), Isa::Neon) => unsafe { neon::dot_split_multi::<N>(format, w, s, xs, &mut out) },
+        // SAFETY: Isa::NeonDot and Isa::NeonI8mm are only chosen when the CPU reports dotprod.
+        (None, _) => unsafe { neon::dot_q8_multi_dot::<N>(format, w, xs, &mut out) },
+        // SAFETY: as above.
+        (Some(s), _) => unsafe { neon::dot_split_multi_dot::<N>(format, w, s, xs, &mut out) },
+    }
+    out
 }
 
 /// Dot products of one row of a 32-weight format with four tokens' activations at once (the
@@ -120,7 +193,30 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
             unsafe { avx2::dot_q8_multi::<4>(format, w, xs, &mut out) };
             out
         }
+        #[cfg(target_arch = "aarch64")]
+        isa if isa.is_neon() => neon_q8_multi::<4>(format, w, None, xs, isa),
         _ => xs.map(|x| scalar::dot_q8(format, w, x)),
+    }
+}
+
+/// Dot products of two rows of a 32-weight format (of equal length) with four tokens'
+/// activations: `out[r][k] = w[r] · xs[k]`. With [`pairs_rows`] it runs a two-row kernel
+/// (`smmla` on aarch64 with i8mm); otherwise it is two [`dot_q8_x4`] calls.
+pub fn dot_q8_2x4(
+    format: WeightFormat,
+    w: [&[u8]; 2],
+    xs: [&[BlockQ8]; 4],
+    isa: Isa,
+) -> [[f32; 4]; 2] {
+    match isa {
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonI8mm => {
+            let mut out = [[0f32; 4]; 2];
+            // SAFETY: Isa::NeonI8mm is only chosen when the CPU reports dotprod and i8mm.
+            unsafe { neon_mm::dot_q8_2x4(format, w, xs, &mut out) };
+            out
+        }
+        _ => w.map(|row| dot_q8_x4(format, row, xs, isa)),
     }
 }
 
@@ -135,6 +231,8 @@ pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: I
             unsafe { avx2::dot_split_multi::<1>(format, w, s, [x], &mut out) };
             out[0]
         }
+        #[cfg(target_arch = "aarch64")]
+        isa if isa.is_neon() => neon_q8_multi::<1>(format, w, Some(s), [x], isa)[0],
         _ => scalar::dot_split(format, w, s, x),
     }
 }
@@ -155,6 +253,8 @@ pub fn dot_split_x4(
             unsafe { avx2::dot_split_multi::<4>(format, w, s, xs, &mut out) };
             out
         }
+        #[cfg(target_arch = "aarch64")]
+        isa if isa.is_neon() => neon_q8_multi::<4>(format, w, Some(s), xs, isa),
         _ => xs.map(|x| scalar::dot_split(format, w, s, x)),
     }
 }
@@ -165,6 +265,12 @@ pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K, isa: Isa) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         isa if isa.has_avx2() => unsafe { avx2::dot_kblock(kb, y) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is part of every aarch64 CPU.
+        Isa::Neon => unsafe { neon::dot_kblock(kb, y) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Isa::NeonDot and Isa::NeonI8mm are only chosen when the CPU reports dotprod.
+        Isa::NeonDot | Isa::NeonI8mm => unsafe { neon::dot_kblock_dot(kb, y) },
         _ => scalar::dot_kblock(kb, y),
     }
 }

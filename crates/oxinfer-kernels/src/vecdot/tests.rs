@@ -190,3 +190,60 @@ fn four_token_kernels_match_one_token() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The multi-token and two-row kernels against the one-row scalar twin, at every level.
+    #[test]
+    fn multi_token_and_row_pair_kernels_match_scalar_twin(fi in 3usize..8, blocks in 1usize..12, seed in any::<u64>()) {
+        let format = FORMATS[fi];
+        let n = blocks * 32;
+        let rows = [random_row(format, n, seed), random_row(format, n, seed ^ 0x5555)];
+        let toks: Vec<Vec<BlockQ8>> = (0..4u64)
+            .map(|k| {
+                let x: Vec<f32> = (0..n as u64)
+                    .map(|i| (((i + 7 * k).wrapping_mul(seed | 1) >> 9) % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                let mut q = vec![BlockQ8::default(); blocks];
+                quantize_q8(&x, &mut q);
+                q
+            })
+            .collect();
+        let xs = [&toks[0][..], &toks[1][..], &toks[2][..], &toks[3][..]];
+        // Rounding scale of each dot product: Σ |w| · |x| over the dequantized values.
+        let mag = |r: usize, k: usize| {
+            let mut wf = vec![0f32; n];
+            dequantize_row(format, &rows[r], &mut wf).unwrap();
+            let xa = toks[k].iter().flat_map(|b| b.qs.iter().map(move |&q| (b.d * f32::from(q)).abs()));
+            wf.iter().zip(xa).map(|(a, b)| a.abs() * b).sum::<f32>()
+        };
+        let want: Vec<[f32; 4]> = rows.iter().map(|w| xs.map(|x| dot_q8(format, w, x, Isa::Scalar))).collect();
+        for isa in available_isas() {
+            let pair = dot_q8_2x4(format, [&rows[0], &rows[1]], xs, isa);
+            for r in 0..2 {
+                let x4 = dot_q8_x4(format, &rows[r], xs, isa);
+                for k in 0..4 {
+                    let tol = 1e-5 * mag(r, k) + 1e-6;
+                    prop_assert!((x4[k] - want[r][k]).abs() <= tol, "{format} x4 {isa:?}: row {r} token {k}: {} vs {}", x4[k], want[r][k]);
+                    prop_assert!((pair[r][k] - want[r][k]).abs() <= tol, "{format} 2x4 {isa:?}: row {r} token {k}: {} vs {}", pair[r][k], want[r][k]);
+                }
+            }
+        }
+    }
+}
+
+/// The levels run scalar first and end at the detected one; `OXINFER_TEST_EXPECT_ISA` (set by
+/// CI under qemu) names the level the emulated CPU must reach, so no kernel goes untested.
+#[test]
+fn isa_levels_end_at_the_detected_one() {
+    let isas = available_isas();
+    assert_eq!(isas[0], Isa::Scalar);
+    assert_eq!(isas.last(), Some(&detected_isa()));
+    if cfg!(target_arch = "aarch64") {
+        assert!(isas.contains(&Isa::Neon), "{isas:?}");
+    }
+    if let Ok(want) = std::env::var("OXINFER_TEST_EXPECT_ISA") {
+        assert_eq!(detected_isa().name(), want, "levels found: {isas:?}");
+    }
+}

@@ -46,6 +46,15 @@ pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: super
             return;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa.is_neon() {
+        // SAFETY: NEON is part of every aarch64 CPU; `b` is one whole super-block (the caller
+        // sliced it by block_bytes).
+        if unsafe { super::neon::unpack_quants(format, b, &mut out.q) } {
+            unpack_scales(format, b, out);
+            return;
+        }
+    }
     let _ = isa;
     unpack_k(format, b, out);
 }
