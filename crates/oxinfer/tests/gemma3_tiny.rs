@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
+use common::{batched_two_prompts_diff, check_prompt, fixtures, ids, reference};
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
 
@@ -46,41 +46,10 @@ fn gemma3_tiny_b_hub_config_softcaps_untied() {
 /// Two sequences of different lengths in one batched pass give their own reference logits.
 #[test]
 fn gemma3_batched_sequences_match_their_references() {
-    use oxinfer::arch::SeqBatch;
     let dir = fixtures().join("gemma3-tiny-a");
-    let r = reference(&dir);
     let model = Model::load(&dir).unwrap();
-    let lm = model.lm();
-    let prompts: Vec<Vec<u32>> = r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| ids(&p["ids"]))
-        .collect();
-    let wants: Vec<Vec<f32>> = r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| read_npy_f32(&dir.join(p["logits_file"].as_str().unwrap())).1)
-        .collect();
-    let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
-    let out = {
-        let mut batch = [
-            SeqBatch {
-                tokens: &prompts[0],
-                cache: &mut c0,
-                all_logits: true,
-            },
-            SeqBatch {
-                tokens: &prompts[1],
-                cache: &mut c1,
-                all_logits: true,
-            },
-        ];
-        lm.forward_batch(&mut batch).unwrap()
-    };
-    assert!(max_abs_diff(&out[0], &wants[0]) <= TOL);
-    assert!(max_abs_diff(&out[1], &wants[1]) <= TOL);
+    let [d0, d1] = batched_two_prompts_diff(&model, &dir);
+    assert!(d0 <= TOL && d1 <= TOL, "batched: {d0} / {d1}");
 }
 
 /// Sliding layers keep about two windows of positions (≤ 3 windows before a batched drop);

@@ -153,3 +153,38 @@ pub fn check_prompt(
     );
     worst
 }
+
+/// Runs the fixture's first two prompts (`dir`'s reference.json) as two sequences of one
+/// batched pass (all logits) and returns the largest difference of each from its reference.
+pub fn batched_two_prompts_diff(model: &oxinfer::Model, dir: &Path) -> [f32; 2] {
+    use oxinfer::arch::SeqBatch;
+    let r = reference(dir);
+    let prompts = r["prompts"].as_array().expect("prompts");
+    let ids_of = |k: usize| ids(&prompts[k]["ids"]);
+    let want = |k: usize| {
+        let file = prompts[k]["logits_file"].as_str().expect("logits_file");
+        read_npy_f32(&dir.join(file)).1
+    };
+    let (p0, p1) = (ids_of(0), ids_of(1));
+    let lm = model.lm();
+    let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
+    let out = {
+        let mut batch = [
+            SeqBatch {
+                tokens: &p0,
+                cache: &mut c0,
+                all_logits: true,
+            },
+            SeqBatch {
+                tokens: &p1,
+                cache: &mut c1,
+                all_logits: true,
+            },
+        ];
+        lm.forward_batch(&mut batch).expect("batched forward")
+    };
+    [
+        max_abs_diff(&out[0], &want(0)),
+        max_abs_diff(&out[1], &want(1)),
+    ]
+}
