@@ -5,25 +5,14 @@
 
 mod common;
 
-use common::{batched_two_prompts_diff, check_prompt, fixtures, ids, reference};
+use common::{batched_two_prompts_diff, check_sources, fixtures, ids, reference};
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
 
 const TOL: f32 = 1e-4;
 
 fn check(dir: &Path, sources: &[PathBuf]) {
-    let r = reference(dir);
-    for source in sources {
-        let model = Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
-        let mut worst = 0f32;
-        for p in r["prompts"].as_array().expect("prompts") {
-            worst = worst.max(check_prompt(&model, source, dir, p, &[0, 7, 1], TOL));
-        }
-        println!(
-            "{}: worst max abs logit diff {worst:e}",
-            source.strip_prefix(fixtures()).unwrap_or(source).display()
-        );
-    }
+    check_sources(dir, sources, &[0, 7, 1], TOL);
 }
 
 /// transformers-5 config spelling (per-layer-type `rope_parameters`), 5 sliding + 1 global

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    batched_two_prompts_diff, check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference,
+    batched_two_prompts_diff, check_sources, fixtures, ids, max_abs_diff, read_npy_f32, reference,
 };
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
@@ -15,18 +15,7 @@ use std::path::{Path, PathBuf};
 const TOL: f32 = 1e-4;
 
 fn check(dir: &Path, sources: &[PathBuf]) {
-    let r = reference(dir);
-    for source in sources {
-        let model = Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
-        let mut worst = 0f32;
-        for p in r["prompts"].as_array().expect("prompts") {
-            worst = worst.max(check_prompt(&model, source, dir, p, &[0, 7, 1], TOL));
-        }
-        println!(
-            "{}: worst max abs logit diff {worst:e}",
-            source.strip_prefix(fixtures()).unwrap_or(source).display()
-        );
-    }
+    check_sources(dir, sources, &[0, 7, 1], TOL);
 }
 
 /// E2B-style: per-layer embeddings, the top 3 layers reading the KV of layers 3 (sliding) and

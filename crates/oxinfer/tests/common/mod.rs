@@ -188,3 +188,25 @@ pub fn batched_two_prompts_diff(model: &oxinfer::Model, dir: &Path) -> [f32; 2] 
         max_abs_diff(&out[1], &want(1)),
     ]
 }
+
+/// Checks every prompt of the fixture in `dir` from each of `sources` (the folder itself or a
+/// GGUF twin) with prefill chunks `chunks` ([`check_prompt`]); prints and returns the largest
+/// logit difference seen.
+pub fn check_sources(dir: &Path, sources: &[PathBuf], chunks: &[usize], tol: f32) -> f32 {
+    let r = reference(dir);
+    let mut worst_all = 0f32;
+    for source in sources {
+        let model =
+            oxinfer::Model::load(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        let mut worst = 0f32;
+        for p in r["prompts"].as_array().expect("prompts") {
+            worst = worst.max(check_prompt(&model, source, dir, p, chunks, tol));
+        }
+        println!(
+            "{}: worst max abs logit diff {worst:e}",
+            source.strip_prefix(fixtures()).unwrap_or(source).display()
+        );
+        worst_all = worst_all.max(worst);
+    }
+    worst_all
+}
