@@ -25,6 +25,8 @@ cfg = model.config
 if hasattr(cfg, "quantization_config"):
     del cfg.quantization_config
 cfg.dtype = "bfloat16"
+# GGUF-loaded configs lack `architectures`, which llama.cpp's converter needs to read the folder.
+cfg.architectures = [type(model).__name__]
 cfg.save_pretrained(out)
 tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
 tok.save_pretrained(out)

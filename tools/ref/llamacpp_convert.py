@@ -17,6 +17,11 @@ wheel): pass --llama-cpp DIR (a llama.cpp source tree) or let the script downloa
 
 Usage (reference venv):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/llamacpp_convert.py tests/fixtures/qwen35-tiny
+
+A real HuggingFace checkpoint (with its own tokenizer files) is converted with the converter
+unchanged, to any of its output types, and not checked (the README's Q8 comparison: llama.cpp's
+own Q8_0 of a bf16 checkpoint):
+  .../python tools/ref/llamacpp_convert.py BF16_DIR --real --outtype q8_0 --outfile OUT.gguf
 """
 from __future__ import annotations
 
@@ -78,6 +83,16 @@ def convert(fixture: Path, out: Path, src: Path) -> None:
     conv.main()
 
 
+def convert_real(model: Path, outtype: str, out: Path, src: Path) -> None:
+    """llama.cpp's converter as it is (the checkpoint's own vocabulary)."""
+    sys.path.insert(0, str(src / "gguf-py"))
+    sys.path.insert(0, str(src))
+    import convert_hf_to_gguf as conv  # noqa: E402
+
+    sys.argv = ["convert_hf_to_gguf.py", str(model), "--outtype", outtype, "--outfile", str(out)]
+    conv.main()
+
+
 def check(fixture: Path, gguf_path: Path) -> dict:
     sys.path.insert(0, str(HERE))
     import make_tiny_llama as base  # noqa: E402
@@ -95,7 +110,17 @@ def main() -> None:
     ap.add_argument("fixture", type=Path)
     ap.add_argument("--llama-cpp", help="llama.cpp source tree (default: download the sdist)")
     ap.add_argument("--check-only", action="store_true", help="only run llama.cpp on the existing GGUF")
+    ap.add_argument("--real", action="store_true",
+                    help="a real checkpoint: convert with its own vocabulary, no check")
+    ap.add_argument("--outtype", default="f32", help="with --real: the converter's --outtype")
+    ap.add_argument("--outfile", type=Path, help="with --real: the GGUF to write")
     args = ap.parse_args()
+    if args.real:
+        if args.outfile is None:
+            raise SystemExit("--real needs --outfile")
+        convert_real(args.fixture, args.outtype, args.outfile, llama_cpp_source(args.llama_cpp))
+        print(f"wrote {args.outfile} ({args.outfile.stat().st_size / 1e6:.1f} MB)")
+        return
     out = args.fixture / "model.gguf"
     if not args.check_only:
         convert(args.fixture, out, llama_cpp_source(args.llama_cpp))

@@ -1,6 +1,9 @@
-//! Weight quantization (reference code, used at load time and by `oxinfer quantize`): f32 rows
-//! → the split formats `Q8` (32 i8 weights per f32 scale) and `Q4` (Q4_0-style: 32 4-bit weights
-//! per f16 scale), or → BF16. [`quantize_matrix`] converts a whole matrix on the thread pool.
+//! Weight quantization (used at load time and by `oxinfer quantize`): f32 rows → the split
+//! formats `Q8` (32 i8 weights per f32 scale) and `Q4` (Q4_0-style: 32 4-bit weights per f16
+//! scale), or → BF16. [`quantize_matrix`] converts a whole matrix on the thread pool.
+//!
+//! The scalar functions here are the reference; the AVX2 twins in `avx2` write the same bytes
+//! (tested on every rounding tie and edge case), chosen at run time by [`quantize_row`].
 //!
 //! The result is exactly what the kernels read, so it can be written to a file and borrowed back.
 
@@ -8,7 +11,11 @@ use crate::error::KernelError;
 use crate::format::WeightFormat;
 use crate::matmul::WeightMatrix;
 use crate::pool::parallel_for;
+use crate::vecdot::{detected_isa, Isa};
 use std::sync::Mutex;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Formats [`quantize_row`] and [`quantize_matrix`] produce.
 pub const TARGETS: [WeightFormat; 3] = [WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4];
@@ -66,11 +73,7 @@ fn q4_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) -> Result<(), KernelError
         let dh = half::f16::from_f32(m / -8.0);
         let d = dh.to_f32();
         if !d.is_finite() {
-            return Err(KernelError::NonFinite {
-                format: WeightFormat::Q4,
-                index: bi * 32 + im,
-                value: format!("{} (a block maximum whose Q4 scale overflows f16)", m),
-            });
+            return Err(q4_overflow(bi * 32 + im, m));
         }
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let quant = |v: f32| (v * id + 8.5).floor().clamp(0.0, 15.0) as u8;
@@ -82,9 +85,20 @@ fn q4_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) -> Result<(), KernelError
     Ok(())
 }
 
+/// The error for a Q4 block maximum `m` (weight `index` of the row) whose scale overflows f16.
+fn q4_overflow(index: usize, m: f32) -> KernelError {
+    KernelError::NonFinite {
+        format: WeightFormat::Q4,
+        index,
+        value: format!("{} (a block maximum whose Q4 scale overflows f16)", m),
+    }
+}
+
 /// Quantizes one row `x` into `format` (one of [`TARGETS`]): the quants into `qs`
 /// (`format.row_bytes(x.len())` bytes) and, for the split formats, the scales into `scales`
-/// (`format.row_scale_bytes(x.len())` bytes; empty for BF16).
+/// (`format.row_scale_bytes(x.len())` bytes; empty for BF16). Uses the best instruction set
+/// of the CPU ([`quantize_row_isa`]; the scalar reference under `OXINFER_KERNELS=scalar`): the
+/// bytes are the same with any.
 ///
 /// # Errors
 /// [`KernelError::NonFinite`] for a NaN or infinite weight (or a Q4 scale beyond f16),
@@ -95,6 +109,25 @@ pub fn quantize_row(
     x: &[f32],
     qs: &mut [u8],
     scales: &mut [u8],
+) -> Result<(), KernelError> {
+    let isa = match crate::dispatch::kernel_set() {
+        crate::dispatch::KernelSet::Auto => detected_isa(),
+        crate::dispatch::KernelSet::Scalar => Isa::Scalar,
+    };
+    quantize_row_isa(format, x, qs, scales, isa)
+}
+
+/// [`quantize_row`] with the instruction set chosen by the caller (tests and benches compare
+/// them): [`Isa::Avx2`] runs the AVX2 twins, anything else the scalar reference.
+///
+/// # Panics
+/// If `isa` is not supported by the CPU (see [`crate::vecdot::available_isas`]).
+pub fn quantize_row_isa(
+    format: WeightFormat,
+    x: &[f32],
+    qs: &mut [u8],
+    scales: &mut [u8],
+    isa: Isa,
 ) -> Result<(), KernelError> {
     let n = x.len();
     if !TARGETS.contains(&format) {
@@ -127,6 +160,28 @@ pub fn quantize_row(
             ),
         });
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        assert!(
+            detected_isa().has_avx2(),
+            "AVX2 asked for on a CPU without it"
+        );
+        // SAFETY: the CPU has AVX2 + FMA + F16C (checked above); sizes checked above.
+        unsafe {
+            if avx2::any_non_finite(x) {
+                return finite(format, x);
+            }
+            match format {
+                WeightFormat::Q8 => avx2::q8_row(x, qs, scales),
+                WeightFormat::Q4 => {
+                    avx2::q4_row(x, qs, scales).map_err(|(i, m)| q4_overflow(i, m))?
+                }
+                _ => avx2::bf16_row(x, qs),
+            }
+        }
+        return Ok(());
+    }
+    let _ = isa;
     finite(format, x)?;
     match format {
         WeightFormat::Q8 => q8_row(x, qs, scales),

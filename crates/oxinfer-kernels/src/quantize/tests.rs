@@ -4,7 +4,7 @@
 use super::*;
 use crate::dequant::dequantize_row_split;
 use crate::q8::{quantize_q8, BlockQ8};
-use crate::vecdot::{detected_isa, dot_split, dot_split_x4, Isa};
+use crate::vecdot::{available_isas, detected_isa, dot_split, dot_split_x4, Isa};
 use proptest::prelude::*;
 
 /// `n` values: mostly in ±`scale`, with occasional outliers and all-zero blocks.
@@ -82,7 +82,7 @@ proptest! {
     }
 
     #[test]
-    fn split_kernels_match_scalar_twin_and_f32(fi in 0usize..2, blocks in 1usize..9, seed in any::<u64>()) {
+    fn split_kernels_match_scalar_twin_and_f32(fi in 0usize..2, blocks in 1usize..27, seed in any::<u64>()) {
         let format = WeightFormat::SPLIT[fi];
         let n = blocks * 32;
         let w = row(n, seed, 0.05);
@@ -168,7 +168,7 @@ fn bad_input_is_refused() {
 
 #[test]
 fn matmul_fast_matches_reference_on_split_formats() {
-    let (rows, cols, t) = (37, 128, 6);
+    let (rows, cols, t) = (37, 416, 6);
     let w = row(rows * cols, 3, 0.05);
     let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let src = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
@@ -192,4 +192,121 @@ fn matmul_fast_matches_reference_on_split_formats() {
             );
         }
     }
+}
+
+/// Every instruction set's quantizer against the scalar reference on `x`: the same bytes, or
+/// the same error.
+fn same_as_scalar(format: WeightFormat, x: &[f32]) -> Result<(), TestCaseError> {
+    let n = x.len();
+    let (qb, sb) = (
+        format.row_bytes(n).unwrap(),
+        format.row_scale_bytes(n).unwrap(),
+    );
+    let run = |isa| {
+        let (mut q, mut s) = (vec![0u8; qb], vec![0u8; sb]);
+        quantize_row_isa(format, x, &mut q, &mut s, isa)
+            .map(|()| (q, s))
+            .map_err(|e| e.to_string())
+    };
+    let want = run(Isa::Scalar);
+    for isa in available_isas() {
+        prop_assert_eq!(&run(isa), &want, "{} on {:?}", format, isa);
+    }
+    Ok(())
+}
+
+/// A block of 32 whose values sit exactly on Q8 / Q4 rounding ties: with the block maximum
+/// chosen so that the inverse scale is exact, `x * id` lands on `k + 1/2` (Q8's round) and
+/// `x * id + 8.5` on integers (Q4's floor), both signs.
+fn ties(seed: u64, format: WeightFormat) -> Vec<f32> {
+    let mut v = row(32, seed, 1.0);
+    let (anchor, step) = if format == WeightFormat::Q4 {
+        (-8.0f32, 1.0f32) // m = -8: d = 1, id = 1
+    } else {
+        (127.0, 1.0) // amax = 127: d = 1, id = 1
+    };
+    let scale = 2f32.powi((seed % 9) as i32 - 4);
+    for (j, x) in v.iter_mut().enumerate() {
+        let k = ((j as i64 * 7 + seed as i64) % 15 - 7) as f32;
+        *x = match j % 4 {
+            0 => (k + 0.5) * step,
+            1 => -(k + 0.5) * step,
+            2 => k * step,
+            _ => *x * 7.0,
+        } * scale;
+    }
+    v[(seed % 32) as usize] = anchor * scale;
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn simd_quantizers_write_the_scalar_bytes(fi in 0usize..3, blocks in 1usize..9, seed in any::<u64>(), e in -40i32..6) {
+        let format = TARGETS[fi];
+        let mut x = row(blocks * 32 + if format == WeightFormat::BF16 { (seed % 7) as usize } else { 0 }, seed, 10f32.powi(e));
+        if seed % 5 == 0 {
+            let n = x.len().min(32);
+            x[..n].copy_from_slice(&ties(seed, if format == WeightFormat::Q4 { format } else { WeightFormat::Q8 })[..n]);
+        }
+        same_as_scalar(format, &x)?;
+    }
+
+    #[test]
+    fn simd_quantizers_write_the_scalar_bytes_on_ties(fi in 0usize..2, seed in any::<u64>()) {
+        let format = WeightFormat::SPLIT[fi];
+        let mut x = ties(seed, format);
+        x.extend(ties(seed.wrapping_add(1), format));
+        same_as_scalar(format, &x)?;
+    }
+}
+
+#[test]
+fn simd_quantizers_match_the_scalar_reference_on_edge_cases() {
+    let zeros = vec![0f32; 64];
+    let mut signed_zeros = vec![-0.0f32; 64];
+    signed_zeros[3] = 0.0;
+    // Q8's inverse scale overflows for blocks this small (d = amax / 127 is subnormal)
+    let tiny: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) * 1e-40).collect();
+    let subnormal_q4: Vec<f32> = (0..64).map(|i| (i as f32 - 20.0) * 1e-9).collect();
+    // Q4: the first of two equal maxima of opposite sign decides the scale's sign
+    let mut two_max = row(64, 11, 1.0);
+    two_max[5] = -3.0;
+    two_max[9] = 3.0;
+    let big = vec![1e6f32; 64]; // Q4's f16 scale overflows; Q8 and BF16 are fine
+    let mut huge = row(64, 12, 1.0);
+    huge[40] = 3e38; // BF16 rounds up to infinity, as half does
+    let mut nan = row(64, 13, 1.0);
+    nan[45] = f32::NAN;
+    let mut inf = row(64, 14, 1.0);
+    inf[7] = f32::NEG_INFINITY;
+    for x in [
+        &zeros,
+        &signed_zeros,
+        &tiny,
+        &subnormal_q4,
+        &two_max,
+        &big,
+        &huge,
+        &nan,
+        &inf,
+    ] {
+        for format in TARGETS {
+            same_as_scalar(format, x).unwrap();
+        }
+    }
+    let mut q = [0u8; 64];
+    let mut s = [0u8; 4];
+    let e = quantize_row_isa(WeightFormat::Q4, &big, &mut q[..32], &mut s, detected_isa());
+    assert!(e.unwrap_err().to_string().contains("overflows f16"));
+    let e = quantize_row_isa(
+        WeightFormat::Q8,
+        &nan,
+        &mut q,
+        &mut [0u8; 8],
+        detected_isa(),
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("weight 45") && e.contains("NaN"), "{e}");
 }

@@ -227,7 +227,8 @@ unsafe fn dot_q8_impl<const F: u8, const N: usize>(
     }
 }
 
-/// Split formats (`Q8`, `Q4`), `N` tokens at once; see `super::dot_split`.
+/// Split formats (`Q8` here, `Q4` in [`dot_split_q4`]), `N` tokens at once; see
+/// `super::dot_split`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_split_multi<const N: usize>(
     format: WeightFormat,
@@ -236,28 +237,21 @@ pub unsafe fn dot_split_multi<const N: usize>(
     xs: [&[BlockQ8]; N],
     out: &mut [f32; N],
 ) {
-    let q8 = format == WeightFormat::Q8;
-    let (bb, sb) = if q8 { (32, 4) } else { (16, 2) };
-    let nb = (w.len() / bb).min(s.len() / sb);
+    if format != WeightFormat::Q8 {
+        // SAFETY: forwarded contract.
+        return unsafe { dot_split_q4::<N>(w, s, xs, out) };
+    }
+    let nb = (w.len() / 32).min(s.len() / 4);
     for x in &xs {
         assert!(x.len() >= nb, "activation row shorter than the weight row");
     }
     let mut acc = [_mm256_setzero_ps(); N];
     for i in 0..nb {
-        // SAFETY: block i spans bytes [i*bb, (i+1)*bb) of `w` and [i*sb, (i+1)*sb) of `s`
-        // (nb is bounded by both lengths); every xs[k] has at least nb blocks (asserted).
+        // SAFETY: block i spans bytes [32i, 32i + 32) of `w` and [4i, 4i + 4) of `s` (nb is
+        // bounded by both lengths); every xs[k] has at least nb blocks (asserted).
         unsafe {
-            let (q, d) = if q8 {
-                (
-                    _mm256_loadu_si256(w.as_ptr().add(32 * i) as *const __m256i),
-                    std::ptr::read_unaligned(s.as_ptr().add(4 * i) as *const f32),
-                )
-            } else {
-                (
-                    _mm256_sub_epi8(nibbles_32(w.as_ptr().add(16 * i)), _mm256_set1_epi8(8)),
-                    f16_ptr(s.as_ptr().add(2 * i)),
-                )
-            };
+            let q = _mm256_loadu_si256(w.as_ptr().add(32 * i) as *const __m256i);
+            let d = std::ptr::read_unaligned(s.as_ptr().add(4 * i) as *const f32);
             let qa = _mm256_sign_epi8(q, q);
             for k in 0..N {
                 let y = xs[k].get_unchecked(i);
@@ -269,6 +263,89 @@ pub unsafe fn dot_split_multi<const N: usize>(
     }
     for k in 0..N {
         out[k] = hsum_ps(acc[k]);
+    }
+}
+
+/// Split `Q4` (quants `w`, 16 bytes per block; f16 scales `s`), `N` tokens at once.
+///
+/// Cheaper per block than the signed form (`q - 8` through the sign trick, as GGUF's Q4_0
+/// kernel does): the nibbles go to `maddubs` as they are (unsigned 0..15) and `8 Σ y` is taken
+/// off in 16 bits (`maddubs(8, y)`; both terms fit). Blocks go by eight: their f16 scales are
+/// converted by one instruction, the quants of two blocks come from one 32-byte load, and even
+/// and odd blocks feed separate accumulators (so the loop is not bound by FMA latency).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_split_q4<const N: usize>(
+    w: &[u8],
+    s: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) {
+    let nb = (w.len() / 16).min(s.len() / 2);
+    for x in &xs {
+        assert!(x.len() >= nb, "activation row shorter than the weight row");
+    }
+    let m4 = _mm256_set1_epi8(0x0F);
+    let eight = _mm256_set1_epi8(8);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; N];
+    let groups = nb / 8;
+    let mut dw = [0f32; 8];
+    for g in 0..groups {
+        let i0 = 8 * g;
+        // SAFETY: blocks i0..i0 + 8 lie within `w` (16 bytes each) and `s` (2 bytes each) as
+        // i0 + 8 <= nb; every xs[k] has at least nb blocks (asserted); `dw` holds 8 f32.
+        unsafe {
+            _mm256_storeu_ps(
+                dw.as_mut_ptr(),
+                _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().add(2 * i0) as *const __m128i)),
+            );
+            for p in 0..4 {
+                let i = i0 + 2 * p;
+                let v = _mm256_loadu_si256(w.as_ptr().add(16 * i) as *const __m256i);
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                let q = [
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                ];
+                for (j, qj) in q.iter().enumerate() {
+                    let d = dw[2 * p + j];
+                    for k in 0..N {
+                        let y = xs[k].get_unchecked(i + j);
+                        let yq = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                        let p16 = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(*qj, yq),
+                            _mm256_maddubs_epi16(eight, yq),
+                        );
+                        let sumi = _mm256_madd_epi16(p16, ones);
+                        acc[k][j] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d * y.d),
+                            _mm256_cvtepi32_ps(sumi),
+                            acc[k][j],
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for i in 8 * groups..nb {
+        // SAFETY: block i < nb lies within `w` and `s`; xs[k] has at least nb blocks.
+        unsafe {
+            let q = nibbles_32(w.as_ptr().add(16 * i));
+            let d = f16_ptr(s.as_ptr().add(2 * i));
+            for k in 0..N {
+                let y = xs[k].get_unchecked(i);
+                let yq = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, yq), _mm256_maddubs_epi16(eight, yq));
+                let sumi = _mm256_madd_epi16(p16, ones);
+                acc[k][0] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi), acc[k][0]);
+            }
+        }
+    }
+    for k in 0..N {
+        out[k] = hsum_ps(_mm256_add_ps(acc[k][0], acc[k][1]));
     }
 }
 

@@ -349,11 +349,18 @@ impl SafetensorsModel {
             WeightFormat::Q8 => ("I8", "F32", 1),
             _ => ("U8", "F16", 2),
         };
-        let [rows, qcols] = q.shape[..] else {
-            return Err(bad(
-                qs_name,
-                format!("shape {:?}, expected a matrix", q.shape),
-            ));
+        // A matrix, or a stacked `[experts, rows, cols]` tensor of an MoE layer.
+        let (lead, qcols) = match &q.shape[..] {
+            [lead @ .., qcols] if (1..=2).contains(&lead.len()) => (lead.to_vec(), *qcols),
+            _ => {
+                return Err(bad(
+                    qs_name,
+                    format!(
+                        "shape {:?}, expected a matrix or stacked [experts, rows, cols]",
+                        q.shape
+                    ),
+                ))
+            }
         };
         if q.dtype != q_dtype {
             return Err(bad(
@@ -371,14 +378,15 @@ impl SafetensorsModel {
         let Some((sf, sc)) = self.entry(sc_name) else {
             return Err(bad(sc_name, "missing (the scales of its quants)".into()));
         };
-        if sc.dtype != s_dtype || sc.shape != [rows, cols / 32] {
+        let with_last = |last: usize| [&lead[..], &[last]].concat();
+        if sc.dtype != s_dtype || sc.shape != with_last(cols / 32) {
             return Err(bad(
                 sc_name,
                 format!(
-                    "{} {:?}, expected {s_dtype} [{rows}, {}]",
+                    "{} {:?}, expected {s_dtype} {:?}",
                     sc.dtype,
                     sc.shape,
-                    cols / 32
+                    with_last(cols / 32)
                 ),
             ));
         }
@@ -390,7 +398,7 @@ impl SafetensorsModel {
         let view = TensorView {
             name: name.to_string(),
             format,
-            shape: vec![rows, cols],
+            shape: with_last(cols),
             file: qf.map.clone(),
             offset: q.offset,
             size: q.size,

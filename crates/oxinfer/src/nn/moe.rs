@@ -5,7 +5,7 @@
 
 use super::{Activation, GatedMlp, Linear};
 use crate::error::LoadError;
-use crate::loader::{TensorStore, TensorView};
+use crate::loader::{Span, TensorStore, TensorView};
 
 /// A routed-experts block with an optional gated shared expert.
 pub struct SparseMoe {
@@ -18,7 +18,8 @@ pub struct SparseMoe {
 }
 
 /// Rows `first .. first + rows` of expert `e` of a stacked `[n_experts, r, cols]` tensor, as a
-/// `[rows, cols]` matrix borrowed from the same file.
+/// `[rows, cols]` matrix borrowed from the same file (and, for a split format, the same rows of
+/// its scales).
 pub fn expert_rows(
     t: &TensorView,
     e: usize,
@@ -39,31 +40,33 @@ pub fn expert_rows(
         .format
         .row_bytes(cols)
         .ok_or_else(|| LoadError::tensor(t.path(), &t.name, "row length is not whole blocks"))?;
-    if t.format.is_split() {
-        return Err(LoadError::tensor(
-            t.path(),
-            &t.name,
-            format!(
-                "stacked experts in the split format {} are not supported",
-                t.format
-            ),
-        ));
-    }
-    if e >= n || first + rows > r || row_bytes * r * n != t.size {
+    // A split format keeps each row's scales in a second buffer, rows back to back like the
+    // quants: the expert's rows are one contiguous range of both.
+    let scale_bytes = t.format.row_scale_bytes(cols).unwrap_or(0);
+    let scales_ok = match &t.scales {
+        Some(s) => t.format.is_split() && s.size == scale_bytes * r * n,
+        None => !t.format.is_split(),
+    };
+    if e >= n || first + rows > r || row_bytes * r * n != t.size || !scales_ok {
         return Err(LoadError::tensor(
             t.path(),
             &t.name,
             format!("expert {e} rows {first}+{rows} outside shape {:?}", t.shape),
         ));
     }
+    let first_row = e * r + first;
     Ok(TensorView {
         name: format!("{}[{e}]", t.name),
         format: t.format,
         shape: vec![rows, cols],
         file: t.file.clone(),
-        offset: t.offset + (e * r + first) * row_bytes,
+        offset: t.offset + first_row * row_bytes,
         size: rows * row_bytes,
-        scales: None,
+        scales: t.scales.as_ref().map(|s| Span {
+            file: s.file.clone(),
+            offset: s.offset + first_row * scale_bytes,
+            size: rows * scale_bytes,
+        }),
     })
 }
 

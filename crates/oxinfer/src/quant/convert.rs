@@ -59,14 +59,18 @@ pub struct Converted {
     pub report: QuantReport,
 }
 
-/// Whether a tensor is a streamed weight matrix (2-D, float) the conversion applies to.
-fn convertible(dtype: &str, shape: &[usize]) -> bool {
-    shape.len() == 2 && dtype_format(dtype).is_some()
+/// Whether a tensor is a streamed weight matrix the conversion applies to: a 2-D float tensor,
+/// or a stacked 3-D `[experts, rows, cols]` float tensor of an MoE layer (its name holds
+/// `experts`; converted as `experts * rows` rows, so each expert's rows stay one contiguous
+/// block of quants and one of scales). Other 3-D tensors (convolution kernels) stay as stored.
+fn convertible(name: &str, dtype: &str, shape: &[usize]) -> bool {
+    let stacked_experts = shape.len() == 3 && name.contains("experts");
+    (shape.len() == 2 || stacked_experts) && dtype_format(dtype).is_some()
 }
 
-/// Converts every 2-D float matrix of `st` to `precision` (norms, biases and other vectors stay
-/// as stored; so do matrices already in the target format, and Q8/Q4 matrices whose rows are
-/// not a multiple of 32 weights).
+/// Converts every 2-D float matrix and stacked 3-D expert tensor of `st` to `precision` (norms,
+/// biases and other vectors stay as stored; so do matrices already in the target format, and
+/// Q8/Q4 matrices whose rows are not a multiple of 32 weights).
 ///
 /// # Errors
 /// A tensor that cannot be read, or holds a NaN / infinite weight (named in the message).
@@ -77,12 +81,12 @@ pub fn convert(st: &SafetensorsModel, precision: Precision) -> Result<Converted,
     let (mut kept, mut bytes_in, mut bytes_out) = (0, 0u64, 0u64);
     let names: Vec<String> = st
         .entries()
-        .filter(|(_, e)| convertible(&e.dtype, &e.shape))
+        .filter(|(n, e)| convertible(n, &e.dtype, &e.shape))
         .map(|(n, _)| n.clone())
         .collect();
     for name in names {
         let view = st.require(&name)?;
-        let (rows, cols) = view.rows_cols();
+        let (_, cols) = view.rows_cols();
         if view.format == target || target.row_bytes(cols).is_none() {
             kept += 1;
             continue;
@@ -95,7 +99,7 @@ pub fn convert(st: &SafetensorsModel, precision: Precision) -> Result<Converted,
             view.path(),
             &name,
             target,
-            vec![rows, cols],
+            view.shape.clone(),
             q.data,
             q.scales,
         );

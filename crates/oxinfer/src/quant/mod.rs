@@ -6,7 +6,10 @@
 //! write"): a quantized matrix `X` `[rows, cols]` is stored as `X.q8` (I8 `[rows, cols]`) +
 //! `X.q8s` (F32 `[rows, cols / 32]`), or `X.q4` (U8 `[rows, cols / 2]`, two 4-bit weights per
 //! byte) + `X.q4s` (F16 `[rows, cols / 32]`): exactly the kernels' split formats
-//! ([`oxinfer_kernels::WeightFormat::Q8`], [`oxinfer_kernels::WeightFormat::Q4`]). Every tensor
+//! ([`oxinfer_kernels::WeightFormat::Q8`], [`oxinfer_kernels::WeightFormat::Q4`]). A stacked
+//! MoE expert tensor `[experts, rows, cols]` keeps its leading dimensions (`X.q8`
+//! `[experts, rows, cols]` + `X.q8s` `[experts, rows, cols / 32]`): each expert's rows are one
+//! contiguous range of both, borrowed per expert by `nn::moe::expert_rows`. Every tensor
 //! starts on a 16 KiB boundary of its file, shards hold at most 1 GiB, and `__metadata__`
 //! records the precision under [`METADATA_KEY`].
 

@@ -63,7 +63,7 @@ struct Part<'a> {
 
 /// The stored tensors of one view: a split format becomes its quants + scales pair.
 fn parts(view: &TensorView) -> Result<Vec<Part<'_>>, LoadError> {
-    let (rows, cols) = view.rows_cols();
+    let (_, cols) = view.rows_cols();
     let one = |dtype| {
         vec![Part {
             name: view.name.clone(),
@@ -79,17 +79,20 @@ fn parts(view: &TensorView) -> Result<Vec<Part<'_>>, LoadError> {
         WeightFormat::Q8 | WeightFormat::Q4 => {
             let q8 = view.format == WeightFormat::Q8;
             let suffix = if q8 { "q8" } else { "q4" };
+            // Leading dimensions (a stacked expert tensor's `[experts, rows]`) are kept.
+            let lead = &view.shape[..view.shape.len().saturating_sub(1)];
+            let with_last = |last: usize| [lead, &[last]].concat();
             vec![
                 Part {
                     name: format!("{}.{suffix}", view.name),
                     dtype: if q8 { "I8" } else { "U8" },
-                    shape: vec![rows, if q8 { cols } else { cols / 2 }],
+                    shape: with_last(if q8 { cols } else { cols / 2 }),
                     bytes: view.bytes(),
                 },
                 Part {
                     name: format!("{}.{suffix}s", view.name),
                     dtype: if q8 { "F32" } else { "F16" },
-                    shape: vec![rows, cols / 32],
+                    shape: with_last(cols / 32),
                     bytes: view.scales_bytes(),
                 },
             ]
