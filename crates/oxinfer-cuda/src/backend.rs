@@ -2,6 +2,8 @@
 
 use crate::gemm::{self, DeviceMatrix, QuantPath};
 use crate::gpu::{DevBuf, Gpu, Slot};
+use cudarc::driver::sys::CUdeviceptr;
+use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
 use oxinfer::backend::{AttentionGeom, Backend, DeviceWeight, GateAct, Job, Weight};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
@@ -26,6 +28,72 @@ pub struct CudaBackend {
 
 fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
+}
+
+/// Queues the fused attention kernel: `q`/`out` `[t, n_heads * head_dim]`, `k`/`v`
+/// `[pos0 + t, n_kv_heads * head_dim]` f32 on the device.
+pub(crate) fn launch_attention(
+    g: &Gpu,
+    qp: CUdeviceptr,
+    kp: CUdeviceptr,
+    vp: CUdeviceptr,
+    op: CUdeviceptr,
+    a: &AttentionGeom,
+) -> Result<(), String> {
+    let warps = a.n_heads * a.t.div_ceil(4);
+    let blocks = (warps * 32).div_ceil(128) as u32;
+    let (t, pos0, h, kvh, hd) = (
+        a.t as i32,
+        a.pos0 as i32,
+        a.n_heads as i32,
+        a.n_kv_heads as i32,
+        a.head_dim as i32,
+    );
+    let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let softcap = a.softcap.unwrap_or(0.0);
+    let f = g.k.attention;
+    g.launch(
+        f,
+        (blocks, 1, 1),
+        (128, 1, 1),
+        &mut [
+            arg(&qp),
+            arg(&kp),
+            arg(&vp),
+            arg(&op),
+            arg(&t),
+            arg(&pos0),
+            arg(&h),
+            arg(&kvh),
+            arg(&hd),
+            arg(&a.scale),
+            arg(&window),
+            arg(&softcap),
+        ],
+    )
+}
+
+/// `g ← act(g) · u` over `n` f32 values on the device (the CPU's order: activation in f32,
+/// then the product; the down projection then quantizes it like any input).
+pub(crate) fn act_mul(
+    gpu: &Gpu,
+    g: CUdeviceptr,
+    u: CUdeviceptr,
+    n: usize,
+    act: GateAct,
+) -> Result<(), String> {
+    let n_l = n as i64;
+    let a: i32 = match act {
+        GateAct::Silu => 0,
+        GateAct::GeluTanh => 1,
+    };
+    let f = gpu.k.gated_act_f32;
+    gpu.launch(
+        f,
+        (n.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&g), arg(&u), arg(&n_l), arg(&a)],
+    )
 }
 
 impl CudaBackend {
@@ -95,17 +163,11 @@ impl CudaBackend {
         g.bind()?;
         let xp = g.scratch(Slot::X, std::mem::size_of_val(x))?;
         g.upload(xp, x)?;
-        let x16 = g.scratch(Slot::X16, x.len() * 2)?;
-        let mut converted: Option<bool> = None;
+        let mut ready = None;
         let mut down = 0;
         for (j, m) in jobs.iter_mut().zip(&mats) {
-            let f16 = m.format == WeightFormat::F16;
-            if converted != Some(f16) {
-                gemm::convert(&g, xp, x16, x.len(), f16)?;
-                converted = Some(f16);
-            }
             let y = g.scratch(Slot::Y, j.y.len() * 4)?;
-            gemm::matmul(&mut g, m, x16, y, t, self.path)?;
+            gemm::linear(&mut g, m, xp, t, y, self.path, &mut ready)?;
             g.download(j.y, y)?;
             down += j.y.len() * 4;
         }
@@ -135,37 +197,7 @@ impl CudaBackend {
         g.upload(qp, q)?;
         g.upload(kp, k)?;
         g.upload(vp, v)?;
-        let warps = a.n_heads * a.t.div_ceil(4);
-        let blocks = (warps * 32).div_ceil(128) as u32;
-        let (t, pos0, h, kvh, hd) = (
-            a.t as i32,
-            a.pos0 as i32,
-            a.n_heads as i32,
-            a.n_kv_heads as i32,
-            a.head_dim as i32,
-        );
-        let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-        let softcap = a.softcap.unwrap_or(0.0);
-        let f = g.k.attention;
-        g.launch(
-            f,
-            (blocks, 1, 1),
-            (128, 1, 1),
-            &mut [
-                arg(&qp),
-                arg(&kp),
-                arg(&vp),
-                arg(&op),
-                arg(&t),
-                arg(&pos0),
-                arg(&h),
-                arg(&kvh),
-                arg(&hd),
-                arg(&a.scale),
-                arg(&window),
-                arg(&softcap),
-            ],
-        )?;
+        launch_attention(&g, qp, kp, vp, op, a)?;
         g.download(out, op)?;
         drop(g);
         self.note(
@@ -194,27 +226,14 @@ impl CudaBackend {
         g.bind()?;
         let xp = g.scratch(Slot::X, std::mem::size_of_val(x))?;
         g.upload(xp, x)?;
-        let x16 = g.scratch(Slot::X16, x.len() * 2)?;
-        gemm::convert(&g, xp, x16, x.len(), false)?;
         let gp = g.scratch(Slot::G, t * ffn * 4)?;
         let up_p = g.scratch(Slot::U, t * ffn * 4)?;
-        let h16 = g.scratch(Slot::H16, t * ffn * 2)?;
         let yp = g.scratch(Slot::Y, y.len() * 4)?;
-        gemm::matmul(&mut g, gate, x16, gp, t, self.path)?;
-        gemm::matmul(&mut g, up, x16, up_p, t, self.path)?;
-        let n = (t * ffn) as i64;
-        let a: i32 = match act {
-            GateAct::Silu => 0,
-            GateAct::GeluTanh => 1,
-        };
-        let f = g.k.gated_act;
-        g.launch(
-            f,
-            ((t * ffn).div_ceil(256) as u32, 1, 1),
-            (256, 1, 1),
-            &mut [arg(&gp), arg(&up_p), arg(&h16), arg(&n), arg(&a)],
-        )?;
-        gemm::matmul(&mut g, down, h16, yp, t, self.path)?;
+        let mut ready = None;
+        gemm::linear(&mut g, gate, xp, t, gp, self.path, &mut ready)?;
+        gemm::linear(&mut g, up, xp, t, up_p, self.path, &mut ready)?;
+        act_mul(&g, gp, up_p, t * ffn, act)?;
+        gemm::linear(&mut g, down, gp, t, yp, self.path, &mut ready)?;
         g.download(y, yp)?;
         drop(g);
         self.note(
@@ -368,19 +387,35 @@ impl Backend for CudaBackend {
         ) else {
             return false;
         };
-        // The intermediate is converted to bf16: F16 weights (which take f16 inputs) go the
-        // unfused way.
         let shapes_ok = g.rows == u.rows
             && g.cols == u.cols
             && d.cols == g.rows
             && x.len() == t * g.cols
             && y.len() == t * d.rows;
-        if !shapes_ok || [g, u, d].iter().any(|w| w.format == WeightFormat::F16) {
+        if !shapes_ok {
             return false;
         }
         match self.gated_mlp_inner(x, t, g, u, d, act, y) {
             Ok(()) => true,
             Err(e) => self.fail("gated_mlp", e),
+        }
+    }
+
+    fn decoder_stack(&self, d: &StackDesc, i: &StackInput, out: &mut StackOutput) -> bool {
+        if i.t < self.min_tokens || !crate::stack::supported(d) || i.x.len() != i.t * d.dim {
+            return false;
+        }
+        let start = Instant::now();
+        let mut g = self.lock();
+        let r = crate::stack::run(&mut g, self.path, d, i, out);
+        drop(g);
+        match r {
+            Ok(done) => {
+                let down = 4 * (out.logits.len() + 2 * out.k.iter().map(Vec::len).sum::<usize>());
+                self.note("decoder_stack".to_string(), start, i.x.len() * 4, down);
+                done
+            }
+            Err(e) => self.fail("decoder_stack", e),
         }
     }
 

@@ -14,8 +14,8 @@ pub enum QuantPath {
     /// Decode each weight tile into shared memory inside the tensor-core GEMM (nothing extra in
     /// device memory).
     Mma,
-    /// Decode the whole matrix to bf16 in a scratch buffer, then cuBLAS (more memory traffic,
-    /// cuBLAS's tuned kernels).
+    /// Decode the whole matrix to f16 in a scratch buffer, then cuBLAS with activations
+    /// quantized to int8 blocks like the CPU's (more memory traffic, cuBLAS's tuned kernels).
     DequantCublas,
 }
 
@@ -51,6 +51,80 @@ fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
 }
 
+/// The 16-bit activations a weight's GEMM takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Input16 {
+    /// bf16 (BF16 weights; quantized weights on the in-tile mma path).
+    Bf16,
+    /// IEEE f16 (F16 weights).
+    F16,
+    /// Quantized to int8 blocks of this many values exactly as the CPU kernels quantize them
+    /// (32 for the 32-weight formats, 256 for the K-quants), stored as f16 values `d·q`; the
+    /// weights are then dequantized to f16 too. The int8 rounding is what moves results most
+    /// (0.5 % in perplexity on SmolLM2 Q4_1), so doing it like the CPU makes the two agree.
+    Q8F16(usize),
+}
+
+/// Which input `w`'s GEMM takes on `path`.
+pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
+    match w.format {
+        WeightFormat::BF16 => Input16::Bf16,
+        WeightFormat::F16 => Input16::F16,
+        _ if path == QuantPath::Mma && w.cols % GEMM_BK == 0 => Input16::Bf16,
+        f => match oxinfer_kernels::vecdot::act_kind(f) {
+            oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F16(256),
+            _ => Input16::Q8F16(32),
+        },
+    }
+}
+
+/// Writes `n` f32 activations at `x` (rows of a width divisible by the block) as `kind` at
+/// `out`.
+pub(crate) fn prepare(
+    gpu: &Gpu,
+    kind: Input16,
+    x: CUdeviceptr,
+    out: CUdeviceptr,
+    n: usize,
+) -> Result<(), String> {
+    match kind {
+        Input16::Bf16 => convert(gpu, x, out, n, false),
+        Input16::F16 => convert(gpu, x, out, n, true),
+        Input16::Q8F16(block) => {
+            let nblocks = (n / block) as i64;
+            let b = block as i32;
+            let grid = ((n / block * 32).div_ceil(256) as u32, 1, 1);
+            let f = gpu.k.quant_act_f16;
+            gpu.launch(
+                f,
+                grid,
+                (256, 1, 1),
+                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b)],
+            )
+        }
+    }
+}
+
+/// `y[t, rows] = x[t, cols] · Wᵀ` from f32 activations `x` on the device: prepares the 16-bit
+/// input in the `X16` scratch slot unless `*ready` says it already holds this kind for `x`.
+pub(crate) fn linear(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    t: usize,
+    y: CUdeviceptr,
+    path: QuantPath,
+    ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
+) -> Result<(), String> {
+    let kind = input_kind(w, path);
+    let x16 = gpu.scratch(Slot::X16, t * w.cols * 2)?;
+    if *ready != Some((x, x16, kind)) {
+        prepare(gpu, kind, x, x16, t * w.cols)?;
+        *ready = Some((x, x16, kind));
+    }
+    matmul(gpu, w, x16, y, t, path)
+}
+
 /// Converts `n` f32 at `x` to 16-bit floats at `out` (bf16, or IEEE f16 when `f16`).
 pub(crate) fn convert(
     gpu: &Gpu,
@@ -69,8 +143,8 @@ pub(crate) fn convert(
     gpu.launch(f, grid, (256, 1, 1), &mut [arg(&x), arg(&out), arg(&n_l)])
 }
 
-/// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds bf16 (f16 for F16
-/// weights), `y` f32.
+/// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input
+/// [`input_kind`] names, `y` f32.
 pub(crate) fn matmul(
     gpu: &mut Gpu,
     w: &DeviceMatrix,
@@ -90,7 +164,7 @@ pub(crate) fn matmul(
         }
         // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
         f if path == QuantPath::DequantCublas || w.cols % GEMM_BK != 0 => {
-            let dq = gpu.k.dequant(f).ok_or("no decoder")?;
+            let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
             let w16 = gpu.scratch(Slot::W16, w.rows * w.cols * 2)?;
             let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
             let wp = w.buf.ptr();
@@ -104,7 +178,7 @@ pub(crate) fn matmul(
             cublas(
                 gpu,
                 w16,
-                blas_sys::cudaDataType::CUDA_R_16BF,
+                blas_sys::cudaDataType::CUDA_R_16F,
                 x16,
                 y,
                 t,

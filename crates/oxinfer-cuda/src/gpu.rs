@@ -127,8 +127,24 @@ pub(crate) enum Slot {
     G = 6,
     /// Gated MLP: up projection, f32.
     U = 7,
-    /// Gated MLP: `act(gate) · up` as bf16, the down projection's input.
-    H16 = 8,
+    /// Decoder stack: the normed hidden state, f32.
+    Norm = 8,
+    /// Decoder stack: queries, f32.
+    Q = 9,
+    /// Decoder stack: attention output, f32.
+    Att = 10,
+    /// Decoder stack: the new keys of every layer, `[layers, t, kv_row]` f32.
+    KNew = 11,
+    /// Decoder stack: the new values of every layer.
+    VNew = 12,
+    /// Decoder stack: norm gains, biases and RoPE tables of one call, packed.
+    Params = 13,
+    /// Decoder stack: logits.
+    Logits = 14,
+    /// Decoder stack: indices of the rows that need logits, i32.
+    Idx = 15,
+    /// Decoder stack: the gathered rows that need logits, f32.
+    Rows = 16,
 }
 
 impl Gpu {

@@ -13,6 +13,7 @@ pub(crate) fn source() -> String {
         include_str!("kernels/dequant.cuh"),
         include_str!("kernels/gemm.cu"),
         include_str!("kernels/attention.cu"),
+        include_str!("kernels/stack.cu"),
     ]
     .join("\n")
 }
@@ -46,11 +47,19 @@ pub(crate) const GEMM_SMEM: u32 = 2 * (GEMM_TILE.0 + GEMM_TILE.1) * (GEMM_BK as 
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
-    dequant: Vec<(WeightFormat, sys::CUfunction)>,
+    dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     pub attention: sys::CUfunction,
-    pub gated_act: sys::CUfunction,
+    /// f32 activations → int8 blocks (as the CPU kernels quantize them) → f16 values.
+    pub quant_act_f16: sys::CUfunction,
+    pub rms_norm: sys::CUfunction,
+    pub head_norm: sys::CUfunction,
+    pub add_bias: sys::CUfunction,
+    pub add: sys::CUfunction,
+    pub rope: sys::CUfunction,
+    pub gated_act_f32: sys::CUfunction,
+    pub gather_rows: sys::CUfunction,
 }
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -102,7 +111,7 @@ impl Kernels {
                 .map_err(|e| format!("kernel {name}: {e:?}"))
         };
         let mut gemm = Vec::new();
-        let mut dequant = Vec::new();
+        let mut dequant_f16 = Vec::new();
         for (f, n) in QUANT_FORMATS {
             let g = get(&format!("gemm_{n}"))?;
             // SAFETY: `g` is a live function of the module; the size is within the device's
@@ -117,15 +126,22 @@ impl Kernels {
             .result()
             .map_err(|e| format!("gemm_{n}: shared memory size: {e:?}"))?;
             gemm.push((f, g));
-            dequant.push((f, get(&format!("dequant_{n}"))?));
+            dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
         }
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
-            gated_act: get("gated_act_bf16")?,
+            quant_act_f16: get("quant_act_f16")?,
+            rms_norm: get("rms_norm_f32")?,
+            head_norm: get("head_norm_f32")?,
+            add_bias: get("add_bias_f32")?,
+            add: get("add_f32")?,
+            rope: get("rope_f32")?,
+            gated_act_f32: get("gated_act_f32")?,
+            gather_rows: get("gather_rows_f32")?,
             gemm,
-            dequant,
+            dequant_f16,
             _module: module,
         })
     }
@@ -135,9 +151,12 @@ impl Kernels {
         self.gemm.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
     }
 
-    /// The whole-matrix dequantizer (to bf16) for `f`.
-    pub fn dequant(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.dequant.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+    /// The whole-matrix dequantizer to IEEE f16 for `f`.
+    pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        self.dequant_f16
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map(|(_, k)| *k)
     }
 
     /// Registers and local (spill) bytes per thread of each GEMM kernel, one line each.

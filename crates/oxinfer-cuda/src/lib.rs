@@ -9,15 +9,21 @@
 //! - matmul with bf16/f16 weights through cuBLAS (`cublasGemmEx`, f32 accumulation);
 //! - matmul with GGUF block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K),
 //!   kept quantized on the device and decoded inside the tile of a tensor-core (mma) GEMM;
-//! - fused flash-style attention with GQA, sliding window and soft-cap.
+//! - fused flash-style attention with GQA, sliding window and soft-cap;
+//! - the whole Llama-family decoder stack with the hidden state resident on the device
+//!   (`stack.rs`, [`oxinfer::backend::stack`]).
 //!
-//! Weights are uploaded once, on a layer's first use; activations travel per call.
+//! Quantized matmuls quantize their activations to int8 blocks exactly as the CPU kernels do and
+//! multiply f16 values (dequantized weights, `d·q` activations) on the tensor cores, so device
+//! and CPU results agree to f16 rounding. Weights are uploaded once, on a layer's first use;
+//! activations travel per call.
 
 mod backend;
 mod gemm;
 mod gpu;
 mod kernels;
 mod probe;
+mod stack;
 
 pub use backend::CudaBackend;
 pub use gemm::QuantPath;

@@ -177,9 +177,10 @@ template <> __device__ __forceinline__ void dq16<FMT_Q8_K>(const u8* row, int k,
     for (int i = 0; i < 16; i++) y[i] = d * (float)q[i];
 }
 
-// Whole-matrix dequantization to bf16 ([rows, cols] row-major): one thread per 16 weights.
-template <int F>
-__device__ void dequant_bf16(const u8* w, u16* out, int rows, int cols, long row_bytes) {
+// Whole-matrix dequantization to bf16, or IEEE f16 when H (the one instantiated) ([rows, cols] row-major): one thread
+// per 16 weights.
+template <int F, bool H>
+__device__ void dequant_16(const u8* w, u16* out, int rows, int cols, long row_bytes) {
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     long per_row = cols / 16;
     if (idx >= (long)rows * per_row) return;
@@ -188,7 +189,9 @@ __device__ void dequant_bf16(const u8* w, u16* out, int rows, int cols, long row
     dq16<F>(w + r * row_bytes, k, v);
     u32 p[8];
     #pragma unroll
-    for (int i = 0; i < 8; i++) p[i] = pack_bf2(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < 8; i++)
+        p[i] = H ? ((u32)f2h(v[2 * i]) | ((u32)f2h(v[2 * i + 1]) << 16))
+                 : pack_bf2(v[2 * i], v[2 * i + 1]);
     uint4* dst = (uint4*)(out + (long)r * cols + k);
     dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
     dst[1] = make_uint4(p[4], p[5], p[6], p[7]);

@@ -187,9 +187,9 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
         const u8* w, long row_bytes, const u16* x, float* y, int t, int n, int k) {            \
         gemm_q<F>(w, row_bytes, x, y, t, n, k);                                                \
     }                                                                                          \
-    extern "C" __global__ void dequant_##NAME(const u8* w, u16* out, int rows, int cols,      \
-                                              long row_bytes) {                                \
-        dequant_bf16<F>(w, out, rows, cols, row_bytes);                                        \
+    extern "C" __global__ void dequant_f16_##NAME(const u8* w, u16* out, int rows, int cols,  \
+                                                  long row_bytes) {                            \
+        dequant_16<F, true>(w, out, rows, cols, row_bytes);                                    \
     }
 
 INSTANTIATE(FMT_Q4_0, q4_0)
@@ -213,14 +213,4 @@ extern "C" __global__ void f32_to_bf16(const float* x, u16* y, long n) {
 extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = f2h(x[i]);
-}
-
-// Gated MLP middle: h = act(g) * u as bf16 (act 0 = SiLU, 1 = tanh-GELU), n elements.
-extern "C" __global__ void gated_act_bf16(const float* g, const float* u, u16* h, long n, int act) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = g[i];
-    float a = act == 0 ? x / (1.f + __expf(-x))
-                       : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
-    h[i] = (u16)f2bf(a * u[i]);
 }

@@ -3,6 +3,8 @@
 //! and an output head (tied to the embedding or not). Qwen2's q/k/v biases and Qwen3's per-head
 //! QK norms are loaded when the checkpoint has them (see [`SelfAttention`]).
 
+mod stack;
+
 use super::batch::{self, SeqBatch};
 use super::CausalLm;
 use crate::config::{Arch, ConfigSource, ModelConfig};
@@ -187,6 +189,9 @@ impl CausalLm for Llama {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
         let mut x = self.embed.forward(&ids)?;
+        if let Some(logits) = self.forward_on_device(&x, batch, &spans) {
+            return Ok(logits);
+        }
         let mut seqs = batch::seq_rows(batch, &spans);
         for (li, b) in self.blocks.iter().enumerate() {
             let params = self.attn_params(li);

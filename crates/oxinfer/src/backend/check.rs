@@ -6,6 +6,7 @@
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
 //! attention), so the number says how far the device moves results from the CPU build.
 
+use super::stack::{stack_cpu, StackDesc, StackInput, StackOutput};
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
 use oxinfer_kernels::WeightMatrix;
 use std::collections::BTreeMap;
@@ -146,6 +147,22 @@ impl Backend for Checked {
             y,
             &cpu,
         );
+        true
+    }
+
+    fn decoder_stack(&self, d: &StackDesc, i: &StackInput, out: &mut StackOutput) -> bool {
+        if !self.inner.decoder_stack(d, i, out) {
+            return false;
+        }
+        let cpu = stack_cpu(d, i);
+        for (li, (k, v)) in cpu.k.iter().zip(&cpu.v).enumerate() {
+            record("stack keys (per layer)".to_string(), &out.k[li], k);
+            record("stack values (per layer)".to_string(), &out.v[li], v);
+            if li == 0 || li + 1 == cpu.k.len() {
+                record(format!("stack keys layer {li}"), &out.k[li], k);
+            }
+        }
+        record("stack logits".to_string(), &out.logits, &cpu.logits);
         true
     }
 

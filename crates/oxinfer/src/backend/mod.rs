@@ -20,10 +20,14 @@
 //!   crate depends on this one, not the reverse), and an explicit device that is not available
 //!   is an error instead of a silent CPU fallback ([`registry`]);
 //! - a checking wrapper ([`check`]) recomputes every device op on the CPU when
-//!   `OXINFER_GPU_CHECK=1`.
+//!   `OXINFER_GPU_CHECK=1`;
+//! - a whole decoder stack may run as one op with the hidden state and keys/values resident on
+//!   the device ([`stack`], [`Backend::decoder_stack`]), since per-op offload moves the
+//!   activations over the bus for every op.
 
 pub mod check;
 pub mod registry;
+pub mod stack;
 
 pub use registry::{
     active, check_report, init, install, BackendError, DeviceChoice, DeviceKind, DevicePref,
@@ -203,6 +207,20 @@ pub trait Backend: Send + Sync {
         _down: Weight,
         _act: GateAct,
         _y: &mut [f32],
+    ) -> bool {
+        false
+    }
+
+    /// A whole Llama-family decoder pass with the hidden state resident on the device: the
+    /// embedded rows go up; every layer's new keys/values and the logits of
+    /// `input.logit_rows` come down into `out` (sized by [`stack::StackOutput::new`]). Returns
+    /// false when not handled (the caller then runs the layers op by op). See [`stack`] for why
+    /// this departs from the spec's per-op interface and how the KV cache stays consistent.
+    fn decoder_stack(
+        &self,
+        _desc: &stack::StackDesc,
+        _input: &stack::StackInput,
+        _out: &mut stack::StackOutput,
     ) -> bool {
         false
     }

@@ -157,6 +157,11 @@ impl Linear {
         })
     }
 
+    /// The bias `[n_out]`, if any.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
     /// Whether the layer has a bias.
     pub fn has_bias(&self) -> bool {
         self.bias.is_some()

@@ -74,6 +74,30 @@ impl Rope {
         &self.inv_freq
     }
 
+    /// Rotated dimensions per head.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Whether pairs are interleaved `(2j, 2j+1)` (else `(j, j + dim/2)`).
+    pub fn interleaved(&self) -> bool {
+        matches!(self.style, RopeStyle::Interleaved)
+    }
+
+    /// The cosines and sines [`Rope::apply`] uses for positions `pos0 .. pos0 + t`, into
+    /// `cos`/`sin` (`[t, dim / 2]` each), for backends that rotate on the device.
+    pub fn tables(&self, pos0: usize, t: usize, cos: &mut [f32], sin: &mut [f32]) {
+        let half = self.dim / 2;
+        for i in 0..t {
+            let pos = (pos0 + i) as f32;
+            for j in 0..half {
+                let angle = pos * self.inv_freq[j];
+                cos[i * half + j] = angle.cos();
+                sin[i * half + j] = angle.sin();
+            }
+        }
+    }
+
     /// Rotates `x` (`[t, heads, head_dim]`, row-major) in place; row `i` is at position
     /// `pos0 + i`. Only the first `dim` dimensions of each head rotate.
     pub fn apply(&self, x: &mut [f32], t: usize, heads: usize, head_dim: usize, pos0: usize) {

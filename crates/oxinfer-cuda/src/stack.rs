@@ -1,0 +1,366 @@
+//! The decoder stack on the device ([`oxinfer::backend::stack`]): the hidden state `[t, dim]`
+//! stays in device memory for the whole pass; norms, biases, QK-norms, RoPE, attention over
+//! the uploaded cached keys plus the new ones, residual adds and the gated MLP run as kernels,
+//! every matmul through [`gemm::linear`] (activations quantized like the CPU's). Only the
+//! embedded rows and one packed parameter buffer go up; the new keys/values and the wanted
+//! logits come down.
+
+use crate::backend::act_mul;
+use crate::gemm::{self, DeviceMatrix, QuantPath};
+use crate::gpu::{Gpu, Slot};
+use cudarc::driver::sys::{self, CUdeviceptr};
+use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
+use oxinfer::backend::Weight;
+use std::ffi::c_void;
+
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+/// Byte offset of f32 element `i`.
+fn at(p: CUdeviceptr, i: usize) -> CUdeviceptr {
+    p + (i * 4) as CUdeviceptr
+}
+
+/// Small f32 vectors of one call packed into one upload; each `push` returns the element
+/// offset.
+#[derive(Default)]
+struct Pack(Vec<f32>);
+
+impl Pack {
+    fn push(&mut self, v: &[f32]) -> usize {
+        let o = self.0.len();
+        self.0.extend_from_slice(v);
+        // Keep every vector 16-byte aligned.
+        self.0.resize(self.0.len().next_multiple_of(4), 0.0);
+        o
+    }
+    fn opt(&mut self, v: Option<&[f32]>) -> Option<usize> {
+        v.map(|v| self.push(v))
+    }
+}
+
+/// Offsets into the packed parameters of one layer.
+struct LayerParams {
+    attn_norm: usize,
+    ffn_norm: usize,
+    q_bias: Option<usize>,
+    k_bias: Option<usize>,
+    v_bias: Option<usize>,
+    q_norm: Option<usize>,
+    k_norm: Option<usize>,
+}
+
+fn mat<'a>(w: &Weight<'a>) -> Option<&'a DeviceMatrix> {
+    w.dev.downcast_ref::<DeviceMatrix>()
+}
+
+/// Whether the kernels handle this geometry.
+pub(crate) fn supported(d: &StackDesc) -> bool {
+    d.head_dim % 32 == 0
+        && d.head_dim <= 256
+        && d.n_kv_heads > 0
+        && d.n_heads % d.n_kv_heads == 0
+        && d.rope_dim % 2 == 0
+        && d.rope_dim <= d.head_dim
+}
+
+fn rms_norm(
+    g: &Gpu,
+    x: CUdeviceptr,
+    w: CUdeviceptr,
+    y: CUdeviceptr,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<(), String> {
+    let (r, n) = (rows as i32, dim as i32);
+    let f = g.k.rms_norm;
+    g.launch(
+        f,
+        (rows as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&x), arg(&w), arg(&y), arg(&r), arg(&n), arg(&eps)],
+    )
+}
+
+fn head_norm(
+    g: &Gpu,
+    x: CUdeviceptr,
+    w: CUdeviceptr,
+    rows: usize,
+    heads: usize,
+    hd: usize,
+    eps: f32,
+) -> Result<(), String> {
+    let (r, h, d, stride) = (rows as i32, heads as i32, hd as i32, (heads * hd) as i32);
+    let blocks = (rows * heads * 32).div_ceil(256) as u32;
+    let f = g.k.head_norm;
+    g.launch(
+        f,
+        (blocks, 1, 1),
+        (256, 1, 1),
+        &mut [
+            arg(&x),
+            arg(&w),
+            arg(&r),
+            arg(&h),
+            arg(&d),
+            arg(&stride),
+            arg(&eps),
+        ],
+    )
+}
+
+fn add_bias(g: &Gpu, y: CUdeviceptr, b: CUdeviceptr, rows: usize, n: usize) -> Result<(), String> {
+    let (r, n_i) = (rows as i64, n as i32);
+    let f = g.k.add_bias;
+    g.launch(
+        f,
+        ((rows * n).div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&y), arg(&b), arg(&r), arg(&n_i)],
+    )
+}
+
+fn add(g: &Gpu, x: CUdeviceptr, y: CUdeviceptr, n: usize) -> Result<(), String> {
+    let n_l = n as i64;
+    let f = g.k.add;
+    g.launch(
+        f,
+        (n.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&x), arg(&y), arg(&n_l)],
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rope(
+    g: &Gpu,
+    x: CUdeviceptr,
+    cos: CUdeviceptr,
+    sin: CUdeviceptr,
+    rows: usize,
+    heads: usize,
+    hd: usize,
+    half: usize,
+    interleaved: bool,
+) -> Result<(), String> {
+    let (r, h, d, hf, il) = (
+        rows as i32,
+        heads as i32,
+        hd as i32,
+        half as i32,
+        interleaved as i32,
+    );
+    let n = rows * heads * half;
+    let f = g.k.rope;
+    g.launch(
+        f,
+        (n.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [
+            arg(&x),
+            arg(&cos),
+            arg(&sin),
+            arg(&r),
+            arg(&h),
+            arg(&d),
+            arg(&hf),
+            arg(&il),
+        ],
+    )
+}
+
+/// Device-to-device copy of `bytes` on the stream.
+fn copy(g: &Gpu, dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> Result<(), String> {
+    // SAFETY: both ranges are inside live device buffers of this context (callers' contract).
+    unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, g.stream) }
+        .result()
+        .map_err(|e| format!("device copy of {bytes} bytes: {e:?}"))
+}
+
+/// Runs the stack; `Ok(false)` when a weight is not a device matrix.
+pub(crate) fn run(
+    g: &mut Gpu,
+    path: QuantPath,
+    d: &StackDesc,
+    i: &StackInput,
+    out: &mut StackOutput,
+) -> Result<bool, String> {
+    let mut mats = Vec::with_capacity(d.layers.len());
+    for l in &d.layers {
+        let m = [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].map(mat);
+        let [Some(q), Some(k), Some(v), Some(o), Some(ga), Some(up), Some(dn)] = m else {
+            return Ok(false);
+        };
+        mats.push([q, k, v, o, ga, up, dn]);
+    }
+    let Some(head) = mat(&d.head) else {
+        return Ok(false);
+    };
+    let (t, dim) = (i.t, d.dim);
+    let (q_row, kv_row, hd) = (d.q_row(), d.kv_row(), d.head_dim);
+    let half = d.rope_dim / 2;
+    let ffn = mats.first().map_or(0, |m| m[4].rows);
+    let n_logit = i.logit_rows.len();
+    let vocab = head.rows;
+
+    let mut pack = Pack::default();
+    let lp: Vec<LayerParams> = d
+        .layers
+        .iter()
+        .map(|l| LayerParams {
+            attn_norm: pack.push(l.attn_norm),
+            ffn_norm: pack.push(l.ffn_norm),
+            q_bias: pack.opt(l.q_bias),
+            k_bias: pack.opt(l.k_bias),
+            v_bias: pack.opt(l.v_bias),
+            q_norm: pack.opt(l.q_norm),
+            k_norm: pack.opt(l.k_norm),
+        })
+        .collect();
+    let final_norm = pack.push(d.final_norm);
+    let cos_o = pack.push(i.rope_cos);
+    let sin_o = pack.push(i.rope_sin);
+    let idx: Vec<i32> = i.logit_rows.iter().map(|&r| r as i32).collect();
+    let max_past = i
+        .seqs
+        .iter()
+        .flat_map(|s| s.past.iter().map(|(k, _)| k.len() / kv_row))
+        .max()
+        .unwrap_or(0);
+    let max_len = i.seqs.iter().map(|s| s.len).max().unwrap_or(0);
+    let widest = [dim, ffn, q_row].into_iter().max().unwrap_or(dim);
+    let biggest_w = mats
+        .iter()
+        .flat_map(|m| m.iter().map(|w| w.rows * w.cols))
+        .chain([head.rows * head.cols])
+        .max()
+        .unwrap_or(0);
+
+    g.bind()?;
+    // Every scratch buffer at its final size first (growing one later would free memory that
+    // queued kernels still read).
+    let xp = g.scratch(Slot::X, t * dim * 4)?;
+    let np = g.scratch(Slot::Norm, t * dim * 4)?;
+    let qp = g.scratch(Slot::Q, t * q_row * 4)?;
+    let ap = g.scratch(Slot::Att, t * q_row * 4)?;
+    let kn = g.scratch(Slot::KNew, d.layers.len() * t * kv_row * 4)?;
+    let vn = g.scratch(Slot::VNew, d.layers.len() * t * kv_row * 4)?;
+    let kw = g.scratch(Slot::K, (max_past + max_len) * kv_row * 4)?;
+    let vw = g.scratch(Slot::V, (max_past + max_len) * kv_row * 4)?;
+    let gp = g.scratch(Slot::G, t * ffn * 4)?;
+    let up = g.scratch(Slot::U, t * ffn * 4)?;
+    let yp = g.scratch(Slot::Y, t * dim * 4)?;
+    let pp = g.scratch(Slot::Params, pack.0.len() * 4)?;
+    let ip = g.scratch(Slot::Idx, idx.len() * 4)?;
+    let rp = g.scratch(Slot::Rows, n_logit * dim * 4)?;
+    let lg = g.scratch(Slot::Logits, n_logit * vocab * 4)?;
+    g.scratch(Slot::X16, t * widest * 2)?;
+    g.scratch(Slot::W16, biggest_w * 2)?;
+    g.upload(xp, i.x)?;
+    g.upload(pp, &pack.0)?;
+    g.upload(ip, &idx)?;
+    let (cos, sin) = (at(pp, cos_o), at(pp, sin_o));
+
+    for (li, (l, m)) in d.layers.iter().zip(&mats).enumerate() {
+        let p = &lp[li];
+        let [wq, wk, wv, wo, wg, wu, wd] = *m;
+        let (kl, vl) = (at(kn, li * t * kv_row), at(vn, li * t * kv_row));
+        rms_norm(g, xp, at(pp, p.attn_norm), np, t, dim, d.eps)?;
+        let mut ready = None;
+        gemm::linear(g, wq, np, t, qp, path, &mut ready)?;
+        gemm::linear(g, wk, np, t, kl, path, &mut ready)?;
+        gemm::linear(g, wv, np, t, vl, path, &mut ready)?;
+        for (b, y, n) in [
+            (p.q_bias, qp, q_row),
+            (p.k_bias, kl, kv_row),
+            (p.v_bias, vl, kv_row),
+        ] {
+            if let Some(b) = b {
+                add_bias(g, y, at(pp, b), t, n)?;
+            }
+        }
+        if let Some(w) = p.q_norm {
+            head_norm(g, qp, at(pp, w), t, d.n_heads, hd, d.eps)?;
+        }
+        if let Some(w) = p.k_norm {
+            head_norm(g, kl, at(pp, w), t, d.n_kv_heads, hd, d.eps)?;
+        }
+        rope(g, qp, cos, sin, t, d.n_heads, hd, half, d.rope_interleaved)?;
+        rope(
+            g,
+            kl,
+            cos,
+            sin,
+            t,
+            d.n_kv_heads,
+            hd,
+            half,
+            d.rope_interleaved,
+        )?;
+        for s in i.seqs {
+            let (pk, pv) = s.past[li];
+            let n_past = pk.len() / kv_row;
+            let (kn_s, vn_s) = (at(kl, s.row * kv_row), at(vl, s.row * kv_row));
+            let (ks, vs) = if n_past == 0 {
+                (kn_s, vn_s)
+            } else {
+                g.upload(kw, pk)?;
+                g.upload(vw, pv)?;
+                copy(g, at(kw, n_past * kv_row), kn_s, s.len * kv_row * 4)?;
+                copy(g, at(vw, n_past * kv_row), vn_s, s.len * kv_row * 4)?;
+                (kw, vw)
+            };
+            let geom = oxinfer::backend::AttentionGeom {
+                t: s.len,
+                pos0: n_past,
+                n_heads: d.n_heads,
+                n_kv_heads: d.n_kv_heads,
+                head_dim: hd,
+                scale: d.scale,
+                window: l.window,
+                softcap: None,
+            };
+            crate::backend::launch_attention(
+                g,
+                at(qp, s.row * q_row),
+                ks,
+                vs,
+                at(ap, s.row * q_row),
+                &geom,
+            )?;
+        }
+        let mut ready = None;
+        gemm::linear(g, wo, ap, t, yp, path, &mut ready)?;
+        add(g, xp, yp, t * dim)?;
+        rms_norm(g, xp, at(pp, p.ffn_norm), np, t, dim, d.eps)?;
+        let mut ready = None;
+        gemm::linear(g, wg, np, t, gp, path, &mut ready)?;
+        gemm::linear(g, wu, np, t, up, path, &mut ready)?;
+        act_mul(g, gp, up, t * ffn, d.act)?;
+        let mut ready = None;
+        gemm::linear(g, wd, gp, t, yp, path, &mut ready)?;
+        add(g, xp, yp, t * dim)?;
+    }
+    if n_logit > 0 {
+        let (n_i, dim_i) = (n_logit as i32, dim as i32);
+        let f = g.k.gather_rows;
+        g.launch(
+            f,
+            ((n_logit * dim).div_ceil(256) as u32, 1, 1),
+            (256, 1, 1),
+            &mut [arg(&xp), arg(&ip), arg(&rp), arg(&n_i), arg(&dim_i)],
+        )?;
+        rms_norm(g, rp, at(pp, final_norm), rp, n_logit, dim, d.eps)?;
+        let mut ready = None;
+        gemm::linear(g, head, rp, n_logit, lg, path, &mut ready)?;
+        g.download(&mut out.logits, lg)?;
+    }
+    for li in 0..d.layers.len() {
+        g.download(&mut out.k[li], at(kn, li * t * kv_row))?;
+        g.download(&mut out.v[li], at(vn, li * t * kv_row))?;
+    }
+    Ok(true)
+}
