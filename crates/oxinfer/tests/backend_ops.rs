@@ -351,6 +351,9 @@ fn gated_mlp_matches_cpu() {
     }
 }
 
+/// Format, rows, cols and packed bytes of a test weight.
+type RawMatrix = (WeightFormat, usize, usize, Vec<u8>);
+
 /// The whole decoder stack on the device against its CPU twin: two sequences (one with cached
 /// keys), GQA, q/k biases, QK-norms, a sliding window on one layer, K-quant and 32-block
 /// weights, logits of every row of one sequence and the last of the other.
@@ -370,7 +373,7 @@ fn decoder_stack_matches_cpu() {
         (f, rows, cols, random_weights(f, rows, cols, rng))
     };
     // Per layer: q, k, v, o, gate, up, down.
-    let data: Vec<Vec<(WeightFormat, usize, usize, Vec<u8>)>> = (0..n_layers)
+    let data: Vec<Vec<RawMatrix>> = (0..n_layers)
         .map(|li| {
             let f = if li == 0 {
                 WeightFormat::Q4K
@@ -389,9 +392,9 @@ fn decoder_stack_matches_cpu() {
         })
         .collect();
     let head_data = mat(WeightFormat::Q8_0, vocab, dim, &mut rng);
-    let wm = |m: &(WeightFormat, usize, usize, Vec<u8>)| {
+    fn wm(m: &RawMatrix) -> WeightMatrix<'_> {
         WeightMatrix::new(m.0, &m.3, m.1, m.2).expect("valid matrix")
-    };
+    }
     let devs: Vec<Vec<_>> = data
         .iter()
         .map(|l| {
