@@ -369,8 +369,23 @@ fn decoder_stack_matches_cpu() {
     let mut rng = Rng(0x57AC_0000_0000_0001);
     let (dim, heads, kv_heads, hd, ffn, vocab, n_layers) = (256, 4, 2, 64, 512, 320, 2);
     let (q_row, kv_row) = (heads * hd, kv_heads * hd);
+    // K-quant super-block scales divided by 64 so weights stay near the 32-block formats'
+    // magnitudes (random 6/8-bit sub-block scales otherwise make weights up to ~50 and the MLP
+    // intermediates overflow f16 past the first layer, which no real model comes near).
     let mat = |f: WeightFormat, rows: usize, cols: usize, rng: &mut Rng| {
-        (f, rows, cols, random_weights(f, rows, cols, rng))
+        let mut data = random_weights(f, rows, cols, rng);
+        let d_at: &[usize] = match f {
+            WeightFormat::Q4K => &[0, 2],
+            WeightFormat::Q6K => &[208],
+            _ => &[],
+        };
+        for blk in data.chunks_exact_mut(f.block_bytes()) {
+            for &o in d_at {
+                let d = f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32() / 64.0;
+                blk[o..o + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+            }
+        }
+        (f, rows, cols, data)
     };
     // Per layer: q, k, v, o, gate, up, down.
     let data: Vec<Vec<RawMatrix>> = (0..n_layers)
@@ -520,9 +535,17 @@ fn decoder_stack_matches_cpu() {
             rel_err(&out.v[li], &cpu.v[li]),
         );
         println!("decoder stack layer {li}: keys {ek:.2e}, values {ev:.2e}");
-        assert!(ek < 1e-2 && ev < 1e-2, "layer {li}: keys {ek}, values {ev}");
+        // Layer 0 differs by f16 rounding only; later layers' inputs are quantized to int8
+        // after that, and an element that lands on the other side of a rounding step moves by
+        // 1/127 of its block's maximum: the norm-wise error then grows to ~1e-2 (the same
+        // jitter separates the CPU's AVX2 and scalar int8 paths).
+        let bound = if li == 0 { 1e-3 } else { 5e-2 };
+        assert!(
+            ek < bound && ev < bound,
+            "layer {li}: keys {ek}, values {ev}"
+        );
     }
     let e = rel_err(&out.logits, &cpu.logits);
     println!("decoder stack logits: {e:.2e}");
-    assert!(e < 1e-2, "logits: error {e}");
+    assert!(e < 5e-2, "logits: error {e}");
 }
