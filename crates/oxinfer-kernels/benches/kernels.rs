@@ -3,7 +3,9 @@
 //! - `matvec/<format>/<isa>`: one token through a 2048 × 2048 matrix (decode; throughput in
 //!   bytes of weights read, so criterion prints GB/s);
 //! - `gemm/<format>/<isa>`: 64 tokens through the same matrix (prefill; throughput in
-//!   multiply-adds × 2, so criterion's "elements/s" read as FLOP/s);
+//!   multiply-adds × 2, so criterion's "elements/s" read as FLOP/s); `<isa>` `packed` is the
+//!   packed GEMM ([`oxinfer_kernels::packed`], eight interleaved rows) on the best ISA, for the
+//!   formats that have a packed layout (also under `matvec`);
 //! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads);
 //! - `parallel_region/<pool|rayon>/<tasks>`: dispatch overhead of one parallel region of tiny
 //!   tasks on our pool ([`oxinfer_kernels::pool::parallel_for`]) and on rayon (`par_iter`), the
@@ -15,6 +17,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxinfer_kernels::attention::{attention, AttnShape};
 use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
 use oxinfer_kernels::vecdot::available_isas;
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::hint::black_box;
@@ -108,6 +111,12 @@ fn bench_matmul(c: &mut Criterion) {
                     &isa,
                     |b, &isa| b.iter(|| matmul_fast(&w, black_box(&x), t, &mut y, isa)),
                 );
+            }
+            if packing_pays(format) {
+                let p = PackedMatrix::pack(&w).expect("format has a packed layout");
+                g.bench_function(BenchmarkId::new(format.to_string(), "packed"), |b| {
+                    b.iter(|| matmul_packed(&p, black_box(&x), t, &mut y))
+                });
             }
         }
         g.finish();

@@ -8,7 +8,7 @@ use crate::q8::{quantize_q8, quantize_q8k, BlockQ8, BlockQ8K};
 use crate::vecdot::{self, act_kind, ActKind, Isa, KBlock};
 
 /// Raw pointer into a buffer whose disjoint parts are written by different tasks.
-struct SyncPtr<T>(*mut T);
+pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
 impl<T> Clone for SyncPtr<T> {
     fn clone(&self) -> Self {
         *self
@@ -21,19 +21,19 @@ unsafe impl<T> Send for SyncPtr<T> {}
 unsafe impl<T> Sync for SyncPtr<T> {}
 impl<T> SyncPtr<T> {
     /// The pointer (a method, so closures capture the whole `Sync` wrapper).
-    fn get(self) -> *mut T {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }
 
 /// Activations of all `t` tokens in the format the weight's kernels take.
-enum Acts<'a> {
+pub(crate) enum Acts<'a> {
     F32(&'a [f32]),
     Q8(Vec<BlockQ8>),
     Q8K(Vec<BlockQ8K>),
 }
 
-fn quantize_acts(format: WeightFormat, x: &[f32], t: usize, cols: usize) -> Acts<'_> {
+pub(crate) fn quantize_acts(format: WeightFormat, x: &[f32], t: usize, cols: usize) -> Acts<'_> {
     match act_kind(format) {
         ActKind::F32 => Acts::F32(x),
         ActKind::Q8 => {

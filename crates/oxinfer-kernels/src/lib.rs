@@ -9,6 +9,8 @@
 //! - [`quantize`]: f32 weights → the split formats `Q8`/`Q4` or BF16 ([`quantize::quantize_matrix`],
 //!   parallel).
 //! - [`attention`]: fused causal attention (query blocks × key tiles, online softmax).
+//! - [`packed`]: weights repacked into groups of eight interleaved rows and the GEMM over
+//!   them ([`packed::PackedMatrix`], [`packed::matmul_packed`]).
 //! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
 #![warn(missing_docs)]
 
@@ -19,6 +21,7 @@ pub mod error;
 pub mod fast;
 pub mod format;
 pub mod matmul;
+pub mod packed;
 pub mod pool;
 pub mod profile;
 pub mod q8;

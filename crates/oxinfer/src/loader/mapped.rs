@@ -68,6 +68,24 @@ impl MappedFile {
     pub fn is_mapped(&self) -> bool {
         matches!(self.data, Backing::Map(_))
     }
+
+    /// Drops the pages of bytes `offset .. offset + len` from this process's resident memory
+    /// (`MADV_DONTNEED`; a later read maps them back in from the file). For bytes whose
+    /// contents now live elsewhere (repacked weights). A no-op for bytes held in memory;
+    /// failures are ignored (it is only advice).
+    pub fn release(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        if let Backing::Map(m) = &self.data {
+            // SAFETY: the mapping is read-only and private and never written, so its pages
+            // always equal the file's: MADV_DONTNEED only drops them and a later read faults
+            // the same bytes back in; no live reference ever sees different contents.
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
 }
 
 /// A byte range of a mapped file (the scales buffer of a split-format tensor).
@@ -168,6 +186,15 @@ impl TensorView {
         let (rows, cols) = self.rows_cols();
         WeightMatrix::new_split(self.format, self.bytes(), self.scales_bytes(), rows, cols)
             .map_err(|e| LoadError::tensor(self.path(), &self.name, e.to_string()))
+    }
+
+    /// Drops the tensor's mapped pages from resident memory (see [`MappedFile::release`]):
+    /// for a weight whose bytes were repacked into a copy that replaces them.
+    pub fn release_pages(&self) {
+        self.file.release(self.offset, self.size);
+        if let Some(s) = &self.scales {
+            s.file.release(s.offset, s.size);
+        }
     }
 
     /// Offset of the tensor's first byte in its file (or in-memory buffer).

@@ -3,6 +3,7 @@
 use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
+use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
 use oxinfer_kernels::WeightMatrix;
 use std::sync::OnceLock;
 
@@ -17,6 +18,10 @@ pub struct Linear {
     /// The weight on the installed backend, uploaded on first use (`None` inside when the
     /// backend declined it).
     device: OnceLock<Option<DeviceWeight>>,
+    /// The weight repacked for the CPU's packed GEMM, made on first CPU use (`None` inside
+    /// when the format or CPU has no packed kernel); once made it replaces the mapped bytes,
+    /// whose pages are dropped from resident memory.
+    packed: OnceLock<Option<PackedMatrix>>,
 }
 
 impl Linear {
@@ -68,6 +73,7 @@ impl Linear {
             n_out,
             n_in,
             device: OnceLock::new(),
+            packed: OnceLock::new(),
         })
     }
 
@@ -99,7 +105,10 @@ impl Linear {
         debug_assert_eq!(x.len(), t * self.n_in);
         debug_assert_eq!(y.len(), t * self.n_out);
         if !self.forward_on_device(x, t, y) {
-            oxinfer_kernels::matmul(&self.matrix(), x, t, y);
+            match self.packed() {
+                Some(p) => matmul_packed(p, x, t, y),
+                None => oxinfer_kernels::matmul(&self.matrix(), x, t, y),
+            }
         }
         self.add_bias(y);
     }
@@ -139,6 +148,23 @@ impl Linear {
             }
         }
         ys
+    }
+
+    /// The weight repacked for the CPU's packed kernels (made on first call), or `None` when
+    /// they do not pay here (format, CPU, `OXINFER_KERNELS=scalar`).
+    fn packed(&self) -> Option<&PackedMatrix> {
+        if !packing_pays(self.weight.format) {
+            return None;
+        }
+        self.packed
+            .get_or_init(|| {
+                let p = PackedMatrix::pack(&self.matrix());
+                if p.is_some() {
+                    self.weight.release_pages();
+                }
+                p
+            })
+            .as_ref()
     }
 
     /// The weight on backend `b`, uploaded on first use; `None` when `b` declined it.

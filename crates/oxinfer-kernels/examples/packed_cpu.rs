@@ -1,0 +1,66 @@
+//! CPU-time A/B of the row-major fast matmul and the packed GEMM on one matrix:
+//! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed]`; prints GFLOP/s per user-CPU second.
+use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::packed::{matmul_packed, PackedMatrix};
+use oxinfer_kernels::vecdot::detected_isa;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+
+fn user_cpu() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let f: Vec<&str> = s.rsplit(')').next().unwrap().split_whitespace().collect();
+    f[11].parse::<f64>().unwrap() / 100.0
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let format = WeightFormat::from_name(&a[1]).unwrap();
+    let (rows, cols, t, iters): (usize, usize, usize, usize) = (
+        a[2].parse().unwrap(),
+        a[3].parse().unwrap(),
+        a[4].parse().unwrap(),
+        a[5].parse().unwrap(),
+    );
+    let rb = format.row_bytes(cols).unwrap();
+    let mut s = 0x1234_5678_9abc_def1u64;
+    let mut data: Vec<u8> = (0..rb * rows)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let off: &[usize] = match format {
+        WeightFormat::Q6K => &[208],
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K => &[0, 2],
+        _ => &[0],
+    };
+    for blk in data.chunks_exact_mut(format.block_bytes()) {
+        for &o in off {
+            blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+    let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+    let x: Vec<f32> = (0..t * cols)
+        .map(|i| ((i % 97) as f32 / 48.0) - 1.0)
+        .collect();
+    let mut y = vec![0f32; t * rows];
+    let p = PackedMatrix::pack(&w).unwrap();
+    let packed = a.get(6).map(|v| v == "packed").unwrap_or(true);
+    let c0 = user_cpu();
+    for _ in 0..iters {
+        if packed {
+            matmul_packed(&p, &x, t, &mut y);
+        } else {
+            matmul_fast(&w, &x, t, &mut y, detected_isa());
+        }
+    }
+    let cpu = user_cpu() - c0;
+    let flops = 2.0 * (rows * cols * t * iters) as f64;
+    println!(
+        "{} {} {rows}x{cols} t={t}: {:.1} GFLOP/s per CPU-second ({cpu:.2} s)",
+        format,
+        if packed { "packed" } else { "fast" },
+        flops / cpu / 1e9
+    );
+}

@@ -1,0 +1,246 @@
+//! Packed weights: eight rows interleaved so that a SIMD register holds one value per row, and
+//! the GEMM / GEMV that multiplies them with int8-quantized activations.
+//!
+//! The row-major GGUF layout keeps each row's blocks (scale + quants) together, so a kernel
+//! that dots one row with one token pays the scale work (f16 conversion, scale multiply,
+//! float accumulate) per (row, token, block). Packing puts eight rows side by side: one
+//! 256-bit register holds four consecutive quants of each of the eight rows (one 32-bit lane
+//! per row), one broadcast of four activation bytes serves all eight rows, and one scale
+//! multiply / fused add finishes eight rows at once. Tiles of up to four tokens share each
+//! unpacked weight register. (The idea is llama.cpp's ggml-cpu "repack" of weights into
+//! multi-row blocks; the layouts and kernels here are our own.)
+//!
+//! A [`PackedMatrix`] holds `ceil(rows / 8)` groups of eight rows (the last one padded with
+//! zero rows); group `g` holds rows `8g .. 8g + 8` as `cols / block_size` packed blocks back
+//! to back, each [`PackedMatrix::block_bytes`] long. Within a packed block, "lane `r`" is row
+//! `8g + r`, and `W_j` (the `j`-th 32-byte quant register) holds quants `4j .. 4j + 4` of
+//! each row's 32-weight sub-block in bytes `4r .. 4r + 4`:
+//!
+//! - `Q4_0` (144 B): `d: [f16; 8]`, then 4 × 32 B nibble chunks: chunk `c` byte `4r + b` =
+//!   `q[8c + b] | q[8c + 4 + b] << 4` (so chunk `c` yields `W_2c` from its low nibbles and
+//!   `W_2c+1` from its high nibbles); weight = `d * (q - 8)`.
+//! - `Q4_1` (160 B): `d: [f16; 8]`, `m: [f16; 8]`, nibble chunks as Q4_0; weight = `d * q + m`.
+//! - `Q5_0` (176 B): `d: [f16; 8]`, `qh: [u8; 32]` (byte `4r + b` holds at bit `j` the fifth
+//!   bit of quant `4j + b`), nibble chunks as Q4_0; weight = `d * (q - 16)`.
+//! - `Q5_1` (192 B): `d: [f16; 8]`, `m: [f16; 8]`, `qh` and nibbles as Q5_0; weight = `d * q + m`.
+//! - `Q8_0` (272 B): `d: [f16; 8]`, then `W_0 .. W_7` (signed quants); weight = `d * q`.
+//! - `Q4_K` (1184 B, 256 weights): `d: [f16; 8]`, `dmin: [f16; 8]`, `sc: [u8; 8 sub][8 lanes]`,
+//!   mins as pairs `m: [u8; 4 pair][8 lanes][2]` (sub-blocks `2p`, `2p + 1`), then 8
+//!   sub-blocks of 4 nibble chunks as Q4_0; weight = `d * sc * q - dmin * m`. Same bytes as
+//!   eight GGUF rows plus 32 (the 6-bit scales are stored as bytes): +2.8 %.
+//! - `Q6_K` (1680 B, 256 weights): `d: [f16; 8]`, scales as pairs `sc: [i8; 8 sub][8 lanes][2]`
+//!   (groups of 16 `2s`, `2s + 1`), low nibbles: 8 sub-blocks of 4 chunks as Q4_0, then high
+//!   bits: 8 sub-blocks of 2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
+//!   the top two bits of quant `16h + 4k + b`; weight = `d * sc * (q - 32)`.
+//!
+//! The other formats are not packed ([`PackedMatrix::pack`] returns `None`) and keep the
+//! row-major kernels of [`crate::fast`].
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod pack;
+mod scalar;
+#[cfg(test)]
+mod tests;
+
+use crate::fast::{quantize_acts, Acts, SyncPtr};
+use crate::format::WeightFormat;
+use crate::matmul::WeightMatrix;
+use crate::pool::{parallel_for, pool_threads};
+use crate::vecdot::{detected_isa, Isa};
+
+/// Rows interleaved in one packed group (one 32-bit SIMD lane each in a 256-bit register).
+pub const LANES: usize = 8;
+
+/// Tokens multiplied together against one unpacked weight register.
+pub const TILE_TOKENS: usize = 4;
+
+/// Tokens of a cache block: a task walks its row groups once per block of this many tokens,
+/// so the block's activations stay in L2 while the task's weights stream from L2/L3.
+const TOKEN_BLOCK: usize = 64;
+
+/// A `[rows, cols]` weight matrix repacked into groups of [`LANES`] interleaved rows (see the
+/// module doc for the layouts). Owns its bytes (`ceil(rows / 8) * 8 * row_bytes(cols)` plus
+/// 32 bytes per Q4_K super-block group).
+#[derive(Clone, Debug)]
+pub struct PackedMatrix {
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl PackedMatrix {
+    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K).
+    pub fn supports(format: WeightFormat) -> bool {
+        pack::packed_block_bytes(format).is_some()
+    }
+
+    /// Repacks `w` (parallel over row groups on the pool); `None` when its format has no
+    /// packed layout.
+    pub fn pack(w: &WeightMatrix) -> Option<Self> {
+        let pb = pack::packed_block_bytes(w.format)?;
+        let nb = w.cols / w.format.block_size();
+        let groups = w.rows.div_ceil(LANES);
+        let group_bytes = nb * pb;
+        let mut data = vec![0u8; groups * group_bytes];
+        let dp = SyncPtr(data.as_mut_ptr());
+        parallel_for(groups, &|g| {
+            // SAFETY: group g owns bytes [g*group_bytes, (g+1)*group_bytes) of `data`, which
+            // outlives parallel_for; no two tasks share a group.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(dp.get().add(g * group_bytes), group_bytes)
+            };
+            pack::pack_group(w, g, out);
+        });
+        Some(PackedMatrix {
+            format: w.format,
+            rows: w.rows,
+            cols: w.cols,
+            data,
+        })
+    }
+
+    /// Storage format of the original weights.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Bytes of one packed block (eight rows × one format block).
+    pub fn block_bytes(&self) -> usize {
+        pack::packed_block_bytes(self.format).unwrap_or(0)
+    }
+
+    fn groups(&self) -> usize {
+        self.rows.div_ceil(LANES)
+    }
+
+    fn blocks_per_row(&self) -> usize {
+        self.cols / self.format.block_size()
+    }
+
+    fn group(&self, g: usize) -> &[u8] {
+        let gb = self.blocks_per_row() * self.block_bytes();
+        &self.data[g * gb..(g + 1) * gb]
+    }
+}
+
+/// Environment variable that turns packing off when set to `0` (A/B measurements against the
+/// row-major kernels).
+pub const ENV_VAR: &str = "OXINFER_PACKED";
+
+/// Whether the packed kernels beat the row-major ones here, for `format`: the CPU has AVX2,
+/// the kernel set is `auto` (the scalar twin exists for tests, not for speed) and
+/// `OXINFER_PACKED` is not `0`.
+pub fn packing_pays(format: WeightFormat) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var(ENV_VAR).is_ok_and(|v| v.trim() == "0"));
+    !off && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
+        && detected_isa().has_avx2()
+        && PackedMatrix::supports(format)
+}
+
+/// `y[t][rows] = x[t][cols] · Wᵀ` with the packed weights `w` (activations quantized to int8
+/// once per call), on the best instruction set of this CPU.
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`.
+pub fn matmul_packed(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32]) {
+    let _p = crate::profile::scope(
+        || format!("matmul {}", w.format),
+        w.data.len() as u64,
+        2 * (w.rows * w.cols * t) as u64,
+    );
+    matmul_packed_isa(w, x, t, y, detected_isa());
+}
+
+/// [`matmul_packed`] on a given instruction set (`Isa::Avx2` or the scalar twin, which every
+/// other value selects).
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`, or `isa` is AVX2 on a CPU without it.
+pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Isa) {
+    let (rows, cols) = (w.rows, w.cols);
+    assert_eq!(x.len(), t * cols, "x must be [t = {t}, cols = {cols}]");
+    assert_eq!(y.len(), t * rows, "y must be [t = {t}, rows = {rows}]");
+    if rows == 0 || t == 0 {
+        return;
+    }
+    if isa.has_avx2() {
+        assert!(
+            detected_isa().has_avx2(),
+            "AVX2 kernels asked for on a CPU without AVX2"
+        );
+    }
+    let acts = quantize_acts(w.format, x, t, cols);
+    let groups = w.groups();
+    let chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
+    let n_tasks = groups.div_ceil(chunk);
+    let out = SyncPtr(y.as_mut_ptr());
+    let nb = w.blocks_per_row();
+    parallel_for(n_tasks, &|task| {
+        let g0 = task * chunk;
+        let g1 = (g0 + chunk).min(groups);
+        let mut tile = [[0f32; LANES]; TILE_TOKENS];
+        for tb0 in (0..t).step_by(TOKEN_BLOCK) {
+            let tb1 = (tb0 + TOKEN_BLOCK).min(t);
+            for g in g0..g1 {
+                let gdata = w.group(g);
+                let live = (rows - g * LANES).min(LANES);
+                let mut ti = tb0;
+                while ti < tb1 {
+                    let n = (tb1 - ti).min(TILE_TOKENS);
+                    run_tile(w.format, isa, gdata, nb, &acts, ti, n, &mut tile);
+                    for (k, lanes) in tile.iter().take(n).enumerate() {
+                        for (r, v) in lanes.iter().take(live).enumerate() {
+                            // SAFETY: (ti + k) < t and g*8 + r < rows, so the index is inside
+                            // y (t * rows); row groups g0..g1 belong to this task only, so no
+                            // two tasks write the same element; `y` outlives parallel_for.
+                            unsafe { *out.get().add((ti + k) * rows + g * LANES + r) = *v };
+                        }
+                    }
+                    ti += n;
+                }
+            }
+        }
+    });
+}
+
+/// Computes `tile[k][r]` = row `r` of the group `gdata` · token `ti + k`, for `k < n`.
+#[allow(clippy::too_many_arguments)]
+fn run_tile(
+    format: WeightFormat,
+    isa: Isa,
+    gdata: &[u8],
+    nb: usize,
+    acts: &Acts,
+    ti: usize,
+    n: usize,
+    tile: &mut [[f32; LANES]; TILE_TOKENS],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: matmul_packed_isa checked that the CPU has AVX2 (and FMA, F16C: detected
+        // together); `gdata` is one whole packed group of `nb` blocks of `format`, and `acts`
+        // holds `nb` blocks for every token below t > ti + n - 1.
+        unsafe { avx2::tile(format, gdata, nb, acts, ti, n, tile) };
+        return;
+    }
+    let _ = isa;
+    scalar::tile(format, gdata, nb, acts, ti, n, tile);
+}

@@ -1,0 +1,159 @@
+//! The packed GEMM against its scalar twin (bit for bit) and against the row-major kernels on
+//! the unpacked weights (same integer sums, float order differs), on random shapes with ragged
+//! row groups and token tiles.
+
+use super::*;
+use crate::vecdot::available_isas;
+use proptest::prelude::*;
+
+const FORMATS: [WeightFormat; 7] = [
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4K,
+    WeightFormat::Q6K,
+];
+
+/// `rows` rows of `cols` weights of `format` from random bytes with sane f16 scales.
+fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let bb = format.block_bytes();
+    let n = rows * cols / format.block_size() * bb;
+    let mut data: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for blk in data.chunks_exact_mut(bb) {
+        let a = f16(((next() % 1000) as f32 / 1000.0 - 0.5) * 0.2);
+        let b = f16(((next() % 1000) as f32 / 1000.0 - 0.5) * 0.1);
+        let mut put = |at: usize, v: [u8; 2]| blk[at..at + 2].copy_from_slice(&v);
+        match format {
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => put(0, a),
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K => {
+                put(0, a);
+                put(2, b);
+            }
+            _ => put(208, a),
+        }
+    }
+    data
+}
+
+fn random_acts(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let v = (i as u64 ^ seed).wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
+            (v % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn check(format: WeightFormat, rows: usize, blocks: usize, t: usize, seed: u64) {
+    let cols = blocks * format.block_size();
+    let data = random_matrix(format, rows, cols, seed);
+    let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+    let p = PackedMatrix::pack(&w).unwrap();
+    let x = random_acts(t * cols, seed ^ 0xABCD);
+    // The row-major kernels (scalar twins) on the original weights.
+    let mut want = vec![0f32; t * rows];
+    crate::fast::matmul_fast(&w, &x, t, &mut want, Isa::Scalar);
+    let mut scalar = vec![0f32; t * rows];
+    matmul_packed_isa(&p, &x, t, &mut scalar, Isa::Scalar);
+    let scale = 1.0 + want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in scalar.iter().zip(&want).enumerate() {
+        assert!(
+            (a - b).abs() <= 2e-5 * scale,
+            "{format} rows {rows} cols {cols} t {t}: packed scalar {a} vs row-major {b} at {i}"
+        );
+    }
+    for isa in available_isas() {
+        if !isa.has_avx2() {
+            continue;
+        }
+        let mut simd = vec![0f32; t * rows];
+        matmul_packed_isa(&p, &x, t, &mut simd, isa);
+        for (i, (a, b)) in simd.iter().zip(&scalar).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{format} rows {rows} cols {cols} t {t} {isa:?}: {a} vs scalar twin {b} at {i}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn packed_matches_twins(
+        f in 0usize..FORMATS.len(),
+        rows in 1usize..41,
+        blocks in 1usize..4,
+        t in 1usize..11,
+        seed in any::<u64>(),
+    ) {
+        check(FORMATS[f], rows, blocks, t, seed);
+    }
+}
+
+#[test]
+fn token_blocks_and_many_groups() {
+    // More tokens than one cache block (64), rows a ragged multiple of 8.
+    for (i, f) in FORMATS.into_iter().enumerate() {
+        check(f, 67, 2, 70, 11 + i as u64);
+    }
+}
+
+#[test]
+fn extreme_quants_do_not_overflow() {
+    // Every quant at its maximum and activations at ±full scale: the i16 partial sums are at
+    // their bound.
+    for f in FORMATS {
+        let (rows, cols) = (9, 2 * f.block_size());
+        let mut data = random_matrix(f, rows, cols, 5);
+        let bb = f.block_bytes();
+        for blk in data.chunks_exact_mut(bb) {
+            let q = match f {
+                WeightFormat::Q4_0 => 2..18,
+                WeightFormat::Q4_1 => 4..20,
+                WeightFormat::Q5_0 => 2..22,
+                WeightFormat::Q5_1 => 4..24,
+                WeightFormat::Q8_0 => 2..34,
+                WeightFormat::Q4K => 4..144,
+                _ => 0..208,
+            };
+            let fill = if f == WeightFormat::Q8_0 { 0x81 } else { 0xFF };
+            blk[q].fill(fill);
+        }
+        let w = WeightMatrix::new(f, &data, rows, cols).unwrap();
+        let p = PackedMatrix::pack(&w).unwrap();
+        for sign in [1.0f32, -1.0] {
+            let t = 5;
+            let x = vec![sign; t * cols];
+            let mut want = vec![0f32; t * rows];
+            crate::fast::matmul_fast(&w, &x, t, &mut want, Isa::Scalar);
+            for isa in available_isas() {
+                let mut got = vec![0f32; t * rows];
+                matmul_packed_isa(&p, &x, t, &mut got, isa);
+                let scale = 1.0 + want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() <= 2e-5 * scale, "{f} {isa:?}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unsupported_formats_are_not_packed() {
+    let data = vec![0u8; WeightFormat::Q5K.row_bytes(256).unwrap()];
+    let w = WeightMatrix::new(WeightFormat::Q5K, &data, 1, 256).unwrap();
+    assert!(PackedMatrix::pack(&w).is_none());
+    assert!(!packing_pays(WeightFormat::Q5K));
+}
