@@ -1,16 +1,22 @@
-//! A byte-at-a-time matcher of JSON text against a compiled [`Grammar`]: a pushdown automaton
-//! whose stack mirrors the nesting of the value being written. It accepts exactly the prefixes
-//! of texts that parse as JSON and validate against the grammar, so a decoder that only picks
-//! tokens the matcher accepts always ends with a valid document.
+//! A byte-at-a-time matcher of JSON text against a compiled [`Grammar`]: a set of pushdown
+//! automata paths whose stacks mirror the nesting of the value being written. `anyOf` forks a
+//! path per alternative that fits the next byte; paths that cannot take a byte die. It accepts
+//! exactly the prefixes of texts that parse as JSON and validate against the grammar (and that
+//! can still be completed), so a decoder that only picks tokens the matcher accepts always
+//! ends with a valid document.
 
-use super::schema::{Grammar, Node, NodeId};
+use super::numeric::{Bounds, MAX_DIGITS};
+use super::regex::{DEAD, UNBOUNDED};
+use super::schema::{Grammar, Node, NodeId, MAX_STACK};
 use std::sync::Arc;
 
 /// Longest run of whitespace allowed between two JSON tokens (keeps a small model from
 /// spinning in newlines forever).
 const MAX_WS_RUN: u8 = 8;
-/// Most digits of a number (integer part plus fraction plus exponent).
+/// Most characters of an unbounded number (integer part plus fraction plus exponent).
 const MAX_NUMBER_LEN: u8 = 24;
+/// Most alternative paths followed at once (more are dropped, which only narrows the output).
+const MAX_PATHS: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ObjState {
@@ -50,11 +56,63 @@ enum Esc {
     None,
     /// After a backslash.
     Start,
-    /// Inside `\uXXXX`: hex digits still to come, and whether the first one was `d`.
-    Hex(u8, bool),
+    /// Inside `\uXXXX`: hex digits still to come and the value so far.
+    Hex {
+        left: u8,
+        val: u32,
+    },
 }
 
-#[derive(Clone, Debug)]
+/// A string being written.
+#[derive(Clone, Debug, PartialEq)]
+struct Str {
+    /// An object key (bytes kept in `buf` when `known`: checked against the known keys).
+    key: bool,
+    known: bool,
+    min: usize,
+    max: Option<usize>,
+    /// Pattern index and DFA state.
+    pattern: Option<(usize, u32)>,
+    chars: usize,
+    esc: Esc,
+    /// A UTF-8 sequence in progress: code point bits so far, bytes still to come, total length.
+    utf8: (u32, u8, u8),
+    buf: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Num {
+    integer: bool,
+    st: NumState,
+    /// Bytes so far.
+    len: u8,
+    /// Digits of the current part (integer, fraction or exponent).
+    part: u8,
+    bounds: Option<Bounds>,
+    neg: bool,
+    /// Digits (bounded numbers only).
+    digits: Vec<u8>,
+    /// Integer-part digit count once the dot is written.
+    int_digits: Option<u32>,
+}
+
+impl Num {
+    fn in_range(&self) -> bool {
+        match &self.bounds {
+            None => true,
+            Some(b) => {
+                let int = self.int_digits.unwrap_or(self.digits.len() as u32);
+                b.contains(Bounds::value(self.neg, &self.digits, int))
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.st.complete() && self.in_range()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
 enum Frame {
     /// A value of this node is expected next.
     Value(NodeId),
@@ -72,26 +130,8 @@ enum Frame {
         /// After `[` (true) or after an element (false).
         open: bool,
     },
-    /// A string value (`key: false`) or an object key (`key: true`, bytes kept in `buf` when
-    /// the object has known keys).
-    Str {
-        key: bool,
-        /// Key bytes are checked against the object's known keys.
-        known: bool,
-        min: usize,
-        max: Option<usize>,
-        chars: usize,
-        esc: Esc,
-        buf: Vec<u8>,
-    },
-    Number {
-        integer: bool,
-        st: NumState,
-        /// Bytes so far.
-        len: u8,
-        /// Digits of the current part (integer, fraction or exponent).
-        part: u8,
-    },
+    Str(Str),
+    Number(Num),
     /// One of several exact texts: `alive` are the indices still matching, `pos` bytes read.
     Literal {
         node: NodeId,
@@ -100,13 +140,36 @@ enum Frame {
     },
 }
 
-/// Incremental JSON matcher. Cheap to clone (a small stack), so token candidates are tried on
-/// clones.
+/// One way of reading the text so far.
+#[derive(Clone, Debug, PartialEq)]
+struct Path {
+    stack: Vec<Frame>,
+    ws_run: u8,
+}
+
+/// Incremental JSON matcher. Cheap to clone (a few small stacks), so token candidates are
+/// tried on clones.
 #[derive(Clone, Debug)]
 pub struct JsonMatcher {
     grammar: Arc<Grammar>,
-    stack: Vec<Frame>,
-    ws_run: u8,
+    paths: Vec<Path>,
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\t' | b'\r')
+}
+
+/// The valid code points among `lo..=hi` for a UTF-8 sequence of `total` bytes; `None` if
+/// there are none.
+fn valid_cps(lo: u32, hi: u32, total: u8) -> Option<(u32, u32)> {
+    let (a, b) = match total {
+        1 => (0, 0x7F),
+        2 => (0x80, 0x7FF),
+        3 => (0x800, 0xFFFF),
+        _ => (0x10000, 0x10FFFF),
+    };
+    let (lo, hi) = (lo.max(a), hi.min(b));
+    (lo <= hi && !(lo >= 0xD800 && hi <= 0xDFFF)).then_some((lo, hi))
 }
 
 impl JsonMatcher {
@@ -115,24 +178,21 @@ impl JsonMatcher {
         let root = grammar.root;
         JsonMatcher {
             grammar,
-            stack: vec![Frame::Value(root)],
-            ws_run: 0,
+            paths: vec![Path {
+                stack: vec![Frame::Value(root)],
+                ws_run: 0,
+            }],
         }
     }
 
     /// Whether what was fed is a whole valid document.
     pub fn is_complete(&self) -> bool {
-        match self.stack.as_slice() {
-            [] => true,
-            [Frame::Number { st, .. }] => st.complete(),
-            [Frame::Literal { node, alive, pos }] => self.literal_done(*node, alive, *pos),
-            _ => false,
-        }
+        self.paths.iter().any(|p| p.complete(&self.grammar))
     }
 
     /// Whether nothing more can follow (the document is complete and cannot grow).
     pub fn is_finished(&self) -> bool {
-        self.stack.is_empty()
+        !self.paths.is_empty() && self.paths.iter().all(|p| p.stack.is_empty())
     }
 
     /// Feeds `bytes`; false (with the matcher left part-way) when they cannot continue a valid
@@ -146,19 +206,47 @@ impl JsonMatcher {
         self.clone().push_bytes(bytes)
     }
 
-    fn node(&self, id: NodeId) -> &Node {
-        &self.grammar.nodes[id]
+    /// Feeds one byte.
+    pub fn push(&mut self, b: u8) -> bool {
+        let g = &*self.grammar;
+        let mut next: Vec<Path> = Vec::with_capacity(self.paths.len());
+        let add = |p: Path, next: &mut Vec<Path>| {
+            if next.len() < MAX_PATHS && !next.contains(&p) {
+                next.push(p);
+            }
+        };
+        for mut p in std::mem::take(&mut self.paths) {
+            let mut forks = Vec::new();
+            if p.push(g, b, &mut forks) {
+                add(p, &mut next);
+            }
+            for f in forks {
+                add(f, &mut next);
+            }
+        }
+        self.paths = next;
+        !self.paths.is_empty()
+    }
+}
+
+impl Path {
+    fn complete(&self, g: &Grammar) -> bool {
+        match self.stack.as_slice() {
+            [] => true,
+            [Frame::Number(n)] => n.done(),
+            [Frame::Literal { node, alive, pos }] => literal_done(g, *node, alive, *pos),
+            _ => false,
+        }
     }
 
-    fn literal_done(&self, node: NodeId, alive: &[u16], pos: usize) -> bool {
-        let Node::Literal(opts) = self.node(node) else {
-            return false;
-        };
-        alive.iter().any(|&i| opts[i as usize].len() == pos)
+    /// Whether a value of `node` can be finished within the stack limit from here.
+    fn fits(&self, g: &Grammar, node: NodeId) -> bool {
+        let d = g.min_depth[node];
+        d != u32::MAX && self.stack.len() + d as usize <= MAX_STACK
     }
 
     fn ws(&mut self, b: u8) -> bool {
-        if matches!(b, b' ' | b'\n' | b'\t' | b'\r') && self.ws_run < MAX_WS_RUN {
+        if is_ws(b) && self.ws_run < MAX_WS_RUN {
             self.ws_run += 1;
             true
         } else {
@@ -166,8 +254,9 @@ impl JsonMatcher {
         }
     }
 
-    /// Feeds one byte.
-    pub fn push(&mut self, b: u8) -> bool {
+    /// Feeds one byte. On `anyOf` the path splits: the alternatives that take the byte go to
+    /// `forks` and this path reports false.
+    fn push(&mut self, g: &Grammar, b: u8, forks: &mut Vec<Path>) -> bool {
         loop {
             let Some(top) = self.stack.last_mut() else {
                 return false;
@@ -175,11 +264,24 @@ impl JsonMatcher {
             match top {
                 Frame::Value(node) => {
                     let node = *node;
-                    if matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
+                    if is_ws(b) {
                         return self.ws(b);
                     }
                     self.stack.pop();
-                    return self.start_value(node, b);
+                    if let Node::AnyOf(alts) = &g.nodes[node] {
+                        for &a in alts {
+                            if !self.fits(g, a) {
+                                continue;
+                            }
+                            let mut p = self.clone();
+                            p.stack.push(Frame::Value(a));
+                            if p.push(g, b, forks) {
+                                forks.push(p);
+                            }
+                        }
+                        return false;
+                    }
+                    return self.start_value(g, node, b);
                 }
                 Frame::Object {
                     node,
@@ -188,35 +290,40 @@ impl JsonMatcher {
                     pending,
                 } => {
                     let (node, state, seen_now, pend) = (*node, *st, *seen, *pending);
-                    if matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
+                    if is_ws(b) {
                         return self.ws(b);
                     }
                     self.ws_run = 0;
-                    let Node::Object { props, extra } = self.node(node) else {
+                    let Node::Object { props, extra } = &g.nodes[node] else {
                         return false;
                     };
                     let all_required = props
                         .iter()
                         .enumerate()
                         .all(|(i, p)| !p.2 || seen_now & (1 << i) != 0);
-                    let more_keys =
-                        extra.is_some() || (0..props.len()).any(|i| seen_now & (1 << i) == 0);
-                    let keep_key = !props.is_empty();
+                    let more_keys = extra.is_some_and(|e| self.fits(g, e))
+                        || props
+                            .iter()
+                            .enumerate()
+                            .any(|(i, p)| seen_now & (1 << i) == 0 && (p.2 || self.fits(g, p.1)));
+                    let known = !props.is_empty();
                     match (state, b) {
                         (ObjState::Open, b'}') | (ObjState::After, b'}') if all_required => {
                             self.stack.pop();
                             return true;
                         }
                         (ObjState::Open | ObjState::Key, b'"') if more_keys => {
-                            self.stack.push(Frame::Str {
+                            self.stack.push(Frame::Str(Str {
                                 key: true,
-                                known: keep_key,
+                                known,
                                 min: 0,
                                 max: None,
+                                pattern: None,
                                 chars: 0,
                                 esc: Esc::None,
+                                utf8: (0, 0, 0),
                                 buf: Vec::new(),
-                            });
+                            }));
                             return true;
                         }
                         (ObjState::Colon, b':') => {
@@ -233,14 +340,14 @@ impl JsonMatcher {
                 }
                 Frame::Array { node, count, open } => {
                     let (node, n, was_open) = (*node, *count, *open);
-                    if matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
+                    if is_ws(b) {
                         return self.ws(b);
                     }
                     self.ws_run = 0;
-                    let Node::Array { items, min, max } = *self.node(node) else {
+                    let Node::Array { items, min, max } = g.nodes[node] else {
                         return false;
                     };
-                    let room = max.is_none_or(|m| n < m);
+                    let room = max.is_none_or(|m| n < m) && (n < min || self.fits(g, items));
                     if b == b']' {
                         if n >= min {
                             self.stack.pop();
@@ -269,136 +376,24 @@ impl JsonMatcher {
                     }
                     return false;
                 }
-                Frame::Str {
-                    key,
-                    known,
-                    min,
-                    max,
-                    chars,
-                    esc,
-                    buf,
-                } => {
+                Frame::Str(_) => {
                     self.ws_run = 0;
-                    match *esc {
-                        Esc::Start => {
-                            *esc = match b {
-                                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Esc::None,
-                                b'u' => Esc::Hex(4, false),
-                                _ => return false,
-                            };
-                            if *esc == Esc::None {
-                                *chars += 1;
-                            }
-                            return max.is_none_or(|m| *chars <= m);
-                        }
-                        Esc::Hex(n, first_d) => {
-                            // No surrogates (D800-DFFF): a lone one is not valid JSON text.
-                            let surrogate = n == 3 && first_d && !matches!(b, b'0'..=b'7');
-                            if !b.is_ascii_hexdigit() || surrogate {
-                                return false;
-                            }
-                            let d = n == 4 && matches!(b, b'd' | b'D');
-                            *esc = if n == 1 {
-                                Esc::None
-                            } else {
-                                Esc::Hex(n - 1, d)
-                            };
-                            if n == 1 {
-                                *chars += 1;
-                            }
-                            return max.is_none_or(|m| *chars <= m);
-                        }
-                        Esc::None => {}
-                    }
-                    if b == b'"' {
-                        if *chars < *min {
-                            return false;
-                        }
-                        let (is_key, name) = (*key, std::mem::take(buf));
+                    return self.push_str(g, b);
+                }
+                Frame::Number(_) => match self.push_num(b) {
+                    Some(ok) => return ok,
+                    None => {
+                        // The number ended; b belongs to the enclosing value.
                         self.stack.pop();
-                        if is_key {
-                            return self.key_done(&name);
-                        }
-                        return true;
-                    }
-                    if b < 0x20 {
-                        return false;
-                    }
-                    if b == b'\\' {
-                        *esc = Esc::Start;
-                        // Keys with escapes never match a known key.
-                        return !*known;
-                    }
-                    // Count characters, not UTF-8 continuation bytes.
-                    if b & 0xC0 != 0x80 {
-                        *chars += 1;
-                        if max.is_some_and(|m| *chars > m) {
+                        if self.stack.is_empty() {
                             return false;
                         }
+                        continue;
                     }
-                    if *known {
-                        buf.push(b);
-                        let prefix = buf.clone();
-                        return self.key_prefix_ok(&prefix);
-                    }
-                    return true;
-                }
-                Frame::Number {
-                    integer,
-                    st,
-                    len,
-                    part,
-                } => {
-                    let (int_only, s) = (*integer, *st);
-                    let next = match (s, b) {
-                        (NumState::Sign, b'0') => Some(NumState::Zero),
-                        (NumState::Sign, b'1'..=b'9') => Some(NumState::Int),
-                        (NumState::Int, b'0'..=b'9') => Some(NumState::Int),
-                        (NumState::Zero | NumState::Int, b'.') if !int_only => Some(NumState::Dot),
-                        (NumState::Dot | NumState::Frac, b'0'..=b'9') => Some(NumState::Frac),
-                        (NumState::Zero | NumState::Int | NumState::Frac, b'e' | b'E')
-                            if !int_only =>
-                        {
-                            Some(NumState::Exp)
-                        }
-                        (NumState::Exp, b'+' | b'-') => Some(NumState::ExpSign),
-                        (NumState::Exp | NumState::ExpSign | NumState::ExpDigits, b'0'..=b'9') => {
-                            Some(NumState::ExpDigits)
-                        }
-                        _ => None,
-                    };
-                    let part_len = match next {
-                        Some(n) if n == s => *part + 1,
-                        _ => 1,
-                    };
-                    // Integers stay exact in a double (15 digits), exponents finite (2 digits).
-                    let part_ok = match next {
-                        Some(NumState::Int) => part_len <= 15,
-                        Some(NumState::ExpDigits) => part_len <= 2,
-                        _ => true,
-                    };
-                    match next {
-                        Some(n) if *len < MAX_NUMBER_LEN && part_ok => {
-                            *st = n;
-                            *len += 1;
-                            *part = part_len;
-                            return true;
-                        }
-                        Some(_) => return false,
-                        None if s.complete() => {
-                            // The number ended; b belongs to the enclosing value.
-                            self.stack.pop();
-                            if self.stack.is_empty() {
-                                return false;
-                            }
-                            continue;
-                        }
-                        None => return false,
-                    }
-                }
+                },
                 Frame::Literal { node, alive, pos } => {
                     let (node, p) = (*node, *pos);
-                    let Node::Literal(opts) = &self.grammar.nodes[node] else {
+                    let Node::Literal(opts) = &g.nodes[node] else {
                         return false;
                     };
                     let next: Vec<u16> = alive
@@ -432,6 +427,218 @@ impl JsonMatcher {
         }
     }
 
+    /// Feeds a byte to the number on top: `Some(accepted)`, or `None` when the number is
+    /// complete and `b` does not continue it (the caller pops it and re-feeds `b`).
+    fn push_num(&mut self, b: u8) -> Option<bool> {
+        let Some(Frame::Number(n)) = self.stack.last_mut() else {
+            return Some(false);
+        };
+        let s = n.st;
+        let bounded = n.bounds.is_some();
+        let next = match (s, b) {
+            // `-0` parses as a float in some readers (serde_json): not an integer.
+            (NumState::Sign, b'0') if !n.integer => Some(NumState::Zero),
+            (NumState::Sign, b'1'..=b'9') => Some(NumState::Int),
+            (NumState::Int, b'0'..=b'9') => Some(NumState::Int),
+            (NumState::Zero | NumState::Int, b'.') if !n.integer => Some(NumState::Dot),
+            (NumState::Dot | NumState::Frac, b'0'..=b'9') => Some(NumState::Frac),
+            (NumState::Zero | NumState::Int | NumState::Frac, b'e' | b'E')
+                if !n.integer && !bounded =>
+            {
+                Some(NumState::Exp)
+            }
+            (NumState::Exp, b'+' | b'-') => Some(NumState::ExpSign),
+            (NumState::Exp | NumState::ExpSign | NumState::ExpDigits, b'0'..=b'9') => {
+                Some(NumState::ExpDigits)
+            }
+            _ => None,
+        };
+        let Some(ns) = next else {
+            return if n.done() { None } else { Some(false) };
+        };
+        let part_len = if ns == s { n.part + 1 } else { 1 };
+        // Integers stay exact in a double (15 digits), exponents finite (2 digits).
+        let part_ok = match ns {
+            NumState::Int => part_len <= 15,
+            NumState::ExpDigits => part_len <= 2,
+            _ => true,
+        };
+        if n.len >= MAX_NUMBER_LEN || !part_ok {
+            return Some(false);
+        }
+        if let Some(bounds) = n.bounds {
+            let mut digits = n.digits.clone();
+            let mut int_digits = n.int_digits;
+            if b == b'.' {
+                int_digits = Some(digits.len() as u32);
+            } else {
+                digits.push(b);
+            }
+            let total = digits.len() as u32 + u32::from(b == b'.');
+            if total > MAX_DIGITS || !bounds.reachable(n.neg, &digits, int_digits, n.integer) {
+                return Some(false);
+            }
+            n.digits = digits;
+            n.int_digits = int_digits;
+        }
+        n.st = ns;
+        n.len += 1;
+        n.part = part_len;
+        Some(true)
+    }
+
+    /// Whether the string on top may take a character in `lo..=hi` as its `chars`-th.
+    fn str_allows(g: &Grammar, s: &Str, chars: usize, lo: u32, hi: u32) -> bool {
+        if s.max.is_some_and(|m| chars > m) {
+            return false;
+        }
+        let Some((p, st)) = s.pattern else {
+            return true;
+        };
+        let dfa = &g.patterns[p];
+        dfa.any_in(st, lo, hi, |t| {
+            s.max.is_none_or(|m| chars + dfa.min_dist(t) as usize <= m)
+                && (dfa.max_dist(t) == UNBOUNDED || chars + dfa.max_dist(t) as usize >= s.min)
+        })
+    }
+
+    /// Records a whole character `c` of the string on top (already allowed).
+    fn str_char(g: &Grammar, s: &mut Str, c: u32) {
+        s.chars += 1;
+        if let Some((p, st)) = &mut s.pattern {
+            *st = g.patterns[*p].step(*st, c);
+            debug_assert!(*st != DEAD);
+        }
+    }
+
+    fn push_str(&mut self, g: &Grammar, b: u8) -> bool {
+        let Some(Frame::Str(s)) = self.stack.last_mut() else {
+            return false;
+        };
+        let next = s.chars + 1;
+        match s.esc {
+            Esc::Start => {
+                let c = match b {
+                    b'"' | b'\\' | b'/' => b as u32,
+                    b'b' => 0x08,
+                    b'f' => 0x0C,
+                    b'n' => 0x0A,
+                    b'r' => 0x0D,
+                    b't' => 0x09,
+                    b'u' => {
+                        s.esc = Esc::Hex { left: 4, val: 0 };
+                        return true;
+                    }
+                    _ => return false,
+                };
+                if !Self::str_allows(g, s, next, c, c) {
+                    return false;
+                }
+                s.esc = Esc::None;
+                Self::str_char(g, s, c);
+                return true;
+            }
+            Esc::Hex { left, val } => {
+                let Some(d) = (b as char).to_digit(16) else {
+                    return false;
+                };
+                let (left, val) = (left - 1, val * 16 + d);
+                let span = 4 * left as u32;
+                let (lo, hi) = (val << span, (val << span) | ((1 << span) - 1));
+                // No surrogates: a lone one is not valid text.
+                if lo >= 0xD800 && hi <= 0xDFFF {
+                    return false;
+                }
+                if !Self::str_allows(g, s, next, lo, hi) {
+                    return false;
+                }
+                if left == 0 {
+                    s.esc = Esc::None;
+                    Self::str_char(g, s, val);
+                } else {
+                    s.esc = Esc::Hex { left, val };
+                }
+                return true;
+            }
+            Esc::None => {}
+        }
+        let (cp, need, total) = s.utf8;
+        if need > 0 {
+            if b & 0xC0 != 0x80 {
+                return false;
+            }
+            let (cp, need) = ((cp << 6) | (b & 0x3F) as u32, need - 1);
+            let span = 6 * need as u32;
+            let Some((lo, hi)) = valid_cps(cp << span, (cp << span) | ((1 << span) - 1), total)
+            else {
+                return false;
+            };
+            if !Self::str_allows(g, s, next, lo, hi) {
+                return false;
+            }
+            s.utf8 = (cp, need, total);
+            if need == 0 {
+                Self::str_char(g, s, cp);
+            }
+            return self.key_byte(g, b);
+        }
+        if b == b'"' {
+            let matched = s.pattern.is_none_or(|(p, st)| g.patterns[p].accepts(st));
+            if s.chars < s.min || !matched {
+                return false;
+            }
+            let (is_key, name) = (s.key, std::mem::take(&mut s.buf));
+            self.stack.pop();
+            if is_key {
+                return self.key_done(g, &name);
+            }
+            return true;
+        }
+        if b < 0x20 {
+            return false;
+        }
+        if b == b'\\' {
+            // Keys with escapes never match a known key.
+            if s.known || !Self::str_allows(g, s, next, 0, 0xFFFF) {
+                return false;
+            }
+            s.esc = Esc::Start;
+            return true;
+        }
+        let (cp, need, total): (u32, u8, u8) = match b {
+            0x00..=0x7F => (b as u32, 0, 1),
+            0xC2..=0xDF => ((b & 0x1F) as u32, 1, 2),
+            0xE0..=0xEF => ((b & 0x0F) as u32, 2, 3),
+            0xF0..=0xF4 => ((b & 0x07) as u32, 3, 4),
+            _ => return false,
+        };
+        let span = 6 * need as u32;
+        let Some((lo, hi)) = valid_cps(cp << span, (cp << span) | ((1 << span) - 1), total) else {
+            return false;
+        };
+        if !Self::str_allows(g, s, next, lo, hi) {
+            return false;
+        }
+        s.utf8 = (cp, need, total);
+        if need == 0 {
+            Self::str_char(g, s, cp);
+        }
+        self.key_byte(g, b)
+    }
+
+    /// Keeps a byte of a known-key string and checks that some key still starts with the bytes.
+    fn key_byte(&mut self, g: &Grammar, b: u8) -> bool {
+        let Some(Frame::Str(s)) = self.stack.last_mut() else {
+            return false;
+        };
+        if !s.known {
+            return true;
+        }
+        s.buf.push(b);
+        let prefix = s.buf.clone();
+        self.key_prefix_ok(g, &prefix)
+    }
+
     fn set_obj_state(&mut self, to: ObjState) {
         if let Some(Frame::Object { st, .. }) = self.stack.last_mut() {
             *st = to;
@@ -439,105 +646,134 @@ impl JsonMatcher {
     }
 
     /// Opens a value of `node` whose first byte is `b` (not whitespace).
-    fn start_value(&mut self, node: NodeId, b: u8) -> bool {
+    fn start_value(&mut self, g: &Grammar, node: NodeId, b: u8) -> bool {
         self.ws_run = 0;
-        match self.node(node).clone() {
+        if !self.fits(g, node) {
+            return false;
+        }
+        match &g.nodes[node] {
+            Node::Never | Node::AnyOf(_) => false,
             Node::Any => match b {
-                b'{' => self.open_object(Some(self.grammar.any_object), b),
-                b'[' => self.open_array(Some(self.grammar.any_array)),
-                b'"' => self.open_string(0, None),
-                b'-' | b'0'..=b'9' => self.open_number(false, b),
-                b't' | b'f' => self.open_literal(Some(self.grammar.boolean), b),
-                b'n' => self.open_literal(Some(self.grammar.null), b),
+                b'{' => {
+                    self.fits(g, g.any_object)
+                        && self.open(
+                            g.any_object,
+                            Frame::Object {
+                                node: g.any_object,
+                                st: ObjState::Open,
+                                seen: 0,
+                                pending: g.any_object,
+                            },
+                        )
+                }
+                b'[' => self.open(
+                    g.any_array,
+                    Frame::Array {
+                        node: g.any_array,
+                        count: 0,
+                        open: true,
+                    },
+                ),
+                b'"' => self.open_string(0, None, None),
+                b'-' | b'0'..=b'9' => self.open_number(false, None, b),
+                b't' | b'f' => self.open_literal(g, g.boolean, b),
+                b'n' => self.open_literal(g, g.null, b),
                 _ => false,
             },
-            Node::Object { .. } => b == b'{' && self.open_object(Some(node), b),
-            Node::Array { .. } => b == b'[' && self.open_array(Some(node)),
-            Node::String { min, max } => b == b'"' && self.open_string(min, max),
-            Node::Number { integer } => {
-                (b == b'-' || b.is_ascii_digit()) && self.open_number(integer, b)
+            Node::Object { props, .. } => {
+                b == b'{'
+                    && props.len() <= 64
+                    && self.open(
+                        node,
+                        Frame::Object {
+                            node,
+                            st: ObjState::Open,
+                            seen: 0,
+                            pending: node,
+                        },
+                    )
             }
-            Node::Boolean => self.open_literal(Some(self.grammar.boolean), b),
-            Node::Null => self.open_literal(Some(self.grammar.null), b),
-            Node::Literal(opts) => {
-                let alive: Vec<u16> = (0..opts.len() as u16).collect();
-                self.stack.push(Frame::Literal {
-                    node,
-                    alive,
-                    pos: 0,
-                });
-                self.push(b)
+            Node::Array { .. } => {
+                b == b'['
+                    && self.open(
+                        node,
+                        Frame::Array {
+                            node,
+                            count: 0,
+                            open: true,
+                        },
+                    )
             }
-            Node::AnyOf(alts) => {
-                for a in alts {
-                    let mut probe = self.clone();
-                    if probe.start_value(a, b) {
-                        *self = probe;
-                        return true;
-                    }
-                }
-                false
+            Node::String { min, max, pattern } => {
+                b == b'"'
+                    && self.open_string(*min, *max, pattern.map(|p| (p, g.patterns[p].start())))
             }
+            Node::Number { integer, bounds } => {
+                (b == b'-' || b.is_ascii_digit()) && self.open_number(*integer, *bounds, b)
+            }
+            Node::Boolean => self.open_literal(g, g.boolean, b),
+            Node::Null => self.open_literal(g, g.null, b),
+            Node::Literal(_) => self.open_literal(g, node, b),
         }
     }
 
-    fn open_object(&mut self, node: Option<NodeId>, _b: u8) -> bool {
-        let Some(node) = node else { return false };
-        if let Node::Object { props, .. } = self.node(node) {
-            if props.len() > 64 {
-                return false;
-            }
-        }
-        self.stack.push(Frame::Object {
-            node,
-            st: ObjState::Open,
-            seen: 0,
-            pending: node,
-        });
+    fn open(&mut self, _node: NodeId, f: Frame) -> bool {
+        self.stack.push(f);
         true
     }
 
-    fn open_array(&mut self, node: Option<NodeId>) -> bool {
-        let Some(node) = node else { return false };
-        self.stack.push(Frame::Array {
-            node,
-            count: 0,
-            open: true,
-        });
-        true
-    }
-
-    fn open_string(&mut self, min: usize, max: Option<usize>) -> bool {
-        self.stack.push(Frame::Str {
+    fn open_string(
+        &mut self,
+        min: usize,
+        max: Option<usize>,
+        pattern: Option<(usize, u32)>,
+    ) -> bool {
+        self.stack.push(Frame::Str(Str {
             key: false,
             known: false,
             min,
             max,
+            pattern,
             chars: 0,
             esc: Esc::None,
+            utf8: (0, 0, 0),
             buf: Vec::new(),
-        });
+        }));
         true
     }
 
-    fn open_number(&mut self, integer: bool, b: u8) -> bool {
+    fn open_number(&mut self, integer: bool, bounds: Option<Bounds>, b: u8) -> bool {
         let st = match b {
             b'-' => NumState::Sign,
             b'0' => NumState::Zero,
             _ => NumState::Int,
         };
-        self.stack.push(Frame::Number {
+        let neg = b == b'-';
+        let digits = if b == b'-' || bounds.is_none() {
+            Vec::new()
+        } else {
+            vec![b]
+        };
+        if let Some(bd) = bounds {
+            if !bd.reachable(neg, &digits, None, integer) {
+                return false;
+            }
+        }
+        self.stack.push(Frame::Number(Num {
             integer,
             st,
             len: 1,
             part: 1,
-        });
+            bounds,
+            neg,
+            digits,
+            int_digits: None,
+        }));
         true
     }
 
-    fn open_literal(&mut self, node: Option<NodeId>, b: u8) -> bool {
-        let Some(node) = node else { return false };
-        let n = match self.node(node) {
+    fn open_literal(&mut self, g: &Grammar, node: NodeId, b: u8) -> bool {
+        let n = match &g.nodes[node] {
             Node::Literal(o) => o.len(),
             _ => return false,
         };
@@ -546,38 +782,49 @@ impl JsonMatcher {
             alive: (0..n as u16).collect(),
             pos: 0,
         });
-        self.push(b)
+        self.push(g, b, &mut Vec::new())
     }
 
-    /// The enclosing object's known key names that are unseen and start with `prefix`.
-    fn key_prefix_ok(&self, prefix: &[u8]) -> bool {
-        let Some(Frame::Object { node, seen, .. }) = self.stack.iter().rev().nth(1) else {
+    /// Whether the enclosing object has a key starting with `prefix` that may still be written
+    /// (unseen, and its value fits), or takes other keys.
+    fn key_prefix_ok(&self, g: &Grammar, prefix: &[u8]) -> bool {
+        let n = self.stack.len();
+        let Some(Frame::Object { node, seen, .. }) = self.stack.get(n.wrapping_sub(2)) else {
             return false;
         };
-        let Node::Object { props, extra } = self.node(*node) else {
+        let Node::Object { props, extra } = &g.nodes[*node] else {
             return false;
         };
-        extra.is_some()
-            || props
-                .iter()
-                .enumerate()
-                .any(|(i, p)| seen & (1 << i) == 0 && p.0.as_bytes().starts_with(prefix))
+        let fits = |v: NodeId| {
+            let d = g.min_depth[v];
+            d != u32::MAX && n - 1 + d as usize <= MAX_STACK
+        };
+        extra.is_some_and(fits)
+            || props.iter().enumerate().any(|(i, p)| {
+                seen & (1 << i) == 0 && (p.2 || fits(p.1)) && p.0.as_bytes().starts_with(prefix)
+            })
     }
 
     /// A key string ended: records it in the enclosing object, which then expects `:`.
-    fn key_done(&mut self, name: &[u8]) -> bool {
+    fn key_done(&mut self, g: &Grammar, name: &[u8]) -> bool {
         let Some(Frame::Object { node, .. }) = self.stack.last() else {
             return false;
         };
         let node = *node;
-        let Node::Object { props, extra } = self.node(node) else {
+        let Node::Object { props, extra } = &g.nodes[node] else {
             return false;
         };
         let known = props
             .iter()
             .position(|p| p.0.as_bytes() == name)
-            .map(|i| (i, props[i].1));
+            .map(|i| (i, props[i].1, props[i].2));
         let extra = *extra;
+        let fits = |p: &Path, v: NodeId| p.fits(g, v);
+        let ok_value = match (known, extra) {
+            (Some((_, v, req)), _) => req || fits(self, v),
+            (None, Some(v)) => fits(self, v),
+            (None, None) => false,
+        };
         let Some(Frame::Object {
             st, seen, pending, ..
         }) = self.stack.last_mut()
@@ -585,8 +832,9 @@ impl JsonMatcher {
             return false;
         };
         match (known, extra) {
-            (Some((i, _)), _) if *seen & (1 << i) != 0 => false,
-            (Some((i, v)), _) => {
+            _ if !ok_value => false,
+            (Some((i, _, _)), _) if *seen & (1 << i) != 0 => false,
+            (Some((i, v, _)), _) => {
                 *seen |= 1 << i;
                 *pending = v;
                 *st = ObjState::Colon;
@@ -600,4 +848,11 @@ impl JsonMatcher {
             (None, None) => false,
         }
     }
+}
+
+fn literal_done(g: &Grammar, node: NodeId, alive: &[u16], pos: usize) -> bool {
+    let Node::Literal(opts) = &g.nodes[node] else {
+        return false;
+    };
+    alive.iter().any(|&i| opts[i as usize].len() == pos)
 }

@@ -5,6 +5,9 @@
 //! [`Constraint`] applies it to logits over a [`Vocabulary`].
 
 mod matcher;
+mod merge;
+mod numeric;
+mod regex;
 mod schema;
 
 pub use matcher::JsonMatcher;
@@ -37,6 +40,17 @@ impl Vocabulary {
             bytes,
             special,
             eos: tok.eos_ids().to_vec(),
+        }
+    }
+
+    /// A vocabulary from token bytes (id = index) and end-of-generation ids; no special
+    /// tokens besides those (tests, and tokenizers other than [`Tokenizer`]).
+    pub fn from_tokens(bytes: Vec<Vec<u8>>, eos: Vec<u32>) -> Self {
+        let special = vec![false; bytes.len()];
+        Vocabulary {
+            bytes,
+            special,
+            eos,
         }
     }
 
@@ -76,7 +90,8 @@ impl Constraint {
         self.matcher.is_finished()
     }
 
-    fn allowed(&self, id: u32) -> bool {
+    /// Whether token `id` may come next; `first` says which first bytes the matcher takes.
+    fn allowed(&self, id: u32, first: &[bool; 256]) -> bool {
         let i = id as usize;
         if self.vocab.eos.contains(&id) {
             return self.matcher.is_complete();
@@ -85,7 +100,20 @@ impl Constraint {
             return false;
         }
         let b = &self.vocab.bytes[i];
-        !b.is_empty() && self.matcher.accepts(b)
+        match b.len() {
+            0 => false,
+            1 => first[b[0] as usize],
+            _ => first[b[0] as usize] && self.matcher.accepts(b),
+        }
+    }
+
+    /// Which single bytes the matcher takes next (a cheap first filter over the vocabulary).
+    fn first_bytes(&self) -> [bool; 256] {
+        let mut first = [false; 256];
+        for (b, ok) in first.iter_mut().enumerate() {
+            *ok = self.matcher.accepts(&[b as u8]);
+        }
+        first
     }
 
     /// Sets every logit whose token cannot continue a valid document to −∞. With `need > 0`
@@ -96,13 +124,14 @@ impl Constraint {
             .filter(|&i| logits[i as usize].is_finite())
             .collect();
         let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
+        let first = self.first_bytes();
         let mut keep = Vec::new();
         let mut checked = 0;
         if need > 0 && order.len() > FIRST_LOOK {
             order.select_nth_unstable_by(FIRST_LOOK - 1, by_logit);
             order[..FIRST_LOOK].sort_by(by_logit);
             for &id in &order[..FIRST_LOOK] {
-                if self.allowed(id) {
+                if self.allowed(id, &first) {
                     keep.push(id);
                     if keep.len() == need {
                         break;
@@ -114,7 +143,7 @@ impl Constraint {
         if need == 0 || keep.len() < need {
             order[checked..].sort_by(by_logit);
             for &id in &order[checked..] {
-                if self.allowed(id) {
+                if self.allowed(id, &first) {
                     keep.push(id);
                     if need > 0 && keep.len() == need {
                         break;
