@@ -1,6 +1,8 @@
 //! GGUF tokenizers against llama.cpp (tests/fixtures/tokenizer/<model>.json, made by
-//! tools/ref/make_tokenizer_refs.py). The GGUF files are found in `$OXINFER_TEST_MODELS`
-//! (default `~/.cache/oxinfer/models`); a missing file skips its test with one line.
+//! tools/ref/make_tokenizer_refs.py and, for the `tokenizer.ggml.model = "gemma4"` vocabularies,
+//! tools/ref/make_gemma4_tokenizer_refs.py). The GGUF files are found in the fixture folder or
+//! in `$OXINFER_TEST_MODELS` (default `~/.cache/oxinfer/models`); a missing file skips its test
+//! with one line.
 
 use std::path::PathBuf;
 
@@ -40,7 +42,12 @@ fn ids(v: &Value) -> Vec<u32> {
 /// Loads the model named by the fixture, or prints the skip line.
 fn open(fixture: &Value) -> Option<Tokenizer> {
     let file = fixture["model"].as_str().unwrap_or_default();
-    let path = models_dir().join(file);
+    let committed = fixtures().join(file);
+    let path = if committed.is_file() {
+        committed
+    } else {
+        models_dir().join(file)
+    };
     if !path.is_file() {
         println!("skipped: {file} not found (run scripts/fetch-test-models.sh)");
         return None;
@@ -62,7 +69,13 @@ fn pieces_digest(tok: &Tokenizer) -> String {
     format!("{h:016x}")
 }
 
+/// Checks every case of `fixture_name` against llama.cpp (ids, decode, streaming) and, for each
+/// key in `also` (another reference's ids per case), that those ids are ours too.
 fn check_model(fixture_name: &str) {
+    check_model_also(fixture_name, &[]);
+}
+
+fn check_model_also(fixture_name: &str, also: &[&str]) {
     let fx = load_fixture(fixture_name);
     let Some(tok) = open(&fx) else {
         return;
@@ -105,6 +118,7 @@ fn check_model(fixture_name: &str) {
     // The hand-written corpus, then the seeded random strings.
     let mut cases = fx["cases"].as_array().cloned().unwrap_or_default();
     cases.extend(fx["fuzz"].as_array().cloned().unwrap_or_default());
+    cases.extend(fx["upstream"].as_array().cloned().unwrap_or_default());
     let mut failures = Vec::new();
     let mut round_trips = 0;
     for case in &cases {
@@ -118,6 +132,11 @@ fn check_model(fixture_name: &str) {
                 "{text:?}\n    ours      {got:?}\n    llama.cpp {want:?}"
             ));
             continue;
+        }
+        for key in also.iter().copied().chain(Some("upstream")) {
+            if !case[key].is_null() {
+                assert_eq!(got, ids(&case[key]), "{text:?}: ids differ from {key}");
+            }
         }
         // Decoding matches llama.cpp's pieces, and round-trips where llama.cpp's does.
         let decoded = tok.decode(&got);
@@ -164,6 +183,21 @@ fn smollm2_matches_llama_cpp() {
 #[test]
 fn gemma3_matches_llama_cpp() {
     check_model("gemma3.json");
+}
+
+/// The real Gemma 4 vocabulary (`tokenizer.ggml.model = "gemma4"`, llama.cpp's vocab-only test
+/// GGUF): llama.cpp, transformers' GemmaTokenizer on the same vocabulary and merges, and the ids
+/// llama.cpp's own test file records for its test strings.
+#[test]
+fn gemma4_matches_llama_cpp_and_transformers() {
+    check_model_also("gemma4.json", &["transformers"]);
+}
+
+/// A small Gemma-4-shaped tokenizer.json trained with `tokenizers`, converted by llama.cpp's
+/// converter (the GGUF is committed): llama.cpp and `tokenizers` on every case.
+#[test]
+fn gemma4_tiny_matches_llama_cpp_and_tokenizers() {
+    check_model_also("gemma4-tiny.json", &["tokenizers"]);
 }
 
 #[test]

@@ -67,8 +67,11 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let model = g
         .get_str(KEY_MODEL)?
         .ok_or_else(|| missing(path, KEY_MODEL))?;
+    // "gemma4": rank-ordered merges like "gpt2", but on raw UTF-8 with `▁` for spaces and
+    // `<0xXX>` byte fallback (SentencePiece spelling), as llama.cpp's GEMMA4 pre-type does.
+    let spm_style_bpe = model == "gemma4";
     let is_bpe = match model {
-        "gpt2" => true,
+        "gpt2" | "gemma4" => true,
         "llama" => false,
         other => {
             return Err(TokenizerError::UnsupportedModel {
@@ -151,7 +154,7 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
             .as_strings()
             .ok_or_else(|| bad(path, KEY_MERGES, "expected an array of strings"))?;
         let (family, unknown) = PreTokenizer::for_name(pre_name);
-        if unknown {
+        if unknown && !spm_style_bpe {
             eprintln!(
                 "warning: {}: unknown {KEY_PRE} '{}'; using the gpt-2 pre-tokenizer",
                 path.display(),
@@ -159,18 +162,23 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
             );
         }
         add_bos_family_default = family.add_bos_default;
-        let model =
-            BpeModel::new(&vocab, merges, &family).map_err(|message| TokenizerError::Backend {
-                context: format!("{}: {KEY_TOKENS}/{KEY_MERGES}", path.display()),
-                message,
-            })?;
+        let model = if spm_style_bpe {
+            BpeModel::new_spm_style(&vocab, merges)
+        } else {
+            BpeModel::new(&vocab, merges, &family)
+        }
+        .map_err(|message| TokenizerError::Backend {
+            context: format!("{}: {KEY_TOKENS}/{KEY_MERGES}", path.display()),
+            message,
+        })?;
         backend = Backend::Bpe(Box::new(model));
     } else {
         add_bos_family_default = true;
         let add_space_prefix = g.get_bool(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);
         backend = Backend::Spm(SpmModel::new(&vocab, add_space_prefix, unk));
     }
-    let add_bos = g.get_bool(KEY_ADD_BOS)?.unwrap_or(add_bos_family_default);
+    // llama.cpp forces add_bos on for Gemma 4 vocabularies whatever the metadata says.
+    let add_bos = spm_style_bpe || g.get_bool(KEY_ADD_BOS)?.unwrap_or(add_bos_family_default);
     if add_bos && bos.is_none() {
         return Err(bad(
             path,
@@ -188,7 +196,7 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
             TokenKind::Control | TokenKind::Unknown | TokenKind::UserDefined => {
                 text.as_bytes().to_vec()
             }
-            TokenKind::Normal if is_bpe => bytelevel::decode_token(text),
+            TokenKind::Normal if is_bpe && !spm_style_bpe => bytelevel::decode_token(text),
             TokenKind::Normal => text
                 .chars()
                 .map(|c| if c == SPACE { ' ' } else { c })

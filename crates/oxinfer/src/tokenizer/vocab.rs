@@ -216,6 +216,16 @@ impl Vocab {
                 self.kinds[end as usize] = TokenKind::UserDefined;
             }
         }
+        // Gemma 4 / PLaMo: "</s>" is a normal token when "<|tool_response>" (or "<|plamo:eos|>")
+        // ends generation too.
+        let has = |t: &str| self.id(t).is_some_and(|id| out.binary_search(&id).is_ok());
+        let normal_s_marker = has("<|tool_response>") || has("<|plamo:eos|>");
+        if let Some(s) = self.id("</s>") {
+            if normal_s_marker {
+                out.retain(|&i| i != s);
+                self.kinds[s as usize] = TokenKind::Normal;
+            }
+        }
         out
     }
 }
