@@ -322,6 +322,35 @@ QWEN_CASES = MODEL_CASES + [
         {"tools": TOOLS},
     ),
     ("system_only", msgs(("system", "Only a system turn.")), True, None),
+    # Assistant tool calls as OpenAI / transformers write them, and tool turns answering them.
+    (
+        "tool_calls_in_messages",
+        msgs(("system", "Use tools when needed."), ("user", "Weather in Paris and Zürich?"))
+        + [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": None}}},
+                {"id": "call_2", "type": "function",
+                 "function": {"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": '{"temp": 21}'},
+            {"role": "tool", "tool_call_id": "call_2", "name": "get_weather", "content": '{"temp": 18}'},
+        ],
+        True,
+        {"tools": TOOLS},
+    ),
+    (
+        "tool_calls_with_text_then_user",
+        msgs(("user", "Weather?"))
+        + [
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+            {"role": "tool", "content": "-3 °C"},
+            {"role": "assistant", "content": "It is -3 °C in Oslo."},
+            {"role": "user", "content": "Thanks"},
+        ],
+        True,
+        {"tools": TOOLS},
+    ),
 ]
 
 LLAMA_CPP_TEMPLATES = {

@@ -93,6 +93,49 @@ CASES = [
     ("non_ascii", msgs(("user", "Grüß dich! 你好 🤗 — ça va ? Привет, мир. 👨‍👩‍👧")), True, None),
     ("whitespace", msgs(("user", "  padded \n\n text\twith tabs  \n")), True, None),
     ("special_text_in_content", msgs(("user", "<|turn> and <channel|> are just text here")), True, None),
+    # Tool calls (OpenAI / transformers shape) and Gemma 4's tool_responses.
+    (
+        "tool_call_mapping_and_response",
+        msgs(("system", "Use tools."), ("user", "Weather in Zürich?"))
+        + [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {
+                    "city": "Zürich", "days": 3, "unit": None, "where": {"lat": 47.37, "lon": 8.54},
+                    "tags": ["now", "wind"], "metric": True}}}]},
+            {"role": "tool", "content": "", "tool_responses": [
+                {"name": "get_weather", "response": {"temp": 21.5, "sky": "clear — sunny", "ok": True}}]},
+        ],
+        True,
+        {"tools": TOOLS},
+    ),
+    (
+        "tool_call_string_args_two_calls",
+        msgs(("user", "Search twice"))
+        + [
+            {"role": "assistant", "content": "Searching.", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "search", "arguments": '{"query": "naïve"}'}},
+                {"id": "call_2", "type": "function",
+                 "function": {"name": "search", "arguments": {"query": "café"}}}]},
+            {"role": "tool", "content": "", "tool_responses": [
+                {"name": "search", "response": "3 results"}, {"name": "search", "response": 7}]},
+            {"role": "user", "content": "Thanks"},
+        ],
+        True,
+        {"tools": TOOLS},
+    ),
+    (
+        "tool_response_with_content",
+        msgs(("user", "Weather?"))
+        + [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+            {"role": "tool", "content": "Done.", "tool_responses": [
+                {"name": "get_weather", "response": {"temp": -3}}]},
+        ],
+        False,
+        {"tools": TOOLS},
+    ),
 ]
 
 

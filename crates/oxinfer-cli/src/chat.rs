@@ -24,8 +24,9 @@ pub struct ChatArgs {
     /// Context length (default: the model's).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
-    /// Let the model reason first (the chat template's `enable_thinking`); the `<think>` trace
-    /// is printed dimmed on a terminal (to stderr otherwise) and kept out of the history.
+    /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
+    /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
+    /// dimmed on a terminal (to stderr otherwise) and kept out of the history.
     #[arg(long)]
     pub think: bool,
 }

@@ -49,8 +49,9 @@ pub struct RunArgs {
     /// Write the logits of every prompt position as a float32 .npy `[n_prompt, vocab]`.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
-    /// Let the model reason first (the chat template's `enable_thinking`); the `<think>` trace
-    /// is printed dimmed on a terminal (to stderr otherwise) and kept out of the answer.
+    /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
+    /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
+    /// dimmed on a terminal (to stderr otherwise) and kept out of the answer.
     #[arg(long)]
     pub think: bool,
     /// After loading, write the weights (in the precision chosen with --quant) as a

@@ -32,8 +32,29 @@ const RAISED: &str = "raise_exception: ";
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
-    /// The message text.
+    /// The message text (absent or `null` in JSON reads as empty, as OpenAI clients send it
+    /// beside tool calls).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
+    /// An assistant turn's tool calls, as OpenAI and transformers write them: each
+    /// `{"type": "function", "function": {"name": ..., "arguments": {...} or "json text"}}`
+    /// (plus an `id` where the client gives one). Templates see `message.tool_calls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A tool turn's id of the call it answers (`message.tool_call_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool (or participant) name of the turn (`message.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Gemma 4's tool results carried by a turn: each `{"name": ..., "response": {...} or
+    /// value}` (`message.tool_responses`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_responses: Option<Vec<serde_json::Value>>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 impl ChatMessage {
@@ -42,6 +63,24 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..Default::default()
+        }
+    }
+
+    /// An assistant turn that calls tools (`calls` as in [`ChatMessage::tool_calls`]), with
+    /// `content` beside the calls (often empty).
+    pub fn assistant_tool_calls(content: impl Into<String>, calls: Vec<serde_json::Value>) -> Self {
+        ChatMessage {
+            tool_calls: Some(calls),
+            ..ChatMessage::new("assistant", content)
+        }
+    }
+
+    /// A `tool` turn answering the call `tool_call_id` (when known) with `content`.
+    pub fn tool_response(content: impl Into<String>, tool_call_id: Option<String>) -> Self {
+        ChatMessage {
+            tool_call_id,
+            ..ChatMessage::new("tool", content)
         }
     }
 }
