@@ -41,8 +41,8 @@ fn gemma3_batched_sequences_match_their_references() {
     assert!(d0 <= TOL && d1 <= TOL, "batched: {d0} / {d1}");
 }
 
-/// Sliding layers keep about two windows of positions (≤ 3 windows before a batched drop);
-/// global layers keep all of them.
+/// Sliding layers keep exactly their window (a ring buffer), token by token and after a
+/// prompt of many windows prefilled in one chunk; global layers keep every position.
 #[test]
 fn gemma3_sliding_layers_keep_only_their_window() {
     let dir = fixtures().join("gemma3-tiny-a");
@@ -52,15 +52,26 @@ fn gemma3_sliding_layers_keep_only_their_window() {
     let cfg = model.config();
     let (w, row) = (cfg.sliding_window.unwrap(), cfg.n_kv_heads * cfg.head_dim);
     let prompt = ids(&r["prompts"][1]["ids"]);
-    let mut cache = lm.new_cache(256);
-    for &id in &prompt {
-        lm.forward(&[id], &mut cache, false).unwrap();
-    }
-    let rows: Vec<usize> = cache.layers.iter().map(|l| l.k.len() / row).collect();
-    // llama.cpp's pattern: layer 5 is the global one.
-    assert_eq!(rows[5], prompt.len(), "{rows:?}");
-    for (i, &n) in rows.iter().enumerate().filter(|&(i, _)| i != 5) {
-        assert!(n < 3 * w, "layer {i} keeps {n} rows: {rows:?}");
-        assert_eq!(cache.layers[i].start + n, prompt.len());
+    assert!(
+        prompt.len() > 3 * w,
+        "the long prompt spans several windows"
+    );
+    for whole in [false, true] {
+        let mut cache = lm.new_cache(256);
+        if whole {
+            lm.forward(&prompt, &mut cache, false).unwrap();
+        } else {
+            for &id in &prompt {
+                lm.forward(&[id], &mut cache, false).unwrap();
+            }
+        }
+        let rows: Vec<usize> = cache.layers.iter().map(|l| l.k.len() / row).collect();
+        // llama.cpp's pattern: layer 5 is the global one.
+        assert_eq!(rows[5], prompt.len(), "{rows:?}");
+        for (i, &n) in rows.iter().enumerate().filter(|&(i, _)| i != 5) {
+            assert_eq!(n, w, "layer {i} keeps {n} rows: {rows:?}");
+            assert_eq!(cache.layers[i].v.len(), w * row);
+            assert_eq!(cache.layers[i].start + n, prompt.len());
+        }
     }
 }

@@ -47,9 +47,9 @@ fn gemma4_batched_sequences_match_their_references() {
     assert!(d0 <= TOL && d1 <= TOL, "batched: {d0} / {d1}");
 }
 
-/// Sliding layers keep about two windows of positions (≤ 3 windows before a batched drop),
-/// global layers keep all of them with their own row width, and the KV-shared layers store
-/// nothing; from both the safetensors folder and the GGUF twin.
+/// Sliding layers keep exactly their window (a ring buffer), global layers every position with
+/// their own row width, and the KV-shared layers nothing; from both the safetensors folder and
+/// the GGUF twin, token by token and after the whole prompt (many windows) in one chunk.
 #[test]
 fn gemma4_cache_per_layer_type() {
     let dir = fixtures().join("gemma4-tiny-dense");
@@ -64,26 +64,33 @@ fn gemma4_cache_per_layer_type() {
         let model = Model::load(&source).unwrap();
         let lm = model.lm();
         let w = model.config().sliding_window.unwrap();
-        let mut cache = lm.new_cache(256);
-        for &id in &prompt {
-            lm.forward(&[id], &mut cache, false).unwrap();
-        }
-        for (i, kind) in c["layer_types"].as_array().unwrap().iter().enumerate() {
-            let l = &cache.layers[i];
-            if modes[i] == "reuse" {
-                assert!(
-                    l.k.is_empty() && l.v.is_empty(),
-                    "shared layer {i} stores rows"
-                );
-                continue;
-            }
-            if kind == "full_attention" {
-                let full = &c["per_layer_config"][i.to_string()];
-                assert_eq!(l.k.len(), prompt.len() * row(full), "global layer {i}");
+        for whole in [false, true] {
+            let mut cache = lm.new_cache(256);
+            if whole {
+                lm.forward(&prompt, &mut cache, true).unwrap();
             } else {
-                let n = l.k.len() / row(c);
-                assert!(n < 3 * w, "sliding layer {i} keeps {n} rows");
-                assert_eq!(l.start + n, prompt.len(), "sliding layer {i}");
+                for &id in &prompt {
+                    lm.forward(&[id], &mut cache, false).unwrap();
+                }
+            }
+            for (i, kind) in c["layer_types"].as_array().unwrap().iter().enumerate() {
+                let l = &cache.layers[i];
+                if modes[i] == "reuse" {
+                    assert!(
+                        l.k.is_empty() && l.v.is_empty(),
+                        "shared layer {i} stores rows"
+                    );
+                    continue;
+                }
+                if kind == "full_attention" {
+                    let full = &c["per_layer_config"][i.to_string()];
+                    assert_eq!(l.k.len(), prompt.len() * row(full), "global layer {i}");
+                } else {
+                    let n = l.k.len() / row(c);
+                    assert_eq!(n, w, "sliding layer {i} keeps {n} rows");
+                    assert_eq!(l.v.len(), w * row(c));
+                    assert_eq!(l.start + n, prompt.len(), "sliding layer {i}");
+                }
             }
         }
     }

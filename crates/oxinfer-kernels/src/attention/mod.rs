@@ -62,10 +62,41 @@ pub fn attention(
     s: &AttnShape,
     out: &mut [f32],
 ) {
-    attention_isa(q, k, v, t, pos0, s, out, detected_isa());
+    attention_isa(q, k, v, t, pos0, 0, s, out, detected_isa());
 }
 
-/// [`attention`] with the instruction set given (tests run every one the CPU has).
+/// [`attention`] over keys and values kept in a ring buffer of `ring` rows: position `p` lives
+/// in row `p % ring` of `k` and `v` (each `[min(pos0 + t, ring), n_kv_heads * head_dim]`), so
+/// a sliding-window layer stores only its window. Every position a query sees must still be in
+/// the ring: `ring ≥ window − 1 + t` (checked). `ring = 0` is the plain layout of [`attention`].
+///
+/// # Panics
+/// As [`attention`], and when the ring is too small for the window and the `t` new queries.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_ring(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    pos0: usize,
+    ring: usize,
+    s: &AttnShape,
+    out: &mut [f32],
+) {
+    attention_isa(q, k, v, t, pos0, ring, s, out, detected_isa());
+}
+
+/// Row of position `j` in a cache whose key/value rows are a ring of `ring` rows (0: none).
+#[inline]
+fn ring_row(j: usize, ring: usize) -> usize {
+    if ring == 0 {
+        j
+    } else {
+        j % ring
+    }
+}
+
+/// [`attention_ring`] with the instruction set given (tests run every one the CPU has).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_isa(
     q: &[f32],
@@ -73,6 +104,7 @@ pub(crate) fn attention_isa(
     v: &[f32],
     t: usize,
     pos0: usize,
+    ring: usize,
     s: &AttnShape,
     out: &mut [f32],
     isa: Isa,
@@ -80,7 +112,21 @@ pub(crate) fn attention_isa(
     let hd = s.head_dim;
     let q_row = s.n_heads * hd;
     let kv_row = s.n_kv_heads * hd;
-    let n_keys = pos0 + t;
+    let n_keys = if ring == 0 {
+        pos0 + t
+    } else {
+        ring.min(pos0 + t)
+    };
+    if ring > 0 && pos0 + t > ring {
+        // The oldest key of the first query and the newest key must not share a row.
+        let oldest = first_key(pos0, s.window);
+        assert!(
+            pos0 + t - oldest <= ring,
+            "ring of {ring} rows cannot hold keys {oldest}..{} (window {:?})",
+            pos0 + t,
+            s.window
+        );
+    }
     assert!(
         s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
         "heads must divide"
@@ -106,7 +152,7 @@ pub(crate) fn attention_isa(
         let i1 = (i0 + Q_BLOCK).min(t);
         let kvh = h / group;
         let mut o = vec![0f32; (i1 - i0) * hd];
-        block(q, k, v, (i0, i1), pos0, h, kvh, s, isa, &mut o);
+        block(q, (k, v, ring), (i0, i1), pos0, h, kvh, s, isa, &mut o);
         for (r, i) in (i0..i1).enumerate() {
             // SAFETY: row i, head h of `out` is written by this task only; i < t and
             // (h + 1) * hd <= q_row, so the slice lies inside `out` (checked above).
@@ -129,8 +175,7 @@ fn first_key(pos: usize, window: Option<usize>) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    (k, v, ring): (&[f32], &[f32], usize),
     rows: (usize, usize),
     pos0: usize,
     h: usize,
@@ -159,7 +204,10 @@ fn block(
                 continue;
             }
             let qi = &q[(i0 + r) * q_row + h * hd..(i0 + r) * q_row + (h + 1) * hd];
-            let key = |j: usize| &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+            let key = |j: usize| {
+                let r = ring_row(j, ring);
+                &k[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd]
+            };
             let mut tmax = f32::NEG_INFINITY;
             let mut j = a;
             while j + 4 <= b {
@@ -200,7 +248,8 @@ fn block(
             for j in a..b {
                 let p = (sc[j - j0] - m_new).exp();
                 sum += p;
-                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                let r = ring_row(j, ring);
+                let vj = &v[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd];
                 axpy(orow, p, vj, isa);
             }
             l[r] += sum;

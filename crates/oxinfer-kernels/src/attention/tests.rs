@@ -61,7 +61,7 @@ fn check(t: usize, pos0: usize, s: AttnShape, seed: u64) {
     let want = reference(&q, &k, &v, t, pos0, &s);
     for isa in [Isa::Scalar, detected_isa()] {
         let mut got = vec![f32::NAN; want.len()];
-        attention_isa(&q, &k, &v, t, pos0, &s, &mut got, isa);
+        attention_isa(&q, &k, &v, t, pos0, 0, &s, &mut got, isa);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
                 (g - w).abs() <= 2e-5 * (1.0 + w.abs()),
@@ -111,4 +111,71 @@ fn long_prompt_wide_heads() {
         check(300, 0, s, 7);
         check(1, 299, s, 8);
     }
+}
+
+/// Keys and values in a ring of `ring` rows (position p in row p % ring) give exactly the
+/// output of the plain layout, for rings from the tightest (window − 1 + t) up.
+fn check_ring(t: usize, pos0: usize, s: AttnShape, extra: usize, seed: u64) {
+    let w = s.window.expect("a ring needs a window");
+    let n_keys = pos0 + t;
+    let kv_row = s.n_kv_heads * s.head_dim;
+    let q = values(t * s.n_heads * s.head_dim, seed, 2.0);
+    let k = values(n_keys * kv_row, seed + 1, 2.0);
+    let v = values(n_keys * kv_row, seed + 2, 1.0);
+    let ring = w - 1 + t + extra;
+    let rows = ring.min(n_keys);
+    let (mut rk, mut rv) = (vec![f32::NAN; rows * kv_row], vec![f32::NAN; rows * kv_row]);
+    for p in n_keys.saturating_sub(ring)..n_keys {
+        let r = p % ring;
+        rk[r * kv_row..(r + 1) * kv_row].copy_from_slice(&k[p * kv_row..(p + 1) * kv_row]);
+        rv[r * kv_row..(r + 1) * kv_row].copy_from_slice(&v[p * kv_row..(p + 1) * kv_row]);
+    }
+    for isa in [Isa::Scalar, detected_isa()] {
+        let mut want = vec![0f32; t * s.n_heads * s.head_dim];
+        attention_isa(&q, &k, &v, t, pos0, 0, &s, &mut want, isa);
+        let mut got = vec![f32::NAN; want.len()];
+        attention_isa(&q, &rk, &rv, t, pos0, ring, &s, &mut got, isa);
+        assert_eq!(got, want, "{isa:?} t {t} pos0 {pos0} ring {ring} {s:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn ring_matches_plain_layout(
+        t in 1usize..40,
+        pos0 in 0usize..200,
+        group in 1usize..3,
+        hd in prop::sample::select(vec![1usize, 8, 33, 64]),
+        window in 1usize..80,
+        extra in prop::sample::select(vec![0usize, 1, 5]),
+        seed in 0u64..1000,
+    ) {
+        let s = AttnShape {
+            n_heads: 2 * group,
+            n_kv_heads: 2,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: Some(window),
+            softcap: None,
+        };
+        check_ring(t, pos0, s, extra, seed);
+    }
+}
+
+/// A ring smaller than the window and the new queries need is refused.
+#[test]
+#[should_panic(expected = "ring of")]
+fn ring_too_small_panics() {
+    let s = AttnShape {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        scale: 0.5,
+        window: Some(8),
+        softcap: None,
+    };
+    let (q, k) = (vec![0.5f32; 4 * 4], vec![0.5f32; 10 * 4]);
+    let mut out = vec![0f32; 4 * 4];
+    attention_ring(&q, &k, &k, 4, 20, 10, &s, &mut out);
 }

@@ -53,6 +53,69 @@ pub fn attention(
     attention_cpu(q, k, v, &g)
 }
 
+/// [`attention`] over one layer's cached keys and values as [`crate::nn::KvCache`] stores them:
+/// `k`/`v` rows in position order (`ring = 0`) or a sliding layer's ring of `ring` rows
+/// (position `p` in row `p % ring`). The default CPU kernels read the ring in place; the
+/// scalar reference and an installed backend get the visible positions copied out in order.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_cached(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ring: usize,
+    t: usize,
+    pos0: usize,
+    p: &AttentionParams,
+) -> Vec<f32> {
+    if ring == 0 || pos0 + t <= ring {
+        return attention(q, k, v, t, pos0, p);
+    }
+    if backend::active().is_none()
+        && oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar
+    {
+        let shape = oxinfer_kernels::attention::AttnShape {
+            n_heads: p.n_heads,
+            n_kv_heads: p.n_kv_heads,
+            head_dim: p.head_dim,
+            scale: p.scale,
+            window: p.window,
+            softcap: p.softcap,
+        };
+        let kv_row = p.n_kv_heads * p.head_dim;
+        let _prof = oxinfer_kernels::profile::scope(
+            || "attention".to_string(),
+            (2 * ring * kv_row * 4) as u64,
+            (4 * t * ring * p.n_heads * p.head_dim) as u64,
+        );
+        let mut out = vec![0f32; t * p.n_heads * p.head_dim];
+        oxinfer_kernels::attention::attention_ring(q, k, v, t, pos0, ring, &shape, &mut out);
+        return out;
+    }
+    // The oldest position the first query sees, then every position up to the last new one,
+    // copied out in order; the mask only depends on position differences.
+    let first = match p.window {
+        Some(w) => (pos0 + 1).saturating_sub(w),
+        None => 0,
+    };
+    assert!(
+        pos0 + t - first <= ring,
+        "a ring of {ring} rows cannot hold positions {first}..{}",
+        pos0 + t
+    );
+    let kv_row = p.n_kv_heads * p.head_dim;
+    let n = pos0 + t - first;
+    let (mut lk, mut lv) = (
+        Vec::with_capacity(n * kv_row),
+        Vec::with_capacity(n * kv_row),
+    );
+    for pos in first..pos0 + t {
+        let r = (pos % ring) * kv_row;
+        lk.extend_from_slice(&k[r..r + kv_row]);
+        lv.extend_from_slice(&v[r..r + kv_row]);
+    }
+    attention(q, &lk, &lv, t, pos0 - first, p)
+}
+
 /// The CPU reference of [`attention`] (also the twin `OXINFER_GPU_CHECK` compares against):
 /// `q` `[t, n_heads * head_dim]`, `k`/`v` at least `[pos0 + t, n_kv_heads * head_dim]`.
 pub fn attention_cpu(q: &[f32], k: &[f32], v: &[f32], p: &AttentionGeom) -> Vec<f32> {

@@ -1,23 +1,26 @@
-//! Key/value cache of a decoder: per layer, the rotated keys and the values of every position
-//! seen so far, grown as tokens arrive; and, for recurrent layers (Gated DeltaNet), their
-//! fixed-size state. Layers with a sliding window keep only the rows their queries can still
-//! see (plus one window of slack so short rewinds work), dropped in batches so each row is
-//! moved at most once on average.
+//! Key/value cache of a decoder: per layer, the rotated keys and the values of the positions
+//! its queries can still see, and, for recurrent layers (Gated DeltaNet), their fixed-size
+//! state. Global layers keep every position. Sliding-window layers keep a ring buffer of
+//! exactly their window (position `p` in row `p % ring`), widened only while a chunk longer
+//! than one token is being prefilled (`window − 1 + chunk` rows, what its first query still
+//! needs) and narrowed back to the window once the chunk is stored.
 
-/// Keys and values of one attention layer, `[len - start, kv_heads * head_dim]` each,
-/// row-major: row `i` holds position `start + i`.
+/// Keys and values of one attention layer, each `[rows, kv_heads * head_dim]` row-major.
+/// Global layers: row `i` holds position `i`. Sliding layers: a ring of [`LayerCache::ring`]
+/// rows, position `p` in row `p % ring` (rows fill in order until the ring first wraps).
 #[derive(Clone, Debug, Default)]
 pub struct LayerCache {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
-    /// Position of the first stored row (0 unless a windowed layer dropped old rows). Attention
-    /// over `k`/`v` sees the new queries at positions `pos0 - start ..`.
+    /// Oldest position still stored (0 until a sliding layer's ring first overwrites a row).
     pub start: usize,
     /// The layer's sliding window (a query at q sees keys k with q − k < window), if any.
     pub window: Option<usize>,
     /// Width of this layer's rows when it differs from the cache-wide one (0: the cache-wide
     /// width), for models whose layers have different head dims or kv head counts.
     pub width: usize,
+    /// Rows of the ring for a sliding layer (0: not a ring; row `i` is position `i`).
+    pub ring: usize,
 }
 
 impl LayerCache {
@@ -28,6 +31,33 @@ impl LayerCache {
             Some(w) => self.start <= (pos + 1).saturating_sub(w),
             None => self.start == 0,
         }
+    }
+
+    /// Re-lays a sliding layer's ring to `ring` rows, keeping the stored positions
+    /// `keep_from .. len` (at least `start`).
+    fn relayout(&mut self, ring: usize, len: usize, keep_from: usize, row: usize) {
+        let keep_from = keep_from.max(self.start);
+        if ring == self.ring {
+            return;
+        }
+        let old = self.ring;
+        let at = |p: usize| if old == 0 { p } else { p % old };
+        let rows = len.min(ring);
+        let (mut k, mut v) = (vec![0f32; rows * row], vec![0f32; rows * row]);
+        for p in keep_from..len {
+            let (src, dst) = (at(p) * row, (p % ring) * row);
+            k[dst..dst + row].copy_from_slice(&self.k[src..src + row]);
+            v[dst..dst + row].copy_from_slice(&self.v[src..src + row]);
+        }
+        self.k = k;
+        self.v = v;
+        self.ring = ring;
+        self.start = keep_from;
+    }
+
+    /// Rows of keys (or values) stored.
+    pub fn stored_rows(&self, row: usize) -> usize {
+        self.k.len() / row.max(1)
     }
 }
 
@@ -68,10 +98,11 @@ impl KvCache {
     }
 
     /// Gives each layer its sliding window (`None`: keep every position); windowed layers then
-    /// hold about two windows of rows instead of the whole context.
+    /// hold a ring of their window's rows instead of the whole context.
     pub fn with_windows(mut self, windows: &[Option<usize>]) -> Self {
         for (l, &w) in self.layers.iter_mut().zip(windows) {
             l.window = w.filter(|&w| w > 0);
+            l.ring = l.window.unwrap_or(0);
         }
         self
     }
@@ -122,32 +153,63 @@ impl KvCache {
         self.capacity
     }
 
-    /// Appends `t` rows of keys and values to `layer`. Call for every layer, then
-    /// [`KvCache::advance`] once.
+    /// Appends `t` rows of keys and values to `layer` (positions `len() .. len() + t`). Call for
+    /// every layer, then [`KvCache::advance`] once. A sliding layer's ring widens to
+    /// `window − 1 + t` rows first when `t` new rows would overwrite keys the first new query
+    /// still sees.
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         let (pos0, row) = (self.len, self.row_width(layer));
         let c = &mut self.layers[layer];
-        if let Some(w) = c.window {
-            // The first new query sees positions ≥ pos0 + 1 − w; keep one more window for
-            // rewinds, and drop only once a whole window is dead (amortized moves).
-            let keep_from = (pos0 + 1).saturating_sub(2 * w);
-            if keep_from >= c.start + w {
-                let n = (keep_from - c.start) * row;
-                c.k.drain(..n);
-                c.v.drain(..n);
-                c.start = keep_from;
+        debug_assert_eq!(k.len() % row.max(1), 0);
+        let t = k.len() / row.max(1);
+        let Some(w) = c.window else {
+            c.k.extend_from_slice(k);
+            c.v.extend_from_slice(v);
+            return;
+        };
+        let need = w - 1 + t;
+        if c.ring < need && pos0 + t > c.ring {
+            c.relayout(need, pos0, (pos0 + 1).saturating_sub(w), row);
+        }
+        for i in 0..t {
+            let p = pos0 + i;
+            let r = p % c.ring;
+            let src = i * row..(i + 1) * row;
+            if r * row == c.k.len() {
+                c.k.extend_from_slice(&k[src.clone()]);
+                c.v.extend_from_slice(&v[src]);
+            } else {
+                c.k[r * row..(r + 1) * row].copy_from_slice(&k[src.clone()]);
+                c.v[r * row..(r + 1) * row].copy_from_slice(&v[src]);
             }
         }
-        c.k.extend_from_slice(k);
-        c.v.extend_from_slice(v);
+        c.start = c.start.max((pos0 + t).saturating_sub(c.ring));
     }
 
-    /// Records that `t` positions were appended to every layer.
+    /// Records that `t` positions were appended to every layer; sliding layers' rings narrow
+    /// back to their window.
     pub fn advance(&mut self, t: usize) {
         self.len += t;
+        for i in 0..self.layers.len() {
+            let row = self.row_width(i);
+            let len = self.len;
+            let l = &mut self.layers[i];
+            if let Some(w) = l.window {
+                if l.ring > w && !l.k.is_empty() {
+                    l.relayout(w, len, len.saturating_sub(w), row);
+                } else if l.k.is_empty() {
+                    l.ring = w;
+                }
+            }
+        }
         debug_assert!((0..self.layers.len()).all(|i| {
             let l = &self.layers[i];
-            l.k.len() == (self.len - l.start) * self.row_width(i) || l.k.is_empty()
+            let rows = if l.ring > 0 {
+                self.len.min(l.ring)
+            } else {
+                self.len
+            };
+            l.k.len() == rows * self.row_width(i) || l.k.is_empty()
         }));
     }
 
@@ -160,6 +222,7 @@ impl KvCache {
                 l.k.clear();
                 l.v.clear();
                 l.start = 0;
+                l.ring = l.window.unwrap_or(0);
             }
             for r in &mut self.recurrent {
                 r.conv.fill(0.0);
@@ -181,8 +244,11 @@ impl KvCache {
             for i in 0..self.layers.len() {
                 let row = self.row_width(i);
                 let l = &mut self.layers[i];
-                l.k.truncate((len - l.start) * row);
-                l.v.truncate((len - l.start) * row);
+                // Rows of a ring that has wrapped stay (they are overwritten before being read).
+                if l.ring == 0 || self.len <= l.ring {
+                    l.k.truncate(len * row);
+                    l.v.truncate(len * row);
+                }
             }
             self.len = len;
         }
@@ -198,27 +264,68 @@ impl KvCache {
 mod tests {
     use super::*;
 
-    /// A windowed layer keeps at most about three windows of rows, knows where they start, and
-    /// rewinds within its slack; a deeper rewind empties the cache.
+    /// The keys a windowed layer holds for a query at `pos`, in position order (read through
+    /// the ring the way attention does).
+    fn visible(c: &KvCache, layer: usize, pos: usize) -> Vec<f32> {
+        let l = &c.layers[layer];
+        let first = (pos + 1).saturating_sub(l.window.unwrap());
+        (first..=pos)
+            .map(|p| l.k[if l.ring == 0 { p } else { p % l.ring }])
+            .collect()
+    }
+
+    /// A windowed layer holds exactly its window (fewer rows before it fills), token by token
+    /// and in chunks longer than the window; every position a query sees reads back right;
+    /// a one-token rewind works, a deeper one empties the cache.
     #[test]
-    fn windowed_layer_drops_old_rows() {
-        let mut c = KvCache::new(2, 1, 1000).with_windows(&[Some(4), None]);
-        for p in 0..50 {
-            let x = [p as f32];
+    fn windowed_layer_is_a_ring_of_its_window() {
+        let w = 4;
+        for chunk in [1usize, 3, 4, 9] {
+            let mut c = KvCache::new(2, 1, 1000).with_windows(&[Some(w), None]);
+            let mut p = 0;
+            while p < 50 {
+                let x: Vec<f32> = (p..p + chunk).map(|i| i as f32).collect();
+                c.append(0, &x, &x);
+                c.append(1, &x, &x);
+                // While the chunk is stored, the ring holds what its first query needs.
+                for q in p..p + chunk {
+                    let want: Vec<f32> =
+                        ((q + 1).saturating_sub(w)..=q).map(|i| i as f32).collect();
+                    assert_eq!(visible(&c, 0, q), want, "chunk {chunk}, query {q}");
+                }
+                assert!(c.layers[0].k.len() <= w - 1 + chunk);
+                c.advance(chunk);
+                p += chunk;
+                let l = &c.layers[0];
+                assert_eq!(l.k.len(), p.min(w), "chunk {chunk} at {p}");
+                assert_eq!(l.ring, w);
+                assert_eq!(c.layers[1].k.len(), p);
+            }
+            let n = c.len();
+            c.truncate(n - 1);
+            assert_eq!(c.len(), n - 1);
+            let x = [-1.0f32];
             c.append(0, &x, &x);
             c.append(1, &x, &x);
             c.advance(1);
-            let l = &c.layers[0];
-            assert!(l.k.len() <= 3 * 4 + 1, "{} rows at {p}", l.k.len());
-            assert_eq!(l.k[0], l.start as f32);
-            assert!(l.serves(p + 1));
-            assert_eq!(c.layers[1].k.len(), p + 1);
+            let mut want: Vec<f32> = (n - w..n - 1).map(|i| i as f32).collect();
+            want.push(-1.0);
+            assert_eq!(visible(&c, 0, n - 1), want);
+            c.truncate(n - 3);
+            assert_eq!(c.len(), 0);
+            assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
         }
-        c.truncate(47);
-        assert_eq!(c.len(), 47);
-        assert_eq!(*c.layers[0].k.last().unwrap(), 46.0);
-        c.truncate(20);
-        assert_eq!(c.len(), 0);
-        assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
+    }
+
+    /// Before the ring first wraps, rewinds of any depth keep the cache.
+    #[test]
+    fn short_windowed_cache_rewinds() {
+        let mut c = KvCache::new(1, 2, 100).with_windows(&[Some(8)]);
+        let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        c.append(0, &x, &x);
+        c.advance(6);
+        c.truncate(2);
+        assert_eq!((c.len(), c.layers[0].k.len()), (2, 4));
+        assert_eq!(c.layers[0].k, vec![0.0, 1.0, 2.0, 3.0]);
     }
 }

@@ -13,7 +13,7 @@ pub mod parallel;
 pub mod rope;
 pub mod self_attention;
 
-pub use attention::{attention, AttentionParams};
+pub use attention::{attention, attention_cached, AttentionParams};
 pub use embedding::Embedding;
 pub use kv_cache::{KvCache, LayerCache, RecurrentState};
 pub use linear::Linear;

@@ -3,7 +3,7 @@
 //! Qwen 3.5), optional sigmoid output gate carried by the q projection (Qwen 3.5), RoPE, cached
 //! GQA attention per sequence, output projection.
 
-use super::{attention, AttentionParams, KvCache, Linear, RmsNorm, Rope};
+use super::{attention_cached, AttentionParams, KvCache, Linear, RmsNorm, Rope};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
 
@@ -127,7 +127,7 @@ impl SelfAttention {
             sq.cache
                 .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
             let lc = &sq.cache.layers[layer];
-            let out = attention(q, &lc.k, &lc.v, sq.len, pos0 - lc.start, params);
+            let out = attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0, params);
             a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
         }
         if let Some(g) = gate {

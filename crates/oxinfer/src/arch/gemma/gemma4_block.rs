@@ -7,7 +7,9 @@ use super::Names;
 use crate::error::LoadError;
 use crate::loader::{Naming, TensorStore};
 use crate::nn::moe::SparseMoe;
-use crate::nn::{attention, Activation, AttentionParams, GatedMlp, Linear, RmsNorm, Rope, SeqRows};
+use crate::nn::{
+    attention_cached, Activation, AttentionParams, GatedMlp, Linear, RmsNorm, Rope, SeqRows,
+};
 
 /// Attention of one layer.
 pub struct Attention {
@@ -132,7 +134,7 @@ impl Attention {
                     .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
             }
             let lc = &sq.cache.layers[self.kv_source];
-            let out = attention(q, &lc.k, &lc.v, sq.len, pos0 - lc.start, &params);
+            let out = attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0, &params);
             a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
         }
         self.o.forward(&a, t)
