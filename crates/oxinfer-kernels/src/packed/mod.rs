@@ -39,6 +39,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod pack;
+mod row;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,9 @@ use crate::format::WeightFormat;
 use crate::matmul::WeightMatrix;
 use crate::pool::{parallel_for, pool_threads};
 use crate::vecdot::{detected_isa, Isa};
+
+/// Source bytes packed between two calls of [`PackedMatrix::pack_releasing`]'s callback.
+pub const PACK_SLAB_BYTES: usize = 4 << 20;
 
 /// Rows interleaved in one packed group (one 32-bit SIMD lane each in a 256-bit register).
 pub const LANES: usize = 8;
@@ -79,20 +83,37 @@ impl PackedMatrix {
     /// Repacks `w` (parallel over row groups on the pool); `None` when its format has no
     /// packed layout.
     pub fn pack(w: &WeightMatrix) -> Option<Self> {
+        Self::pack_releasing(w, &mut |_| {})
+    }
+
+    /// [`Self::pack`] in slabs of about [`PACK_SLAB_BYTES`] of source rows, calling
+    /// `done(rows)` after each slab with the source rows it has finished reading, so the
+    /// caller can drop them from memory while the rest is packed (peak memory: the packed
+    /// copy plus one slab, not plus the whole source).
+    pub fn pack_releasing(
+        w: &WeightMatrix,
+        done: &mut dyn FnMut(std::ops::Range<usize>),
+    ) -> Option<Self> {
         let pb = pack::packed_block_bytes(w.format)?;
         let nb = w.cols / w.format.block_size();
         let groups = w.rows.div_ceil(LANES);
         let group_bytes = nb * pb;
         let mut data = vec![0u8; groups * group_bytes];
         let dp = SyncPtr(data.as_mut_ptr());
-        parallel_for(groups, &|g| {
-            // SAFETY: group g owns bytes [g*group_bytes, (g+1)*group_bytes) of `data`, which
-            // outlives parallel_for; no two tasks share a group.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(dp.get().add(g * group_bytes), group_bytes)
-            };
-            pack::pack_group(w, g, out);
-        });
+        let slab = (PACK_SLAB_BYTES / group_bytes.max(1)).max(1);
+        for g0 in (0..groups).step_by(slab) {
+            let g1 = (g0 + slab).min(groups);
+            parallel_for(g1 - g0, &|i| {
+                let g = g0 + i;
+                // SAFETY: group g owns bytes [g*group_bytes, (g+1)*group_bytes) of `data`,
+                // which outlives parallel_for; no two tasks share a group.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(dp.get().add(g * group_bytes), group_bytes)
+                };
+                pack::pack_group(w, g, out);
+            });
+            done(g0 * LANES..(g1 * LANES).min(w.rows));
+        }
         Some(PackedMatrix {
             format: w.format,
             rows: w.rows,
@@ -119,6 +140,23 @@ impl PackedMatrix {
     /// Bytes held.
     pub fn size_bytes(&self) -> usize {
         self.data.len()
+    }
+
+    /// Dequantizes row `row` into `out` (`cols` values), bit-identical to the row-major
+    /// dequantizer on the original bytes (for a tied embedding table read from the packed
+    /// copy of the output head).
+    ///
+    /// # Panics
+    /// If `row >= rows` or `out.len() != cols`.
+    pub fn dequantize_row_into(&self, row: usize, out: &mut [f32]) {
+        assert!(row < self.rows, "row {row} of a {}-row matrix", self.rows);
+        assert_eq!(
+            out.len(),
+            self.cols,
+            "out must hold cols = {} values",
+            self.cols
+        );
+        row::dequant_lane(self.format, self.group(row / LANES), row % LANES, out);
     }
 
     /// Bytes of one packed block (eight rows × one format block).

@@ -10,7 +10,7 @@ use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 
 /// Quant `i` (0..32) of lane `r` from the four nibble chunks at `c`.
-fn nibble(c: &[u8], r: usize, i: usize) -> i32 {
+pub(crate) fn nibble(c: &[u8], r: usize, i: usize) -> i32 {
     let byte = c[32 * (i / 8) + 4 * r + i % 4];
     i32::from(if i % 8 < 4 { byte & 0x0F } else { byte >> 4 })
 }

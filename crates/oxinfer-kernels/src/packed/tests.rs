@@ -157,3 +157,30 @@ fn unsupported_formats_are_not_packed() {
     assert!(PackedMatrix::pack(&w).is_none());
     assert!(!packing_pays(WeightFormat::Q5K));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// A row read back from the packed copy has the same bits as the row-major dequantizer
+    /// gives on the original bytes (tied embeddings read rows from the packed head).
+    #[test]
+    fn packed_rows_dequantize_like_the_original(
+        f in 0usize..FORMATS.len(),
+        rows in 1usize..20,
+        blocks in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let format = FORMATS[f];
+        let cols = blocks * format.block_size();
+        let data = random_matrix(format, rows, cols, seed);
+        let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+        let p = PackedMatrix::pack(&w).unwrap();
+        let (mut want, mut got) = (vec![0f32; cols], vec![0f32; cols]);
+        for r in 0..rows {
+            w.dequantize_row_into(r, &mut want);
+            p.dequantize_row_into(r, &mut got);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                prop_assert_eq!(a.to_bits(), b.to_bits(), "{} row {} col {}: {} vs {}", format, r, i, a, b);
+            }
+        }
+    }
+}

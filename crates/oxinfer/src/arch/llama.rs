@@ -90,7 +90,7 @@ impl Llama {
     ) -> Result<Self, LoadError> {
         let (d, hd) = (cfg.hidden_size, cfg.head_dim);
         let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
-        let embed = Embedding::new(embed_view.clone(), 1.0)?;
+        let mut embed = Embedding::new(embed_view.clone(), 1.0)?;
         let head = match (cfg.tie_embeddings, store.get(&naming.global("output"))) {
             (false, Some(w)) => {
                 let w = w?;
@@ -98,6 +98,7 @@ impl Llama {
             }
             (true, _) | (false, None) => Linear::from_view(embed_view, None)?,
         };
+        embed.tie_to(&head);
         if head.n_out != cfg.vocab_size || head.n_in != d {
             return Err(LoadError::tensor(
                 store.path(),

@@ -185,11 +185,12 @@ impl Qwen35 {
         let offset = !gguf;
         let (d, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.norm_eps);
         let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
-        let embed = Embedding::new(embed_view.clone(), 1.0)?;
+        let mut embed = Embedding::new(embed_view.clone(), 1.0)?;
         let head = match store.get(&naming.global("output")) {
             Some(w) if !cfg.tie_embeddings => Linear::from_view(w?, None)?,
             _ => Linear::from_view(embed_view, None)?,
         };
+        embed.tie_to(&head);
         let full = full_attention_layers(cfg, src)?;
         let req = |gk: &str, jk: &str| -> Result<usize, LoadError> {
             src.usize(gk, jk)?

@@ -197,6 +197,22 @@ impl TensorView {
         }
     }
 
+    /// Drops the mapped pages of rows `rows` of a matrix (see [`Self::release_pages`]), so a
+    /// weight can be released slab by slab while it is repacked.
+    pub fn release_rows(&self, rows: std::ops::Range<usize>) {
+        let n = self.shape.first().copied().unwrap_or(0).max(1);
+        let span = |offset: usize, size: usize| {
+            let per_row = size / n;
+            (offset + rows.start * per_row, rows.len() * per_row)
+        };
+        let (o, l) = span(self.offset, self.size);
+        self.file.release(o, l);
+        if let Some(s) = &self.scales {
+            let (o, l) = span(s.offset, s.size);
+            s.file.release(o, l);
+        }
+    }
+
     /// Offset of the tensor's first byte in its file (or in-memory buffer).
     pub fn file_offset(&self) -> usize {
         self.offset

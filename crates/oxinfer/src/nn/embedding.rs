@@ -2,6 +2,7 @@
 
 use crate::error::{Error, LoadError};
 use crate::loader::TensorView;
+use crate::nn::linear::{Linear, PackedSlot};
 
 /// An embedding table `[vocab, dim]`, borrowed from its file.
 pub struct Embedding {
@@ -12,6 +13,9 @@ pub struct Embedding {
     pub dim: usize,
     /// Factor applied to every looked-up row (Gemma scales by √dim); 1 for most models.
     pub scale: f32,
+    /// The packed copy of this same table made by the tied output head, read instead of the
+    /// mapped bytes once it exists (the head drops the mapped pages when it packs).
+    tied: Option<PackedSlot>,
 }
 
 impl Embedding {
@@ -33,7 +37,18 @@ impl Embedding {
             vocab,
             dim,
             scale,
+            tied: None,
         })
+    }
+
+    /// Reads rows from `head`'s packed weight once the head has made it, when `head` is this
+    /// very table (a tied output head); otherwise does nothing. Without this, lookups after
+    /// packing fault the dropped pages back in and the table sits in memory twice.
+    pub fn tie_to(&mut self, head: &Linear) {
+        let (a, b) = (&self.table, head.weight());
+        if a.path() == b.path() && a.file_offset() == b.file_offset() && a.format == b.format {
+            self.tied = Some(head.packed_slot());
+        }
     }
 
     /// The table.
@@ -46,6 +61,11 @@ impl Embedding {
         let m = self.table.matrix()?;
         let row_bytes = m.row_bytes() + m.row_scale_bytes();
         let mut out = vec![0f32; ids.len() * self.dim];
+        let packed = self
+            .tied
+            .as_ref()
+            .and_then(|s| s.get())
+            .and_then(Option::as_ref);
         let _prof = oxinfer_kernels::profile::scope(
             || "embedding".to_string(),
             (ids.len() * row_bytes) as u64,
@@ -59,7 +79,10 @@ impl Embedding {
                     self.vocab
                 )));
             }
-            m.dequantize_row_into(id, dst);
+            match packed {
+                Some(p) => p.dequantize_row_into(id, dst),
+                None => m.dequantize_row_into(id, dst),
+            }
             if self.scale != 1.0 {
                 dst.iter_mut().for_each(|v| *v *= self.scale);
             }

@@ -5,7 +5,7 @@ use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
 use oxinfer_kernels::WeightMatrix;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A linear layer whose weight `[n_out, n_in]` stays in its file's format (borrowed, not copied).
 pub struct Linear {
@@ -21,8 +21,12 @@ pub struct Linear {
     /// The weight repacked for the CPU's packed GEMM, made on first CPU use (`None` inside
     /// when the format or CPU has no packed kernel); once made it replaces the mapped bytes,
     /// whose pages are dropped from resident memory.
-    packed: OnceLock<Option<PackedMatrix>>,
+    packed: PackedSlot,
 }
+
+/// Where a [`Linear`] keeps its packed weight, shared with an [`crate::nn::Embedding`] that
+/// reads the same table (tied embeddings) so that lookups read the packed copy once it exists.
+pub type PackedSlot = Arc<OnceLock<Option<PackedMatrix>>>;
 
 impl Linear {
     /// Loads `name` (shape `[n_out, n_in]`) and, when present, the bias named by replacing the
@@ -73,7 +77,7 @@ impl Linear {
             n_out,
             n_in,
             device: OnceLock::new(),
-            packed: OnceLock::new(),
+            packed: Arc::new(OnceLock::new()),
         })
     }
 
@@ -158,13 +162,17 @@ impl Linear {
         }
         self.packed
             .get_or_init(|| {
-                let p = PackedMatrix::pack(&self.matrix());
-                if p.is_some() {
-                    self.weight.release_pages();
-                }
-                p
+                PackedMatrix::pack_releasing(&self.matrix(), &mut |rows| {
+                    self.weight.release_rows(rows)
+                })
             })
             .as_ref()
+    }
+
+    /// The slot the packed weight goes in (made on first CPU use), for an embedding table that
+    /// is this same tensor.
+    pub fn packed_slot(&self) -> PackedSlot {
+        Arc::clone(&self.packed)
     }
 
     /// The weight on backend `b`, uploaded on first use; `None` when `b` declined it.

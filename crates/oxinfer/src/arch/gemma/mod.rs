@@ -232,11 +232,12 @@ pub fn embedding_and_head(
     tie: bool,
 ) -> Result<(Embedding, Linear), LoadError> {
     let table: TensorView = store.require_shape(&names.global("token_embd", ""), &[vocab, dim])?;
-    let embed = Embedding::new(table.clone(), (dim as f64).sqrt() as f32)?;
+    let mut embed = Embedding::new(table.clone(), (dim as f64).sqrt() as f32)?;
     let head = match store.get(&names.global("output", "")) {
         Some(w) if !tie => Linear::from_view(w?, None)?,
         _ => Linear::from_view(table, None)?,
     };
+    embed.tie_to(&head);
     if head.n_out != vocab || head.n_in != dim {
         return Err(LoadError::tensor(
             store.path(),

@@ -1,0 +1,80 @@
+//! One row of a packed matrix back to f32, for a table that is both a packed output head and
+//! an embedding looked up row by row (tied embeddings): the lookup reads the packed copy, so
+//! the original mapped bytes can stay out of memory.
+//!
+//! Each formula repeats the row-major dequantizer's float operations in the same order
+//! (`crate::dequant::{legacy, kquants}`), so both give the same bits.
+
+use super::pack::{packed_block_bytes, q4k, q6k, qh_offset, qs_offset};
+use super::scalar::nibble;
+use crate::dequant::f16_at;
+use crate::format::WeightFormat;
+
+/// Dequantizes lane `r` (< 8) of the packed group `g` (`nb` blocks of `format`) into `out`
+/// (`nb * block_size` values).
+pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [f32]) {
+    let pb = packed_block_bytes(format).expect("format has a packed layout");
+    let bs = format.block_size();
+    for (blk, y) in g.chunks_exact(pb).zip(out.chunks_exact_mut(bs)) {
+        match format {
+            WeightFormat::Q4K => lane_q4k(blk, r, y),
+            WeightFormat::Q6K => lane_q6k(blk, r, y),
+            _ => lane32(format, blk, r, y),
+        }
+    }
+}
+
+/// One 32-weight block of a legacy format.
+fn lane32(format: WeightFormat, blk: &[u8], r: usize, y: &mut [f32]) {
+    let d = f16_at(blk, 2 * r);
+    let qs = &blk[qs_offset(format)..];
+    for (i, v) in y.iter_mut().enumerate() {
+        *v = match format {
+            WeightFormat::Q8_0 => (qs[32 * (i / 4) + 4 * r + i % 4] as i8) as f32 * d,
+            WeightFormat::Q4_0 => (nibble(qs, r, i) - 8) as f32 * d,
+            WeightFormat::Q4_1 => nibble(qs, r, i) as f32 * d + f16_at(blk, 16 + 2 * r),
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+                let hb = blk[qh_offset(format) + 4 * r + i % 4];
+                let q = nibble(qs, r, i) | i32::from((hb >> (i / 4)) & 1) << 4;
+                if format == WeightFormat::Q5_0 {
+                    (q - 16) as f32 * d
+                } else {
+                    q as f32 * d + f16_at(blk, 16 + 2 * r)
+                }
+            }
+            _ => unreachable!("not a packed 32-weight format: {format}"),
+        };
+    }
+}
+
+/// One Q4_K super-block: `(d * sc) * q - dmin * m` per 32-weight sub-block.
+fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32]) {
+    let d = f16_at(blk, 2 * r);
+    let dmin = f16_at(blk, q4k::DMIN + 2 * r);
+    for (s, ys) in y.chunks_exact_mut(32).enumerate() {
+        let d1 = d * f32::from(blk[q4k::SC + 8 * s + r]);
+        let m1 = dmin * f32::from(blk[q4k::MIN + 16 * (s / 2) + 2 * r + s % 2]);
+        let qs = &blk[q4k::QS + 128 * s..];
+        for (i, v) in ys.iter_mut().enumerate() {
+            *v = d1 * nibble(qs, r, i) as f32 - m1;
+        }
+    }
+}
+
+/// One Q6_K super-block: `(d * sc) * (q - 32)` per 16-weight group.
+fn lane_q6k(blk: &[u8], r: usize, y: &mut [f32]) {
+    let d = f16_at(blk, 2 * r);
+    for (s, ys) in y.chunks_exact_mut(32).enumerate() {
+        let ql = &blk[q6k::QL + 128 * s..];
+        let qh = &blk[q6k::QH + 64 * s..];
+        for (h, yh) in ys.chunks_exact_mut(16).enumerate() {
+            let ds = d * f32::from(blk[q6k::SC + 16 * s + 2 * r + h] as i8);
+            for (i, v) in yh.iter_mut().enumerate() {
+                let (k, b) = (i / 4, i % 4);
+                let hi = (qh[32 * h + 4 * r + b] >> (2 * k)) & 3;
+                let q = nibble(ql, r, 16 * h + i) | i32::from(hi) << 4;
+                *v = ds * (q - 32) as f32;
+            }
+        }
+    }
+}
