@@ -58,7 +58,7 @@ pub struct GenFields {
 }
 
 /// `stop`: one string or several.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),

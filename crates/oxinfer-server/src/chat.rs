@@ -1,10 +1,14 @@
-//! `POST /v1/chat/completions`: one reply, whole or streamed as server-sent events, with tool
-//! calls parsed out of the text and JSON output constrained by a grammar.
+//! `POST /v1/chat/completions`: `n` replies (generated side by side through the scheduler),
+//! whole or streamed as server-sent events, with tool calls (in the template's format) and a
+//! thinking model's `reasoning_content` parsed out of the text, and JSON output constrained by
+//! a grammar. A reply cut by `max_tokens` ends with `finish_reason: "length"` and may then be
+//! incomplete JSON, as with OpenAI.
 
 use crate::api::{ChatRequest, Tool};
 use crate::error::ApiError;
 use crate::gen::{self, Job};
 use crate::prompt;
+use crate::reply::{Delta, ReplyParser, ToolMode};
 use crate::scheduler::Event;
 use crate::{unix_now, AppState};
 use axum::body::Bytes;
@@ -12,25 +16,15 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::{self, BoxStream, StreamExt};
 use oxinfer::engine::grammar::Grammar;
-use oxinfer::engine::tool_calls::{parse_call, ToolCall, ToolCallParser};
+use oxinfer::engine::thinking::prompt_opens_think;
+use oxinfer::engine::tool_calls::{ToolCall, ToolFormat};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
-
-/// How tool calls are read from the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ToolMode {
-    /// No tools: the text is the answer.
-    Off,
-    /// The model may write `<tool_call>` blocks among its text.
-    Auto,
-    /// The output is forced (by a grammar) to be one call's JSON.
-    Forced,
-}
 
 pub async fn handle(
     State(st): State<Arc<AppState>>,
@@ -128,6 +122,38 @@ fn response_grammar(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     }
 }
 
+/// Most choices (`n`) one request may ask for.
+const MAX_N: u32 = 16;
+
+/// How replies of this request are read.
+#[derive(Clone, Copy)]
+struct Reading {
+    mode: ToolMode,
+    format: ToolFormat,
+    /// Split off a reasoning trace (`Some(true)`: the prompt opened it).
+    think: Option<bool>,
+}
+
+impl Reading {
+    fn parser(&self) -> ReplyParser {
+        ReplyParser::new(self.mode, self.format, self.think)
+    }
+}
+
+/// A tool call id the model's template accepts back.
+fn call_id(format: ToolFormat) -> String {
+    match format {
+        ToolFormat::Mistral => {
+            let id = gen::new_id("");
+            let seed = id
+                .bytes()
+                .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+            format.call_id(seed)
+        }
+        _ => gen::new_id("call"),
+    }
+}
+
 async fn run(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -135,6 +161,7 @@ async fn run(
     let req: ChatRequest = gen::parse_body(body)?;
     st.check_model(req.model.as_deref())?;
     let sampling = gen::sampling(&req.gen)?;
+    let n = gen::choices(&req.gen, MAX_N)?;
     let (mode, tools) = tool_setup(&req)?;
     let mut grammar = response_grammar(req.response_format.as_ref())?;
     if mode == ToolMode::Forced {
@@ -149,23 +176,50 @@ async fn run(
         &req.messages,
         (mode != ToolMode::Off).then_some(offered.as_slice()),
     )?;
+    let src = st
+        .model
+        .tokenizer()
+        .and_then(|t| t.chat_template())
+        .unwrap_or("");
+    let thinking_template = src.contains("<think>") || src.contains("<|channel>");
+    let reading = Reading {
+        mode,
+        format: ToolFormat::detect(src),
+        think: (grammar.is_none() && thinking_template).then(|| prompt_opens_think(&text)),
+    };
     let ids = st
         .model
         .tokenize(&text, st.model.adds_bos())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     gen::check_context(ids.len(), st.cfg.ctx)?;
-    let job = Job {
-        max_tokens: gen::max_tokens(&req.gen, ids.len(), st.cfg.ctx)?,
-        prompt: ids,
-        sampling,
-        stop: req.gen.stop.map(|s| s.into_vec()).unwrap_or_default(),
-        logprobs: req
-            .logprobs
-            .unwrap_or(false)
-            .then(|| req.top_logprobs.unwrap_or(0).min(20) as usize),
-        grammar: grammar.map(Arc::new),
-    };
-    let rx = gen::submit(st, job)?;
+    let max_tokens = gen::max_tokens(&req.gen, ids.len(), st.cfg.ctx)?;
+    let grammar = grammar.map(Arc::new);
+    let logprobs = req
+        .logprobs
+        .unwrap_or(false)
+        .then(|| req.top_logprobs.unwrap_or(0).min(20) as usize);
+    let stop = req
+        .gen
+        .stop
+        .clone()
+        .map(|s| s.into_vec())
+        .unwrap_or_default();
+    let mut rxs = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut sampling = sampling.clone();
+        sampling.seed = sampling.seed.wrapping_add(i as u64);
+        rxs.push(gen::submit(
+            st,
+            Job {
+                max_tokens,
+                prompt: ids.clone(),
+                sampling,
+                stop: stop.clone(),
+                logprobs,
+                grammar: grammar.clone(),
+            },
+        )?);
+    }
     let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
     let id = gen::new_id("chatcmpl");
     if req.gen.stream.unwrap_or(false) {
@@ -174,76 +228,73 @@ async fn run(
             .stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage);
-        return Ok(stream_response(st.clone(), rx, id, model, mode, usage));
+        return Ok(stream_response(st.clone(), rxs, id, model, reading, usage));
     }
-    let c = gen::collect(rx).await?;
-    let (content, calls) = split_calls(&c.text, mode);
-    let finish = if calls.is_empty() {
-        c.reason.map(|r| r.as_str()).unwrap_or("stop")
-    } else {
-        "tool_calls"
-    };
-    let mut message = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(
-            calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| call_json(c, i, false))
-                .collect(),
-        );
-        if content.is_empty() {
-            message["content"] = Value::Null;
+    let collected = futures_util::future::join_all(rxs.into_iter().map(gen::collect)).await;
+    let mut choices = Vec::with_capacity(n);
+    let (mut prompt_tokens, mut cached, mut completion) = (0, 0, 0);
+    for (i, c) in collected.into_iter().enumerate() {
+        let c = c?;
+        if i == 0 {
+            prompt_tokens = c.usage["prompt_tokens"].as_u64().unwrap_or(0);
+            cached = c.usage["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
         }
+        completion += c.usage["completion_tokens"].as_u64().unwrap_or(0);
+        let d = reading.parser().whole(&c.text);
+        let finish = if d.calls.is_empty() {
+            c.reason.map(|r| r.as_str()).unwrap_or("stop")
+        } else {
+            "tool_calls"
+        };
+        let mut message = json!({"role": "assistant", "content": d.content});
+        if !d.reasoning.is_empty() {
+            message["reasoning_content"] = json!(d.reasoning);
+        }
+        if !d.calls.is_empty() {
+            message["tool_calls"] = Value::Array(
+                d.calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, call)| call_json(call, i, false, reading.format))
+                    .collect(),
+            );
+            if d.content.is_empty() {
+                message["content"] = Value::Null;
+            }
+        }
+        let logprobs = req.logprobs.unwrap_or(false).then(|| {
+            let entries: Vec<Value> = c
+                .tokens
+                .iter()
+                .filter_map(|(id, lp)| lp.as_ref().map(|lp| gen::chat_logprob(st, *id, lp)))
+                .collect();
+            json!({"content": entries})
+        });
+        choices.push(json!({
+            "index": i,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+        }));
     }
-    let logprobs = req.logprobs.unwrap_or(false).then(|| {
-        let entries: Vec<Value> = c
-            .tokens
-            .iter()
-            .filter_map(|(id, lp)| lp.as_ref().map(|lp| gen::chat_logprob(st, *id, lp)))
-            .collect();
-        json!({"content": entries})
-    });
-    st.metrics.generated_tokens.load(Ordering::Relaxed);
+    let usage = gen::usage(prompt_tokens as usize, cached as usize, completion as usize);
     Ok(axum::Json(json!({
         "id": id,
         "object": "chat.completion",
         "created": unix_now(),
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        }],
-        "usage": c.usage,
+        "choices": choices,
+        "usage": usage,
     }))
     .into_response())
 }
 
-/// The content and tool calls of a whole reply.
-fn split_calls(text: &str, mode: ToolMode) -> (String, Vec<ToolCall>) {
-    match mode {
-        ToolMode::Off => (text.to_string(), Vec::new()),
-        ToolMode::Forced => match parse_call(text) {
-            Some(c) => (String::new(), vec![c]),
-            None => (text.to_string(), Vec::new()),
-        },
-        ToolMode::Auto => {
-            let mut p = ToolCallParser::new();
-            let mut a = p.push(text);
-            let b = p.finish();
-            a.content.push_str(&b.content);
-            a.calls.extend(b.calls);
-            (a.content.trim().to_string(), a.calls)
-        }
-    }
-}
-
 /// A `tool_calls` entry (`index` included when streaming).
-fn call_json(c: &ToolCall, index: usize, streaming: bool) -> Value {
+fn call_json(c: &ToolCall, index: usize, streaming: bool, format: ToolFormat) -> Value {
     let mut v = json!({
-        "id": gen::new_id("call"),
+        "id": call_id(format),
         "type": "function",
         "function": {"name": c.name, "arguments": c.arguments},
     });
@@ -253,113 +304,115 @@ fn call_json(c: &ToolCall, index: usize, streaming: bool) -> Value {
     v
 }
 
-/// State of one streamed reply.
+/// State of one streamed choice.
+struct Choice {
+    parser: ReplyParser,
+    calls: usize,
+    done: bool,
+}
+
+/// State of one streamed response (all its choices).
 struct Streamer {
     st: Arc<AppState>,
-    rx: UnboundedReceiver<Event>,
+    events: BoxStream<'static, (usize, Event)>,
     id: String,
     model: String,
     created: u64,
-    mode: ToolMode,
+    format: ToolFormat,
     include_usage: bool,
-    parser: ToolCallParser,
-    /// Forced mode: the whole output, parsed at the end.
-    forced_text: String,
-    calls: usize,
+    choices: Vec<Choice>,
+    usage: (usize, usize, usize),
     /// Chunks ready to send.
     out: std::collections::VecDeque<String>,
     done: bool,
 }
 
 impl Streamer {
-    fn chunk(&self, delta: Value, finish: Option<&str>, logprobs: Option<Value>) -> String {
+    fn chunk(
+        &self,
+        i: usize,
+        delta: Value,
+        finish: Option<&str>,
+        logprobs: Option<Value>,
+    ) -> String {
         json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         })
         .to_string()
     }
 
-    fn push_text(&mut self, text: &str, logprobs: Option<Value>) {
-        match self.mode {
-            ToolMode::Off => {
-                if !text.is_empty() || logprobs.is_some() {
-                    let c = self.chunk(json!({"content": text}), None, logprobs);
-                    self.out.push_back(c);
-                }
-            }
-            ToolMode::Forced => self.forced_text.push_str(text),
-            ToolMode::Auto => {
-                let p = self.parser.push(text);
-                self.emit(p.content, p.calls, logprobs);
-            }
-        }
-    }
-
-    fn emit(&mut self, content: String, calls: Vec<ToolCall>, logprobs: Option<Value>) {
-        if !content.is_empty() || logprobs.is_some() {
-            let c = self.chunk(json!({"content": content}), None, logprobs);
+    fn emit(&mut self, i: usize, d: Delta, logprobs: Option<Value>) {
+        if !d.reasoning.is_empty() {
+            let c = self.chunk(i, json!({"reasoning_content": d.reasoning}), None, None);
             self.out.push_back(c);
         }
-        for call in calls {
-            let v = call_json(&call, self.calls, true);
-            self.calls += 1;
-            let c = self.chunk(json!({"tool_calls": [v]}), None, None);
+        if !d.content.is_empty() || logprobs.is_some() {
+            let c = self.chunk(i, json!({"content": d.content}), None, logprobs);
+            self.out.push_back(c);
+        }
+        for call in d.calls {
+            let v = call_json(&call, self.choices[i].calls, true, self.format);
+            self.choices[i].calls += 1;
+            let c = self.chunk(i, json!({"tool_calls": [v]}), None, None);
             self.out.push_back(c);
         }
     }
 
-    /// Turns one scheduler event into chunks.
-    fn on_event(&mut self, ev: Event) {
+    /// Turns one scheduler event of choice `i` into chunks.
+    fn on_event(&mut self, i: usize, ev: Event) {
         match ev {
             Event::Started => {}
             Event::Token { id, text, logprob } => {
                 let lp =
                     logprob.map(|lp| json!({"content": [gen::chat_logprob(&self.st, id, &lp)]}));
-                self.push_text(&text, lp);
+                let d = self.choices[i].parser.push(&text);
+                self.emit(i, d, lp);
             }
-            Event::Text(t) => self.push_text(&t, None),
+            Event::Text(t) => {
+                let d = self.choices[i].parser.push(&t);
+                self.emit(i, d, None);
+            }
             Event::Done {
                 reason,
                 prompt_tokens,
                 cached_tokens,
                 completion_tokens,
             } => {
-                match self.mode {
-                    ToolMode::Auto => {
-                        let p = self.parser.finish();
-                        self.emit(p.content, p.calls, None);
-                    }
-                    ToolMode::Forced => {
-                        let text = std::mem::take(&mut self.forced_text);
-                        let (content, calls) = split_calls(&text, ToolMode::Forced);
-                        self.emit(content, calls, None);
-                    }
-                    ToolMode::Off => {}
-                }
-                let finish = if self.calls > 0 {
+                let d = self.choices[i].parser.finish();
+                self.emit(i, d, None);
+                let finish = if self.choices[i].calls > 0 {
                     "tool_calls"
                 } else {
                     reason.as_str()
                 };
-                let c = self.chunk(json!({}), Some(finish), None);
+                let c = self.chunk(i, json!({}), Some(finish), None);
                 self.out.push_back(c);
-                if self.include_usage {
-                    let u = json!({
-                        "id": self.id,
-                        "object": "chat.completion.chunk",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": gen::usage(prompt_tokens, cached_tokens, completion_tokens),
-                    });
-                    self.out.push_back(u.to_string());
+                self.choices[i].done = true;
+                if i == 0 {
+                    self.usage.0 = prompt_tokens;
+                    self.usage.1 = cached_tokens;
                 }
-                self.out.push_back("[DONE]".into());
-                self.done = true;
+                self.usage.2 += completion_tokens;
+                if self.choices.iter().all(|c| c.done) {
+                    if self.include_usage {
+                        let (p, c, g) = self.usage;
+                        let u = json!({
+                            "id": self.id,
+                            "object": "chat.completion.chunk",
+                            "created": self.created,
+                            "model": self.model,
+                            "choices": [],
+                            "usage": gen::usage(p, c, g),
+                        });
+                        self.out.push_back(u.to_string());
+                    }
+                    self.out.push_back("[DONE]".into());
+                    self.done = true;
+                }
             }
             Event::Error(e) => {
                 self.out.push_back(ApiError::internal(e).body().to_string());
@@ -372,28 +425,42 @@ impl Streamer {
 
 fn stream_response(
     st: Arc<AppState>,
-    rx: UnboundedReceiver<Event>,
+    rxs: Vec<UnboundedReceiver<Event>>,
     id: String,
     model: String,
-    mode: ToolMode,
+    reading: Reading,
     include_usage: bool,
 ) -> Response {
+    let n = rxs.len();
+    let events = stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| {
+        stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+            .map(move |e| (i, e))
+            .boxed()
+    }))
+    .boxed();
     let mut s = Streamer {
         st,
-        rx,
+        events,
         id,
         model,
         created: unix_now(),
-        mode,
+        format: reading.format,
         include_usage,
-        parser: ToolCallParser::new(),
-        forced_text: String::new(),
-        calls: 0,
+        choices: (0..n)
+            .map(|_| Choice {
+                parser: reading.parser(),
+                calls: 0,
+                done: false,
+            })
+            .collect(),
+        usage: (0, 0, 0),
         out: Default::default(),
         done: false,
     };
-    let first = s.chunk(json!({"role": "assistant", "content": ""}), None, None);
-    s.out.push_back(first);
+    for i in 0..n {
+        let first = s.chunk(i, json!({"role": "assistant", "content": ""}), None, None);
+        s.out.push_back(first);
+    }
     let events = stream::unfold(s, |mut s| async move {
         loop {
             if let Some(data) = s.out.pop_front() {
@@ -402,8 +469,8 @@ fn stream_response(
             if s.done {
                 return None;
             }
-            match s.rx.recv().await {
-                Some(ev) => s.on_event(ev),
+            match s.events.next().await {
+                Some((i, ev)) => s.on_event(i, ev),
                 None => return None,
             }
         }

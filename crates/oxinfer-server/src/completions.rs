@@ -76,6 +76,7 @@ async fn run(
     let req: CompletionRequest = gen::parse_body(body)?;
     st.check_model(req.model.as_deref())?;
     let sampling = gen::sampling(&req.gen)?;
+    gen::choices(&req.gen, 1)?;
     let text = prompt_text(&req.prompt)?;
     let ids = st
         .model

@@ -67,10 +67,19 @@ pub fn sampling(g: &GenFields) -> Result<SamplingParams, ApiError> {
     };
     p.validate()
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if g.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request("only n = 1 is supported").with_param("n"));
-    }
     Ok(p)
+}
+
+/// How many choices (`n`) the request asks for, at most `max`.
+pub fn choices(g: &GenFields, max: u32) -> Result<usize, ApiError> {
+    match g.n {
+        None => Ok(1),
+        Some(n) if (1..=max).contains(&n) => Ok(n as usize),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "n = {n} is not supported (1 ..= {max} here)"
+        ))
+        .with_param("n")),
+    }
 }
 
 /// Most tokens to generate: the request's limit, else what the context leaves.

@@ -13,6 +13,7 @@ pub mod error;
 mod gen;
 pub mod metrics;
 pub mod prompt;
+mod reply;
 pub mod scheduler;
 
 use axum::extract::{Request, State};

@@ -207,6 +207,117 @@ def test_json_schema_output_parses_and_validates(server, prompt):
         assert isinstance(json.loads(r.choices[0].message.content), dict)
 
 
+HARD_SCHEMAS = [
+    {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2,4}-[0-9]{3}$"},
+        "word": {"type": "string", "pattern": "^(cat|dog)s?$"},
+        "free": {"type": "string", "pattern": "ab", "maxLength": 12},
+        "short": {"type": "string", "minLength": 2, "maxLength": 5}},
+     "required": ["code", "word", "free", "short"]},
+    {"type": "object", "properties": {
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "date-time"},
+        "time": {"type": "string", "format": "time"},
+        "mail": {"type": "string", "format": "email", "maxLength": 30},
+        "id": {"type": "string", "format": "uuid"},
+        "ip": {"type": "string", "format": "ipv4"}},
+     "required": ["day", "at", "time", "mail", "id", "ip"]},
+    {"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 18, "maximum": 65},
+        "big": {"type": "integer", "exclusiveMinimum": 1000, "maximum": 99999},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "temp": {"type": "number", "minimum": -40.5, "maximum": -3.25},
+        "scores": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 5},
+                   "minItems": 2, "maxItems": 4}},
+     "required": ["age", "big", "ratio", "temp", "scores"]},
+    {"allOf": [
+        {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}},
+         "required": ["name"]},
+        {"properties": {"level": {"type": "integer", "minimum": 1, "maximum": 3}},
+         "required": ["level"]}]},
+    {"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer", "minimum": 0, "maximum": 99},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+        "required": ["v"], "additionalProperties": False}},
+     "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"item": {"anyOf": [
+        {"type": "object", "properties": {"kind": {"type": "string", "maxLength": 8},
+                                          "n": {"type": "integer"}},
+         "required": ["kind", "n"], "additionalProperties": False},
+        {"type": "object", "properties": {"kind": {"type": "string", "maxLength": 8},
+                                          "ok": {"type": "boolean"}},
+         "required": ["kind", "ok"], "additionalProperties": False}]}},
+     "required": ["item"]},
+]
+
+
+def test_json_schema_keywords_always_validate(server):
+    """Patterns, formats, numeric bounds, allOf, recursive $ref and overlapping anyOf, sampled
+    at temperature 1.5: every finished output validates (jsonschema with its format checker)."""
+    c = client(server)
+
+    def one(args):
+        schema, seed = args
+        r = c.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Fill in this record."}],
+            temperature=1.5, seed=seed, max_tokens=400,
+            response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+        )
+        return schema, r.choices[0]
+
+    jobs = [(schema, seed) for schema in HARD_SCHEMAS for seed in range(4)]
+    finished = 0
+    with cf.ThreadPoolExecutor(8) as pool:
+        for schema, choice in pool.map(one, jobs):
+            if choice.finish_reason == "length":
+                continue  # cut by max_tokens: may be incomplete, as documented
+            assert choice.finish_reason == "stop"
+            finished += 1
+            validator = jsonschema.Draft202012Validator(
+                schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            validator.validate(json.loads(choice.message.content))
+    assert finished >= len(jobs) * 3 // 4, f"only {finished} of {len(jobs)} finished"
+
+
+@pytest.mark.parametrize("schema,word", [
+    ({"not": {"type": "string"}}, "not"),
+    ({"type": "string", "format": "hostname"}, "hostname"),
+    ({"type": "string", "pattern": "(?=a)b"}, "lookahead"),
+    ({"type": "integer", "multipleOf": 3}, "multipleOf"),
+])
+def test_unsupported_schema_is_400_naming_the_keyword(server, schema, word):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(server).chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], max_tokens=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+    assert word in str(e.value)
+
+
+def test_n_choices_whole_and_streamed(server):
+    c = client(server)
+    msgs = [{"role": "user", "content": "Name a fruit."}]
+    one = c.chat.completions.create(model=MODEL_NAME, messages=msgs, temperature=0, max_tokens=12)
+    three = c.chat.completions.create(model=MODEL_NAME, messages=msgs, temperature=0,
+                                      max_tokens=12, n=3)
+    assert [ch.index for ch in three.choices] == [0, 1, 2]
+    for ch in three.choices:
+        assert ch.message.content == one.choices[0].message.content
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+    assert three.usage.prompt_tokens == one.usage.prompt_tokens
+    texts, finishes = {0: "", 1: ""}, {}
+    stream = c.chat.completions.create(model=MODEL_NAME, messages=msgs, temperature=0.8, seed=3,
+                                       max_tokens=12, n=2, stream=True)
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] += ch.delta.content or ""
+            if ch.finish_reason:
+                finishes[ch.index] = ch.finish_reason
+    assert set(finishes) == {0, 1}
+    assert all(texts.values())
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=MODEL_NAME, messages=msgs, max_tokens=2, n=17)
+
+
 def test_eight_concurrent_streams_match_each_alone(server):
     prompts = [f"Write one sentence about the number {i}." for i in range(8)]
     c = client(server)
