@@ -188,17 +188,9 @@ impl TensorView {
             .map_err(|e| LoadError::tensor(self.path(), &self.name, e.to_string()))
     }
 
-    /// Drops the tensor's mapped pages from resident memory (see [`MappedFile::release`]):
-    /// for a weight whose bytes were repacked into a copy that replaces them.
-    pub fn release_pages(&self) {
-        self.file.release(self.offset, self.size);
-        if let Some(s) = &self.scales {
-            s.file.release(s.offset, s.size);
-        }
-    }
-
-    /// Drops the mapped pages of rows `rows` of a matrix (see [`Self::release_pages`]), so a
-    /// weight can be released slab by slab while it is repacked.
+    /// Drops the mapped pages of rows `rows` of a matrix from resident memory (see
+    /// [`MappedFile::release`]): for a weight repacked into a copy that replaces those rows,
+    /// released slab by slab while it is packed.
     pub fn release_rows(&self, rows: std::ops::Range<usize>) {
         let n = self.shape.first().copied().unwrap_or(0).max(1);
         let span = |offset: usize, size: usize| {
