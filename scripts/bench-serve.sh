@@ -9,8 +9,8 @@
 # Defaults: the SmolLM2-135M-Instruct Q4_1 test model, 2 threads, 1,4,16 clients, 2 requests
 # each, 64 tokens. Run it on a quiet machine; each level is bounded to 300 s.
 #
-# llama-server: $LLAMA_SERVER, else ~/.cache/oxinfer/llama-cpp-build/bin/llama-server (built by
-# scripts/build-llama-server.sh from the llama.cpp source in the llama-cpp-python 0.3.36 sdist);
+# llama-server: $LLAMA_SERVER, else ~/.cache/oxinfer/llama-cpp-native/bin/llama-server (built by
+# scripts/build-llama-cpp.sh from the llama.cpp source in the llama-cpp-python 0.3.36 sdist);
 # without it, llama-cpp-python's Python server from the reference venv is used if importable
 # (it serves one sequence at a time).
 set -euo pipefail
@@ -23,7 +23,7 @@ REQS="${4:-2}"
 MAXTOK="${5:-64}"
 PARALLEL=16
 SLOT_CTX=1024
-LLAMA_SERVER="${LLAMA_SERVER:-$HOME/.cache/oxinfer/llama-cpp-build/bin/llama-server}"
+LLAMA_SERVER="${LLAMA_SERVER:-$HOME/.cache/oxinfer/llama-cpp-native/bin/llama-server}"
 REFPY="${OXINFER_REF_PYTHON:-$HOME/.cache/oxinfer/refvenv/bin/python}"
 PORT_OX=18431
 PORT_LC=18432
@@ -66,6 +66,6 @@ elif [ -x "$REFPY" ] && "$REFPY" -c "import llama_cpp.server.app" 2>/dev/null; t
   python3 tools/bench/serve_bench.py --url "http://127.0.0.1:$PORT_LC" --label "llama.cpp (llama-cpp-python server)" \
     --model "$MODEL" --clients "$CLIENTS" --requests "$REQS" --max-tokens "$MAXTOK" | tail -n +3
 else
-  echo "(llama.cpp server not measured: no $LLAMA_SERVER (scripts/build-llama-server.sh builds it),"
+  echo "(llama.cpp server not measured: no $LLAMA_SERVER (scripts/build-llama-cpp.sh builds it),"
   echo " and llama_cpp.server.app is not importable with $REFPY)"
 fi

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's C++ `llama-server` and `llama-bench` (the references for
+# scripts/bench-serve.sh and scripts/bench-vs-llamacpp.sh) from the llama.cpp source vendored in
+# the llama-cpp-python 0.3.36 sdist, CPU only, no curl.
+#
+#   scripts/build-llama-cpp.sh [native|avx2]     (default: native)
+#
+# native: `-march=native` (llama.cpp's strongest CPU configuration: AVX-512/VNNI/BF16 where the
+#         CPU has them) with AMX off — gcc 12 miscompiles llama.cpp's AMX tile set-up (SIGILL).
+# avx2:   AVX2/FMA/F16C only (the instruction set of oxinfer's AVX2 kernels).
+# Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench}. Needs cmake
+# (`pip install cmake ninja` works) and a C++ compiler; ~20 min on a quiet 2-core machine.
+set -euo pipefail
+FLAVOR=${1:-native}
+CACHE="$HOME/.cache/oxinfer"
+SDIST="$CACHE/sdist"
+SRC="$SDIST/llama_cpp_python-0.3.36/vendor/llama.cpp"
+BUILD="$CACHE/llama-cpp-$FLAVOR"
+if [ ! -d "$SRC" ]; then
+  mkdir -p "$SDIST"
+  # Only this package from source; its build tools (cmake, scikit-build-core) as wheels.
+  python3 -m pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$SDIST"
+  tar -xzf "$SDIST/llama_cpp_python-0.3.36.tar.gz" -C "$SDIST"
+fi
+if ! command -v cmake >/dev/null 2>&1; then
+  TOOLS="$CACHE/buildtools"
+  [ -x "$TOOLS/bin/cmake" ] || { python3 -m venv "$TOOLS" && "$TOOLS/bin/pip" install -q cmake ninja; }
+  export PATH="$TOOLS/bin:$PATH"
+fi
+case "$FLAVOR" in
+  native) ISA=(-DGGML_NATIVE=ON) ;;
+  avx2) ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) ;;
+  *) echo "unknown flavor $FLAVOR (native|avx2)" >&2; exit 2 ;;
+esac
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF
+nice -n 15 cmake --build "$BUILD" --target llama-server llama-bench -j "$(nproc)"
+echo "built $BUILD/bin/llama-server $BUILD/bin/llama-bench"
