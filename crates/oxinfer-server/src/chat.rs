@@ -204,12 +204,10 @@ async fn run(
         .clone()
         .map(|s| s.into_vec())
         .unwrap_or_default();
-    let mut rxs = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut sampling = sampling.clone();
-        sampling.seed = sampling.seed.wrapping_add(i as u64);
-        rxs.push(gen::submit(
-            st,
+    let jobs = (0..n)
+        .map(|i| {
+            let mut sampling = sampling.clone();
+            sampling.seed = sampling.seed.wrapping_add(i as u64);
             Job {
                 max_tokens,
                 prompt: ids.clone(),
@@ -217,9 +215,10 @@ async fn run(
                 stop: stop.clone(),
                 logprobs,
                 grammar: grammar.clone(),
-            },
-        )?);
-    }
+            }
+        })
+        .collect();
+    let rxs = gen::submit(st, jobs)?;
     let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
     let id = gen::new_id("chatcmpl");
     if req.gen.stream.unwrap_or(false) {

@@ -95,7 +95,7 @@ async fn run(
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
     };
-    let rx = gen::submit(st, job)?;
+    let rx = gen::submit(st, vec![job])?.remove(0);
     let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
     let id = gen::new_id("cmpl");
     let created = unix_now();

@@ -3,7 +3,7 @@
 
 use crate::api::GenFields;
 use crate::error::ApiError;
-use crate::scheduler::{self, Event, GenRequest, TokenLogprob};
+use crate::scheduler::{self, Event, GenRequest, Refused, TokenLogprob};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -120,25 +120,35 @@ pub struct Job {
     pub grammar: Option<Arc<Grammar>>,
 }
 
-/// Queues `job`; 503 with `Retry-After` when the queue is full.
-pub fn submit(st: &AppState, job: Job) -> Result<UnboundedReceiver<Event>, ApiError> {
-    let (tx, rx) = unbounded_channel();
-    let req = GenRequest {
-        prompt: job.prompt,
-        max_tokens: job.max_tokens,
-        sampling: job.sampling,
-        stop: job.stop,
-        logprobs: job.logprobs,
-        grammar: job.grammar,
-        events: tx,
-    };
-    st.sched.submit(req).map_err(|q| {
-        st.metrics
-            .rejected_queue_full
-            .fetch_add(1, Ordering::Relaxed);
-        ApiError::busy(q.waiting, scheduler::retry_after(&st.metrics))
+/// Queues `jobs` (the `n` choices of one request) all together or not at all: 503 with
+/// `Retry-After` when the queue cannot take every one (nothing is submitted then), 400 when
+/// they are more than slots plus queue places.
+pub fn submit(st: &AppState, jobs: Vec<Job>) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
+    let mut rxs = Vec::with_capacity(jobs.len());
+    let mut reqs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let (tx, rx) = unbounded_channel();
+        let mut req = GenRequest::new(job.prompt, job.max_tokens, job.sampling, tx);
+        req.stop = job.stop;
+        req.logprobs = job.logprobs;
+        req.grammar = job.grammar;
+        reqs.push(req);
+        rxs.push(rx);
+    }
+    st.sched.submit_all(reqs).map_err(|r| match r {
+        Refused::QueueFull { waiting } => {
+            st.metrics
+                .rejected_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            ApiError::busy(waiting, scheduler::retry_after(&st.metrics))
+        }
+        Refused::TooMany { asked, capacity } => ApiError::bad_request(format!(
+            "n = {asked} choices exceed what this server can hold at once \
+             ({capacity}: --parallel plus --queue)"
+        ))
+        .with_param("n"),
     })?;
-    Ok(rx)
+    Ok(rxs)
 }
 
 /// A finished generation, collected from the events.

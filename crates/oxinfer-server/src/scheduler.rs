@@ -40,6 +40,39 @@ pub struct GenRequest {
     pub grammar: Option<Arc<Grammar>>,
     /// Where events go; a closed channel cancels the request.
     pub events: UnboundedSender<Event>,
+    /// Holds the request's place in the admission count until the request is dropped.
+    ticket: Option<Ticket>,
+}
+
+impl GenRequest {
+    /// A request (not yet admitted: [`Scheduler::submit_all`] admits it).
+    pub fn new(
+        prompt: Vec<u32>,
+        max_tokens: usize,
+        sampling: SamplingParams,
+        events: UnboundedSender<Event>,
+    ) -> Self {
+        GenRequest {
+            prompt,
+            max_tokens,
+            sampling,
+            stop: Vec::new(),
+            logprobs: None,
+            grammar: None,
+            events,
+            ticket: None,
+        }
+    }
+}
+
+/// One admitted request's share of [`Scheduler`]'s in-flight count, given back when the
+/// request is dropped (finished, failed, cancelled or refused), whichever path drops it.
+struct Ticket(Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A token's log-probability and the most likely alternatives.
@@ -74,11 +107,13 @@ pub enum Event {
     Error(String),
 }
 
-/// Why a request was not accepted.
+/// Why requests were not accepted.
 #[derive(Debug, Clone, Copy)]
-pub struct QueueFull {
-    /// Requests waiting.
-    pub waiting: usize,
+pub enum Refused {
+    /// Every slot is busy and the queue cannot take them all; `waiting` requests wait.
+    QueueFull { waiting: usize },
+    /// More requests at once than slots plus queue places: they could never all be admitted.
+    TooMany { asked: usize, capacity: usize },
 }
 
 /// Settings of the scheduler.
@@ -96,7 +131,10 @@ pub struct SchedulerConfig {
 pub struct Scheduler {
     tx: mpsc::Sender<GenRequest>,
     waiting: Arc<AtomicUsize>,
-    queue: usize,
+    /// Requests admitted and not yet dropped (waiting or in a slot).
+    in_flight: Arc<AtomicUsize>,
+    /// Slots plus queue places: the most requests in flight.
+    capacity: usize,
 }
 
 impl Scheduler {
@@ -105,25 +143,51 @@ impl Scheduler {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let w = waiting.clone();
-        let queue = cfg.queue;
+        let capacity = cfg.parallel.max(1) + cfg.queue;
         std::thread::Builder::new()
             .name("oxinfer-scheduler".into())
             .spawn(move || run(&model, cfg, rx, w, metrics))
             .expect("spawning the scheduler thread");
-        Scheduler { tx, waiting, queue }
+        Scheduler {
+            tx,
+            waiting,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            capacity,
+        }
     }
 
-    /// Queues a request, or refuses it when `queue` requests already wait for a slot.
-    pub fn submit(&self, req: GenRequest) -> Result<(), QueueFull> {
-        let queue = self.queue;
-        self.waiting
+    /// Admits all of `reqs` or none: they are queued together only when slots plus queue
+    /// places can take every one of them (the `n` choices of one request); otherwise nothing
+    /// is submitted.
+    pub fn submit_all(&self, reqs: Vec<GenRequest>) -> Result<(), Refused> {
+        let (k, cap) = (reqs.len(), self.capacity);
+        if k > cap {
+            return Err(Refused::TooMany {
+                asked: k,
+                capacity: cap,
+            });
+        }
+        self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < queue).then_some(n + 1)
+                (n + k <= cap).then_some(n + k)
             })
-            .map_err(|n| QueueFull { waiting: n })?;
-        if self.tx.send(req).is_err() {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(QueueFull { waiting: 0 });
+            .map_err(|_| Refused::QueueFull {
+                waiting: self.waiting(),
+            })?;
+        // Tickets first: from here on every dropped request gives its place back.
+        let reqs: Vec<GenRequest> = reqs
+            .into_iter()
+            .map(|mut r| {
+                r.ticket = Some(Ticket(self.in_flight.clone()));
+                r
+            })
+            .collect();
+        self.waiting.fetch_add(k, Ordering::AcqRel);
+        for r in reqs {
+            if self.tx.send(r).is_err() {
+                // The scheduler thread is gone; the unsent requests drop their tickets.
+                return Err(Refused::QueueFull { waiting: 0 });
+            }
         }
         Ok(())
     }

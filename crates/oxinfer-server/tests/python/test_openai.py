@@ -76,8 +76,9 @@ def cli_greedy(prompt, n):
     return out.stdout[:-1]
 
 
-def metric(server, name):
-    text = raw("GET", server.url + "/metrics").text
+def metric(server, name, key=None):
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    text = raw("GET", server.url + "/metrics", headers=headers).text
     for line in text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.split()[-1])
@@ -417,6 +418,55 @@ def test_full_queue_is_503_with_retry_after(small_server):
     assert r.status_code == 503
     assert int(r.headers["retry-after"]) >= 1
     assert r.json()["error"]["code"] == "queue_full"
+    first.close()
+    second.close()
+
+
+def wait_idle(server, key):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if (metric(server, "oxinfer_active_slots", key) == 0
+                and metric(server, "oxinfer_queue_length", key) == 0):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the server did not go idle")
+
+
+def test_n_choices_are_admitted_all_or_none(small_server):
+    """One slot and a queue of one: n = 2 fits an idle server (one runs, one waits); while the
+    slot is busy the queue cannot take both, so neither is submitted (503, nothing queued,
+    nothing cancelled), and one plain request still takes the free queue place."""
+    key = "test-key"
+    c = client(small_server, key)
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    wait_idle(small_server, key)
+    two = c.chat.completions.create(model=MODEL_NAME, messages=msgs, max_tokens=4, n=2,
+                                    temperature=0)
+    assert [ch.index for ch in two.choices] == [0, 1]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL_NAME, messages=msgs, max_tokens=4, n=3)
+    assert "--parallel plus --queue" in e.value.body["message"]
+
+    wait_idle(small_server, key)
+    cancelled = metric(small_server, "oxinfer_requests_cancelled_total", key)
+    long = dict(model=MODEL_NAME, messages=[{"role": "user", "content": "Tell a long story."}],
+                max_tokens=200, temperature=0.8, stream=True)
+    first = c.chat.completions.create(**long)
+    for chunk in first:  # generating: it holds the only slot
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    r = raw("POST", small_server.url + "/v1/chat/completions",
+            {"model": MODEL_NAME, "messages": msgs, "max_tokens": 4, "n": 2},
+            {"authorization": f"Bearer {key}"})
+    assert r.status_code == 503, r.text
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.json()["error"]["code"] == "queue_full"
+    assert metric(small_server, "oxinfer_queue_length", key) == 0
+    assert metric(small_server, "oxinfer_active_slots", key) == 1
+    assert metric(small_server, "oxinfer_requests_cancelled_total", key) == cancelled
+    # The place the refused pair did not take is still free for one request.
+    second = c.chat.completions.create(**long)
+    assert metric(small_server, "oxinfer_queue_length", key) == 1
     first.close()
     second.close()
 
