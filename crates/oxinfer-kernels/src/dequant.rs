@@ -27,7 +27,7 @@ pub fn dequantize_row(
 ) -> Result<(), KernelError> {
     let n = dst.len();
     let expected = format.row_bytes(n).ok_or_else(|| {
-        if n % format.block_size() != 0 {
+        if !n.is_multiple_of(format.block_size()) {
             KernelError::NotBlockMultiple {
                 format,
                 n,

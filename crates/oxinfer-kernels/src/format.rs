@@ -217,7 +217,7 @@ impl WeightFormat {
     /// Bytes of the scales of a row of `n` weights (0 for formats without a scales buffer);
     /// `None` when `n` is not a multiple of the block size.
     pub fn row_scale_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.scale_bytes())
@@ -232,7 +232,7 @@ impl WeightFormat {
     /// [`block_size`](Self::block_size) or the size overflows `usize`.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
         let bs = self.block_size();
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.block_bytes())

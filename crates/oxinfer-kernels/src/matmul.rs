@@ -60,7 +60,7 @@ impl<'a> WeightMatrix<'a> {
         cols: usize,
     ) -> Result<Self, KernelError> {
         let row_bytes = format.row_bytes(cols).ok_or_else(|| {
-            if cols % format.block_size() != 0 {
+            if !cols.is_multiple_of(format.block_size()) {
                 KernelError::NotBlockMultiple {
                     format,
                     n: cols,

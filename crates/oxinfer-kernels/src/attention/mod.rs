@@ -128,7 +128,7 @@ pub(crate) fn attention_isa(
         );
     }
     assert!(
-        s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0,
+        s.n_kv_heads > 0 && s.n_heads.is_multiple_of(s.n_kv_heads),
         "heads must divide"
     );
     assert!(

@@ -43,6 +43,8 @@ mod row;
 mod scalar;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 use crate::fast::{quantize_acts, Acts, SyncPtr};
 use crate::format::WeightFormat;
@@ -207,8 +209,8 @@ pub fn matmul_packed(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32]) {
     matmul_packed_isa(w, x, t, y, detected_isa());
 }
 
-/// [`matmul_packed`] on a given instruction set (`Isa::Avx2` or the scalar twin, which every
-/// other value selects).
+/// [`matmul_packed`] on a given instruction set (`Isa::Avx512Vnni`, `Isa::Avx2` or the scalar
+/// twin, which every other value selects).
 ///
 /// # Panics
 /// If `x.len() != t * cols` or `y.len() != t * rows`, or `isa` is AVX2 on a CPU without it.
@@ -223,6 +225,12 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
         assert!(
             detected_isa().has_avx2(),
             "AVX2 kernels asked for on a CPU without AVX2"
+        );
+    }
+    if isa.has_vnni() {
+        assert!(
+            detected_isa().has_vnni(),
+            "AVX-512 VNNI kernels asked for on a CPU without them"
         );
     }
     let acts = quantize_acts(w.format, x, t, cols);
@@ -271,6 +279,13 @@ fn run_tile(
     n: usize,
     tile: &mut [[f32; LANES]; TILE_TOKENS],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_vnni() {
+        // SAFETY: matmul_packed_isa checked that the CPU has this set (AVX-512 F/VL/VNNI with
+        // AVX2, FMA, F16C: detected together); group and activations as below.
+        unsafe { vnni::tile(format, gdata, nb, acts, ti, n, tile) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: matmul_packed_isa checked that the CPU has AVX2 (and FMA, F16C: detected

@@ -26,7 +26,7 @@ fn row(n: usize, seed: u64, scale: f32) -> Vec<f32> {
             }
         })
         .collect();
-    if n >= 64 && seed % 3 == 0 {
+    if n >= 64 && seed.is_multiple_of(3) {
         v[32..64].fill(0.0);
     }
     v

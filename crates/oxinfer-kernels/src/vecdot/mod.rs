@@ -24,6 +24,9 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C.
     Avx2,
+    /// AVX2 + FMA + F16C plus AVX-512 F/VL and VNNI: the packed GEMM/GEMV use `vpdpbusd` on
+    /// 256-bit registers; everything else runs the AVX2 kernels.
+    Avx512Vnni,
     /// aarch64 Advanced SIMD (NEON), present on every aarch64 CPU.
     Neon,
     /// NEON with the dot-product extension (`sdot`, Armv8.2 `dotprod`).
@@ -38,6 +41,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2+fma+f16c",
+            Isa::Avx512Vnni => "avx512vnni+avx2+fma+f16c",
             Isa::Neon => "neon",
             Isa::NeonDot => "neon+dotprod",
             Isa::NeonI8mm => "neon+dotprod+i8mm",
@@ -45,10 +49,16 @@ impl Isa {
     }
 
     /// Whether this set includes AVX2, FMA and F16C (every x86 SIMD set we have does; an
-    /// AVX-512 VNNI variant of the 32-weight dots was measured slower than AVX2 on a Xeon with
-    /// AVX-512, 25-33 vs 29-32 GFLOP/s per core, and dropped).
+    /// AVX-512 VNNI variant of the row-major 32-weight dots was measured slower than AVX2 on a
+    /// Xeon with AVX-512, 25-33 vs 29-32 GFLOP/s per core, and dropped: only the packed
+    /// kernels use VNNI).
     pub fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2)
+        matches!(self, Isa::Avx2 | Isa::Avx512Vnni)
+    }
+
+    /// Whether this set includes AVX-512 F/VL and VNNI (`vpdpbusd` on 256-bit registers).
+    pub fn has_vnni(self) -> bool {
+        matches!(self, Isa::Avx512Vnni)
     }
 
     /// Whether this is one of the aarch64 NEON levels.
@@ -57,12 +67,19 @@ impl Isa {
     }
 }
 
+/// Environment variable that, set to `0`, keeps an AVX-512 VNNI CPU on the AVX2 kernels
+/// (A/B measurements).
+pub const VNNI_ENV_VAR: &str = "OXINFER_VNNI";
+
 /// Every instruction set the running CPU supports, scalar first (for tests and benches).
 pub fn available_isas() -> Vec<Isa> {
     let mut v = vec![Isa::Scalar];
     let best = detected_isa();
     if best.has_avx2() {
         v.push(Isa::Avx2);
+    }
+    if best.has_vnni() {
+        v.push(Isa::Avx512Vnni);
     }
     if best.is_neon() {
         v.push(Isa::Neon);
@@ -92,6 +109,13 @@ pub fn detected_isa() -> Isa {
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
             {
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+                    && !std::env::var(VNNI_ENV_VAR).is_ok_and(|v| v.trim() == "0")
+                {
+                    return Isa::Avx512Vnni;
+                }
                 return Isa::Avx2;
             }
         }
