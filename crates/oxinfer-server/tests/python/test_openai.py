@@ -249,6 +249,26 @@ HARD_SCHEMAS = [
                                           "ok": {"type": "boolean"}},
          "required": ["kind", "ok"], "additionalProperties": False}]}},
      "required": ["item"]},
+    # Tuples (prefixItems + items for the rest), multipleOf (integers, and decimals that
+    # validators check by dividing doubles), hostname and uri formats.
+    {"type": "object", "properties": {
+        "pair": {"type": "array", "prefixItems": [
+            {"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["x", "y"]}],
+            "items": {"type": "boolean"}, "minItems": 2, "maxItems": 4},
+        "fixed": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 6},
+                                                   {"type": "number"}], "items": False}},
+     "required": ["pair", "fixed"]},
+    {"type": "object", "properties": {
+        "week": {"type": "integer", "multipleOf": 7},
+        "five": {"type": "integer", "multipleOf": 5, "minimum": 11, "maximum": 99},
+        "price": {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 100},
+        "half": {"type": "number", "multipleOf": 0.5},
+        "tenth": {"type": "number", "multipleOf": 0.1, "exclusiveMaximum": 10}},
+     "required": ["week", "five", "price", "half", "tenth"]},
+    {"type": "object", "properties": {
+        "host": {"type": "string", "format": "hostname", "maxLength": 40},
+        "url": {"type": "string", "format": "uri", "maxLength": 60}},
+     "required": ["host", "url"]},
 ]
 
 
@@ -282,9 +302,9 @@ def test_json_schema_keywords_always_validate(server):
 
 @pytest.mark.parametrize("schema,word", [
     ({"not": {"type": "string"}}, "not"),
-    ({"type": "string", "format": "hostname"}, "hostname"),
+    ({"type": "string", "format": "ipv6"}, "ipv6"),
     ({"type": "string", "pattern": "(?=a)b"}, "lookahead"),
-    ({"type": "integer", "multipleOf": 3}, "multipleOf"),
+    ({"type": "number", "multipleOf": 1e-20}, "multipleOf"),
 ])
 def test_unsupported_schema_is_400_naming_the_keyword(server, schema, word):
     with pytest.raises(openai.BadRequestError) as e:

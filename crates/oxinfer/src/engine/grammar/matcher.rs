@@ -344,9 +344,18 @@ impl Path {
                         return self.ws(b);
                     }
                     self.ws_run = 0;
-                    let Node::Array { items, min, max } = g.nodes[node] else {
+                    let Node::Array {
+                        prefix,
+                        items,
+                        min,
+                        max,
+                    } = &g.nodes[node]
+                    else {
                         return false;
                     };
+                    let (min, max) = (*min, *max);
+                    // The node of element n (the next one).
+                    let items = prefix.get(n).copied().unwrap_or(*items);
                     let room = max.is_none_or(|m| n < m) && (n < min || self.fits(g, items));
                     if b == b']' {
                         if n >= min {

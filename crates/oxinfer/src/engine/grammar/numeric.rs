@@ -7,6 +7,12 @@
 //! round-trip through a double). Bounds finer than 10^-18 are rounded inwards (the allowed
 //! range only shrinks). After every character the matcher asks whether some completion of the
 //! digits so far still lands in range, so the number never has to be abandoned.
+//!
+//! `multipleOf` joins the same check: a completion must also be an exact multiple (the
+//! divisor in units must be a whole number: decimals down to 10^-18, integers up to 10^15).
+//! When the schema writes the divisor as a fraction (`0.01`), validators divide doubles
+//! (`x / 0.01` must come out whole, which fails for `0.07`), so a value is only written when
+//! that double division is whole too; completions are then searched for such a value.
 
 use serde_json::Value;
 
@@ -17,11 +23,71 @@ pub const MAX_DIGITS: u32 = 15;
 /// Magnitudes beyond this are out of reach of 15 digits: bounds are clamped to it.
 const CLAMP: i128 = 10_i128.pow(20) * ONE;
 
-/// Inclusive bounds in units of 10^-18 (exclusive schema bounds already moved by one unit).
+/// Largest `multipleOf` divisor (in units of 1).
+const MAX_MULTIPLE: i128 = 1_000_000_000_000_000;
+/// Grid values tried per interval when looking for one whose double division is whole.
+const FLOAT_TRIES: usize = 64;
+
+/// Inclusive bounds in units of 10^-18 (exclusive schema bounds already moved by one unit),
+/// and a divisor every value must be a multiple of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
     pub lo: Option<i128>,
     pub hi: Option<i128>,
+    /// `multipleOf` in units.
+    pub multiple: Option<i128>,
+    /// The bits of the divisor as a double when the schema wrote it as a fraction: validators
+    /// then check `x / divisor` in doubles.
+    pub float_divisor: Option<u64>,
+}
+
+fn gcd(mut a: i128, mut b: i128) -> i128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.abs()
+}
+
+/// The double a reader parses from the decimal `v` units (correctly rounded).
+fn to_f64(v: i128) -> f64 {
+    format!("{v}e-18").parse().unwrap_or(f64::NAN)
+}
+
+/// `multipleOf`: the divisor in units, exactly (errors name the keyword).
+fn divisor(v: &Value) -> Result<i128, String> {
+    let bad = || format!("'multipleOf' must be a positive number, not {v}");
+    if let Some(u) = v.as_u64() {
+        let u = u as i128;
+        if u == 0 {
+            return Err(bad());
+        }
+        if u > MAX_MULTIPLE {
+            return Err(format!("'multipleOf' above 10^15 is not supported ({v})"));
+        }
+        return Ok(u * ONE);
+    }
+    let f = v
+        .as_f64()
+        .filter(|f| f.is_finite() && *f > 0.0)
+        .ok_or_else(bad)?;
+    if f > MAX_MULTIPLE as f64 {
+        return Err(format!("'multipleOf' above 10^15 is not supported ({v})"));
+    }
+    // Display of an f64 is its shortest round-trip decimal, without an exponent.
+    let s = format!("{f}");
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    if frac.len() > 18 {
+        return Err(format!(
+            "'multipleOf' {v} is finer than 10^-18, which is not supported"
+        ));
+    }
+    let int: i128 = int.parse().map_err(|_| bad())?;
+    let frac_units = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<i128>().map_err(|_| bad())? * pow10(18 - frac.len() as u32)
+    };
+    Ok(int * ONE + frac_units)
 }
 
 fn pow10(n: u32) -> i128 {
@@ -95,7 +161,14 @@ impl Bounds {
         if let Some(x) = num("exclusiveMaximum", false)? {
             hi = Some(hi.map_or(x - 1, |h| h.min(x - 1)));
         }
-        if lo.is_none() && hi.is_none() {
+        let (multiple, float_divisor) = match obj.get("multipleOf") {
+            None => (None, None),
+            Some(v) => (
+                Some(divisor(v)?),
+                v.is_f64().then(|| v.as_f64().unwrap_or(1.0).to_bits()),
+            ),
+        };
+        if lo.is_none() && hi.is_none() && multiple.is_none() {
             return Ok(None);
         }
         if let (Some(l), Some(h)) = (lo, hi) {
@@ -103,19 +176,67 @@ impl Bounds {
                 return Err("the minimum is above the maximum".into());
             }
         }
-        Ok(Some(Bounds { lo, hi }))
+        Ok(Some(Bounds {
+            lo,
+            hi,
+            multiple,
+            float_divisor,
+        }))
     }
 
-    /// Whether `v` (units) is in range.
+    /// Whether `v` (units) is in range and a multiple as required.
     pub fn contains(&self, v: i128) -> bool {
-        self.lo.is_none_or(|l| v >= l) && self.hi.is_none_or(|h| v <= h)
+        self.lo.is_none_or(|l| v >= l)
+            && self.hi.is_none_or(|h| v <= h)
+            && self.multiple.is_none_or(|m| v % m == 0)
+            && self.float_ok(v)
     }
 
-    /// Whether some `a + j·step` (j ≥ 0) with value ≤ `b` is in range.
+    /// Whether a validator dividing doubles finds `v` a whole multiple of the divisor.
+    fn float_ok(&self, v: i128) -> bool {
+        let Some(bits) = self.float_divisor else {
+            return true;
+        };
+        let q = to_f64(v) / f64::from_bits(bits);
+        q.is_finite() && q.fract() == 0.0
+    }
+
+    /// Whether some multiple of `step` in `a..=b` (`a` is one) is in range and a multiple
+    /// as required.
     fn grid_hit(&self, a: i128, b: i128, step: i128) -> bool {
         let from = self.lo.map_or(a, |l| l.max(a));
-        let first = a + (from - a + step - 1).div_euclid(step) * step;
-        first <= b && self.hi.is_none_or(|h| first <= h)
+        let to = self.hi.map_or(b, |h| h.min(b));
+        if from > to {
+            return false;
+        }
+        // Values on the grid that are multiples: the multiples of lcm(step, multiple).
+        let l = match self.multiple {
+            None => Some(step),
+            Some(m) => (step / gcd(step, m)).checked_mul(m),
+        };
+        let Some(l) = l else {
+            // A step beyond every value in reach: only zero.
+            return from <= 0 && 0 <= to && self.float_ok(0);
+        };
+        let mut v = from.div_euclid(l) * l;
+        if v < from {
+            v += l;
+        }
+        if self.float_divisor.is_none() {
+            return v <= to;
+        }
+        // The first few from the low end (a child interval of digits meets the same values in
+        // the same order, so a value found here is found again after the next digit).
+        for _ in 0..FLOAT_TRIES {
+            if v > to {
+                return false;
+            }
+            if self.float_ok(v) {
+                return true;
+            }
+            v += l;
+        }
+        false
     }
 
     /// Whether a magnitude interval (values of `neg`ative or positive sign) reaches the range.
@@ -215,6 +336,46 @@ mod tests {
         assert!(
             Bounds::from_schema(json!({"minimum": 3, "maximum": 2}).as_object().unwrap()).is_err()
         );
+        let m = b(json!({"multipleOf": 0.01}));
+        assert_eq!((m.lo, m.hi, m.multiple), (None, None, Some(ONE / 100)));
+        assert_eq!(b(json!({"multipleOf": 7})).multiple, Some(7 * ONE));
+        assert_eq!(b(json!({"multipleOf": 7})).float_divisor, None);
+        for bad in [json!(0), json!(-2), json!(1e-19), json!(1e16)] {
+            let e = Bounds::from_schema(json!({"multipleOf": bad}).as_object().unwrap());
+            assert!(e.unwrap_err().contains("multipleOf"));
+        }
+    }
+
+    /// Every integer 0..=200 of a divisibility schema, as the matcher would check it: the
+    /// digits reach a completion exactly when some multiple in range extends them.
+    #[test]
+    fn multiples_reachable_by_enumeration() {
+        let x = b(json!({"multipleOf": 7, "minimum": 10, "maximum": 60}));
+        let hits: Vec<i128> = (0..=200).filter(|&v| x.contains(v * ONE)).collect();
+        assert_eq!(hits, vec![14, 21, 28, 35, 42, 49, 56]);
+        for p in 1..=99u32 {
+            let digits = p.to_string().into_bytes();
+            // A brute-force answer: some value of the multiples has these leading digits.
+            let expect = hits
+                .iter()
+                .any(|h| h.to_string().starts_with(&p.to_string()));
+            assert_eq!(
+                x.reachable(false, &digits, None, true),
+                expect,
+                "prefix {p}"
+            );
+        }
+        // 0.07 is a multiple of 0.01, but 0.07 / 0.01 is not whole in doubles.
+        let c = b(json!({"multipleOf": 0.01, "minimum": 0.05, "maximum": 0.08}));
+        assert!(!c.contains(Bounds::value(false, b"007", 1)));
+        assert!(c.contains(Bounds::value(false, b"006", 1)));
+        assert!(!c.contains(Bounds::value(false, b"0065", 1)));
+        assert!(c.reachable(false, b"00", Some(1), false));
+        assert!(!c.reachable(false, b"007", Some(1), false));
+        let h = b(json!({"multipleOf": 0.5}));
+        assert!(h.contains(Bounds::value(false, b"25", 1)));
+        assert!(!h.contains(Bounds::value(false, b"24", 1)));
+        assert!(h.reachable(true, b"2", None, false));
     }
 
     /// Prefixes that can or cannot still reach the range, worked out by hand.

@@ -3,17 +3,18 @@
 //!
 //! Enforced exactly: `type` (one or several), `properties` with `required` (an object with
 //! `properties` is closed: no other keys are generated), `additionalProperties`, `items`,
-//! `minItems`, `maxItems`, `minLength`, `maxLength`, `pattern` (see [`super::regex`]),
-//! `format` (`date`, `time`, `date-time`, `email`, `uuid`, `ipv4`, as patterns stricter than
-//! the formats), `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (see
+//! `prefixItems` (and draft-7 array `items` with `additionalItems`), `minItems`, `maxItems`,
+//! `minLength`, `maxLength`, `pattern` (see [`super::regex`]), `format` (`date`, `time`,
+//! `date-time`, `email`, `uuid`, `ipv4`, `hostname`, `uri`, as patterns stricter than the
+//! formats), `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` (see
 //! [`super::numeric`]: bounded numbers are written without exponent, ≤ 15 digits), `enum`,
 //! `const`, `anyOf` (every alternative that still fits is followed), `allOf` (merged, see
 //! [`super::merge`]), `$ref` into `$defs` / `definitions` / any local pointer, recursive
 //! schemas included. `oneOf` is followed like `anyOf`: output is valid when its alternatives
 //! do not overlap (tagged unions). Refused with an error naming the keyword: `not`,
 //! `if`/`then`/`else`, `patternProperties`, `propertyNames`, `dependentRequired`,
-//! `dependentSchemas`, `contains`, `prefixItems`, `uniqueItems`, `multipleOf`,
-//! `minProperties`, `maxProperties`, `unevaluated*`, other formats. Annotations and unknown
+//! `dependentSchemas`, `contains`, `uniqueItems`, `minProperties`, `maxProperties`,
+//! `unevaluated*`, other formats. Annotations and unknown
 //! keywords are ignored (validators ignore them too).
 
 use super::merge::{self, ANNOTATIONS};
@@ -40,8 +41,10 @@ pub enum Node {
         props: Vec<(String, NodeId, bool)>,
         extra: Option<NodeId>,
     },
-    /// An array of `items`, between `min` and `max` elements.
+    /// An array between `min` and `max` elements: element i is a value of `prefix[i]`
+    /// (`prefixItems`, tuple `items`), later ones of `items`.
     Array {
+        prefix: Vec<NodeId>,
         items: NodeId,
         min: usize,
         max: Option<usize>,
@@ -116,11 +119,8 @@ const REFUSED: &[&str] = &[
     "contains",
     "minContains",
     "maxContains",
-    "prefixItems",
-    "additionalItems",
     "unevaluatedProperties",
     "unevaluatedItems",
-    "multipleOf",
     "minProperties",
     "maxProperties",
     "$dynamicRef",
@@ -134,6 +134,7 @@ fn format_pattern(f: &str) -> Option<String> {
     const TIME: &str =
         "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    const LABEL: &str = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?";
     Some(match f {
         "date" => format!("^{DATE}$"),
         "time" => format!("^{TIME}$"),
@@ -141,6 +142,13 @@ fn format_pattern(f: &str) -> Option<String> {
         "email" => "^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\\.[a-zA-Z0-9-]+)*\\.[a-zA-Z]{2,}$".into(),
         "uuid" => "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$".into(),
         "ipv4" => format!("^({OCTET}\\.){{3}}{OCTET}$"),
+        // RFC 1123 labels (a length cap of 253 is added where the pattern is used).
+        "hostname" => format!("^{LABEL}(\\.{LABEL})*$"),
+        // http(s) URLs of unreserved characters: a strict subset of RFC 3986 URIs.
+        "uri" => format!(
+            "^https?://{LABEL}(\\.{LABEL})*(:[0-9]{{1,5}})?(/[a-zA-Z0-9._~-]*)*\
+             (\\?[a-zA-Z0-9._~=&-]*)?(#[a-zA-Z0-9._~-]*)?$"
+        ),
         _ => return None,
     })
 }
@@ -164,6 +172,7 @@ impl Grammar {
             extra: Some(any),
         });
         nodes.push(Node::Array {
+            prefix: Vec::new(),
             items: any,
             min: 0,
             max: None,
@@ -244,12 +253,19 @@ fn min_depths(nodes: &[Node]) -> Vec<u32> {
                         m.max(add(d[p.1], 1))
                     }
                 }),
-                Node::Array { items, min, .. } => {
-                    if *min == 0 {
-                        1
-                    } else {
-                        add(d[*items], 1)
-                    }
+                Node::Array {
+                    prefix, items, min, ..
+                } => {
+                    // The deepest of the elements that must be written.
+                    let must = prefix.iter().take(*min).copied();
+                    let rest = (*min > prefix.len()).then_some(*items);
+                    must.chain(rest).fold(1, |m, e| {
+                        if d[e] == inf || m == inf {
+                            inf
+                        } else {
+                            m.max(add(d[e], 1))
+                        }
+                    })
                 }
                 Node::AnyOf(alts) => alts.iter().map(|&a| d[a]).min().unwrap_or(inf),
             };
@@ -475,7 +491,7 @@ impl<'a> Compiler<'a> {
             None => {
                 if obj.contains_key("properties") || obj.contains_key("required") {
                     "object"
-                } else if obj.contains_key("items") {
+                } else if obj.contains_key("items") || obj.contains_key("prefixItems") {
                     "array"
                 } else if obj.contains_key("pattern") || obj.contains_key("format") {
                     "string"
@@ -563,21 +579,52 @@ impl<'a> Compiler<'a> {
                 self.push(Node::Object { props, extra })
             }
             "array" => {
-                let items = match obj.get("items") {
-                    Some(Value::Array(_)) => {
-                        return Err(Self::err(path, "tuple 'items' (an array) is not supported"))
+                // Tuples: `prefixItems` + `items` (2020-12) or array `items` + `additionalItems`.
+                let (tuple, rest, rest_key) = match (obj.get("prefixItems"), obj.get("items")) {
+                    (Some(Value::Array(p)), r) => (p.as_slice(), r, "items"),
+                    (Some(_), _) => return Err(Self::err(path, "prefixItems must be an array")),
+                    (None, Some(Value::Array(p))) => {
+                        (p.as_slice(), obj.get("additionalItems"), "additionalItems")
                     }
-                    Some(v) => self.node(v, &format!("{path}/items"), depth + 1)?,
+                    (None, r) => (&[][..], r, "items"),
+                };
+                if obj.contains_key("additionalItems") && rest_key != "additionalItems" {
+                    return Err(Self::err(
+                        path,
+                        "'additionalItems' without an array 'items' is not supported",
+                    ));
+                }
+                let key = if obj.contains_key("prefixItems") {
+                    "prefixItems"
+                } else {
+                    "items"
+                };
+                let prefix = tuple
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| self.node(v, &format!("{path}/{key}/{i}"), depth + 1))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let items = match rest {
+                    Some(v) => self.node(v, &format!("{path}/{rest_key}"), depth + 1)?,
                     None => self.push(Node::Any),
                 };
                 let (min, max) = (usize_of("minItems").unwrap_or(0), usize_of("maxItems"));
                 if max.is_some_and(|m| m < min) {
                     return Err(Self::err(path, "maxItems < minItems"));
                 }
-                self.push(Node::Array { items, min, max })
+                self.push(Node::Array {
+                    prefix,
+                    items,
+                    min,
+                    max,
+                })
             }
             "string" => {
-                let (min, max) = (usize_of("minLength").unwrap_or(0), usize_of("maxLength"));
+                let (min, mut max) = (usize_of("minLength").unwrap_or(0), usize_of("maxLength"));
+                if obj.get("format").and_then(Value::as_str) == Some("hostname") {
+                    // RFC 1123: at most 253 characters.
+                    max = Some(max.map_or(253, |m| m.min(253)));
+                }
                 if max.is_some_and(|m| m < min) {
                     return Err(Self::err(path, "maxLength < minLength"));
                 }
@@ -600,7 +647,7 @@ impl<'a> Compiler<'a> {
                                 path,
                                 format!(
                                     "format '{f}' is not supported (supported: date, time, \
-                                     date-time, email, uuid, ipv4)"
+                                     date-time, email, uuid, ipv4, hostname, uri)"
                                 ),
                             )
                         })?)

@@ -222,6 +222,40 @@ mod reference {
                         }
                     })
             }
+            // fqdn's preferred name syntax (what jsonschema's checker uses).
+            "hostname" => {
+                s.len() <= 253
+                    && s.split('.').all(|l| {
+                        (1..=63).contains(&l.len())
+                            && !l.starts_with('-')
+                            && !l.ends_with('-')
+                            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    })
+            }
+            // RFC 3986: a scheme, then unreserved, sub-delims, ':@/?#' or %HH.
+            "uri" => {
+                let Some((scheme, rest)) = s.split_once(':') else {
+                    return false;
+                };
+                let b = rest.as_bytes();
+                let pct = (0..b.len()).all(|i| {
+                    b[i] != b'%'
+                        || (i + 2 < b.len()
+                            && b[i + 1].is_ascii_hexdigit()
+                            && b[i + 2].is_ascii_hexdigit())
+                });
+                scheme
+                    .bytes()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic())
+                    && scheme
+                        .bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b"+.-".contains(&c))
+                    && pct
+                    && rest
+                        .bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?#%".contains(&c))
+            }
             "ipv4" => {
                 let p: Vec<&str> = s.split('.').collect();
                 p.len() == 4
@@ -287,6 +321,21 @@ mod reference {
             return false;
         }
         let num = |k: &str| o.get(k).and_then(Value::as_f64);
+        if let (Some(d), true) = (o.get("multipleOf"), v.is_number()) {
+            // As Python's jsonschema: doubles divided when the divisor is written as a
+            // fraction, else an exact remainder.
+            let ok = match (d.as_u64(), v.as_i64()) {
+                (Some(k), Some(i)) => i % k as i64 == 0,
+                (Some(k), None) => v.as_f64().unwrap() % k as f64 == 0.0,
+                (None, _) => {
+                    let q = v.as_f64().unwrap() / d.as_f64().unwrap();
+                    q.is_finite() && q.fract() == 0.0
+                }
+            };
+            if !ok {
+                return false;
+            }
+        }
         if let Some(x) = v.as_f64() {
             if num("minimum").is_some_and(|m| x < m)
                 || num("maximum").is_some_and(|m| x > m)
@@ -321,8 +370,15 @@ mod reference {
             {
                 return false;
             }
+            let prefix = o.get("prefixItems").and_then(Value::as_array);
+            let n = prefix.map_or(0, |p| p.len());
+            if let Some(p) = prefix {
+                if !a.iter().zip(p).all(|(x, s)| valid(root, s, x)) {
+                    return false;
+                }
+            }
             if let Some(items) = o.get("items") {
-                if !a.iter().all(|x| valid(root, items, x)) {
+                if !a.iter().skip(n).all(|x| valid(root, items, x)) {
                     return false;
                 }
             }
@@ -431,6 +487,26 @@ fn hard_schemas() -> Vec<Value> {
             {"type": "number", "minimum": 10}, {"enum": [1, "one", null]}]}}),
         json!({"type": "object", "properties": {"k": {"type": "string", "enum": ["a", "b", 3]}},
                "required": ["k"]}),
+        // 9: tuples, then a rest of another type
+        json!({"type": "array", "prefixItems": [
+            {"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["x", "y"]},
+            {"type": "boolean"}], "items": {"type": "null"}, "minItems": 2, "maxItems": 5}),
+        // 10: a closed tuple
+        json!({"type": "array", "prefixItems": [{"type": "string", "maxLength": 2},
+               {"type": "integer"}], "items": false}),
+        // 11: multiples
+        json!({"type": "object", "properties": {
+            "k": {"type": "integer", "multipleOf": 7},
+            "r": {"type": "integer", "multipleOf": 5, "minimum": 11, "maximum": 29},
+            "c": {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 2},
+            "h": {"type": "number", "multipleOf": 0.5, "exclusiveMinimum": -3},
+            "t": {"type": "number", "multipleOf": 0.1}},
+            "required": ["k", "r", "c", "h", "t"]}),
+        // 12: host names and URLs
+        json!({"type": "object", "properties": {
+            "host": {"type": "string", "format": "hostname"},
+            "url": {"type": "string", "format": "uri", "maxLength": 60}},
+            "required": ["host", "url"]}),
     ]
 }
 
@@ -484,6 +560,20 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
         (3, "[1e0, 2]"),
         (4, r#"{"a": 6, "b": "x"}"#),
         (4, r#"{"a": 1}"#),
+        (9, r#"[1]"#),
+        (9, r#"["x", 1]"#),
+        (9, r#"[1, "x", true, 3]"#),
+        (10, r#"["a", 1, 2]"#),
+        (11, r#"{"k": 8, "r": 15, "c": 0.5, "h": 1, "t": 0.2}"#),
+        (11, r#"{"k": 7, "r": 30, "c": 0.5, "h": 1, "t": 0.2}"#),
+        (11, r#"{"k": 7, "r": 15, "c": 0.07, "h": 1, "t": 0.2}"#),
+        (11, r#"{"k": 7, "r": 15, "c": 0.5, "h": -3, "t": 0.2}"#),
+        (11, r#"{"k": 7, "r": 15, "c": 0.5, "h": 1.25, "t": 0.2}"#),
+        (11, r#"{"k": 7, "r": 15, "c": 0.5, "h": 1, "t": 0.3}"#),
+        (12, r#"{"host": "-a.com", "url": "http://a.b"}"#),
+        (12, r#"{"host": "a..com", "url": "http://a.b"}"#),
+        (12, r#"{"host": "a.com", "url": "http://a b"}"#),
+        (12, r#"{"host": "a.com", "url": "mailto:x"}"#),
     ] {
         assert!(!complete(&matcher(&s[i]), text), "accepted {text}");
     }
@@ -501,6 +591,16 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
             r#"{"i": -5, "big": 99999, "x": 3.25, "neg": -0.001, "pos": 1}"#,
         ),
         (4, r#"{"a": 5, "b": "xyz"}"#),
+        (9, r#"[0, "y"]"#),
+        (9, r#"[9, "x", false, null, null]"#),
+        (10, r#"["ab", -4]"#),
+        (10, r#"[]"#),
+        (11, r#"{"k": -14, "r": 25, "c": 1.99, "h": -2.5, "t": 0.5}"#),
+        (11, r#"{"k": 0, "r": 15, "c": 0.06, "h": 2.0, "t": 3}"#),
+        (
+            12,
+            r#"{"host": "a-1.example.org", "url": "https://x.io:8080/p/q.html?a=1&b=2#top"}"#,
+        ),
         (5, r#"{"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3}]}"#),
     ] {
         assert!(complete(&matcher(&s[i]), text), "rejected {text}");
@@ -540,9 +640,14 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
 fn unsupported_keywords_are_refused_by_name() {
     for (schema, word) in [
         (json!({"not": {"type": "string"}}), "not"),
-        (json!({"type": "string", "format": "hostname"}), "hostname"),
+        (json!({"type": "string", "format": "ipv6"}), "ipv6"),
         (json!({"type": "string", "pattern": "(?=x)"}), "lookahead"),
-        (json!({"type": "integer", "multipleOf": 3}), "multipleOf"),
+        (json!({"type": "number", "multipleOf": 1e-20}), "multipleOf"),
+        (json!({"type": "integer", "multipleOf": 0}), "multipleOf"),
+        (
+            json!({"type": "array", "additionalItems": false}),
+            "additionalItems",
+        ),
         (
             json!({"type": "object", "patternProperties": {}}),
             "patternProperties",
