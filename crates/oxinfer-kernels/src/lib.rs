@@ -8,12 +8,14 @@
 //!   ([`matmul()`]), parallel over output rows.
 //! - [`quantize`]: f32 weights → the split formats `Q8`/`Q4` or BF16 ([`quantize::quantize_matrix`],
 //!   parallel).
+//! - [`act`]: gated MLP activations (SiLU, tanh-GELU) times the up projection.
 //! - [`attention`]: fused causal attention (query blocks × key tiles, online softmax).
 //! - [`packed`]: weights repacked into groups of eight interleaved rows and the GEMM over
 //!   them ([`packed::PackedMatrix`], [`packed::matmul_packed`]).
 //! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
 #![warn(missing_docs)]
 
+pub mod act;
 pub mod attention;
 pub mod dequant;
 pub mod dispatch;

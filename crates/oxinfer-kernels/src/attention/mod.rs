@@ -143,8 +143,47 @@ pub(crate) fn attention_isa(
         return;
     }
     let group = s.n_heads / s.n_kv_heads;
-    let n_qb = t.div_ceil(Q_BLOCK);
     let optr = OutPtr(out.as_mut_ptr());
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // Tasks: (kv head, sub-group of its query heads, query block); the sub-groups split a
+        // kv head's heads only as far as needed for two tasks per thread (decode).
+        let n_qb = t.div_ceil(Q_BLOCK);
+        let want = 2 * crate::pool::pool_threads();
+        let mut splits = 1;
+        while splits < group && s.n_kv_heads * n_qb * splits < want {
+            splits += 1;
+        }
+        while !group.is_multiple_of(splits) {
+            splits += 1;
+        }
+        let gs = group / splits;
+        let per_qb = s.n_kv_heads * splits;
+        parallel_for(per_qb * n_qb, &|task| {
+            let sub = task % per_qb;
+            let qb = n_qb - 1 - task / per_qb;
+            let (kvh, h0) = (sub / splits, sub / splits * group + sub % splits * gs);
+            let i0 = qb * Q_BLOCK;
+            let i1 = (i0 + Q_BLOCK).min(t);
+            let mut o = vec![0f32; (i1 - i0) * gs * hd];
+            // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c; buffer
+            // lengths were checked above and `o` holds (i1 - i0) * gs rows.
+            unsafe {
+                tiled::block(q, (k, v, ring), (i0, i1), pos0, (h0, gs, kvh), s, &mut o);
+            }
+            for (r, row) in o.chunks_exact(hd).enumerate() {
+                let (i, h) = (i0 + r / gs, h0 + r % gs);
+                // SAFETY: row i, head h of `out` is written by this task only; i < t and
+                // (h + 1) * hd <= q_row, so the slice lies inside `out` (checked above).
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(optr.get().add(i * q_row + h * hd), hd)
+                };
+                dst.copy_from_slice(row);
+            }
+        });
+        return;
+    }
+    let n_qb = t.div_ceil(Q_BLOCK);
     parallel_for(s.n_heads * n_qb, &|task| {
         let h = task % s.n_heads;
         let qb = n_qb - 1 - task / s.n_heads;
@@ -386,3 +425,5 @@ mod avx2 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod tiled;

@@ -24,6 +24,23 @@ impl Activation {
             }
         }
     }
+
+    /// `g[i] = act(g[i]) · u[i]`: SIMD and parallel on the default kernel set (a few ulp
+    /// from [`Activation::apply`]), exactly [`Activation::apply`] with `OXINFER_KERNELS=scalar`.
+    pub fn apply_gated(self, g: &mut [f32], u: &[f32]) {
+        use oxinfer_kernels::act::{gated_act, GateAct};
+        use oxinfer_kernels::vecdot::{detected_isa, Isa};
+        let isa = if oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Scalar {
+            Isa::Scalar
+        } else {
+            detected_isa()
+        };
+        let act = match self {
+            Activation::Silu => GateAct::Silu,
+            Activation::GeluTanh => GateAct::GeluTanh,
+        };
+        gated_act(act, g, u, isa);
+    }
 }
 
 /// A gated MLP block.
@@ -59,9 +76,7 @@ impl GatedMlp {
         let mut gu = Linear::forward_shared(&[&self.gate, &self.up], x, t);
         let u = gu.pop().unwrap_or_default();
         let mut g = gu.pop().unwrap_or_default();
-        for (g, u) in g.iter_mut().zip(&u) {
-            *g = self.act.apply(*g) * u;
-        }
+        self.act.apply_gated(&mut g, &u);
         self.down.forward(&g, t)
     }
 

@@ -1,0 +1,255 @@
+//! The AVX2 path of the fused attention: one task takes a block of queries and every query
+//! head of one kv head (GQA heads share each key/value row they load), and per key tile runs
+//! two register-blocked micro-kernels: scores `S = Q · Kᵀ` (two rows × four keys per step,
+//! eight accumulators) and `O += P · V` (four rows × sixteen dims per step), with the online
+//! softmax between them. The portable path (`super::block`) does the same arithmetic one query
+//! row and one key at a time.
+
+#![allow(clippy::needless_range_loop)] // register tiles indexed by row and key
+
+use super::{first_key, ring_row, AttnShape, K_TILE};
+use std::arch::x86_64::*;
+
+/// Rows the score and update kernels take at most.
+const MAX_R: usize = 4;
+
+/// One task: queries `i0 .. i1` and query heads `h0 .. h0 + gs` (all reading kv head `kvh`),
+/// into `o` (`[(i1 - i0) * gs, head_dim]`, row `r` = query `i0 + r / gs`, head
+/// `h0 + r % gs`).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `q`, `k`, `v` must hold the rows the shape says (checked by
+/// `attention_isa`), and `o` `(i1 - i0) * group * head_dim` values.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn block(
+    q: &[f32],
+    (k, v, ring): (&[f32], &[f32], usize),
+    (i0, i1): (usize, usize),
+    pos0: usize,
+    (h0, gs, kvh): (usize, usize, usize),
+    s: &AttnShape,
+    o: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let group = gs;
+    let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+    let nr = (i1 - i0) * group;
+    assert!(o.len() >= nr * hd);
+    let qp: Vec<*const f32> = (0..nr)
+        .map(|r| {
+            let at = (i0 + r / group) * q_row + (h0 + r % group) * hd;
+            q[at..at + hd].as_ptr()
+        })
+        .collect();
+    let mut m = vec![f32::NEG_INFINITY; nr];
+    let mut l = vec![0f32; nr];
+    let mut p = vec![0f32; nr * K_TILE];
+    o[..nr * hd].fill(0.0);
+    let lo = first_key(pos0 + i0, s.window);
+    let hi = pos0 + i1;
+    let mut kp = [std::ptr::null::<f32>(); K_TILE];
+    let mut vp = [std::ptr::null::<f32>(); K_TILE];
+    let mut j0 = lo;
+    while j0 < hi {
+        let j1 = (j0 + K_TILE).min(hi);
+        let nk = j1 - j0;
+        for u in 0..nk {
+            let at = ring_row(j0 + u, ring) * kv_row + kvh * hd;
+            kp[u] = k[at..at + hd].as_ptr();
+            vp[u] = v[at..at + hd].as_ptr();
+        }
+        // Scores.
+        let mut r0 = 0;
+        while r0 < nr {
+            let rn = (nr - r0).min(2);
+            let mut u0 = 0;
+            while u0 < nk {
+                let un = (nk - u0).min(4);
+                let ks = [0, 1, 2, 3].map(|u| kp[u0 + u.min(un - 1)]);
+                let rows = [qp[r0], qp[r0 + rn - 1]];
+                // SAFETY: every pointer starts hd readable floats (built from checked slices).
+                let sc = unsafe { qk2x4(rows, ks, hd) };
+                for (r, row) in sc.iter().enumerate().take(rn) {
+                    p[(r0 + r) * K_TILE + u0..(r0 + r) * K_TILE + u0 + un]
+                        .copy_from_slice(&row[..un]);
+                }
+                u0 += un;
+            }
+            r0 += rn;
+        }
+        // Online softmax: p becomes exp(score − running max), zero outside the mask.
+        for r in 0..nr {
+            let pos = pos0 + i0 + r / group;
+            let a = first_key(pos, s.window).max(j0);
+            let b = (pos + 1).min(j1);
+            let prow = &mut p[r * K_TILE..r * K_TILE + nk];
+            if a >= b {
+                prow.fill(0.0);
+                continue;
+            }
+            let mut tmax = f32::NEG_INFINITY;
+            for x in &mut prow[a - j0..b - j0] {
+                let mut y = *x * s.scale;
+                if let Some(cap) = s.softcap {
+                    y = cap * (y / cap).tanh();
+                }
+                *x = y;
+                tmax = tmax.max(y);
+            }
+            let m_new = m[r].max(tmax);
+            if m_new == f32::NEG_INFINITY {
+                prow.fill(0.0); // every score -inf (only with infinite inputs)
+                continue;
+            }
+            if m[r] != m_new {
+                let corr = if m[r] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (m[r] - m_new).exp()
+                };
+                l[r] *= corr;
+                for x in &mut o[r * hd..(r + 1) * hd] {
+                    *x *= corr;
+                }
+                m[r] = m_new;
+            }
+            let mut sum = 0f32;
+            for (u, x) in prow.iter_mut().enumerate() {
+                let j = j0 + u;
+                *x = if j >= a && j < b {
+                    let e = (*x - m_new).exp();
+                    sum += e;
+                    e
+                } else {
+                    0.0
+                };
+            }
+            l[r] += sum;
+        }
+        // O += P · V.
+        let mut r0 = 0;
+        while r0 < nr {
+            let rn = (nr - r0).min(MAX_R);
+            let orow = o[r0 * hd..].as_mut_ptr();
+            let prow = &p[r0 * K_TILE..];
+            // SAFETY: rows r0 .. r0 + rn of o and p exist; vp[..nk] start hd floats each.
+            unsafe {
+                match rn {
+                    1 => pv::<1>(orow, prow, &vp[..nk], hd),
+                    2 => pv::<2>(orow, prow, &vp[..nk], hd),
+                    3 => pv::<3>(orow, prow, &vp[..nk], hd),
+                    _ => pv::<4>(orow, prow, &vp[..nk], hd),
+                }
+            }
+            r0 += rn;
+        }
+        j0 = j1;
+    }
+    for r in 0..nr {
+        let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
+        for x in &mut o[r * hd..(r + 1) * hd] {
+            *x *= inv;
+        }
+    }
+}
+
+/// Horizontal sums of four vectors: lane `u` = Σ of `a[u]`.
+#[inline(always)]
+fn hsum4(a: [__m256; 4]) -> __m128 {
+    // SAFETY: plain register arithmetic; the enclosing kernel has AVX2.
+    unsafe {
+        let h01 = _mm256_hadd_ps(a[0], a[1]);
+        let h23 = _mm256_hadd_ps(a[2], a[3]);
+        let h = _mm256_hadd_ps(h01, h23);
+        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+    }
+}
+
+/// `q_r · k_u` for two query rows and four key rows (each `hd` floats).
+#[inline(always)]
+unsafe fn qk2x4(q: [*const f32; 2], k: [*const f32; 4], hd: usize) -> [[f32; 4]; 2] {
+    let main = hd / 8 * 8;
+    // SAFETY: the caller guarantees hd readable floats at every pointer; d + 8 <= main <= hd.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut d = 0;
+        while d < main {
+            let kv = k.map(|p| _mm256_loadu_ps(p.add(d)));
+            for r in 0..2 {
+                let qv = _mm256_loadu_ps(q[r].add(d));
+                for u in 0..4 {
+                    acc[r][u] = _mm256_fmadd_ps(qv, kv[u], acc[r][u]);
+                }
+            }
+            d += 8;
+        }
+        let mut out = [[0f32; 4]; 2];
+        for r in 0..2 {
+            _mm_storeu_ps(out[r].as_mut_ptr(), hsum4(acc[r]));
+            for u in 0..4 {
+                for d in main..hd {
+                    out[r][u] += *q[r].add(d) * *k[u].add(d);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `o[r] += Σ_u p[r][u] · v_u` for `R` rows (`o` rows `hd` apart, `p` rows `K_TILE` apart).
+#[inline(always)]
+unsafe fn pv<const R: usize>(o: *mut f32, p: &[f32], v: &[*const f32], hd: usize) {
+    // SAFETY: the caller guarantees R rows of hd floats at o, R rows of p, and hd floats at
+    // every v pointer; column offsets stay below hd.
+    unsafe {
+        let mut c = 0;
+        while c + 16 <= hd {
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for r in 0..R {
+                acc[r][0] = _mm256_loadu_ps(o.add(r * hd + c));
+                acc[r][1] = _mm256_loadu_ps(o.add(r * hd + c + 8));
+            }
+            for (u, vu) in v.iter().enumerate() {
+                let v0 = _mm256_loadu_ps(vu.add(c));
+                let v1 = _mm256_loadu_ps(vu.add(c + 8));
+                for r in 0..R {
+                    let pr = _mm256_broadcast_ss(&p[r * K_TILE + u]);
+                    acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(o.add(r * hd + c), acc[r][0]);
+                _mm256_storeu_ps(o.add(r * hd + c + 8), acc[r][1]);
+            }
+            c += 16;
+        }
+        while c + 8 <= hd {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                acc[r] = _mm256_loadu_ps(o.add(r * hd + c));
+            }
+            for (u, vu) in v.iter().enumerate() {
+                let v0 = _mm256_loadu_ps(vu.add(c));
+                for r in 0..R {
+                    let pr = _mm256_broadcast_ss(&p[r * K_TILE + u]);
+                    acc[r] = _mm256_fmadd_ps(pr, v0, acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(o.add(r * hd + c), acc[r]);
+            }
+            c += 8;
+        }
+        for d in c..hd {
+            for r in 0..R {
+                let mut x = *o.add(r * hd + d);
+                for (u, vu) in v.iter().enumerate() {
+                    x = p[r * K_TILE + u].mul_add(*vu.add(d), x);
+                }
+                *o.add(r * hd + d) = x;
+            }
+        }
+    }
+}
