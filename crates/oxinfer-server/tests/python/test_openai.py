@@ -265,6 +265,18 @@ HARD_SCHEMAS = [
         "half": {"type": "number", "multipleOf": 0.5},
         "tenth": {"type": "number", "multipleOf": 0.1, "exclusiveMaximum": 10}},
      "required": ["week", "five", "price", "half", "tenth"]},
+    # oneOf: a discriminated union (disjoint by a const), and enums whose overlap is dropped.
+    {"type": "object", "properties": {
+        "pet": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "cat"},
+                                              "lives": {"type": "integer", "minimum": 1,
+                                                        "maximum": 9}},
+             "required": ["kind", "lives"]},
+            {"type": "object", "properties": {"kind": {"const": "dog"},
+                                              "good": {"type": "boolean"}},
+             "required": ["kind", "good"]}]},
+        "tag": {"oneOf": [{"enum": ["a", "b", 1]}, {"enum": ["b", 1.0, "c"]}]}},
+     "required": ["pet", "tag"]},
     {"type": "object", "properties": {
         "host": {"type": "string", "format": "hostname", "maxLength": 40},
         "url": {"type": "string", "format": "uri", "maxLength": 60}},
@@ -305,6 +317,7 @@ def test_json_schema_keywords_always_validate(server):
     ({"type": "string", "format": "ipv6"}, "ipv6"),
     ({"type": "string", "pattern": "(?=a)b"}, "lookahead"),
     ({"type": "number", "multipleOf": 1e-20}, "multipleOf"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number", "maximum": 5}]}, "oneOf"),
 ])
 def test_unsupported_schema_is_400_naming_the_keyword(server, schema, word):
     with pytest.raises(openai.BadRequestError) as e:

@@ -83,8 +83,10 @@ pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
             if out.is_empty() {
                 return Err(first_err.unwrap_or_else(|| "allOf: empty anyOf".into()));
             }
+            // oneOf stays oneOf: its alternatives, each merged with the rest, must still be
+            // told apart (checked where it is compiled).
             let mut o = Obj::new();
-            o.insert("anyOf".into(), Value::Array(out));
+            o.insert(k.into(), Value::Array(out));
             return Ok(Value::Object(o));
         }
     }

@@ -7,6 +7,7 @@
 mod matcher;
 mod merge;
 mod numeric;
+mod oneof;
 mod regex;
 mod schema;
 

@@ -10,8 +10,8 @@
 //! [`super::numeric`]: bounded numbers are written without exponent, ≤ 15 digits), `enum`,
 //! `const`, `anyOf` (every alternative that still fits is followed), `allOf` (merged, see
 //! [`super::merge`]), `$ref` into `$defs` / `definitions` / any local pointer, recursive
-//! schemas included. `oneOf` is followed like `anyOf`: output is valid when its alternatives
-//! do not overlap (tagged unions). Refused with an error naming the keyword: `not`,
+//! schemas included. `oneOf` exactly (see [`super::oneof`]: alternatives proven disjoint, or
+//! enums narrowed to the values in exactly one; otherwise refused). Refused with an error naming the keyword: `not`,
 //! `if`/`then`/`else`, `patternProperties`, `propertyNames`, `dependentRequired`,
 //! `dependentSchemas`, `contains`, `uniqueItems`, `minProperties`, `maxProperties`,
 //! `unevaluated*`, other formats. Annotations and unknown
@@ -19,6 +19,7 @@
 
 use super::merge::{self, ANNOTATIONS};
 use super::numeric::Bounds;
+use super::oneof;
 use super::regex::Dfa;
 use super::JsonMatcher;
 use serde_json::{Map, Value};
@@ -200,6 +201,7 @@ impl Grammar {
             patterns: Vec::new(),
             refs: HashMap::new(),
             checks: Vec::new(),
+            one_of_literals: Vec::new(),
         };
         let root = c.node(schema, "#", 0)?;
         let checks = std::mem::take(&mut c.checks);
@@ -221,6 +223,9 @@ impl Grammar {
                     }
                 }
             }
+        }
+        for (id, raw, path) in std::mem::take(&mut c.one_of_literals) {
+            oneof::exactly_one(&mut g, id, &raw).map_err(|e| Compiler::err(&path, e))?;
         }
         g.min_depth = min_depths(&g.nodes);
         if g.min_depth[root] == u32::MAX {
@@ -288,6 +293,9 @@ struct Compiler<'a> {
     refs: HashMap<String, NodeId>,
     /// (literal node, node of the rest of its schema, path): enum values to filter.
     checks: Vec<(NodeId, NodeId, String)>,
+    /// (node, each alternative's stated values, path): `oneOf`s of enums whose values overlap,
+    /// narrowed to the values in exactly one alternative once the literals are filtered.
+    one_of_literals: Vec<(NodeId, Vec<Vec<Value>>, String)>,
 }
 
 /// Whether `obj` has keywords beyond annotations and those in `except`.
@@ -391,6 +399,54 @@ impl<'a> Compiler<'a> {
         merge::merge_all(&flat).map_err(|e| Self::err(path, e))
     }
 
+    /// A schema with `$ref`s followed and `allOf` merged, for reasoning about its instances.
+    fn real(&self, v: &Value, path: &str) -> Option<Value> {
+        let d = self.deref(v, path).ok()?;
+        match &d {
+            Value::Object(o) if o.contains_key("allOf") || o.contains_key("$ref") => {
+                self.merged(o, path, 0).ok()
+            }
+            _ => Some(d),
+        }
+    }
+
+    /// `oneOf`: `None` when no two alternatives can share an instance (followed like `anyOf`);
+    /// each alternative's values when they may overlap but all are `enum`/`const`; else an
+    /// error naming the pair.
+    fn one_of_overlap(
+        &self,
+        list: &[Value],
+        path: &str,
+    ) -> Result<Option<Vec<Vec<Value>>>, SchemaError> {
+        let resolve = |v: &Value| self.real(v, path);
+        let mut overlap = None;
+        'pairs: for i in 0..list.len() {
+            for j in i + 1..list.len() {
+                if !oneof::disjoint(&list[i], &list[j], &resolve, 0) {
+                    overlap = Some((i, j));
+                    break 'pairs;
+                }
+            }
+        }
+        let Some((i, j)) = overlap else {
+            return Ok(None);
+        };
+        let raw: Option<Vec<Vec<Value>>> = list
+            .iter()
+            .map(|a| resolve(a).and_then(|v| v.as_object().and_then(oneof::literal_values)))
+            .collect();
+        raw.map(Some).ok_or_else(|| {
+            Self::err(
+                path,
+                format!(
+                    "'oneOf' alternatives {i} and {j} may overlap (an instance valid against both \
+                     fails oneOf), which is not supported: use anyOf, or make them disjoint \
+                     (different types, or a required property with different const values)"
+                ),
+            )
+        })
+    }
+
     fn node(&mut self, s: &Value, path: &str, depth: usize) -> Result<NodeId, SchemaError> {
         if depth > MAX_DEPTH {
             return Err(Self::err(path, "schema nested too deep"));
@@ -479,12 +535,21 @@ impl<'a> Compiler<'a> {
                     );
                     return self.node(&Value::Object(all), path, depth + 1);
                 }
+                let literals = if k == "oneOf" {
+                    self.one_of_overlap(list, path)?
+                } else {
+                    None
+                };
                 let ids = list
                     .iter()
                     .enumerate()
                     .map(|(i, a)| self.node(a, &format!("{path}/{k}/{i}"), depth + 1))
                     .collect::<Result<Vec<_>, _>>()?;
-                return Ok(self.push(Node::AnyOf(ids)));
+                let id = self.push(Node::AnyOf(ids));
+                if let Some(raw) = literals {
+                    self.one_of_literals.push((id, raw, path.to_string()));
+                }
+                return Ok(id);
             }
         }
         let ty = match obj.get("type") {

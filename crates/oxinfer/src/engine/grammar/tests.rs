@@ -297,11 +297,14 @@ mod reference {
                 return false;
             }
         }
-        for k in ["anyOf", "oneOf"] {
-            if let Some(alts) = o.get(k).and_then(Value::as_array) {
-                if !alts.iter().any(|a| valid(root, a, v)) {
-                    return false;
-                }
+        if let Some(alts) = o.get("anyOf").and_then(Value::as_array) {
+            if !alts.iter().any(|a| valid(root, a, v)) {
+                return false;
+            }
+        }
+        if let Some(alts) = o.get("oneOf").and_then(Value::as_array) {
+            if alts.iter().filter(|a| valid(root, a, v)).count() != 1 {
+                return false;
             }
         }
         match o.get("type") {
@@ -507,6 +510,16 @@ fn hard_schemas() -> Vec<Value> {
             "host": {"type": "string", "format": "hostname"},
             "url": {"type": "string", "format": "uri", "maxLength": 60}},
             "required": ["host", "url"]}),
+        // 13: a discriminated union and overlapping enums
+        json!({"type": "object", "properties": {
+            "pet": {"oneOf": [
+                {"type": "object", "properties": {"kind": {"const": "cat"},
+                 "lives": {"type": "integer", "minimum": 1, "maximum": 9}},
+                 "required": ["kind", "lives"]},
+                {"type": "object", "properties": {"kind": {"const": "dog"},
+                 "good": {"type": "boolean"}}, "required": ["kind"]}]},
+            "e": {"oneOf": [{"enum": ["a", "b", 1]}, {"enum": ["b", 1.0, "c"]}]}},
+            "required": ["pet", "e"]}),
     ]
 }
 
