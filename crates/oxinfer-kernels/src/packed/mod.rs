@@ -28,6 +28,8 @@
 //!   mins as pairs `m: [u8; 4 pair][8 lanes][2]` (sub-blocks `2p`, `2p + 1`), then 8
 //!   sub-blocks of 4 nibble chunks as Q4_0; weight = `d * sc * q - dmin * m`. Same bytes as
 //!   eight GGUF rows plus 32 (the 6-bit scales are stored as bytes): +2.8 %.
+//! - `Q5_K` (1440 B, 256 weights): the `Q4_K` layout, then 8 sub-blocks of 32 high-bit bytes
+//!   as `Q5_0`'s `qh` (byte `4r + b` holds at bit `j` the fifth bit of quant `4j + b`).
 //! - `Q6_K` (1680 B, 256 weights): `d: [f16; 8]`, scales as pairs `sc: [i8; 8 sub][8 lanes][2]`
 //!   (groups of 16 `2s`, `2s + 1`), low nibbles: 8 sub-blocks of 4 chunks as Q4_0, then high
 //!   bits: 8 sub-blocks of 2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
@@ -77,7 +79,7 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K).
+    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
     pub fn supports(format: WeightFormat) -> bool {
         pack::packed_block_bytes(format).is_some()
     }

@@ -15,6 +15,12 @@ pub(crate) mod q4k {
     pub const BYTES: usize = 1184;
 }
 
+/// Byte offsets inside a packed Q5_K block: the Q4_K layout, then the fifth bits.
+pub(crate) mod q5k {
+    pub const QH: usize = super::q4k::BYTES;
+    pub const BYTES: usize = QH + 8 * 32;
+}
+
 /// Byte offsets inside a packed Q6_K block.
 pub(crate) mod q6k {
     pub const SC: usize = 16;
@@ -32,6 +38,7 @@ pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
         WeightFormat::Q5_0 => Some(176),
         WeightFormat::Q5_1 => Some(192),
         WeightFormat::Q4K => Some(q4k::BYTES),
+        WeightFormat::Q5K => Some(q5k::BYTES),
         WeightFormat::Q6K => Some(q6k::BYTES),
         _ => None,
     }
@@ -131,7 +138,7 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                             .copy_from_slice(&b[2 + 4 * j..6 + 4 * j]);
                     }
                 }
-                WeightFormat::Q4K => {
+                WeightFormat::Q4K | WeightFormat::Q5K => {
                     unpack_k(format, b, &mut kb);
                     o[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
                     o[q4k::DMIN + 2 * r..q4k::DMIN + 2 * r + 2].copy_from_slice(&b[2..4]);
@@ -143,6 +150,15 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                             *d = v as u8;
                         }
                         put_nibbles(&mut o[q4k::QS + 128 * s..], r, &q);
+                        if format == WeightFormat::Q5K {
+                            for b4 in 0..4 {
+                                let mut v = 0u8;
+                                for j in 0..8 {
+                                    v |= ((q[4 * j + b4] >> 4) & 1) << j;
+                                }
+                                o[q5k::QH + 32 * s + 4 * r + b4] = v;
+                            }
+                        }
                     }
                 }
                 WeightFormat::Q6K => {

@@ -5,7 +5,7 @@
 //! Each formula repeats the row-major dequantizer's float operations in the same order
 //! (`crate::dequant::{legacy, kquants}`), so both give the same bits.
 
-use super::pack::{packed_block_bytes, q4k, q6k, qh_offset, qs_offset};
+use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
 use super::scalar::nibble;
 use crate::dequant::f16_at;
 use crate::format::WeightFormat;
@@ -17,7 +17,8 @@ pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [
     let bs = format.block_size();
     for (blk, y) in g.chunks_exact(pb).zip(out.chunks_exact_mut(bs)) {
         match format {
-            WeightFormat::Q4K => lane_q4k(blk, r, y),
+            WeightFormat::Q4K => lane_q4k(blk, r, y, false),
+            WeightFormat::Q5K => lane_q4k(blk, r, y, true),
             WeightFormat::Q6K => lane_q6k(blk, r, y),
             _ => lane32(format, blk, r, y),
         }
@@ -47,8 +48,9 @@ fn lane32(format: WeightFormat, blk: &[u8], r: usize, y: &mut [f32]) {
     }
 }
 
-/// One Q4_K super-block: `(d * sc) * q - dmin * m` per 32-weight sub-block.
-fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32]) {
+/// One Q4_K (Q5_K with `five`) super-block: `(d * sc) * q - dmin * m` per 32-weight
+/// sub-block.
+fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32], five: bool) {
     let d = f16_at(blk, 2 * r);
     let dmin = f16_at(blk, q4k::DMIN + 2 * r);
     for (s, ys) in y.chunks_exact_mut(32).enumerate() {
@@ -56,7 +58,12 @@ fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32]) {
         let m1 = dmin * f32::from(blk[q4k::MIN + 16 * (s / 2) + 2 * r + s % 2]);
         let qs = &blk[q4k::QS + 128 * s..];
         for (i, v) in ys.iter_mut().enumerate() {
-            *v = d1 * nibble(qs, r, i) as f32 - m1;
+            let mut q = nibble(qs, r, i);
+            if five {
+                let hb = blk[q5k::QH + 32 * s + 4 * r + i % 4];
+                q |= i32::from((hb >> (i / 4)) & 1) << 4;
+            }
+            *v = d1 * q as f32 - m1;
         }
     }
 }

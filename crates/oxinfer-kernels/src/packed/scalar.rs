@@ -2,7 +2,7 @@
 //! and does the same integer sums and float operations in the same order as `avx2.rs`, so
 //! the two agree bit for bit.
 
-use super::pack::{packed_block_bytes, q4k, q6k, qh_offset, qs_offset};
+use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
 use super::{LANES, TILE_TOKENS};
 use crate::dequant::f16_at;
 use crate::fast::Acts;
@@ -33,7 +33,9 @@ pub(crate) fn tile(
                 Acts::Q8K(q) => {
                     let x = &q[(ti + k) * nb..(ti + k + 1) * nb];
                     if format == WeightFormat::Q4K {
-                        lane_q4k(g, r, x)
+                        lane_q4k(g, r, x, false)
+                    } else if format == WeightFormat::Q5K {
+                        lane_q4k(g, r, x, true)
                     } else {
                         lane_q6k(g, r, x)
                     }
@@ -76,15 +78,23 @@ fn lane32(format: WeightFormat, g: &[u8], pb: usize, r: usize, x: &[BlockQ8]) ->
     acc
 }
 
-/// Lane `r` of a Q4_K group `g` dotted with one token's super-blocks `x`.
-fn lane_q4k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
+/// Lane `r` of a Q4_K group `g` (Q5_K with `five`) dotted with one token's super-blocks `x`.
+fn lane_q4k(g: &[u8], r: usize, x: &[BlockQ8K], five: bool) -> f32 {
     let mut acc = 0f32;
-    for (blk, y) in g.chunks_exact(q4k::BYTES).zip(x) {
+    let bytes = if five { q5k::BYTES } else { q4k::BYTES };
+    for (blk, y) in g.chunks_exact(bytes).zip(x) {
         let (mut sumi, mut summ) = (0i32, 0i32);
         for s in 0..8 {
             let qs = &blk[q4k::QS + 128 * s..];
             let part: i32 = (0..32)
-                .map(|i| nibble(qs, r, i) * i32::from(y.qs[32 * s + i]))
+                .map(|i| {
+                    let mut q = nibble(qs, r, i);
+                    if five {
+                        let hb = blk[q5k::QH + 32 * s + 4 * r + i % 4];
+                        q |= i32::from((hb >> (i / 4)) & 1) << 4;
+                    }
+                    q * i32::from(y.qs[32 * s + i])
+                })
                 .sum();
             sumi += i32::from(blk[q4k::SC + 8 * s + r]) * part;
             let m = i32::from(blk[q4k::MIN + 16 * (s / 2) + 2 * r + s % 2]);

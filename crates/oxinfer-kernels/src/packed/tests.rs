@@ -6,13 +6,14 @@ use super::*;
 use crate::vecdot::available_isas;
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 7] = [
+const FORMATS: [WeightFormat; 8] = [
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
     WeightFormat::Q5_0,
     WeightFormat::Q5_1,
     WeightFormat::Q8_0,
     WeightFormat::Q4K,
+    WeightFormat::Q5K,
     WeightFormat::Q6K,
 ];
 
@@ -35,7 +36,7 @@ fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> V
         let mut put = |at: usize, v: [u8; 2]| blk[at..at + 2].copy_from_slice(&v);
         match format {
             WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => put(0, a),
-            WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K => {
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
                 put(0, a);
                 put(2, b);
             }
@@ -126,6 +127,7 @@ fn extreme_quants_do_not_overflow() {
                 WeightFormat::Q5_1 => 4..24,
                 WeightFormat::Q8_0 => 2..34,
                 WeightFormat::Q4K => 4..144,
+                WeightFormat::Q5K => 4..176,
                 _ => 0..208,
             };
             let fill = if f == WeightFormat::Q8_0 { 0x81 } else { 0xFF };
@@ -152,10 +154,10 @@ fn extreme_quants_do_not_overflow() {
 
 #[test]
 fn unsupported_formats_are_not_packed() {
-    let data = vec![0u8; WeightFormat::Q5K.row_bytes(256).unwrap()];
-    let w = WeightMatrix::new(WeightFormat::Q5K, &data, 1, 256).unwrap();
+    let data = vec![0u8; WeightFormat::Q3K.row_bytes(256).unwrap()];
+    let w = WeightMatrix::new(WeightFormat::Q3K, &data, 1, 256).unwrap();
     assert!(PackedMatrix::pack(&w).is_none());
-    assert!(!packing_pays(WeightFormat::Q5K));
+    assert!(!packing_pays(WeightFormat::Q3K));
 }
 
 proptest! {

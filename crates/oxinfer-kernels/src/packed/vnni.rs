@@ -9,7 +9,7 @@
 //! Each token keeps two independent i32 accumulator chains (even and odd quant registers) so
 //! that four tokens keep eight `vpdpbusd` in flight.
 
-use super::pack::{q4k, q6k, qh_offset, qs_offset};
+use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset};
 use super::{LANES, TILE_TOKENS};
 use crate::fast::Acts;
 use crate::format::WeightFormat;
@@ -135,10 +135,10 @@ pub(crate) unsafe fn tile(
                         }
                     };
                 }
-                if format == WeightFormat::Q4K {
-                    go!(tile_q4k)
-                } else {
-                    go!(tile_q6k)
+                match format {
+                    WeightFormat::Q4K => go!(tile_q4k_),
+                    WeightFormat::Q5K => go!(tile_q5k_),
+                    _ => go!(tile_q6k),
                 }
             }
             Acts::F32(_) => unreachable!("float formats are not packed"),
@@ -231,9 +231,34 @@ unsafe fn tile32<const F: u8, const N: usize>(
     }
 }
 
-/// Q4_K: `N` tokens × eight rows.
+/// [`tile_q4k`] for Q4_K.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn tile_q4k<const N: usize>(
+unsafe fn tile_q4k_<const N: usize>(
+    g: *const u8,
+    nb: usize,
+    xs: [*const BlockQ8K; N],
+    out: &mut [[f32; LANES]; TILE_TOKENS],
+) {
+    // SAFETY: forwarded contract.
+    unsafe { tile_q4k::<N, false>(g, nb, xs, out) }
+}
+
+/// [`tile_q4k`] for Q5_K.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn tile_q5k_<const N: usize>(
+    g: *const u8,
+    nb: usize,
+    xs: [*const BlockQ8K; N],
+    out: &mut [[f32; LANES]; TILE_TOKENS],
+) {
+    // SAFETY: forwarded contract.
+    unsafe { tile_q4k::<N, true>(g, nb, xs, out) }
+}
+
+/// Q4_K (Q5_K with `FIVE`: the fifth bits of each sub-block at `q5k::QH`): `N` tokens ×
+/// eight rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
     g: *const u8,
     nb: usize,
     xs: [*const BlockQ8K; N],
@@ -245,18 +270,27 @@ unsafe fn tile_q4k<const N: usize>(
         // SAFETY: block i of the group spans [i*1184, (i+1)*1184); token k's super-block i
         // exists; offsets follow the layout.
         unsafe {
-            let p = g.add(i * q4k::BYTES);
+            let p = g.add(i * if FIVE { q5k::BYTES } else { q4k::BYTES });
             let mut s32 = [_mm256_setzero_si256(); N];
             for s in 0..8 {
                 let sc =
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(q4k::SC + 8 * s) as *const __m128i));
                 let qs = p.add(q4k::QS + 128 * s);
+                let hb = if FIVE {
+                    _mm256_loadu_si256(p.add(q5k::QH + 32 * s) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let mut ea = [_mm256_setzero_si256(); N];
                 let mut oa = [_mm256_setzero_si256(); N];
                 for c in 0..4 {
                     let v = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
-                    let lo = _mm256_and_si256(v, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                    let mut lo = _mm256_and_si256(v, m4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                    if FIVE {
+                        lo = _mm256_or_si256(lo, high1(hb, 2 * c));
+                        hi = _mm256_or_si256(hi, high1(hb, 2 * c + 1));
+                    }
                     for k in 0..N {
                         let xq = (*xs[k].add(i)).qs.as_ptr().add(32 * s + 8 * c);
                         ea[k] = dpn::<N>(ea[k], lo, bcast4(xq));
