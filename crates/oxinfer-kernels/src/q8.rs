@@ -51,7 +51,8 @@ impl Default for BlockQ8K {
 /// as `f32::round`); blocks that are all zero or hold a NaN or an infinity take the scalar path.
 fn quantize_block(x: &[f32], qs: &mut [i8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() && x.len() % 32 == 0 && qs.len() == x.len() {
+    if crate::vecdot::detected_isa().has_avx2() && x.len().is_multiple_of(32) && qs.len() == x.len()
+    {
         // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
         if let Some(d) = unsafe { avx2::quantize_block(x, qs) } {
             return d;

@@ -74,6 +74,21 @@ unsafe fn bcast4(p: *const i8) -> __m256i {
     unsafe { _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32)) }
 }
 
+/// Prefetches the `bytes` bytes that start [`super::PREFETCH_AHEAD`] bytes after `p` (the
+/// weights a few blocks ahead: a hint, never a fault, even past the end of the group).
+#[inline(always)]
+fn prefetch_ahead(p: *const u8, bytes: usize) {
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: prefetch is a hint and does not fault; wrapping_add keeps the address
+        // computation defined whatever it points to.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(super::PREFETCH_AHEAD + off) as *const i8)
+        };
+        off += 64;
+    }
+}
+
 /// Eight f16 at `p` as f32.
 #[inline(always)]
 unsafe fn f16x8(p: *const u8) -> __m256 {
@@ -170,6 +185,7 @@ unsafe fn tile32<const F: u8, const N: usize>(
         // token k's block i exists (nb blocks per token); offsets follow the layout.
         unsafe {
             let p = g.add(i * pb);
+            prefetch_ahead(p, pb);
             let d = f16x8(p);
             let qs = p.add(qo);
             let mut ea = [_mm256_setzero_si256(); N];
@@ -270,7 +286,9 @@ unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
         // SAFETY: block i of the group spans [i*1184, (i+1)*1184); token k's super-block i
         // exists; offsets follow the layout.
         unsafe {
-            let p = g.add(i * if FIVE { q5k::BYTES } else { q4k::BYTES });
+            let pb = if FIVE { q5k::BYTES } else { q4k::BYTES };
+            let p = g.add(i * pb);
+            prefetch_ahead(p, pb);
             let mut s32 = [_mm256_setzero_si256(); N];
             for s in 0..8 {
                 let sc =
@@ -361,6 +379,7 @@ unsafe fn tile_q6k<const N: usize>(
         // exists; offsets follow the layout.
         unsafe {
             let p = g.add(i * q6k::BYTES);
+            prefetch_ahead(p, q6k::BYTES);
             let mut s32 = [_mm256_setzero_si256(); N];
             for s in 0..8 {
                 // Lanes r: (sc[2s], sc[2s + 1]) as i16; as i32 each on its own.
