@@ -27,11 +27,8 @@ Everything is seeded: re-running gives byte-identical files.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -41,19 +38,13 @@ import gguf
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_tiny_llama import greedy, greedy_cached, logits_of, max_diff, versions  # noqa: E402
+from tiny_ref import (FIXTURES, N_GREEDY, VOCAB, check_features, logits_of, max_diff,  # noqa: E402
+                      pick_prompt, prompt_references, publish, report_size, run_variants, versions)
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "fixtures"
-
-# ids: 0 <pad>, 1 <eos>, 2 <bos>, 3 <unk>, 4 + b = byte b.
-VOCAB = 260
+# ids: 0 <pad>, 1 <eos>, 2 <bos>, 3 <unk>, 4 + b = byte b (VOCAB = 260).
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
-N_GREEDY = 32
-MIN_MARGIN = 5e-3
 NORM_NOISE_STD = 0.1
 EMBED_STD = 0.04
-PROMPT_LENGTHS = {"short": 12, "long": 110}
 
 VARIANTS = {
     "gemma3-tiny-a": dict(
@@ -133,15 +124,9 @@ def load_model(folder: Path) -> Gemma3ForCausalLM:
         folder, dtype=torch.float32, attn_implementation="eager").eval()
 
 
-def pick_prompt(model, length: int, seed: int):
-    for k in range(200):
-        rng = np.random.default_rng(seed + k)
-        ids = [int(x) for x in rng.integers(4, VOCAB, size=length)]
-        ids[0] = BOS_ID
-        toks, margin, _ = greedy(model, ids, N_GREEDY)
-        if margin >= MIN_MARGIN and len(set(toks)) >= 8:
-            return ids, seed + k, toks, margin
-    raise RuntimeError("no prompt with a large enough greedy margin")
+def pick_gemma_prompt(model, length: int, seed: int):
+    """Byte and special ids only (no <pad>..<unk>), starting with <bos>."""
+    return pick_prompt(model, length, seed, low=4, bos=BOS_ID)
 
 
 @torch.no_grad()
@@ -328,17 +313,12 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
     out = FIXTURES / name
     print(f"== {name}")
     model = build_model(spec)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+
+    def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
         if spec["spelling"] == "hub":
             to_hub_spelling(tmp / "config.json")
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(tmp, out)
-        out.chmod(0o755)
-        for f in out.iterdir():
-            f.chmod(0o644)
+    publish(out, save)
 
     ref = load_model(out)
     assert ref.config.rope_parameters == model.config.rope_parameters, (
@@ -349,34 +329,10 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
     print(f"reload max abs diff {reload_diff:.3g}")
     assert reload_diff == 0.0
 
-    prompts, logits = [], {}
-    for k, (pname, length) in enumerate(PROMPT_LENGTHS.items()):
-        ids, pseed, toks, margin = pick_prompt(ref, length, spec["seed"] * 10 + 1000 * k)
-        lg = logits_of(ref, ids).numpy().astype(np.float32)
-        np.save(out / f"logits_{pname}.npy", lg)
-        logits[pname] = lg
-        ctoks, clasts = greedy_cached(ref, ids, N_GREEDY)
-        assert ctoks == toks, "cached and uncached greedy disagree"
-        full = logits_of(ref, ids + toks[:-1])[len(ids) - 1:]
-        cache_diff = max(max_diff(c, f) for c, f in zip(clasts, full))
-        prompts.append({
-            "name": pname, "prompt_seed": pseed, "ids": ids, "greedy_ids": toks,
-            "min_greedy_margin": margin, "n_distinct_greedy": len(set(toks)),
-            "logits_file": f"logits_{pname}.npy", "logits_shape": list(lg.shape),
-            "logits_abs_max": float(np.abs(lg).max()),
-            "transformers_cached_decode_max_abs_diff": cache_diff,
-        })
-        print(f"{pname}: {len(ids)} ids, greedy {toks[:8]}..., min margin {margin:.4g}, "
-              f"|logits| max {np.abs(lg).max():.3g}, cached-vs-full {cache_diff:.2g}")
-
+    prompts, logits = prompt_references(ref, out, spec["seed"], pick_gemma_prompt,
+                                        abs_max_key="logits_abs_max")
     checks = feature_checks(ref, prompts[1]["ids"])
-    for k, v in checks.items():
-        print(f"feature check {k}: {v:.4g}")
-    for k, v in checks.items():
-        if k.endswith("identity"):
-            assert v < 1e-5, (k, v)
-        else:
-            assert v > 1e-3, (k, v)
+    check_features(checks, 1e-3)
 
     cfg = ref.config
     reference = {
@@ -405,19 +361,8 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
                 print("llama.cpp GGUF twin:", lc)
                 reference["llamacpp_gguf_check"] = lc
     (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
-    size = sum(p.stat().st_size for p in out.iterdir())
-    print(f"{out.relative_to(REPO)}: {size / 1024:.0f} KiB, files {sorted(p.name for p in out.iterdir())}")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
-    ap.add_argument("--no-llamacpp", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    for name in args.variant or sorted(VARIANTS):
-        make_variant(name, VARIANTS[name], not args.no_llamacpp)
+    report_size(out)
 
 
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, make_variant, llamacpp_flag=True)

@@ -12,11 +12,8 @@ Run (from the repository root):
 """
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +24,12 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCau
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_tiny_llama as base  # noqa: E402
+from tiny_ref import (N_GREEDY, check_features, logits_of, max_diff, pick_prompt,  # noqa: E402
+                      prompt_references, publish, report_size, run_variants, versions)
 
-REPO = base.REPO
-FIXTURES = base.FIXTURES
-VOCAB, BOS_ID, EOS_ID = base.VOCAB, base.BOS_ID, base.EOS_ID
+from tiny_ref import FIXTURES, VOCAB  # noqa: E402
+
+BOS_ID, EOS_ID = base.BOS_ID, base.EOS_ID
 
 FAMILIES = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -104,16 +103,10 @@ def build_model(spec: dict):
     return model
 
 
-def pick_prompt(model, length: int, seed: int, min_distinct: int = 4):
-    """As make_tiny_llama.pick_prompt, but tiny random Qwen2/3 models loop sooner: accept
-    4 distinct greedy tokens (the margin rule is unchanged)."""
-    for k in range(200):
-        rng = np.random.default_rng(seed + k)
-        ids = [int(x) for x in rng.integers(0, VOCAB, size=length)]
-        toks, margin, _ = base.greedy(model, ids, base.N_GREEDY)
-        if margin >= base.MIN_MARGIN and len(set(toks)) >= min_distinct:
-            return ids, seed + k, toks, margin
-    raise RuntimeError("no prompt with a large enough greedy margin")
+def pick_qwen_prompt(model, length: int, seed: int):
+    """As tiny_ref.pick_prompt, but tiny random Qwen2/3 models loop sooner: accept 4 distinct
+    greedy tokens (the margin rule is unchanged)."""
+    return pick_prompt(model, length, seed, min_distinct=4)
 
 
 def load_model(spec: dict, folder: Path):
@@ -206,7 +199,7 @@ def write_gguf(folder: Path, name: str, arch: str, cfg, sd: dict) -> dict:
 @torch.no_grad()
 def feature_checks(spec: dict, model, ids: list[int]) -> dict:
     cfg_cls, model_cls = FAMILIES[spec["family"]]
-    base_logits = base.logits_of(model, ids)
+    base_logits = logits_of(model, ids)
     sd = {k: v.clone() for k, v in model.state_dict().items()}
     checks = {}
 
@@ -218,23 +211,23 @@ def feature_checks(spec: dict, model, ids: list[int]) -> dict:
         m.load_state_dict(s, strict=False)
         if c.tie_word_embeddings:
             m.tie_weights()
-        return base.logits_of(m, ids)
+        return logits_of(m, ids)
 
-    checks["rebuild_identity"] = base.max_diff(variant(), base_logits)
-    checks["biases_zeroed"] = base.max_diff(variant(
+    checks["rebuild_identity"] = max_diff(variant(), base_logits)
+    checks["biases_zeroed"] = max_diff(variant(
         lambda s: {k: (torch.zeros_like(v) if k.endswith("bias") else v) for k, v in s.items()}),
         base_logits) if any(k.endswith("bias") for k in sd) else None
-    checks["qk_norms_set_to_one"] = base.max_diff(variant(
+    checks["qk_norms_set_to_one"] = max_diff(variant(
         lambda s: {k: (torch.ones_like(v) if k.endswith(("q_norm.weight", "k_norm.weight")) else v)
                    for k, v in s.items()}), base_logits) if any("q_norm" in k for k in sd) else None
-    checks["rope_theta_1e4"] = base.max_diff(variant(cfg_changes={
+    checks["rope_theta_1e4"] = max_diff(variant(cfg_changes={
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}), base_logits)
     if spec["family"] == "qwen2":
-        checks["sliding_window_8_on"] = base.max_diff(variant(cfg_changes={
+        checks["sliding_window_8_on"] = max_diff(variant(cfg_changes={
             "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0,
             "layer_types": ["sliding_attention"] * model.config.num_hidden_layers}), base_logits)
     if getattr(model.config, "use_sliding_window", False):
-        checks["sliding_window_off"] = base.max_diff(variant(cfg_changes={
+        checks["sliding_window_off"] = max_diff(variant(cfg_changes={
             "use_sliding_window": False, "sliding_window": None,
             "layer_types": ["full_attention"] * model.config.num_hidden_layers}), base_logits)
     return {k: v for k, v in checks.items() if v is not None}
@@ -244,56 +237,33 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
     out = FIXTURES / name
     print(f"== {name}", flush=True)
     model = build_model(spec)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+
+    def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
         if spec["spelling"] == "hub":
             to_hub_spelling(tmp / "config.json", spec["hub_extra"])
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(tmp, out)
-        out.chmod(0o755)
-        for f in out.iterdir():
-            f.chmod(0o644)
+    publish(out, save)
     ref = load_model(spec, out)
     probe = list(range(0, VOCAB, 7))[:20]
-    reload_diff = base.max_diff(base.logits_of(ref, probe), base.logits_of(model, probe))
+    reload_diff = max_diff(logits_of(ref, probe), logits_of(model, probe))
     assert reload_diff == 0.0, reload_diff
 
-    prompts, logits = [], {}
-    for k, (pname, length) in enumerate(base.PROMPT_LENGTHS.items()):
-        ids, pseed, toks, margin = pick_prompt(ref, length, spec["seed"] * 10 + 1000 * k)
-        lg = base.logits_of(ref, ids).numpy().astype(np.float32)
-        np.save(out / f"logits_{pname}.npy", lg)
-        logits[pname] = lg
-        ctoks, clasts = base.greedy_cached(ref, ids, base.N_GREEDY)
-        assert ctoks == toks, "cached and uncached greedy disagree"
-        full = base.logits_of(ref, ids + toks[:-1])[len(ids) - 1:]
-        cache_diff = max(base.max_diff(c, f) for c, f in zip(clasts, full))
-        prompts.append({
-            "name": pname, "prompt_seed": pseed, "ids": ids, "greedy_ids": toks,
-            "min_greedy_margin": margin, "n_distinct_greedy": len(set(toks)),
-            "logits_file": f"logits_{pname}.npy", "logits_shape": list(lg.shape),
-            "transformers_cached_decode_max_abs_diff": cache_diff,
-        })
-        print(f"{pname}: {len(ids)} ids, greedy {toks[:8]}..., min margin {margin:.4g}", flush=True)
+    prompts, logits = prompt_references(ref, out, spec["seed"], pick_qwen_prompt)
     checks = feature_checks(spec, ref, prompts[1]["ids"])
-    for k, v in checks.items():
-        print(f"feature check {k}: {v:.4g}")
-        assert (v < 1e-5) if k.endswith("identity") else (v > 1e-2), (k, v)
+    check_features(checks, 1e-2)
 
     sd = base.load_state_dict(out)
     gguf_info = write_gguf(out, name, spec["family"], ref.config, sd) if spec.get("gguf", True) else None
     reference = {
         "generator": "tools/ref/make_tiny_qwen.py",
-        "versions": base.versions(),
+        "versions": versions(),
         "seed": spec["seed"],
         "attn_implementation": "eager",
         "dtype": "float32",
         "config": {"architecture": type(ref).__name__, "config_spelling": spec["spelling"],
                    **spec["config"], **spec["hub_extra"]},
         "gguf": gguf_info,
-        "n_greedy": base.N_GREEDY,
+        "n_greedy": N_GREEDY,
         "greedy_method": "argmax of the last-position logits, full recompute each step, no EOS stop",
         "prompts": prompts,
         "feature_checks_max_abs_logit_change": checks,
@@ -305,19 +275,8 @@ def make_variant(name: str, spec: dict, use_llamacpp: bool) -> None:
             print("llama.cpp GGUF twin:", lc)
             reference["llamacpp_gguf_check"] = lc
     (out / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
-    size = sum(p.stat().st_size for p in out.iterdir())
-    print(f"{out.relative_to(REPO)}: {size / 1024:.0f} KiB")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
-    ap.add_argument("--no-llamacpp", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    for name in args.variant or sorted(VARIANTS):
-        make_variant(name, VARIANTS[name], not args.no_llamacpp)
+    report_size(out)
 
 
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, make_variant, llamacpp_flag=True)

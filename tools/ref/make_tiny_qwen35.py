@@ -23,15 +23,11 @@ Run (from the repository root):
 """
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig,
@@ -39,10 +35,11 @@ from transformers import (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_tiny_llama as base  # noqa: E402
-from make_tiny_qwen import pick_prompt  # noqa: E402
+from make_tiny_qwen import pick_qwen_prompt  # noqa: E402
+from tiny_ref import (FIXTURES, N_GREEDY, VOCAB, check_features, logits_of, max_diff,  # noqa: E402
+                      prompt_references, publish, report_size, run_variants, versions)
 
-REPO, FIXTURES = base.REPO, base.FIXTURES
-VOCAB, BOS_ID, EOS_ID = base.VOCAB, base.BOS_ID, base.EOS_ID
+BOS_ID, EOS_ID = base.BOS_ID, base.EOS_ID
 
 COMMON = dict(
     vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4,
@@ -149,7 +146,7 @@ def nest_like_hub(folder: Path, model_type: str) -> None:
 @torch.no_grad()
 def feature_checks(spec, model, ids) -> dict:
     cfg_cls, model_cls = spec["cls"]
-    base_logits = base.logits_of(model, ids)
+    base_logits = logits_of(model, ids)
     sd = {k: v.clone() for k, v in model.state_dict().items()}
 
     def variant(sd_fn=None, cfg_changes=None):
@@ -159,19 +156,19 @@ def feature_checks(spec, model, ids) -> dict:
         m.load_state_dict(sd_fn(dict(sd)) if sd_fn else sd, strict=False)
         if c.tie_word_embeddings:
             m.tie_weights()
-        return base.logits_of(m, ids)
+        return logits_of(m, ids)
 
     def zero(suffix):
         return lambda s: {k: (torch.zeros_like(v) if k.endswith(suffix) else v) for k, v in s.items()}
     checks = {
-        "rebuild_identity": base.max_diff(variant(), base_logits),
-        "attn_output_gate_zeroed": base.max_diff(variant(lambda s: {
+        "rebuild_identity": max_diff(variant(), base_logits),
+        "attn_output_gate_zeroed": max_diff(variant(lambda s: {
             k: (torch.cat([v.view(4, 2, 16, -1)[:, :1], torch.zeros_like(v.view(4, 2, 16, -1)[:, 1:])], 1).view(v.shape)
                 if k.endswith("q_proj.weight") else v) for k, v in s.items()}), base_logits),
-        "conv1d_zeroed": base.max_diff(variant(zero("conv1d.weight")), base_logits),
-        "dt_bias_zeroed": base.max_diff(variant(zero("dt_bias")), base_logits),
-        "zero_centred_norms_zeroed": base.max_diff(variant(zero(ZERO_CENTRED)), base_logits),
-        "partial_rotary_1.0": base.max_diff(variant(cfg_changes={"rope_parameters": {
+        "conv1d_zeroed": max_diff(variant(zero("conv1d.weight")), base_logits),
+        "dt_bias_zeroed": max_diff(variant(zero("dt_bias")), base_logits),
+        "zero_centred_norms_zeroed": max_diff(variant(zero(ZERO_CENTRED)), base_logits),
+        "partial_rotary_1.0": max_diff(variant(cfg_changes={"rope_parameters": {
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}), base_logits),
     }
     return checks
@@ -182,54 +179,34 @@ def make_variant(name: str, spec: dict) -> None:
     print(f"== {name}", flush=True)
     model = build_model(spec)
     _, model_cls = spec["cls"]
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    loaded = {}
+
+    def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
         ref = model_cls.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager").eval()
+        loaded["ref"] = ref
         if spec["nested"]:
             nest_like_hub(tmp, spec["config_type"] if "config_type" in spec else
                           ref.config.model_type.replace("_text", ""))
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(tmp, out)
-        out.chmod(0o755)
-        for f in out.iterdir():
-            f.chmod(0o644)
+    publish(out, save)
+    ref = loaded["ref"]
     probe = list(range(0, VOCAB, 7))[:20]
-    assert base.max_diff(base.logits_of(ref, probe), base.logits_of(model, probe)) == 0.0
+    assert max_diff(logits_of(ref, probe), logits_of(model, probe)) == 0.0
 
-    prompts = []
-    for k, (pname, length) in enumerate(base.PROMPT_LENGTHS.items()):
-        ids, pseed, toks, margin = pick_prompt(ref, length, spec["seed"] * 10 + 1000 * k)
-        lg = base.logits_of(ref, ids).numpy().astype(np.float32)
-        np.save(out / f"logits_{pname}.npy", lg)
-        ctoks, clasts = base.greedy_cached(ref, ids, base.N_GREEDY)
-        assert ctoks == toks, "cached and uncached greedy disagree"
-        full = base.logits_of(ref, ids + toks[:-1])[len(ids) - 1:]
-        cache_diff = max(base.max_diff(c, f) for c, f in zip(clasts, full))
-        prompts.append({
-            "name": pname, "prompt_seed": pseed, "ids": ids, "greedy_ids": toks,
-            "min_greedy_margin": margin, "n_distinct_greedy": len(set(toks)),
-            "logits_file": f"logits_{pname}.npy", "logits_shape": list(lg.shape),
-            "logits_max_abs": float(np.abs(lg).max()),
-            "transformers_cached_decode_max_abs_diff": cache_diff,
-        })
-        print(f"{pname}: {len(ids)} ids, greedy {toks[:8]}..., min margin {margin:.4g}, "
-              f"recurrent-vs-chunked {cache_diff:.2g}", flush=True)
+    prompts, _ = prompt_references(ref, out, spec["seed"], pick_qwen_prompt, abs_max_key="logits_max_abs",
+                                   cache_label="recurrent-vs-chunked")
     checks = feature_checks(spec, ref, prompts[1]["ids"])
-    for k, v in checks.items():
-        print(f"feature check {k}: {v:.4g}", flush=True)
-        assert (v < 1e-5) if k.endswith("identity") else (v > 1e-2), (k, v)
+    check_features(checks, 1e-2)
     reference = {
         "generator": "tools/ref/make_tiny_qwen35.py",
-        "versions": base.versions(),
+        "versions": versions(),
         "seed": spec["seed"],
         "attn_implementation": "eager",
         "dtype": "float32",
         "delta_rule": "transformers pure-torch fallback (chunk 64 for prompts, recurrent for decode)",
         "config": {"architecture": type(ref).__name__, "nested_hub_layout": spec["nested"],
                    "layer_types": ref.config.layer_types, **spec["config"]},
-        "n_greedy": base.N_GREEDY,
+        "n_greedy": N_GREEDY,
         "greedy_method": "argmax of the last-position logits, full recompute each step, no EOS stop",
         "prompts": prompts,
         "feature_checks_max_abs_logit_change": checks,
@@ -240,18 +217,8 @@ def make_variant(name: str, spec: dict) -> None:
         # a separate process: the converter imports llama.cpp's own gguf-py
         subprocess.run([sys.executable, str(Path(__file__).parent / "llamacpp_convert.py"), str(out)],
                        check=True)
-    size = sum(p.stat().st_size for p in out.iterdir())
-    print(f"{out.relative_to(REPO)}: {size / 1024:.0f} KiB", flush=True)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    for name in args.variant or sorted(VARIANTS):
-        make_variant(name, VARIANTS[name])
+    report_size(out)
 
 
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, make_variant, llamacpp_flag=False, threads=1)

@@ -2,11 +2,11 @@
 //! statistics of `llama-perplexity --kl-divergence`.
 
 use crate::common::{read_text, ModelArgs};
+use crate::perplexity::{window_bos, ScoredText};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxinfer::quant::Precision;
 use std::io::Write;
-use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct KlArgs {
@@ -20,19 +20,12 @@ pub struct KlArgs {
     /// Convert the reference at load (default: as stored).
     #[arg(long, value_name = "bf16|q8|q4")]
     pub ref_quant: Option<Precision>,
-    /// Text file to score.
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
-    /// Window length in tokens.
-    #[arg(short = 'c', long, default_value_t = 512)]
-    pub ctx: usize,
-    /// Evaluate at most this many windows.
-    #[arg(long)]
-    pub chunks: Option<usize>,
+    #[command(flatten)]
+    pub text: ScoredText,
 }
 
 pub fn run(a: KlArgs) -> Result<()> {
-    let text = read_text(&a.file)?;
+    let text = read_text(&a.text.file)?;
     let model = a.model.load()?;
     let reference = ModelArgs {
         model: Some(a.reference.clone()),
@@ -61,35 +54,22 @@ pub fn run(a: KlArgs) -> Result<()> {
             ref_tokens.len()
         );
     }
-    let bos_of = |m: &oxinfer::Model| {
-        if m.adds_bos() {
-            m.tokenizer().and_then(|t| t.bos_id())
-        } else {
-            None
-        }
-    };
-    let bos = bos_of(&model);
-    if bos != bos_of(&reference) {
+    let bos = window_bos(&model);
+    if bos != window_bos(&reference) {
         bail!(
             "the two models disagree on the BOS token ({bos:?} vs {:?})",
-            bos_of(&reference)
+            window_bos(&reference)
         );
     }
-    eprintln!(
-        "kl: {} tokens, ctx {}, {} chunks",
-        tokens.len(),
-        a.ctx,
-        a.chunks.map_or(tokens.len() / a.ctx.max(1), |c| c
-            .min(tokens.len() / a.ctx.max(1)))
-    );
+    a.text.announce("kl", tokens.len());
     let start = std::time::Instant::now();
     let s = oxinfer::engine::kl::kl_divergence(
         model.lm(),
         reference.lm(),
         &tokens,
-        a.ctx,
+        a.text.ctx,
         bos,
-        a.chunks,
+        a.text.chunks,
         oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK,
         |done, total| {
             eprint!("[{done}/{total}]");
