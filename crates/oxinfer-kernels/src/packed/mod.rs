@@ -28,12 +28,13 @@
 //!   mins as pairs `m: [u8; 4 pair][8 lanes][2]` (sub-blocks `2p`, `2p + 1`), then 8
 //!   sub-blocks of 4 nibble chunks as Q4_0; weight = `d * sc * q - dmin * m`. Same bytes as
 //!   eight GGUF rows plus 32 (the 6-bit scales are stored as bytes): +2.8 %.
-//! - `Q5_K` (1440 B, 256 weights): the `Q4_K` layout, then 8 sub-blocks of 32 high-bit bytes
-//!   as `Q5_0`'s `qh` (byte `4r + b` holds at bit `j` the fifth bit of quant `4j + b`).
+//! - `Q5_K` (1440 B, 256 weights): `d`, `dmin`, `sc`, `m` as `Q4_K`, then 8 sub-blocks of
+//!   160 B: 4 nibble chunks, then 32 high-bit bytes as `Q5_0`'s `qh` (byte `4r + b` holds at
+//!   bit `j` the fifth bit of quant `4j + b`).
 //! - `Q6_K` (1680 B, 256 weights): `d: [f16; 8]`, scales as pairs `sc: [i8; 8 sub][8 lanes][2]`
-//!   (groups of 16 `2s`, `2s + 1`), low nibbles: 8 sub-blocks of 4 chunks as Q4_0, then high
-//!   bits: 8 sub-blocks of 2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
-//!   the top two bits of quant `16h + 4k + b`; weight = `d * sc * (q - 32)`.
+//!   (groups of 16 `2s`, `2s + 1`), then 8 sub-blocks of 192 B: low nibbles (4 chunks as
+//!   Q4_0), then high bits (2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
+//!   the top two bits of quant `16h + 4k + b`); weight = `d * sc * (q - 32)`.
 //!
 //! The other formats are not packed ([`PackedMatrix::pack`] returns `None`) and keep the
 //! row-major kernels of [`crate::fast`].

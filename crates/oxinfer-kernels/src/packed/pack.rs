@@ -15,18 +15,34 @@ pub(crate) mod q4k {
     pub const BYTES: usize = 1184;
 }
 
-/// Byte offsets inside a packed Q5_K block: the Q4_K layout, then the fifth bits.
+/// Byte offsets inside a packed Q5_K block: the Q4_K header (scales, mins), then per
+/// 32-weight sub-block its nibbles (128 B) and fifth bits (32 B) side by side.
 pub(crate) mod q5k {
-    pub const QH: usize = super::q4k::BYTES;
-    pub const BYTES: usize = QH + 8 * 32;
+    pub const BYTES: usize = super::q4k::BYTES + 8 * 32;
+    /// Nibble chunks of sub-block `s`.
+    pub const fn qs(s: usize) -> usize {
+        super::q4k::QS + 160 * s
+    }
+    /// High-bit bytes of sub-block `s`.
+    pub const fn qh(s: usize) -> usize {
+        super::q4k::QS + 160 * s + 128
+    }
 }
 
-/// Byte offsets inside a packed Q6_K block.
+/// Byte offsets inside a packed Q6_K block: each 32-weight sub-block's low nibbles (128 B)
+/// and high bits (64 B) side by side, so a kernel reads one sequential stream.
 pub(crate) mod q6k {
     pub const SC: usize = 16;
     pub const QL: usize = 144;
-    pub const QH: usize = 1168;
     pub const BYTES: usize = 1680;
+    /// Low nibbles of sub-block `s`.
+    pub const fn ql(s: usize) -> usize {
+        QL + 192 * s
+    }
+    /// High bits of sub-block `s`.
+    pub const fn qh(s: usize) -> usize {
+        QL + 192 * s + 128
+    }
 }
 
 /// Bytes of one packed block of `format` (eight rows), `None` for formats without a layout.
@@ -149,14 +165,19 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                         for (d, &v) in q.iter_mut().zip(&kb.q[32 * s..32 * s + 32]) {
                             *d = v as u8;
                         }
-                        put_nibbles(&mut o[q4k::QS + 128 * s..], r, &q);
+                        let at = if format == WeightFormat::Q5K {
+                            q5k::qs(s)
+                        } else {
+                            q4k::QS + 128 * s
+                        };
+                        put_nibbles(&mut o[at..], r, &q);
                         if format == WeightFormat::Q5K {
                             for b4 in 0..4 {
                                 let mut v = 0u8;
                                 for j in 0..8 {
                                     v |= ((q[4 * j + b4] >> 4) & 1) << j;
                                 }
-                                o[q5k::QH + 32 * s + 4 * r + b4] = v;
+                                o[q5k::qh(s) + 4 * r + b4] = v;
                             }
                         }
                     }
@@ -173,14 +194,14 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                         for (d, &v) in u.iter_mut().zip(&kb.q[32 * s..32 * s + 32]) {
                             *d = (v + 32) as u8;
                         }
-                        put_nibbles(&mut o[q6k::QL + 128 * s..], r, &u);
+                        put_nibbles(&mut o[q6k::ql(s)..], r, &u);
                         for h in 0..2 {
                             for b4 in 0..4 {
                                 let mut v = 0u8;
                                 for k in 0..4 {
                                     v |= (u[16 * h + 4 * k + b4] >> 4) << (2 * k);
                                 }
-                                o[q6k::QH + 64 * s + 32 * h + 4 * r + b4] = v;
+                                o[q6k::qh(s) + 32 * h + 4 * r + b4] = v;
                             }
                         }
                     }

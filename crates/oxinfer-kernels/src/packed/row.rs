@@ -56,11 +56,11 @@ fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32], five: bool) {
     for (s, ys) in y.chunks_exact_mut(32).enumerate() {
         let d1 = d * f32::from(blk[q4k::SC + 8 * s + r]);
         let m1 = dmin * f32::from(blk[q4k::MIN + 16 * (s / 2) + 2 * r + s % 2]);
-        let qs = &blk[q4k::QS + 128 * s..];
+        let qs = &blk[if five { q5k::qs(s) } else { q4k::QS + 128 * s }..];
         for (i, v) in ys.iter_mut().enumerate() {
             let mut q = nibble(qs, r, i);
             if five {
-                let hb = blk[q5k::QH + 32 * s + 4 * r + i % 4];
+                let hb = blk[q5k::qh(s) + 4 * r + i % 4];
                 q |= i32::from((hb >> (i / 4)) & 1) << 4;
             }
             *v = d1 * q as f32 - m1;
@@ -72,8 +72,8 @@ fn lane_q4k(blk: &[u8], r: usize, y: &mut [f32], five: bool) {
 fn lane_q6k(blk: &[u8], r: usize, y: &mut [f32]) {
     let d = f16_at(blk, 2 * r);
     for (s, ys) in y.chunks_exact_mut(32).enumerate() {
-        let ql = &blk[q6k::QL + 128 * s..];
-        let qh = &blk[q6k::QH + 64 * s..];
+        let ql = &blk[q6k::ql(s)..];
+        let qh = &blk[q6k::qh(s)..];
         for (h, yh) in ys.chunks_exact_mut(16).enumerate() {
             let ds = d * f32::from(blk[q6k::SC + 16 * s + 2 * r + h] as i8);
             for (i, v) in yh.iter_mut().enumerate() {

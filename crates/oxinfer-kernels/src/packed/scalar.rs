@@ -85,12 +85,12 @@ fn lane_q4k(g: &[u8], r: usize, x: &[BlockQ8K], five: bool) -> f32 {
     for (blk, y) in g.chunks_exact(bytes).zip(x) {
         let (mut sumi, mut summ) = (0i32, 0i32);
         for s in 0..8 {
-            let qs = &blk[q4k::QS + 128 * s..];
+            let qs = &blk[if five { q5k::qs(s) } else { q4k::QS + 128 * s }..];
             let part: i32 = (0..32)
                 .map(|i| {
                     let mut q = nibble(qs, r, i);
                     if five {
-                        let hb = blk[q5k::QH + 32 * s + 4 * r + i % 4];
+                        let hb = blk[q5k::qh(s) + 4 * r + i % 4];
                         q |= i32::from((hb >> (i / 4)) & 1) << 4;
                     }
                     q * i32::from(y.qs[32 * s + i])
@@ -114,8 +114,8 @@ fn lane_q6k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
     for (blk, y) in g.chunks_exact(q6k::BYTES).zip(x) {
         let mut sumi = 0i32;
         for s in 0..8 {
-            let ql = &blk[q6k::QL + 128 * s..];
-            let qh = &blk[q6k::QH + 64 * s..];
+            let ql = &blk[q6k::ql(s)..];
+            let qh = &blk[q6k::qh(s)..];
             for h in 0..2 {
                 let sc = i32::from(blk[q6k::SC + 16 * s + 2 * r + h] as i8);
                 let part: i32 = (0..16)

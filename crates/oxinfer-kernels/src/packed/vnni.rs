@@ -271,7 +271,7 @@ unsafe fn tile_q5k_<const N: usize>(
     unsafe { tile_q4k::<N, true>(g, nb, xs, out) }
 }
 
-/// Q4_K (Q5_K with `FIVE`: the fifth bits of each sub-block at `q5k::QH`): `N` tokens ×
+/// Q4_K (Q5_K with `FIVE`: the fifth bits of each sub-block at `q5k::qh(s)`): `N` tokens ×
 /// eight rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
@@ -293,9 +293,9 @@ unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
             for s in 0..8 {
                 let sc =
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(q4k::SC + 8 * s) as *const __m128i));
-                let qs = p.add(q4k::QS + 128 * s);
+                let qs = p.add(if FIVE { q5k::qs(s) } else { q4k::QS + 128 * s });
                 let hb = if FIVE {
-                    _mm256_loadu_si256(p.add(q5k::QH + 32 * s) as *const __m256i)
+                    _mm256_loadu_si256(p.add(q5k::qh(s)) as *const __m256i)
                 } else {
                     _mm256_setzero_si256()
                 };
@@ -388,8 +388,8 @@ unsafe fn tile_q6k<const N: usize>(
                 ));
                 let sc0 = _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(scq));
                 let sc1 = _mm256_srai_epi32::<16>(scq);
-                let ql = p.add(q6k::QL + 128 * s);
-                let qh = p.add(q6k::QH + 64 * s);
+                let ql = p.add(q6k::ql(s));
+                let qh = p.add(q6k::qh(s));
                 for (h, scv) in [(0usize, sc0), (1, sc1)] {
                     let hb = _mm256_loadu_si256(qh.add(32 * h) as *const __m256i);
                     let v0 = _mm256_loadu_si256(ql.add(64 * h) as *const __m256i);
