@@ -277,6 +277,13 @@ HARD_SCHEMAS = [
              "required": ["kind", "good"]}]},
         "tag": {"oneOf": [{"enum": ["a", "b", 1]}, {"enum": ["b", 1.0, "c"]}]}},
      "required": ["pet", "tag"]},
+    # not: types taken out, values taken out of enums and booleans.
+    {"type": "object", "properties": {
+        "num": {"not": {"type": ["object", "array", "string", "boolean", "null"]}},
+        "col": {"enum": ["red", "green", "blue"], "not": {"const": "green"}},
+        "yes": {"type": "boolean", "not": {"const": False}},
+        "opt": {"type": ["integer", "null"], "not": {"type": "null"}}},
+     "required": ["num", "col", "yes", "opt"]},
     {"type": "object", "properties": {
         "host": {"type": "string", "format": "hostname", "maxLength": 40},
         "url": {"type": "string", "format": "uri", "maxLength": 60}},
@@ -313,7 +320,7 @@ def test_json_schema_keywords_always_validate(server):
 
 
 @pytest.mark.parametrize("schema,word", [
-    ({"not": {"type": "string"}}, "not"),
+    ({"type": "string", "not": {"pattern": "x"}}, "not"),
     ({"type": "string", "format": "ipv6"}, "ipv6"),
     ({"type": "string", "pattern": "(?=a)b"}, "lookahead"),
     ({"type": "number", "multipleOf": 1e-20}, "multipleOf"),

@@ -6,6 +6,7 @@
 
 mod matcher;
 mod merge;
+mod negate;
 mod numeric;
 mod oneof;
 mod regex;

@@ -11,13 +11,15 @@
 //! `const`, `anyOf` (every alternative that still fits is followed), `allOf` (merged, see
 //! [`super::merge`]), `$ref` into `$defs` / `definitions` / any local pointer, recursive
 //! schemas included. `oneOf` exactly (see [`super::oneof`]: alternatives proven disjoint, or
-//! enums narrowed to the values in exactly one; otherwise refused). Refused with an error naming the keyword: `not`,
+//! enums narrowed to the values in exactly one; otherwise refused). `not` with just `type`, `const` or `enum` (see
+//! [`super::negate`]). Refused with an error naming the keyword: other `not`s,
 //! `if`/`then`/`else`, `patternProperties`, `propertyNames`, `dependentRequired`,
 //! `dependentSchemas`, `contains`, `uniqueItems`, `minProperties`, `maxProperties`,
 //! `unevaluated*`, other formats. Annotations and unknown
 //! keywords are ignored (validators ignore them too).
 
 use super::merge::{self, ANNOTATIONS};
+use super::negate;
 use super::numeric::Bounds;
 use super::oneof;
 use super::regex::Dfa;
@@ -108,7 +110,6 @@ const MAX_DEPTH: usize = 64;
 
 /// Validation keywords that are not enforced: refused so output always validates.
 const REFUSED: &[&str] = &[
-    "not",
     "if",
     "then",
     "else",
@@ -478,6 +479,13 @@ impl<'a> Compiler<'a> {
         if obj.contains_key("allOf") || obj.contains_key("$ref") {
             let m = self.merged(obj, path, depth)?;
             return self.node(&m, &format!("{path}/allOf"), depth + 1);
+        }
+        if let Some(n) = obj.get("not") {
+            let n = self
+                .real(n, path)
+                .ok_or_else(|| Self::err(path, "'not': its $ref/allOf could not be resolved"))?;
+            let folded = negate::apply(obj, &n).map_err(|e| Self::err(path, e))?;
+            return self.node(&Value::Object(folded), &format!("{path}/not"), depth + 1);
         }
         for k in REFUSED {
             if obj.contains_key(*k) {

@@ -297,6 +297,9 @@ mod reference {
                 return false;
             }
         }
+        if o.get("not").is_some_and(|n| valid(root, n, v)) {
+            return false;
+        }
         if let Some(alts) = o.get("anyOf").and_then(Value::as_array) {
             if !alts.iter().any(|a| valid(root, a, v)) {
                 return false;
@@ -510,7 +513,14 @@ fn hard_schemas() -> Vec<Value> {
             "host": {"type": "string", "format": "hostname"},
             "url": {"type": "string", "format": "uri", "maxLength": 60}},
             "required": ["host", "url"]}),
-        // 13: a discriminated union and overlapping enums
+        // 13: not
+        json!({"type": "object", "properties": {
+            "v": {"not": {"type": ["object", "array", "string", "boolean"]}},
+            "s": {"enum": ["red", "green", "blue", 7], "not": {"enum": ["green", 7]}},
+            "b": {"type": "boolean", "not": {"const": true}},
+            "n": {"type": ["string", "null"], "maxLength": 3, "not": {"type": "string"}}},
+            "required": ["v", "s", "b", "n"]}),
+        // 14: a discriminated union and overlapping enums
         json!({"type": "object", "properties": {
             "pet": {"oneOf": [
                 {"type": "object", "properties": {"kind": {"const": "cat"},
@@ -652,7 +662,8 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
 #[test]
 fn unsupported_keywords_are_refused_by_name() {
     for (schema, word) in [
-        (json!({"not": {"type": "string"}}), "not"),
+        (json!({"type": "string", "not": {"pattern": "x"}}), "not"),
+        (json!({"type": "string", "not": {"const": "x"}}), "not"),
         (json!({"type": "string", "format": "ipv6"}), "ipv6"),
         (json!({"type": "string", "pattern": "(?=x)"}), "lookahead"),
         (json!({"type": "number", "multipleOf": 1e-20}), "multipleOf"),
