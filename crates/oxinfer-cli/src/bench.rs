@@ -172,7 +172,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 model.config().context_length
             );
         }
-        run_pp(&model, p.min(32), 0)?; // warm-up
+        // Warm-up. A device backend sizes its pinned and scratch buffers on the first pass of a
+        // size and decodes its weights on first use, so it warms up on the full prompt (as
+        // llama-bench always does); the CPU needs only a short one.
+        let warm = if oxinfer::backend::active().is_some() {
+            p
+        } else {
+            p.min(32)
+        };
+        run_pp(&model, warm, 0)?;
         let samples = (0..a.reps)
             .map(|r| run_pp(&model, p, r as u64 + 1))
             .collect::<Result<Vec<_>>>()?;
@@ -202,7 +210,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         info.parameters as f64 / 1e6,
         info.config.dtype.clone().unwrap_or_default()
     );
-    let backend = format!("CPU ({})", oxinfer_kernels::vecdot::detected_isa().name());
+    let cpu = format!("CPU ({})", oxinfer_kernels::vecdot::detected_isa().name());
+    let backend = match oxinfer::backend::active() {
+        Some(b) => format!("{} + {cpu}", b.name()),
+        None => cpu,
+    };
     let name = model
         .path()
         .file_name()

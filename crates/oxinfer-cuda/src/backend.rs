@@ -279,20 +279,14 @@ impl CudaBackend {
         }
         let mut g = self.lock();
         g.bind()?;
-        let w = DeviceMatrix {
-            format,
-            rows: n,
-            cols: k,
-            row_bytes,
-            buf: DevBuf::from_host(&g.ctx, &bytes)?,
-        };
+        let w = DeviceMatrix::new(format, n, k, row_bytes, DevBuf::from_host(&g.ctx, &bytes)?);
         let x16 = g.scratch(Slot::X16, t * k * 2)?;
         let y = g.scratch(Slot::Y, t * n * 4)?;
-        gemm::matmul(&mut g, &w, x16, y, t, path)?;
+        gemm::matmul(&mut g, &w, x16, y, t, path, None)?;
         g.sync()?;
         let start = Instant::now();
         for _ in 0..reps {
-            gemm::matmul(&mut g, &w, x16, y, t, path)?;
+            gemm::matmul(&mut g, &w, x16, y, t, path, None)?;
         }
         g.sync()?;
         Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
@@ -324,13 +318,13 @@ impl Backend for CudaBackend {
         };
         drop(g);
         self.note("upload".to_string(), start, w.data.len(), 0);
-        Some(Box::new(DeviceMatrix {
-            format: w.format,
-            rows: w.rows,
-            cols: w.cols,
-            row_bytes: w.row_bytes(),
+        Some(Box::new(DeviceMatrix::new(
+            w.format,
+            w.rows,
+            w.cols,
+            w.row_bytes(),
             buf,
-        }))
+        )))
     }
 
     fn matmul(&self, x: &[f32], t: usize, n_in: usize, jobs: &mut [Job]) -> bool {
@@ -411,7 +405,8 @@ impl Backend for CudaBackend {
         drop(g);
         match r {
             Ok(done) => {
-                let down = 4 * (out.logits.len() + 2 * out.k.iter().map(Vec::len).sum::<usize>());
+                let kv = 2 * i.t * d.kv_row() * d.layers.len();
+                let down = 4 * (out.logits.len() + kv);
                 self.note("decoder_stack".to_string(), start, i.x.len() * 4, down);
                 done
             }

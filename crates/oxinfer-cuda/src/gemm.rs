@@ -4,9 +4,10 @@
 use crate::gpu::{DevBuf, Gpu, Slot};
 use crate::kernels::{GEMM_BK, GEMM_SMEM, GEMM_TILE};
 use cudarc::cublas::sys as blas_sys;
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{self, CUdeviceptr};
 use oxinfer_kernels::WeightFormat;
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
 /// How quantized weights are multiplied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +31,8 @@ impl QuantPath {
     }
 }
 
-/// A weight matrix in device memory, in its file's format.
+/// A weight matrix in device memory, in its file's format, and (quantized formats on the
+/// dequantize + cuBLAS path) its f16 decoding, made on first use and kept.
 pub(crate) struct DeviceMatrix {
     pub format: WeightFormat,
     /// Output features.
@@ -39,6 +41,39 @@ pub(crate) struct DeviceMatrix {
     pub cols: usize,
     pub row_bytes: usize,
     pub buf: DevBuf,
+    /// The f16 decoding `[rows, cols]` (empty until first use, or when memory is short or
+    /// `OXINFER_CUDA_F16_CACHE=0`: then decoded into scratch space for every product).
+    f16: OnceLock<DevBuf>,
+}
+
+impl DeviceMatrix {
+    pub fn new(
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        row_bytes: usize,
+        buf: DevBuf,
+    ) -> Self {
+        DeviceMatrix {
+            format,
+            rows,
+            cols,
+            row_bytes,
+            buf,
+            f16: OnceLock::new(),
+        }
+    }
+}
+
+/// Device memory kept free when caching f16 decodings (for activations, scratch, cuBLAS).
+const F16_CACHE_RESERVE: usize = 4 << 30;
+
+/// Whether f16 decodings of quantized weights are kept on the device (`OXINFER_CUDA_F16_CACHE`,
+/// on unless `0`): 2 bytes per weight (15 GB for a 7B) buys back the decoding every product
+/// re-did (a few ms per 7B pass on an H200).
+fn f16_cache_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_F16_CACHE").map_or(true, |v| v != "0"))
 }
 
 /// Whether the device handles weights in `f`.
@@ -79,17 +114,45 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
 }
 
 /// Writes `n` f32 activations at `x` (rows of a width divisible by the block) as `kind` at
-/// `out`.
+/// `out`. f16 kinds are guarded against overflow (f16 ends at ±65504): `scale` (three words:
+/// `[max |x| as bits, alpha, beta]`) receives `max |x|`, the values are divided by a power of two
+/// `s` that brings it to 2^15 or below (1 when it already is; exact, so results are unchanged in
+/// range) and the product is multiplied back by `alpha = s` in cuBLAS.
 pub(crate) fn prepare(
     gpu: &Gpu,
     kind: Input16,
     x: CUdeviceptr,
     out: CUdeviceptr,
     n: usize,
+    scale: CUdeviceptr,
 ) -> Result<(), String> {
+    if kind != Input16::Bf16 {
+        // SAFETY: `scale` holds at least one word in this context; queued on the stream.
+        unsafe { sys::cuMemsetD32Async(scale, 0, 1, gpu.stream) }
+            .result()
+            .map_err(|e| format!("memset: {e:?}"))?;
+        let n_l = n as i64;
+        let blocks = n.div_ceil(256 * 8).clamp(1, 1024) as u32;
+        let f = gpu.k.amax_f32;
+        gpu.launch(
+            f,
+            (blocks, 1, 1),
+            (256, 1, 1),
+            &mut [arg(&x), arg(&n_l), arg(&scale)],
+        )?;
+    }
     match kind {
         Input16::Bf16 => convert(gpu, x, out, n, false),
-        Input16::F16 => convert(gpu, x, out, n, true),
+        Input16::F16 => {
+            let n_l = n as i64;
+            let f = gpu.k.f32_to_f16_scaled;
+            gpu.launch(
+                f,
+                (n.div_ceil(256) as u32, 1, 1),
+                (256, 1, 1),
+                &mut [arg(&x), arg(&out), arg(&n_l), arg(&scale)],
+            )
+        }
         Input16::Q8F16(block) => {
             let nblocks = (n / block) as i64;
             let b = block as i32;
@@ -99,7 +162,7 @@ pub(crate) fn prepare(
                 f,
                 grid,
                 (256, 1, 1),
-                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b)],
+                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b), arg(&scale)],
             )
         }
     }
@@ -118,11 +181,13 @@ pub(crate) fn linear(
 ) -> Result<(), String> {
     let kind = input_kind(w, path);
     let x16 = gpu.scratch(Slot::X16, t * w.cols * 2)?;
+    let scale = gpu.scratch(Slot::Scale, 16)?;
     if *ready != Some((x, x16, kind)) {
-        prepare(gpu, kind, x, x16, t * w.cols)?;
+        prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
-    matmul(gpu, w, x16, y, t, path)
+    let alpha = (kind != Input16::Bf16).then_some(scale);
+    matmul(gpu, w, x16, y, t, path, alpha)
 }
 
 /// Converts `n` f32 at `x` to 16-bit floats at `out` (bf16, or IEEE f16 when `f16`).
@@ -144,7 +209,8 @@ pub(crate) fn convert(
 }
 
 /// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input
-/// [`input_kind`] names, `y` f32.
+/// [`input_kind`] names, `y` f32. `alpha`: the scale words [`prepare`] wrote for an f16 input
+/// (cuBLAS paths; `None`: factor 1).
 pub(crate) fn matmul(
     gpu: &mut Gpu,
     w: &DeviceMatrix,
@@ -152,6 +218,7 @@ pub(crate) fn matmul(
     y: CUdeviceptr,
     t: usize,
     path: QuantPath,
+    alpha: Option<CUdeviceptr>,
 ) -> Result<(), String> {
     match w.format {
         WeightFormat::BF16 | WeightFormat::F16 => {
@@ -160,21 +227,11 @@ pub(crate) fn matmul(
             } else {
                 blas_sys::cudaDataType::CUDA_R_16BF
             };
-            cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols)
+            cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols, alpha)
         }
         // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
         f if path == QuantPath::DequantCublas || w.cols % GEMM_BK != 0 => {
-            let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
-            let w16 = gpu.scratch(Slot::W16, w.rows * w.cols * 2)?;
-            let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
-            let wp = w.buf.ptr();
-            let n = w.rows * w.cols / 16;
-            gpu.launch(
-                dq,
-                (n.div_ceil(256) as u32, 1, 1),
-                (256, 1, 1),
-                &mut [arg(&wp), arg(&w16), arg(&rows), arg(&cols), arg(&rb)],
-            )?;
+            let w16 = f16_weights(gpu, w, f)?;
             cublas(
                 gpu,
                 w16,
@@ -184,6 +241,7 @@ pub(crate) fn matmul(
                 t,
                 w.rows,
                 w.cols,
+                alpha,
             )
         }
         f => {
@@ -215,9 +273,45 @@ pub(crate) fn matmul(
     }
 }
 
+/// Queues the f16 decoding of quantized `w` (format `f`) and returns where it lies: the kept
+/// copy (made now on first use when the cache is on and memory allows), else scratch space.
+fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdeviceptr, String> {
+    if let Some(b) = w.f16.get() {
+        return Ok(b.ptr());
+    }
+    let bytes = w.rows * w.cols * 2;
+    let keep = f16_cache_enabled()
+        && cudarc::driver::result::mem_get_info()
+            .is_ok_and(|(free, _)| free > bytes + F16_CACHE_RESERVE);
+    let dst = if keep {
+        DevBuf::new(&gpu.ctx, bytes).ok()
+    } else {
+        None
+    };
+    let w16 = match &dst {
+        Some(b) => b.ptr(),
+        None => gpu.scratch(Slot::W16, bytes)?,
+    };
+    let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
+    let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
+    let wp = w.buf.ptr();
+    let n = w.rows * w.cols / 16;
+    gpu.launch(
+        dq,
+        (n.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&wp), arg(&w16), arg(&rows), arg(&cols), arg(&rb)],
+    )?;
+    if let Some(b) = dst {
+        // The kernel writing it is queued before every reader on the same stream.
+        let _ = w.f16.set(b);
+    }
+    Ok(w16)
+}
+
 /// cuBLAS `y[t, n] = x[t, k] · w[n, k]ᵀ` with 16-bit `w` and `x` of type `ty`, f32 output and
 /// accumulation. Column-major view: `yᵀ (n × t) = wᵀᵀ · xᵀ`, i.e. op(A) = T on `w` (lda = k),
-/// op(B) = N on `x` (ldb = k), ldc = n.
+/// op(B) = N on `x` (ldb = k), ldc = n. `scale`: device words `[_, alpha, beta]` (else 1, 0).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cublas(
     gpu: &Gpu,
@@ -228,10 +322,28 @@ pub(crate) fn cublas(
     t: usize,
     n: usize,
     k: usize,
+    scale: Option<CUdeviceptr>,
 ) -> Result<(), String> {
-    let (alpha, beta) = (1f32, 0f32);
+    let (one, zero) = (1f32, 0f32);
+    let (alpha, beta, mode) = match scale {
+        Some(p) => (
+            (p + 4) as *const c_void,
+            (p + 8) as *const c_void,
+            blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE,
+        ),
+        None => (
+            &one as *const f32 as *const c_void,
+            &zero as *const f32 as *const c_void,
+            blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST,
+        ),
+    };
+    // SAFETY: the handle is live; the mode matches where alpha/beta point.
+    unsafe { blas_sys::cublasSetPointerMode_v2(gpu.blas, mode) }
+        .result()
+        .map_err(|e| format!("cublasSetPointerMode: {e:?}"))?;
     // SAFETY: `w` holds n·k, `x` t·k 16-bit values and `y` room for t·n f32, all in this
-    // context; the handle runs on the backend's stream.
+    // context; alpha/beta point to host values or to device words written before on the
+    // stream; the handle runs on the backend's stream.
     unsafe {
         cudarc::cublas::result::gemm_ex(
             gpu.blas,
@@ -240,14 +352,14 @@ pub(crate) fn cublas(
             n as i32,
             t as i32,
             k as i32,
-            &alpha as *const f32 as *const c_void,
+            alpha,
             w as *const c_void,
             ty,
             k as i32,
             x as *const c_void,
             ty,
             k as i32,
-            &beta as *const f32 as *const c_void,
+            beta,
             y as *mut c_void,
             blas_sys::cudaDataType::CUDA_R_32F,
             n as i32,

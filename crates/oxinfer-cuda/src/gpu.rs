@@ -68,6 +68,31 @@ struct Pinned {
     bytes: usize,
 }
 
+impl Pinned {
+    fn empty() -> Self {
+        Pinned {
+            ptr: std::ptr::null_mut(),
+            bytes: 0,
+        }
+    }
+
+    /// Grows to at least `bytes` (contents lost).
+    fn grow(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        if self.bytes < bytes {
+            *self = Pinned::empty();
+            let want = bytes + bytes / 4;
+            // SAFETY: plain page-locked allocation in the bound context.
+            let ptr = unsafe { result::malloc_host(want, 0) }
+                .map_err(|e| format!("cuMemHostAlloc of {want} bytes: {e:?}"))?;
+            *self = Pinned {
+                ptr: ptr as *mut u8,
+                bytes: want,
+            };
+        }
+        Ok(self.ptr)
+    }
+}
+
 impl Drop for Pinned {
     fn drop(&mut self) {
         if !self.ptr.is_null() {
@@ -97,10 +122,17 @@ unsafe fn par_copy(dst: *mut u8, src: *const u8, bytes: usize) {
 pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: sys::CUstream,
+    /// Second stream for device-to-host copies that overlap compute (the decoder stack's
+    /// keys/values).
+    pub copy_stream: sys::CUstream,
     pub blas: blas_sys::cublasHandle_t,
     pub k: Kernels,
     scratch: Vec<Option<DevBuf>>,
     pinned: Pinned,
+    /// Pinned landing area of the copy stream.
+    copy_pinned: Pinned,
+    /// Events (timing off), grown on demand.
+    events: Vec<sys::CUevent>,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -145,6 +177,8 @@ pub(crate) enum Slot {
     Idx = 15,
     /// Decoder stack: the gathered rows that need logits, f32.
     Rows = 16,
+    /// Matmul input scaling: `[amax bits, alpha, beta]` (see [`crate::gemm::prepare`]).
+    Scale = 17,
 }
 
 impl Gpu {
@@ -162,6 +196,8 @@ impl Gpu {
         }
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| format!("creating a stream: {e:?}"))?;
+        let copy_stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| format!("creating a stream: {e:?}"))?;
         // SAFETY: probing dlopen only.
         if !unsafe { blas_sys::is_culib_present() } {
             return Err("cuBLAS (libcublas) was not found".to_string());
@@ -174,13 +210,13 @@ impl Gpu {
         Ok(Gpu {
             ctx,
             stream,
+            copy_stream,
             blas: handle,
             k,
             scratch: Vec::new(),
-            pinned: Pinned {
-                ptr: std::ptr::null_mut(),
-                bytes: 0,
-            },
+            pinned: Pinned::empty(),
+            copy_pinned: Pinned::empty(),
+            events: Vec::new(),
         })
     }
 
@@ -206,21 +242,23 @@ impl Gpu {
 
     /// The pinned staging buffer, grown to at least `bytes`.
     fn staging(&mut self, bytes: usize) -> Result<*mut u8, String> {
-        if self.pinned.bytes < bytes {
-            self.pinned = Pinned {
-                ptr: std::ptr::null_mut(),
-                bytes: 0,
-            };
-            let want = bytes + bytes / 4;
-            // SAFETY: plain page-locked allocation in the bound context.
-            let ptr = unsafe { result::malloc_host(want, 0) }
-                .map_err(|e| format!("cuMemHostAlloc of {want} bytes: {e:?}"))?;
-            self.pinned = Pinned {
-                ptr: ptr as *mut u8,
-                bytes: want,
-            };
+        self.pinned.grow(bytes)
+    }
+
+    /// The copy stream's pinned landing area, grown to at least `bytes`; valid until the next
+    /// call (callers wait for their copies before reading it).
+    pub fn copy_area(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        self.copy_pinned.grow(bytes)
+    }
+
+    /// At least `n` events.
+    pub fn events(&mut self, n: usize) -> Result<&[sys::CUevent], String> {
+        while self.events.len() < n {
+            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(|e| format!("creating an event: {e:?}"))?;
+            self.events.push(e);
         }
-        Ok(self.pinned.ptr)
+        Ok(&self.events[..n])
     }
 
     /// Copies `src` to device address `dst` through the pinned staging buffer; returns when
@@ -297,15 +335,20 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
+        let _ = self.sync();
+        // SAFETY: the copy stream is live.
+        let _ = unsafe { result::stream::synchronize(self.copy_stream) };
         self.scratch.clear();
-        self.pinned = Pinned {
-            ptr: std::ptr::null_mut(),
-            bytes: 0,
-        };
-        // SAFETY: handle and stream are live and destroyed once.
+        self.pinned = Pinned::empty();
+        self.copy_pinned = Pinned::empty();
+        // SAFETY: events, handle and streams are live and destroyed once.
         unsafe {
+            for e in self.events.drain(..) {
+                let _ = result::event::destroy(e);
+            }
             let _ = blas::destroy_handle(self.blas);
             let _ = result::stream::destroy(self.stream);
+            let _ = result::stream::destroy(self.copy_stream);
         }
     }
 }

@@ -60,6 +60,11 @@ pub(crate) struct Kernels {
     pub rope: sys::CUfunction,
     pub gated_act_f32: sys::CUfunction,
     pub gather_rows: sys::CUfunction,
+    /// max |x| into the matmul input guard's words.
+    pub amax_f32: sys::CUfunction,
+    /// f32 → f16 divided by the guard's scale.
+    pub f32_to_f16_scaled: sys::CUfunction,
+    pub softcap: sys::CUfunction,
 }
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -140,6 +145,9 @@ impl Kernels {
             rope: get("rope_f32")?,
             gated_act_f32: get("gated_act_f32")?,
             gather_rows: get("gather_rows_f32")?,
+            amax_f32: get("amax_f32")?,
+            f32_to_f16_scaled: get("f32_to_f16_scaled")?,
+            softcap: get("softcap_f32")?,
             gemm,
             dequant_f16,
             _module: module,

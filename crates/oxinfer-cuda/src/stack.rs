@@ -1,13 +1,17 @@
 //! The decoder stack on the device ([`oxinfer::backend::stack`]): the hidden state `[t, dim]`
-//! stays in device memory for the whole pass; norms, biases, QK-norms, RoPE, attention over
-//! the uploaded cached keys plus the new ones, residual adds and the gated MLP run as kernels,
-//! every matmul through [`gemm::linear`] (activations quantized like the CPU's). Only the
-//! embedded rows and one packed parameter buffer go up; the new keys/values and the wanted
-//! logits come down.
+//! stays in device memory for the whole pass; norms (pre and post), biases, QK-norms, RoPE
+//! (one table per layer kind), attention over the uploaded cached keys plus the new ones,
+//! residual adds, the gated MLP and the final soft-cap run as kernels, every matmul through
+//! [`gemm::linear`] (activations quantized like the CPU's). Only the embedded rows, one packed
+//! parameter buffer and the cached keys/values go up; the wanted logits come down, and each
+//! layer's new keys/values come down on a second stream while later layers compute and are
+//! handed to the [`oxinfer::backend::stack::KvStore`] as they land (the host-side cache append
+//! overlaps the device work).
 
 use crate::backend::act_mul;
 use crate::gemm::{self, DeviceMatrix, QuantPath};
 use crate::gpu::{Gpu, Slot};
+use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
 use oxinfer::backend::Weight;
@@ -44,6 +48,8 @@ impl Pack {
 struct LayerParams {
     attn_norm: usize,
     ffn_norm: usize,
+    post_attn_norm: Option<usize>,
+    post_ffn_norm: Option<usize>,
     q_bias: Option<usize>,
     k_bias: Option<usize>,
     v_bias: Option<usize>,
@@ -120,6 +126,17 @@ fn add_bias(g: &Gpu, y: CUdeviceptr, b: CUdeviceptr, rows: usize, n: usize) -> R
         ((rows * n).div_ceil(256) as u32, 1, 1),
         (256, 1, 1),
         &mut [arg(&y), arg(&b), arg(&r), arg(&n_i)],
+    )
+}
+
+fn softcap(g: &Gpu, x: CUdeviceptr, n: usize, cap: f32) -> Result<(), String> {
+    let n_l = n as i64;
+    let f = g.k.softcap;
+    g.launch(
+        f,
+        (n.div_ceil(256) as u32, 1, 1),
+        (256, 1, 1),
+        &mut [arg(&x), arg(&n_l), arg(&cap)],
     )
 }
 
@@ -213,6 +230,8 @@ pub(crate) fn run(
         .map(|l| LayerParams {
             attn_norm: pack.push(l.attn_norm),
             ffn_norm: pack.push(l.ffn_norm),
+            post_attn_norm: pack.opt(l.post_attn_norm),
+            post_ffn_norm: pack.opt(l.post_ffn_norm),
             q_bias: pack.opt(l.q_bias),
             k_bias: pack.opt(l.k_bias),
             v_bias: pack.opt(l.v_bias),
@@ -221,13 +240,19 @@ pub(crate) fn run(
         })
         .collect();
     let final_norm = pack.push(d.final_norm);
-    let cos_o = pack.push(i.rope_cos);
-    let sin_o = pack.push(i.rope_sin);
-    let idx: Vec<i32> = i.logit_rows.iter().map(|&r| r as i32).collect();
-    let max_past = i
-        .seqs
+    let rope_o: Vec<(usize, usize)> = i
+        .ropes
         .iter()
-        .flat_map(|s| s.past.iter().map(|(k, _)| k.len() / kv_row))
+        .map(|r| (pack.push(r.cos), pack.push(r.sin)))
+        .collect();
+    if d.layers.iter().any(|l| l.rope >= rope_o.len()) {
+        return Ok(false);
+    }
+    let idx: Vec<i32> = i.logit_rows.iter().map(|&r| r as i32).collect();
+    let n_layers = d.layers.len();
+    let max_past = (0..i.seqs.len())
+        .flat_map(|si| (0..n_layers).map(move |li| (si, li)))
+        .map(|(si, li)| out.kv.past(si, li).rows(kv_row))
         .max()
         .unwrap_or(0);
     let max_len = i.seqs.iter().map(|s| s.len).max().unwrap_or(0);
@@ -240,6 +265,7 @@ pub(crate) fn run(
         .unwrap_or(0);
 
     g.bind()?;
+    let timing = Timing::start(g)?;
     // Every scratch buffer at its final size first (growing one later would free memory that
     // queued kernels still read).
     let xp = g.scratch(Slot::X, t * dim * 4)?;
@@ -262,12 +288,16 @@ pub(crate) fn run(
     g.upload(xp, i.x)?;
     g.upload(pp, &pack.0)?;
     g.upload(ip, &idx)?;
-    let (cos, sin) = (at(pp, cos_o), at(pp, sin_o));
+    // The new keys/values of every layer land here (keys then values per layer).
+    let layer_kv = t * kv_row;
+    let landing = g.copy_area(2 * n_layers * layer_kv * 4)? as usize;
+    let events: Vec<sys::CUevent> = g.events(2 * n_layers)?.to_vec();
 
     for (li, (l, m)) in d.layers.iter().zip(&mats).enumerate() {
         let p = &lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
         let (kl, vl) = (at(kn, li * t * kv_row), at(vn, li * t * kv_row));
+        let (cos, sin) = (at(pp, rope_o[l.rope].0), at(pp, rope_o[l.rope].1));
         rms_norm(g, xp, at(pp, p.attn_norm), np, t, dim, d.eps)?;
         let mut ready = None;
         gemm::linear(g, wq, np, t, qp, path, &mut ready)?;
@@ -300,15 +330,47 @@ pub(crate) fn run(
             half,
             d.rope_interleaved,
         )?;
-        for s in i.seqs {
-            let (pk, pv) = s.past[li];
-            let n_past = pk.len() / kv_row;
+        // Keys/values of this layer are final: copy them down on the copy stream.
+        let (ready_ev, copied_ev) = (events[2 * li], events[2 * li + 1]);
+        let dst = landing + 2 * li * layer_kv * 4;
+        // SAFETY: events and streams are live; `kl`/`vl` hold `layer_kv` f32 each and are not
+        // written again in this call; the landing area holds `2 * n_layers * layer_kv` f32 and
+        // is read only after `copied_ev` completes.
+        unsafe {
+            result::event::record(ready_ev, g.stream).map_err(|e| format!("{e:?}"))?;
+            result::stream::wait_event(
+                g.copy_stream,
+                ready_ev,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+            .map_err(|e| format!("{e:?}"))?;
+            sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, kl, layer_kv * 4, g.copy_stream)
+                .result()
+                .map_err(|e| format!("download of keys: {e:?}"))?;
+            sys::cuMemcpyDtoHAsync_v2(
+                (dst + layer_kv * 4) as *mut c_void,
+                vl,
+                layer_kv * 4,
+                g.copy_stream,
+            )
+            .result()
+            .map_err(|e| format!("download of values: {e:?}"))?;
+            result::event::record(copied_ev, g.copy_stream).map_err(|e| format!("{e:?}"))?;
+        }
+        for (si, s) in i.seqs.iter().enumerate() {
+            let past = out.kv.past(si, li);
+            let n_past = past.rows(kv_row);
             let (kn_s, vn_s) = (at(kl, s.row * kv_row), at(vl, s.row * kv_row));
             let (ks, vs) = if n_past == 0 {
                 (kn_s, vn_s)
             } else {
-                g.upload(kw, pk)?;
-                g.upload(vw, pv)?;
+                let k0 = past.k[0].len();
+                g.upload(kw, past.k[0])?;
+                g.upload(vw, past.v[0])?;
+                if !past.k[1].is_empty() {
+                    g.upload(at(kw, k0), past.k[1])?;
+                    g.upload(at(vw, k0), past.v[1])?;
+                }
                 copy(g, at(kw, n_past * kv_row), kn_s, s.len * kv_row * 4)?;
                 copy(g, at(vw, n_past * kv_row), vn_s, s.len * kv_row * 4)?;
                 (kw, vw)
@@ -334,6 +396,9 @@ pub(crate) fn run(
         }
         let mut ready = None;
         gemm::linear(g, wo, ap, t, yp, path, &mut ready)?;
+        if let Some(w) = p.post_attn_norm {
+            rms_norm(g, yp, at(pp, w), yp, t, dim, d.eps)?;
+        }
         add(g, xp, yp, t * dim)?;
         rms_norm(g, xp, at(pp, p.ffn_norm), np, t, dim, d.eps)?;
         let mut ready = None;
@@ -342,6 +407,9 @@ pub(crate) fn run(
         act_mul(g, gp, up, t * ffn, d.act)?;
         let mut ready = None;
         gemm::linear(g, wd, gp, t, yp, path, &mut ready)?;
+        if let Some(w) = p.post_ffn_norm {
+            rms_norm(g, yp, at(pp, w), yp, t, dim, d.eps)?;
+        }
         add(g, xp, yp, t * dim)?;
     }
     if n_logit > 0 {
@@ -356,11 +424,87 @@ pub(crate) fn run(
         rms_norm(g, rp, at(pp, final_norm), rp, n_logit, dim, d.eps)?;
         let mut ready = None;
         gemm::linear(g, head, rp, n_logit, lg, path, &mut ready)?;
+        if let Some(cap) = d.final_softcap {
+            softcap(g, lg, n_logit * vocab, cap)?;
+        }
+    }
+    if let Some(tm) = &timing {
+        tm.launched(g)?;
+    }
+    // Hand each layer's keys/values over as they land (the device is still computing later
+    // layers while the first ones are appended).
+    for li in 0..n_layers {
+        // SAFETY: the event is live and was recorded above.
+        unsafe { result::event::synchronize(events[2 * li + 1]) }
+            .map_err(|e| format!("waiting for layer {li}'s keys: {e:?}"))?;
+        let base = landing + 2 * li * layer_kv * 4;
+        // SAFETY: the copies into these two ranges of the landing area completed (event above);
+        // it stays allocated and untouched until this call returns.
+        let (k, v) = unsafe {
+            (
+                std::slice::from_raw_parts(base as *const f32, layer_kv),
+                std::slice::from_raw_parts((base + layer_kv * 4) as *const f32, layer_kv),
+            )
+        };
+        out.kv.append(li, k, v);
+    }
+    if n_logit > 0 {
         g.download(&mut out.logits, lg)?;
     }
-    for li in 0..d.layers.len() {
-        g.download(&mut out.k[li], at(kn, li * t * kv_row))?;
-        g.download(&mut out.v[li], at(vn, li * t * kv_row))?;
+    if let Some(tm) = timing {
+        tm.report(g, t)?;
     }
     Ok(true)
+}
+
+/// `OXINFER_CUDA_PROFILE=1`: per stack call, the device time from the first upload to the last
+/// kernel (CUDA events) against the host's wall time, on stderr.
+struct Timing {
+    wall: std::time::Instant,
+    launch: std::cell::Cell<f64>,
+    ev: [sys::CUevent; 2],
+}
+
+impl Timing {
+    fn start(g: &Gpu) -> Result<Option<Self>, String> {
+        if !std::env::var("OXINFER_CUDA_PROFILE").is_ok_and(|v| v == "1") {
+            return Ok(None);
+        }
+        let mk = || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                .map_err(|e| format!("{e:?}"))
+        };
+        let ev = [mk()?, mk()?];
+        // SAFETY: live event and stream.
+        unsafe { result::event::record(ev[0], g.stream) }.map_err(|e| format!("{e:?}"))?;
+        Ok(Some(Timing {
+            wall: std::time::Instant::now(),
+            launch: std::cell::Cell::new(0.0),
+            ev,
+        }))
+    }
+
+    fn launched(&self, g: &Gpu) -> Result<(), String> {
+        self.launch.set(self.wall.elapsed().as_secs_f64() * 1e3);
+        // SAFETY: live event and stream.
+        unsafe { result::event::record(self.ev[1], g.stream) }.map_err(|e| format!("{e:?}"))
+    }
+
+    fn report(self, g: &Gpu, t: usize) -> Result<(), String> {
+        g.sync()?;
+        // SAFETY: both events were recorded on the stream, which is idle now.
+        let dev = unsafe { result::event::elapsed(self.ev[0], self.ev[1]) }
+            .map_err(|e| format!("{e:?}"))?;
+        eprintln!(
+            "[cuda stack: t={t}, device {dev:.2} ms, host wall {:.2} ms, launches {:.2} ms]",
+            self.wall.elapsed().as_secs_f64() * 1e3,
+            self.launch.get()
+        );
+        // SAFETY: events created above, destroyed once.
+        unsafe {
+            let _ = result::event::destroy(self.ev[0]);
+            let _ = result::event::destroy(self.ev[1]);
+        }
+        Ok(())
+    }
 }

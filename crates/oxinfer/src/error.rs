@@ -80,6 +80,10 @@ pub enum Error {
     Request(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// An accelerator failed in the middle of a pass, after part of its results were stored
+    /// (the affected KV caches are emptied).
+    #[error("device: {0}")]
+    Device(String),
 }
 
 /// Result alias of the engine.

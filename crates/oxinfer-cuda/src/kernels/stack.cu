@@ -1,12 +1,44 @@
 // Element-wise and row kernels of the device-resident decoder stack (stack.rs) and of the
 // activation quantization that makes device matmuls agree with the CPU's int8 kernels.
 
+// Overflow guard of f16 matmul inputs: sc = [max |x| as bits, alpha, beta]. amax_f32 folds
+// max |x| into sc[0] (zeroed before; non-negative floats order like their bits). The
+// converters then divide by s, a power of two bringing max |x| to 2^15 or below (1 when it
+// already is: then nothing changes), and set alpha = s, beta = 0 for cuBLAS.
+extern "C" __global__ void amax_f32(const float* __restrict__ x, long n, u32* sc) {
+    float m = 0.f;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(x[i]));
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0 && m > 0.f) atomicMax(sc, __float_as_uint(m));
+}
+
+__device__ __forceinline__ float guard_scale(float* sc) {
+    float a = __uint_as_float(*(const u32*)sc);
+    float s = a > 32768.f ? exp2f(ceilf(log2f(a / 32768.f))) : 1.f;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        sc[1] = s;
+        sc[2] = 0.f;
+    }
+    return s;
+}
+
+// f32 -> IEEE f16 divided by the guard's power of two.
+extern "C" __global__ void f32_to_f16_scaled(const float* __restrict__ x, u16* __restrict__ y,
+                                             long n, float* sc) {
+    float inv = 1.f / guard_scale(sc);
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = f2h(x[i] * inv);
+}
+
 // Activations quantized to int8 blocks of B (32 or 256) values exactly as the CPU kernels do
 // (oxinfer-kernels q8.rs, llama.cpp's quantize_row_q8_0/q8_K): d = amax / 127,
-// q = round(x / d) clamped to ±127; written back as f16 values d·q for the f16 tensor-core GEMM.
-// x and y are [nblocks * B]; one warp per block.
+// q = round(x / d) clamped to ±127; written back as f16 values d·q (divided by the guard's
+// power of two) for the f16 tensor-core GEMM. x and y are [nblocks * B]; one warp per block.
 extern "C" __global__ void quant_act_f16(const float* __restrict__ x, u16* __restrict__ y,
-                                         long nblocks, int B) {
+                                         long nblocks, int B, float* sc) {
+    float inv_s = 1.f / guard_scale(sc);
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
@@ -28,9 +60,15 @@ extern "C" __global__ void quant_act_f16(const float* __restrict__ x, u16* __res
     for (int i = 0; i < 8; i++) {
         if (i < per) {
             float q = fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
-            yb[lane + 32 * i] = f2h(d * q);
+            yb[lane + 32 * i] = f2h(d * q * inv_s);
         }
     }
+}
+
+// x = cap * tanh(x / cap), n elements.
+extern "C" __global__ void softcap_f32(float* x, long n, float cap) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 // Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of `dim`; the sum of

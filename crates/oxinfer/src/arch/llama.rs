@@ -191,7 +191,7 @@ impl CausalLm for Llama {
         let t = ids.len();
         let mut x = self.embed.forward(&ids)?;
         if let Some(logits) = self.forward_on_device(&x, batch, &spans) {
-            return Ok(logits);
+            return logits;
         }
         let mut seqs = batch::seq_rows(batch, &spans);
         for (li, b) in self.blocks.iter().enumerate() {

@@ -6,7 +6,7 @@
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
 //! attention), so the number says how far the device moves results from the CPU build.
 
-use super::stack::{stack_cpu, StackDesc, StackInput, StackOutput};
+use super::stack::{stack_cpu, KvStore, Past, StackDesc, StackInput, StackOutput};
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
 use oxinfer_kernels::WeightMatrix;
 use std::collections::BTreeMap;
@@ -151,22 +151,70 @@ impl Backend for Checked {
     }
 
     fn decoder_stack(&self, d: &StackDesc, i: &StackInput, out: &mut StackOutput) -> bool {
-        if !self.inner.decoder_stack(d, i, out) {
+        // Both sides read the real cache's past rows and collect their new rows; the device's
+        // go to the real cache once compared (the CPU twin still needs the old past).
+        let mut dev = Collect {
+            inner: &*out.kv,
+            k: Vec::new(),
+            v: Vec::new(),
+        };
+        let mut dev_out = StackOutput {
+            logits: std::mem::take(&mut out.logits),
+            kv: &mut dev,
+        };
+        let done = self.inner.decoder_stack(d, i, &mut dev_out);
+        let logits = std::mem::take(&mut dev_out.logits);
+        let (dk, dv) = (std::mem::take(&mut dev.k), std::mem::take(&mut dev.v));
+        if !done {
+            out.logits = logits;
             return false;
         }
-        let cpu = stack_cpu(d, i);
-        for (li, (k, v)) in cpu.k.iter().zip(&cpu.v).enumerate() {
-            record("stack keys (per layer)".to_string(), &out.k[li], k);
-            record("stack values (per layer)".to_string(), &out.v[li], v);
-            if li == 0 || li + 1 == cpu.k.len() {
-                record(format!("stack keys layer {li}"), &out.k[li], k);
+        let mut cpu = Collect {
+            inner: &*out.kv,
+            k: Vec::new(),
+            v: Vec::new(),
+        };
+        let mut cpu_out = StackOutput {
+            logits: Vec::new(),
+            kv: &mut cpu,
+        };
+        stack_cpu(d, i, &mut cpu_out);
+        let cpu_logits = std::mem::take(&mut cpu_out.logits);
+        let n = cpu.k.len();
+        for li in 0..n {
+            record("stack keys (per layer)".to_string(), &dk[li], &cpu.k[li]);
+            record("stack values (per layer)".to_string(), &dv[li], &cpu.v[li]);
+            if li == 0 || li + 1 == n {
+                record(format!("stack keys layer {li}"), &dk[li], &cpu.k[li]);
             }
         }
-        record("stack logits".to_string(), &out.logits, &cpu.logits);
+        record("stack logits".to_string(), &logits, &cpu_logits);
+        for (li, (k, v)) in dk.iter().zip(&dv).enumerate() {
+            out.kv.append(li, k, v);
+        }
+        out.logits = logits;
         true
     }
 
     fn stats(&self) -> Option<String> {
         self.inner.stats()
+    }
+}
+
+/// Reads past rows from another store and collects the new ones.
+struct Collect<'a> {
+    inner: &'a dyn KvStore,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvStore for Collect<'_> {
+    fn past(&self, seq: usize, layer: usize) -> Past<'_> {
+        self.inner.past(seq, layer)
+    }
+
+    fn append(&mut self, _layer: usize, k: &[f32], v: &[f32]) {
+        self.k.push(k.to_vec());
+        self.v.push(v.to_vec());
     }
 }

@@ -1,5 +1,5 @@
-//! The decoder stack op: a whole pre-norm decoder (Llama family) run by a backend with the
-//! hidden state and the keys/values resident on the device, and its CPU twin.
+//! The decoder stack op: a whole pre-norm decoder (Llama family, Gemma 3) run by a backend with
+//! the hidden state resident on the device, and its CPU twin.
 //!
 //! Departure from `shared/seed/backend-spec.rs.txt`, which offloads single ops (matmul,
 //! attention, conv2d): with one op at a time the `[t, dim]` activations cross the bus for every
@@ -8,9 +8,11 @@
 //! stack in one call ([`super::Backend::decoder_stack`]): the embedding rows go up, the logits of
 //! the rows that need them and every layer's new keys and values come down.
 //!
-//! KV consistency: the host [`KvCache`] stays the one source of truth. The call receives each
-//! sequence's cached keys/values (uploaded when there are any) and returns the new rows, which
-//! [`run`] appends to the host cache exactly as the CPU path would; decode (one token per step)
+//! KV ownership: the host [`KvCache`] stays the one source of truth. The backend reads each
+//! sequence's cached keys/values through [`KvStore::past`] (in position order, also for
+//! ring-buffer sliding layers) and hands every layer's new rows to [`KvStore::append`] as soon
+//! as they are ready, which [`run`] appends to the host cache exactly as the CPU path would
+//! (a backend can overlap that copy with the next layers' compute); decode (one token per step)
 //! then runs wherever it runs (on the CPU by default) over the same cache. Nothing is kept on
 //! the device between calls except the weights.
 //!
@@ -21,10 +23,12 @@
 
 use super::{AttentionGeom, Backend, GateAct, Weight};
 use crate::arch::batch::{self, SeqBatch, SeqSpan};
-use crate::nn::{attention::attention_cpu, norm::rms_norm_row, Rope};
+use crate::error::{Error, Result};
+use crate::nn::{attention::attention_cpu, norm::rms_norm_row, KvCache, Rope};
 
-/// One decoder layer: `x += o(attn(rope(qk_norm(q/k/v(norm(x)))))`, then
-/// `x += down(act(gate(h)) · up(h))` with `h = ffn_norm(x)`.
+/// One decoder layer: `x += post_attn_norm(o(attn(rope(qk_norm(q/k/v(norm(x)))))))`, then
+/// `x += post_ffn_norm(down(act(gate(h)) · up(h)))` with `h = ffn_norm(x)` (the post-norms
+/// only where given, as in Gemma).
 pub struct StackLayer<'a> {
     /// RMSNorm gain before attention, `[dim]`.
     pub attn_norm: &'a [f32],
@@ -36,16 +40,24 @@ pub struct StackLayer<'a> {
     pub q_bias: Option<&'a [f32]>,
     pub k_bias: Option<&'a [f32]>,
     pub v_bias: Option<&'a [f32]>,
-    /// Per-head RMSNorm gains of queries and keys before RoPE (Qwen3), `[head_dim]` each.
+    /// Per-head RMSNorm gains of queries and keys before RoPE (Qwen3, Gemma 3), `[head_dim]`
+    /// each.
     pub q_norm: Option<&'a [f32]>,
     pub k_norm: Option<&'a [f32]>,
+    /// RMSNorm gain of the attention output before its residual add (Gemma), `[dim]`.
+    pub post_attn_norm: Option<&'a [f32]>,
     /// RMSNorm gain before the MLP, `[dim]`.
     pub ffn_norm: &'a [f32],
     pub gate: Weight<'a>,
     pub up: Weight<'a>,
     pub down: Weight<'a>,
+    /// RMSNorm gain of the MLP output before its residual add (Gemma), `[dim]`.
+    pub post_ffn_norm: Option<&'a [f32]>,
     /// Sliding attention window of this layer.
     pub window: Option<usize>,
+    /// Index of this layer's RoPE table in [`StackInput::ropes`] (Gemma 3: local tables for
+    /// sliding layers, global for the others).
+    pub rope: usize,
 }
 
 /// The whole decoder as a backend sees it.
@@ -55,6 +67,8 @@ pub struct StackDesc<'a> {
     pub final_norm: &'a [f32],
     /// Output head `[vocab, dim]`.
     pub head: Weight<'a>,
+    /// Logits become `cap · tanh(logits / cap)`.
+    pub final_softcap: Option<f32>,
     pub dim: usize,
     pub eps: f32,
     pub n_heads: usize,
@@ -63,7 +77,7 @@ pub struct StackDesc<'a> {
     /// Factor on q·k.
     pub scale: f32,
     pub act: GateAct,
-    /// Rotated dimensions per head (the first `rope_dim` of each head).
+    /// Rotated dimensions per head (the first `rope_dim` of each head), the same in every table.
     pub rope_dim: usize,
     /// Interleaved pairs `(2j, 2j+1)` (else `(j, j + rope_dim/2)`).
     pub rope_interleaved: bool,
@@ -79,17 +93,26 @@ impl StackDesc<'_> {
     pub fn q_row(&self) -> usize {
         self.n_heads * self.head_dim
     }
+
+    /// Number of RoPE tables the layers use.
+    pub fn n_ropes(&self) -> usize {
+        self.layers.iter().map(|l| l.rope + 1).max().unwrap_or(1)
+    }
 }
 
 /// One sequence of a stack call.
-pub struct StackSeq<'a> {
+pub struct StackSeq {
     /// First row in the stacked input.
     pub row: usize,
     /// New tokens.
     pub len: usize,
-    /// Per layer, the cached keys and values before this call (`[n, kv_row]` each; `n` may
-    /// be 0, and windowed layers may hold only the recent positions).
-    pub past: Vec<(&'a [f32], &'a [f32])>,
+}
+
+/// RoPE tables of every row for one layer kind, `[t, rope_dim / 2]` each.
+#[derive(Clone, Copy)]
+pub struct RopeTable<'a> {
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
 }
 
 /// Inputs of one stack call.
@@ -97,32 +120,86 @@ pub struct StackInput<'a> {
     /// Embedded tokens `[t, dim]`, every sequence stacked.
     pub x: &'a [f32],
     pub t: usize,
-    /// RoPE tables of each row, `[t, rope_dim / 2]` each.
-    pub rope_cos: &'a [f32],
-    pub rope_sin: &'a [f32],
-    pub seqs: &'a [StackSeq<'a>],
+    /// The RoPE tables the layers name ([`StackLayer::rope`]).
+    pub ropes: &'a [RopeTable<'a>],
+    pub seqs: &'a [StackSeq],
     /// Rows (into the stacked input) whose logits are wanted, in output order.
     pub logit_rows: &'a [usize],
 }
 
-/// Outputs of one stack call, sized by [`StackOutput::new`].
-pub struct StackOutput {
-    /// Per layer, the new rotated keys `[t, kv_row]` (every sequence stacked).
-    pub k: Vec<Vec<f32>>,
-    /// Per layer, the new values `[t, kv_row]`.
-    pub v: Vec<Vec<f32>>,
-    /// `[logit_rows.len(), vocab]`.
-    pub logits: Vec<f32>,
+/// One layer's cached keys and values of one sequence before a call, in position order:
+/// `k[0]` then `k[1]` (two pieces so a wrapped ring buffer needs no copy), `[n, kv_row]`
+/// together. They are the `n` positions just before the first new token (`n` may be 0; a
+/// sliding layer may hold only its window). Attention only looks at position differences, so
+/// a backend treats them as positions `0 .. n` and the new tokens as `n ..` (the keys were
+/// rotated at their true positions when stored).
+#[derive(Clone, Copy, Default)]
+pub struct Past<'a> {
+    pub k: [&'a [f32]; 2],
+    pub v: [&'a [f32]; 2],
 }
 
-impl StackOutput {
-    /// Zeroed outputs for `d` and `i`.
-    pub fn new(d: &StackDesc, i: &StackInput) -> Self {
-        let n = i.t * d.kv_row();
+impl Past<'_> {
+    /// Rows stored, for rows of `kv_row`.
+    pub fn rows(&self, kv_row: usize) -> usize {
+        (self.k[0].len() + self.k[1].len()) / kv_row.max(1)
+    }
+}
+
+/// Where a stack call reads cached keys/values and stores the new ones.
+pub trait KvStore {
+    /// Layer `layer`'s cached keys/values of sequence `seq` (an index into
+    /// [`StackInput::seqs`]) before this call.
+    fn past(&self, seq: usize, layer: usize) -> Past<'_>;
+
+    /// Layer `layer`'s new rotated keys and values, `[t, kv_row]` each with every sequence
+    /// stacked. Called once per layer, in layer order, after that layer's [`Self::past`] was
+    /// last read.
+    fn append(&mut self, layer: usize, k: &[f32], v: &[f32]);
+}
+
+/// A [`KvStore`] in memory: owned cached rows per sequence and layer, and every appended
+/// layer collected (for tests and checks).
+#[derive(Default)]
+pub struct KvCollect {
+    /// Per sequence, per layer: cached keys and values (position order, one piece).
+    pub cached: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+    /// Per appended layer, the new keys / values `[t, kv_row]`.
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+}
+
+impl KvStore for KvCollect {
+    fn past(&self, seq: usize, layer: usize) -> Past<'_> {
+        match self.cached.get(seq).and_then(|s| s.get(layer)) {
+            Some((k, v)) => Past {
+                k: [k, &[]],
+                v: [v, &[]],
+            },
+            None => Past::default(),
+        }
+    }
+
+    fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        debug_assert_eq!(layer, self.k.len());
+        self.k.push(k.to_vec());
+        self.v.push(v.to_vec());
+    }
+}
+
+/// Outputs of one stack call: logits here, keys/values into the store.
+pub struct StackOutput<'a> {
+    /// `[logit_rows.len(), vocab]`.
+    pub logits: Vec<f32>,
+    pub kv: &'a mut dyn KvStore,
+}
+
+impl<'a> StackOutput<'a> {
+    /// Zeroed logits for `d` and `i`, keys/values through `kv`.
+    pub fn new(d: &StackDesc, i: &StackInput, kv: &'a mut dyn KvStore) -> Self {
         StackOutput {
-            k: vec![vec![0f32; n]; d.layers.len()],
-            v: vec![vec![0f32; n]; d.layers.len()],
             logits: vec![0f32; i.logit_rows.len() * d.head.w.rows],
+            kv,
         }
     }
 }
@@ -145,14 +222,19 @@ fn norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `cap · tanh(x / cap)` on every value.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    x.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+}
+
 /// Applies RoPE from per-row tables (`[t, half]`) to `x` `[t, heads * head_dim]`.
-pub fn rope_rows(x: &mut [f32], d: &StackDesc, heads: usize, cos: &[f32], sin: &[f32]) {
+pub fn rope_rows(x: &mut [f32], d: &StackDesc, heads: usize, r: &RopeTable) {
     let half = d.rope_dim / 2;
     let hd = d.head_dim;
     for (i, row) in x.chunks_exact_mut(heads * hd).enumerate() {
         let (c, s) = (
-            &cos[i * half..(i + 1) * half],
-            &sin[i * half..(i + 1) * half],
+            &r.cos[i * half..(i + 1) * half],
+            &r.sin[i * half..(i + 1) * half],
         );
         for h in row.chunks_exact_mut(hd) {
             for j in 0..half {
@@ -170,12 +252,12 @@ pub fn rope_rows(x: &mut [f32], d: &StackDesc, heads: usize, cos: &[f32], sin: &
 }
 
 /// The CPU twin of [`super::Backend::decoder_stack`]: the same outputs with the CPU kernels.
-pub fn stack_cpu(d: &StackDesc, i: &StackInput) -> StackOutput {
-    let mut out = StackOutput::new(d, i);
+pub fn stack_cpu(d: &StackDesc, i: &StackInput, out: &mut StackOutput) {
     let (t, dim) = (i.t, d.dim);
     let (q_row, kv_row) = (d.q_row(), d.kv_row());
     let mut x = i.x.to_vec();
     for (li, l) in d.layers.iter().enumerate() {
+        let rope = &i.ropes[l.rope];
         let mut h = x.clone();
         norm_rows(&mut h, l.attn_norm, d.eps);
         let mut q = linear_cpu(&l.q, l.q_bias, &h, t);
@@ -187,15 +269,15 @@ pub fn stack_cpu(d: &StackDesc, i: &StackInput) -> StackOutput {
         if let Some(w) = l.k_norm {
             norm_rows(&mut k, w, d.eps);
         }
-        rope_rows(&mut q, d, d.n_heads, i.rope_cos, i.rope_sin);
-        rope_rows(&mut k, d, d.n_kv_heads, i.rope_cos, i.rope_sin);
+        rope_rows(&mut q, d, d.n_heads, rope);
+        rope_rows(&mut k, d, d.n_kv_heads, rope);
         let mut a = vec![0f32; t * q_row];
-        for s in i.seqs {
-            let (pk, pv) = s.past[li];
-            let n_past = pk.len() / kv_row;
+        for (si, s) in i.seqs.iter().enumerate() {
+            let p = out.kv.past(si, li);
+            let n_past = p.rows(kv_row);
             let rows = s.row * kv_row..(s.row + s.len) * kv_row;
-            let kk = [pk, &k[rows.clone()]].concat();
-            let vv = [pv, &v[rows]].concat();
+            let kk = [p.k[0], p.k[1], &k[rows.clone()]].concat();
+            let vv = [p.v[0], p.v[1], &v[rows]].concat();
             let g = AttentionGeom {
                 t: s.len,
                 pos0: n_past,
@@ -210,7 +292,10 @@ pub fn stack_cpu(d: &StackDesc, i: &StackInput) -> StackOutput {
             a[s.row * q_row..(s.row + s.len) * q_row]
                 .copy_from_slice(&attention_cpu(qs, &kk, &vv, &g));
         }
-        let o = linear_cpu(&l.o, None, &a, t);
+        let mut o = linear_cpu(&l.o, None, &a, t);
+        if let Some(w) = l.post_attn_norm {
+            norm_rows(&mut o, w, d.eps);
+        }
         x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
         let mut h = x.clone();
         norm_rows(&mut h, l.ffn_norm, d.eps);
@@ -219,10 +304,12 @@ pub fn stack_cpu(d: &StackDesc, i: &StackInput) -> StackOutput {
         g.iter_mut()
             .zip(&u)
             .for_each(|(g, u)| *g = d.act.apply(*g) * u);
-        let m = linear_cpu(&l.down, None, &g, t);
+        let mut m = linear_cpu(&l.down, None, &g, t);
+        if let Some(w) = l.post_ffn_norm {
+            norm_rows(&mut m, w, d.eps);
+        }
         x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-        out.k[li] = k;
-        out.v[li] = v;
+        out.kv.append(li, &k, &v);
     }
     let mut rows: Vec<f32> = Vec::with_capacity(i.logit_rows.len() * dim);
     for &r in i.logit_rows {
@@ -230,36 +317,93 @@ pub fn stack_cpu(d: &StackDesc, i: &StackInput) -> StackOutput {
     }
     norm_rows(&mut rows, d.final_norm, d.eps);
     out.logits = linear_cpu(&d.head, None, &rows, i.logit_rows.len());
-    out
+    if let Some(cap) = d.final_softcap {
+        softcap(&mut out.logits, cap);
+    }
+}
+
+/// A layer's stored rows in position order: the whole buffer, or, for a ring that has wrapped,
+/// its oldest rows (from `len % ring`) then the rest.
+fn layer_past<'c>(c: &'c KvCache, layer: usize) -> Past<'c> {
+    let l = &c.layers[layer];
+    let row = c.row_width(layer);
+    if l.ring == 0 || c.len() <= l.ring {
+        return Past {
+            k: [&l.k, &[]],
+            v: [&l.v, &[]],
+        };
+    }
+    let at = (c.len() % l.ring) * row;
+    Past {
+        k: [&l.k[at..], &l.k[..at]],
+        v: [&l.v[at..], &l.v[..at]],
+    }
+}
+
+/// The [`KvStore`] of a batch's host caches.
+struct CacheStore<'b> {
+    caches: Vec<&'b mut KvCache>,
+    spans: &'b [SeqSpan],
+    kv_row: usize,
+    /// Layers appended so far.
+    appended: usize,
+}
+
+impl KvStore for CacheStore<'_> {
+    fn past(&self, seq: usize, layer: usize) -> Past<'_> {
+        layer_past(self.caches[seq], layer)
+    }
+
+    fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        for (c, sp) in self.caches.iter_mut().zip(self.spans) {
+            let rows = sp.row * self.kv_row..(sp.row + sp.len) * self.kv_row;
+            c.append(layer, &k[rows.clone()], &v[rows]);
+        }
+        self.appended = layer + 1;
+    }
 }
 
 /// Runs a forward pass of `batch` through `b`'s decoder stack: `x` holds the embedded tokens
-/// (`[t, dim]`). Appends the new keys/values to each sequence's cache, advances the caches and
-/// returns the logits per sequence, as [`batch::finish`] does; `None` when `b` declines (or
-/// when uploading the cached keys would cost more than the pass, e.g. many-sequence decode),
-/// with nothing changed.
+/// (`[t, dim]`), `ropes` the RoPE of each table the layers name. Appends the new keys/values to
+/// each sequence's cache, advances the caches and returns the logits per sequence, as
+/// [`batch::finish`] does. `None` when `b` declines (or when uploading the cached keys would
+/// cost more than the pass, e.g. many-sequence decode), with nothing changed; an error when
+/// the device failed after part of the keys were stored (those caches are then emptied).
 pub fn run(
     b: &dyn Backend,
     d: &StackDesc,
     x: &[f32],
     batch: &mut [SeqBatch<'_>],
     spans: &[SeqSpan],
-    rope: &Rope,
-) -> Option<Vec<Vec<f32>>> {
+    ropes: &[&Rope],
+) -> Option<Result<Vec<Vec<f32>>>> {
     let t = x.len() / d.dim;
-    let past_rows: usize = batch
-        .iter()
-        .map(|s| s.cache.layers.first().map_or(0, |l| l.k.len()) / d.kv_row().max(1))
-        .sum();
-    if past_rows > 4 * t || rope.dim() != d.rope_dim {
+    // Rows every layer would upload, against the pass's own work.
+    let past_rows: usize = batch.iter().map(|s| s.cache.len()).sum();
+    if past_rows > 4 * t
+        || ropes.len() < d.n_ropes()
+        || ropes
+            .iter()
+            .any(|r| r.dim() != d.rope_dim || r.interleaved() != d.rope_interleaved)
+    {
         return None;
     }
     let half = d.rope_dim / 2;
-    let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
-    for sp in spans {
-        let r = sp.row * half..(sp.row + sp.len) * half;
-        rope.tables(sp.pos0, sp.len, &mut cos[r.clone()], &mut sin[r]);
-    }
+    let tables: Vec<(Vec<f32>, Vec<f32>)> = ropes
+        .iter()
+        .map(|rope| {
+            let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
+            for sp in spans {
+                let r = sp.row * half..(sp.row + sp.len) * half;
+                rope.tables(sp.pos0, sp.len, &mut cos[r.clone()], &mut sin[r]);
+            }
+            (cos, sin)
+        })
+        .collect();
+    let ropes: Vec<RopeTable> = tables
+        .iter()
+        .map(|(cos, sin)| RopeTable { cos, sin })
+        .collect();
     let mut logit_rows = Vec::new();
     let mut counts = Vec::with_capacity(spans.len());
     for (s, sp) in batch.iter().zip(spans) {
@@ -271,42 +415,46 @@ pub fn run(
         logit_rows.extend(first..sp.row + sp.len);
         counts.push(sp.row + sp.len - first);
     }
-    let out = {
-        let seqs: Vec<StackSeq> = batch
-            .iter()
-            .zip(spans)
-            .map(|(s, sp)| StackSeq {
-                row: sp.row,
-                len: sp.len,
-                past: s
-                    .cache
-                    .layers
-                    .iter()
-                    .map(|l| (&l.k[..], &l.v[..]))
-                    .collect(),
-            })
-            .collect();
-        let input = StackInput {
-            x,
-            t,
-            rope_cos: &cos,
-            rope_sin: &sin,
-            seqs: &seqs,
-            logit_rows: &logit_rows,
-        };
-        let mut out = StackOutput::new(d, &input);
-        if !b.decoder_stack(d, &input, &mut out) {
+    let seqs: Vec<StackSeq> = spans
+        .iter()
+        .map(|sp| StackSeq {
+            row: sp.row,
+            len: sp.len,
+        })
+        .collect();
+    let input = StackInput {
+        x,
+        t,
+        ropes: &ropes,
+        seqs: &seqs,
+        logit_rows: &logit_rows,
+    };
+    let mut store = CacheStore {
+        caches: batch.iter_mut().map(|s| &mut *s.cache).collect(),
+        spans,
+        kv_row: d.kv_row(),
+        appended: 0,
+    };
+    let mut out = StackOutput::new(d, &input, &mut store);
+    let done = b.decoder_stack(d, &input, &mut out);
+    let logits = std::mem::take(&mut out.logits);
+    drop(out);
+    if !done || store.appended < d.layers.len() {
+        if store.appended == 0 {
             return None;
         }
-        out
-    };
-    let kv_row = d.kv_row();
-    for (s, sp) in batch.iter_mut().zip(spans) {
-        let rows = sp.row * kv_row..(sp.row + sp.len) * kv_row;
-        for (li, (k, v)) in out.k.iter().zip(&out.v).enumerate() {
-            s.cache.append(li, &k[rows.clone()], &v[rows.clone()]);
+        for c in store.caches.iter_mut() {
+            c.reset();
         }
-        s.cache.advance(sp.len);
+        return Some(Err(Error::Device(format!(
+            "{} failed after storing {} of {} layers' keys; the KV cache was emptied",
+            b.name(),
+            store.appended,
+            d.layers.len()
+        ))));
     }
-    Some(batch::split_logits(out.logits, d.head.w.rows, &counts))
+    for (c, sp) in store.caches.iter_mut().zip(spans) {
+        c.advance(sp.len);
+    }
+    Some(Ok(batch::split_logits(logits, d.head.w.rows, &counts)))
 }

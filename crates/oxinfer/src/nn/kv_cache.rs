@@ -254,6 +254,22 @@ impl KvCache {
         }
     }
 
+    /// Empties every layer and recurrent state unconditionally (also rows appended since the
+    /// last [`KvCache::advance`]).
+    pub fn reset(&mut self) {
+        for l in &mut self.layers {
+            l.k.clear();
+            l.v.clear();
+            l.start = 0;
+            l.ring = l.window.unwrap_or(0);
+        }
+        for r in &mut self.recurrent {
+            r.conv.fill(0.0);
+            r.state.fill(0.0);
+        }
+        self.len = 0;
+    }
+
     /// Empties the cache, keeping its allocation.
     pub fn clear(&mut self) {
         self.truncate(0);

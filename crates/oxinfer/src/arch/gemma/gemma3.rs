@@ -3,6 +3,8 @@
 //! per-head QK RMSNorm, norms before and after attention and MLP, tanh-GELU gated MLP,
 //! embeddings scaled by √hidden, tied head, optional final logit soft-capping.
 
+mod stack;
+
 use super::{LayerKind, Names};
 use crate::arch::batch::{self, SeqBatch};
 use crate::arch::CausalLm;
@@ -199,6 +201,9 @@ impl CausalLm for Gemma3 {
         let (ids, spans) = batch::layout(batch)?;
         let t = ids.len();
         let mut x = self.embed.forward(&ids)?;
+        if let Some(logits) = self.forward_on_device(&x, batch, &spans) {
+            return logits;
+        }
         let mut seqs = batch::seq_rows(batch, &spans);
         for (li, l) in self.layers.iter().enumerate() {
             let rope = match l.kind {

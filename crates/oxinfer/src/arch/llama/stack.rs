@@ -10,20 +10,20 @@ use crate::nn::{Activation, Linear};
 impl Llama {
     /// Runs the pass through the backend's decoder stack when one is installed, wants a pass of
     /// this many rows and takes every weight; `None` (nothing changed) otherwise. `x` is the
-    /// embedded input `[t, dim]`.
+    /// embedded input `[t, dim]`; an error when the device failed mid-pass.
     pub(super) fn forward_on_device(
         &self,
         x: &[f32],
         batch: &mut [SeqBatch<'_>],
         spans: &[SeqSpan],
-    ) -> Option<Vec<Vec<f32>>> {
+    ) -> Option<crate::error::Result<Vec<Vec<f32>>>> {
         let b = backend::active()?;
         let d = self.cfg.hidden_size;
         if !b.wants(d, d, x.len() / d) {
             return None;
         }
         let desc = self.stack_desc(b)?;
-        stack::run(b, &desc, x, batch, spans, &self.rope)
+        stack::run(b, &desc, x, batch, spans, &[&self.rope])
     }
 
     /// The model as a [`StackDesc`], uploading weights on first use; `None` when a weight stays
@@ -47,11 +47,14 @@ impl Llama {
                 v_bias: a.v.bias(),
                 q_norm: a.q_norm.as_ref().map(|n| &n.weight[..]),
                 k_norm: a.k_norm.as_ref().map(|n| &n.weight[..]),
+                post_attn_norm: None,
                 ffn_norm: &blk.ffn_norm.weight,
                 gate: w(&m.gate)?,
                 up: w(&m.up)?,
                 down: w(&m.down)?,
+                post_ffn_norm: None,
                 window,
+                rope: 0,
             })
         };
         let layers = self
@@ -68,6 +71,7 @@ impl Llama {
             layers,
             final_norm: &self.norm.weight,
             head: w(&self.head)?,
+            final_softcap: None,
             dim: self.cfg.hidden_size,
             eps: self.norm.eps,
             n_heads: self.cfg.n_heads,
