@@ -278,6 +278,33 @@ impl Gpu {
         self.sync()
     }
 
+    /// Copies each `(dst, src)` of `parts` to its device address through the pinned staging
+    /// buffer (one staging pass, one wait at the end).
+    pub fn upload_many(&mut self, parts: &[(sys::CUdeviceptr, &[f32])]) -> Result<(), String> {
+        let bytes: usize = parts.iter().map(|(_, s)| std::mem::size_of_val(*s)).sum();
+        let p = self.staging(bytes)?;
+        let mut off = 0;
+        for (dst, src) in parts {
+            let n = std::mem::size_of_val(*src);
+            // SAFETY: `p` holds `bytes` ≥ off + n; `src` is n bytes; distinct allocations; the
+            // device copy reads `p + off` and completes (synchronized below) before `p` is
+            // reused; callers pass a `dst` with room for `n` bytes.
+            unsafe {
+                par_copy(p.add(off), src.as_ptr() as *const u8, n);
+                sys::cuMemcpyHtoDAsync_v2(
+                    *dst,
+                    p.add(off) as *const std::ffi::c_void,
+                    n,
+                    self.stream,
+                )
+                .result()
+                .map_err(|e| format!("upload of {n} bytes: {e:?}"))?;
+            }
+            off += n;
+        }
+        self.sync()
+    }
+
     /// Copies device address `src` into `dst` through the pinned staging buffer, after all
     /// queued work.
     pub fn download<T: Copy>(

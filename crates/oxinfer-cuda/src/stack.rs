@@ -250,12 +250,19 @@ pub(crate) fn run(
     }
     let idx: Vec<i32> = i.logit_rows.iter().map(|&r| r as i32).collect();
     let n_layers = d.layers.len();
-    let max_past = (0..i.seqs.len())
-        .flat_map(|si| (0..n_layers).map(move |li| (si, li)))
-        .map(|(si, li)| out.kv.past(si, li).rows(kv_row))
-        .max()
-        .unwrap_or(0);
-    let max_len = i.seqs.iter().map(|s| s.len).max().unwrap_or(0);
+    // Where each (layer, sequence) with cached rows keeps them, followed by its new rows, in
+    // the K/V buffers (in rows); all cached rows go up at once before the first layer.
+    let mut regions = vec![vec![None; i.seqs.len()]; n_layers];
+    let mut kv_rows = 0;
+    for (li, reg) in regions.iter_mut().enumerate() {
+        for (si, s) in i.seqs.iter().enumerate() {
+            let n_past = out.kv.past(si, li).rows(kv_row);
+            if n_past > 0 {
+                reg[si] = Some((kv_rows, n_past));
+                kv_rows += n_past + s.len;
+            }
+        }
+    }
     let widest = [dim, ffn, q_row].into_iter().max().unwrap_or(dim);
     let biggest_w = mats
         .iter()
@@ -274,8 +281,8 @@ pub(crate) fn run(
     let ap = g.scratch(Slot::Att, t * q_row * 4)?;
     let kn = g.scratch(Slot::KNew, d.layers.len() * t * kv_row * 4)?;
     let vn = g.scratch(Slot::VNew, d.layers.len() * t * kv_row * 4)?;
-    let kw = g.scratch(Slot::K, (max_past + max_len) * kv_row * 4)?;
-    let vw = g.scratch(Slot::V, (max_past + max_len) * kv_row * 4)?;
+    let kw = g.scratch(Slot::K, kv_rows * kv_row * 4)?;
+    let vw = g.scratch(Slot::V, kv_rows * kv_row * 4)?;
     let gp = g.scratch(Slot::G, t * ffn * 4)?;
     let up = g.scratch(Slot::U, t * ffn * 4)?;
     let yp = g.scratch(Slot::Y, t * dim * 4)?;
@@ -288,6 +295,26 @@ pub(crate) fn run(
     g.upload(xp, i.x)?;
     g.upload(pp, &pack.0)?;
     g.upload(ip, &idx)?;
+    if kv_rows > 0 {
+        let mut parts: Vec<(CUdeviceptr, &[f32])> = Vec::new();
+        for (li, reg) in regions.iter().enumerate() {
+            for (si, r) in reg.iter().enumerate() {
+                if let Some((off, _)) = *r {
+                    let p = out.kv.past(si, li);
+                    let k0 = p.k[0].len();
+                    let o = off * kv_row;
+                    parts.extend([
+                        (at(kw, o), p.k[0]),
+                        (at(kw, o + k0), p.k[1]),
+                        (at(vw, o), p.v[0]),
+                        (at(vw, o + k0), p.v[1]),
+                    ]);
+                }
+            }
+        }
+        parts.retain(|(_, p)| !p.is_empty());
+        g.upload_many(&parts)?;
+    }
     // The new keys/values of every layer land here (keys then values per layer).
     let layer_kv = t * kv_row;
     let landing = g.copy_area(2 * n_layers * layer_kv * 4)? as usize;
@@ -358,22 +385,16 @@ pub(crate) fn run(
             result::event::record(copied_ev, g.copy_stream).map_err(|e| format!("{e:?}"))?;
         }
         for (si, s) in i.seqs.iter().enumerate() {
-            let past = out.kv.past(si, li);
-            let n_past = past.rows(kv_row);
             let (kn_s, vn_s) = (at(kl, s.row * kv_row), at(vl, s.row * kv_row));
-            let (ks, vs) = if n_past == 0 {
-                (kn_s, vn_s)
-            } else {
-                let k0 = past.k[0].len();
-                g.upload(kw, past.k[0])?;
-                g.upload(vw, past.v[0])?;
-                if !past.k[1].is_empty() {
-                    g.upload(at(kw, k0), past.k[1])?;
-                    g.upload(at(vw, k0), past.v[1])?;
+            let (ks, vs, n_past) = match regions[li][si] {
+                None => (kn_s, vn_s, 0),
+                Some((off, n_past)) => {
+                    let (ks, vs) = (at(kw, off * kv_row), at(vw, off * kv_row));
+                    let o = n_past * kv_row;
+                    copy(g, at(ks, o), kn_s, s.len * kv_row * 4)?;
+                    copy(g, at(vs, o), vn_s, s.len * kv_row * 4)?;
+                    (ks, vs, n_past)
                 }
-                copy(g, at(kw, n_past * kv_row), kn_s, s.len * kv_row * 4)?;
-                copy(g, at(vw, n_past * kv_row), vn_s, s.len * kv_row * 4)?;
-                (kw, vw)
             };
             let geom = oxinfer::backend::AttentionGeom {
                 t: s.len,

