@@ -284,6 +284,13 @@ HARD_SCHEMAS = [
         "yes": {"type": "boolean", "not": {"const": False}},
         "opt": {"type": ["integer", "null"], "not": {"type": "null"}}},
      "required": ["num", "col", "yes", "opt"]},
+    # uniqueItems over enums / booleans and null (the second must use all three values).
+    {"type": "object", "properties": {
+        "tags": {"type": "array", "uniqueItems": True, "minItems": 2, "maxItems": 5,
+                 "items": {"enum": ["red", "green", "blue", 1, 1.0, 2]}},
+        "all": {"type": "array", "uniqueItems": True, "minItems": 3,
+                "items": {"type": ["boolean", "null"]}}},
+     "required": ["tags", "all"]},
     {"type": "object", "properties": {
         "host": {"type": "string", "format": "hostname", "maxLength": 40},
         "url": {"type": "string", "format": "uri", "maxLength": 60}},
@@ -325,6 +332,9 @@ def test_json_schema_keywords_always_validate(server):
     ({"type": "string", "pattern": "(?=a)b"}, "lookahead"),
     ({"type": "number", "multipleOf": 1e-20}, "multipleOf"),
     ({"oneOf": [{"type": "integer"}, {"type": "number", "maximum": 5}]}, "oneOf"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems"),
+    ({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3},
+     "uniqueItems"),
 ])
 def test_unsupported_schema_is_400_naming_the_keyword(server, schema, word):
     with pytest.raises(openai.BadRequestError) as e:

@@ -8,6 +8,7 @@
 use super::numeric::{Bounds, MAX_DIGITS};
 use super::regex::{DEAD, UNBOUNDED};
 use super::schema::{Grammar, Node, NodeId, MAX_STACK};
+use super::unique::canonical_text;
 use std::sync::Arc;
 
 /// Longest run of whitespace allowed between two JSON tokens (keeps a small model from
@@ -129,6 +130,8 @@ enum Frame {
         count: usize,
         /// After `[` (true) or after an element (false).
         open: bool,
+        /// `uniqueItems`: canonical texts of the elements written.
+        done: Vec<Vec<u8>>,
     },
     Str(Str),
     Number(Num),
@@ -338,8 +341,18 @@ impl Path {
                         _ => return false,
                     }
                 }
-                Frame::Array { node, count, open } => {
+                Frame::Array {
+                    node,
+                    count,
+                    open,
+                    done,
+                } => {
                     let (node, n, was_open) = (*node, *count, *open);
+                    let unused = |unique: &Option<Vec<Vec<u8>>>| {
+                        unique
+                            .as_ref()
+                            .is_none_or(|vals| vals.iter().any(|v| !done.contains(v)))
+                    };
                     if is_ws(b) {
                         return self.ws(b);
                     }
@@ -349,14 +362,17 @@ impl Path {
                         items,
                         min,
                         max,
+                        unique,
                     } = &g.nodes[node]
                     else {
                         return false;
                     };
                     let (min, max) = (*min, *max);
+                    let fresh = unused(unique);
                     // The node of element n (the next one).
                     let items = prefix.get(n).copied().unwrap_or(*items);
-                    let room = max.is_none_or(|m| n < m) && (n < min || self.fits(g, items));
+                    let room =
+                        max.is_none_or(|m| n < m) && (n < min || self.fits(g, items)) && fresh;
                     if b == b']' {
                         if n >= min {
                             self.stack.pop();
@@ -413,9 +429,10 @@ impl Path {
                     if next.is_empty() {
                         // A literal that is already complete (a number like `1` among `1`,
                         // `12`) ends here; b belongs to the enclosing value.
-                        let done = alive.iter().any(|&i| opts[i as usize].len() == p);
-                        if done {
+                        let done = alive.iter().find(|&&i| opts[i as usize].len() == p);
+                        if let Some(&i) = done {
                             self.stack.pop();
+                            self.element_done(g, &opts[i as usize]);
                             if self.stack.is_empty() {
                                 return false;
                             }
@@ -426,6 +443,7 @@ impl Path {
                     let finished = next.iter().all(|&i| opts[i as usize].len() == p + 1);
                     if finished {
                         self.stack.pop();
+                        self.element_done(g, &opts[next[0] as usize]);
                     } else if let Some(Frame::Literal { alive, pos, .. }) = self.stack.last_mut() {
                         *alive = next;
                         *pos = p + 1;
@@ -681,6 +699,7 @@ impl Path {
                         node: g.any_array,
                         count: 0,
                         open: true,
+                        done: Vec::new(),
                     },
                 ),
                 b'"' => self.open_string(0, None, None),
@@ -710,6 +729,7 @@ impl Path {
                             node,
                             count: 0,
                             open: true,
+                            done: Vec::new(),
                         },
                     )
             }
@@ -782,16 +802,48 @@ impl Path {
     }
 
     fn open_literal(&mut self, g: &Grammar, node: NodeId, b: u8) -> bool {
-        let n = match &g.nodes[node] {
-            Node::Literal(o) => o.len(),
-            _ => return false,
+        let Node::Literal(opts) = &g.nodes[node] else {
+            return false;
         };
+        let mut alive: Vec<u16> = (0..opts.len() as u16).collect();
+        // An element of a `uniqueItems` array: not a value written before.
+        if let Some(done) = self.unique_done(g) {
+            if !done.is_empty() {
+                alive.retain(|&i| !done.contains(&canonical_text(&opts[i as usize])));
+            }
+        }
+        if alive.is_empty() {
+            return false;
+        }
         self.stack.push(Frame::Literal {
             node,
-            alive: (0..n as u16).collect(),
+            alive,
             pos: 0,
         });
         self.push(g, b, &mut Vec::new())
+    }
+
+    /// The elements written so far when the top frame is a `uniqueItems` array.
+    fn unique_done(&self, g: &Grammar) -> Option<&Vec<Vec<u8>>> {
+        match self.stack.last() {
+            Some(Frame::Array { node, done, .. }) => match &g.nodes[*node] {
+                Node::Array {
+                    unique: Some(_), ..
+                } => Some(done),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A literal `text` just ended: recorded when it is an element of a `uniqueItems` array.
+    fn element_done(&mut self, g: &Grammar, text: &[u8]) {
+        if self.unique_done(g).is_none() {
+            return;
+        }
+        if let Some(Frame::Array { done, .. }) = self.stack.last_mut() {
+            done.push(canonical_text(text));
+        }
     }
 
     /// Whether the enclosing object has a key starting with `prefix` that may still be written

@@ -11,6 +11,7 @@ mod numeric;
 mod oneof;
 mod regex;
 mod schema;
+mod unique;
 
 pub use matcher::JsonMatcher;
 pub use schema::{Grammar, Node, NodeId, SchemaError};

@@ -14,7 +14,8 @@
 //! enums narrowed to the values in exactly one; otherwise refused). `not` with just `type`, `const` or `enum` (see
 //! [`super::negate`]). Refused with an error naming the keyword: other `not`s,
 //! `if`/`then`/`else`, `patternProperties`, `propertyNames`, `dependentRequired`,
-//! `dependentSchemas`, `contains`, `uniqueItems`, `minProperties`, `maxProperties`,
+//! `dependentSchemas`, `contains`, `uniqueItems` other than on arrays of enum/const/boolean/null
+//! elements (see [`super::unique`]), `minProperties`, `maxProperties`,
 //! `unevaluated*`, other formats. Annotations and unknown
 //! keywords are ignored (validators ignore them too).
 
@@ -23,6 +24,7 @@ use super::negate;
 use super::numeric::Bounds;
 use super::oneof;
 use super::regex::Dfa;
+use super::unique;
 use super::JsonMatcher;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -51,6 +53,9 @@ pub enum Node {
         items: NodeId,
         min: usize,
         max: Option<usize>,
+        /// `uniqueItems`: the canonical texts of every value an element can take (elements are
+        /// enums/consts/booleans/nulls; see [`super::unique`]). No element repeats one before.
+        unique: Option<Vec<Vec<u8>>>,
     },
     /// A string of `min ..= max` characters, matching pattern `pattern` (an index into
     /// [`Grammar::patterns`]) if any.
@@ -178,6 +183,7 @@ impl Grammar {
             items: any,
             min: 0,
             max: None,
+            unique: None,
         });
         nodes.push(Node::Literal(vec![b"true".to_vec(), b"false".to_vec()]));
         nodes.push(Node::Literal(vec![b"null".to_vec()]));
@@ -203,6 +209,7 @@ impl Grammar {
             refs: HashMap::new(),
             checks: Vec::new(),
             one_of_literals: Vec::new(),
+            unique_arrays: Vec::new(),
         };
         let root = c.node(schema, "#", 0)?;
         let checks = std::mem::take(&mut c.checks);
@@ -227,6 +234,9 @@ impl Grammar {
         }
         for (id, raw, path) in std::mem::take(&mut c.one_of_literals) {
             oneof::exactly_one(&mut g, id, &raw).map_err(|e| Compiler::err(&path, e))?;
+        }
+        for (id, path) in std::mem::take(&mut c.unique_arrays) {
+            unique::resolve(&mut g, id).map_err(|e| Compiler::err(&path, e))?;
         }
         g.min_depth = min_depths(&g.nodes);
         if g.min_depth[root] == u32::MAX {
@@ -297,6 +307,8 @@ struct Compiler<'a> {
     /// (node, each alternative's stated values, path): `oneOf`s of enums whose values overlap,
     /// narrowed to the values in exactly one alternative once the literals are filtered.
     one_of_literals: Vec<(NodeId, Vec<Vec<Value>>, String)>,
+    /// Arrays with `uniqueItems` (values filled in once literals are filtered).
+    unique_arrays: Vec<(NodeId, String)>,
 }
 
 /// Whether `obj` has keywords beyond annotations and those in `except`.
@@ -495,11 +507,8 @@ impl<'a> Compiler<'a> {
                 ));
             }
         }
-        if obj
-            .get("uniqueItems")
-            .is_some_and(|v| v != &Value::Bool(false))
-        {
-            return Err(Self::err(path, "'uniqueItems' is not supported"));
+        if obj.get("uniqueItems").is_some_and(|v| !v.is_boolean()) {
+            return Err(Self::err(path, "'uniqueItems' must be a boolean"));
         }
         if obj.contains_key("const") || obj.contains_key("enum") {
             let vals: Vec<Vec<u8>> = match obj.get("const") {
@@ -685,12 +694,24 @@ impl<'a> Compiler<'a> {
                 if max.is_some_and(|m| m < min) {
                     return Err(Self::err(path, "maxItems < minItems"));
                 }
-                self.push(Node::Array {
+                let unique = obj.get("uniqueItems").and_then(Value::as_bool) == Some(true);
+                if unique && !prefix.is_empty() {
+                    return Err(Self::err(
+                        path,
+                        "'uniqueItems' with prefixItems/tuple items is not supported",
+                    ));
+                }
+                let id = self.push(Node::Array {
                     prefix,
                     items,
                     min,
                     max,
-                })
+                    unique: unique.then(Vec::new),
+                });
+                if unique {
+                    self.unique_arrays.push((id, path.to_string()));
+                }
+                id
             }
             "string" => {
                 let (min, mut max) = (usize_of("minLength").unwrap_or(0), usize_of("maxLength"));

@@ -376,6 +376,15 @@ mod reference {
             {
                 return false;
             }
+            if o.get("uniqueItems") == Some(&Value::Bool(true)) {
+                // Numbers by value, as validators compare them.
+                let key = |x: &Value| x.as_f64().map_or(x.clone(), |f| serde_json::json!(f));
+                for (i, x) in a.iter().enumerate() {
+                    if a[..i].iter().any(|y| key(y) == key(x)) {
+                        return false;
+                    }
+                }
+            }
             let prefix = o.get("prefixItems").and_then(Value::as_array);
             let n = prefix.map_or(0, |p| p.len());
             if let Some(p) = prefix {
@@ -530,6 +539,12 @@ fn hard_schemas() -> Vec<Value> {
                  "good": {"type": "boolean"}}, "required": ["kind"]}]},
             "e": {"oneOf": [{"enum": ["a", "b", 1]}, {"enum": ["b", 1.0, "c"]}]}},
             "required": ["pet", "e"]}),
+        // 15: uniqueItems over enums (1 and 1.0 are one value)
+        json!({"type": "array", "uniqueItems": true, "minItems": 2, "maxItems": 6,
+               "items": {"enum": ["a", "b", "c", 1, 1.0, 2]}}),
+        // 16: uniqueItems that must use every value
+        json!({"type": "object", "properties": {"v": {"type": "array", "uniqueItems": true,
+               "items": {"type": ["boolean", "null"]}, "minItems": 3}}, "required": ["v"]}),
     ]
 }
 
@@ -597,6 +612,11 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
         (12, r#"{"host": "a..com", "url": "http://a.b"}"#),
         (12, r#"{"host": "a.com", "url": "http://a b"}"#),
         (12, r#"{"host": "a.com", "url": "mailto:x"}"#),
+        (15, r#"["a", "a"]"#),
+        (15, r#"[1, 1.0]"#),
+        (15, r#"["a"]"#),
+        (16, r#"{"v": [true, null]}"#),
+        (16, r#"{"v": [true, null, false, true]}"#),
     ] {
         assert!(!complete(&matcher(&s[i]), text), "accepted {text}");
     }
@@ -618,6 +638,8 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
         (9, r#"[9, "x", false, null, null]"#),
         (10, r#"["ab", -4]"#),
         (10, r#"[]"#),
+        (15, r#"["c", 1, "a", 2]"#),
+        (16, r#"{"v": [null, false, true]}"#),
         (11, r#"{"k": -14, "r": 25, "c": 1.99, "h": -2.5, "t": 0.5}"#),
         (11, r#"{"k": 0, "r": 15, "c": 0.06, "h": 2.0, "t": 3}"#),
         (
