@@ -66,14 +66,14 @@ pub fn gated_act(act: GateAct, g: &mut [f32], u: &[f32], isa: Isa) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use super::{GateAct, GELU_C};
     use std::arch::x86_64::*;
 
     /// `exp(x)` for eight lanes (Cephes-style: 2^n · e^r with a degree-6 polynomial on
     /// |r| ≤ ln2/2; about 1 ulp), inputs clamped to [−87.3, 88.3].
     #[inline(always)]
-    fn exp8(x: __m256) -> __m256 {
+    pub(crate) fn exp8(x: __m256) -> __m256 {
         // SAFETY: plain register arithmetic; the enclosing function has avx2 + fma.
         unsafe {
             let x = _mm256_min_ps(

@@ -114,18 +114,7 @@ pub(super) unsafe fn block(
                 }
                 m[r] = m_new;
             }
-            let mut sum = 0f32;
-            for (u, x) in prow.iter_mut().enumerate() {
-                let j = j0 + u;
-                *x = if j >= a && j < b {
-                    let e = (*x - m_new).exp();
-                    sum += e;
-                    e
-                } else {
-                    0.0
-                };
-            }
-            l[r] += sum;
+            l[r] += exp_masked(prow, m_new, (a - j0, b - j0));
         }
         // O += P · V.
         let mut r0 = 0;
@@ -151,6 +140,46 @@ pub(super) unsafe fn block(
         for x in &mut o[r * hd..(r + 1) * hd] {
             *x *= inv;
         }
+    }
+}
+
+/// `p[u] = exp(p[u] − m)` for `u` in `lo .. hi`, zero elsewhere; returns the sum.
+#[inline(always)]
+fn exp_masked(p: &mut [f32], m: f32, (lo, hi): (usize, usize)) -> f32 {
+    let n = p.len();
+    // SAFETY: plain register arithmetic and loads/stores of p[u .. u + 8] with u + 8 <= n;
+    // the enclosing kernel has avx2 + fma.
+    unsafe {
+        let mv = _mm256_set1_ps(m);
+        let (lov, hiv) = (_mm256_set1_epi32(lo as i32), _mm256_set1_epi32(hi as i32));
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mut sum = _mm256_setzero_ps();
+        let mut u = 0;
+        while u + 8 <= n {
+            let x = _mm256_loadu_ps(p.as_ptr().add(u));
+            let e = crate::act::avx2::exp8(_mm256_sub_ps(x, mv));
+            let idx = _mm256_add_epi32(_mm256_set1_epi32(u as i32), lane);
+            // lo <= idx < hi
+            let inside =
+                _mm256_andnot_si256(_mm256_cmpgt_epi32(lov, idx), _mm256_cmpgt_epi32(hiv, idx));
+            let e = _mm256_and_ps(e, _mm256_castsi256_ps(inside));
+            _mm256_storeu_ps(p.as_mut_ptr().add(u), e);
+            sum = _mm256_add_ps(sum, e);
+            u += 8;
+        }
+        let s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let mut total = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+        for (i, x) in p.iter_mut().enumerate().skip(u) {
+            *x = if i >= lo && i < hi {
+                let e = (*x - m).exp();
+                total += e;
+                e
+            } else {
+                0.0
+            };
+        }
+        total
     }
 }
 
