@@ -61,8 +61,18 @@ pub const PACK_SLAB_BYTES: usize = 4 << 20;
 /// Rows interleaved in one packed group (one 32-bit SIMD lane each in a 256-bit register).
 pub const LANES: usize = 8;
 
-/// Tokens multiplied together against one unpacked weight register.
-pub const TILE_TOKENS: usize = 4;
+/// Tokens multiplied together against one unpacked weight register, at most: 8 on the AVX-512
+/// VNNI kernels, 4 on the others (see [`tile_width`]).
+pub const TILE_TOKENS: usize = 8;
+
+/// The widest token tile of `isa`'s packed kernels (tiles of fewer tokens take at most 4).
+fn tile_width(isa: Isa) -> usize {
+    if isa.has_vnni() {
+        8
+    } else {
+        4
+    }
+}
 
 /// How far ahead of the block being multiplied the kernels prefetch weights, in bytes (the
 /// hardware prefetchers alone left Q6_K decode latency-bound: 4.5 GB/s per CPU-second).
@@ -246,6 +256,7 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     let n_tasks = groups.div_ceil(chunk);
     let out = SyncPtr(y.as_mut_ptr());
     let nb = w.blocks_per_row();
+    let width = tile_width(isa);
     parallel_for(n_tasks, &|task| {
         let g0 = task * chunk;
         let g1 = (g0 + chunk).min(groups);
@@ -257,7 +268,8 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
                 let live = (rows - g * LANES).min(LANES);
                 let mut ti = tb0;
                 while ti < tb1 {
-                    let n = (tb1 - ti).min(TILE_TOKENS);
+                    let rem = tb1 - ti;
+                    let n = if rem >= width { width } else { rem.min(4) };
                     run_tile(w.format, isa, gdata, nb, &acts, ti, n, &mut tile);
                     for (k, lanes) in tile.iter().take(n).enumerate() {
                         for (r, v) in lanes.iter().take(live).enumerate() {

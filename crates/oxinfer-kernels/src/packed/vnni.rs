@@ -6,8 +6,9 @@
 //! all three agree bit for bit. Every function requires AVX2, FMA, F16C, AVX512F, AVX512VL
 //! and AVX512-VNNI.
 //!
-//! Each token keeps two independent i32 accumulator chains (even and odd quant registers) so
-//! that four tokens keep eight `vpdpbusd` in flight.
+//! Tiles are up to eight tokens wide (AVX-512VL gives 32 vector registers): each weight
+//! register is unpacked once for eight tokens, whose eight i32 chains keep enough `vpdpbusd`
+//! in flight; narrower tiles give each token two chains (even and odd quant registers).
 
 use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset};
 use super::{LANES, TILE_TOKENS};
@@ -126,6 +127,7 @@ pub(crate) unsafe fn tile(
                             1 => tile32::<{ $f }, 1>(gp, nb, [x(0)], tile),
                             2 => tile32::<{ $f }, 2>(gp, nb, [x(0), x(1)], tile),
                             3 => tile32::<{ $f }, 3>(gp, nb, [x(0), x(1), x(2)], tile),
+                            8 => tile32::<{ $f }, 8>(gp, nb, std::array::from_fn(x), tile),
                             _ => tile32::<{ $f }, 4>(gp, nb, [x(0), x(1), x(2), x(3)], tile),
                         }
                     };
@@ -146,6 +148,7 @@ pub(crate) unsafe fn tile(
                             1 => $kern::<1>(gp, nb, [x(0)], tile),
                             2 => $kern::<2>(gp, nb, [x(0), x(1)], tile),
                             3 => $kern::<3>(gp, nb, [x(0), x(1), x(2)], tile),
+                            8 => $kern::<8>(gp, nb, std::array::from_fn(x), tile),
                             _ => $kern::<4>(gp, nb, [x(0), x(1), x(2), x(3)], tile),
                         }
                     };
@@ -198,8 +201,14 @@ unsafe fn tile32<const F: u8, const N: usize>(
                     let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
                     for k in 0..N {
                         let xq = (*xs[k].add(i)).qs.as_ptr().add(4 * j);
-                        ea[k] = dpn::<N>(ea[k], a0, _mm256_sign_epi8(bcast4(xq), w0));
-                        oa[k] = dpn::<N>(oa[k], a1, _mm256_sign_epi8(bcast4(xq.add(4)), w1));
+                        let (x0, x1) = (bcast4(xq), bcast4(xq.add(4)));
+                        let (x0, x1) = (_mm256_sign_epi8(x0, w0), _mm256_sign_epi8(x1, w1));
+                        if N >= 8 {
+                            ea[k] = dp(dp(ea[k], a0, x0), a1, x1);
+                        } else {
+                            ea[k] = dpn::<N>(ea[k], a0, x0);
+                            oa[k] = dpn::<N>(oa[k], a1, x1);
+                        }
                     }
                 }
             } else {
@@ -218,8 +227,12 @@ unsafe fn tile32<const F: u8, const N: usize>(
                     }
                     for k in 0..N {
                         let xq = (*xs[k].add(i)).qs.as_ptr().add(8 * c);
-                        ea[k] = dpn::<N>(ea[k], lo, bcast4(xq));
-                        oa[k] = dpn::<N>(oa[k], hi, bcast4(xq.add(4)));
+                        if N >= 8 {
+                            ea[k] = dp(dp(ea[k], lo, bcast4(xq)), hi, bcast4(xq.add(4)));
+                        } else {
+                            ea[k] = dpn::<N>(ea[k], lo, bcast4(xq));
+                            oa[k] = dpn::<N>(oa[k], hi, bcast4(xq.add(4)));
+                        }
                     }
                 }
             }
@@ -311,8 +324,12 @@ unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
                     }
                     for k in 0..N {
                         let xq = (*xs[k].add(i)).qs.as_ptr().add(32 * s + 8 * c);
-                        ea[k] = dpn::<N>(ea[k], lo, bcast4(xq));
-                        oa[k] = dpn::<N>(oa[k], hi, bcast4(xq.add(4)));
+                        if N >= 8 {
+                            ea[k] = dp(dp(ea[k], lo, bcast4(xq)), hi, bcast4(xq.add(4)));
+                        } else {
+                            ea[k] = dpn::<N>(ea[k], lo, bcast4(xq));
+                            oa[k] = dpn::<N>(oa[k], hi, bcast4(xq.add(4)));
+                        }
                     }
                 }
                 for k in 0..N {
