@@ -18,6 +18,10 @@ pub struct SeqRows<'c> {
     pub cache: &'c mut KvCache,
 }
 
+/// New tokens of a sequence up to which its attention runs as one task beside the other
+/// sequences' (decode steps of a batch) instead of being split over the threads by itself.
+const SMALL_SEQ: usize = 4;
+
 /// Shape and variant of an attention block.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionShape {
@@ -117,6 +121,7 @@ impl SelfAttention {
             n.forward_inplace(&mut k);
         }
         let mut a = vec![0f32; t * q_row];
+        let mut pos0s = Vec::with_capacity(seqs.len());
         for sq in seqs.iter_mut() {
             let rows = sq.row..sq.row + sq.len;
             let pos0 = sq.cache.len();
@@ -126,10 +131,36 @@ impl SelfAttention {
             rope.apply(k, sq.len, s.n_kv_heads, hd, pos0);
             sq.cache
                 .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
-            let lc = &sq.cache.layers[layer];
-            let out = attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0, params);
-            a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
+            pos0s.push(pos0);
         }
+        let seqs: &[SeqRows<'_>] = seqs;
+        let attend = |i: usize| {
+            let sq = &seqs[i];
+            let q = &q[sq.row * q_row..(sq.row + sq.len) * q_row];
+            let lc = &sq.cache.layers[layer];
+            attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0s[i], params)
+        };
+        // Each sequence's output rows, in order.
+        let mut outs: Vec<(usize, &mut [f32])> = Vec::with_capacity(seqs.len());
+        let mut rest = a.as_mut_slice();
+        for (i, sq) in seqs.iter().enumerate() {
+            let (mine, tail) = rest.split_at_mut(sq.len * q_row);
+            outs.push((i, mine));
+            rest = tail;
+        }
+        // Sequences of a few new tokens (decoding) are too small to split over the threads one
+        // by one: they run side by side, one per task. Longer ones (prefill) split themselves.
+        // (An installed device backend keeps the calls on this thread.)
+        let side_by_side = seqs.len() > 1 && crate::backend::active().is_none();
+        let (mut small, big): (Vec<_>, Vec<_>) = outs
+            .into_iter()
+            .partition(|(i, _)| side_by_side && seqs[*i].len <= SMALL_SEQ);
+        for (i, out) in big {
+            out.copy_from_slice(&attend(i));
+        }
+        crate::nn::parallel::for_each_mut(&mut small, |_, (i, out)| {
+            out.copy_from_slice(&attend(*i));
+        });
         if let Some(g) = gate {
             for (a, g) in a.iter_mut().zip(&g) {
                 *a *= 1.0 / (1.0 + (-g).exp());
