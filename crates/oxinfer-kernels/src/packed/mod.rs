@@ -76,6 +76,7 @@ fn tile_width(isa: Isa) -> usize {
 
 /// How far ahead of the block being multiplied the kernels prefetch weights, in bytes (the
 /// hardware prefetchers alone left Q6_K decode latency-bound: 4.5 GB/s per CPU-second).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Tokens of a cache block: a task walks its row groups once per block of this many tokens,
