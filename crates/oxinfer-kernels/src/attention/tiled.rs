@@ -1,8 +1,8 @@
 //! The AVX2 path of the fused attention: one task takes a block of queries and every query
 //! head of one kv head (GQA heads share each key/value row they load), and per key tile runs
 //! two register-blocked micro-kernels: scores `S = Q · Kᵀ` (two rows × four keys per step,
-//! eight accumulators) and `O += P · V` (four rows × sixteen dims per step), with the online
-//! softmax between them. The portable path (`super::block`) does the same arithmetic one query
+//! eight accumulators; one row when a task has a single row, as in decode) and `O += P · V`
+//! (four rows × sixteen dims per step), with the online softmax between them. The portable path (`super::block`) does the same arithmetic one query
 //! row and one key at a time.
 
 #![allow(clippy::needless_range_loop)] // register tiles indexed by row and key
@@ -67,9 +67,15 @@ pub(super) unsafe fn block(
             while u0 < nk {
                 let un = (nk - u0).min(4);
                 let ks = [0, 1, 2, 3].map(|u| kp[u0 + u.min(un - 1)]);
-                let rows = [qp[r0], qp[r0 + rn - 1]];
                 // SAFETY: every pointer starts hd readable floats (built from checked slices).
-                let sc = unsafe { qk2x4(rows, ks, hd) };
+                let sc = unsafe {
+                    if rn == 2 {
+                        qk::<2>([qp[r0], qp[r0 + 1]], ks, hd)
+                    } else {
+                        let [a] = qk::<1>([qp[r0]], ks, hd);
+                        [a, a]
+                    }
+                };
                 for (r, row) in sc.iter().enumerate().take(rn) {
                     p[(r0 + r) * K_TILE + u0..(r0 + r) * K_TILE + u0 + un]
                         .copy_from_slice(&row[..un]);
@@ -195,17 +201,17 @@ fn hsum4(a: [__m256; 4]) -> __m128 {
     }
 }
 
-/// `q_r · k_u` for two query rows and four key rows (each `hd` floats).
+/// `q_r · k_u` for `R` (1 or 2) query rows and four key rows (each `hd` floats).
 #[inline(always)]
-unsafe fn qk2x4(q: [*const f32; 2], k: [*const f32; 4], hd: usize) -> [[f32; 4]; 2] {
+unsafe fn qk<const R: usize>(q: [*const f32; R], k: [*const f32; 4], hd: usize) -> [[f32; 4]; R] {
     let main = hd / 8 * 8;
     // SAFETY: the caller guarantees hd readable floats at every pointer; d + 8 <= main <= hd.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
         let mut d = 0;
         while d < main {
             let kv = k.map(|p| _mm256_loadu_ps(p.add(d)));
-            for r in 0..2 {
+            for r in 0..R {
                 let qv = _mm256_loadu_ps(q[r].add(d));
                 for u in 0..4 {
                     acc[r][u] = _mm256_fmadd_ps(qv, kv[u], acc[r][u]);
@@ -213,8 +219,8 @@ unsafe fn qk2x4(q: [*const f32; 2], k: [*const f32; 4], hd: usize) -> [[f32; 4];
             }
             d += 8;
         }
-        let mut out = [[0f32; 4]; 2];
-        for r in 0..2 {
+        let mut out = [[0f32; 4]; R];
+        for r in 0..R {
             _mm_storeu_ps(out[r].as_mut_ptr(), hsum4(acc[r]));
             for u in 0..4 {
                 for d in main..hd {
