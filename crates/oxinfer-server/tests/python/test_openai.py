@@ -291,6 +291,12 @@ HARD_SCHEMAS = [
         "all": {"type": "array", "uniqueItems": True, "minItems": 3,
                 "items": {"type": ["boolean", "null"]}}},
      "required": ["tags", "all"]},
+    # patternProperties: a map whose keys follow one pattern.
+    {"type": "object", "properties": {
+        "scores": {"type": "object", "patternProperties": {
+            "^[a-z]{2,8}$": {"type": "integer", "minimum": 0, "maximum": 100}},
+            "additionalProperties": False}},
+     "required": ["scores"]},
     {"type": "object", "properties": {
         "host": {"type": "string", "format": "hostname", "maxLength": 40},
         "url": {"type": "string", "format": "uri", "maxLength": 60}},
@@ -333,6 +339,7 @@ def test_json_schema_keywords_always_validate(server):
     ({"type": "number", "multipleOf": 1e-20}, "multipleOf"),
     ({"oneOf": [{"type": "integer"}, {"type": "number", "maximum": 5}]}, "oneOf"),
     ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems"),
+    ({"type": "object", "patternProperties": {"^a": {}, "^b": {}}}, "patternProperties"),
     ({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3},
      "uniqueItems"),
 ])

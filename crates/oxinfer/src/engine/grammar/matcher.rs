@@ -297,9 +297,10 @@ impl Path {
                         return self.ws(b);
                     }
                     self.ws_run = 0;
-                    let Node::Object { props, extra } = &g.nodes[node] else {
+                    let Node::Object { props, extra, keys } = &g.nodes[node] else {
                         return false;
                     };
+                    let key_pattern = keys.map(|p| (p, g.patterns[p].start()));
                     let all_required = props
                         .iter()
                         .enumerate()
@@ -321,7 +322,7 @@ impl Path {
                                 known,
                                 min: 0,
                                 max: None,
-                                pattern: None,
+                                pattern: key_pattern,
                                 chars: 0,
                                 esc: Esc::None,
                                 utf8: (0, 0, 0),
@@ -853,7 +854,7 @@ impl Path {
         let Some(Frame::Object { node, seen, .. }) = self.stack.get(n.wrapping_sub(2)) else {
             return false;
         };
-        let Node::Object { props, extra } = &g.nodes[*node] else {
+        let Node::Object { props, extra, .. } = &g.nodes[*node] else {
             return false;
         };
         let fits = |v: NodeId| {
@@ -872,7 +873,7 @@ impl Path {
             return false;
         };
         let node = *node;
-        let Node::Object { props, extra } = &g.nodes[node] else {
+        let Node::Object { props, extra, .. } = &g.nodes[node] else {
             return false;
         };
         let known = props

@@ -13,7 +13,8 @@
 //! schemas included. `oneOf` exactly (see [`super::oneof`]: alternatives proven disjoint, or
 //! enums narrowed to the values in exactly one; otherwise refused). `not` with just `type`, `const` or `enum` (see
 //! [`super::negate`]). Refused with an error naming the keyword: other `not`s,
-//! `if`/`then`/`else`, `patternProperties`, `propertyNames`, `dependentRequired`,
+//! `if`/`then`/`else`, `patternProperties` (but for one pattern with
+//! `additionalProperties: false` and no `properties`: keys follow the pattern), `propertyNames`, `dependentRequired`,
 //! `dependentSchemas`, `contains`, `uniqueItems` other than on arrays of enum/const/boolean/null
 //! elements (see [`super::unique`]), `minProperties`, `maxProperties`,
 //! `unevaluated*`, other formats. Annotations and unknown
@@ -45,6 +46,9 @@ pub enum Node {
     Object {
         props: Vec<(String, NodeId, bool)>,
         extra: Option<NodeId>,
+        /// A pattern (index into [`Grammar::patterns`]) every other key must match
+        /// (`patternProperties` with one pattern and `additionalProperties: false`).
+        keys: Option<usize>,
     },
     /// An array between `min` and `max` elements: element i is a value of `prefix[i]`
     /// (`prefixItems`, tuple `items`), later ones of `items`.
@@ -118,7 +122,6 @@ const REFUSED: &[&str] = &[
     "if",
     "then",
     "else",
-    "patternProperties",
     "propertyNames",
     "dependentRequired",
     "dependentSchemas",
@@ -177,6 +180,7 @@ impl Grammar {
         nodes.push(Node::Object {
             props: Vec::new(),
             extra: Some(any),
+            keys: None,
         });
         nodes.push(Node::Array {
             prefix: Vec::new(),
@@ -631,6 +635,35 @@ impl<'a> Compiler<'a> {
                         props.push((k.clone(), id, required.contains(&k.as_str())));
                     }
                 }
+                if let Some(pp) = obj.get("patternProperties") {
+                    // One pattern that every key matches: keys are strings of that pattern.
+                    let pp = pp
+                        .as_object()
+                        .ok_or_else(|| Self::err(path, "patternProperties must be an object"))?;
+                    let single = pp.len() == 1
+                        && props.is_empty()
+                        && required.is_empty()
+                        && obj.get("additionalProperties") == Some(&Value::Bool(false));
+                    if !single {
+                        return Err(Self::err(
+                            path,
+                            "'patternProperties' is only supported with one pattern, no \
+                             properties/required and additionalProperties: false",
+                        ));
+                    }
+                    let (pat, sub) = pp.iter().next().expect("one pattern");
+                    let dfa = Dfa::compile(pat).map_err(|e| Self::err(path, e))?;
+                    self.patterns.push(dfa);
+                    let keys = Some(self.patterns.len() - 1);
+                    let v =
+                        self.node(sub, &format!("{path}/patternProperties/{pat}"), depth + 1)?;
+                    return Ok(self.push(Node::Object {
+                        props,
+                        extra: Some(v),
+                        keys,
+                    }));
+                }
+                let keys = None;
                 let extra = match obj.get("additionalProperties") {
                     Some(Value::Bool(false)) => None,
                     Some(Value::Bool(true)) => Some(self.push(Node::Any)),
@@ -658,7 +691,7 @@ impl<'a> Compiler<'a> {
                 if props.len() > 64 {
                     return Err(Self::err(path, "more than 64 properties"));
                 }
-                self.push(Node::Object { props, extra })
+                self.push(Node::Object { props, extra, keys })
             }
             "array" => {
                 // Tuples: `prefixItems` + `items` (2020-12) or array `items` + `additionalItems`.
@@ -798,7 +831,7 @@ mod tests {
             "required": ["pet"]
         }))
         .unwrap();
-        let Node::Object { props, extra } = &g.nodes[g.root] else {
+        let Node::Object { props, extra, .. } = &g.nodes[g.root] else {
             panic!("root is not an object: {:?}", g.nodes[g.root]);
         };
         assert_eq!(extra, &None);

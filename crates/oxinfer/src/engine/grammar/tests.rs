@@ -417,6 +417,19 @@ mod reference {
                             return false;
                         }
                     }
+                    None if o.get("patternProperties").is_some_and(|pp| {
+                        pp.as_object()
+                            .unwrap()
+                            .keys()
+                            .any(|p| regex::Regex::new(p).unwrap().is_match(k))
+                    }) =>
+                    {
+                        for (p, ps) in o["patternProperties"].as_object().unwrap() {
+                            if regex::Regex::new(p).unwrap().is_match(k) && !valid(root, ps, x) {
+                                return false;
+                            }
+                        }
+                    }
                     None => match o.get("additionalProperties") {
                         Some(Value::Bool(false)) => return false,
                         Some(ap) if !valid(root, ap, x) => return false,
@@ -545,6 +558,9 @@ fn hard_schemas() -> Vec<Value> {
         // 16: uniqueItems that must use every value
         json!({"type": "object", "properties": {"v": {"type": "array", "uniqueItems": true,
                "items": {"type": ["boolean", "null"]}, "minItems": 3}}, "required": ["v"]}),
+        // 17: a map whose keys follow a pattern
+        json!({"type": "object", "patternProperties": {"^[a-z]{1,6}_[0-9]$": {
+               "type": "integer", "minimum": 0, "maximum": 9}}, "additionalProperties": false}),
     ]
 }
 
@@ -613,6 +629,9 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
         (12, r#"{"host": "a.com", "url": "http://a b"}"#),
         (12, r#"{"host": "a.com", "url": "mailto:x"}"#),
         (15, r#"["a", "a"]"#),
+        (17, r#"{"ab": 1}"#),
+        (17, r#"{"ab_1": 10}"#),
+        (17, r#"{"abcdefg_1": 1}"#),
         (15, r#"[1, 1.0]"#),
         (15, r#"["a"]"#),
         (16, r#"{"v": [true, null]}"#),
@@ -639,6 +658,8 @@ fn bounds_patterns_and_formats_reject_invalid_text() {
         (10, r#"["ab", -4]"#),
         (10, r#"[]"#),
         (15, r#"["c", 1, "a", 2]"#),
+        (17, r#"{"ab_1": 1, "x_0": 9}"#),
+        (17, r#"{}"#),
         (16, r#"{"v": [null, false, true]}"#),
         (11, r#"{"k": -14, "r": 25, "c": 1.99, "h": -2.5, "t": 0.5}"#),
         (11, r#"{"k": 0, "r": 15, "c": 0.06, "h": 2.0, "t": 3}"#),
@@ -695,7 +716,11 @@ fn unsupported_keywords_are_refused_by_name() {
             "additionalItems",
         ),
         (
-            json!({"type": "object", "patternProperties": {}}),
+            json!({"type": "object", "patternProperties": {"a": {}, "b": {}}}),
+            "patternProperties",
+        ),
+        (
+            json!({"type": "object", "patternProperties": {"a": {}}}),
             "patternProperties",
         ),
         (json!({"type": "array", "uniqueItems": true}), "uniqueItems"),
