@@ -8,71 +8,14 @@
 //! and widen after every `maddubs`.
 
 use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset};
+use super::x86::{
+    bcast4, f16x8, format_of, high1, high2, prefetch_ahead, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
 use super::{LANES, TILE_TOKENS};
 use crate::fast::Acts;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;
-
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q8_0: u8 = 2;
-const Q5_0: u8 = 3;
-const Q5_1: u8 = 4;
-
-/// The weight format of a `tile32` format code.
-const fn format_of(f: u8) -> WeightFormat {
-    match f {
-        Q4_0 => WeightFormat::Q4_0,
-        Q4_1 => WeightFormat::Q4_1,
-        Q5_0 => WeightFormat::Q5_0,
-        Q5_1 => WeightFormat::Q5_1,
-        _ => WeightFormat::Q8_0,
-    }
-}
-
-/// The fifth bit of quant register `W_j` from the high-bit bytes `hb`, at bit 4 of each byte.
-#[inline(always)]
-fn high1(hb: __m256i, j: usize) -> __m256i {
-    // SAFETY: plain register arithmetic; the enclosing kernel has AVX2.
-    unsafe {
-        let v = if j <= 4 {
-            _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - j as i32))
-        } else {
-            _mm256_srl_epi16(hb, _mm_cvtsi32_si128(j as i32 - 4))
-        };
-        _mm256_and_si256(v, _mm256_set1_epi8(0x10))
-    }
-}
-
-/// The four activation bytes at `p` in every 32-bit lane.
-#[inline(always)]
-unsafe fn bcast4(p: *const i8) -> __m256i {
-    // SAFETY: the caller guarantees 4 readable bytes at `p`.
-    unsafe { _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32)) }
-}
-
-/// Prefetches the `bytes` bytes that start [`super::PREFETCH_AHEAD`] bytes after `p` (the
-/// weights a few blocks ahead: a hint, never a fault, even past the end of the group).
-#[inline(always)]
-fn prefetch_ahead(p: *const u8, bytes: usize) {
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: prefetch is a hint and does not fault; wrapping_add keeps the address
-        // computation defined whatever it points to.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(super::PREFETCH_AHEAD + off) as *const i8)
-        };
-        off += 64;
-    }
-}
-
-/// Eight f16 at `p` as f32.
-#[inline(always)]
-unsafe fn f16x8(p: *const u8) -> __m256 {
-    // SAFETY: the caller guarantees 16 readable bytes at `p`; the enclosing kernel has f16c.
-    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-}
 
 /// See `super::run_tile`: dispatches on format and tile width.
 ///
@@ -339,21 +282,6 @@ unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
     for k in 0..N {
         // SAFETY: out[k] holds 8 f32.
         unsafe { _mm256_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
-    }
-}
-
-/// The top two bits of quant register `W_{4h + K}` from high-bit chunk `hb`, at bits 4..6.
-#[inline(always)]
-fn high2<const K: i32>(hb: __m256i) -> __m256i {
-    // SAFETY: plain register arithmetic; the enclosing kernel has AVX2.
-    unsafe {
-        let v = match K {
-            0 => _mm256_slli_epi16::<4>(hb),
-            1 => _mm256_slli_epi16::<2>(hb),
-            2 => hb,
-            _ => _mm256_srli_epi16::<2>(hb),
-        };
-        _mm256_and_si256(v, _mm256_set1_epi8(0x30))
     }
 }
 

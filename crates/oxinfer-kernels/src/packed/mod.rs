@@ -48,6 +48,8 @@ mod scalar;
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use crate::fast::{quantize_acts, Acts, SyncPtr};
 use crate::format::WeightFormat;
