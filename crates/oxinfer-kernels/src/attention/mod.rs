@@ -183,6 +183,7 @@ pub(crate) fn attention_isa(
         });
         return;
     }
+    let _ = isa; // only x86-64 has a SIMD attention path so far
     let n_qb = t.div_ceil(Q_BLOCK);
     parallel_for(s.n_heads * n_qb, &|task| {
         let h = task % s.n_heads;
@@ -191,7 +192,7 @@ pub(crate) fn attention_isa(
         let i1 = (i0 + Q_BLOCK).min(t);
         let kvh = h / group;
         let mut o = vec![0f32; (i1 - i0) * hd];
-        block(q, (k, v, ring), (i0, i1), pos0, h, kvh, s, isa, &mut o);
+        block(q, (k, v, ring), (i0, i1), pos0, h, kvh, s, &mut o);
         for (r, i) in (i0..i1).enumerate() {
             // SAFETY: row i, head h of `out` is written by this task only; i < t and
             // (h + 1) * hd <= q_row, so the slice lies inside `out` (checked above).
@@ -210,7 +211,8 @@ fn first_key(pos: usize, window: Option<usize>) -> usize {
     }
 }
 
-/// One query block `rows` of head `h` (kv head `kvh`) → `o` (`[rows, head_dim]`).
+/// One query block `rows` of head `h` (kv head `kvh`) → `o` (`[rows, head_dim]`): the portable
+/// path (x86-64 with AVX2 takes `tiled::block`).
 #[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
@@ -220,7 +222,6 @@ fn block(
     h: usize,
     kvh: usize,
     s: &AttnShape,
-    isa: Isa,
     o: &mut [f32],
 ) {
     let hd = s.head_dim;
@@ -250,14 +251,14 @@ fn block(
             let mut tmax = f32::NEG_INFINITY;
             let mut j = a;
             while j + 4 <= b {
-                let d = dot4(qi, [key(j), key(j + 1), key(j + 2), key(j + 3)], isa);
+                let d = dot4(qi, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
                 for (u, &x) in d.iter().enumerate() {
                     sc[j - j0 + u] = x;
                 }
                 j += 4;
             }
             while j < b {
-                sc[j - j0] = dot(qi, key(j), isa);
+                sc[j - j0] = dot(qi, key(j));
                 j += 1;
             }
             for x in &mut sc[a - j0..b - j0] {
@@ -280,7 +281,7 @@ fn block(
                     (m[r] - m_new).exp()
                 };
                 l[r] *= corr;
-                scale_in_place(orow, corr, isa);
+                scale_in_place(orow, corr);
                 m[r] = m_new;
             }
             let mut sum = 0f32;
@@ -289,7 +290,7 @@ fn block(
                 sum += p;
                 let r = ring_row(j, ring);
                 let vj = &v[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd];
-                axpy(orow, p, vj, isa);
+                axpy(orow, p, vj);
             }
             l[r] += sum;
         }
@@ -297,130 +298,25 @@ fn block(
     }
     for r in 0..n {
         let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
-        scale_in_place(&mut o[r * hd..(r + 1) * hd], inv, isa);
+        scale_in_place(&mut o[r * hd..(r + 1) * hd], inv);
     }
 }
 
-fn dot(a: &[f32], b: &[f32], isa: Isa) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
-        return unsafe { avx2::dot4(a, [b, b, b, b])[0] };
-    }
-    let _ = isa;
+fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-fn dot4(a: &[f32], b: [&[f32]; 4], isa: Isa) -> [f32; 4] {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
-        return unsafe { avx2::dot4(a, b) };
-    }
-    let _ = isa;
-    b.map(|b| a.iter().zip(b).map(|(x, y)| x * y).sum())
+fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    b.map(|b| dot(a, b))
 }
 
 /// `o += p · v`.
-fn axpy(o: &mut [f32], p: f32, v: &[f32], isa: Isa) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
-        return unsafe { avx2::axpy(o, p, v) };
-    }
-    let _ = isa;
+fn axpy(o: &mut [f32], p: f32, v: &[f32]) {
     o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);
 }
 
-fn scale_in_place(o: &mut [f32], c: f32, isa: Isa) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
-        return unsafe { avx2::scale(o, c) };
-    }
-    let _ = isa;
+fn scale_in_place(o: &mut [f32], c: f32) {
     o.iter_mut().for_each(|o| *o *= c);
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// `a · b[u]` for four rows `b[u]` (each at least `a.len()` long).
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-        let n = a.len();
-        assert!(b.iter().all(|r| r.len() >= n));
-        let main = n / 8 * 8;
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i < main {
-            // SAFETY: i + 8 <= main <= n and every row holds at least n floats (asserted).
-            unsafe {
-                let x = _mm256_loadu_ps(a.as_ptr().add(i));
-                for u in 0..4 {
-                    acc[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[u].as_ptr().add(i)), acc[u]);
-                }
-            }
-            i += 8;
-        }
-        let mut out = [0f32; 4];
-        for u in 0..4 {
-            out[u] = hsum(acc[u]) + (main..n).map(|i| a[i] * b[u][i]).sum::<f32>();
-        }
-        out
-    }
-
-    /// `o += p · v` (`v` at least `o.len()` long).
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn axpy(o: &mut [f32], p: f32, v: &[f32]) {
-        let n = o.len();
-        assert!(v.len() >= n);
-        let main = n / 8 * 8;
-        let pv = _mm256_set1_ps(p);
-        let mut i = 0;
-        while i < main {
-            // SAFETY: i + 8 <= main <= n <= v.len().
-            unsafe {
-                let y = _mm256_loadu_ps(o.as_ptr().add(i));
-                let y = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v.as_ptr().add(i)), y);
-                _mm256_storeu_ps(o.as_mut_ptr().add(i), y);
-            }
-            i += 8;
-        }
-        for i in main..n {
-            o[i] += p * v[i];
-        }
-    }
-
-    /// `o *= c`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn scale(o: &mut [f32], c: f32) {
-        let n = o.len();
-        let main = n / 8 * 8;
-        let cv = _mm256_set1_ps(c);
-        let mut i = 0;
-        while i < main {
-            // SAFETY: i + 8 <= main <= n.
-            unsafe {
-                let y = _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(i)), cv);
-                _mm256_storeu_ps(o.as_mut_ptr().add(i), y);
-            }
-            i += 8;
-        }
-        for x in &mut o[main..] {
-            *x *= c;
-        }
-    }
 }
 
 #[cfg(test)]
