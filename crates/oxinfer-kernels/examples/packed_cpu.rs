@@ -1,5 +1,9 @@
 //! CPU-time A/B of the row-major fast matmul and the packed GEMM on one matrix:
-//! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed]`; prints GFLOP/s per user-CPU second.
+//! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed] [THREADS]`; prints GFLOP/s and GB/s of
+//! weights per user-CPU second, and GFLOP/s of the fastest single call (the one no other
+//! process interrupted: the steadiest A/B number on a loaded machine). THREADS (default 1) sizes the kernel pool: one thread measures a
+//! core's kernel throughput without the pool's spin-waits in the CPU time; a matrix larger than
+//! the last-level cache (e.g. `Q4_K 18944 3584 1 ...`) measures the DRAM-streaming decode.
 use oxinfer_kernels::fast::matmul_fast;
 use oxinfer_kernels::packed::{matmul_packed, PackedMatrix};
 use oxinfer_kernels::vecdot::detected_isa;
@@ -20,6 +24,8 @@ fn main() {
         a[4].parse().unwrap(),
         a[5].parse().unwrap(),
     );
+    let threads: usize = a.get(7).map_or(1, |v| v.parse().unwrap());
+    oxinfer_kernels::set_num_threads(threads);
     let rb = format.row_bytes(cols).unwrap();
     let mut s = 0x1234_5678_9abc_def1u64;
     let mut data: Vec<u8> = (0..rb * rows)
@@ -47,20 +53,29 @@ fn main() {
     let mut y = vec![0f32; t * rows];
     let p = PackedMatrix::pack(&w).unwrap();
     let packed = a.get(6).map(|v| v == "packed").unwrap_or(true);
-    let c0 = user_cpu();
+    let (c0, w0) = (user_cpu(), std::time::Instant::now());
+    let mut best = f64::INFINITY;
     for _ in 0..iters {
+        let t0 = std::time::Instant::now();
         if packed {
             matmul_packed(&p, &x, t, &mut y);
         } else {
             matmul_fast(&w, &x, t, &mut y, detected_isa());
         }
+        best = best.min(t0.elapsed().as_secs_f64());
     }
-    let cpu = user_cpu() - c0;
+    let (cpu, wall) = (user_cpu() - c0, w0.elapsed().as_secs_f64());
     let flops = 2.0 * (rows * cols * t * iters) as f64;
+    let bytes = (rb * rows * iters) as f64;
+    // The fastest single call: on a loaded machine, the one no other process interrupted.
+    let best_gflops = flops / iters as f64 / best / 1e9;
     println!(
-        "{} {} {rows}x{cols} t={t}: {:.1} GFLOP/s per CPU-second ({cpu:.2} s)",
+        "{} {} {rows}x{cols} t={t}: {:.1} GFLOP/s, {:.1} GB/s per CPU-second ({cpu:.2} s); \
+         {:.1} GB/s wall; best call {best_gflops:.1} GFLOP/s",
         format,
         if packed { "packed" } else { "fast" },
-        flops / cpu / 1e9
+        flops / cpu / 1e9,
+        bytes / cpu / 1e9,
+        bytes / wall / 1e9
     );
 }

@@ -81,6 +81,12 @@ fn quantize_block_scalar(x: &[f32], qs: &mut [i8]) -> f32 {
 /// If `out.len() * 32 != x.len()`.
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     assert_eq!(out.len() * 32, x.len(), "x must hold 32 values per block");
+    #[cfg(target_arch = "x86_64")]
+    if crate::vecdot::detected_isa().has_avx2() {
+        // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
+        unsafe { avx2::quantize_q8(x, out) };
+        return;
+    }
     for (b, xs) in out.iter_mut().zip(x.chunks_exact(32)) {
         b.d = quantize_block(xs, &mut b.qs);
         b.s = b.d * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>() as f32;
@@ -93,6 +99,12 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
 /// If `out.len() * 256 != x.len()`.
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     assert_eq!(out.len() * 256, x.len(), "x must hold 256 values per block");
+    #[cfg(target_arch = "x86_64")]
+    if crate::vecdot::detected_isa().has_avx2() {
+        // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
+        unsafe { avx2::quantize_q8k(x, out) };
+        return;
+    }
     for (b, xs) in out.iter_mut().zip(x.chunks_exact(256)) {
         b.d = quantize_block(xs, &mut b.qs);
         for (g, s) in b.bsums.iter_mut().enumerate() {
@@ -106,12 +118,89 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::{quantize_block_scalar, BlockQ8, BlockQ8K};
     use std::arch::x86_64::*;
+
+    /// [`super::quantize_q8`] on AVX2: every block in one call (no per-block dispatch), the
+    /// quant sum taken from the vector quantizer's integer lanes (exact, so `s` has the scalar
+    /// path's bits).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `x.len() == 32 * out.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+        let mut sums = [0i32; 2];
+        for (b, xs) in out.iter_mut().zip(x.chunks_exact(32)) {
+            // SAFETY: forwarded contract; 32 values, 32 quants, 2 sums.
+            match unsafe { quantize_block_sums(xs, &mut b.qs, &mut sums) } {
+                Some(d) => {
+                    b.d = d;
+                    b.s = d * (sums[0] + sums[1]) as f32;
+                }
+                None => {
+                    b.d = quantize_block_scalar(xs, &mut b.qs);
+                    b.s = b.d * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>() as f32;
+                }
+            }
+        }
+    }
+
+    /// [`super::quantize_q8k`] on AVX2, the group sums from the vector quantizer's lanes.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `x.len() == 256 * out.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+        let mut sums = [0i32; 16];
+        for (b, xs) in out.iter_mut().zip(x.chunks_exact(256)) {
+            // SAFETY: forwarded contract; 256 values, 256 quants, 16 sums.
+            match unsafe { quantize_block_sums(xs, &mut b.qs, &mut sums) } {
+                Some(d) => {
+                    b.d = d;
+                    for (o, &v) in b.bsums.iter_mut().zip(&sums) {
+                        // |Σ| ≤ 16 · 127 = 2032: fits i16.
+                        *o = v as i16;
+                    }
+                }
+                None => {
+                    b.d = quantize_block_scalar(xs, &mut b.qs);
+                    for (g, o) in b.bsums.iter_mut().enumerate() {
+                        *o = b.qs[16 * g..16 * g + 16]
+                            .iter()
+                            .map(|&q| i16::from(q))
+                            .sum();
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`quantize_block`], also writing the sum of each 16 consecutive quants to `sums`
+    /// (`x.len() / 16` of them).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn quantize_block_sums(x: &[f32], qs: &mut [i8], sums: &mut [i32]) -> Option<f32> {
+        // SAFETY: forwarded contract.
+        unsafe { quantize_impl::<true>(x, qs, sums) }
+    }
 
     /// Quantizes `x` (a multiple of 32 values) into `qs` (as long), `None` (nothing written
     /// that matters) when the block is all zero or holds a NaN or an infinity.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quantize_block(x: &[f32], qs: &mut [i8]) -> Option<f32> {
+        // SAFETY: forwarded contract; no sums asked for.
+        unsafe { quantize_impl::<false>(x, qs, &mut []) }
+    }
+
+    /// The vector quantizer; with `SUMS`, `sums[g]` = Σ `qs[16g .. 16g + 16]` (exact i32 adds of
+    /// the quantized lanes before they are narrowed).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn quantize_impl<const SUMS: bool>(
+        x: &[f32],
+        qs: &mut [i8],
+        sums: &mut [i32],
+    ) -> Option<f32> {
         let n = x.len();
         let absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
         let mut mx = _mm256_setzero_ps();
@@ -140,21 +229,40 @@ mod avx2 {
         let one = _mm256_set1_ps(1.0);
         let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
         let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
-        let round = |v: __m256| {
-            // Half away from zero, like f32::round: truncate, then step away from zero when
-            // the dropped fraction is at least one half (v - t is exact here).
-            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-            let frac = _mm256_and_ps(_mm256_sub_ps(v, t), absm);
-            let step = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(frac, half), one);
-            let r = _mm256_add_ps(t, _mm256_or_ps(step, _mm256_and_ps(v, sign)));
-            _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
-        };
+        // (A macro, not a closure: a closure is not compiled with the function's target
+        // features and was left as an out-of-line call per 8 values.)
+        macro_rules! round {
+            ($v:expr) => {{
+                let v: __m256 = $v;
+                // Half away from zero, like f32::round: truncate, then step away from zero
+                // when the dropped fraction is at least one half (v - t is exact here).
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+                let frac = _mm256_and_ps(_mm256_sub_ps(v, t), absm);
+                let step = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(frac, half), one);
+                let r = _mm256_add_ps(t, _mm256_or_ps(step, _mm256_and_ps(v, sign)));
+                _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+            }};
+        }
         let mut i = 0;
         while i < n {
             // SAFETY: i + 32 <= n = qs.len(); 32 bytes written at qs + i.
             unsafe {
-                let q = [0, 8, 16, 24]
-                    .map(|o| round(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(i + o)), id)));
+                let ld = |o: usize| _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(i + o)), id);
+                let q = [round!(ld(0)), round!(ld(8)), round!(ld(16)), round!(ld(24))];
+                if SUMS {
+                    // Lanes of q[0] + q[1] hold values i .. i + 16 (two per lane), those of
+                    // q[2] + q[3] values i + 16 .. i + 32; two horizontal adds and one across
+                    // the halves leave the two group sums in lanes 0 and 1.
+                    let h = _mm256_hadd_epi32(
+                        _mm256_add_epi32(q[0], q[1]),
+                        _mm256_add_epi32(q[2], q[3]),
+                    );
+                    let h = _mm256_hadd_epi32(h, h);
+                    let t =
+                        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                    sums[i / 16] = _mm_cvtsi128_si32(t);
+                    sums[i / 16 + 1] = _mm_extract_epi32::<1>(t);
+                }
                 let a = _mm256_packs_epi32(q[0], q[1]);
                 let b = _mm256_packs_epi32(q[2], q[3]);
                 let p = _mm256_packs_epi16(a, b);
@@ -204,6 +312,55 @@ mod tests {
             let db = quantize_block_scalar(&x, &mut b);
             assert_eq!(da.to_bits(), db.to_bits(), "case {case}");
             assert_eq!(a, b, "case {case}");
+        }
+    }
+
+    /// `quantize_q8` / `quantize_q8k` (the AVX2 row quantizers, where the CPU has AVX2) give
+    /// the scalar blocks bit for bit: quants, scale, `s` and the group sums, on random rows with
+    /// all-zero, NaN and infinite blocks among them.
+    #[test]
+    fn row_quantizers_match_scalar_blocks() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for case in 0..60 {
+            let blocks = 1 + case % 5;
+            let mut x: Vec<f32> = (0..256 * blocks)
+                .map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * 2.5)
+                .collect();
+            match case % 6 {
+                1 => x[..32].fill(0.0),
+                2 => x[40] = f32::NAN,
+                3 => x[256 * blocks - 1] = f32::NEG_INFINITY,
+                4 => x.iter_mut().for_each(|v| *v = (*v * 40.0).round() * 0.5),
+                _ => {}
+            }
+            let mut q = vec![BlockQ8::default(); 8 * blocks];
+            quantize_q8(&x, &mut q);
+            for (b, xs) in q.iter().zip(x.chunks_exact(32)) {
+                let mut qs = [0i8; 32];
+                let d = quantize_block_scalar(xs, &mut qs);
+                let sum: i32 = qs.iter().map(|&v| i32::from(v)).sum();
+                assert_eq!(b.qs, qs, "case {case}");
+                assert_eq!(b.d.to_bits(), d.to_bits(), "case {case}");
+                assert_eq!(b.s.to_bits(), (d * sum as f32).to_bits(), "case {case}");
+            }
+            let mut k = vec![BlockQ8K::default(); blocks];
+            quantize_q8k(&x, &mut k);
+            for (b, xs) in k.iter().zip(x.chunks_exact(256)) {
+                let mut qs = [0i8; 256];
+                let d = quantize_block_scalar(xs, &mut qs);
+                assert_eq!(b.qs, qs, "case {case}");
+                assert_eq!(b.d.to_bits(), d.to_bits(), "case {case}");
+                for g in 0..16 {
+                    let want: i16 = qs[16 * g..16 * g + 16].iter().map(|&v| i16::from(v)).sum();
+                    assert_eq!(b.bsums[g], want, "case {case} group {g}");
+                }
+            }
         }
     }
 

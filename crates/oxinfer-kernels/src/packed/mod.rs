@@ -275,11 +275,17 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
                     let n = if rem >= width { width } else { rem.min(4) };
                     run_tile(w.format, isa, gdata, nb, &acts, ti, n, &mut tile);
                     for (k, lanes) in tile.iter().take(n).enumerate() {
-                        for (r, v) in lanes.iter().take(live).enumerate() {
-                            // SAFETY: (ti + k) < t and g*8 + r < rows, so the index is inside
-                            // y (t * rows); row groups g0..g1 belong to this task only, so no
-                            // two tasks write the same element; `y` outlives parallel_for.
-                            unsafe { *out.get().add((ti + k) * rows + g * LANES + r) = *v };
+                        // SAFETY: (ti + k) < t and g*8 + live <= rows, so the `live` elements
+                        // are inside y (t * rows); row groups g0..g1 belong to this task only,
+                        // so no two tasks write the same element; `y` outlives parallel_for.
+                        // (A whole group is one constant-size copy: one 32-byte store.)
+                        unsafe {
+                            let dst = out.get().add((ti + k) * rows + g * LANES);
+                            if live == LANES {
+                                std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, LANES);
+                            } else {
+                                std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
+                            }
                         }
                     }
                     ti += n;
