@@ -280,7 +280,7 @@ impl CudaBackend {
         let mut g = self.lock();
         g.bind()?;
         let w = DeviceMatrix::new(format, n, k, row_bytes, DevBuf::from_host(&g.ctx, &bytes)?);
-        let x16 = g.scratch(Slot::X16, t * k * 2)?;
+        let x16 = g.scratch(Slot::X16, t * k * path.elem_bytes())?;
         let y = g.scratch(Slot::Y, t * n * 4)?;
         gemm::matmul(&mut g, &w, x16, y, t, path, None)?;
         g.sync()?;

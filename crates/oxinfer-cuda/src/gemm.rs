@@ -18,15 +18,39 @@ pub enum QuantPath {
     /// Decode the whole matrix to f16 in a scratch buffer, then cuBLAS with activations
     /// quantized to int8 blocks like the CPU's (more memory traffic, cuBLAS's tuned kernels).
     DequantCublas,
+    /// Exact products: weights decoded to f32 and activations quantized like the CPU's but kept
+    /// as f32 values, multiplied by cuBLAS SGEMM (f32 FMA, no TF32): the CPU's sums up to f32
+    /// rounding order, at an f32 GEMM's speed (about a tenth of the f16 tensor-core rate).
+    /// For evaluations that must match the CPU reference (perplexity, `OXINFER_GPU_CHECK`).
+    Exact,
 }
 
 impl QuantPath {
-    /// From `OXINFER_CUDA_QGEMM` (`mma` or `cublas`); dequantize + cuBLAS by default, the
-    /// faster of the two on the H200 at every shape measured (see the README's GPU section).
+    /// From `OXINFER_CUDA_QGEMM` (`mma`, `cublas` or `exact`); dequantize + cuBLAS by
+    /// default, the faster of the two fast paths on the H200 at every shape measured (see the
+    /// README's GPU section).
     pub fn from_env() -> Self {
-        match std::env::var("OXINFER_CUDA_QGEMM").as_deref() {
-            Ok("mma") => QuantPath::Mma,
-            _ => QuantPath::DequantCublas,
+        Self::parse(std::env::var("OXINFER_CUDA_QGEMM").as_deref().unwrap_or(""))
+            .unwrap_or(QuantPath::DequantCublas)
+    }
+
+    /// `mma`, `cublas` or `exact` (`None` for anything else).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "mma" => Some(QuantPath::Mma),
+            "cublas" => Some(QuantPath::DequantCublas),
+            "exact" => Some(QuantPath::Exact),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element of the GEMM inputs this path prepares (activations and decoded
+    /// weights): 4 for [`QuantPath::Exact`], else 2.
+    pub(crate) fn elem_bytes(self) -> usize {
+        if self == QuantPath::Exact {
+            4
+        } else {
+            2
         }
     }
 }
@@ -44,6 +68,8 @@ pub(crate) struct DeviceMatrix {
     /// The f16 decoding `[rows, cols]` (empty until first use, or when memory is short or
     /// `OXINFER_CUDA_F16_CACHE=0`: then decoded into scratch space for every product).
     f16: OnceLock<DevBuf>,
+    /// The f32 decoding for the exact-product path, kept under the same rules.
+    f32: OnceLock<DevBuf>,
 }
 
 impl DeviceMatrix {
@@ -61,6 +87,7 @@ impl DeviceMatrix {
             row_bytes,
             buf,
             f16: OnceLock::new(),
+            f32: OnceLock::new(),
         }
     }
 }
@@ -86,7 +113,7 @@ fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
 }
 
-/// The 16-bit activations a weight's GEMM takes.
+/// The activations a weight's GEMM takes (16-bit on the fast paths, f32 on the exact one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Input16 {
     /// bf16 (BF16 weights; quantized weights on the in-tile mma path).
@@ -98,10 +125,24 @@ pub(crate) enum Input16 {
     /// weights are then dequantized to f16 too. The int8 rounding is what moves results most
     /// (0.5 % in perplexity on SmolLM2 Q4_1), so doing it like the CPU makes the two agree.
     Q8F16(usize),
+    /// f32 as given (float weights on the exact path): nothing to prepare.
+    F32,
+    /// Quantized like [`Input16::Q8F16`] but stored as unrounded f32 values `d·q` (quantized
+    /// weights on the exact path).
+    Q8F32(usize),
 }
 
 /// Which input `w`'s GEMM takes on `path`.
 pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
+    if path == QuantPath::Exact {
+        return match w.format {
+            WeightFormat::BF16 | WeightFormat::F16 | WeightFormat::F32 => Input16::F32,
+            f => match oxinfer_kernels::vecdot::act_kind(f) {
+                oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F32(256),
+                _ => Input16::Q8F32(32),
+            },
+        };
+    }
     match w.format {
         WeightFormat::BF16 => Input16::Bf16,
         WeightFormat::F16 => Input16::F16,
@@ -126,7 +167,7 @@ pub(crate) fn prepare(
     n: usize,
     scale: CUdeviceptr,
 ) -> Result<(), String> {
-    if kind != Input16::Bf16 {
+    if matches!(kind, Input16::F16 | Input16::Q8F16(_)) {
         // SAFETY: `scale` holds at least one word in this context; queued on the stream.
         unsafe { sys::cuMemsetD32Async(scale, 0, 1, gpu.stream) }
             .result()
@@ -151,6 +192,19 @@ pub(crate) fn prepare(
                 (n.div_ceil(256) as u32, 1, 1),
                 (256, 1, 1),
                 &mut [arg(&x), arg(&out), arg(&n_l), arg(&scale)],
+            )
+        }
+        Input16::F32 => Ok(()),
+        Input16::Q8F32(block) => {
+            let nblocks = (n / block) as i64;
+            let b = block as i32;
+            let grid = ((n / block * 32).div_ceil(256) as u32, 1, 1);
+            let f = gpu.k.quant_act_f32;
+            gpu.launch(
+                f,
+                grid,
+                (256, 1, 1),
+                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b)],
             )
         }
         Input16::Q8F16(block) => {
@@ -180,13 +234,17 @@ pub(crate) fn linear(
     ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
 ) -> Result<(), String> {
     let kind = input_kind(w, path);
-    let x16 = gpu.scratch(Slot::X16, t * w.cols * 2)?;
+    let x16 = if kind == Input16::F32 {
+        x
+    } else {
+        gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?
+    };
     let scale = gpu.scratch(Slot::Scale, 16)?;
     if *ready != Some((x, x16, kind)) {
         prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
-    let alpha = (kind != Input16::Bf16).then_some(scale);
+    let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
 }
 
@@ -209,8 +267,8 @@ pub(crate) fn convert(
 }
 
 /// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input
-/// [`input_kind`] names, `y` f32. `alpha`: the scale words [`prepare`] wrote for an f16 input
-/// (cuBLAS paths; `None`: factor 1).
+/// [`input_kind`] names (f32 on [`QuantPath::Exact`]), `y` f32. `alpha`: the scale words
+/// [`prepare`] wrote for an f16 input (cuBLAS paths; `None`: factor 1).
 pub(crate) fn matmul(
     gpu: &mut Gpu,
     w: &DeviceMatrix,
@@ -220,6 +278,11 @@ pub(crate) fn matmul(
     path: QuantPath,
     alpha: Option<CUdeviceptr>,
 ) -> Result<(), String> {
+    if path == QuantPath::Exact {
+        let w32 = f32_weights(gpu, w)?;
+        let ty = blas_sys::cudaDataType::CUDA_R_32F;
+        return cublas(gpu, w32, ty, x16, y, t, w.rows, w.cols, alpha);
+    }
     match w.format {
         WeightFormat::BF16 | WeightFormat::F16 => {
             let ty = if w.format == WeightFormat::F16 {
@@ -276,10 +339,68 @@ pub(crate) fn matmul(
 /// Queues the f16 decoding of quantized `w` (format `f`) and returns where it lies: the kept
 /// copy (made now on first use when the cache is on and memory allows), else scratch space.
 fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdeviceptr, String> {
-    if let Some(b) = w.f16.get() {
+    let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
+    decoded_weights(gpu, w, &w.f16, 2, |gpu, dst| {
+        let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
+        let wp = w.buf.ptr();
+        let n = w.rows * w.cols / 16;
+        gpu.launch(
+            dq,
+            (n.div_ceil(256) as u32, 1, 1),
+            (256, 1, 1),
+            &mut [arg(&wp), arg(&dst), arg(&rows), arg(&cols), arg(&rb)],
+        )
+    })
+}
+
+/// Queues the exact f32 decoding of `w` (any device format) for the exact-product path and
+/// returns where it lies, kept or in scratch space like [`f16_weights`].
+fn f32_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
+    let n = w.rows * w.cols;
+    match w.format {
+        WeightFormat::F16 | WeightFormat::BF16 => {
+            let bf = i32::from(w.format == WeightFormat::BF16);
+            let f = gpu.k.half_to_f32;
+            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
+                let (src, n_l) = (w.buf.ptr(), n as i64);
+                gpu.launch(
+                    f,
+                    (n.div_ceil(256) as u32, 1, 1),
+                    (256, 1, 1),
+                    &mut [arg(&src), arg(&dst), arg(&n_l), arg(&bf)],
+                )
+            })
+        }
+        f => {
+            let dq = gpu.k.dequant_f32(f).ok_or("no decoder")?;
+            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
+                let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
+                let wp = w.buf.ptr();
+                gpu.launch(
+                    dq,
+                    ((n / 16).div_ceil(256) as u32, 1, 1),
+                    (256, 1, 1),
+                    &mut [arg(&wp), arg(&dst), arg(&rows), arg(&cols), arg(&rb)],
+                )
+            })
+        }
+    }
+}
+
+/// A decoding of `w` with `elem` bytes per weight: the copy kept in `cache` if there is one;
+/// else `decode(gpu, dst)` is queued into a new kept buffer (cache on and memory to spare) or
+/// into the `W16` scratch slot, and that is returned.
+fn decoded_weights(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    cache: &OnceLock<DevBuf>,
+    elem: usize,
+    decode: impl FnOnce(&Gpu, CUdeviceptr) -> Result<(), String>,
+) -> Result<CUdeviceptr, String> {
+    if let Some(b) = cache.get() {
         return Ok(b.ptr());
     }
-    let bytes = w.rows * w.cols * 2;
+    let bytes = w.rows * w.cols * elem;
     let keep = f16_cache_enabled()
         && cudarc::driver::result::mem_get_info()
             .is_ok_and(|(free, _)| free > bytes + F16_CACHE_RESERVE);
@@ -288,29 +409,20 @@ fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdev
     } else {
         None
     };
-    let w16 = match &dst {
+    let out = match &dst {
         Some(b) => b.ptr(),
         None => gpu.scratch(Slot::W16, bytes)?,
     };
-    let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
-    let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
-    let wp = w.buf.ptr();
-    let n = w.rows * w.cols / 16;
-    gpu.launch(
-        dq,
-        (n.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&wp), arg(&w16), arg(&rows), arg(&cols), arg(&rb)],
-    )?;
+    decode(gpu, out)?;
     if let Some(b) = dst {
         // The kernel writing it is queued before every reader on the same stream.
-        let _ = w.f16.set(b);
+        let _ = cache.set(b);
     }
-    Ok(w16)
+    Ok(out)
 }
 
-/// cuBLAS `y[t, n] = x[t, k] · w[n, k]ᵀ` with 16-bit `w` and `x` of type `ty`, f32 output and
-/// accumulation. Column-major view: `yᵀ (n × t) = wᵀᵀ · xᵀ`, i.e. op(A) = T on `w` (lda = k),
+/// cuBLAS `y[t, n] = x[t, k] · w[n, k]ᵀ` with `w` and `x` of type `ty` (f16, bf16, or f32 for
+/// an SGEMM), f32 output and accumulation (no TF32: the handle keeps the default math mode). Column-major view: `yᵀ (n × t) = wᵀᵀ · xᵀ`, i.e. op(A) = T on `w` (lda = k),
 /// op(B) = N on `x` (ldb = k), ldc = n. `scale`: device words `[_, alpha, beta]` (else 1, 0).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cublas(

@@ -48,11 +48,16 @@ pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
+    dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     pub attention: sys::CUfunction,
     /// f32 activations → int8 blocks (as the CPU kernels quantize them) → f16 values.
     pub quant_act_f16: sys::CUfunction,
+    /// The same quantization written back as f32 values `d·q` (exact-product path).
+    pub quant_act_f32: sys::CUfunction,
+    /// f16/bf16 weights → f32 (exact-product path).
+    pub half_to_f32: sys::CUfunction,
     pub rms_norm: sys::CUfunction,
     pub head_norm: sys::CUfunction,
     pub add_bias: sys::CUfunction,
@@ -117,6 +122,7 @@ impl Kernels {
         };
         let mut gemm = Vec::new();
         let mut dequant_f16 = Vec::new();
+        let mut dequant_f32 = Vec::new();
         for (f, n) in QUANT_FORMATS {
             let g = get(&format!("gemm_{n}"))?;
             // SAFETY: `g` is a live function of the module; the size is within the device's
@@ -132,12 +138,15 @@ impl Kernels {
             .map_err(|e| format!("gemm_{n}: shared memory size: {e:?}"))?;
             gemm.push((f, g));
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
+            dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
             quant_act_f16: get("quant_act_f16")?,
+            quant_act_f32: get("quant_act_f32")?,
+            half_to_f32: get("half_to_f32")?,
             rms_norm: get("rms_norm_f32")?,
             head_norm: get("head_norm_f32")?,
             add_bias: get("add_bias_f32")?,
@@ -150,6 +159,7 @@ impl Kernels {
             softcap: get("softcap_f32")?,
             gemm,
             dequant_f16,
+            dequant_f32,
             _module: module,
         })
     }
@@ -162,6 +172,14 @@ impl Kernels {
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
     pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
         self.dequant_f16
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map(|(_, k)| *k)
+    }
+
+    /// The whole-matrix dequantizer to f32 for `f` (exact-product path).
+    pub fn dequant_f32(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        self.dequant_f32
             .iter()
             .find(|(g, _)| *g == f)
             .map(|(_, k)| *k)

@@ -290,8 +290,8 @@ pub(crate) fn run(
     let ip = g.scratch(Slot::Idx, idx.len() * 4)?;
     let rp = g.scratch(Slot::Rows, n_logit * dim * 4)?;
     let lg = g.scratch(Slot::Logits, n_logit * vocab * 4)?;
-    g.scratch(Slot::X16, t * widest * 2)?;
-    g.scratch(Slot::W16, biggest_w * 2)?;
+    g.scratch(Slot::X16, t * widest * path.elem_bytes())?;
+    g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
     g.upload(xp, i.x)?;
     g.upload(pp, &pack.0)?;
     g.upload(ip, &idx)?;

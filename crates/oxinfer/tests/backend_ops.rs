@@ -241,6 +241,40 @@ fn matmul_dequant_cublas_matches_cpu() {
     check_matmul(QuantPath::DequantCublas);
 }
 
+/// The exact-product path (f32 decodings, activations quantized like the CPU's, SGEMM) agrees
+/// with the CPU matmul to f32 rounding: every format, every shape, ragged widths included.
+#[test]
+fn matmul_exact_matches_cpu_twin() {
+    let Some(b) = gpu(QuantPath::Exact) else {
+        return;
+    };
+    let mut rng = Rng(0x5EED_1234_ABCD_0002);
+    for f in FORMATS {
+        for &(n, k, t) in &SHAPES {
+            let k = k.next_multiple_of(f.block_size());
+            let data = random_weights(f, n, k, &mut rng);
+            let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
+            let x: Vec<f32> = (0..t * k).map(|_| rng.f()).collect();
+            let dev = b
+                .upload(&w)
+                .unwrap_or_else(|| panic!("{f} upload declined"));
+            let mut y = vec![0f32; t * n];
+            let job = Job {
+                w,
+                dev: &dev,
+                y: &mut y,
+            };
+            assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
+            let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
+            let mut cpu = vec![0f32; t * n];
+            oxinfer_kernels::matmul(&w, &x, t, &mut cpu);
+            let e = rel_err(&y, &cpu);
+            println!("Exact {f:5} [{n:4}x{k:4}] t={t:3}: vs CPU twin {e:.2e}");
+            assert!(e < 2e-5, "{f} [{n}x{k}] t={t}: error {e} vs the CPU matmul");
+        }
+    }
+}
+
 /// Matmul inputs far beyond f16's ±65504 (rows of ~1e6 and one of ~1e-3) still match the CPU
 /// int8 matmul: the device scales f16 inputs by a power of two and the product back.
 #[test]

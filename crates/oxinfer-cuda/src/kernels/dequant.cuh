@@ -196,3 +196,17 @@ __device__ void dequant_16(const u8* w, u16* out, int rows, int cols, long row_b
     dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
     dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
 }
+
+// The same decoding to f32, unrounded (the exact-product path): one thread per 16 weights.
+template <int F>
+__device__ void dequant_32(const u8* w, float* out, int rows, int cols, long row_bytes) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long per_row = cols / 16;
+    if (idx >= (long)rows * per_row) return;
+    int r = (int)(idx / per_row), k = (int)(idx % per_row) * 16;
+    float v[16];
+    dq16<F>(w + r * row_bytes, k, v);
+    float4* dst = (float4*)(out + (long)r * cols + k);
+    #pragma unroll
+    for (int i = 0; i < 4; i++) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}

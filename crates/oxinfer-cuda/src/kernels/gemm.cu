@@ -190,6 +190,10 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
     extern "C" __global__ void dequant_f16_##NAME(const u8* w, u16* out, int rows, int cols,  \
                                                   long row_bytes) {                            \
         dequant_16<F, true>(w, out, rows, cols, row_bytes);                                    \
+    }                                                                                          \
+    extern "C" __global__ void dequant_f32_##NAME(const u8* w, float* out, int rows, int cols, \
+                                                  long row_bytes) {                            \
+        dequant_32<F>(w, out, rows, cols, row_bytes);                                          \
     }
 
 INSTANTIATE(FMT_Q4_0, q4_0)
@@ -213,4 +217,10 @@ extern "C" __global__ void f32_to_bf16(const float* x, u16* y, long n) {
 extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = f2h(x[i]);
+}
+
+// 16-bit weights -> f32 (exact), n elements; bf != 0: bfloat16, else IEEE f16.
+extern "C" __global__ void half_to_f32(const u16* x, float* y, long n, int bf) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = bf ? __uint_as_float((u32)x[i] << 16) : h2f(x[i]);
 }

@@ -34,16 +34,17 @@ extern "C" __global__ void f32_to_f16_scaled(const float* __restrict__ x, u16* _
 
 // Activations quantized to int8 blocks of B (32 or 256) values exactly as the CPU kernels do
 // (oxinfer-kernels q8.rs, llama.cpp's quantize_row_q8_0/q8_K): d = amax / 127,
-// q = round(x / d) clamped to ±127; written back as f16 values d·q (divided by the guard's
-// power of two) for the f16 tensor-core GEMM. x and y are [nblocks * B]; one warp per block.
-extern "C" __global__ void quant_act_f16(const float* __restrict__ x, u16* __restrict__ y,
-                                         long nblocks, int B, float* sc) {
-    float inv_s = 1.f / guard_scale(sc);
+// q = round(x / d) clamped to ±127; written back as the values d·q, either as f16 divided by
+// the guard's power of two (the f16 tensor-core GEMM) or as f32 unrounded (the exact-product
+// SGEMM). x and y are [nblocks * B]; one warp per block.
+template <typename T, bool H>
+__device__ __forceinline__ void quant_act(const float* __restrict__ x, T* __restrict__ y,
+                                          long nblocks, int B, float inv_s) {
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
     const float* xb = x + b * B;
-    u16* yb = y + b * B;
+    T* yb = y + b * B;
     int per = B >> 5;
     float v[8];
     float amax = 0.f;
@@ -60,9 +61,21 @@ extern "C" __global__ void quant_act_f16(const float* __restrict__ x, u16* __res
     for (int i = 0; i < 8; i++) {
         if (i < per) {
             float q = fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
-            yb[lane + 32 * i] = f2h(d * q * inv_s);
+            if constexpr (H) yb[lane + 32 * i] = f2h(d * q * inv_s);
+            else yb[lane + 32 * i] = d * q;
         }
     }
+}
+
+extern "C" __global__ void quant_act_f16(const float* __restrict__ x, u16* __restrict__ y,
+                                         long nblocks, int B, float* sc) {
+    float inv_s = 1.f / guard_scale(sc);
+    quant_act<u16, true>(x, y, nblocks, B, inv_s);
+}
+
+extern "C" __global__ void quant_act_f32(const float* __restrict__ x, float* __restrict__ y,
+                                         long nblocks, int B) {
+    quant_act<float, false>(x, y, nblocks, B, 1.f);
 }
 
 // x = cap * tanh(x / cap), n elements.
