@@ -49,6 +49,8 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]
+mod vnni_gemv;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::fast::{quantize_acts, Acts, SyncPtr};
@@ -255,7 +257,12 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     }
     let acts = quantize_acts(w.format, x, t, cols);
     let groups = w.groups();
-    let chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
+    let pairs = decode_pairs(w.format, isa, t);
+    let mut chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
+    if pairs {
+        // Tasks hold whole pairs of groups (the last task may end on a single one).
+        chunk = chunk.next_multiple_of(2);
+    }
     let n_tasks = groups.div_ceil(chunk);
     let out = SyncPtr(y.as_mut_ptr());
     let nb = w.blocks_per_row();
@@ -263,6 +270,11 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     parallel_for(n_tasks, &|task| {
         let g0 = task * chunk;
         let g1 = (g0 + chunk).min(groups);
+        #[cfg(target_arch = "x86_64")]
+        if pairs {
+            decode_group_pairs(w, &acts, g0, g1, &out);
+            return;
+        }
         let mut tile = [[0f32; LANES]; TILE_TOKENS];
         for tb0 in (0..t).step_by(TOKEN_BLOCK) {
             let tb1 = (tb0 + TOKEN_BLOCK).min(t);
@@ -293,6 +305,64 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
             }
         }
     });
+}
+
+/// Whether a single-token product of `format` on `isa` takes the two-group decode kernels.
+fn decode_pairs(format: WeightFormat, isa: Isa, t: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if t == 1 && isa.has_vnni() && vnni_gemv::handles(format) && vnni_gemv::enabled() {
+        return true;
+    }
+    let _ = (format, isa, t);
+    false
+}
+
+/// One token (`acts`: its K-quant activation blocks) against groups `g0 .. g1` of `w`, two
+/// groups per kernel call (a lone last group takes the eight-row kernel), into `out`
+/// (`[rows]`); only the rows of these groups are written.
+#[cfg(target_arch = "x86_64")]
+fn decode_group_pairs(w: &PackedMatrix, acts: &Acts, g0: usize, g1: usize, out: &SyncPtr<f32>) {
+    let Acts::Q8K(x) = acts else {
+        unreachable!("the two-group kernels are for K-quant formats")
+    };
+    let nb = w.blocks_per_row();
+    let mut g = g0;
+    while g < g1 {
+        let live = (w.rows - g * LANES).min(2 * LANES);
+        let mut o = [0f32; 2 * LANES];
+        let paired = g + 1 < g1;
+        let n = if paired {
+            let (a, b) = (w.group(g).as_ptr(), w.group(g + 1).as_ptr());
+            // SAFETY: decode_pairs checked the CPU features (AVX-512 F/BW/VL/VNNI with AVX2,
+            // FMA, F16C); a and b are whole packed groups of nb blocks; x holds nb blocks.
+            unsafe {
+                if w.format == WeightFormat::Q4K {
+                    vnni_gemv::gemv2_q4k(a, b, nb, x.as_ptr(), &mut o);
+                } else {
+                    vnni_gemv::gemv2_q6k(a, b, nb, x.as_ptr(), &mut o);
+                }
+            }
+            live
+        } else {
+            let mut tile = [[0f32; LANES]; TILE_TOKENS];
+            run_tile(
+                w.format,
+                Isa::Avx512Vnni,
+                w.group(g),
+                nb,
+                acts,
+                0,
+                1,
+                &mut tile,
+            );
+            o[..LANES].copy_from_slice(&tile[0]);
+            live.min(LANES)
+        };
+        // SAFETY: rows g*8 .. g*8 + n < rows lie inside y ([rows], t = 1) and belong to this
+        // task's groups only; `y` outlives the parallel region.
+        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), out.get().add(g * LANES), n) };
+        g += if paired { 2 } else { 1 };
+    }
 }
 
 /// Computes `tile[k][r]` = row `r` of the group `gdata` · token `ti + k`, for `k < n`.

@@ -186,3 +186,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn decode_pairs_of_groups() {
+    // One token (the two-group decode kernels where the CPU has them): group counts odd and
+    // even, a ragged last group, several tasks.
+    for f in [WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q5K] {
+        for (i, rows) in [8, 9, 16, 17, 24, 67, 200, 521].into_iter().enumerate() {
+            check(f, rows, 3, 1, 97 + i as u64);
+        }
+    }
+}
