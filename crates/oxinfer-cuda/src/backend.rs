@@ -4,7 +4,9 @@ use crate::gemm::{self, DeviceMatrix, QuantPath};
 use crate::gpu::{DevBuf, Gpu, Slot};
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
-use oxinfer::backend::{AttentionGeom, Backend, DeviceWeight, GateAct, Job, Weight};
+use oxinfer::backend::{
+    AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
+};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -291,6 +293,33 @@ impl CudaBackend {
         g.sync()?;
         Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
     }
+
+    /// Seconds of device time per convolution (norm statistics and implicit GEMM; transfers
+    /// excluded, weights decoded beforehand), the mean of `reps` after one warm-up. For
+    /// throughput measurements.
+    ///
+    /// # Errors
+    /// A weight format or shape the device does not take, or a device failure.
+    pub fn time_conv(
+        &self,
+        x: &[f32],
+        g: &ConvGeom,
+        norm: Option<&NormSpec>,
+        w: &WeightMatrix,
+        reps: usize,
+    ) -> Result<f64, String> {
+        let dev = self
+            .upload(w)
+            .ok_or_else(|| format!("{} weights not taken", w.format))?;
+        let m = dev
+            .downcast_ref::<DeviceMatrix>()
+            .ok_or("not a device matrix")?;
+        if !crate::conv::supported(x, g, norm, m, g.oh * g.ow * m.rows) {
+            return Err(format!("convolution {g:?} not taken"));
+        }
+        let mut gpu = self.lock();
+        crate::conv::time(&mut gpu, x, g, norm, m, reps)
+    }
 }
 
 impl Backend for CudaBackend {
@@ -303,7 +332,10 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, w: &WeightMatrix) -> Option<DeviceWeight> {
-        if !gemm::supported(w.format) || w.cols % 16 != 0 {
+        // f16/bf16 rows of any width: cuBLAS and the element-wise converters take any `k`, and
+        // convolution weights are `k²·cin` wide (27 for a 3×3 over RGB).
+        let any_width = matches!(w.format, WeightFormat::F16 | WeightFormat::BF16);
+        if !gemm::supported(w.format) || (w.cols % 16 != 0 && !any_width) {
             return None;
         }
         let start = Instant::now();
@@ -334,6 +366,27 @@ impl Backend for CudaBackend {
         match self.matmul_inner(x, t, jobs) {
             Ok(done) => done,
             Err(e) => self.fail("matmul", e),
+        }
+    }
+
+    fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
+        let Some(m) = job.dev.downcast_ref::<DeviceMatrix>() else {
+            return false;
+        };
+        if !crate::conv::supported(x, g, norm, m, job.y.len()) {
+            return false;
+        }
+        let start = Instant::now();
+        let mut gpu = self.lock();
+        let r = crate::conv::run(&mut gpu, x, g, norm, m, job.y);
+        drop(gpu);
+        match r {
+            Ok(()) => {
+                let kind = format!("conv2d {}", m.format);
+                self.note(kind, start, std::mem::size_of_val(x), job.y.len() * 4);
+                true
+            }
+            Err(e) => self.fail("conv2d", e),
         }
     }
 

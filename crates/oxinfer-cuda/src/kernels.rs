@@ -6,7 +6,8 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use oxinfer_kernels::WeightFormat;
 use std::sync::Arc;
 
-/// The kernel source: helpers, per-format decoders, GEMMs, attention.
+/// The kernel source: helpers, per-format decoders, GEMMs, attention, the decoder stack's
+/// element-wise kernels, convolution.
 pub(crate) fn source() -> String {
     [
         include_str!("kernels/common.cuh"),
@@ -14,6 +15,7 @@ pub(crate) fn source() -> String {
         include_str!("kernels/gemm.cu"),
         include_str!("kernels/attention.cu"),
         include_str!("kernels/stack.cu"),
+        include_str!("kernels/conv.cu"),
     ]
     .join("\n")
 }
@@ -70,6 +72,12 @@ pub(crate) struct Kernels {
     /// f32 → f16 divided by the guard's scale.
     pub f32_to_f16_scaled: sys::CUfunction,
     pub softcap: sys::CUfunction,
+    /// Convolution input statistics: (mean, rstd) per GroupNorm group.
+    pub conv_stats_group: sys::CUfunction,
+    /// Convolution input statistics: (mean, rstd) per pixel (LayerNorm).
+    pub conv_stats_layer: sys::CUfunction,
+    /// Implicit-GEMM convolution with the norm applied on load (f32 FMA).
+    pub conv_igemm_f32: sys::CUfunction,
 }
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -157,6 +165,9 @@ impl Kernels {
             amax_f32: get("amax_f32")?,
             f32_to_f16_scaled: get("f32_to_f16_scaled")?,
             softcap: get("softcap_f32")?,
+            conv_stats_group: get("conv_stats_group")?,
+            conv_stats_layer: get("conv_stats_layer")?,
+            conv_igemm_f32: get("conv_igemm_f32")?,
             gemm,
             dequant_f16,
             dequant_f32,

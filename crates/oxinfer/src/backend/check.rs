@@ -4,7 +4,8 @@
 //! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
 //! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
-//! attention), so the number says how far the device moves results from the CPU build.
+//! attention, [`crate::nn::conv::conv2d_cpu`]), so the number says how far the device moves
+//! results from the CPU build.
 
 use super::stack::{stack_cpu, KvStore, Past, StackDesc, StackInput, StackOutput};
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
@@ -99,8 +100,20 @@ impl Backend for Checked {
     }
 
     fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
-        // No CPU twin of the fused convolution lives in this crate yet: pass through unchecked.
-        self.inner.conv2d(x, g, norm, job)
+        if !self.inner.conv2d(x, g, norm, job) {
+            return false;
+        }
+        let mut cpu = vec![0f32; job.y.len()];
+        match crate::nn::conv::conv2d_cpu(x, g, norm, &job.w, &mut cpu) {
+            Ok(()) => record("conv2d".to_string(), job.y, &cpu),
+            // Shapes the CPU twin rejects: the device result cannot be trusted either (a
+            // non-finite device value against a finite one records an infinite error).
+            Err(e) => {
+                eprintln!("OXINFER_GPU_CHECK: {e}");
+                record("conv2d".to_string(), &[f32::NAN], &[0.0]);
+            }
+        }
+        true
     }
 
     fn attention(
