@@ -1,5 +1,6 @@
 //! [`CudaBackend`]: the [`Backend`] implementation over one GPU.
 
+use crate::conv::ConvPath;
 use crate::gemm::{self, DeviceMatrix, QuantPath};
 use crate::gpu::{DevBuf, Gpu, Slot};
 use cudarc::driver::sys::CUdeviceptr;
@@ -24,6 +25,7 @@ pub struct CudaBackend {
     gpu: Mutex<Gpu>,
     stats: Mutex<Stats>,
     path: QuantPath,
+    conv_path: ConvPath,
     min_tokens: usize,
     warned: AtomicBool,
 }
@@ -99,8 +101,9 @@ pub(crate) fn act_mul(
 }
 
 impl CudaBackend {
-    /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`, device
-    /// ops from `OXINFER_CUDA_MIN_TOKENS` rows on (default 16; decode stays on the CPU).
+    /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`,
+    /// convolution path from `OXINFER_CUDA_CONV`, device ops from `OXINFER_CUDA_MIN_TOKENS`
+    /// rows on (default 16; decode stays on the CPU).
     pub fn new(ordinal: usize) -> Result<Self, String> {
         let min_tokens = std::env::var("OXINFER_CUDA_MIN_TOKENS")
             .ok()
@@ -125,9 +128,17 @@ impl CudaBackend {
             gpu: Mutex::new(gpu),
             stats: Mutex::new(BTreeMap::new()),
             path,
+            conv_path: ConvPath::from_env(),
             min_tokens,
             warned: AtomicBool::new(false),
         })
+    }
+
+    /// The same backend multiplying convolutions by `p` (instead of `OXINFER_CUDA_CONV`'s
+    /// choice).
+    pub fn with_conv_path(mut self, p: ConvPath) -> Self {
+        self.conv_path = p;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gpu> {
@@ -318,7 +329,7 @@ impl CudaBackend {
             return Err(format!("convolution {g:?} not taken"));
         }
         let mut gpu = self.lock();
-        crate::conv::time(&mut gpu, x, g, norm, m, reps)
+        crate::conv::time(&mut gpu, self.conv_path, x, g, norm, m, reps)
     }
 }
 
@@ -378,11 +389,14 @@ impl Backend for CudaBackend {
         }
         let start = Instant::now();
         let mut gpu = self.lock();
-        let r = crate::conv::run(&mut gpu, x, g, norm, m, job.y);
+        let r = crate::conv::run(&mut gpu, self.conv_path, x, g, norm, m, job.y);
         drop(gpu);
         match r {
             Ok(()) => {
-                let kind = format!("conv2d {}", m.format);
+                let kind = match self.conv_path {
+                    ConvPath::F32 => format!("conv2d {}", m.format),
+                    ConvPath::Bf16 => format!("conv2d {} mma", m.format),
+                };
                 self.note(kind, start, std::mem::size_of_val(x), job.y.len() * 4);
                 true
             }

@@ -6,12 +6,34 @@
 
 use crate::gemm::{self, DeviceMatrix};
 use crate::gpu::{Gpu, Slot};
+use crate::kernels::{GEMM_SMEM, GEMM_TILE};
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::{ConvGeom, NormKind, NormSpec};
 use std::ffi::c_void;
 
-/// Output tile of the implicit GEMM (pixels × output channels), as compiled (`CBM`/`CBN`).
+/// Output tile of the f32 implicit GEMM (pixels × output channels), as compiled (`CBM`/`CBN`).
 const TILE: (usize, usize) = (64, 64);
+
+/// How the implicit GEMM multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvPath {
+    /// f32 FMA on the CUDA cores: the CPU reference's products up to summation order.
+    F32,
+    /// bf16 tensor cores (mma m16n8k16, f32 accumulation): weights and normalized inputs
+    /// rounded to bf16 (about 3e-3 relative error norm-wise), several times the f32 rate.
+    Bf16,
+}
+
+impl ConvPath {
+    /// From `OXINFER_CUDA_CONV` (`mma` selects [`ConvPath::Bf16`]); [`ConvPath::F32`] by
+    /// default.
+    pub fn from_env() -> Self {
+        match std::env::var("OXINFER_CUDA_CONV").as_deref() {
+            Ok("mma") => ConvPath::Bf16,
+            _ => ConvPath::F32,
+        }
+    }
+}
 
 /// Threads per block of the GroupNorm statistics kernel.
 const STATS_THREADS: u32 = 512;
@@ -114,9 +136,13 @@ fn upload_norm(gpu: &mut Gpu, g: &ConvGeom, norm: Option<&NormSpec>) -> Result<N
 }
 
 /// Queues the statistics kernel (with a norm) and the implicit GEMM: `yp` `[oh * ow, n_out]`
-/// from `xp` `[h * w, cin]` and f32 weights `wp` `[n_out, k²·cin]`, all on the device.
+/// from `xp` `[h * w, cin]` and f32 weights `wp` `[n_out, k²·cin]`, all on the device. The
+/// tensor-core kernel's grid puts pixel tiles on `y` (at most 65535); beyond that the f32
+/// kernel runs.
+#[allow(clippy::too_many_arguments)]
 fn queue(
     gpu: &Gpu,
+    path: ConvPath,
     xp: CUdeviceptr,
     g: &ConvGeom,
     nd: &NormDev,
@@ -158,16 +184,24 @@ fn queue(
     }
     let [h, wd, cin, k, stride, oh, ow, n_out_i] =
         [g.h, g.w, g.cin, g.k, g.stride, g.oh, g.ow, n_out].map(|v| v as i32);
-    let grid = (
-        (g.oh * g.ow).div_ceil(TILE.0) as u32,
-        n_out.div_ceil(TILE.1) as u32,
-        1,
-    );
-    let f = gpu.k.conv_igemm_f32;
-    gpu.launch(
+    let pixels = g.oh * g.ow;
+    let (bm, bn) = (GEMM_TILE.0 as usize, GEMM_TILE.1 as usize);
+    let (f, grid, smem) = if path == ConvPath::Bf16 && pixels.div_ceil(bn) <= 65_535 {
+        let grid = (n_out.div_ceil(bm) as u32, pixels.div_ceil(bn) as u32, 1);
+        (gpu.k.conv_igemm_bf16, grid, GEMM_SMEM)
+    } else {
+        let grid = (
+            pixels.div_ceil(TILE.0) as u32,
+            n_out.div_ceil(TILE.1) as u32,
+            1,
+        );
+        (gpu.k.conv_igemm_f32, grid, 0)
+    };
+    gpu.launch_smem(
         f,
         grid,
         (256, 1, 1),
+        smem,
         &mut [
             arg(&xp),
             arg(&wp),
@@ -195,6 +229,7 @@ fn queue(
 /// [`supported`].
 pub(crate) fn run(
     gpu: &mut Gpu,
+    path: ConvPath,
     x: &[f32],
     g: &ConvGeom,
     norm: Option<&NormSpec>,
@@ -207,7 +242,7 @@ pub(crate) fn run(
     let wp = gemm::f32_weights(gpu, w)?;
     let nd = upload_norm(gpu, g, norm)?;
     let yp = gpu.scratch(Slot::Y, std::mem::size_of_val(y))?;
-    queue(gpu, xp, g, &nd, wp, w.rows, yp)?;
+    queue(gpu, path, xp, g, &nd, wp, w.rows, yp)?;
     gpu.download(y, yp)
 }
 
@@ -215,6 +250,7 @@ pub(crate) fn run(
 /// weights already decoded), the mean of `reps` after one warm-up.
 pub(crate) fn time(
     gpu: &mut Gpu,
+    path: ConvPath,
     x: &[f32],
     g: &ConvGeom,
     norm: Option<&NormSpec>,
@@ -227,11 +263,11 @@ pub(crate) fn time(
     let wp = gemm::f32_weights(gpu, w)?;
     let nd = upload_norm(gpu, g, norm)?;
     let yp = gpu.scratch(Slot::Y, g.oh * g.ow * w.rows * 4)?;
-    queue(gpu, xp, g, &nd, wp, w.rows, yp)?;
+    queue(gpu, path, xp, g, &nd, wp, w.rows, yp)?;
     gpu.sync()?;
     let start = std::time::Instant::now();
     for _ in 0..reps {
-        queue(gpu, xp, g, &nd, wp, w.rows, yp)?;
+        queue(gpu, path, xp, g, &nd, wp, w.rows, yp)?;
     }
     gpu.sync()?;
     Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)

@@ -78,6 +78,9 @@ pub(crate) struct Kernels {
     pub conv_stats_layer: sys::CUfunction,
     /// Implicit-GEMM convolution with the norm applied on load (f32 FMA).
     pub conv_igemm_f32: sys::CUfunction,
+    /// The same on the tensor cores (bf16 products; the GEMM's tile, `GEMM_SMEM` bytes of
+    /// dynamic shared memory).
+    pub conv_igemm_bf16: sys::CUfunction,
 }
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -148,6 +151,18 @@ impl Kernels {
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
+        let conv_igemm_bf16 = get("conv_igemm_bf16")?;
+        // SAFETY: a live function of the module; the size is within the device's opt-in
+        // shared memory per block, as for the GEMMs above.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                conv_igemm_bf16,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                GEMM_SMEM as i32,
+            )
+        }
+        .result()
+        .map_err(|e| format!("conv_igemm_bf16: shared memory size: {e:?}"))?;
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
@@ -168,6 +183,7 @@ impl Kernels {
             conv_stats_group: get("conv_stats_group")?,
             conv_stats_layer: get("conv_stats_layer")?,
             conv_igemm_f32: get("conv_igemm_f32")?,
+            conv_igemm_bf16,
             gemm,
             dequant_f16,
             dequant_f32,

@@ -221,3 +221,203 @@ extern "C" __global__ void __launch_bounds__(256) conv_igemm_f32(
         }
     }
 }
+
+// Tensor-core variant (opt-in; bf16 products, f32 accumulation): the tiles, warp layout and
+// inner loop of gemm.cu's gemm_q (BM = 128 output channels as the mma rows, BN = 128 pixels as
+// its columns, BK = 64, dynamic shared memory GEMM_SMEM, two stages), with two loaders in
+// place of its decoders: weights from the f32 decoding rounded to bf16, and pixels gathered
+// from the input, normalized (+ SiLU) in f32, then rounded to bf16. K is padded with zeros to
+// a multiple of BK. bf16 keeps f32's range, so raw activations cannot overflow.
+
+// The pixel tile is stored with store_w's segment layout.
+static_assert(X_PER_THREAD == W_PER_THREAD, "conv_igemm_bf16 needs BM == BN");
+
+// This thread's W_PER_THREAD segments (16 columns each) of the f32 weight tile (m0, k0) as
+// packed bf16 pairs.
+__device__ __forceinline__ void conv_load_w(const float* __restrict__ w, int n_out, int K,
+                                            int m0, int k0, u32* p) {
+    #pragma unroll
+    for (int part = 0; part < W_PER_THREAD; part++) {
+        int idx = threadIdx.x + part * 256;
+        int r = idx / SEGS, seg = idx % SEGS;
+        int row = m0 + r, col = k0 + seg * 16;
+        float v[16];
+        const float* src = w + (long)(row < n_out ? row : 0) * K;
+        #pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = (row < n_out && col + i < K) ? src[col + i] : 0.f;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) p[part * 8 + i] = pack_bf2(v[2 * i], v[2 * i + 1]);
+    }
+}
+
+// The input side of one conv_igemm_bf16 block: the shape, the norm, and the input coordinates
+// of tap (0, 0) of this thread's X_PER_THREAD pixel rows.
+struct ConvIn {
+    const float* x;
+    const float* stats;
+    const float* gamma;
+    const float* beta;
+    int h, wd, cin, k, K, mode, cpg, silu;
+    int py[X_PER_THREAD], px[X_PER_THREAD];
+};
+
+// This thread's X_PER_THREAD segments of the pixel tile at column k0 (16 consecutive (ky, kx, c)
+// columns of one pixel each), normalized and packed as bf16 pairs; zero outside the image, past
+// K and past the last pixel.
+__device__ __forceinline__ void conv_load_x(const ConvIn& a, int k0, u32* p) {
+    #pragma unroll
+    for (int part = 0; part < X_PER_THREAD; part++) {
+        int idx = threadIdx.x + part * 256;
+        int seg = idx % SEGS;
+        int kidx = k0 + seg * 16;
+        int tap = kidx / a.cin;
+        int c = kidx - tap * a.cin;
+        int ky = tap / a.k, kx = tap - (tap / a.k) * a.k;
+        int gi = a.mode == 1 ? c / a.cpg : 0;
+        int gc = a.mode == 1 ? c - gi * a.cpg : 0;
+        float v[16];
+        #pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int iy = a.py[part] + ky, ix = a.px[part] + kx;
+            float val = 0.f;
+            if (kidx + i < a.K && iy >= 0 && iy < a.h && ix >= 0 && ix < a.wd) {
+                long pix = (long)iy * a.wd + ix;
+                val = a.x[pix * a.cin + c];
+                if (a.mode != 0) {
+                    long si = a.mode == 1 ? gi : pix;
+                    val = (val - a.stats[2 * si]) * a.stats[2 * si + 1] * a.gamma[c] + a.beta[c];
+                    if (a.silu) val = val / (1.f + expf(-val));
+                }
+            }
+            v[i] = val;
+            // Next column: channel, then tap.
+            if (++c == a.cin) {
+                c = 0;
+                gi = 0;
+                gc = 0;
+                if (++kx == a.k) {
+                    kx = 0;
+                    ky++;
+                }
+            } else if (a.mode == 1 && ++gc == a.cpg) {
+                gc = 0;
+                gi++;
+            }
+        }
+        #pragma unroll
+        for (int i = 0; i < 8; i++) p[part * 8 + i] = pack_bf2(v[2 * i], v[2 * i + 1]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) conv_igemm_bf16(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+    const float* __restrict__ stats, const float* __restrict__ gamma,
+    const float* __restrict__ beta, int h, int wd, int cin, int k, int stride, int oh, int ow,
+    int n_out, int mode, int cpg, int silu) {
+    // [2][BM * LDS] weights, then [2][BN * LDS] pixels (stage s at + s * size: plain
+    // arithmetic, so no pointer array goes to local memory).
+    extern __shared__ __align__(16) u16 conv_smem[];
+    u16* const sw = conv_smem;
+    u16* const sx = conv_smem + 2 * BM * LDS;
+    const int P = oh * ow, K = k * k * cin, pad = k / 2;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    ConvIn a;
+    a.x = x;
+    a.stats = stats;
+    a.gamma = gamma;
+    a.beta = beta;
+    a.h = h;
+    a.wd = wd;
+    a.cin = cin;
+    a.k = k;
+    a.K = K;
+    a.mode = mode;
+    a.cpg = cpg;
+    a.silu = silu;
+    #pragma unroll
+    for (int part = 0; part < X_PER_THREAD; part++) {
+        int p = n0 + (threadIdx.x + part * 256) / SEGS;
+        if (p < P) {
+            int oy = p / ow, ox = p - (p / ow) * ow;
+            a.py[part] = oy * stride - pad;
+            a.px[part] = ox * stride - pad;
+        } else {
+            a.py[part] = -(1 << 29);  // never inside the image: loads as 0
+            a.px[part] = 0;
+        }
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = (warp >> 2) * 64, wn = (warp & 3) * WN;
+    float acc[MT][NT][4];
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        #pragma unroll
+        for (int j = 0; j < NT; j++)
+            #pragma unroll
+            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.f;
+
+    u32 pw[W_PER_THREAD * 8];
+    u32 px[X_PER_THREAD * 8];
+    conv_load_w(w, n_out, K, m0, 0, pw);
+    conv_load_x(a, 0, px);
+    store_w(sw, pw);
+    store_w(sx, px);  // same segment layout (X_PER_THREAD == W_PER_THREAD)
+    __syncthreads();
+
+    int kt_n = (K + BK - 1) / BK;
+    for (int kt = 0; kt < kt_n; kt++) {
+        int cur = kt & 1;
+        bool more = kt + 1 < kt_n;
+        if (more) {
+            conv_load_x(a, (kt + 1) * BK, px);
+            conv_load_w(w, n_out, K, m0, (kt + 1) * BK, pw);
+        }
+        const u16* a_s = sw + cur * (BM * LDS);
+        const u16* b_s = sx + cur * (BN * LDS);
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            u32 af[MT][4], bf[NT][2];
+            #pragma unroll
+            for (int i = 0; i < MT; i++) {
+                int row = wm + i * 16 + (lane & 15);
+                int col = kk + (lane >> 4) * 8;
+                ldsm4(af[i], smem_addr(a_s + row * LDS + col));
+            }
+            #pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                int row = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
+                int col = kk + ((lane >> 3) & 1) * 8;
+                u32 r[4];
+                ldsm4(r, smem_addr(b_s + row * LDS + col));
+                bf[j][0] = r[0];
+                bf[j][1] = r[1];
+                bf[j + 1][0] = r[2];
+                bf[j + 1][1] = r[3];
+            }
+            #pragma unroll
+            for (int i = 0; i < MT; i++)
+                #pragma unroll
+                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+        }
+        if (more) {
+            store_w(sw + (cur ^ 1) * (BM * LDS), pw);
+            store_w(sx + (cur ^ 1) * (BN * LDS), px);
+        }
+        __syncthreads();
+    }
+
+    int g = lane >> 2, tq = lane & 3;
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        #pragma unroll
+        for (int j = 0; j < NT; j++) {
+            int row = m0 + wm + i * 16 + g;
+            int col = n0 + wn + j * 8 + tq * 2;
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int r = row + (c >> 1) * 8, cc = col + (c & 1);
+                if (r < n_out && cc < P) y[(long)cc * n_out + r] = acc[i][j][c];
+            }
+        }
+    }
+}

@@ -554,8 +554,8 @@ mod tests {
 
     #[test]
     fn quantized_weights_take_the_quantized_matmul() {
-        // Q8 (32-weight blocks, split scales): the CPU matmul quantizes the unfolded activations to int8,
-        // so the result is close to, not equal to, the f32 product.
+        // Q8 (32-weight blocks, split scales): the CPU matmul quantizes the unfolded activations
+        // to int8, so the result is close to, not equal to, the f32 product.
         let mut rng = Rng(5);
         let g = conv_geom(6, 6, 32, 3, 1).unwrap();
         let (n_out, cols) = (8, 9 * 32);

@@ -3,8 +3,9 @@
 //! weights are `k²·cin` wide). Part of the `backend_ops` test binary (helpers from there).
 
 use super::{gpu, random_weights, rel_err, rounded_reference, Rng};
+use half::bf16;
 use oxinfer::backend::{Backend, ConvGeom, Job, NormKind, NormSpec};
-use oxinfer_cuda::{CudaBackend, QuantPath};
+use oxinfer_cuda::{ConvPath, CudaBackend, QuantPath};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// The weight `[rows, cols]` decoded to f32, as F32 bytes (the CPU reference of a device
@@ -54,6 +55,7 @@ fn conv2d_matches_cpu_twin() {
     let Some(b) = gpu(QuantPath::DequantCublas) else {
         return;
     };
+    let b = b.with_conv_path(ConvPath::F32);
     let mut rng = Rng(0x5EED_C0DE_0000_0007);
     let mut worst = 0f64;
     for (h, w) in [(8, 8), (13, 7), (32, 32)] {
@@ -131,6 +133,16 @@ fn conv2d_matches_cpu_twin() {
     let data = random_weights(WeightFormat::F16, n_out, 9 * cin, &mut rng);
     let wm = WeightMatrix::new(WeightFormat::F16, &data, n_out, 9 * cin).expect("matrix");
     let flop = 2.0 * (g.oh * g.ow * n_out * 9 * cin) as f64;
+    if let Some(bm) = gpu(QuantPath::DequantCublas) {
+        let bm = bm.with_conv_path(ConvPath::Bf16);
+        let s = bm.time_conv(&x, &g, Some(&norm), &wm, 20).expect("timing");
+        println!(
+            "conv2d 64x64x320 -> 320 k3 GroupNorm(32)+SiLU F16, bf16 tensor cores: device \
+             {:.3} ms ({:.1} TFLOP/s)",
+            s * 1e3,
+            flop / s / 1e12
+        );
+    }
     let dev_s = b.time_conv(&x, &g, Some(&norm), &wm, 20).expect("timing");
     let dev = b.upload(&wm).expect("upload");
     let mut y = vec![0f32; g.oh * g.ow * n_out];
@@ -151,7 +163,7 @@ fn conv2d_matches_cpu_twin() {
     oxinfer::nn::conv2d_cpu(&x, &g, Some(&norm), &wm, &mut cpu).expect("valid shapes");
     let cpu_s = t.elapsed().as_secs_f64();
     println!(
-        "conv2d 64x64x320 -> 320 k3 GroupNorm(32)+SiLU F16: device {:.3} ms ({:.1} TFLOP/s), \
+        "conv2d 64x64x320 -> 320 k3 GroupNorm(32)+SiLU F16, f32: device {:.3} ms ({:.1} TFLOP/s), \
          with transfers {:.3} ms, CPU {:.1} ms ({:.2} TFLOP/s); rel err {:.2e}",
         dev_s * 1e3,
         flop / dev_s / 1e12,
@@ -160,6 +172,84 @@ fn conv2d_matches_cpu_twin() {
         flop / cpu_s / 1e12,
         rel_err(&y, &cpu)
     );
+}
+
+/// The tensor-core convolution (`ConvPath::Bf16`) against the CPU reference with its inputs
+/// rounded as the kernel rounds them (normalized activations and weights to bf16; products
+/// and sums in f32), and against the unrounded reference.
+#[test]
+fn conv2d_mma_matches_bf16_rounded_cpu() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let b = b.with_conv_path(ConvPath::Bf16);
+    let bf = |v: f32| bf16::from_f32(v).to_f32();
+    let mut rng = Rng(0x5EED_C0DE_0000_0008);
+    for (h, w) in [(13, 7), (32, 32)] {
+        for cin in [3, 40, 256] {
+            let x: Vec<f32> = (0..h * w * cin).map(|_| 2.0 * rng.f() + 0.5).collect();
+            let gamma: Vec<f32> = (0..cin).map(|_| 1.0 + 0.5 * rng.f()).collect();
+            let beta: Vec<f32> = (0..cin).map(|_| 0.3 * rng.f()).collect();
+            let groups = if cin % 8 == 0 { 8 } else { 1 };
+            let norm = |kind, silu| NormSpec {
+                kind,
+                eps: 1e-5,
+                gamma: &gamma,
+                beta: &beta,
+                silu,
+            };
+            let norms = [
+                None,
+                Some(norm(NormKind::Group(groups), true)),
+                Some(norm(NormKind::Layer, false)),
+            ];
+            for (k, stride) in [(1, 1), (3, 1), (3, 2)] {
+                let g = oxinfer::nn::conv_geom(h, w, cin, k, stride).expect("geometry");
+                for n_out in [33, 130] {
+                    let cols = k * k * cin;
+                    let data = random_weights(WeightFormat::F16, n_out, cols, &mut rng);
+                    let wm = WeightMatrix::new(WeightFormat::F16, &data, n_out, cols).unwrap();
+                    let dec = decoded_f32(&wm);
+                    let w32 = WeightMatrix::new(WeightFormat::F32, &dec, n_out, cols).unwrap();
+                    let rounded: Vec<u8> = dec
+                        .chunks_exact(4)
+                        .flat_map(|c| bf(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes())
+                        .collect();
+                    let wr = WeightMatrix::new(WeightFormat::F32, &rounded, n_out, cols).unwrap();
+                    let dev = b.upload(&wm).expect("upload");
+                    for n in &norms {
+                        let mut y = vec![f32::NAN; g.oh * g.ow * n_out];
+                        let mut job = Job {
+                            w: wm,
+                            dev: &dev,
+                            y: &mut y,
+                        };
+                        assert!(b.conv2d(&x, &g, n.as_ref(), &mut job), "declined");
+                        let xn = match n {
+                            Some(n) => oxinfer::nn::conv_input_norm(&x, &g, n).unwrap(),
+                            None => x.clone(),
+                        };
+                        let xr: Vec<f32> = xn.iter().map(|&v| bf(v)).collect();
+                        let mut want = vec![0f32; y.len()];
+                        oxinfer::nn::conv2d_cpu(&xr, &g, None, &wr, &mut want).unwrap();
+                        let mut exact = vec![0f32; y.len()];
+                        oxinfer::nn::conv2d_cpu(&x, &g, n.as_ref(), &w32, &mut exact).unwrap();
+                        let (e, e_exact) = (rel_err(&y, &want), rel_err(&y, &exact));
+                        let nk = n.map(|n| (n.kind, n.silu));
+                        let case = format!("{h}x{w}x{cin} -> {n_out} k{k} s{stride} {nk:?}");
+                        println!("conv2d mma {case}: vs rounded {e:.2e}, vs f32 {e_exact:.2e}");
+                        // A norm computed in another order may flip a bf16 rounding here and
+                        // there (2^-9 of one input each): far below any indexing error.
+                        assert!(e < 1e-3, "{case}: error {e} vs the bf16-rounded reference");
+                        assert!(
+                            e_exact < 2e-2,
+                            "{case}: error {e_exact} vs the f32 reference"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// f16/bf16 weights of widths that are not a multiple of 16 (convolution weights `k²·cin`
