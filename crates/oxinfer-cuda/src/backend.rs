@@ -1,10 +1,13 @@
 //! [`CudaBackend`]: the [`Backend`] implementation over one GPU.
 
+use crate::conv::ConvPath;
 use crate::gemm::{self, DeviceMatrix, QuantPath};
 use crate::gpu::{DevBuf, Gpu, Slot};
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
-use oxinfer::backend::{AttentionGeom, Backend, DeviceWeight, GateAct, Job, Weight};
+use oxinfer::backend::{
+    AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
+};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -22,6 +25,7 @@ pub struct CudaBackend {
     gpu: Mutex<Gpu>,
     stats: Mutex<Stats>,
     path: QuantPath,
+    conv_path: ConvPath,
     min_tokens: usize,
     warned: AtomicBool,
 }
@@ -97,8 +101,9 @@ pub(crate) fn act_mul(
 }
 
 impl CudaBackend {
-    /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`, device
-    /// ops from `OXINFER_CUDA_MIN_TOKENS` rows on (default 16; decode stays on the CPU).
+    /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`,
+    /// convolution path from `OXINFER_CUDA_CONV`, device ops from `OXINFER_CUDA_MIN_TOKENS`
+    /// rows on (default 16; decode stays on the CPU).
     pub fn new(ordinal: usize) -> Result<Self, String> {
         let min_tokens = std::env::var("OXINFER_CUDA_MIN_TOKENS")
             .ok()
@@ -123,9 +128,17 @@ impl CudaBackend {
             gpu: Mutex::new(gpu),
             stats: Mutex::new(BTreeMap::new()),
             path,
+            conv_path: ConvPath::from_env(),
             min_tokens,
             warned: AtomicBool::new(false),
         })
+    }
+
+    /// The same backend multiplying convolutions by `p` (instead of `OXINFER_CUDA_CONV`'s
+    /// choice).
+    pub fn with_conv_path(mut self, p: ConvPath) -> Self {
+        self.conv_path = p;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gpu> {
@@ -291,6 +304,33 @@ impl CudaBackend {
         g.sync()?;
         Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
     }
+
+    /// Seconds of device time per convolution (norm statistics and implicit GEMM; transfers
+    /// excluded, weights decoded beforehand), the mean of `reps` after one warm-up. For
+    /// throughput measurements.
+    ///
+    /// # Errors
+    /// A weight format or shape the device does not take, or a device failure.
+    pub fn time_conv(
+        &self,
+        x: &[f32],
+        g: &ConvGeom,
+        norm: Option<&NormSpec>,
+        w: &WeightMatrix,
+        reps: usize,
+    ) -> Result<f64, String> {
+        let dev = self
+            .upload(w)
+            .ok_or_else(|| format!("{} weights not taken", w.format))?;
+        let m = dev
+            .downcast_ref::<DeviceMatrix>()
+            .ok_or("not a device matrix")?;
+        if !crate::conv::supported(x, g, norm, m, g.oh * g.ow * m.rows) {
+            return Err(format!("convolution {g:?} not taken"));
+        }
+        let mut gpu = self.lock();
+        crate::conv::time(&mut gpu, self.conv_path, x, g, norm, m, reps)
+    }
 }
 
 impl Backend for CudaBackend {
@@ -303,7 +343,10 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, w: &WeightMatrix) -> Option<DeviceWeight> {
-        if !gemm::supported(w.format) || w.cols % 16 != 0 {
+        // f16/bf16 rows of any width: cuBLAS and the element-wise converters take any `k`, and
+        // convolution weights are `k²·cin` wide (27 for a 3×3 over RGB).
+        let any_width = matches!(w.format, WeightFormat::F16 | WeightFormat::BF16);
+        if !gemm::supported(w.format) || (w.cols % 16 != 0 && !any_width) {
             return None;
         }
         let start = Instant::now();
@@ -334,6 +377,30 @@ impl Backend for CudaBackend {
         match self.matmul_inner(x, t, jobs) {
             Ok(done) => done,
             Err(e) => self.fail("matmul", e),
+        }
+    }
+
+    fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
+        let Some(m) = job.dev.downcast_ref::<DeviceMatrix>() else {
+            return false;
+        };
+        if !crate::conv::supported(x, g, norm, m, job.y.len()) {
+            return false;
+        }
+        let start = Instant::now();
+        let mut gpu = self.lock();
+        let r = crate::conv::run(&mut gpu, self.conv_path, x, g, norm, m, job.y);
+        drop(gpu);
+        match r {
+            Ok(()) => {
+                let kind = match self.conv_path {
+                    ConvPath::F32 => format!("conv2d {}", m.format),
+                    ConvPath::Bf16 => format!("conv2d {} mma", m.format),
+                };
+                self.note(kind, start, std::mem::size_of_val(x), job.y.len() * 4);
+                true
+            }
+            Err(e) => self.fail("conv2d", e),
         }
     }
 

@@ -353,11 +353,13 @@ fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdev
     })
 }
 
-/// Queues the exact f32 decoding of `w` (any device format) for the exact-product path and
-/// returns where it lies, kept or in scratch space like [`f16_weights`].
-fn f32_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
+/// Queues the exact f32 decoding `[rows, cols]` of `w` (any device format) for the
+/// exact-product path and the convolution, and returns where it lies, kept or in scratch space
+/// (the `W16` slot) like [`f16_weights`]; f32 weights are their own decoding.
+pub(crate) fn f32_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
     let n = w.rows * w.cols;
     match w.format {
+        WeightFormat::F32 => Ok(w.buf.ptr()),
         WeightFormat::F16 | WeightFormat::BF16 => {
             let bf = i32::from(w.format == WeightFormat::BF16);
             let f = gpu.k.half_to_f32;

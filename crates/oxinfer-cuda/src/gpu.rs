@@ -179,6 +179,8 @@ pub(crate) enum Slot {
     Rows = 16,
     /// Matmul input scaling: `[amax bits, alpha, beta]` (see [`crate::gemm::prepare`]).
     Scale = 17,
+    /// Convolution: the norm's gamma and beta `[cin]` each, then its (mean, rstd) pairs.
+    ConvNorm = 18,
 }
 
 impl Gpu {

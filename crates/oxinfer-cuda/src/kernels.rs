@@ -6,7 +6,8 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use oxinfer_kernels::WeightFormat;
 use std::sync::Arc;
 
-/// The kernel source: helpers, per-format decoders, GEMMs, attention.
+/// The kernel source: helpers, per-format decoders, GEMMs, attention, the decoder stack's
+/// element-wise kernels, convolution.
 pub(crate) fn source() -> String {
     [
         include_str!("kernels/common.cuh"),
@@ -14,6 +15,7 @@ pub(crate) fn source() -> String {
         include_str!("kernels/gemm.cu"),
         include_str!("kernels/attention.cu"),
         include_str!("kernels/stack.cu"),
+        include_str!("kernels/conv.cu"),
     ]
     .join("\n")
 }
@@ -70,6 +72,15 @@ pub(crate) struct Kernels {
     /// f32 → f16 divided by the guard's scale.
     pub f32_to_f16_scaled: sys::CUfunction,
     pub softcap: sys::CUfunction,
+    /// Convolution input statistics: (mean, rstd) per GroupNorm group.
+    pub conv_stats_group: sys::CUfunction,
+    /// Convolution input statistics: (mean, rstd) per pixel (LayerNorm).
+    pub conv_stats_layer: sys::CUfunction,
+    /// Implicit-GEMM convolution with the norm applied on load (f32 FMA).
+    pub conv_igemm_f32: sys::CUfunction,
+    /// The same on the tensor cores (bf16 products; the GEMM's tile, `GEMM_SMEM` bytes of
+    /// dynamic shared memory).
+    pub conv_igemm_bf16: sys::CUfunction,
 }
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -140,6 +151,18 @@ impl Kernels {
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
+        let conv_igemm_bf16 = get("conv_igemm_bf16")?;
+        // SAFETY: a live function of the module; the size is within the device's opt-in
+        // shared memory per block, as for the GEMMs above.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                conv_igemm_bf16,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                GEMM_SMEM as i32,
+            )
+        }
+        .result()
+        .map_err(|e| format!("conv_igemm_bf16: shared memory size: {e:?}"))?;
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
@@ -157,6 +180,10 @@ impl Kernels {
             amax_f32: get("amax_f32")?,
             f32_to_f16_scaled: get("f32_to_f16_scaled")?,
             softcap: get("softcap_f32")?,
+            conv_stats_group: get("conv_stats_group")?,
+            conv_stats_layer: get("conv_stats_layer")?,
+            conv_igemm_f32: get("conv_igemm_f32")?,
+            conv_igemm_bf16,
             gemm,
             dequant_f16,
             dequant_f32,

@@ -10,6 +10,9 @@
 //! - matmul with GGUF block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K),
 //!   kept quantized on the device and decoded inside the tile of a tensor-core (mma) GEMM;
 //! - fused flash-style attention with GQA, sliding window and soft-cap;
+//! - `k × k` convolutions as an implicit GEMM (f32 FMA, or bf16 tensor cores with
+//!   `OXINFER_CUDA_CONV=mma`) that gathers its input neighbourhoods itself and applies a
+//!   GroupNorm / LayerNorm (+ SiLU) on the way in (`conv.rs`);
 //! - the whole Llama-family decoder stack with the hidden state resident on the device
 //!   (`stack.rs`, [`oxinfer::backend::stack`]).
 //!
@@ -19,6 +22,7 @@
 //! activations travel per call.
 
 mod backend;
+mod conv;
 mod gemm;
 mod gpu;
 mod kernels;
@@ -26,6 +30,7 @@ mod probe;
 mod stack;
 
 pub use backend::CudaBackend;
+pub use conv::ConvPath;
 pub use gemm::QuantPath;
 pub use kernels::compile_ptx;
 pub use probe::{probe, CudaProvider};

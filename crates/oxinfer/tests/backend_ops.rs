@@ -1,6 +1,7 @@
 //! Backend ops against their CPU twins over a grid of formats and shapes (in the manner of
-//! llama.cpp's test-backend-ops): quantized and float matmuls, attention. Runs on the first CUDA
-//! GPU; where there is none it prints one "skipped: no CUDA device" line and passes.
+//! llama.cpp's test-backend-ops): quantized and float matmuls, attention, the gated MLP, the
+//! decoder stack, convolution. Runs on the first CUDA GPU; where there is none it prints one
+//! "skipped: no CUDA device" line and passes.
 
 use half::{bf16, f16};
 use oxinfer::backend::{AttentionGeom, Backend, Job};
@@ -718,3 +719,7 @@ fn stack_case(float: bool) {
     let bound = (4.0 * sens_logits).max(1e-2);
     assert!(e < bound, "logits: error {e} (bound {bound:.2e})");
 }
+
+/// Convolution (and the odd-width float uploads it needs): in its own file, same binary.
+#[path = "backend_ops/conv.rs"]
+mod conv;

@@ -4,7 +4,8 @@
 //! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
 //! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
-//! attention), so the number says how far the device moves results from the CPU build.
+//! attention, [`crate::nn::conv::conv2d_cpu`]), so the number says how far the device moves
+//! results from the CPU build.
 
 use super::stack::{stack_cpu, KvStore, Past, StackDesc, StackInput, StackOutput};
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
@@ -99,8 +100,20 @@ impl Backend for Checked {
     }
 
     fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
-        // No CPU twin of the fused convolution lives in this crate yet: pass through unchecked.
-        self.inner.conv2d(x, g, norm, job)
+        if !self.inner.conv2d(x, g, norm, job) {
+            return false;
+        }
+        let mut cpu = vec![0f32; job.y.len()];
+        match crate::nn::conv::conv2d_cpu(x, g, norm, &job.w, &mut cpu) {
+            Ok(()) => record("conv2d".to_string(), job.y, &cpu),
+            // Shapes the CPU twin rejects: the device result cannot be trusted either (a
+            // non-finite device value against a finite one records an infinite error).
+            Err(e) => {
+                eprintln!("OXINFER_GPU_CHECK: {e}");
+                record("conv2d".to_string(), &[f32::NAN], &[0.0]);
+            }
+        }
+        true
     }
 
     fn attention(
@@ -216,5 +229,72 @@ impl KvStore for Collect<'_> {
     fn append(&mut self, _layer: usize, k: &[f32], v: &[f32]) {
         self.k.push(k.to_vec());
         self.v.push(v.to_vec());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::NormKind;
+    use oxinfer_kernels::WeightFormat;
+
+    /// A "device" that computes convolutions with the CPU reference and adds `bias` to every
+    /// output value.
+    struct Skewed {
+        bias: f32,
+    }
+
+    impl Backend for Skewed {
+        fn name(&self) -> &str {
+            "skewed"
+        }
+        fn wants(&self, _: usize, _: usize, _: usize) -> bool {
+            true
+        }
+        fn upload(&self, _: &WeightMatrix) -> Option<DeviceWeight> {
+            Some(Box::new(()))
+        }
+        fn matmul(&self, _: &[f32], _: usize, _: usize, _: &mut [Job]) -> bool {
+            false
+        }
+        fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
+            crate::nn::conv::conv2d_cpu(x, g, norm, &job.w, job.y).unwrap();
+            job.y.iter_mut().for_each(|v| *v += self.bias);
+            true
+        }
+    }
+
+    #[test]
+    fn conv2d_is_recomputed_and_recorded() {
+        let g = crate::nn::conv::conv_geom(5, 4, 8, 3, 2).unwrap();
+        let x: Vec<f32> = (0..5 * 4 * 8).map(|i| (i % 7) as f32 - 3.0).collect();
+        let wv: Vec<f32> = (0..6 * 72).map(|i| ((i % 5) as f32 - 2.0) * 0.1).collect();
+        let bytes: Vec<u8> = wv.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = WeightMatrix::new(WeightFormat::F32, &bytes, 6, 72).unwrap();
+        let (gamma, beta) = (vec![1f32; 8], vec![0f32; 8]);
+        let norm = NormSpec {
+            kind: NormKind::Group(2),
+            eps: 1e-5,
+            gamma: &gamma,
+            beta: &beta,
+            silu: true,
+        };
+        let mut want = vec![0f32; g.oh * g.ow * 6];
+        crate::nn::conv::conv2d_cpu(&x, &g, Some(&norm), &w, &mut want).unwrap();
+        let checked = Checked::new(Box::new(Skewed { bias: 1e3 }));
+        let dev = checked.upload(&w).unwrap();
+        let mut y = vec![0f32; want.len()];
+        let mut job = Job {
+            w,
+            dev: &dev,
+            y: &mut y,
+        };
+        assert!(checked.conv2d(&x, &g, Some(&norm), &mut job));
+        // The device's result is kept; the error it made is in the report.
+        assert_eq!(y[0], want[0] + 1e3);
+        let r = report().unwrap();
+        let line = r.lines().find(|l| l.contains("conv2d")).unwrap();
+        let worst: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(worst > 1.0, "{line}");
     }
 }

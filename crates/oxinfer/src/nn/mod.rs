@@ -1,7 +1,8 @@
 //! Neural-network blocks that architectures compose: linear layers, embeddings, norms, RoPE,
-//! attention with a KV cache, and MLPs. Architectures call these, never kernels directly.
+//! attention with a KV cache, MLPs, and convolutions. Architectures call these, never kernels directly.
 
 pub mod attention;
+pub mod conv;
 pub mod embedding;
 pub mod gated_delta;
 pub mod kv_cache;
@@ -14,6 +15,7 @@ pub mod rope;
 pub mod self_attention;
 
 pub use attention::{attention, attention_cached, AttentionParams};
+pub use conv::{conv2d, conv2d_cpu, conv_geom, conv_input_norm, ConvError};
 pub use embedding::Embedding;
 pub use kv_cache::{KvCache, LayerCache, RecurrentState};
 pub use linear::Linear;
