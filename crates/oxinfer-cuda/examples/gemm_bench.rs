@@ -65,6 +65,7 @@ fn main() {
             for (path, pname) in [
                 (QuantPath::Mma, "in-tile mma"),
                 (QuantPath::DequantCublas, "dequant+cuBLAS"),
+                (QuantPath::Exact, "exact (f32 SGEMM)"),
             ] {
                 match b.time_gemm(f, n, k, t, path, reps) {
                     Ok(s) => println!(
