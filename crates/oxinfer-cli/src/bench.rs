@@ -116,7 +116,8 @@ fn bytes_per_token(model: &Model) -> u64 {
 fn memory_bandwidth() -> (f64, f64) {
     const SIZE: usize = 1 << 30;
     let buf: Vec<u64> = (0..SIZE / 8).map(|i| i as u64).collect();
-    let read = |part: &[u64]| -> u64 { part.iter().fold(0u64, |a, &b| a.wrapping_add(b)) };
+    // Wide loads, independent accumulators and prefetches, as the decode kernels stream.
+    let read = |part: &[u64]| -> u64 { oxinfer_kernels::membw::read_sum(part) };
     let best = |f: &dyn Fn() -> u64| {
         let mut best = f64::MAX;
         for _ in 0..3 {

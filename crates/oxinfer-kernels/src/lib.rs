@@ -23,6 +23,7 @@ pub mod error;
 pub mod fast;
 pub mod format;
 pub mod matmul;
+pub mod membw;
 pub mod packed;
 pub mod pool;
 pub mod profile;
