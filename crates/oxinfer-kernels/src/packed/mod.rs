@@ -257,7 +257,7 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     }
     let acts = quantize_acts(w.format, x, t, cols);
     let groups = w.groups();
-    let pairs = decode_pairs(w.format, isa, t);
+    let pairs = use_pairs(w.format, isa);
     let mut chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
     if pairs {
         // Tasks hold whole pairs of groups (the last task may end on a single one).
@@ -270,15 +270,22 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     parallel_for(n_tasks, &|task| {
         let g0 = task * chunk;
         let g1 = (g0 + chunk).min(groups);
-        #[cfg(target_arch = "x86_64")]
-        if pairs {
-            decode_group_pairs(w, &acts, g0, g1, &out);
-            return;
-        }
         let mut tile = [[0f32; LANES]; TILE_TOKENS];
         for tb0 in (0..t).step_by(TOKEN_BLOCK) {
             let tb1 = (tb0 + TOKEN_BLOCK).min(t);
-            for g in g0..g1 {
+            let mut g = g0;
+            while g < g1 {
+                #[cfg(target_arch = "x86_64")]
+                if pairs && g + 1 < g1 {
+                    let mut ti = tb0;
+                    while ti < tb1 {
+                        let n = (tb1 - ti).min(PAIR_TOKENS);
+                        pair_tile(w, &acts, g, ti, n, &out);
+                        ti += n;
+                    }
+                    g += 2;
+                    continue;
+                }
                 let gdata = w.group(g);
                 let live = (rows - g * LANES).min(LANES);
                 let mut ti = tb0;
@@ -302,66 +309,81 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
                     }
                     ti += n;
                 }
+                g += 1;
             }
         }
     });
 }
 
-/// Whether a single-token product of `format` on `isa` takes the two-group decode kernels.
-fn decode_pairs(format: WeightFormat, isa: Isa, t: usize) -> bool {
+/// Tokens per call of the two-group kernels (four accumulators of 16 rows each per token fit
+/// the 32 vector registers).
+#[cfg(target_arch = "x86_64")]
+const PAIR_TOKENS: usize = 4;
+
+/// Whether a product of `format` on `isa` takes the two-group (16-row, 512-bit) kernels.
+fn use_pairs(format: WeightFormat, isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if t == 1 && isa.has_vnni() && vnni_gemv::handles(format) && vnni_gemv::enabled() {
+    if isa.has_vnni() && vnni_gemv::handles(format) && vnni_gemv::enabled() {
         return true;
     }
-    let _ = (format, isa, t);
+    let _ = (format, isa);
     false
 }
 
-/// One token (`acts`: its K-quant activation blocks) against groups `g0 .. g1` of `w`, two
-/// groups per kernel call (a lone last group takes the eight-row kernel), into `out`
-/// (`[rows]`); only the rows of these groups are written.
+/// Groups `g` and `g + 1` of `w` against tokens `ti .. ti + n` (`n <= PAIR_TOKENS`) of `acts`
+/// into `out` (`[t, rows]`).
 #[cfg(target_arch = "x86_64")]
-fn decode_group_pairs(w: &PackedMatrix, acts: &Acts, g0: usize, g1: usize, out: &SyncPtr<f32>) {
-    let Acts::Q8K(x) = acts else {
+fn pair_tile(w: &PackedMatrix, acts: &Acts, g: usize, ti: usize, n: usize, out: &SyncPtr<f32>) {
+    let Acts::Q8K(q) = acts else {
         unreachable!("the two-group kernels are for K-quant formats")
     };
     let nb = w.blocks_per_row();
-    let mut g = g0;
-    while g < g1 {
-        let live = (w.rows - g * LANES).min(2 * LANES);
-        let mut o = [0f32; 2 * LANES];
-        let paired = g + 1 < g1;
-        let n = if paired {
-            let (a, b) = (w.group(g).as_ptr(), w.group(g + 1).as_ptr());
-            // SAFETY: decode_pairs checked the CPU features (AVX-512 F/BW/VL/VNNI with AVX2,
-            // FMA, F16C); a and b are whole packed groups of nb blocks; x holds nb blocks.
+    let live = (w.rows - g * LANES).min(2 * LANES);
+    let (a, b) = (w.group(g).as_ptr(), w.group(g + 1).as_ptr());
+    let x = |k: usize| q[(ti + k) * nb..(ti + k + 1) * nb].as_ptr();
+    let mut o = [[0f32; 2 * LANES]; PAIR_TOKENS];
+    macro_rules! go {
+        ($kern:ident) => {
+            // SAFETY: use_pairs checked the CPU features (AVX-512 F/BW/VL/VNNI with AVX2, FMA,
+            // F16C); a and b are whole packed groups of nb blocks; each x(k) starts nb blocks
+            // of token ti + k < t (bounds checked by the slicing).
             unsafe {
-                if w.format == WeightFormat::Q4K {
-                    vnni_gemv::gemv2_q4k(a, b, nb, x.as_ptr(), &mut o);
-                } else {
-                    vnni_gemv::gemv2_q6k(a, b, nb, x.as_ptr(), &mut o);
+                match n {
+                    1 => vnni_gemv::$kern::<1>(a, b, nb, [x(0)], (&mut o[..1]).try_into().unwrap()),
+                    2 => vnni_gemv::$kern::<2>(
+                        a,
+                        b,
+                        nb,
+                        [x(0), x(1)],
+                        (&mut o[..2]).try_into().unwrap(),
+                    ),
+                    3 => vnni_gemv::$kern::<3>(
+                        a,
+                        b,
+                        nb,
+                        [x(0), x(1), x(2)],
+                        (&mut o[..3]).try_into().unwrap(),
+                    ),
+                    _ => vnni_gemv::$kern::<4>(a, b, nb, [x(0), x(1), x(2), x(3)], &mut o),
                 }
             }
-            live
-        } else {
-            let mut tile = [[0f32; LANES]; TILE_TOKENS];
-            run_tile(
-                w.format,
-                Isa::Avx512Vnni,
-                w.group(g),
-                nb,
-                acts,
-                0,
-                1,
-                &mut tile,
-            );
-            o[..LANES].copy_from_slice(&tile[0]);
-            live.min(LANES)
         };
-        // SAFETY: rows g*8 .. g*8 + n < rows lie inside y ([rows], t = 1) and belong to this
-        // task's groups only; `y` outlives the parallel region.
-        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), out.get().add(g * LANES), n) };
-        g += if paired { 2 } else { 1 };
+    }
+    if w.format == WeightFormat::Q4K {
+        go!(gemv2_q4k)
+    } else {
+        go!(gemv2_q6k)
+    }
+    for (k, row) in o.iter().take(n).enumerate() {
+        // SAFETY: token ti + k < t and rows g*8 .. g*8 + live <= rows lie inside y ([t, rows]);
+        // these two groups belong to the calling task only; `y` outlives the parallel region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                row.as_ptr(),
+                out.get().add((ti + k) * w.rows + g * LANES),
+                live,
+            )
+        };
     }
 }
 

@@ -1,10 +1,10 @@
-//! Single-token (decode) kernels for Q4_K and Q6_K on 512-bit registers: two packed groups
-//! (16 rows) at once, group `g` in the low 256 bits and group `g + 1` in the high ones, so one
+//! Q4_K and Q6_K kernels on 512-bit registers: two packed groups (16 rows) at once, group `g`
+//! in the low 256 bits and group `g + 1` in the high ones, against one to four tokens, so one
 //! broadcast of four activation bytes, one `vpdpbusd`, one scale multiply and one float
-//! update serve sixteen rows instead of eight. Decode is one token against every weight, and
-//! the eight-row kernels in `vnni.rs` are bound there by instruction count (unpacking nibbles,
-//! activation broadcasts, per-sub-block scale products) below what memory delivers; these
-//! halve the instructions per weight byte.
+//! update serve sixteen rows instead of eight. At one token (decode) the eight-row kernels in
+//! `vnni.rs` are bound by instruction count (unpacking nibbles, activation broadcasts,
+//! per-sub-block scale products) below what memory delivers; these halve the instructions per
+//! weight byte. For prefill they halve the `vpdpbusd` count per product.
 //!
 //! Each lane sees the same integer sums and the same float operations in the same order as
 //! the eight-row kernels, so the results are bit-identical to them (and to the scalar twin).
@@ -17,17 +17,17 @@ use crate::q8::BlockQ8K;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-/// Whether the two-group decode kernels run: the CPU has AVX-512 BW on top of the VNNI set,
-/// and `OXINFER_GEMV16` is not `0` (A/B runs).
+/// Whether the two-group kernels run: the CPU has AVX-512 BW on top of the VNNI set, and
+/// `OXINFER_ZMM` is not `0` (A/B runs).
 pub(super) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         is_x86_feature_detected!("avx512bw")
-            && !std::env::var("OXINFER_GEMV16").is_ok_and(|v| v.trim() == "0")
+            && !std::env::var("OXINFER_ZMM").is_ok_and(|v| v.trim() == "0")
     })
 }
 
-/// Whether `format` has a two-group decode kernel.
+/// Whether `format` has a two-group kernel.
 pub(super) fn handles(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q4K | WeightFormat::Q6K)
 }
@@ -77,21 +77,21 @@ fn dp(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
     unsafe { _mm512_dpbusd_epi32(acc, w, x) }
 }
 
-/// Q4_K: `out[r]` = row `r` of groups `g0` (r < 8) and `g1` (r >= 8) · the token `x`.
+/// Q4_K: `out[k][r]` = row `r` of groups `g0` (r < 8) and `g1` (r >= 8) · token `xs[k]`.
 ///
 /// # Safety
 /// The CPU has the features listed in the module doc; `g0` and `g1` are whole packed Q4_K
-/// groups of `nb` blocks and `x` points to `nb` activation super-blocks.
+/// groups of `nb` blocks and each `xs[k]` points to `nb` activation super-blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemv2_q4k(
+pub(super) unsafe fn gemv2_q4k<const N: usize>(
     g0: *const u8,
     g1: *const u8,
     nb: usize,
-    x: *const BlockQ8K,
-    out: &mut [f32; 16],
+    xs: [*const BlockQ8K; N],
+    out: &mut [[f32; 16]; N],
 ) {
     let m4 = _mm512_set1_epi8(0x0F);
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         // SAFETY: block i of each group spans [i*1184, (i+1)*1184); the token's super-block i
         // exists; offsets follow the layout.
@@ -99,49 +99,61 @@ pub(super) unsafe fn gemv2_q4k(
             let (p0, p1) = (g0.add(i * q4k::BYTES), g1.add(i * q4k::BYTES));
             prefetch_ahead(p0, q4k::BYTES);
             prefetch_ahead(p1, q4k::BYTES);
-            let y = &*x.add(i);
-            let mut s32 = _mm512_setzero_si512();
+            let ys: [&BlockQ8K; N] = std::array::from_fn(|k| &*xs[k].add(i));
+            let mut s32 = [_mm512_setzero_si512(); N];
             for s in 0..8 {
                 let sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
                     _mm_loadl_epi64(p0.add(q4k::SC + 8 * s) as *const __m128i),
                     _mm_loadl_epi64(p1.add(q4k::SC + 8 * s) as *const __m128i),
                 ));
                 let qo = q4k::QS + 128 * s;
-                let mut ea = _mm512_setzero_si512();
-                let mut oa = _mm512_setzero_si512();
+                let mut ea = [_mm512_setzero_si512(); N];
+                let mut oa = [_mm512_setzero_si512(); N];
                 for c in 0..4 {
                     let v = load2(p0.add(qo + 32 * c), p1.add(qo + 32 * c));
                     let lo = _mm512_and_si512(v, m4);
                     let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-                    let xq = y.qs.as_ptr().add(32 * s + 8 * c);
-                    ea = dp(ea, lo, bcast4(xq));
-                    oa = dp(oa, hi, bcast4(xq.add(4)));
+                    for k in 0..N {
+                        let xq = ys[k].qs.as_ptr().add(32 * s + 8 * c);
+                        ea[k] = dp(ea[k], lo, bcast4(xq));
+                        oa[k] = dp(oa[k], hi, bcast4(xq.add(4)));
+                    }
                 }
-                let part = _mm512_add_epi32(ea, oa);
-                s32 = _mm512_add_epi32(s32, _mm512_mullo_epi32(part, sc));
-            }
-            // Σ over sub-block pairs of (m[2p], m[2p + 1]) · (bsum[2p], bsum[2p + 1]), the
-            // sub-block sums being the group-of-16 sums added in pairs (no i16 overflow:
-            // |Σ 32 quants| <= 4064).
-            let mut mins = _mm512_setzero_si512();
-            for pair in 0..4 {
-                let sub = |j: usize| (y.bsums[2 * j] + y.bsums[2 * j + 1]) as u16 as u32;
-                let bs = (sub(2 * pair) | (sub(2 * pair + 1) << 16)) as i32;
-                let mp = _mm512_cvtepu8_epi16(load2x16(
-                    p0.add(q4k::MIN + 16 * pair),
-                    p1.add(q4k::MIN + 16 * pair),
-                ));
-                mins = _mm512_add_epi32(mins, _mm512_madd_epi16(mp, _mm512_set1_epi32(bs)));
+                for k in 0..N {
+                    let part = _mm512_add_epi32(ea[k], oa[k]);
+                    s32[k] = _mm512_add_epi32(s32[k], _mm512_mullo_epi32(part, sc));
+                }
             }
             let d = f16x16(p0, p1);
             let dmin = f16x16(p0.add(q4k::DMIN), p1.add(q4k::DMIN));
-            let dy = _mm512_set1_ps(y.d);
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(s32), acc);
-            acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(mins), acc);
+            let mp: [__m512i; 4] = std::array::from_fn(|pair| {
+                _mm512_cvtepu8_epi16(load2x16(
+                    p0.add(q4k::MIN + 16 * pair),
+                    p1.add(q4k::MIN + 16 * pair),
+                ))
+            });
+            for k in 0..N {
+                let y = ys[k];
+                // Σ over sub-block pairs of (m[2p], m[2p + 1]) · (bsum[2p], bsum[2p + 1]), the
+                // sub-block sums being the group-of-16 sums added in pairs (no i16 overflow:
+                // |Σ 32 quants| <= 4064).
+                let mut mins = _mm512_setzero_si512();
+                for (pair, m) in mp.iter().enumerate() {
+                    let sub = |j: usize| (y.bsums[2 * j] + y.bsums[2 * j + 1]) as u16 as u32;
+                    let bs = (sub(2 * pair) | (sub(2 * pair + 1) << 16)) as i32;
+                    mins = _mm512_add_epi32(mins, _mm512_madd_epi16(*m, _mm512_set1_epi32(bs)));
+                }
+                let dy = _mm512_set1_ps(y.d);
+                acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(s32[k]), acc[k]);
+                acc[k] =
+                    _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(mins), acc[k]);
+            }
         }
     }
-    // SAFETY: out holds 16 f32.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    for k in 0..N {
+        // SAFETY: out[k] holds 16 f32.
+        unsafe { _mm512_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+    }
 }
 
 /// The top two bits of quant register `W_{4h + K}` from high-bit chunk `hb`, at bits 4..6.
@@ -159,20 +171,20 @@ fn high2<const K: u32>(hb: __m512i) -> __m512i {
     }
 }
 
-/// Q6_K: `out[r]` = row `r` of groups `g0` (r < 8) and `g1` (r >= 8) · the token `x`.
+/// Q6_K: `out[k][r]` = row `r` of groups `g0` (r < 8) and `g1` (r >= 8) · token `xs[k]`.
 ///
 /// # Safety
 /// As [`gemv2_q4k`], for packed Q6_K groups.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemv2_q6k(
+pub(super) unsafe fn gemv2_q6k<const N: usize>(
     g0: *const u8,
     g1: *const u8,
     nb: usize,
-    x: *const BlockQ8K,
-    out: &mut [f32; 16],
+    xs: [*const BlockQ8K; N],
+    out: &mut [[f32; 16]; N],
 ) {
     let m4 = _mm512_set1_epi8(0x0F);
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         // SAFETY: block i of each group spans [i*1680, (i+1)*1680); the token's super-block i
         // exists; offsets follow the layout.
@@ -180,8 +192,8 @@ pub(super) unsafe fn gemv2_q6k(
             let (p0, p1) = (g0.add(i * q6k::BYTES), g1.add(i * q6k::BYTES));
             prefetch_ahead(p0, q6k::BYTES);
             prefetch_ahead(p1, q6k::BYTES);
-            let y = &*x.add(i);
-            let mut s32 = _mm512_setzero_si512();
+            let ys: [&BlockQ8K; N] = std::array::from_fn(|k| &*xs[k].add(i));
+            let mut s32 = [_mm512_setzero_si512(); N];
             for s in 0..8 {
                 // Lanes r: (sc[2s], sc[2s + 1]) as i16; as i32 each on its own.
                 let scq = _mm512_cvtepi8_epi16(load2x16(
@@ -205,30 +217,40 @@ pub(super) unsafe fn gemv2_q6k(
                         _mm512_and_si512(_mm512_srli_epi16::<4>(v1), m4),
                         high2::<3>(hb),
                     );
-                    let xq = y.qs.as_ptr().add(32 * s + 16 * h);
-                    let a = dp(
-                        dp(_mm512_setzero_si512(), w0, bcast4(xq)),
-                        w1,
-                        bcast4(xq.add(4)),
-                    );
-                    let b = dp(
-                        dp(_mm512_setzero_si512(), w2, bcast4(xq.add(8))),
-                        w3,
-                        bcast4(xq.add(12)),
-                    );
-                    s32 = _mm512_add_epi32(s32, _mm512_mullo_epi32(_mm512_add_epi32(a, b), scv));
+                    for k in 0..N {
+                        let xq = ys[k].qs.as_ptr().add(32 * s + 16 * h);
+                        let a = dp(
+                            dp(_mm512_setzero_si512(), w0, bcast4(xq)),
+                            w1,
+                            bcast4(xq.add(4)),
+                        );
+                        let b = dp(
+                            dp(_mm512_setzero_si512(), w2, bcast4(xq.add(8))),
+                            w3,
+                            bcast4(xq.add(12)),
+                        );
+                        let part = _mm512_add_epi32(a, b);
+                        s32[k] = _mm512_add_epi32(s32[k], _mm512_mullo_epi32(part, scv));
+                    }
                 }
-                // -32 · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1]) per lane.
-                let bs = _mm512_set1_epi32(std::ptr::read_unaligned(
-                    y.bsums.as_ptr().add(2 * s) as *const i32
-                ));
-                let corr = _mm512_slli_epi32::<5>(_mm512_madd_epi16(scq, bs));
-                s32 = _mm512_sub_epi32(s32, corr);
+                for k in 0..N {
+                    // -32 · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1]) per lane.
+                    let bs = _mm512_set1_epi32(std::ptr::read_unaligned(
+                        ys[k].bsums.as_ptr().add(2 * s) as *const i32,
+                    ));
+                    let corr = _mm512_slli_epi32::<5>(_mm512_madd_epi16(scq, bs));
+                    s32[k] = _mm512_sub_epi32(s32[k], corr);
+                }
             }
-            let dd = _mm512_mul_ps(f16x16(p0, p1), _mm512_set1_ps(y.d));
-            acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s32), acc);
+            let d = f16x16(p0, p1);
+            for k in 0..N {
+                let dd = _mm512_mul_ps(d, _mm512_set1_ps(ys[k].d));
+                acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s32[k]), acc[k]);
+            }
         }
     }
-    // SAFETY: out holds 16 f32.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    for k in 0..N {
+        // SAFETY: out[k] holds 16 f32.
+        unsafe { _mm512_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+    }
 }
