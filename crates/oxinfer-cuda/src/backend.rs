@@ -346,7 +346,7 @@ impl Backend for CudaBackend {
         // f16/bf16 rows of any width: cuBLAS and the element-wise converters take any `k`, and
         // convolution weights are `k²·cin` wide (27 for a 3×3 over RGB).
         let any_width = matches!(w.format, WeightFormat::F16 | WeightFormat::BF16);
-        if !gemm::supported(w.format) || (w.cols % 16 != 0 && !any_width) {
+        if !gemm::supported(w.format) || (!w.cols.is_multiple_of(16) && !any_width) {
             return None;
         }
         let start = Instant::now();
@@ -414,10 +414,10 @@ impl Backend for CudaBackend {
     ) -> bool {
         let kv_len = g.n_keys() * g.n_kv_heads * g.head_dim;
         let ok_shape = g.t >= self.min_tokens
-            && g.head_dim % 32 == 0
+            && g.head_dim.is_multiple_of(32)
             && g.head_dim <= 256
             && g.n_kv_heads > 0
-            && g.n_heads % g.n_kv_heads == 0
+            && g.n_heads.is_multiple_of(g.n_kv_heads)
             && q.len() == g.t * g.n_heads * g.head_dim
             && out.len() == q.len()
             && k.len() >= kv_len

@@ -80,7 +80,7 @@ pub(crate) fn supported(
         n.gamma.len() == g.cin
             && n.beta.len() == g.cin
             && match n.kind {
-                NormKind::Group(groups) => groups > 0 && g.cin % groups == 0,
+                NormKind::Group(groups) => groups > 0 && g.cin.is_multiple_of(groups),
                 NormKind::Layer => true,
             }
     });

@@ -147,7 +147,7 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
     match w.format {
         WeightFormat::BF16 => Input16::Bf16,
         WeightFormat::F16 => Input16::F16,
-        _ if path == QuantPath::Mma && w.cols % GEMM_BK == 0 => Input16::Bf16,
+        _ if path == QuantPath::Mma && w.cols.is_multiple_of(GEMM_BK) => Input16::Bf16,
         f => match oxinfer_kernels::vecdot::act_kind(f) {
             oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F16(256),
             _ => Input16::Q8F16(32),
@@ -196,29 +196,16 @@ pub(crate) fn prepare(
             )
         }
         Input16::F32 => Ok(()),
-        Input16::Q8F32(block) => {
+        Input16::Q8F32(block) | Input16::Q8F16(block) => {
             let nblocks = (n / block) as i64;
             let b = block as i32;
             let grid = ((n / block * 32).div_ceil(256) as u32, 1, 1);
-            let f = gpu.k.quant_act_f32;
-            gpu.launch(
-                f,
-                grid,
-                (256, 1, 1),
-                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b)],
-            )
-        }
-        Input16::Q8F16(block) => {
-            let nblocks = (n / block) as i64;
-            let b = block as i32;
-            let grid = ((n / block * 32).div_ceil(256) as u32, 1, 1);
-            let f = gpu.k.quant_act_f16;
-            gpu.launch(
-                f,
-                grid,
-                (256, 1, 1),
-                &mut [arg(&x), arg(&out), arg(&nblocks), arg(&b), arg(&scale)],
-            )
+            // One warp per block; the f16 variant also reads the overflow guard's words.
+            let mut args = [arg(&x), arg(&out), arg(&nblocks), arg(&b), arg(&scale)];
+            match kind {
+                Input16::Q8F16(_) => gpu.launch(gpu.k.quant_act_f16, grid, (256, 1, 1), &mut args),
+                _ => gpu.launch(gpu.k.quant_act_f32, grid, (256, 1, 1), &mut args[..4]),
+            }
         }
     }
 }
@@ -294,7 +281,7 @@ pub(crate) fn matmul(
             cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols, alpha)
         }
         // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
-        f if path == QuantPath::DequantCublas || w.cols % GEMM_BK != 0 => {
+        f if path == QuantPath::DequantCublas || !w.cols.is_multiple_of(GEMM_BK) => {
             let w16 = f16_weights(gpu, w, f)?;
             cublas(
                 gpu,

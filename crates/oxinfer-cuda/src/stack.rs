@@ -63,11 +63,11 @@ fn mat<'a>(w: &Weight<'a>) -> Option<&'a DeviceMatrix> {
 
 /// Whether the kernels handle this geometry.
 pub(crate) fn supported(d: &StackDesc) -> bool {
-    d.head_dim % 32 == 0
+    d.head_dim.is_multiple_of(32)
         && d.head_dim <= 256
         && d.n_kv_heads > 0
-        && d.n_heads % d.n_kv_heads == 0
-        && d.rope_dim % 2 == 0
+        && d.n_heads.is_multiple_of(d.n_kv_heads)
+        && d.rope_dim.is_multiple_of(2)
         && d.rope_dim <= d.head_dim
 }
 

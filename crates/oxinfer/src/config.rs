@@ -172,13 +172,13 @@ impl ModelConfig {
                 return bad(format!("{name} {v} is out of range (1..={max})"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "head count {} is not a multiple of kv head count {}",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.rope.dim > self.head_dim || self.rope.dim % 2 != 0 {
+        if self.rope.dim > self.head_dim || !self.rope.dim.is_multiple_of(2) {
             return bad(format!(
                 "rope dimension {} must be even and ≤ head dim {}",
                 self.rope.dim, self.head_dim

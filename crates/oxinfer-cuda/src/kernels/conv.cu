@@ -374,31 +374,7 @@ extern "C" __global__ void __launch_bounds__(256) conv_igemm_bf16(
         }
         const u16* a_s = sw + cur * (BM * LDS);
         const u16* b_s = sx + cur * (BN * LDS);
-        #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-            u32 af[MT][4], bf[NT][2];
-            #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                int row = wm + i * 16 + (lane & 15);
-                int col = kk + (lane >> 4) * 8;
-                ldsm4(af[i], smem_addr(a_s + row * LDS + col));
-            }
-            #pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                int row = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
-                int col = kk + ((lane >> 3) & 1) * 8;
-                u32 r[4];
-                ldsm4(r, smem_addr(b_s + row * LDS + col));
-                bf[j][0] = r[0];
-                bf[j][1] = r[1];
-                bf[j + 1][0] = r[2];
-                bf[j + 1][1] = r[3];
-            }
-            #pragma unroll
-            for (int i = 0; i < MT; i++)
-                #pragma unroll
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bf[j]);
-        }
+        mma_tile_bk(acc, a_s, b_s, wm, wn, lane);
         if (more) {
             store_w(sw + (cur ^ 1) * (BM * LDS), pw);
             store_w(sx + (cur ^ 1) * (BN * LDS), px);

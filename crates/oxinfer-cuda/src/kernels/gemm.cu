@@ -97,6 +97,38 @@ __device__ __forceinline__ void store_x(u16* s, const uint4* p) {
     }
 }
 
+// One BK-deep step of a block's tile product from shared memory (rows padded to LDS): each
+// warp multiplies its 64 x WN share, weight rows wm.. of a_s by token rows wn.. of b_s, into
+// acc (mma.sync m16n8k16, bf16 in, f32 accumulation). Shared by gemm_q and conv_igemm_bf16.
+__device__ __forceinline__ void mma_tile_bk(float (&acc)[MT][NT][4], const u16* a_s,
+                                            const u16* b_s, int wm, int wn, int lane) {
+    #pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+        u32 af[MT][4], bf[NT][2];
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            int row = wm + i * 16 + (lane & 15);
+            int col = kk + (lane >> 4) * 8;
+            ldsm4(af[i], smem_addr(a_s + row * LDS + col));
+        }
+        #pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            int row = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
+            int col = kk + ((lane >> 3) & 1) * 8;
+            u32 r[4];
+            ldsm4(r, smem_addr(b_s + row * LDS + col));
+            bf[j][0] = r[0];
+            bf[j][1] = r[1];
+            bf[j + 1][0] = r[2];
+            bf[j + 1][1] = r[3];
+        }
+        #pragma unroll
+        for (int i = 0; i < MT; i++)
+            #pragma unroll
+            for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+    }
+}
+
 template <int F>
 __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __restrict__ x,
                        float* __restrict__ y, int t, int n, int k) {
@@ -134,31 +166,7 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
         }
         const u16* a_s = sw[cur];
         const u16* b_s = sx[cur];
-        #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-            u32 af[MT][4], bf[NT][2];
-            #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                int row = wm + i * 16 + (lane & 15);
-                int col = kk + (lane >> 4) * 8;
-                ldsm4(af[i], smem_addr(a_s + row * LDS + col));
-            }
-            #pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                int row = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
-                int col = kk + ((lane >> 3) & 1) * 8;
-                u32 r[4];
-                ldsm4(r, smem_addr(b_s + row * LDS + col));
-                bf[j][0] = r[0];
-                bf[j][1] = r[1];
-                bf[j + 1][0] = r[2];
-                bf[j + 1][1] = r[3];
-            }
-            #pragma unroll
-            for (int i = 0; i < MT; i++)
-                #pragma unroll
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bf[j]);
-        }
+        mma_tile_bk(acc, a_s, b_s, wm, wn, lane);
         if (more) {
             store_w(sw[cur ^ 1], pw);
             store_x(sx[cur ^ 1], px);

@@ -93,7 +93,7 @@ impl DateTime {
             }
             let month = MONTHS[(self.month - 1) as usize];
             let day = DAYS[self.weekday as usize];
-            let hour12 = if self.hour % 12 == 0 {
+            let hour12 = if self.hour.is_multiple_of(12) {
                 12
             } else {
                 self.hour % 12

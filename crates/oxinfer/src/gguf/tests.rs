@@ -42,7 +42,7 @@ impl Writer {
         self.u64(offset);
     }
     fn pad(&mut self, align: usize) {
-        while self.buf.len() % align != 0 {
+        while !self.buf.len().is_multiple_of(align) {
             self.buf.push(0);
         }
     }

@@ -96,7 +96,7 @@ fn check_geom_norm(x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>) -> Result<(
             }
         }
         if let NormKind::Group(groups) = n.kind {
-            if groups == 0 || g.cin % groups != 0 {
+            if groups == 0 || !g.cin.is_multiple_of(groups) {
                 return bad(format!(
                     "GroupNorm groups = {groups} does not divide cin = {}",
                     g.cin

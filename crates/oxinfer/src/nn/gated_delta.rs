@@ -93,7 +93,7 @@ pub struct GatedDeltaNet {
 
 impl GatedDeltaNet {
     pub fn load(store: &dyn TensorStore, n: &DeltaNames, s: DeltaShape) -> Result<Self, LoadError> {
-        if s.n_k_heads == 0 || s.n_v_heads % s.n_k_heads != 0 || s.kernel == 0 {
+        if s.n_k_heads == 0 || !s.n_v_heads.is_multiple_of(s.n_k_heads) || s.kernel == 0 {
             return Err(LoadError::field(
                 store.path(),
                 format!(

@@ -168,7 +168,7 @@ fn check_shapes(
     shapes: &[LayerShape],
 ) -> Result<(), LoadError> {
     for (i, s) in shapes.iter().enumerate() {
-        if s.head_dim == 0 || s.n_kv_heads == 0 || cfg.n_heads % s.n_kv_heads != 0 {
+        if s.head_dim == 0 || s.n_kv_heads == 0 || !cfg.n_heads.is_multiple_of(s.n_kv_heads) {
             return Err(bad(
                 src,
                 format!(
