@@ -23,10 +23,24 @@ from pydoc_data.topics import topics
 s = '\n\n'.join(topics[k] for k in sorted(topics))
 open('$TEXT', 'w').write(s[:120000])"
 
-ppl() { "$@" 2>&1 | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' | tail -1; }
+# The final perplexity of one run, or the run's last lines on stderr (and no value) if it failed.
+ppl() {
+  local out
+  if out=$("$@" 2>&1) && grep -q 'PPL = ' <<<"$out"; then
+    sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' <<<"$out" | tail -1
+  else
+    echo "failed: $*" >&2
+    tail -3 <<<"$out" >&2
+  fi
+}
 cpu=$(ppl "$OX" perplexity -m "$MODEL" -f "$TEXT" -c 512 --device cpu)
 cuda=$(ppl "$OX" perplexity -m "$MODEL" -f "$TEXT" -c 512 --device cuda)
 exact=$(OXINFER_CUDA_QGEMM=exact ppl "$OX" perplexity -m "$MODEL" -f "$TEXT" -c 512 --device cuda)
+[ -n "$cpu" ] || { echo "the CPU run failed" >&2; exit 1; }
 python3 -c "
-c, g, e = $cpu, ${cuda:-0}, ${exact:-0}
-print(f'cpu {c:.4f}  cuda {g:.4f} ({100 * (g / c - 1):+.3f} %)  cuda exact {e:.4f} ({100 * (e / c - 1):+.3f} %)')"
+c = $cpu
+line = f'cpu {c:.4f}'
+for name, v in (('cuda', '$cuda'), ('cuda exact', '$exact')):
+    line += f'  {name} ' + (f'{float(v):.4f} ({100 * (float(v) / c - 1):+.3f} %)' if v else 'failed')
+print(line)"
+[ -n "$cuda" ] && [ -n "$exact" ]
