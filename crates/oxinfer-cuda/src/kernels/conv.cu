@@ -382,18 +382,5 @@ extern "C" __global__ void __launch_bounds__(256) conv_igemm_bf16(
         __syncthreads();
     }
 
-    int g = lane >> 2, tq = lane & 3;
-    #pragma unroll
-    for (int i = 0; i < MT; i++) {
-        #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            int row = m0 + wm + i * 16 + g;
-            int col = n0 + wn + j * 8 + tq * 2;
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int r = row + (c >> 1) * 8, cc = col + (c & 1);
-                if (r < n_out && cc < P) y[(long)cc * n_out + r] = acc[i][j][c];
-            }
-        }
-    }
+    store_acc(y, acc, m0, n0, wm, wn, lane, n_out, P);
 }

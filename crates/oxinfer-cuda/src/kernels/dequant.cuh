@@ -177,22 +177,33 @@ template <> __device__ __forceinline__ void dq16<FMT_Q8_K>(const u8* row, int k,
     for (int i = 0; i < 16; i++) y[i] = d * (float)q[i];
 }
 
+// This thread's 16 weights of a whole-matrix decoding ([rows, cols] row-major, one thread per
+// 16 weights) into v, and their index in the output as `at`; false past the end.
+template <int F>
+__device__ __forceinline__ bool dq16_thread(const u8* w, int rows, int cols, long row_bytes,
+                                            float* v, long& at) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long per_row = cols / 16;
+    if (idx >= (long)rows * per_row) return false;
+    int r = (int)(idx / per_row), k = (int)(idx % per_row) * 16;
+    dq16<F>(w + r * row_bytes, k, v);
+    at = (long)r * cols + k;
+    return true;
+}
+
 // Whole-matrix dequantization to bf16, or IEEE f16 when H (the one instantiated) ([rows, cols] row-major): one thread
 // per 16 weights.
 template <int F, bool H>
 __device__ void dequant_16(const u8* w, u16* out, int rows, int cols, long row_bytes) {
-    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    long per_row = cols / 16;
-    if (idx >= (long)rows * per_row) return;
-    int r = (int)(idx / per_row), k = (int)(idx % per_row) * 16;
     float v[16];
-    dq16<F>(w + r * row_bytes, k, v);
+    long at;
+    if (!dq16_thread<F>(w, rows, cols, row_bytes, v, at)) return;
     u32 p[8];
     #pragma unroll
     for (int i = 0; i < 8; i++)
         p[i] = H ? ((u32)f2h(v[2 * i]) | ((u32)f2h(v[2 * i + 1]) << 16))
                  : pack_bf2(v[2 * i], v[2 * i + 1]);
-    uint4* dst = (uint4*)(out + (long)r * cols + k);
+    uint4* dst = (uint4*)(out + at);
     dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
     dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
 }
@@ -200,13 +211,10 @@ __device__ void dequant_16(const u8* w, u16* out, int rows, int cols, long row_b
 // The same decoding to f32, unrounded (the exact-product path): one thread per 16 weights.
 template <int F>
 __device__ void dequant_32(const u8* w, float* out, int rows, int cols, long row_bytes) {
-    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    long per_row = cols / 16;
-    if (idx >= (long)rows * per_row) return;
-    int r = (int)(idx / per_row), k = (int)(idx % per_row) * 16;
     float v[16];
-    dq16<F>(w + r * row_bytes, k, v);
-    float4* dst = (float4*)(out + (long)r * cols + k);
+    long at;
+    if (!dq16_thread<F>(w, rows, cols, row_bytes, v, at)) return;
+    float4* dst = (float4*)(out + at);
     #pragma unroll
     for (int i = 0; i < 4; i++) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
 }

@@ -129,6 +129,27 @@ __device__ __forceinline__ void mma_tile_bk(float (&acc)[MT][NT][4], const u16* 
     }
 }
 
+// Writes a warp's accumulators (the 64 x WN share at weight rows m0 + wm.., token rows
+// n0 + wn..) to y [t, n] (token-major), skipping rows >= n and tokens >= t. Shared by gemm_q
+// and conv_igemm_bf16.
+__device__ __forceinline__ void store_acc(float* y, const float (&acc)[MT][NT][4], int m0, int n0,
+                                          int wm, int wn, int lane, int n, int t) {
+int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+for (int i = 0; i < MT; i++) {
+    #pragma unroll
+    for (int j = 0; j < NT; j++) {
+        int row = m0 + wm + i * 16 + g;
+        int col = n0 + wn + j * 8 + tq * 2;
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int r = row + (c >> 1) * 8, cc = col + (c & 1);
+            if (r < n && cc < t) y[(long)cc * n + r] = acc[i][j][c];
+        }
+    }
+}
+}
+
 template <int F>
 __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __restrict__ x,
                        float* __restrict__ y, int t, int n, int k) {
@@ -174,20 +195,7 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
         __syncthreads();
     }
 
-    int g = lane >> 2, tq = lane & 3;
-    #pragma unroll
-    for (int i = 0; i < MT; i++) {
-        #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            int row = m0 + wm + i * 16 + g;
-            int col = n0 + wn + j * 8 + tq * 2;
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int r = row + (c >> 1) * 8, cc = col + (c & 1);
-                if (r < n && cc < t) y[(long)cc * n + r] = acc[i][j][c];
-            }
-        }
-    }
+    store_acc(y, acc, m0, n0, wm, wn, lane, n, t);
 }
 
 #define INSTANTIATE(F, NAME)                                                                   \
