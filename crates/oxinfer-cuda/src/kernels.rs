@@ -141,6 +141,14 @@ pub fn compile_unit_ptx(unit: &str, major: i32, minor: i32) -> Result<Ptx, Strin
     )
 }
 
+/// The kernel of `list` for format `f`.
+fn for_format(
+    list: &[(WeightFormat, sys::CUfunction)],
+    f: WeightFormat,
+) -> Option<sys::CUfunction> {
+    list.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+}
+
 impl Kernels {
     /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`.
     pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
@@ -154,38 +162,31 @@ impl Kernels {
                 .map(|f| f.cu_function())
                 .map_err(|e| format!("kernel {name}: {e:?}"))
         };
-        let mut gemm = Vec::new();
-        let mut dequant_f16 = Vec::new();
-        let mut dequant_f32 = Vec::new();
-        for (f, n) in QUANT_FORMATS {
-            let g = get(&format!("gemm_{n}"))?;
-            // SAFETY: `g` is a live function of the module; the size is within the device's
+        // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
+        let get_tiled = |name: &str| -> Result<sys::CUfunction, String> {
+            let f = get(name)?;
+            // SAFETY: `f` is a live function of the module; the size is within the device's
             // opt-in shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
             unsafe {
                 sys::cuFuncSetAttribute(
-                    g,
+                    f,
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     GEMM_SMEM as i32,
                 )
             }
             .result()
-            .map_err(|e| format!("gemm_{n}: shared memory size: {e:?}"))?;
-            gemm.push((f, g));
+            .map_err(|e| format!("{name}: shared memory size: {e:?}"))?;
+            Ok(f)
+        };
+        let mut gemm = Vec::new();
+        let mut dequant_f16 = Vec::new();
+        let mut dequant_f32 = Vec::new();
+        for (f, n) in QUANT_FORMATS {
+            gemm.push((f, get_tiled(&format!("gemm_{n}"))?));
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
-        let conv_igemm_bf16 = get("conv_igemm_bf16")?;
-        // SAFETY: a live function of the module; the size is within the device's opt-in
-        // shared memory per block, as for the GEMMs above.
-        unsafe {
-            sys::cuFuncSetAttribute(
-                conv_igemm_bf16,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                GEMM_SMEM as i32,
-            )
-        }
-        .result()
-        .map_err(|e| format!("conv_igemm_bf16: shared memory size: {e:?}"))?;
+        let conv_igemm_bf16 = get_tiled("conv_igemm_bf16")?;
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
@@ -216,23 +217,17 @@ impl Kernels {
 
     /// The in-tile dequantizing GEMM for `f`.
     pub fn gemm(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.gemm.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+        for_format(&self.gemm, f)
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
     pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.dequant_f16
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|(_, k)| *k)
+        for_format(&self.dequant_f16, f)
     }
 
     /// The whole-matrix dequantizer to f32 for `f` (exact-product path).
     pub fn dequant_f32(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.dequant_f32
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|(_, k)| *k)
+        for_format(&self.dequant_f32, f)
     }
 
     /// Registers and local (spill) bytes per thread of each GEMM kernel, one line each.
