@@ -12,7 +12,7 @@ const PREFETCH_AHEAD: usize = 4096;
 /// optimized away).
 pub fn read_sum(data: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() {
+    if crate::dispatch::detected_isa().has_avx2() {
         // SAFETY: the CPU has AVX2 (detected).
         return unsafe { avx2::read_sum(data) };
     }
