@@ -35,6 +35,9 @@ pub mod q8;
 pub mod quantize;
 pub mod vecdot;
 
+#[cfg(test)]
+mod test_util;
+
 pub use dequant::{dequantize_row, dequantize_row_split};
 pub use dispatch::{kernel_set, KernelSet};
 pub use error::KernelError;

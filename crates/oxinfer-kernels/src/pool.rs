@@ -189,7 +189,8 @@ pub fn parallel_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
     }
     let region = p.region.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: erases the closure's lifetime; it is used only until this call returns (we wait
-    // for `done == n` and `active == 0` below).
+    // for `done == n` and `active == 0` below, and nothing unwinds out of this frame before:
+    // run_tasks catches the tasks' panics).
     let f_static: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
     let job = Job { f: f_static, n };
     s.next.store(0, Ordering::SeqCst);
@@ -222,6 +223,7 @@ pub fn parallel_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::payload_message;
 
     #[test]
     fn every_task_runs_once() {
@@ -245,15 +247,6 @@ mod tests {
         assert_eq!(total.load(Ordering::Relaxed), 12);
     }
 
-    /// The message of a caught panic payload.
-    fn message(payload: &(dyn Any + Send)) -> String {
-        payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_default()
-    }
-
     /// A task that panics (on a worker or on the caller, whichever claims it) ends its region
     /// with that panic on the calling thread; no thread dies, and the next regions run every
     /// task. Before, the region either spun forever (a worker died) or aborted the process.
@@ -270,7 +263,10 @@ mod tests {
                 });
             }));
             let payload = caught.expect_err("the region must re-raise the task's panic");
-            assert_eq!(message(payload.as_ref()), format!("task {bad} failed"));
+            assert_eq!(
+                payload_message(payload.as_ref()),
+                format!("task {bad} failed")
+            );
             assert!(ran.load(Ordering::Relaxed) < 64);
             // Every thread of the pool is still there and takes part.
             for _ in 0..100 {
@@ -288,12 +284,15 @@ mod tests {
     #[test]
     fn many_and_nested_panics_reach_the_caller() {
         let caught = catch_unwind(|| parallel_for(1000, &|i| panic!("all fail {i}")));
-        let msg = message(caught.expect_err("must panic").as_ref());
+        let msg = payload_message(caught.expect_err("must panic").as_ref());
         assert!(msg.starts_with("all fail "), "{msg}");
         let caught = catch_unwind(|| {
             parallel_for(8, &|_| parallel_for(4, &|j| assert!(j != 3, "inner {j}")));
         });
-        assert_eq!(message(caught.expect_err("must panic").as_ref()), "inner 3");
+        assert_eq!(
+            payload_message(caught.expect_err("must panic").as_ref()),
+            "inner 3"
+        );
         let total = AtomicUsize::new(0);
         parallel_for(8, &|_| {
             total.fetch_add(1, Ordering::Relaxed);
@@ -317,7 +316,10 @@ mod tests {
                             })
                         }));
                         if c == 1 && round % 10 == 0 {
-                            assert_eq!(message(r.expect_err("planned panic").as_ref()), "planned");
+                            assert_eq!(
+                                payload_message(r.expect_err("planned panic").as_ref()),
+                                "planned"
+                            );
                         } else {
                             assert!(r.is_ok());
                             assert_eq!(sum.load(Ordering::Relaxed), 33 * 32 / 2);

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 mod avx2;
 mod scalar;
 
-use scalar::{finite, q4_overflow, q4_row, q8_row};
+use scalar::{finite, q4_row, q8_row};
 
 /// Formats [`quantize_row`] and [`quantize_matrix`] produce.
 pub const TARGETS: [WeightFormat; 3] = [WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4];
@@ -97,7 +97,7 @@ pub fn quantize_row_isa(
             match format {
                 WeightFormat::Q8 => avx2::q8_row(x, qs, scales),
                 WeightFormat::Q4 => {
-                    avx2::q4_row(x, qs, scales).map_err(|(i, m)| q4_overflow(i, m))?
+                    avx2::q4_row(x, qs, scales).map_err(|(i, m)| scalar::q4_overflow(i, m))?
                 }
                 _ => avx2::bf16_row(x, qs),
             }

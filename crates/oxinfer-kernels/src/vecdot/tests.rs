@@ -4,6 +4,7 @@
 use super::*;
 use crate::dequant::dequantize_row;
 use crate::q8::{quantize_q8, quantize_q8k};
+use crate::test_util::panic_message;
 use proptest::prelude::*;
 
 /// A row of `n` weights of `format` from random bytes with sane f16 scales.
@@ -246,17 +247,6 @@ fn isa_levels_end_at_the_detected_one() {
     if let Ok(want) = std::env::var("OXINFER_TEST_EXPECT_ISA") {
         assert_eq!(detected_isa().name(), want, "levels found: {isas:?}");
     }
-}
-
-/// The panic message of `f`, which must panic.
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .expect_err("a row of the wrong length must panic");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Rows shorter (or longer) than their activations, and formats a kernel does not take, stop
