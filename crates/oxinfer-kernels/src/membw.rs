@@ -6,6 +6,7 @@
 //! streamed 20 GB/s.
 
 /// Bytes between a load and the prefetch issued alongside it (as the packed kernels do).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Reads every element of `data` and returns their wrapping sum (so the reads cannot be
