@@ -209,6 +209,16 @@ mod tests {
             let mut y = vec![0f32; 3 * 4];
             let m = panic_message(|| matmul_fast(&w, &x[..64], 3, &mut y, isa));
             assert!(m.contains("x must be [t = 3, cols = 32]"), "{isa:?}: {m}");
+            // A hand-built matrix whose output size overflows: the check's product is checked.
+            let huge = WeightMatrix {
+                format: WeightFormat::F32,
+                data: &[],
+                scales: &[],
+                rows: usize::MAX / 2 + 1,
+                cols: 1,
+            };
+            let m = panic_message(|| matmul_fast(&huge, &x[..2], 2, &mut y, isa));
+            assert!(m.contains("y must be [t = 2"), "{isa:?}: {m}");
             matmul_fast(&w, &x, 3, &mut y, isa);
             assert!(
                 y.iter().all(|&v| v == 0.0),
