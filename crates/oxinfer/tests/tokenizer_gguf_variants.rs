@@ -177,13 +177,24 @@ fn scratch(name: &str) -> PathBuf {
     scratch_dir(name).join("vocab.gguf")
 }
 
+/// Writes `meta` to `path` as a GGUF file and builds its tokenizer.
+fn tokenizer_of(path: &Path, meta: &[(String, MetaValue)]) -> Result<Tokenizer, String> {
+    write_gguf(path, meta);
+    let g = GgufFile::open(path).unwrap_or_else(|e| panic!("{e}"));
+    Tokenizer::from_gguf(&g).map_err(|e| e.to_string())
+}
+
+/// The error [`tokenizer_of`] gives for `meta` (empty when it builds one).
+fn tokenizer_error(path: &Path, meta: &[(String, MetaValue)]) -> String {
+    tokenizer_of(path, meta).err().unwrap_or_default()
+}
+
 #[test]
 fn tiny_written_vocabularies() {
     let path = scratch("tiny");
     // Byte-level BPE with an unknown pre-tokenizer name: GPT-2's expression, a warning.
-    write_gguf(&path, &tiny_bpe(Some("no-such-pre"), "gpt2"));
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    let tok = tokenizer_of(&path, &tiny_bpe(Some("no-such-pre"), "gpt2"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let ids = tok
         .encode("<|im_start|>hello hello<|im_end|>", false)
         .unwrap_or_default();
@@ -205,12 +216,7 @@ fn tiny_written_vocabularies() {
     assert_eq!(tok.encode("", false).unwrap_or_default(), Vec::<u32>::new());
 
     // An unsupported tokenizer family is a clear error naming the key.
-    write_gguf(&path, &tiny_bpe(None, "bert"));
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &tiny_bpe(None, "bert"));
     assert!(
         msg.contains("tokenizer.ggml.model") && msg.contains("bert"),
         "{msg}"
@@ -221,12 +227,7 @@ fn tiny_written_vocabularies() {
         .into_iter()
         .filter(|(k, _)| k != "tokenizer.ggml.merges")
         .collect();
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &meta);
     assert!(msg.contains("tokenizer.ggml.merges"), "{msg}");
 
     // Token types of the wrong type.
@@ -236,12 +237,7 @@ fn tiny_written_vocabularies() {
             *v = strings(&["x"]);
         }
     }
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &meta);
     assert!(msg.contains("tokenizer.ggml.token_type"), "{msg}");
     let _ = std::fs::remove_dir_all(path.parent().unwrap_or(Path::new("/nonexistent")));
 }
@@ -296,9 +292,7 @@ fn tiny_sentencepiece_vocabulary() {
             MetaValue::Bool(true),
         ),
     ];
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    let tok = tokenizer_of(&path, &meta).unwrap_or_else(|e| panic!("{e}"));
     // llama.cpp's SentencePiece defaults: BOS 1, EOS 2, add_bos.
     assert_eq!(
         (tok.bos_id(), tok.eos_id(), tok.add_bos_default()),
