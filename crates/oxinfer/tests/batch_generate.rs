@@ -39,18 +39,23 @@ fn request(prompt: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Seq
     }
 }
 
-/// Steps `batch` until idle, collecting each tag's [`Finished`].
+/// One step of `batch`, keeping each tag's [`Finished`] in `done`.
+fn step_once(batch: &mut BatchGenerator<'_, usize>, done: &mut [Option<Finished>]) {
+    batch
+        .step(|&mut i, ev| {
+            if let SeqEvent::Finished(f) = ev {
+                done[i] = Some(f);
+            }
+            true
+        })
+        .map_err(|f| f.error)
+        .expect("step");
+}
+
+/// Steps `batch` until idle, keeping each tag's [`Finished`] in `done`.
 fn run_all(batch: &mut BatchGenerator<'_, usize>, done: &mut [Option<Finished>]) {
     while !batch.is_idle() {
-        batch
-            .step(|&mut i, ev| {
-                if let SeqEvent::Finished(f) = ev {
-                    done[i] = Some(f);
-                }
-                true
-            })
-            .map_err(|f| f.error)
-            .expect("step");
+        step_once(batch, done);
     }
 }
 
@@ -107,15 +112,7 @@ fn sequences_batched_together_match_each_alone() {
     batch.admit(reqs[1].clone(), 1).expect("admit 1");
     // The third joins while the others are under way.
     for _ in 0..3 {
-        batch
-            .step(|&mut i, ev| {
-                if let SeqEvent::Finished(f) = ev {
-                    done[i] = Some(f);
-                }
-                true
-            })
-            .map_err(|f| f.error)
-            .expect("step");
+        step_once(&mut batch, &mut done);
     }
     batch.admit(reqs[2].clone(), 2).expect("admit 2");
     run_all(&mut batch, &mut done);

@@ -21,12 +21,14 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub struct GenerateOptions {
     /// Most tokens to generate.
     pub max_tokens: usize,
+    /// How each token is drawn from the logits.
     pub sampling: SamplingParams,
     /// Generation ends when the text contains one of these (which is not returned).
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
-    /// Prompt tokens per forward pass.
+    /// Most prompt tokens of this sequence per forward pass (in a batch, its
+    /// [`PrefillBudget`](super::batch::PrefillBudget) may run fewer).
     pub prefill_chunk: usize,
     /// Return the logits of every prompt position in [`Generation::prompt_logits`].
     pub keep_prompt_logits: bool,
@@ -80,6 +82,7 @@ impl StopReason {
 /// One generated token as streamed to the caller.
 #[derive(Clone, Debug)]
 pub struct TokenEvent<'a> {
+    /// The token id.
     pub id: u32,
     /// Text released by this token (may be empty while a UTF-8 character or a possible stop
     /// string is incomplete).
