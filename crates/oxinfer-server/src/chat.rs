@@ -201,8 +201,25 @@ fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
     })
 }
 
+/// Whether the output will be constrained by a grammar: a JSON `response_format`, or a tool
+/// call that `tool_choice` requires.
+fn is_constrained(req: &ChatRequest) -> bool {
+    let format = req
+        .response_format
+        .as_ref()
+        .and_then(|rf| rf.get("type"))
+        .and_then(Value::as_str);
+    let forced = match &req.tool_choice {
+        Some(Value::String(s)) => s == "required",
+        Some(Value::Null) | None => false,
+        Some(_) => true,
+    };
+    matches!(format, Some("json_object" | "json_schema")) || forced
+}
+
 /// 400 naming `top_k` when a constrained request at a temperature above 0 asks for more than
-/// [`MAX_CONSTRAINED_TOP_K`] candidates (0: the whole vocabulary) per step.
+/// [`MAX_CONSTRAINED_TOP_K`] candidates (0: the whole vocabulary) per step. Checked before
+/// the grammar is compiled.
 fn check_constrained_top_k(sampling: &SamplingParams) -> Result<(), ApiError> {
     let k = sampling.top_k;
     if sampling.temperature > 0.0 && (k == 0 || k > MAX_CONSTRAINED_TOP_K) {
@@ -224,6 +241,9 @@ async fn run(
     let sampling = gen::sampling(&req.gen)?;
     let n = gen::choices(&req.gen, MAX_N)?;
     let stop = req.gen.stop_strings()?;
+    if is_constrained(&req) {
+        check_constrained_top_k(&sampling)?;
+    }
     let shared = st.clone();
     let (req, prepared) = off_worker(move || {
         let p = prepare(&shared, &req);
@@ -235,9 +255,6 @@ async fn run(
         grammar,
         reading,
     } = prepared?;
-    if grammar.is_some() {
-        check_constrained_top_k(&sampling)?;
-    }
     gen::check_context(ids.len(), st.cfg.ctx)?;
     let max_tokens = gen::max_tokens(&req.gen, ids.len(), st.cfg.ctx)?;
     let logprobs = req

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from test_openai import MODEL_NAME, raw
+from test_openai import MODEL_NAME, WEATHER_TOOL, raw
 
 
 def chat_body(schema=None, **extra):
@@ -116,7 +116,13 @@ JSON_OBJECT = {"type": "json_object"}
     ({"stop": "x" * 257}, "stop"),
     ({"response_format": JSON_OBJECT, "temperature": 1.0, "top_k": 0}, "top_k"),
     ({"response_format": JSON_OBJECT, "temperature": 1.0, "top_k": 1001}, "top_k"),
-], ids=["17-stops", "long-stop", "constrained-top-k-0", "constrained-top-k-1001"])
+    # Refused before the (here budget-sized) schema is compiled.
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema":
+      all_of_any_of(8)}}, "temperature": 1.0, "top_k": 0}, "top_k"),
+    ({"tools": [WEATHER_TOOL], "tool_choice": "required", "temperature": 1.0, "top_k": 0},
+     "top_k"),
+], ids=["17-stops", "long-stop", "constrained-top-k-0", "constrained-top-k-1001",
+        "top-k-before-compiling", "forced-tool-top-k-0"])
 def test_per_step_limits_are_400_naming_the_field(server, extra, param):
     assert_400(post(server, chat_body(**extra)), param)
 
