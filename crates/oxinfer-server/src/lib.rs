@@ -183,8 +183,17 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
     next.run(req).await
 }
 
-async fn health() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok"}))
+/// `200 {"status":"ok"}` while the scheduler thread runs; `503 {"status":"error", ...}` once it
+/// has died (every generation request would fail), so a supervisor can restart the server.
+async fn health(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    if st.sched.is_alive() {
+        (StatusCode::OK, axum::Json(json!({"status": "ok"})))
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "error", "error": "the scheduler thread has stopped"})),
+        )
+    }
 }
 
 async fn models(State(st): State<Arc<AppState>>) -> impl IntoResponse {

@@ -14,7 +14,7 @@ use oxinfer::engine::batch::{BatchConfig, BatchGenerator, SeqEvent, SeqRequest};
 use oxinfer::engine::StopReason;
 use oxinfer::Model;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,6 +119,18 @@ pub struct Scheduler {
     in_flight: Arc<AtomicUsize>,
     /// Slots plus queue places: the most requests in flight.
     capacity: usize,
+    /// Cleared when the scheduler thread ends, however it ends (`/health` reports it).
+    alive: Arc<AtomicBool>,
+}
+
+/// Clears the liveness flag when dropped: at the scheduler thread's return or while a panic
+/// unwinds out of it.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Scheduler {
@@ -128,16 +140,28 @@ impl Scheduler {
         let waiting = Arc::new(AtomicUsize::new(0));
         let w = waiting.clone();
         let capacity = cfg.parallel.max(1) + cfg.queue;
+        let alive = Arc::new(AtomicBool::new(true));
+        let guard = AliveGuard(alive.clone());
         std::thread::Builder::new()
             .name("oxinfer-scheduler".into())
-            .spawn(move || run(&model, cfg, rx, w, metrics))
+            .spawn(move || {
+                let _guard = guard;
+                run(&model, cfg, rx, w, metrics)
+            })
             .expect("spawning the scheduler thread");
         Scheduler {
             tx,
             waiting,
             in_flight: Arc::new(AtomicUsize::new(0)),
             capacity,
+            alive,
         }
+    }
+
+    /// Whether the scheduler thread is still running (it only ends when every handle is
+    /// dropped, or through a bug outside the per-step panic guard).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Admits all of `reqs` or none: they are queued together only when slots plus queue
@@ -192,7 +216,12 @@ fn run(
     metrics: Arc<Metrics>,
 ) {
     let Some(tok) = model.tokenizer() else {
-        // Handlers refuse requests for models without a tokenizer; nothing to do.
+        // Handlers refuse requests for models without a tokenizer; refuse anything that
+        // still arrives and stay up (so `/health` keeps telling the truth).
+        for r in rx {
+            r.client
+                .send(Event::Error("the model has no tokenizer".into()));
+        }
         return;
     };
     let shape = BatchConfig::new(cfg.parallel.max(1), cfg.ctx);
@@ -297,4 +326,23 @@ fn forward(client: &mut Client, ev: SeqEvent, metrics: &Metrics) -> bool {
 pub fn retry_after(metrics: &Metrics) -> Duration {
     let step = metrics.mean_step();
     Duration::from_secs((step.as_secs_f64() * 64.0).ceil().clamp(1.0, 60.0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scheduler thread that dies by a panic (outside the per-step guard) clears its
+    /// liveness flag while unwinding, so `/health` turns to 503 instead of staying "ok".
+    #[test]
+    fn liveness_flag_clears_when_the_thread_panics() {
+        let alive = Arc::new(AtomicBool::new(true));
+        let guard = AliveGuard(alive.clone());
+        let t = std::thread::spawn(move || {
+            let _guard = guard;
+            assert!(std::hint::black_box(false), "simulated scheduler bug");
+        });
+        assert!(t.join().is_err());
+        assert!(!alive.load(Ordering::Acquire));
+    }
 }
