@@ -1,5 +1,7 @@
-//! Compiles the backend's kernels with NVRTC (no GPU needed) and prints the PTX size, or the
-//! compile log on failure: `cargo run -p oxinfer-cuda --example nvrtc_check [major minor]`.
+//! Compiles the backend's kernels with NVRTC (no GPU needed): the whole program, then each
+//! translation unit on its own (which checks that it includes every header it uses). Prints the
+//! PTX sizes, or the compile log and exit status 1 on the first failure:
+//! `cargo run -p oxinfer-cuda --example nvrtc_check [major minor]`.
 
 fn main() {
     let a: Vec<i32> = std::env::args()
@@ -10,14 +12,20 @@ fn main() {
         a.first().copied().unwrap_or(9),
         a.get(1).copied().unwrap_or(0),
     );
-    match oxinfer_cuda::compile_ptx(major, minor) {
+    let report = |what: &str, ptx: Result<String, String>| match ptx {
         Ok(ptx) => println!(
-            "compiled for {major}.{minor}: {} bytes of PTX",
-            ptx.to_src().len()
+            "{what} compiled for {major}.{minor}: {} bytes of PTX",
+            ptx.len()
         ),
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{what}: {e}");
             std::process::exit(1);
         }
+    };
+    let all = oxinfer_cuda::compile_ptx(major, minor).map(|p| p.to_src());
+    report("all kernels", all);
+    for unit in oxinfer_cuda::KERNEL_UNITS {
+        let ptx = oxinfer_cuda::compile_unit_ptx(unit, major, minor).map(|p| p.to_src());
+        report(unit, ptx);
     }
 }

@@ -1,16 +1,16 @@
 //! [`CudaBackend`]: the [`Backend`] implementation over one GPU.
 
 use crate::conv::ConvPath;
-use crate::gemm::{self, DeviceMatrix, QuantPath};
-use crate::gpu::{DevBuf, Gpu, Slot};
-use cudarc::driver::sys::CUdeviceptr;
+use crate::gemm::{self, QuantPath};
+use crate::gpu::{self, DevBuf, Gpu, Slot};
+use crate::matrix::DeviceMatrix;
+use crate::ops;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
 use oxinfer::plan::{Plan, PlanInput, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -28,76 +28,6 @@ pub struct CudaBackend {
     conv_path: ConvPath,
     min_tokens: usize,
     warned: AtomicBool,
-}
-
-fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
-}
-
-/// Queues the fused attention kernel: `q`/`out` `[t, n_heads * head_dim]`, `k`/`v`
-/// `[pos0 + t, n_kv_heads * head_dim]` f32 on the device.
-pub(crate) fn launch_attention(
-    g: &Gpu,
-    qp: CUdeviceptr,
-    kp: CUdeviceptr,
-    vp: CUdeviceptr,
-    op: CUdeviceptr,
-    a: &AttentionGeom,
-) -> Result<(), String> {
-    let warps = a.n_heads * a.t.div_ceil(4);
-    let blocks = (warps * 32).div_ceil(128) as u32;
-    let (t, pos0, h, kvh, hd) = (
-        a.t as i32,
-        a.pos0 as i32,
-        a.n_heads as i32,
-        a.n_kv_heads as i32,
-        a.head_dim as i32,
-    );
-    let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-    let softcap = a.softcap.unwrap_or(0.0);
-    let f = g.k.attention;
-    g.launch(
-        f,
-        (blocks, 1, 1),
-        (128, 1, 1),
-        &mut [
-            arg(&qp),
-            arg(&kp),
-            arg(&vp),
-            arg(&op),
-            arg(&t),
-            arg(&pos0),
-            arg(&h),
-            arg(&kvh),
-            arg(&hd),
-            arg(&a.scale),
-            arg(&window),
-            arg(&softcap),
-        ],
-    )
-}
-
-/// `g ← act(g) · u` over `n` f32 values on the device (the CPU's order: activation in f32,
-/// then the product; the down projection then quantizes it like any input).
-pub(crate) fn act_mul(
-    gpu: &Gpu,
-    g: CUdeviceptr,
-    u: CUdeviceptr,
-    n: usize,
-    act: GateAct,
-) -> Result<(), String> {
-    let n_l = n as i64;
-    let a: i32 = match act {
-        GateAct::Silu => 0,
-        GateAct::GeluTanh => 1,
-    };
-    let f = gpu.k.gated_act_f32;
-    gpu.launch(
-        f,
-        (n.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&g), arg(&u), arg(&n_l), arg(&a)],
-    )
 }
 
 impl CudaBackend {
@@ -119,7 +49,7 @@ impl CudaBackend {
         path: QuantPath,
         min_tokens: usize,
     ) -> Result<Self, String> {
-        if !crate::probe::driver_present() {
+        if !gpu::driver_present() {
             return Err("the CUDA driver library (libcuda) was not found".to_string());
         }
         let gpu = Gpu::open(ordinal)?;
@@ -210,7 +140,7 @@ impl CudaBackend {
         g.upload(qp, q)?;
         g.upload(kp, k)?;
         g.upload(vp, v)?;
-        launch_attention(&g, qp, kp, vp, op, a)?;
+        ops::attention(&g, qp, kp, vp, op, a)?;
         g.download(out, op)?;
         drop(g);
         self.note(
@@ -245,7 +175,7 @@ impl CudaBackend {
         let mut ready = None;
         gemm::linear(&mut g, gate, xp, t, gp, self.path, &mut ready)?;
         gemm::linear(&mut g, up, xp, t, up_p, self.path, &mut ready)?;
-        act_mul(&g, gp, up_p, t * ffn, act)?;
+        ops::gated_act(&g, gp, up_p, t * ffn, act)?;
         gemm::linear(&mut g, down, gp, t, yp, self.path, &mut ready)?;
         g.download(y, yp)?;
         drop(g);

@@ -2,9 +2,11 @@
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
 use crate::gpu::{DevBuf, Gpu, Slot};
-use crate::kernels::{GEMM_BK, GEMM_SMEM, GEMM_TILE};
+use crate::kernels::GEMM_BK;
+use crate::matrix::DeviceMatrix;
+use crate::ops;
 use cudarc::cublas::sys as blas_sys;
-use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::sys::CUdeviceptr;
 use oxinfer_kernels::WeightFormat;
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -56,43 +58,6 @@ impl QuantPath {
     }
 }
 
-/// A weight matrix in device memory, in its file's format, and (quantized formats on the
-/// dequantize + cuBLAS path) its f16 decoding, made on first use and kept.
-pub(crate) struct DeviceMatrix {
-    pub format: WeightFormat,
-    /// Output features.
-    pub rows: usize,
-    /// Input features.
-    pub cols: usize,
-    pub row_bytes: usize,
-    pub buf: DevBuf,
-    /// The f16 decoding `[rows, cols]` (empty until first use, or when memory is short or
-    /// `OXINFER_CUDA_F16_CACHE=0`: then decoded into scratch space for every product).
-    f16: OnceLock<DevBuf>,
-    /// The f32 decoding for the exact-product path, kept under the same rules.
-    f32: OnceLock<DevBuf>,
-}
-
-impl DeviceMatrix {
-    pub fn new(
-        format: WeightFormat,
-        rows: usize,
-        cols: usize,
-        row_bytes: usize,
-        buf: DevBuf,
-    ) -> Self {
-        DeviceMatrix {
-            format,
-            rows,
-            cols,
-            row_bytes,
-            buf,
-            f16: OnceLock::new(),
-            f32: OnceLock::new(),
-        }
-    }
-}
-
 /// Device memory kept free when caching f16 decodings (for activations, scratch, cuBLAS).
 const F16_CACHE_RESERVE: usize = 4 << 30;
 
@@ -108,10 +73,6 @@ fn f16_cache_enabled() -> bool {
 pub(crate) fn supported(f: WeightFormat) -> bool {
     matches!(f, WeightFormat::F16 | WeightFormat::BF16)
         || crate::kernels::QUANT_FORMATS.iter().any(|(g, _)| *g == f)
-}
-
-fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
 }
 
 /// The activations a weight's GEMM takes (16-bit on the fast paths, f32 on the exact one).
@@ -169,44 +130,14 @@ pub(crate) fn prepare(
     scale: CUdeviceptr,
 ) -> Result<(), String> {
     if matches!(kind, Input16::F16 | Input16::Q8F16(_)) {
-        // SAFETY: `scale` holds at least one word in this context; queued on the stream.
-        unsafe { sys::cuMemsetD32Async(scale, 0, 1, gpu.stream) }
-            .result()
-            .map_err(|e| format!("memset: {e:?}"))?;
-        let n_l = n as i64;
-        let blocks = n.div_ceil(256 * 8).clamp(1, 1024) as u32;
-        let f = gpu.k.amax_f32;
-        gpu.launch(
-            f,
-            (blocks, 1, 1),
-            (256, 1, 1),
-            &mut [arg(&x), arg(&n_l), arg(&scale)],
-        )?;
+        ops::amax(gpu, x, n, scale)?;
     }
     match kind {
-        Input16::Bf16 => convert(gpu, x, out, n, false),
-        Input16::F16 => {
-            let n_l = n as i64;
-            let f = gpu.k.f32_to_f16_scaled;
-            gpu.launch(
-                f,
-                (n.div_ceil(256) as u32, 1, 1),
-                (256, 1, 1),
-                &mut [arg(&x), arg(&out), arg(&n_l), arg(&scale)],
-            )
-        }
+        Input16::Bf16 => ops::f32_to_half(gpu, x, out, n, false),
+        Input16::F16 => ops::f32_to_f16_scaled(gpu, x, out, n, scale),
         Input16::F32 => Ok(()),
-        Input16::Q8F32(block) | Input16::Q8F16(block) => {
-            let nblocks = (n / block) as i64;
-            let b = block as i32;
-            let grid = ((n / block * 32).div_ceil(256) as u32, 1, 1);
-            // One warp per block; the f16 variant also reads the overflow guard's words.
-            let mut args = [arg(&x), arg(&out), arg(&nblocks), arg(&b), arg(&scale)];
-            match kind {
-                Input16::Q8F16(_) => gpu.launch(gpu.k.quant_act_f16, grid, (256, 1, 1), &mut args),
-                _ => gpu.launch(gpu.k.quant_act_f32, grid, (256, 1, 1), &mut args[..4]),
-            }
-        }
+        Input16::Q8F16(block) => ops::quant_act(gpu, x, out, n, block, Some(scale)),
+        Input16::Q8F32(block) => ops::quant_act(gpu, x, out, n, block, None),
     }
 }
 
@@ -236,24 +167,6 @@ pub(crate) fn linear(
     matmul(gpu, w, x16, y, t, path, alpha)
 }
 
-/// Converts `n` f32 at `x` to 16-bit floats at `out` (bf16, or IEEE f16 when `f16`).
-pub(crate) fn convert(
-    gpu: &Gpu,
-    x: CUdeviceptr,
-    out: CUdeviceptr,
-    n: usize,
-    f16: bool,
-) -> Result<(), String> {
-    let f = if f16 {
-        gpu.k.f32_to_f16
-    } else {
-        gpu.k.f32_to_bf16
-    };
-    let n_l = n as i64;
-    let grid = (n.div_ceil(256) as u32, 1, 1);
-    gpu.launch(f, grid, (256, 1, 1), &mut [arg(&x), arg(&out), arg(&n_l)])
-}
-
 /// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input
 /// [`input_kind`] names (f32 on [`QuantPath::Exact`]), `y` f32. `alpha`: the scale words
 /// [`prepare`] wrote for an f16 input (cuBLAS paths; `None`: factor 1).
@@ -281,8 +194,8 @@ pub(crate) fn matmul(
             cublas(gpu, w.buf.ptr(), ty, x16, y, t, w.rows, w.cols, alpha)
         }
         // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
-        f if path == QuantPath::DequantCublas || !w.cols.is_multiple_of(GEMM_BK) => {
-            let w16 = f16_weights(gpu, w, f)?;
+        _ if path == QuantPath::DequantCublas || !w.cols.is_multiple_of(GEMM_BK) => {
+            let w16 = f16_weights(gpu, w)?;
             cublas(
                 gpu,
                 w16,
@@ -295,49 +208,15 @@ pub(crate) fn matmul(
                 alpha,
             )
         }
-        f => {
-            let g = gpu.k.gemm(f).ok_or("no GEMM kernel")?;
-            let (bm, bn) = GEMM_TILE;
-            let grid = (
-                w.rows.div_ceil(bm as usize) as u32,
-                t.div_ceil(bn as usize) as u32,
-                1,
-            );
-            let (wp, rb) = (w.buf.ptr(), w.row_bytes as i64);
-            let (t_i, n_i, k_i) = (t as i32, w.rows as i32, w.cols as i32);
-            gpu.launch_smem(
-                g,
-                grid,
-                (256, 1, 1),
-                GEMM_SMEM,
-                &mut [
-                    arg(&wp),
-                    arg(&rb),
-                    arg(&x16),
-                    arg(&y),
-                    arg(&t_i),
-                    arg(&n_i),
-                    arg(&k_i),
-                ],
-            )
-        }
+        _ => ops::gemm_q(gpu, w, x16, y, t),
     }
 }
 
-/// Queues the f16 decoding of quantized `w` (format `f`) and returns where it lies: the kept
+/// Queues the f16 decoding of quantized `w` and returns where it lies: the kept
 /// copy (made now on first use when the cache is on and memory allows), else scratch space.
-fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdeviceptr, String> {
-    let dq = gpu.k.dequant_f16(f).ok_or("no decoder")?;
+fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
     decoded_weights(gpu, w, &w.f16, 2, |gpu, dst| {
-        let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
-        let wp = w.buf.ptr();
-        let n = w.rows * w.cols / 16;
-        gpu.launch(
-            dq,
-            (n.div_ceil(256) as u32, 1, 1),
-            (256, 1, 1),
-            &mut [arg(&wp), arg(&dst), arg(&rows), arg(&cols), arg(&rb)],
-        )
+        ops::dequant(gpu, w, dst, true)
     })
 }
 
@@ -345,35 +224,14 @@ fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix, f: WeightFormat) -> Result<CUdev
 /// exact-product path and the convolution, and returns where it lies, kept or in scratch space
 /// (the `W16` slot) like [`f16_weights`]; f32 weights are their own decoding.
 pub(crate) fn f32_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
-    let n = w.rows * w.cols;
     match w.format {
         WeightFormat::F32 => Ok(w.buf.ptr()),
         WeightFormat::F16 | WeightFormat::BF16 => {
-            let bf = i32::from(w.format == WeightFormat::BF16);
-            let f = gpu.k.half_to_f32;
-            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
-                let (src, n_l) = (w.buf.ptr(), n as i64);
-                gpu.launch(
-                    f,
-                    (n.div_ceil(256) as u32, 1, 1),
-                    (256, 1, 1),
-                    &mut [arg(&src), arg(&dst), arg(&n_l), arg(&bf)],
-                )
-            })
+            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| ops::half_to_f32(gpu, w, dst))
         }
-        f => {
-            let dq = gpu.k.dequant_f32(f).ok_or("no decoder")?;
-            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
-                let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes as i64);
-                let wp = w.buf.ptr();
-                gpu.launch(
-                    dq,
-                    ((n / 16).div_ceil(256) as u32, 1, 1),
-                    (256, 1, 1),
-                    &mut [arg(&wp), arg(&dst), arg(&rows), arg(&cols), arg(&rb)],
-                )
-            })
-        }
+        _ => decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
+            ops::dequant(gpu, w, dst, false)
+        }),
     }
 }
 

@@ -6,6 +6,13 @@ use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys, CudaContext};
 use std::sync::Arc;
 
+/// Whether the CUDA driver library can be opened; every driver call is guarded by this, since
+/// `cudarc` panics when a dynamically loaded library is absent.
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda under its usual names and closes it again.
+    unsafe { sys::is_culib_present() }
+}
+
 /// A device allocation, freed on drop.
 pub(crate) struct DevBuf {
     ptr: sys::CUdeviceptr,
@@ -177,7 +184,7 @@ pub(crate) enum Slot {
     Idx = 15,
     /// Decoder stack: the gathered rows that need logits, f32.
     Rows = 16,
-    /// Matmul input scaling: `[amax bits, alpha, beta]` (see [`crate::gemm::prepare`]).
+    /// Matmul input scaling: `[amax bits, alpha, beta]` (written by `ops::amax`).
     Scale = 17,
     /// Convolution: the norm's gamma and beta `[cin]` each, then its (mean, rstd) pairs.
     ConvNorm = 18,
@@ -247,10 +254,81 @@ impl Gpu {
         self.pinned.grow(bytes)
     }
 
-    /// The copy stream's pinned landing area, grown to at least `bytes`; valid until the next
-    /// call (callers wait for their copies before reading it).
-    pub fn copy_area(&mut self, bytes: usize) -> Result<*mut u8, String> {
-        self.copy_pinned.grow(bytes)
+    /// Grows the copy stream's pinned landing area to at least `bytes` (contents lost); what
+    /// [`Self::download_behind`] copies lands there.
+    pub fn reserve_landing(&mut self, bytes: usize) -> Result<(), String> {
+        self.copy_pinned.grow(bytes).map(|_| ())
+    }
+
+    /// Queues device-to-host copies of `parts` (`(src, f32 count)`) on the copy stream behind
+    /// all work queued on the stream so far (ordered through event `ready`), landing one after
+    /// another from f32 `offset` of the landing area; records `copied` when they are done (see
+    /// [`Self::landed`]). Each `src` must hold its values in this context and must not be
+    /// written by later work before `copied` completes.
+    pub fn download_behind(
+        &self,
+        ready: sys::CUevent,
+        copied: sys::CUevent,
+        offset: usize,
+        parts: &[(sys::CUdeviceptr, usize)],
+    ) -> Result<(), String> {
+        let total: usize = parts.iter().map(|(_, n)| n).sum();
+        if (offset + total) * 4 > self.copy_pinned.bytes {
+            return Err(format!(
+                "landing area of {} bytes too small for {total} f32 at {offset}",
+                self.copy_pinned.bytes
+            ));
+        }
+        // SAFETY: events and streams are live; the landing range was checked above and stays
+        // allocated (it only grows through `&mut self`); it is read only after `copied`
+        // completes ([`Self::landed`]); each source range is the caller's contract.
+        unsafe {
+            result::event::record(ready, self.stream).map_err(|e| format!("{e:?}"))?;
+            result::stream::wait_event(
+                self.copy_stream,
+                ready,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+            .map_err(|e| format!("{e:?}"))?;
+            let mut dst = self.copy_pinned.ptr.add(offset * 4);
+            for &(src, n) in parts {
+                sys::cuMemcpyDtoHAsync_v2(
+                    dst as *mut std::ffi::c_void,
+                    src,
+                    n * 4,
+                    self.copy_stream,
+                )
+                .result()
+                .map_err(|e| format!("download of {n} f32: {e:?}"))?;
+                dst = dst.add(n * 4);
+            }
+            result::event::record(copied, self.copy_stream).map_err(|e| format!("{e:?}"))
+        }
+    }
+
+    /// Waits for `copied` (recorded by [`Self::download_behind`]) and returns the `len` f32 of
+    /// the landing area from f32 `offset`.
+    pub fn landed(
+        &self,
+        copied: sys::CUevent,
+        offset: usize,
+        len: usize,
+    ) -> Result<&[f32], String> {
+        if (offset + len) * 4 > self.copy_pinned.bytes {
+            return Err(format!("{len} f32 at {offset} lie past the landing area"));
+        }
+        if len == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: the event is live.
+        unsafe { result::event::synchronize(copied) }
+            .map_err(|e| format!("waiting for a download: {e:?}"))?;
+        // SAFETY: the range lies inside the page-aligned landing area (checked above); the
+        // copies into it completed (event above), and it cannot be freed or regrown while the
+        // returned slice borrows `self`.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.copy_pinned.ptr.add(offset * 4) as *const f32, len)
+        })
     }
 
     /// At least `n` events.
@@ -326,6 +404,20 @@ impl Gpu {
             par_copy(dst.as_mut_ptr() as *mut u8, p, bytes);
         }
         Ok(())
+    }
+
+    /// Device-to-device copy of `bytes` on the stream; both ranges must lie in live device
+    /// buffers of this context.
+    pub fn copy(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<(), String> {
+        // SAFETY: both ranges are inside live device buffers of this context (callers' contract).
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream) }
+            .result()
+            .map_err(|e| format!("device copy of {bytes} bytes: {e:?}"))
     }
 
     /// Waits for all queued work.

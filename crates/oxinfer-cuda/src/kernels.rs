@@ -1,24 +1,34 @@
 //! The CUDA C++ kernels (in `kernels/`), compiled by NVRTC when a backend opens, and their
 //! function handles.
 
+use crate::nvrtc;
 use cudarc::driver::{sys, CudaContext, CudaModule};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 use oxinfer_kernels::WeightFormat;
 use std::sync::Arc;
 
-/// The kernel source: helpers, per-format decoders, GEMMs, attention, the decoder stack's
-/// element-wise kernels, convolution.
-pub(crate) fn source() -> String {
-    [
-        include_str!("kernels/common.cuh"),
-        include_str!("kernels/dequant.cuh"),
-        include_str!("kernels/gemm.cu"),
-        include_str!("kernels/attention.cu"),
-        include_str!("kernels/stack.cu"),
-        include_str!("kernels/conv.cu"),
-    ]
-    .join("\n")
-}
+/// Every kernel file under the name its `#include "…"` directives use: the shared headers
+/// (integer types and conversions, per-format decoders, the tensor-core tile) and the
+/// translation units.
+const FILES: [(&str, &str); 8] = [
+    ("common.cuh", include_str!("kernels/common.cuh")),
+    ("dequant.cuh", include_str!("kernels/dequant.cuh")),
+    ("mma.cuh", include_str!("kernels/mma.cuh")),
+    ("gemm.cu", include_str!("kernels/gemm.cu")),
+    ("act_quant.cu", include_str!("kernels/act_quant.cu")),
+    ("attention.cu", include_str!("kernels/attention.cu")),
+    ("stack.cu", include_str!("kernels/stack.cu")),
+    ("conv.cu", include_str!("kernels/conv.cu")),
+];
+
+/// The translation units (each includes the headers it uses), compiled as one program.
+pub const KERNEL_UNITS: [&str; 5] = [
+    "gemm.cu",
+    "act_quant.cu",
+    "attention.cu",
+    "stack.cu",
+    "conv.cu",
+];
 
 /// Block formats with a decoder, and the suffix of their kernels' names.
 pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
@@ -44,6 +54,10 @@ pub(crate) const GEMM_BK: usize = 64;
 /// Dynamic shared memory of the quantized GEMM: two stages of bf16 weight and activation tiles,
 /// rows padded by 8 (`2 * (BM + BN) * (BK + 8) * 2` bytes).
 pub(crate) const GEMM_SMEM: u32 = 2 * (GEMM_TILE.0 + GEMM_TILE.1) * (GEMM_BK as u32 + 8) * 2;
+
+/// Output tile of the f32 implicit-GEMM convolution (pixels × output channels), as compiled
+/// (`CBM`/`CBN` in conv.cu).
+pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
 
 /// Function handles into the compiled module.
 pub(crate) struct Kernels {
@@ -96,26 +110,43 @@ fn arch(major: i32, minor: i32) -> &'static str {
     }
 }
 
-/// Compiles the kernels with NVRTC for compute capability `major.minor` (no GPU needed).
+/// Compiles the kernels with NVRTC for compute capability `major.minor` (no GPU needed): one
+/// program including every unit of [`KERNEL_UNITS`].
 ///
 /// # Errors
 /// NVRTC missing, or its compile log.
 pub fn compile_ptx(major: i32, minor: i32) -> Result<Ptx, String> {
-    // SAFETY: probing dlopen only.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err("NVRTC (libnvrtc) was not found".to_string());
+    let main: String = KERNEL_UNITS
+        .iter()
+        .map(|u| format!("#include \"{u}\"\n"))
+        .collect();
+    nvrtc::compile(&main, &FILES, arch(major, minor))
+}
+
+/// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`]) on its own, which checks that it
+/// includes every header it uses.
+///
+/// # Errors
+/// An unknown unit, NVRTC missing, or its compile log.
+pub fn compile_unit_ptx(unit: &str, major: i32, minor: i32) -> Result<Ptx, String> {
+    if !KERNEL_UNITS.contains(&unit) {
+        return Err(format!(
+            "{unit} is not a kernel unit (one of {KERNEL_UNITS:?})"
+        ));
     }
-    let opts = CompileOptions {
-        arch: Some(arch(major, minor)),
-        options: vec!["--std=c++17".to_string()],
-        ..Default::default()
-    };
-    compile_ptx_with_opts(source(), opts).map_err(|e| match e {
-        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-            format!("NVRTC compile failed:\n{}", log.to_string_lossy())
-        }
-        e => format!("NVRTC: {e:?}"),
-    })
+    nvrtc::compile(
+        &format!("#include \"{unit}\"\n"),
+        &FILES,
+        arch(major, minor),
+    )
+}
+
+/// The kernel of `list` for format `f`.
+fn for_format(
+    list: &[(WeightFormat, sys::CUfunction)],
+    f: WeightFormat,
+) -> Option<sys::CUfunction> {
+    list.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
 }
 
 impl Kernels {
@@ -131,38 +162,31 @@ impl Kernels {
                 .map(|f| f.cu_function())
                 .map_err(|e| format!("kernel {name}: {e:?}"))
         };
-        let mut gemm = Vec::new();
-        let mut dequant_f16 = Vec::new();
-        let mut dequant_f32 = Vec::new();
-        for (f, n) in QUANT_FORMATS {
-            let g = get(&format!("gemm_{n}"))?;
-            // SAFETY: `g` is a live function of the module; the size is within the device's
+        // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
+        let get_tiled = |name: &str| -> Result<sys::CUfunction, String> {
+            let f = get(name)?;
+            // SAFETY: `f` is a live function of the module; the size is within the device's
             // opt-in shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
             unsafe {
                 sys::cuFuncSetAttribute(
-                    g,
+                    f,
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     GEMM_SMEM as i32,
                 )
             }
             .result()
-            .map_err(|e| format!("gemm_{n}: shared memory size: {e:?}"))?;
-            gemm.push((f, g));
+            .map_err(|e| format!("{name}: shared memory size: {e:?}"))?;
+            Ok(f)
+        };
+        let mut gemm = Vec::new();
+        let mut dequant_f16 = Vec::new();
+        let mut dequant_f32 = Vec::new();
+        for (f, n) in QUANT_FORMATS {
+            gemm.push((f, get_tiled(&format!("gemm_{n}"))?));
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
-        let conv_igemm_bf16 = get("conv_igemm_bf16")?;
-        // SAFETY: a live function of the module; the size is within the device's opt-in
-        // shared memory per block, as for the GEMMs above.
-        unsafe {
-            sys::cuFuncSetAttribute(
-                conv_igemm_bf16,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                GEMM_SMEM as i32,
-            )
-        }
-        .result()
-        .map_err(|e| format!("conv_igemm_bf16: shared memory size: {e:?}"))?;
+        let conv_igemm_bf16 = get_tiled("conv_igemm_bf16")?;
         Ok(Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
@@ -193,23 +217,17 @@ impl Kernels {
 
     /// The in-tile dequantizing GEMM for `f`.
     pub fn gemm(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.gemm.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
+        for_format(&self.gemm, f)
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
     pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.dequant_f16
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|(_, k)| *k)
+        for_format(&self.dequant_f16, f)
     }
 
     /// The whole-matrix dequantizer to f32 for `f` (exact-product path).
     pub fn dequant_f32(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        self.dequant_f32
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|(_, k)| *k)
+        for_format(&self.dequant_f32, f)
     }
 
     /// Registers and local (spill) bytes per thread of each GEMM kernel, one line each.
@@ -232,5 +250,51 @@ impl Kernels {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `#include "…"` of every kernel file names a file the program is given, and every
+    /// unit is one of the files: a missing entry would only show when a GPU machine compiles.
+    #[test]
+    fn includes_resolve_to_kernel_files() {
+        let known: Vec<&str> = FILES.iter().map(|(n, _)| *n).collect();
+        for unit in KERNEL_UNITS {
+            assert!(known.contains(&unit), "unit {unit} is not in FILES");
+        }
+        let mut includes = 0;
+        for (name, text) in FILES {
+            for line in text.lines() {
+                let Some(rest) = line.trim().strip_prefix("#include") else {
+                    continue;
+                };
+                let target = rest.trim().trim_matches('"');
+                assert!(known.contains(&target), "{name} includes unknown {target}");
+                includes += 1;
+            }
+        }
+        assert!(includes > 0, "no include directive seen");
+    }
+
+    /// With NVRTC present, the whole program and each unit on its own compile (a unit that
+    /// uses a header it does not include fails here); without it, one skip line.
+    #[test]
+    fn each_unit_compiles_on_its_own() {
+        // SAFETY: probing dlopen only.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            println!("skipped: NVRTC (libnvrtc) not found");
+            return;
+        }
+        compile_ptx(8, 0).unwrap_or_else(|e| panic!("all kernels: {e}"));
+        for unit in KERNEL_UNITS {
+            compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
+        }
+        assert!(
+            compile_unit_ptx("common.cuh", 8, 0).is_err(),
+            "a header is no unit"
+        );
     }
 }

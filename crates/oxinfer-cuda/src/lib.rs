@@ -16,6 +16,11 @@
 //! - whole model plans with the hidden state resident on the device, for the ops it implements
 //!   (`stack.rs`, [`oxinfer::backend::plan_run`]).
 //!
+//! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
+//! compilation and function handles), `gpu` (context, streams, buffers, transfers), `matrix`
+//! (uploaded weights), `ops` (one launcher per kernel: the only place that builds kernel
+//! arguments), `gemm` / `conv` / `stack` (host-side logic of each op), `backend`, `probe`.
+//!
 //! Quantized matmuls quantize their activations to int8 blocks exactly as the CPU kernels do and
 //! multiply f16 values (dequantized weights, `d·q` activations) on the tensor cores, so device
 //! and CPU results agree to f16 rounding. Weights are uploaded once, on a layer's first use;
@@ -26,11 +31,14 @@ mod conv;
 mod gemm;
 mod gpu;
 mod kernels;
+mod matrix;
+mod nvrtc;
+mod ops;
 mod probe;
 mod stack;
 
 pub use backend::CudaBackend;
 pub use conv::ConvPath;
 pub use gemm::QuantPath;
-pub use kernels::compile_ptx;
+pub use kernels::{compile_ptx, compile_unit_ptx, KERNEL_UNITS};
 pub use probe::{probe, CudaProvider};

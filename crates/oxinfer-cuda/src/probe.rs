@@ -1,15 +1,9 @@
 //! Platform detection for CUDA: is a driver there, which GPUs does it see.
 
 use crate::backend::CudaBackend;
+use crate::gpu::driver_present;
 use cudarc::driver::{result, sys};
 use oxinfer::backend::{Backend, DeviceKind, GpuInfo, Provider};
-
-/// Whether the CUDA driver library can be opened; every driver call is guarded by this, since
-/// `cudarc` panics when a dynamically loaded library is absent.
-pub(crate) fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen libcuda under its usual names and closes it again.
-    unsafe { sys::is_culib_present() }
-}
 
 fn driver_version() -> Option<String> {
     let mut v = 0i32;

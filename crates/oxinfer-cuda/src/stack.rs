@@ -9,18 +9,14 @@
 //! keys/values come down on a second stream while later layers compute and are appended to the
 //! sequences' caches as they land (the host-side cache append overlaps the device work).
 
-use crate::backend::act_mul;
-use crate::gemm::{self, DeviceMatrix, QuantPath};
+use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, Slot};
+use crate::matrix::DeviceMatrix;
+use crate::ops::{self, add, add_bias, gated_act, head_norm, rms_norm, rope, softcap};
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use oxinfer::backend::{device_weight, Backend, GateAct, Weight};
 use oxinfer::plan::{AttnSpec, FfnBody, Layer, Mixer, Plan, PlanInput, ProjOp, SeqRows};
-use std::ffi::c_void;
-
-fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
-}
 
 /// Byte offset of f32 element `i`.
 fn at(p: CUdeviceptr, i: usize) -> CUdeviceptr {
@@ -260,132 +256,6 @@ pub(crate) fn supported(d: &StackDesc) -> bool {
             .all(|&(dim, _)| dim.is_multiple_of(2) && dim <= d.head_dim)
 }
 
-fn rms_norm(
-    g: &Gpu,
-    x: CUdeviceptr,
-    w: CUdeviceptr,
-    y: CUdeviceptr,
-    rows: usize,
-    dim: usize,
-    eps: f32,
-) -> Result<(), String> {
-    let (r, n) = (rows as i32, dim as i32);
-    let f = g.k.rms_norm;
-    g.launch(
-        f,
-        (rows as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&x), arg(&w), arg(&y), arg(&r), arg(&n), arg(&eps)],
-    )
-}
-
-fn head_norm(
-    g: &Gpu,
-    x: CUdeviceptr,
-    w: CUdeviceptr,
-    rows: usize,
-    heads: usize,
-    hd: usize,
-    eps: f32,
-) -> Result<(), String> {
-    let (r, h, d, stride) = (rows as i32, heads as i32, hd as i32, (heads * hd) as i32);
-    let blocks = (rows * heads * 32).div_ceil(256) as u32;
-    let f = g.k.head_norm;
-    g.launch(
-        f,
-        (blocks, 1, 1),
-        (256, 1, 1),
-        &mut [
-            arg(&x),
-            arg(&w),
-            arg(&r),
-            arg(&h),
-            arg(&d),
-            arg(&stride),
-            arg(&eps),
-        ],
-    )
-}
-
-fn add_bias(g: &Gpu, y: CUdeviceptr, b: CUdeviceptr, rows: usize, n: usize) -> Result<(), String> {
-    let (r, n_i) = (rows as i64, n as i32);
-    let f = g.k.add_bias;
-    g.launch(
-        f,
-        ((rows * n).div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&y), arg(&b), arg(&r), arg(&n_i)],
-    )
-}
-
-fn softcap(g: &Gpu, x: CUdeviceptr, n: usize, cap: f32) -> Result<(), String> {
-    let n_l = n as i64;
-    let f = g.k.softcap;
-    g.launch(
-        f,
-        (n.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&x), arg(&n_l), arg(&cap)],
-    )
-}
-
-fn add(g: &Gpu, x: CUdeviceptr, y: CUdeviceptr, n: usize) -> Result<(), String> {
-    let n_l = n as i64;
-    let f = g.k.add;
-    g.launch(
-        f,
-        (n.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [arg(&x), arg(&y), arg(&n_l)],
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn rope(
-    g: &Gpu,
-    x: CUdeviceptr,
-    cos: CUdeviceptr,
-    sin: CUdeviceptr,
-    rows: usize,
-    heads: usize,
-    hd: usize,
-    half: usize,
-    interleaved: bool,
-) -> Result<(), String> {
-    let (r, h, d, hf, il) = (
-        rows as i32,
-        heads as i32,
-        hd as i32,
-        half as i32,
-        interleaved as i32,
-    );
-    let n = rows * heads * half;
-    let f = g.k.rope;
-    g.launch(
-        f,
-        (n.div_ceil(256) as u32, 1, 1),
-        (256, 1, 1),
-        &mut [
-            arg(&x),
-            arg(&cos),
-            arg(&sin),
-            arg(&r),
-            arg(&h),
-            arg(&d),
-            arg(&hf),
-            arg(&il),
-        ],
-    )
-}
-
-/// Device-to-device copy of `bytes` on the stream.
-fn copy(g: &Gpu, dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> Result<(), String> {
-    // SAFETY: both ranges are inside live device buffers of this context (callers' contract).
-    unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, g.stream) }
-        .result()
-        .map_err(|e| format!("device copy of {bytes} bytes: {e:?}"))
-}
-
 /// Appends one layer's new keys/values (`[t, kv_row]`, every sequence stacked) to each
 /// sequence's cache.
 fn append(seqs: &mut [SeqRows<'_>], layer: usize, kv_row: usize, k: &[f32], v: &[f32]) {
@@ -515,7 +385,7 @@ pub(crate) fn run(
     }
     // The new keys/values of every layer land here (keys then values per layer).
     let layer_kv = t * kv_row;
-    let landing = g.copy_area(2 * n_layers * layer_kv * 4)? as usize;
+    g.reserve_landing(2 * n_layers * layer_kv * 4)?;
     let events: Vec<sys::CUevent> = g.events(2 * n_layers)?.to_vec();
 
     for (li, (l, m)) in d.layers.iter().zip(&mats).enumerate() {
@@ -549,31 +419,12 @@ pub(crate) fn run(
         rope(g, kl, cos, sin, t, d.n_kv_heads, hd, half, interleaved)?;
         // Keys/values of this layer are final: copy them down on the copy stream.
         let (ready_ev, copied_ev) = (events[2 * li], events[2 * li + 1]);
-        let dst = landing + 2 * li * layer_kv * 4;
-        // SAFETY: events and streams are live; `kl`/`vl` hold `layer_kv` f32 each and are not
-        // written again in this call; the landing area holds `2 * n_layers * layer_kv` f32 and
-        // is read only after `copied_ev` completes.
-        unsafe {
-            result::event::record(ready_ev, g.stream).map_err(|e| format!("{e:?}"))?;
-            result::stream::wait_event(
-                g.copy_stream,
-                ready_ev,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-            .map_err(|e| format!("{e:?}"))?;
-            sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, kl, layer_kv * 4, g.copy_stream)
-                .result()
-                .map_err(|e| format!("download of keys: {e:?}"))?;
-            sys::cuMemcpyDtoHAsync_v2(
-                (dst + layer_kv * 4) as *mut c_void,
-                vl,
-                layer_kv * 4,
-                g.copy_stream,
-            )
-            .result()
-            .map_err(|e| format!("download of values: {e:?}"))?;
-            result::event::record(copied_ev, g.copy_stream).map_err(|e| format!("{e:?}"))?;
-        }
+        g.download_behind(
+            ready_ev,
+            copied_ev,
+            2 * li * layer_kv,
+            &[(kl, layer_kv), (vl, layer_kv)],
+        )?;
         for (si, s) in seqs.iter().enumerate() {
             let (kn_s, vn_s) = (at(kl, s.row * kv_row), at(vl, s.row * kv_row));
             let (ks, vs, n_past) = match regions[li][si] {
@@ -581,8 +432,8 @@ pub(crate) fn run(
                 Some((off, n_past)) => {
                     let (ks, vs) = (at(kw, off * kv_row), at(vw, off * kv_row));
                     let o = n_past * kv_row;
-                    copy(g, at(ks, o), kn_s, s.len * kv_row * 4)?;
-                    copy(g, at(vs, o), vn_s, s.len * kv_row * 4)?;
+                    g.copy(at(ks, o), kn_s, s.len * kv_row * 4)?;
+                    g.copy(at(vs, o), vn_s, s.len * kv_row * 4)?;
                     (ks, vs, n_past)
                 }
             };
@@ -596,7 +447,7 @@ pub(crate) fn run(
                 window: l.spec.window,
                 softcap: None,
             };
-            crate::backend::launch_attention(
+            ops::attention(
                 g,
                 at(qp, s.row * q_row),
                 ks,
@@ -615,7 +466,7 @@ pub(crate) fn run(
         let mut ready = None;
         gemm::linear(g, wg, np, t, gp, path, &mut ready)?;
         gemm::linear(g, wu, np, t, up, path, &mut ready)?;
-        act_mul(g, gp, up, t * ffn, l.act)?;
+        gated_act(g, gp, up, t * ffn, l.act)?;
         let mut ready = None;
         gemm::linear(g, wd, gp, t, yp, path, &mut ready)?;
         if let Some(w) = p.post_ffn_norm {
@@ -624,14 +475,7 @@ pub(crate) fn run(
         add(g, xp, yp, t * dim)?;
     }
     if n_logit > 0 {
-        let (n_i, dim_i) = (n_logit as i32, dim as i32);
-        let f = g.k.gather_rows;
-        g.launch(
-            f,
-            ((n_logit * dim).div_ceil(256) as u32, 1, 1),
-            (256, 1, 1),
-            &mut [arg(&xp), arg(&ip), arg(&rp), arg(&n_i), arg(&dim_i)],
-        )?;
+        ops::gather_rows(g, xp, ip, rp, n_logit, dim)?;
         rms_norm(g, rp, at(pp, final_norm), rp, n_logit, dim, d.eps)?;
         let mut ready = None;
         gemm::linear(g, head, rp, n_logit, lg, path, &mut ready)?;
@@ -645,18 +489,8 @@ pub(crate) fn run(
     // Hand each layer's keys/values over as they land (the device is still computing later
     // layers while the first ones are appended).
     for li in 0..n_layers {
-        // SAFETY: the event is live and was recorded above.
-        unsafe { result::event::synchronize(events[2 * li + 1]) }
-            .map_err(|e| format!("waiting for layer {li}'s keys: {e:?}"))?;
-        let base = landing + 2 * li * layer_kv * 4;
-        // SAFETY: the copies into these two ranges of the landing area completed (event above);
-        // it stays allocated and untouched until this call returns.
-        let (k, v) = unsafe {
-            (
-                std::slice::from_raw_parts(base as *const f32, layer_kv),
-                std::slice::from_raw_parts((base + layer_kv * 4) as *const f32, layer_kv),
-            )
-        };
+        let kv = g.landed(events[2 * li + 1], 2 * li * layer_kv, 2 * layer_kv)?;
+        let (k, v) = kv.split_at(layer_kv);
         append(seqs, li, kv_row, k, v);
     }
     if n_logit > 0 {

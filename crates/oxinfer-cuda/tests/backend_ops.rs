@@ -173,6 +173,35 @@ fn q8_f16_reference(w: &WeightMatrix, x: &[f32], t: usize) -> Vec<f32> {
     y
 }
 
+/// One random product on the device: weights `[n, k]` in `f` (`k` rounded up to whole blocks)
+/// times activations `[t, k]` in [-1, 1). Returns `k`, the weight bytes, the activations and
+/// the device's `[t, n]` result.
+fn device_matmul(
+    b: &CudaBackend,
+    f: WeightFormat,
+    (n, k, t): (usize, usize, usize),
+    rng: &mut Rng,
+) -> (usize, Vec<u8>, Vec<f32>, Vec<f32>) {
+    let k = k.next_multiple_of(f.block_size());
+    let data = random_weights(f, n, k, rng);
+    let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
+    let x: Vec<f32> = (0..t * k).map(|_| rng.f()).collect();
+    let dev = b
+        .upload(&w)
+        .unwrap_or_else(|| panic!("{f} upload declined"));
+    let mut y = vec![0f32; t * n];
+    let job = Job {
+        w,
+        dev: &dev,
+        y: &mut y,
+    };
+    assert!(
+        b.matmul(&x, t, k, &mut [job]),
+        "{f} [{n}x{k}] t={t}: matmul declined"
+    );
+    (k, data, x, y)
+}
+
 fn check_matmul(path: QuantPath) {
     let Some(b) = gpu(path) else { return };
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
@@ -182,27 +211,8 @@ fn check_matmul(path: QuantPath) {
             continue;
         }
         for &(n, k, t) in &SHAPES {
-            let k = k.next_multiple_of(f.block_size());
-            let data = random_weights(f, n, k, &mut rng);
+            let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
             let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
-            let x: Vec<f32> = (0..t * k).map(|_| rng.f()).collect();
-            let dev = b
-                .upload(&w)
-                .unwrap_or_else(|| panic!("{f} upload declined"));
-            let mut y = vec![0f32; t * n];
-            assert!(
-                b.matmul(
-                    &x,
-                    t,
-                    k,
-                    &mut [Job {
-                        w,
-                        dev: &dev,
-                        y: &mut y
-                    }]
-                ),
-                "{f} [{n}x{k}] t={t}: matmul declined"
-            );
             // Quantized weights take the dequantize + cuBLAS path on request and where the
             // in-tile kernel's 64-column step does not divide n_in.
             let q8 = f.is_quantized() && (path == QuantPath::DequantCublas || k % 64 != 0);
@@ -252,20 +262,7 @@ fn matmul_exact_matches_cpu_twin() {
     let mut rng = Rng(0x5EED_1234_ABCD_0002);
     for f in FORMATS {
         for &(n, k, t) in &SHAPES {
-            let k = k.next_multiple_of(f.block_size());
-            let data = random_weights(f, n, k, &mut rng);
-            let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
-            let x: Vec<f32> = (0..t * k).map(|_| rng.f()).collect();
-            let dev = b
-                .upload(&w)
-                .unwrap_or_else(|| panic!("{f} upload declined"));
-            let mut y = vec![0f32; t * n];
-            let job = Job {
-                w,
-                dev: &dev,
-                y: &mut y,
-            };
-            assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
+            let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
             let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
             let mut cpu = vec![0f32; t * n];
             oxinfer_kernels::matmul(&w, &x, t, &mut cpu);

@@ -1,4 +1,7 @@
 // Shared helpers: integer types, f16/bf16 conversions by PTX (no headers needed under NVRTC).
+#ifndef OXINFER_COMMON_CUH
+#define OXINFER_COMMON_CUH
+
 typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;
@@ -41,3 +44,5 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     asm("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(a) : "l"(p));
     return a;
 }
+
+#endif  // OXINFER_COMMON_CUH

@@ -6,6 +6,9 @@
 // the normalization: a padded tap is 0, not norm(0). stats: (mean, rstd) pairs, one per group
 // (mode 1: channel c is in group c / cpg) or one per input pixel (mode 2); mode 0: no norm.
 
+#include "common.cuh"
+#include "mma.cuh"
+
 // Sum of a double over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
 // the total. `sh` holds 32 doubles; safe to call repeatedly.
 __device__ __forceinline__ double conv_block_sum(double v, double* sh) {
@@ -223,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(256) conv_igemm_f32(
 }
 
 // Tensor-core variant (opt-in; bf16 products, f32 accumulation): the tiles, warp layout and
-// inner loop of gemm.cu's gemm_q (BM = 128 output channels as the mma rows, BN = 128 pixels as
+// inner loop of gemm.cu's gemm_q (mma.cuh) (BM = 128 output channels as the mma rows, BN = 128 pixels as
 // its columns, BK = 64, dynamic shared memory GEMM_SMEM, two stages), with two loaders in
 // place of its decoders: weights from the f32 decoding rounded to bf16, and pixels gathered
 // from the input, normalized (+ SiLU) in f32, then rounded to bf16. K is padded with zeros to
@@ -349,12 +352,7 @@ extern "C" __global__ void __launch_bounds__(256) conv_igemm_bf16(
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int wm = (warp >> 2) * 64, wn = (warp & 3) * WN;
     float acc[MT][NT][4];
-    #pragma unroll
-    for (int i = 0; i < MT; i++)
-        #pragma unroll
-        for (int j = 0; j < NT; j++)
-            #pragma unroll
-            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.f;
+    zero_acc(acc);
 
     u32 pw[W_PER_THREAD * 8];
     u32 px[X_PER_THREAD * 8];

@@ -2,6 +2,11 @@
 // 16), into f32. Block layouts as in llama.cpp's ggml-common.h (little endian), the same as the
 // CPU reference in oxinfer-kernels/src/dequant. FMT ids are the GGML type ids.
 
+#ifndef OXINFER_DEQUANT_CUH
+#define OXINFER_DEQUANT_CUH
+
+#include "common.cuh"
+
 #define FMT_F32 0
 #define FMT_F16 1
 #define FMT_Q4_0 2
@@ -218,3 +223,5 @@ __device__ void dequant_32(const u8* w, float* out, int rows, int cols, long row
     #pragma unroll
     for (int i = 0; i < 4; i++) dst[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
 }
+
+#endif  // OXINFER_DEQUANT_CUH

@@ -2,7 +2,7 @@
 //! the CPU reference, and f16/bf16 matmuls of widths that are not a multiple of 16 (convolution
 //! weights are `k²·cin` wide). Part of the `backend_ops` test binary (helpers from there).
 
-use super::{gpu, random_weights, rel_err, rounded_reference, Rng};
+use super::{device_matmul, gpu, random_weights, rel_err, rounded_reference, Rng};
 use half::bf16;
 use oxinfer::backend::{Backend, ConvGeom, Job, NormKind, NormSpec};
 use oxinfer_cuda::{ConvPath, CudaBackend, QuantPath};
@@ -18,6 +18,47 @@ fn decoded_f32(w: &WeightMatrix) -> Vec<u8> {
         out.extend(row.iter().flat_map(|v| v.to_le_bytes()));
     }
     out
+}
+
+/// A random channels-last input `[h * w, cin]` with an offset (so that a norm's mean matters)
+/// and a norm's gamma and beta `[cin]`.
+struct ConvInput {
+    x: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    /// GroupNorm groups: 8 where they divide `cin`, else 1.
+    groups: usize,
+}
+
+impl ConvInput {
+    fn random(h: usize, w: usize, cin: usize, rng: &mut Rng) -> Self {
+        let x = (0..h * w * cin).map(|_| 2.0 * rng.f() + 0.5).collect();
+        let gamma = (0..cin).map(|_| 1.0 + 0.5 * rng.f()).collect();
+        let beta = (0..cin).map(|_| 0.3 * rng.f()).collect();
+        let groups = if cin.is_multiple_of(8) { 8 } else { 1 };
+        ConvInput {
+            x,
+            gamma,
+            beta,
+            groups,
+        }
+    }
+
+    /// No norm, GroupNorm + SiLU, LayerNorm.
+    fn norms(&self) -> [Option<NormSpec<'_>>; 3] {
+        let norm = |kind, silu| NormSpec {
+            kind,
+            eps: 1e-5,
+            gamma: &self.gamma,
+            beta: &self.beta,
+            silu,
+        };
+        [
+            None,
+            Some(norm(NormKind::Group(self.groups), true)),
+            Some(norm(NormKind::Layer, false)),
+        ]
+    }
 }
 
 /// One device convolution against the CPU reference with the same (decoded) weights and f32
@@ -60,23 +101,8 @@ fn conv2d_matches_cpu_twin() {
     let mut worst = 0f64;
     for (h, w) in [(8, 8), (13, 7), (32, 32)] {
         for cin in [3, 32, 40] {
-            // An offset so that the norm's mean matters.
-            let x: Vec<f32> = (0..h * w * cin).map(|_| 2.0 * rng.f() + 0.5).collect();
-            let gamma: Vec<f32> = (0..cin).map(|_| 1.0 + 0.5 * rng.f()).collect();
-            let beta: Vec<f32> = (0..cin).map(|_| 0.3 * rng.f()).collect();
-            let groups = if cin % 8 == 0 { 8 } else { 1 };
-            let norm = |kind, silu| NormSpec {
-                kind,
-                eps: 1e-5,
-                gamma: &gamma,
-                beta: &beta,
-                silu,
-            };
-            let norms = [
-                None,
-                Some(norm(NormKind::Group(groups), true)),
-                Some(norm(NormKind::Layer, false)),
-            ];
+            let input = ConvInput::random(h, w, cin, &mut rng);
+            let (x, norms) = (&input.x, input.norms());
             for (k, stride) in [(1, 1), (1, 2), (3, 1), (3, 2)] {
                 let g = oxinfer::nn::conv_geom(h, w, cin, k, stride).expect("geometry");
                 for n_out in [16, 33, 64] {
@@ -85,7 +111,7 @@ fn conv2d_matches_cpu_twin() {
                         for n in &norms {
                             let wm =
                                 WeightMatrix::new(f, &data, n_out, k * k * cin).expect("matrix");
-                            let e = conv_case(&b, &x, &g, n.as_ref(), wm);
+                            let e = conv_case(&b, x, &g, n.as_ref(), wm);
                             let nk = n.map(|n| (n.kind, n.silu));
                             let case = format!("{h}x{w}x{cin} -> {n_out} k{k} s{stride} {f}");
                             println!("conv2d {case} {nk:?}: {e:.2e}");
@@ -187,22 +213,8 @@ fn conv2d_mma_matches_bf16_rounded_cpu() {
     let mut rng = Rng(0x5EED_C0DE_0000_0008);
     for (h, w) in [(13, 7), (32, 32)] {
         for cin in [3, 40, 256] {
-            let x: Vec<f32> = (0..h * w * cin).map(|_| 2.0 * rng.f() + 0.5).collect();
-            let gamma: Vec<f32> = (0..cin).map(|_| 1.0 + 0.5 * rng.f()).collect();
-            let beta: Vec<f32> = (0..cin).map(|_| 0.3 * rng.f()).collect();
-            let groups = if cin % 8 == 0 { 8 } else { 1 };
-            let norm = |kind, silu| NormSpec {
-                kind,
-                eps: 1e-5,
-                gamma: &gamma,
-                beta: &beta,
-                silu,
-            };
-            let norms = [
-                None,
-                Some(norm(NormKind::Group(groups), true)),
-                Some(norm(NormKind::Layer, false)),
-            ];
+            let input = ConvInput::random(h, w, cin, &mut rng);
+            let (x, norms) = (&input.x, input.norms());
             for (k, stride) in [(1, 1), (3, 1), (3, 2)] {
                 let g = oxinfer::nn::conv_geom(h, w, cin, k, stride).expect("geometry");
                 for n_out in [33, 130] {
@@ -224,16 +236,16 @@ fn conv2d_mma_matches_bf16_rounded_cpu() {
                             dev: &dev,
                             y: &mut y,
                         };
-                        assert!(b.conv2d(&x, &g, n.as_ref(), &mut job), "declined");
+                        assert!(b.conv2d(x, &g, n.as_ref(), &mut job), "declined");
                         let xn = match n {
-                            Some(n) => oxinfer::nn::conv_input_norm(&x, &g, n).unwrap(),
+                            Some(n) => oxinfer::nn::conv_input_norm(x, &g, n).unwrap(),
                             None => x.clone(),
                         };
                         let xr: Vec<f32> = xn.iter().map(|&v| bf(v)).collect();
                         let mut want = vec![0f32; y.len()];
                         oxinfer::nn::conv2d_cpu(&xr, &g, None, &wr, &mut want).unwrap();
                         let mut exact = vec![0f32; y.len()];
-                        oxinfer::nn::conv2d_cpu(&x, &g, n.as_ref(), &w32, &mut exact).unwrap();
+                        oxinfer::nn::conv2d_cpu(x, &g, n.as_ref(), &w32, &mut exact).unwrap();
                         let (e, e_exact) = (rel_err(&y, &want), rel_err(&y, &exact));
                         let nk = n.map(|n| (n.kind, n.silu));
                         let case = format!("{h}x{w}x{cin} -> {n_out} k{k} s{stride} {nk:?}");
@@ -263,22 +275,9 @@ fn matmul_float_odd_widths_match_cpu() {
         let mut rng = Rng(0x0DD0_0000_0000_0011);
         for f in [WeightFormat::F16, WeightFormat::BF16] {
             for (n, k, t) in [(16, 3, 20), (33, 27, 50), (64, 360, 17)] {
-                let data = random_weights(f, n, k, &mut rng);
+                // Float formats have blocks of one value: `k` stays odd.
+                let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
                 let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
-                let x: Vec<f32> = (0..t * k).map(|_| rng.f()).collect();
-                let dev = b
-                    .upload(&w)
-                    .unwrap_or_else(|| panic!("{f} width {k}: upload declined"));
-                let mut y = vec![0f32; t * n];
-                let mut job = [Job {
-                    w,
-                    dev: &dev,
-                    y: &mut y,
-                }];
-                assert!(
-                    b.matmul(&x, t, k, &mut job),
-                    "{f} width {k}: matmul declined"
-                );
                 let want = if path == QuantPath::Exact {
                     let mut cpu = vec![0f32; t * n];
                     oxinfer_kernels::matmul(&w, &x, t, &mut cpu);

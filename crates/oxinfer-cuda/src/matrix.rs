@@ -1,0 +1,43 @@
+//! [`DeviceMatrix`]: a weight matrix uploaded to the device, with its decodings kept beside it.
+
+use crate::gpu::DevBuf;
+use oxinfer_kernels::WeightFormat;
+use std::sync::OnceLock;
+
+/// A weight matrix in device memory, in its file's format, and (quantized formats on the
+/// dequantize + cuBLAS path) its f16 decoding, made on first use and kept.
+pub(crate) struct DeviceMatrix {
+    pub format: WeightFormat,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    pub row_bytes: usize,
+    pub buf: DevBuf,
+    /// The f16 decoding `[rows, cols]` (empty until first use, or when memory is short or
+    /// `OXINFER_CUDA_F16_CACHE=0`: then decoded into scratch space for every product).
+    pub f16: OnceLock<DevBuf>,
+    /// The f32 decoding for the exact-product path, kept under the same rules.
+    pub f32: OnceLock<DevBuf>,
+}
+
+impl DeviceMatrix {
+    /// `rows × cols` weights in `format` (`row_bytes` per row) already uploaded into `buf`.
+    pub fn new(
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        row_bytes: usize,
+        buf: DevBuf,
+    ) -> Self {
+        DeviceMatrix {
+            format,
+            rows,
+            cols,
+            row_bytes,
+            buf,
+            f16: OnceLock::new(),
+            f32: OnceLock::new(),
+        }
+    }
+}

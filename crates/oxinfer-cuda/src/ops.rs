@@ -1,0 +1,437 @@
+//! Kernel launchers: one function per kernel of `kernels/`, which passes the arguments in the
+//! order the kernel declares them and picks its grid. Every other module queues kernels through
+//! these; all pointers are device addresses in the [`Gpu`]'s context, f32 unless said, and the
+//! work is queued on its stream.
+
+use crate::gpu::Gpu;
+use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE};
+use crate::matrix::DeviceMatrix;
+use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
+use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
+use oxinfer_kernels::WeightFormat;
+use std::ffi::c_void;
+
+/// Threads per block of the element-wise kernels.
+const THREADS: u32 = 256;
+
+/// Threads per block of the GroupNorm statistics kernel.
+const STATS_THREADS: u32 = 512;
+
+/// One kernel argument as `cuLaunchKernel` takes it: the address of the value, which must
+/// live until the launch returns.
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+/// Launches `f` with at least `n` threads in blocks of [`THREADS`].
+fn launch_1d(g: &Gpu, f: CUfunction, n: usize, params: &mut [*mut c_void]) -> Result<(), String> {
+    let grid = (n.div_ceil(THREADS as usize) as u32, 1, 1);
+    g.launch(f, grid, (THREADS, 1, 1), params)
+}
+
+/// Fused attention: `q`/`out` `[t, n_heads * head_dim]`, `k`/`v` `[pos0 + t, n_kv_heads *
+/// head_dim]`.
+pub(crate) fn attention(
+    g: &Gpu,
+    q: CUdeviceptr,
+    k: CUdeviceptr,
+    v: CUdeviceptr,
+    out: CUdeviceptr,
+    a: &AttentionGeom,
+) -> Result<(), String> {
+    let warps = a.n_heads * a.t.div_ceil(4);
+    let blocks = (warps * 32).div_ceil(128) as u32;
+    let [t, pos0, h, kvh, hd] =
+        [a.t, a.pos0, a.n_heads, a.n_kv_heads, a.head_dim].map(|v| v as i32);
+    let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let softcap = a.softcap.unwrap_or(0.0);
+    g.launch(
+        g.k.attention,
+        (blocks, 1, 1),
+        (128, 1, 1),
+        &mut [
+            arg(&q),
+            arg(&k),
+            arg(&v),
+            arg(&out),
+            arg(&t),
+            arg(&pos0),
+            arg(&h),
+            arg(&kvh),
+            arg(&hd),
+            arg(&a.scale),
+            arg(&window),
+            arg(&softcap),
+        ],
+    )
+}
+
+/// `gate ← act(gate) · up` over `n` values (the CPU's order: activation in f32, then the
+/// product).
+pub(crate) fn gated_act(
+    g: &Gpu,
+    gate: CUdeviceptr,
+    up: CUdeviceptr,
+    n: usize,
+    act: GateAct,
+) -> Result<(), String> {
+    let n_l = n as i64;
+    let a: i32 = match act {
+        GateAct::Silu => 0,
+        GateAct::GeluTanh => 1,
+    };
+    let params = &mut [arg(&gate), arg(&up), arg(&n_l), arg(&a)];
+    launch_1d(g, g.k.gated_act_f32, n, params)
+}
+
+/// Row-wise RMSNorm of `rows` rows of `dim`: `y = x / rms(x) · w` (`y` may be `x`).
+pub(crate) fn rms_norm(
+    g: &Gpu,
+    x: CUdeviceptr,
+    w: CUdeviceptr,
+    y: CUdeviceptr,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<(), String> {
+    let (r, n) = (rows as i32, dim as i32);
+    g.launch(
+        g.k.rms_norm,
+        (rows as u32, 1, 1),
+        (THREADS, 1, 1),
+        &mut [arg(&x), arg(&w), arg(&y), arg(&r), arg(&n), arg(&eps)],
+    )
+}
+
+/// Per-head RMSNorm in place of `x` `[rows, heads * hd]` with gains `w` `[hd]`.
+pub(crate) fn head_norm(
+    g: &Gpu,
+    x: CUdeviceptr,
+    w: CUdeviceptr,
+    rows: usize,
+    heads: usize,
+    hd: usize,
+    eps: f32,
+) -> Result<(), String> {
+    let [r, h, d, stride] = [rows, heads, hd, heads * hd].map(|v| v as i32);
+    let params = &mut [
+        arg(&x),
+        arg(&w),
+        arg(&r),
+        arg(&h),
+        arg(&d),
+        arg(&stride),
+        arg(&eps),
+    ];
+    launch_1d(g, g.k.head_norm, rows * heads * 32, params)
+}
+
+/// `y[r, :] += b` for `rows` rows of width `n`.
+pub(crate) fn add_bias(
+    g: &Gpu,
+    y: CUdeviceptr,
+    b: CUdeviceptr,
+    rows: usize,
+    n: usize,
+) -> Result<(), String> {
+    let (r, n_i) = (rows as i64, n as i32);
+    let params = &mut [arg(&y), arg(&b), arg(&r), arg(&n_i)];
+    launch_1d(g, g.k.add_bias, rows * n, params)
+}
+
+/// `x += y` over `n` values.
+pub(crate) fn add(g: &Gpu, x: CUdeviceptr, y: CUdeviceptr, n: usize) -> Result<(), String> {
+    let n_l = n as i64;
+    launch_1d(g, g.k.add, n, &mut [arg(&x), arg(&y), arg(&n_l)])
+}
+
+/// `x = cap · tanh(x / cap)` over `n` values.
+pub(crate) fn softcap(g: &Gpu, x: CUdeviceptr, n: usize, cap: f32) -> Result<(), String> {
+    let n_l = n as i64;
+    launch_1d(g, g.k.softcap, n, &mut [arg(&x), arg(&n_l), arg(&cap)])
+}
+
+/// RoPE in place on `x` `[rows, heads * hd]` with per-row tables `cos`/`sin` `[rows, half]`:
+/// pairs `(2j, 2j + 1)` when `interleaved`, else `(j, j + half)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope(
+    g: &Gpu,
+    x: CUdeviceptr,
+    cos: CUdeviceptr,
+    sin: CUdeviceptr,
+    rows: usize,
+    heads: usize,
+    hd: usize,
+    half: usize,
+    interleaved: bool,
+) -> Result<(), String> {
+    let [r, h, d, hf, il] = [rows, heads, hd, half, usize::from(interleaved)].map(|v| v as i32);
+    let params = &mut [
+        arg(&x),
+        arg(&cos),
+        arg(&sin),
+        arg(&r),
+        arg(&h),
+        arg(&d),
+        arg(&hf),
+        arg(&il),
+    ];
+    launch_1d(g, g.k.rope, rows * heads * half, params)
+}
+
+/// `dst[i, :] = src[idx[i], :]` for `n` rows of width `dim` (`idx`: `n` i32).
+pub(crate) fn gather_rows(
+    g: &Gpu,
+    src: CUdeviceptr,
+    idx: CUdeviceptr,
+    dst: CUdeviceptr,
+    n: usize,
+    dim: usize,
+) -> Result<(), String> {
+    let (n_i, dim_i) = (n as i32, dim as i32);
+    let params = &mut [arg(&src), arg(&idx), arg(&dst), arg(&n_i), arg(&dim_i)];
+    launch_1d(g, g.k.gather_rows, n * dim, params)
+}
+
+/// Writes `max |x|` over `n` values into the first word of the f16 overflow guard `guard`
+/// (three words `[max |x| as bits, alpha, beta]`).
+pub(crate) fn amax(g: &Gpu, x: CUdeviceptr, n: usize, guard: CUdeviceptr) -> Result<(), String> {
+    // SAFETY: `guard` holds at least one word in this context; queued on the stream.
+    unsafe { sys::cuMemsetD32Async(guard, 0, 1, g.stream) }
+        .result()
+        .map_err(|e| format!("memset: {e:?}"))?;
+    let n_l = n as i64;
+    let blocks = n.div_ceil(THREADS as usize * 8).clamp(1, 1024) as u32;
+    g.launch(
+        g.k.amax_f32,
+        (blocks, 1, 1),
+        (THREADS, 1, 1),
+        &mut [arg(&x), arg(&n_l), arg(&guard)],
+    )
+}
+
+/// `n` values at `x` to IEEE f16 at `out`, divided by the power of two of `guard` (see
+/// [`amax`]), which also receives cuBLAS's `alpha`/`beta`.
+pub(crate) fn f32_to_f16_scaled(
+    g: &Gpu,
+    x: CUdeviceptr,
+    out: CUdeviceptr,
+    n: usize,
+    guard: CUdeviceptr,
+) -> Result<(), String> {
+    let n_l = n as i64;
+    let params = &mut [arg(&x), arg(&out), arg(&n_l), arg(&guard)];
+    launch_1d(g, g.k.f32_to_f16_scaled, n, params)
+}
+
+/// `n` values at `x` quantized to int8 blocks of `block` (32 or 256) values as the CPU kernels
+/// quantize them, written to `out` as the values `d·q`: f16 divided by the power of two of
+/// `guard` when there is one (see [`amax`]), else f32.
+pub(crate) fn quant_act(
+    g: &Gpu,
+    x: CUdeviceptr,
+    out: CUdeviceptr,
+    n: usize,
+    block: usize,
+    guard: Option<CUdeviceptr>,
+) -> Result<(), String> {
+    let nblocks = (n / block) as i64;
+    let b = block as i32;
+    let scale = guard.unwrap_or(0);
+    // One warp per block; the f16 variant also takes the guard.
+    let mut params = [arg(&x), arg(&out), arg(&nblocks), arg(&b), arg(&scale)];
+    let threads = n / block * 32;
+    match guard {
+        Some(_) => launch_1d(g, g.k.quant_act_f16, threads, &mut params),
+        None => launch_1d(g, g.k.quant_act_f32, threads, &mut params[..4]),
+    }
+}
+
+/// `n` values at `x` to 16-bit floats at `out`: bf16, or IEEE f16 when `f16`.
+pub(crate) fn f32_to_half(
+    g: &Gpu,
+    x: CUdeviceptr,
+    out: CUdeviceptr,
+    n: usize,
+    f16: bool,
+) -> Result<(), String> {
+    let f = if f16 { g.k.f32_to_f16 } else { g.k.f32_to_bf16 };
+    let n_l = n as i64;
+    launch_1d(g, f, n, &mut [arg(&x), arg(&out), arg(&n_l)])
+}
+
+/// The in-tile dequantizing tensor-core GEMM: `y[t, rows] = x16[t, cols] · Wᵀ` with bf16
+/// activations `x16` and quantized `w` (`cols` a multiple of `GEMM_BK`).
+pub(crate) fn gemm_q(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    x16: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+) -> Result<(), String> {
+    let f = g.k.gemm(w.format).ok_or("no GEMM kernel")?;
+    let (bm, bn) = GEMM_TILE;
+    let grid = (
+        w.rows.div_ceil(bm as usize) as u32,
+        t.div_ceil(bn as usize) as u32,
+        1,
+    );
+    let (wp, rb) = (w.buf.ptr(), w.row_bytes as i64);
+    let [t_i, n_i, k_i] = [t, w.rows, w.cols].map(|v| v as i32);
+    g.launch_smem(
+        f,
+        grid,
+        (THREADS, 1, 1),
+        GEMM_SMEM,
+        &mut [
+            arg(&wp),
+            arg(&rb),
+            arg(&x16),
+            arg(&y),
+            arg(&t_i),
+            arg(&n_i),
+            arg(&k_i),
+        ],
+    )
+}
+
+/// Decodes quantized `w` whole into `dst` `[rows, cols]`: IEEE f16 when `f16`, else f32.
+pub(crate) fn dequant(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    dst: CUdeviceptr,
+    f16: bool,
+) -> Result<(), String> {
+    let f = if f16 {
+        g.k.dequant_f16(w.format)
+    } else {
+        g.k.dequant_f32(w.format)
+    }
+    .ok_or("no decoder")?;
+    let [rows, cols] = [w.rows, w.cols].map(|v| v as i32);
+    let (wp, rb) = (w.buf.ptr(), w.row_bytes as i64);
+    let params = &mut [arg(&wp), arg(&dst), arg(&rows), arg(&cols), arg(&rb)];
+    // One thread per 16 weights.
+    launch_1d(g, f, w.rows * w.cols / 16, params)
+}
+
+/// Decodes f16/bf16 `w` exactly into f32 at `dst` `[rows, cols]`.
+pub(crate) fn half_to_f32(g: &Gpu, w: &DeviceMatrix, dst: CUdeviceptr) -> Result<(), String> {
+    let n = w.rows * w.cols;
+    let bf = i32::from(w.format == WeightFormat::BF16);
+    let (src, n_l) = (w.buf.ptr(), n as i64);
+    let params = &mut [arg(&src), arg(&dst), arg(&n_l), arg(&bf)];
+    launch_1d(g, g.k.half_to_f32, n, params)
+}
+
+/// A convolution's input norm as the kernels take it.
+pub(crate) struct ConvNorm {
+    /// 0: no norm, 1: GroupNorm with `cpg` channels per group, 2: LayerNorm.
+    pub mode: i32,
+    pub cpg: i32,
+    pub silu: i32,
+    pub eps: f32,
+    /// GroupNorm groups (statistics blocks); 0 otherwise.
+    pub groups: usize,
+    /// Device addresses of `[cin]` gamma and beta and the (mean, rstd) pairs (0 without norm).
+    pub gamma: CUdeviceptr,
+    pub beta: CUdeviceptr,
+    pub stats: CUdeviceptr,
+}
+
+impl ConvNorm {
+    /// No norm.
+    pub const NONE: ConvNorm = ConvNorm {
+        mode: 0,
+        cpg: 0,
+        silu: 0,
+        eps: 0.0,
+        groups: 0,
+        gamma: 0,
+        beta: 0,
+        stats: 0,
+    };
+}
+
+/// The statistics kernel (with a norm) and the implicit GEMM: `y` `[oh * ow, n_out]` from `x`
+/// `[h * w, cin]` and f32 weights `w` `[n_out, k²·cin]`, on the tensor cores when `bf16`. The
+/// tensor-core kernel's grid puts pixel tiles on `y` (at most 65535); beyond that the f32
+/// kernel runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    gpu: &Gpu,
+    bf16: bool,
+    x: CUdeviceptr,
+    g: &ConvGeom,
+    nd: &ConvNorm,
+    w: CUdeviceptr,
+    n_out: usize,
+    y: CUdeviceptr,
+) -> Result<(), String> {
+    let hw = g.h * g.w;
+    let (hw_i, cin_i) = (hw as i32, g.cin as i32);
+    if nd.mode == 1 {
+        gpu.launch(
+            gpu.k.conv_stats_group,
+            (nd.groups as u32, 1, 1),
+            (STATS_THREADS, 1, 1),
+            &mut [
+                arg(&x),
+                arg(&nd.stats),
+                arg(&hw_i),
+                arg(&cin_i),
+                arg(&nd.cpg),
+                arg(&nd.eps),
+            ],
+        )?;
+    } else if nd.mode == 2 {
+        let params = &mut [
+            arg(&x),
+            arg(&nd.stats),
+            arg(&hw_i),
+            arg(&cin_i),
+            arg(&nd.eps),
+        ];
+        launch_1d(gpu, gpu.k.conv_stats_layer, hw * 32, params)?;
+    }
+    let [h, wd, cin, k, stride, oh, ow, n_out_i] =
+        [g.h, g.w, g.cin, g.k, g.stride, g.oh, g.ow, n_out].map(|v| v as i32);
+    let pixels = g.oh * g.ow;
+    let (bm, bn) = (GEMM_TILE.0 as usize, GEMM_TILE.1 as usize);
+    let (f, grid, smem) = if bf16 && pixels.div_ceil(bn) <= 65_535 {
+        let grid = (n_out.div_ceil(bm) as u32, pixels.div_ceil(bn) as u32, 1);
+        (gpu.k.conv_igemm_bf16, grid, GEMM_SMEM)
+    } else {
+        let grid = (
+            pixels.div_ceil(CONV_TILE.0) as u32,
+            n_out.div_ceil(CONV_TILE.1) as u32,
+            1,
+        );
+        (gpu.k.conv_igemm_f32, grid, 0)
+    };
+    gpu.launch_smem(
+        f,
+        grid,
+        (THREADS, 1, 1),
+        smem,
+        &mut [
+            arg(&x),
+            arg(&w),
+            arg(&y),
+            arg(&nd.stats),
+            arg(&nd.gamma),
+            arg(&nd.beta),
+            arg(&h),
+            arg(&wd),
+            arg(&cin),
+            arg(&k),
+            arg(&stride),
+            arg(&oh),
+            arg(&ow),
+            arg(&n_out_i),
+            arg(&nd.mode),
+            arg(&nd.cpg),
+            arg(&nd.silu),
+        ],
+    )
+}
