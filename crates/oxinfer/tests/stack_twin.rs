@@ -9,6 +9,7 @@
 mod common;
 
 use common::{check_prompt, fixtures, reference};
+use oxinfer::backend::check::Checked;
 use oxinfer::backend::{self, Backend, DeviceWeight, Job};
 use oxinfer::plan::batch::gather_rows;
 use oxinfer::plan::{cpu, Plan, PlanInput, SeqRows};
@@ -84,8 +85,14 @@ fn check(name: &str, sources: &[&str], tol: f32) {
 /// attention), qwen35moe-tiny-gguf (routed and shared experts).
 #[test]
 fn families_through_the_stack_match_transformers() {
-    backend::install(Some(Box::new(CpuStack)));
-    assert_eq!(backend::active().map(|b| b.name()), Some("cpu-stack"));
+    // Wrapped in the OXINFER_GPU_CHECK checker, which recomputes every plan run with the CPU
+    // executor on copies of the caches: the "device" here is that same executor, so every
+    // recorded error must be 0.
+    backend::install(Some(Box::new(Checked::new(Box::new(CpuStack)))));
+    assert_eq!(
+        backend::active().map(|b| b.name()),
+        Some("cpu-stack (checked)")
+    );
     check("llama-tiny-a", &["", "model.gguf"], 1e-4);
     check("qwen2-tiny-swa", &[""], 1e-4);
     check("gemma3-tiny-a", &["", "model.gguf"], 1e-4);
@@ -94,4 +101,18 @@ fn families_through_the_stack_match_transformers() {
     check("gemma4-tiny-moe", &[""], 1e-4);
     check("qwen35-tiny", &[""], 1e-3);
     check("qwen35moe-tiny-gguf", &["model.gguf"], 1e-3);
+    let report = oxinfer::backend::check::report().expect("the checker recorded plan runs");
+    println!("{report}");
+    for kind in [
+        "plan logits",
+        "plan keys (per layer)",
+        "plan values (per layer)",
+    ] {
+        let line = report.lines().find(|l| l.contains(kind)).expect(kind);
+        let worst: f64 = line
+            .split_whitespace()
+            .find_map(|w| w.parse().ok())
+            .expect("error value");
+        assert_eq!(worst, 0.0, "{line}");
+    }
 }
