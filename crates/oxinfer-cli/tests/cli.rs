@@ -2,81 +2,25 @@
 //! transformers), `info`, and bad input (corrupt files, unsupported architectures, missing
 //! tokenizer, unreadable paths) giving one clear error line and a non-zero exit, never a panic.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
+use std::path::PathBuf;
 
-fn oxinfer(args: &[&str]) -> Output {
-    oxinfer_env(args, &[])
-}
-
-fn oxinfer_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxinfer"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env(
-            "OXINFER_CACHE",
-            std::env::temp_dir().join("oxinfer-cli-test-cache"),
-        )
-        .output()
-        .expect("run oxinfer")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts a clean failure: non-zero exit, no panic, an `error:` line containing every needle.
-fn assert_fails_with(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert!(
-        !o.status.success(),
-        "expected failure, got success; stderr: {err}"
-    );
-    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or_else(|| panic!("no error line: {err}"));
-    for n in needles {
-        assert!(line.contains(n), "error line lacks {n:?}: {line}");
-    }
-}
+use cli_process::{assert_fails_with, oxinfer, oxinfer_env, stderr, stdout};
+use common::{fixture_json, fixtures, ids, max_abs_diff, read_npy_f32, real_model, scratch_dir};
 
 fn reference(name: &str) -> serde_json::Value {
-    let p = fixtures().join(name).join("reference.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn id_list(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("oxinfer-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::reference(&fixtures().join(name))
 }
 
 #[test]
 fn show_tokens_on_a_folder_without_tokenizer_matches_transformers() {
     let r = reference("llama-tiny-a");
     let p = &r["prompts"][0];
-    let prompt: Vec<String> = id_list(&p["ids"]).iter().map(|i| i.to_string()).collect();
-    let want: Vec<String> = id_list(&p["greedy_ids"])
+    let prompt: Vec<String> = ids(&p["ids"]).iter().map(|i| i.to_string()).collect();
+    let want: Vec<String> = ids(&p["greedy_ids"])
         .iter()
         .map(|i| i.to_string())
         .collect();
@@ -106,8 +50,8 @@ fn show_tokens_on_a_folder_without_tokenizer_matches_transformers() {
 fn dump_logits_matches_transformers() {
     let r = reference("llama-tiny-b");
     let p = &r["prompts"][1];
-    let prompt: Vec<String> = id_list(&p["ids"]).iter().map(|i| i.to_string()).collect();
-    let out = temp_dir("dump").join("logits.npy");
+    let prompt: Vec<String> = ids(&p["ids"]).iter().map(|i| i.to_string()).collect();
+    let out = scratch_dir("dump").join("logits.npy");
     let gguf = fixtures().join("llama-tiny-b/model.gguf");
     let o = oxinfer(&[
         "run",
@@ -124,44 +68,15 @@ fn dump_logits_matches_transformers() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let got = std::fs::read(&out).unwrap();
-    let want = std::fs::read(
-        fixtures()
+    // Both float32 C-order .npy files of the same shape, values within 1e-4.
+    let (got_shape, got) = read_npy_f32(&out);
+    let (want_shape, want) = read_npy_f32(
+        &fixtures()
             .join("llama-tiny-b")
             .join(p["logits_file"].as_str().unwrap()),
-    )
-    .unwrap();
-    // Same header layout (shape, dtype), then values within 1e-4.
-    let body = |b: &[u8]| {
-        let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-        (
-            String::from_utf8_lossy(&b[10..10 + hlen]).into_owned(),
-            b[10 + hlen..].to_vec(),
-        )
-    };
-    let (gh, gb) = body(&got);
-    let (wh, wb) = body(&want);
-    let shape = |h: &str| {
-        h.split("'shape':")
-            .nth(1)
-            .unwrap()
-            .split(')')
-            .next()
-            .unwrap()
-            .replace(' ', "")
-    };
-    assert_eq!(shape(&gh), shape(&wh));
-    assert_eq!(gb.len(), wb.len());
-    let f = |b: &[u8]| {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect::<Vec<_>>()
-    };
-    let d = f(&gb)
-        .iter()
-        .zip(f(&wb))
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    );
+    assert_eq!(got_shape, want_shape);
+    let d = max_abs_diff(&got, &want);
     assert!(d <= 1e-4, "max abs diff {d}");
 }
 
@@ -218,7 +133,7 @@ fn missing_path_is_a_clear_error() {
 fn corrupt_gguf(tag: &str, f: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
     let mut b = std::fs::read(fixtures().join("llama-tiny-a/model.gguf")).unwrap();
     f(&mut b);
-    let p = temp_dir(tag).join("model.gguf");
+    let p = scratch_dir(tag).join("model.gguf");
     std::fs::write(&p, b).unwrap();
     p
 }
@@ -270,7 +185,7 @@ fn corrupt_gguf_files_are_refused() {
 fn corrupt_safetensors_folders_are_refused() {
     let src = fixtures().join("llama-tiny-a");
     let make = |tag: &str, f: &dyn Fn(&mut Vec<u8>)| {
-        let d = temp_dir(tag);
+        let d = scratch_dir(tag);
         std::fs::copy(src.join("config.json"), d.join("config.json")).unwrap();
         let mut b = std::fs::read(src.join("model.safetensors")).unwrap();
         f(&mut b);
@@ -304,7 +219,7 @@ fn corrupt_safetensors_folders_are_refused() {
     );
 
     // A missing shard named by the index.
-    let d = temp_dir("st-shard");
+    let d = scratch_dir("st-shard");
     let srcb = fixtures().join("llama-tiny-b");
     for f in [
         "config.json",
@@ -319,26 +234,11 @@ fn corrupt_safetensors_folders_are_refused() {
 }
 
 fn smollm2() -> Option<PathBuf> {
-    let dir = match std::env::var_os("OXINFER_TEST_MODELS") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/oxinfer/models"),
-    };
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.is_file() {
-        Some(p)
-    } else {
-        println!(
-            "skipped: {} not found (run scripts/fetch-test-models.sh)",
-            p.display()
-        );
-        None
-    }
+    real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 fn smollm2_reference(file: &str) -> serde_json::Value {
-    let p = fixtures().join("smollm2").join(file);
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    fixture_json(&format!("smollm2/{file}"))
 }
 
 #[test]
@@ -405,7 +305,7 @@ fn perplexity_command_matches_llamacpp_running_value() {
 fn chat_keeps_history_and_clears_it() {
     use std::io::Write;
     let Some(model) = smollm2() else { return };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxinfer"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oxinfer"))
         .args([
             "chat",
             "-m",

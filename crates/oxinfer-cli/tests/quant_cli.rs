@@ -3,54 +3,21 @@
 //! logits as on-load quantization, `kl` reproduces the statistics transformers + numpy compute
 //! (`tests/fixtures/quant-tiny/kl_reference.json`), and bad requests fail with one clear line.
 
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use cli_process::{assert_exits_with, assert_fails_with, ok, oxinfer};
+use common::{fixtures, scratch_dir};
 
 fn quant_tiny(v: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/quant-tiny")
-        .join(v)
+    fixtures().join("quant-tiny").join(v)
 }
 
 fn text() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/texts/ppl-en.txt")
-}
-
-fn oxinfer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxinfer"))
-        .args(args)
-        .env(
-            "OXINFER_CACHE",
-            std::env::temp_dir().join("oxinfer-cli-test-cache"),
-        )
-        .output()
-        .expect("run oxinfer")
-}
-
-fn ok(o: Output) -> (String, String) {
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    );
-    assert!(o.status.success(), "failed: {err}");
-    (out, err)
-}
-
-fn fails_with(o: Output, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "should fail");
-    assert!(!err.contains("panicked"), "{err}");
-    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or("");
-    for n in needles {
-        assert!(line.contains(n), "'{n}' not in: {err}");
-    }
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("oxinfer-quant-cli-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    p
+    fixtures().join("texts/ppl-en.txt")
 }
 
 fn s(p: &Path) -> &str {
@@ -61,7 +28,7 @@ const IDS: &str = "256,84,104,101,32,113,117,105,99,107,32,98,114,111,119,110";
 
 #[test]
 fn quantize_then_load_gives_the_on_load_logits() {
-    let tmp = scratch("roundtrip");
+    let tmp = scratch_dir("roundtrip");
     for v in ["llama", "gemma3"] {
         let src = quant_tiny(v);
         for q in ["q8", "q4"] {
@@ -192,18 +159,19 @@ fn kl_of_two_precisions_of_one_model() {
 #[test]
 fn bad_quant_requests_fail_clearly() {
     let m = quant_tiny("llama");
-    fails_with(
-        oxinfer(&["run", "-m", s(&m), "--quant", "q3", "--tokens", "1"]),
+    assert_exits_with(
+        &oxinfer(&["run", "-m", s(&m), "--quant", "q3", "--tokens", "1"]),
+        2,
         &["q3"],
     );
     let gguf = quant_tiny("../llama-tiny-a/model.gguf");
-    fails_with(
-        oxinfer(&["run", "-m", s(&gguf), "--quant", "q8", "--tokens", "1"]),
+    assert_fails_with(
+        &oxinfer(&["run", "-m", s(&gguf), "--quant", "q8", "--tokens", "1"]),
         &["model.gguf", "--quant q8", "safetensors"],
     );
-    let tmp = scratch("bad");
-    fails_with(
-        oxinfer(&[
+    let tmp = scratch_dir("bad");
+    assert_fails_with(
+        &oxinfer(&[
             "quantize",
             s(&gguf),
             "--quant",
@@ -213,8 +181,8 @@ fn bad_quant_requests_fail_clearly() {
         ]),
         &["model.gguf"],
     );
-    fails_with(
-        oxinfer(&["quantize", s(&m), "--quant", "q4", "-o", s(&m)]),
+    assert_fails_with(
+        &oxinfer(&["quantize", s(&m), "--quant", "q4", "-o", s(&m)]),
         &["checkpoint's own folder"],
     );
     // A reference whose tokenizer lacks a merge tokenizes the text differently.
@@ -228,8 +196,8 @@ fn bad_quant_requests_fail_clearly() {
     let merges = tok["model"]["merges"].as_array_mut().unwrap();
     assert_eq!(merges.pop().unwrap(), serde_json::json!(["i", "n"]));
     std::fs::write(other.join("tokenizer.json"), tok.to_string()).unwrap();
-    fails_with(
-        oxinfer(&[
+    assert_fails_with(
+        &oxinfer(&[
             "kl",
             "-m",
             s(&m),

@@ -1,44 +1,33 @@
 //! `oxinfer serve` over real HTTP on loopback, exercised by the official `openai` Python client:
 //! runs the pytest suite in crates/oxinfer-server/tests/python against this build's binary.
-//! Needs the real SmolLM2 model (scripts/fetch-test-models.sh) and the client's venv
-//! (scripts/setup-server-test-venv.sh); prints one `skipped:` line when either is absent.
+//! Needs the real SmolLM2 model (fetched on first use, `common::real_model`) and the client's
+//! venv (scripts/setup-server-test-venv.sh); prints one `skipped:` line when either is absent
+//! (and fails under CI).
+
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn home_cache(sub: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-        .join(".cache/oxinfer")
-        .join(sub)
-}
+use common::{real_model, skip};
 
 #[test]
 fn openai_client_against_serve() {
-    let models = std::env::var_os("OXINFER_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home_cache("models"));
-    let model = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !model.is_file() {
-        println!(
-            "skipped: {} not found (run scripts/fetch-test-models.sh)",
-            model.display()
-        );
+    let Some(model) = real_model("SmolLM2-135M-Instruct.Q4_1.gguf") else {
         return;
-    }
+    };
     let venv = std::env::var_os("OXINFER_SERVER_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| home_cache("servervenv"));
+        .unwrap_or_else(|| {
+            // Where scripts/setup-server-test-venv.sh puts it.
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/oxinfer/servervenv")
+        });
     let python = venv.join("bin/python");
     if !python.is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} missing: .ci/run must run scripts/setup-server-test-venv.sh",
-            python.display()
-        );
-        println!(
-            "skipped: {} not found (run scripts/setup-server-test-venv.sh)",
-            python.display()
-        );
+        let reason = "not found: .ci/run must run scripts/setup-server-test-venv.sh";
+        skip(&python.display().to_string(), reason, true);
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -11,8 +11,10 @@
 //!   tasks on our pool ([`oxinfer_kernels::pool::parallel_for`]) and on rayon (`par_iter`), the
 //!   cost a decode step pays a few hundred times.
 //!
-//! Run: `cargo bench -p oxinfer-kernels --bench kernels [-- FILTER]`. Threads: `OXINFER_THREADS`
-//! (default: all cores). The weights are random bytes with sane block scales.
+//! Run: `cargo bench -p oxinfer-kernels --bench kernels [-- FILTER]`. Threads: the pool's
+//! default, one per core (no environment variable sets it; `OXINFER_*` switches that pick
+//! kernels are listed in [`oxinfer_kernels::dispatch`]). The weights are random bytes with sane
+//! block scales.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxinfer_kernels::attention::{attention, AttnShape};

@@ -3,7 +3,7 @@
 //!
 //! - `quantize/<format>/<isa>`: one 2048 × 2048 BF16 matrix converted by
 //!   [`quantize_matrix`] (throughput in BF16 bytes read, so criterion prints GB/s; the thread
-//!   pool's threads, `OXINFER_THREADS`), and `quantize_row/<format>/<isa>`: the row quantizer
+//!   pool's threads, one per core), and `quantize_row/<format>/<isa>`: the row quantizer
 //!   alone on one thread (f32 bytes read);
 //! - `matvec/<format>/<isa>`: one token through a 2048 × 2048 matrix in Q8, Q4 (split) and, for
 //!   comparison, GGUF's Q8_0 and Q4_0 (throughput in bytes of weights + scales read);

@@ -9,6 +9,8 @@ pub(crate) mod kquants;
 mod legacy;
 mod split;
 
+pub(crate) use float::f16_at;
+
 use crate::error::KernelError;
 use crate::format::WeightFormat;
 
@@ -144,12 +146,6 @@ fn blocks<const B: usize, const N: usize>(
         };
         f(b, y);
     }
-}
-
-/// Reads the little-endian f16 at `b[i..i + 2]` as f32.
-#[inline(always)]
-pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
-    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
 #[cfg(test)]

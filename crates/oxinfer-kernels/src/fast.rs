@@ -1,11 +1,12 @@
 //! The fast matmul: activations quantized to int8 once per call, integer dot products with
 //! the packed weights (SIMD where the CPU has it), output rows spread over the thread pool.
 
+use crate::dispatch::Isa;
 use crate::format::WeightFormat;
-use crate::matmul::WeightMatrix;
+use crate::matrix::WeightMatrix;
 use crate::pool::{parallel_for, pool_threads};
 use crate::q8::{quantize_q8, quantize_q8k, BlockQ8, BlockQ8K};
-use crate::vecdot::{self, act_kind, ActKind, Isa, KBlock};
+use crate::vecdot::{self, act_kind, ActKind, KBlock};
 
 /// Raw pointer into a buffer whose disjoint parts are written by different tasks.
 pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
@@ -61,9 +62,17 @@ pub(crate) fn quantize_acts(format: WeightFormat, x: &[f32], t: usize, cols: usi
     }
 }
 
-/// `y[t][rows] = x[t][cols] · Wᵀ` with int8 activations (f32 for float weights).
+/// `y[t][rows] = x[t][cols] · Wᵀ` with int8 activations (f32 for float weights), on `isa`.
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`, or (for a hand-built matrix) a row of
+/// `w` is not `cols` weights of its format.
 pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Isa) {
     let (rows, cols) = (w.rows, w.cols);
+    crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
+    if rows == 0 || t == 0 {
+        return;
+    }
     let acts = quantize_acts(w.format, x, t, cols);
     let rb = w.row_bytes();
     let sb = w.row_scale_bytes();
@@ -179,3 +188,42 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
 
 /// Weight rows processed together by one task step (their activations are shared).
 const ROW_GROUP: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::available_isas;
+    use crate::test_util::panic_message;
+
+    /// `matmul_fast` is a safe public entry point that writes `y` through a raw pointer: an
+    /// output or input of the wrong length must panic before any write (it wrote past `y`).
+    #[test]
+    fn wrong_buffer_lengths_panic_before_writing() {
+        let data = vec![0u8; 4 * 34];
+        let w = WeightMatrix::new(WeightFormat::Q8_0, &data, 4, 32).unwrap();
+        let x = vec![0.25f32; 3 * 32];
+        for isa in available_isas() {
+            let mut short = vec![0f32; 3 * 4 - 1];
+            let m = panic_message(|| matmul_fast(&w, &x, 3, &mut short, isa));
+            assert!(m.contains("y must be [t = 3, rows = 4]"), "{isa:?}: {m}");
+            let mut y = vec![0f32; 3 * 4];
+            let m = panic_message(|| matmul_fast(&w, &x[..64], 3, &mut y, isa));
+            assert!(m.contains("x must be [t = 3, cols = 32]"), "{isa:?}: {m}");
+            // A hand-built matrix whose output size overflows: the check's product is checked.
+            let huge = WeightMatrix {
+                format: WeightFormat::F32,
+                data: &[],
+                scales: &[],
+                rows: usize::MAX / 2 + 1,
+                cols: 1,
+            };
+            let m = panic_message(|| matmul_fast(&huge, &x[..2], 2, &mut y, isa));
+            assert!(m.contains("y must be [t = 2"), "{isa:?}: {m}");
+            matmul_fast(&w, &x, 3, &mut y, isa);
+            assert!(
+                y.iter().all(|&v| v == 0.0),
+                "{isa:?}: zero weights give zeros"
+            );
+        }
+    }
+}

@@ -12,7 +12,10 @@
 //! - [`attention`]: fused causal attention (query blocks × key tiles, online softmax).
 //! - [`packed`]: weights repacked into groups of eight interleaved rows and the GEMM over
 //!   them ([`packed::PackedMatrix`], [`packed::matmul_packed`]).
-//! - [`dispatch`]: which kernel set runs ([`kernel_set`], `OXINFER_KERNELS`).
+//! - [`matrix`]: the borrowed weight matrix every matmul takes ([`WeightMatrix`]).
+//! - [`pool`]: the persistent thread pool and the thread count ([`set_num_threads`]).
+//! - [`dispatch`]: what runs where: the kernel set ([`kernel_set`]), the CPU's instruction set
+//!   ([`dispatch::detected_isa`]) and every `OXINFER_*` switch, documented in one table.
 #![warn(missing_docs)]
 
 pub mod act;
@@ -23,6 +26,7 @@ pub mod error;
 pub mod fast;
 pub mod format;
 pub mod matmul;
+pub mod matrix;
 pub mod membw;
 pub mod packed;
 pub mod pool;
@@ -31,8 +35,13 @@ pub mod q8;
 pub mod quantize;
 pub mod vecdot;
 
+#[cfg(test)]
+mod test_util;
+
 pub use dequant::{dequantize_row, dequantize_row_split};
 pub use dispatch::{kernel_set, KernelSet};
 pub use error::KernelError;
 pub use format::WeightFormat;
-pub use matmul::{matmul, matmul_reference, num_threads, set_num_threads, WeightMatrix};
+pub use matmul::{matmul, matmul_reference};
+pub use matrix::WeightMatrix;
+pub use pool::{num_threads, set_num_threads};

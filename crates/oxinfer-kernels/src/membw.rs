@@ -6,13 +6,14 @@
 //! streamed 20 GB/s.
 
 /// Bytes between a load and the prefetch issued alongside it (as the packed kernels do).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Reads every element of `data` and returns their wrapping sum (so the reads cannot be
 /// optimized away).
 pub fn read_sum(data: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() {
+    if crate::dispatch::detected_isa().has_avx2() {
         // SAFETY: the CPU has AVX2 (detected).
         return unsafe { avx2::read_sum(data) };
     }

@@ -51,7 +51,9 @@ impl Default for BlockQ8K {
 /// as `f32::round`); blocks that are all zero or hold a NaN or an infinity take the scalar path.
 fn quantize_block(x: &[f32], qs: &mut [i8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() && x.len().is_multiple_of(32) && qs.len() == x.len()
+    if crate::dispatch::detected_isa().has_avx2()
+        && x.len().is_multiple_of(32)
+        && qs.len() == x.len()
     {
         // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
         if let Some(d) = unsafe { avx2::quantize_block(x, qs) } {
@@ -82,7 +84,7 @@ fn quantize_block_scalar(x: &[f32], qs: &mut [i8]) -> f32 {
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     assert_eq!(out.len() * 32, x.len(), "x must hold 32 values per block");
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() {
+    if crate::dispatch::detected_isa().has_avx2() {
         // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
         unsafe { avx2::quantize_q8(x, out) };
         return;
@@ -100,7 +102,7 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     assert_eq!(out.len() * 256, x.len(), "x must hold 256 values per block");
     #[cfg(target_arch = "x86_64")]
-    if crate::vecdot::detected_isa().has_avx2() {
+    if crate::dispatch::detected_isa().has_avx2() {
         // SAFETY: the CPU has AVX2 (and FMA, F16C: detected together); lengths checked.
         unsafe { avx2::quantize_q8k(x, out) };
         return;

@@ -7,92 +7,21 @@
 //!
 //! The result is exactly what the kernels read, so it can be written to a file and borrowed back.
 
+use crate::dispatch::{detected_isa, Isa};
 use crate::error::KernelError;
 use crate::format::WeightFormat;
-use crate::matmul::WeightMatrix;
+use crate::matrix::WeightMatrix;
 use crate::pool::parallel_for;
-use crate::vecdot::{detected_isa, Isa};
 use std::sync::Mutex;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod scalar;
+
+use scalar::{finite, q4_row, q8_row};
 
 /// Formats [`quantize_row`] and [`quantize_matrix`] produce.
 pub const TARGETS: [WeightFormat; 3] = [WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4];
-
-fn finite(format: WeightFormat, x: &[f32]) -> Result<(), KernelError> {
-    match x.iter().position(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(index) => Err(KernelError::NonFinite {
-            format,
-            index,
-            value: x[index].to_string(),
-        }),
-    }
-}
-
-/// Q8: per block of 32, `d = max|x| / 127`, `q = round(x / d)` (so `|x - d q| ≤ d / 2`).
-fn q8_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) {
-    for ((xs, q), s) in x
-        .chunks_exact(32)
-        .zip(qs.chunks_exact_mut(32))
-        .zip(scales.chunks_exact_mut(4))
-    {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        for (qj, &v) in q.iter_mut().zip(xs) {
-            *qj = (v * id).round().clamp(-127.0, 127.0) as i8 as u8;
-        }
-        s.copy_from_slice(&d.to_le_bytes());
-    }
-}
-
-/// Q4 (Q4_0's rule): per block of 32, `m` = the value of largest magnitude, `d = m / -8` (stored
-/// as f16; the quants are computed with the stored value), `q = clamp(floor(x / d + 8.5), 0, 15)`.
-/// So `|x - d (q - 8)| ≤ |d| / 2`, except values of the opposite sign to `m` beyond `7.5 |d|`,
-/// which clamp to `q = 15` (error at most `|d|`).
-fn q4_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) -> Result<(), KernelError> {
-    for (bi, ((xs, q), s)) in x
-        .chunks_exact(32)
-        .zip(qs.chunks_exact_mut(16))
-        .zip(scales.chunks_exact_mut(2))
-        .enumerate()
-    {
-        let (im, m) =
-            xs.iter().enumerate().fold(
-                (0, 0f32),
-                |(i, m), (j, &v)| {
-                    if v.abs() > m.abs() {
-                        (j, v)
-                    } else {
-                        (i, m)
-                    }
-                },
-            );
-        let dh = half::f16::from_f32(m / -8.0);
-        let d = dh.to_f32();
-        if !d.is_finite() {
-            return Err(q4_overflow(bi * 32 + im, m));
-        }
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let quant = |v: f32| (v * id + 8.5).floor().clamp(0.0, 15.0) as u8;
-        for j in 0..16 {
-            q[j] = quant(xs[j]) | (quant(xs[j + 16]) << 4);
-        }
-        s.copy_from_slice(&dh.to_le_bytes());
-    }
-    Ok(())
-}
-
-/// The error for a Q4 block maximum `m` (weight `index` of the row) whose scale overflows f16.
-fn q4_overflow(index: usize, m: f32) -> KernelError {
-    KernelError::NonFinite {
-        format: WeightFormat::Q4,
-        index,
-        value: format!("{} (a block maximum whose Q4 scale overflows f16)", m),
-    }
-}
 
 /// Quantizes one row `x` into `format` (one of [`TARGETS`]): the quants into `qs`
 /// (`format.row_bytes(x.len())` bytes) and, for the split formats, the scales into `scales`
@@ -119,9 +48,6 @@ pub fn quantize_row(
 
 /// [`quantize_row`] with the instruction set chosen by the caller (tests and benches compare
 /// them): [`Isa::Avx2`] runs the AVX2 twins, anything else the scalar reference.
-///
-/// # Panics
-/// If `isa` is not supported by the CPU (see [`crate::vecdot::available_isas`]).
 pub fn quantize_row_isa(
     format: WeightFormat,
     x: &[f32],
@@ -162,11 +88,8 @@ pub fn quantize_row_isa(
     }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        assert!(
-            detected_isa().has_avx2(),
-            "AVX2 asked for on a CPU without it"
-        );
-        // SAFETY: the CPU has AVX2 + FMA + F16C (checked above); sizes checked above.
+        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2 + FMA + F16C; sizes
+        // checked above.
         unsafe {
             if avx2::any_non_finite(x) {
                 return finite(format, x);
@@ -174,7 +97,7 @@ pub fn quantize_row_isa(
             match format {
                 WeightFormat::Q8 => avx2::q8_row(x, qs, scales),
                 WeightFormat::Q4 => {
-                    avx2::q4_row(x, qs, scales).map_err(|(i, m)| q4_overflow(i, m))?
+                    avx2::q4_row(x, qs, scales).map_err(|(i, m)| scalar::q4_overflow(i, m))?
                 }
                 _ => avx2::bf16_row(x, qs),
             }

@@ -2,8 +2,17 @@
 //! fields are optional where the API makes them optional. Responses are built as JSON values in
 //! [`crate::chat`] and [`crate::completions`].
 
+use crate::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
+
+/// Most `stop` strings one request may give.
+pub const MAX_STOP: usize = 16;
+/// Longest `stop` string, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+/// Largest `top_k` of a constrained request (`response_format` JSON, forced tool calls) at a
+/// temperature above 0: masking checks the grammar for up to this many candidates per step.
+pub const MAX_CONSTRAINED_TOP_K: usize = 1000;
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Deserialize)]
@@ -72,6 +81,28 @@ impl Stop {
             Stop::One(s) => vec![s],
             Stop::Many(v) => v,
         }
+    }
+}
+
+impl GenFields {
+    /// The stop strings; 400 naming `stop` beyond [`MAX_STOP`] strings or [`MAX_STOP_BYTES`]
+    /// bytes per string.
+    pub fn stop_strings(&self) -> Result<Vec<String>, ApiError> {
+        let stops = self.stop.clone().map(Stop::into_vec).unwrap_or_default();
+        let bad = |m: String| Err(ApiError::bad_request(m).with_param("stop"));
+        if stops.len() > MAX_STOP {
+            return bad(format!(
+                "stop has {} strings, more than the {MAX_STOP} allowed",
+                stops.len()
+            ));
+        }
+        if let Some(s) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return bad(format!(
+                "a stop string is {} bytes long, more than the {MAX_STOP_BYTES} allowed",
+                s.len()
+            ));
+        }
+        Ok(stops)
     }
 }
 

@@ -4,13 +4,13 @@
 //! a grammar. A reply cut by `max_tokens` ends with `finish_reason: "length"` and may then be
 //! incomplete JSON, as with OpenAI.
 
-use crate::api::{ChatRequest, Tool};
+use crate::api::{ChatRequest, Tool, MAX_CONSTRAINED_TOP_K};
 use crate::error::ApiError;
 use crate::gen::{self, Job};
 use crate::prompt;
 use crate::reply::{Delta, ReplyParser, ToolMode};
 use crate::scheduler::Event;
-use crate::{unix_now, AppState};
+use crate::{off_worker, unix_now, AppState};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -20,6 +20,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use oxinfer::engine::grammar::Grammar;
 use oxinfer::engine::thinking::prompt_opens_think;
 use oxinfer::engine::tool_calls::{ToolCall, ToolFormat};
+use oxinfer::engine::SamplingParams;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -154,15 +155,17 @@ fn call_id(format: ToolFormat) -> String {
     }
 }
 
-async fn run(
-    st: &Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let req: ChatRequest = gen::parse_body(body)?;
-    st.check_model(req.model.as_deref())?;
-    let sampling = gen::sampling(&req.gen)?;
-    let n = gen::choices(&req.gen, MAX_N)?;
-    let (mode, tools) = tool_setup(&req)?;
+/// What a request becomes before it is queued: prompt tokens, grammar, how replies are read.
+struct Prepared {
+    ids: Vec<u32>,
+    grammar: Option<Arc<Grammar>>,
+    reading: Reading,
+}
+
+/// Compiles the grammar, renders the template and tokenizes the prompt (CPU work the request
+/// controls: run off the async workers, see [`crate::off_worker`]).
+fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
+    let (mode, tools) = tool_setup(req)?;
     let mut grammar = response_grammar(req.response_format.as_ref())?;
     if mode == ToolMode::Forced {
         grammar = Some(
@@ -191,19 +194,56 @@ async fn run(
         .model
         .tokenize(&text, st.model.adds_bos())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Prepared {
+        ids,
+        grammar: grammar.map(Arc::new),
+        reading,
+    })
+}
+
+/// 400 naming `top_k` when a constrained request at a temperature above 0 asks for more than
+/// [`MAX_CONSTRAINED_TOP_K`] candidates (0: the whole vocabulary) per step.
+fn check_constrained_top_k(sampling: &SamplingParams) -> Result<(), ApiError> {
+    let k = sampling.top_k;
+    if sampling.temperature > 0.0 && (k == 0 || k > MAX_CONSTRAINED_TOP_K) {
+        return Err(ApiError::bad_request(format!(
+            "top_k = {k} with a JSON response_format or a required tool call: constrained \
+             sampling needs 1 ..= {MAX_CONSTRAINED_TOP_K} (or temperature 0)"
+        ))
+        .with_param("top_k"));
+    }
+    Ok(())
+}
+
+async fn run(
+    st: &Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: ChatRequest = gen::parse_body(body)?;
+    st.check_model(req.model.as_deref())?;
+    let sampling = gen::sampling(&req.gen)?;
+    let n = gen::choices(&req.gen, MAX_N)?;
+    let stop = req.gen.stop_strings()?;
+    let shared = st.clone();
+    let (req, prepared) = off_worker(move || {
+        let p = prepare(&shared, &req);
+        (req, p)
+    })
+    .await?;
+    let Prepared {
+        ids,
+        grammar,
+        reading,
+    } = prepared?;
+    if grammar.is_some() {
+        check_constrained_top_k(&sampling)?;
+    }
     gen::check_context(ids.len(), st.cfg.ctx)?;
     let max_tokens = gen::max_tokens(&req.gen, ids.len(), st.cfg.ctx)?;
-    let grammar = grammar.map(Arc::new);
     let logprobs = req
         .logprobs
         .unwrap_or(false)
         .then(|| req.top_logprobs.unwrap_or(0).min(20) as usize);
-    let stop = req
-        .gen
-        .stop
-        .clone()
-        .map(|s| s.into_vec())
-        .unwrap_or_default();
     let jobs = (0..n)
         .map(|i| {
             let mut sampling = sampling.clone();

@@ -4,7 +4,7 @@ use crate::api::CompletionRequest;
 use crate::error::ApiError;
 use crate::gen::{self, Job};
 use crate::scheduler::{Event, TokenLogprob};
-use crate::{unix_now, AppState};
+use crate::{off_worker, unix_now, AppState};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -77,11 +77,15 @@ async fn run(
     st.check_model(req.model.as_deref())?;
     let sampling = gen::sampling(&req.gen)?;
     gen::choices(&req.gen, 1)?;
+    let stop = req.gen.stop_strings()?;
     let text = prompt_text(&req.prompt)?;
-    let ids = st
-        .model
-        .tokenize(&text, st.model.adds_bos())
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let shared = st.clone();
+    let (text, ids) = off_worker(move || {
+        let ids = shared.model.tokenize(&text, shared.model.adds_bos());
+        (text, ids)
+    })
+    .await?;
+    let ids = ids.map_err(|e| ApiError::bad_request(e.to_string()))?;
     gen::check_context(ids.len(), st.cfg.ctx).map_err(|e| e.with_param("prompt"))?;
     let job = Job {
         max_tokens: match req.gen.max_tokens.or(req.gen.max_completion_tokens) {
@@ -91,7 +95,7 @@ async fn run(
         },
         prompt: ids,
         sampling,
-        stop: req.gen.stop.map(|s| s.into_vec()).unwrap_or_default(),
+        stop,
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
     };

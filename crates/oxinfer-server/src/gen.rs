@@ -8,7 +8,7 @@ use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use oxinfer::engine::grammar::Grammar;
-use oxinfer::engine::{SamplingParams, StopReason};
+use oxinfer::engine::{GenerateOptions, SamplingParams, SeqRequest, StopReason};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,11 +128,19 @@ pub fn submit(st: &AppState, jobs: Vec<Job>) -> Result<Vec<UnboundedReceiver<Eve
     let mut reqs = Vec::with_capacity(jobs.len());
     for job in jobs {
         let (tx, rx) = unbounded_channel();
-        let mut req = GenRequest::new(job.prompt, job.max_tokens, job.sampling, tx);
-        req.stop = job.stop;
-        req.logprobs = job.logprobs;
-        req.grammar = job.grammar;
-        reqs.push(req);
+        let opts = GenerateOptions {
+            max_tokens: job.max_tokens,
+            sampling: job.sampling,
+            stop: job.stop,
+            logprobs: job.logprobs,
+            grammar: job.grammar,
+            ..GenerateOptions::default()
+        };
+        let seq = SeqRequest {
+            prompt: job.prompt,
+            opts,
+        };
+        reqs.push(GenRequest::new(seq, tx));
         rxs.push(rx);
     }
     st.sched.submit_all(reqs).map_err(|r| match r {

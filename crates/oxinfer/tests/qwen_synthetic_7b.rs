@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{fixtures, real_model};
+use common::{agreement, fixture_json, fixtures, ids, ids_flat, real_model};
 use oxinfer::engine::perplexity::perplexity;
 use oxinfer::Model;
-use serde_json::Value;
 use std::time::Instant;
 
 /// Ignored by default: about 7 minutes on 2 cores. Run with
@@ -19,11 +18,7 @@ fn synthetic_qwen2_7b_q4_k_m_perplexity_matches_llamacpp() {
     let Some(path) = real_model("qwen2-7b-synthetic-q4_k_m.gguf") else {
         return;
     };
-    let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("qwen2-7b-synthetic/llamacpp_ppl.json"))
-            .expect("reference"),
-    )
-    .expect("json");
+    let r = fixture_json("qwen2-7b-synthetic/llamacpp_ppl.json");
     let model = Model::load(&path).expect("load");
     let cfg = model.config();
     assert_eq!(
@@ -31,12 +26,7 @@ fn synthetic_qwen2_7b_q4_k_m_perplexity_matches_llamacpp() {
         (3584, 28, 28, 4)
     );
     assert_eq!((cfg.intermediate_size, cfg.vocab_size), (18944, 152064));
-    let want_tokens: Vec<u32> = r["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let want_tokens = ids(&r["tokens"]);
     let text = std::fs::read_to_string(fixtures().join("texts/ppl-en.txt")).unwrap();
     let got = model.tokenize(&text, false).expect("tokenize");
     assert_eq!(&got[..want_tokens.len()], &want_tokens[..], "tokens differ");
@@ -44,18 +34,7 @@ fn synthetic_qwen2_7b_q4_k_m_perplexity_matches_llamacpp() {
     let t0 = Instant::now();
     let p = perplexity(model.lm(), &want_tokens, ctx, None, None, 512, |_, _, _| {}).unwrap();
     let want = r["ppl"].as_f64().unwrap();
-    let top1: Vec<u32> = r["top1_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|c| {
-            c.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap() as u32)
-        })
-        .collect();
-    let agree = p.top1.iter().zip(&top1).filter(|(a, b)| a == b).count() as f64 / top1.len() as f64;
+    let agree = agreement(&p.top1, &ids_flat(&r["top1_ids"]));
     let rel = (p.ppl - want).abs() / want;
     println!(
         "synthetic 7B: oxinfer PPL {:.2} vs llama.cpp {want:.2} ({:.3} %), top-1 agreement {:.1} %, {} chunks of {ctx} in {:.1} s",

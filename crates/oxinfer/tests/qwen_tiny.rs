@@ -6,30 +6,17 @@
 
 mod common;
 
-use common::{check_prompt, fixtures, ids, max_abs_diff, read_npy_f32, reference};
-use oxinfer::engine::sampler::argmax;
+use common::{
+    check_sources, check_two_sequences_batched, fixtures, ids, max_abs_diff, read_npy_f32,
+    reference, sources_in,
+};
 use oxinfer::Model;
-use serde_json::Value;
-use std::path::PathBuf;
 
 /// Checks every prompt of fixture `name` from each of `sources` (relative to the fixture);
 /// returns the largest logit difference seen.
 fn check(name: &str, sources: &[&str], tol: f32) -> f32 {
     let dir = fixtures().join(name);
-    let r = reference(&dir);
-    let mut worst = 0f32;
-    for src in sources {
-        let source: PathBuf = if src.is_empty() {
-            dir.clone()
-        } else {
-            dir.join(src)
-        };
-        let model = Model::load(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
-        for p in r["prompts"].as_array().expect("prompts") {
-            worst = worst.max(check_prompt(&model, &source, &dir, p, &[0, 64, 7, 1], tol));
-        }
-    }
-    worst
+    check_sources(&dir, &sources_in(&dir, sources), &[0, 64, 7, 1], tol)
 }
 
 #[test]
@@ -84,60 +71,29 @@ fn qwen35_gguf_from_llamacpp_converter() {
 }
 
 /// Qwen 3.5: two sequences in one batched pass keep separate recurrent states (prefill both,
-/// then a decode step of both), each matching its own reference; a rewound cache starts over.
+/// then a decode step of both), each matching its own reference.
 #[test]
 fn qwen35_batched_sequences_keep_their_own_state() {
-    use oxinfer::arch::SeqBatch;
     let dir = fixtures().join("qwen35-tiny");
-    let r = reference(&dir);
+    let model = Model::load(&dir).unwrap();
+    check_two_sequences_batched(&model, &dir, 1e-3);
+}
+
+/// Qwen 3.5: recurrent state cannot rewind part-way, so truncating empties the cache, and the
+/// prompt run again from there matches its reference.
+#[test]
+fn qwen35_truncated_cache_starts_over() {
+    let dir = fixtures().join("qwen35-tiny");
+    let p = &reference(&dir)["prompts"][0];
+    let prompt = ids(&p["ids"]);
+    let want = read_npy_f32(&dir.join(p["logits_file"].as_str().unwrap())).1;
     let model = Model::load(&dir).unwrap();
     let lm = model.lm();
-    let ps: Vec<&Value> = r["prompts"].as_array().unwrap().iter().collect();
-    let (p0, p1) = (ids(&ps[0]["ids"]), ids(&ps[1]["ids"]));
-    let w0 = read_npy_f32(&dir.join(ps[0]["logits_file"].as_str().unwrap())).1;
-    let w1 = read_npy_f32(&dir.join(ps[1]["logits_file"].as_str().unwrap())).1;
-    let vocab = model.config().vocab_size;
-    let (mut c0, mut c1) = (lm.new_cache(256), lm.new_cache(256));
-    let n0 = p0.len() - 1;
-    let out = lm
-        .forward_batch(&mut [
-            SeqBatch {
-                tokens: &p0[..n0],
-                cache: &mut c0,
-                all_logits: true,
-            },
-            SeqBatch {
-                tokens: &p1,
-                cache: &mut c1,
-                all_logits: true,
-            },
-        ])
+    let mut cache = lm.new_cache(256);
+    lm.forward(&prompt[..prompt.len() - 1], &mut cache, false)
         .unwrap();
-    assert!(max_abs_diff(&out[0], &w0[..n0 * vocab]) <= 1e-3);
-    assert!(max_abs_diff(&out[1], &w1) <= 1e-3);
-    let next1 = argmax(&out[1][(p1.len() - 1) * vocab..]);
-    let step = lm
-        .forward_batch(&mut [
-            SeqBatch {
-                tokens: &p0[n0..],
-                cache: &mut c0,
-                all_logits: false,
-            },
-            SeqBatch {
-                tokens: &[next1],
-                cache: &mut c1,
-                all_logits: false,
-            },
-        ])
-        .unwrap();
-    assert!(max_abs_diff(&step[0], &w0[n0 * vocab..]) <= 1e-3);
-    let mut alone = lm.new_cache(256);
-    lm.forward(&p1, &mut alone, false).unwrap();
-    let want1 = lm.forward(&[next1], &mut alone, false).unwrap();
-    assert!(max_abs_diff(&step[1], &want1) <= 1e-5);
-    // Recurrent state cannot rewind part-way: truncating empties the cache.
-    c0.truncate(3);
-    assert_eq!(c0.len(), 0);
-    let again = lm.forward(&p0, &mut c0, true).unwrap();
-    assert!(max_abs_diff(&again, &w0) <= 1e-3);
+    cache.truncate(3);
+    assert_eq!(cache.len(), 0);
+    let again = lm.forward(&prompt, &mut cache, true).unwrap();
+    assert!(max_abs_diff(&again, &want) <= 1e-3);
 }

@@ -6,20 +6,11 @@
 
 mod common;
 
-use common::{fixtures, read_npy_f32, real_model};
-use oxinfer::engine::sampler::argmax;
+use common::{check_top20, fixture_json, fixtures, greedy_continue, ids, read_npy_f32, real_model};
 use oxinfer::{ChatMessage, Model};
 use serde_json::Value;
 
 const TOL: f32 = 1e-3;
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
 
 #[test]
 fn smollm2_matches_transformers() {
@@ -29,9 +20,7 @@ fn smollm2_matches_transformers() {
         return;
     };
     let dir = fixtures().join("smollm2");
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("transformers_ref.json")).unwrap())
-            .unwrap();
+    let r = fixture_json("smollm2/transformers_ref.json");
     let model = Model::load(&path).expect("load");
     let lm = model.lm();
     let vocab = model.config().vocab_size;
@@ -61,27 +50,12 @@ fn smollm2_matches_transformers() {
         let d = common::max_abs_diff(&logits[(n - 1) * vocab..], &last);
         worst = worst.max(d);
         assert!(d <= TOL, "{text:?}: last-position max abs logit diff {d}");
-        for (pos, top) in p["top20"].as_array().unwrap().iter().enumerate() {
-            for pair in top.as_array().unwrap() {
-                let id = pair[0].as_u64().unwrap() as usize;
-                let want = pair[1].as_f64().unwrap() as f32;
-                let got = logits[pos * vocab + id];
-                assert!(
-                    (got - want).abs() <= TOL,
-                    "{text:?} pos {pos} id {id}: {got} vs {want}"
-                );
-            }
-        }
+        check_top20(&logits, vocab, 0, &p["top20"], TOL, &format!("{text:?}"));
 
         // 32 greedy tokens, not stopping at EOS (as the reference did).
         let want_greedy = ids(&p["greedy_ids"]);
-        let mut got_greedy = Vec::new();
-        let mut next = argmax(&logits[(n - 1) * vocab..]);
-        for _ in 0..want_greedy.len() {
-            got_greedy.push(next);
-            let l = lm.forward(&[next], &mut cache, false).unwrap();
-            next = argmax(&l);
-        }
+        let last = &logits[(n - 1) * vocab..];
+        let got_greedy = greedy_continue(&model, &mut cache, last, want_greedy.len());
         assert_eq!(got_greedy, want_greedy, "greedy tokens after {text:?}");
     }
     println!("worst last-position logit difference: {worst:e}");

@@ -8,34 +8,19 @@
 
 mod common;
 
-use common::{fixtures, real_model};
-use oxinfer::Model;
-use serde_json::Value;
+use common::{agreement, ids_flat, perplexity_case, real_model, PerplexityCase};
 
 #[test]
 fn smollm2_perplexity_matches_llamacpp() {
     let Some(path) = real_model("SmolLM2-135M-Instruct.Q4_1.gguf") else {
         return;
     };
-    let dir = fixtures();
-    let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("smollm2/llamacpp_ref.json")).unwrap(),
-    )
-    .unwrap();
-    let text = std::fs::read_to_string(dir.join("texts/ppl-en.txt")).unwrap();
-    let model = Model::load(&path).expect("load");
-    let tokens = model.tokenize(&text, model.adds_bos()).unwrap();
-    let want: Vec<u32> = r["text_tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(tokens, want, "text tokenization differs from llama.cpp");
-    let bos = model
-        .adds_bos()
-        .then(|| model.tokenizer().unwrap().bos_id())
-        .flatten();
+    let PerplexityCase {
+        model,
+        reference: r,
+        tokens,
+        bos,
+    } = perplexity_case(&path, "smollm2/llamacpp_ref.json");
     // ctx 128 runs through the CLI in crates/oxinfer-cli/tests/cli.rs.
     for case in r["perplexity"]
         .as_array()
@@ -58,26 +43,7 @@ fn smollm2_perplexity_matches_llamacpp() {
         assert_eq!(got.chunks as u64, case["n_chunk"].as_u64().unwrap());
         assert_eq!(got.scored as u64, case["n_scored"].as_u64().unwrap());
         let rel = (got.ppl - want_ppl).abs() / want_ppl;
-        let want_top1: Vec<u32> = case["top1_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|chunk| {
-                chunk
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-            })
-            .collect();
-        assert_eq!(want_top1.len(), got.top1.len());
-        let agree = got
-            .top1
-            .iter()
-            .zip(&want_top1)
-            .filter(|(a, b)| a == b)
-            .count() as f64
-            / want_top1.len() as f64;
+        let agree = agreement(&got.top1, &ids_flat(&case["top1_ids"]));
         println!(
             "ctx {ctx}: oxinfer PPL {:.4} ± {:.4}, llama.cpp {want_ppl:.4}, rel diff {:.3} %, top-1 agreement {:.2} %",
             got.ppl,

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{check_prompt, fixtures, reference};
+use common::{check_sources, fixtures, sources_in};
 use oxinfer::backend::check::Checked;
 use oxinfer::backend::{self, Backend, DeviceWeight, Job};
 use oxinfer::plan::batch::gather_rows;
@@ -59,19 +59,8 @@ impl Backend for CpuStack {
 /// within `tol` of transformers, whole, in chunks of 7 and token by token.
 fn check(name: &str, sources: &[&str], tol: f32) {
     let dir = fixtures().join(name);
-    let r = reference(&dir);
     let before = PASSES.load(Ordering::Relaxed);
-    for s in sources {
-        let source = if s.is_empty() {
-            dir.clone()
-        } else {
-            dir.join(s)
-        };
-        let model = oxinfer::Model::load(&source).unwrap();
-        for p in r["prompts"].as_array().expect("prompts") {
-            check_prompt(&model, &source, &dir, p, &[0, 7, 1], tol);
-        }
-    }
+    check_sources(&dir, &sources_in(&dir, sources), &[0, 7, 1], tol);
     let passes = PASSES.load(Ordering::Relaxed) - before;
     println!("{name}: {passes} plan passes");
     assert!(passes > 0, "{name}: the plan path never ran");

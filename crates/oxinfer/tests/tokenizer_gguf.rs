@@ -1,57 +1,29 @@
 //! GGUF tokenizers against llama.cpp (tests/fixtures/tokenizer/<model>.json, made by
 //! tools/ref/make_tokenizer_refs.py and, for the `tokenizer.ggml.model = "gemma4"` vocabularies,
 //! tools/ref/make_gemma4_tokenizer_refs.py). The GGUF files are found in the fixture folder or
-//! in `$OXINFER_TEST_MODELS` (default `~/.cache/oxinfer/models`); a missing file skips its test
-//! with one line.
+//! among the real test models (`common::real_model`: fetched on first use when the hub knows
+//! them); a file that cannot be had skips its test with one line.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{fixture_json, fixtures, ids, real_model};
 use oxinfer::gguf::GgufFile;
 use oxinfer::tokenizer::Tokenizer;
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer")
-}
-
-fn models_dir() -> PathBuf {
-    match std::env::var_os("OXINFER_TEST_MODELS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/oxinfer/models"),
-    }
-}
-
 fn load_fixture(name: &str) -> Value {
-    let path = fixtures().join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_u64)
-                .map(|x| x as u32)
-                .collect()
-        })
-        .unwrap_or_default()
+    fixture_json(&format!("tokenizer/{name}"))
 }
 
 /// Loads the model named by the fixture, or prints the skip line.
 fn open(fixture: &Value) -> Option<Tokenizer> {
     let file = fixture["model"].as_str().unwrap_or_default();
-    let committed = fixtures().join(file);
+    let committed = fixtures().join("tokenizer").join(file);
     let path = if committed.is_file() {
         committed
     } else {
-        models_dir().join(file)
+        real_model(file)?
     };
-    if !path.is_file() {
-        println!("skipped: {file} not found (run scripts/fetch-test-models.sh)");
-        return None;
-    }
     let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     Some(Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}")))
 }

@@ -3,20 +3,15 @@
 //! `tokenizer.ggml.pre` values, Gemma 3's with `add_space_prefix` on), exactly as
 //! tools/ref/make_tokenizer_refs.py did for tests/fixtures/tokenizer/variants.json.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use common::{fixture_json, real_model, scratch_dir};
 use oxinfer::gguf::{GgufFile, MetaArray, MetaValue};
 use oxinfer::tokenizer::Tokenizer;
 use serde_json::Value;
-
-fn models_dir() -> PathBuf {
-    match std::env::var_os("OXINFER_TEST_MODELS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/oxinfer/models"),
-    }
-}
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
@@ -179,18 +174,27 @@ fn tiny_bpe(pre: Option<&str>, model: &str) -> Vec<(String, MetaValue)> {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("oxinfer-tok-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir.join("vocab.gguf")
+    scratch_dir(name).join("vocab.gguf")
+}
+
+/// Writes `meta` to `path` as a GGUF file and builds its tokenizer.
+fn tokenizer_of(path: &Path, meta: &[(String, MetaValue)]) -> Result<Tokenizer, String> {
+    write_gguf(path, meta);
+    let g = GgufFile::open(path).unwrap_or_else(|e| panic!("{e}"));
+    Tokenizer::from_gguf(&g).map_err(|e| e.to_string())
+}
+
+/// The error [`tokenizer_of`] gives for `meta` (empty when it builds one).
+fn tokenizer_error(path: &Path, meta: &[(String, MetaValue)]) -> String {
+    tokenizer_of(path, meta).err().unwrap_or_default()
 }
 
 #[test]
 fn tiny_written_vocabularies() {
     let path = scratch("tiny");
     // Byte-level BPE with an unknown pre-tokenizer name: GPT-2's expression, a warning.
-    write_gguf(&path, &tiny_bpe(Some("no-such-pre"), "gpt2"));
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    let tok = tokenizer_of(&path, &tiny_bpe(Some("no-such-pre"), "gpt2"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let ids = tok
         .encode("<|im_start|>hello hello<|im_end|>", false)
         .unwrap_or_default();
@@ -212,12 +216,7 @@ fn tiny_written_vocabularies() {
     assert_eq!(tok.encode("", false).unwrap_or_default(), Vec::<u32>::new());
 
     // An unsupported tokenizer family is a clear error naming the key.
-    write_gguf(&path, &tiny_bpe(None, "bert"));
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &tiny_bpe(None, "bert"));
     assert!(
         msg.contains("tokenizer.ggml.model") && msg.contains("bert"),
         "{msg}"
@@ -228,12 +227,7 @@ fn tiny_written_vocabularies() {
         .into_iter()
         .filter(|(k, _)| k != "tokenizer.ggml.merges")
         .collect();
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &meta);
     assert!(msg.contains("tokenizer.ggml.merges"), "{msg}");
 
     // Token types of the wrong type.
@@ -243,12 +237,7 @@ fn tiny_written_vocabularies() {
             *v = strings(&["x"]);
         }
     }
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let msg = Tokenizer::from_gguf(&g)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let msg = tokenizer_error(&path, &meta);
     assert!(msg.contains("tokenizer.ggml.token_type"), "{msg}");
     let _ = std::fs::remove_dir_all(path.parent().unwrap_or(Path::new("/nonexistent")));
 }
@@ -303,9 +292,7 @@ fn tiny_sentencepiece_vocabulary() {
             MetaValue::Bool(true),
         ),
     ];
-    write_gguf(&path, &meta);
-    let g = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let tok = Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{e}"));
+    let tok = tokenizer_of(&path, &meta).unwrap_or_else(|e| panic!("{e}"));
     // llama.cpp's SentencePiece defaults: BOS 1, EOS 2, add_bos.
     assert_eq!(
         (tok.bos_id(), tok.eos_id(), tok.add_bos_default()),
@@ -326,15 +313,11 @@ fn tiny_sentencepiece_vocabulary() {
 
 #[test]
 fn variants_match_llama_cpp() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/tokenizer/variants.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let fx: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let fx = fixture_json("tokenizer/variants.json");
     let texts: Vec<String> = serde_json::from_value(fx["texts"].clone()).unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!("oxinfer-tok-variants-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("variants");
     let mut report = Vec::new();
-    let mut missing = std::collections::BTreeSet::new();
+    let mut models = std::collections::HashMap::new();
     for (n, variant) in fx["variants"]
         .as_array()
         .cloned()
@@ -343,13 +326,14 @@ fn variants_match_llama_cpp() {
         .enumerate()
     {
         let file = variant["model"].as_str().unwrap_or_default();
-        let src = models_dir().join(file);
-        if !src.is_file() {
-            if missing.insert(file.to_string()) {
-                println!("skipped: {file} not found (run scripts/fetch-test-models.sh)");
-            }
+        // A model that cannot be had is skipped with one line (per file, not per variant).
+        let Some(src) = models
+            .entry(file.to_string())
+            .or_insert_with(|| real_model(file))
+            .clone()
+        else {
             continue;
-        }
+        };
         let key = variant["key"].as_str().unwrap_or_default();
         let value = match &variant["value"] {
             Value::Bool(b) => MetaValue::Bool(*b),

@@ -2,28 +2,15 @@
 //! (tests/fixtures/tokenizer/smollm2-hf/), against transformers' ids for the same corpus
 //! (tests/fixtures/tokenizer/smollm2.json, field "transformers"). Needs no model file.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::{fixture_json, ids};
 use oxinfer::tokenizer::{Tokenizer, TokenizerError};
-use serde_json::Value;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_u64)
-                .map(|x| x as u32)
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn smollm2_hf() -> Tokenizer {
-    let dir = fixtures().join("smollm2-hf");
+    let dir = common::fixtures().join("tokenizer/smollm2-hf");
     let cfg = dir.join("tokenizer_config.json");
     Tokenizer::from_files(&dir.join("tokenizer.json"), Some(cfg.as_path()))
         .unwrap_or_else(|e| panic!("{e}"))
@@ -32,9 +19,7 @@ fn smollm2_hf() -> Tokenizer {
 #[test]
 fn smollm2_folder_matches_transformers() {
     let tok = smollm2_hf();
-    let path = fixtures().join("smollm2.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let fx: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let fx = fixture_json("tokenizer/smollm2.json");
     let mut cases = fx["cases"].as_array().cloned().unwrap_or_default();
     cases.extend(fx["fuzz"].as_array().cloned().unwrap_or_default());
     let mut failures = Vec::new();

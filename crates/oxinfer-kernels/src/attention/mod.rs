@@ -4,12 +4,12 @@
 //!
 //! Work is split into (head, query block) tasks, the longest (last) query blocks first, so the
 //! thread pool stays balanced under the causal mask. Dot products and the `p · V` updates use
-//! AVX2+FMA where the CPU has it ([`crate::vecdot::detected_isa`]), portable code elsewhere.
+//! AVX2+FMA where the CPU has it ([`crate::dispatch::detected_isa`]), portable code elsewhere.
 //! The reference (one full softmax per query row) lives in the `oxinfer` crate's nn layer and
 //! is what `OXINFER_KERNELS=scalar` runs; tests compare the two.
 
+use crate::dispatch::{detected_isa, Isa};
 use crate::pool::parallel_for;
-use crate::vecdot::{detected_isa, Isa};
 
 /// Shape and options of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -109,14 +109,15 @@ pub(crate) fn attention_isa(
     out: &mut [f32],
     isa: Isa,
 ) {
+    // Sizes are checked products: a wrapped one would let the tasks write past `out`.
+    let size = |a: usize, b: usize| a.checked_mul(b).expect("attention shape overflows usize");
     let hd = s.head_dim;
-    let q_row = s.n_heads * hd;
-    let kv_row = s.n_kv_heads * hd;
-    let n_keys = if ring == 0 {
-        pos0 + t
-    } else {
-        ring.min(pos0 + t)
-    };
+    let q_row = size(s.n_heads, hd);
+    let kv_row = size(s.n_kv_heads, hd);
+    let end = pos0
+        .checked_add(t)
+        .expect("attention positions overflow usize");
+    let n_keys = if ring == 0 { end } else { ring.min(end) };
     if ring > 0 && pos0 + t > ring {
         // The oldest key of the first query and the newest key must not share a row.
         let oldest = first_key(pos0, s.window);
@@ -132,11 +133,11 @@ pub(crate) fn attention_isa(
         "heads must divide"
     );
     assert!(
-        q.len() >= t * q_row && out.len() >= t * q_row,
+        q.len() >= size(t, q_row) && out.len() >= size(t, q_row),
         "q/out too short"
     );
     assert!(
-        k.len() >= n_keys * kv_row && v.len() >= n_keys * kv_row,
+        k.len() >= size(n_keys, kv_row) && v.len() >= size(n_keys, kv_row),
         "k/v too short"
     );
     if t == 0 {

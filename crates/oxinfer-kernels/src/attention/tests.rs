@@ -179,3 +179,43 @@ fn ring_too_small_panics() {
     let mut out = vec![0f32; 4 * 4];
     attention_ring(&q, &k, &k, 4, 20, 10, &s, &mut out);
 }
+
+/// Short buffers and shapes whose sizes overflow are refused before any task writes `out`
+/// through its raw pointer (the sizes were unchecked products), on every instruction set.
+#[test]
+fn short_buffers_and_overflowing_shapes_panic() {
+    use crate::test_util::panic_message;
+    let s = AttnShape {
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 8,
+        scale: 0.5,
+        window: None,
+        softcap: None,
+    };
+    let (q, kv) = (vec![0.5f32; 3 * 16], vec![0.5f32; 3 * 8]);
+    for isa in crate::dispatch::available_isas() {
+        let mut short = vec![0f32; 3 * 16 - 1];
+        let m = panic_message(|| attention_isa(&q, &kv, &kv, 3, 0, 0, &s, &mut short, isa));
+        assert!(m.contains("q/out too short"), "{isa:?}: {m}");
+        let mut out = vec![0f32; 3 * 16];
+        let m = panic_message(|| attention_isa(&q, &kv[..20], &kv, 3, 0, 0, &s, &mut out, isa));
+        assert!(m.contains("k/v too short"), "{isa:?}: {m}");
+        let huge = AttnShape {
+            n_heads: 4,
+            n_kv_heads: 4,
+            head_dim: usize::MAX / 2,
+            ..s
+        };
+        let m = panic_message(|| attention_isa(&q, &kv, &kv, 3, 0, 0, &huge, &mut out, isa));
+        assert!(
+            m.contains("attention shape overflows usize"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| attention_isa(&q, &kv, &kv, 3, usize::MAX, 0, &s, &mut out, isa));
+        assert!(
+            m.contains("attention positions overflow usize"),
+            "{isa:?}: {m}"
+        );
+    }
+}

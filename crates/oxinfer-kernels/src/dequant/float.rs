@@ -21,3 +21,9 @@ pub(super) fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
         *y = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
     }
 }
+
+/// Reads the little-endian f16 at `b[i..i + 2]` as f32.
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}

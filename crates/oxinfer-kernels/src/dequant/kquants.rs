@@ -3,7 +3,7 @@
 //! Each follows llama.cpp's `dequantize_row_q*_K` loop structure so the float operations (and
 //! thus the rounding) are the same.
 
-use super::f16_at;
+use super::float::f16_at;
 
 /// Q2_K {u8 scales[16]; u8 qs[64]; f16 d, dmin}: 16 groups of 16 weights;
 /// `y = d * (sc & 15) * q - dmin * (sc >> 4)`, 2-bit `q`.

@@ -3,7 +3,7 @@
 //! In the 4/5-bit formats, byte `qs[j]` holds weight `j` in its low nibble and weight `j + 16`
 //! in its high nibble; in Q5, bit `j` of the little-endian u32 `qh` is the fifth bit of weight `j`.
 
-use super::f16_at;
+use super::float::f16_at;
 
 /// Q4_0 {f16 d; u8 qs[16]}: `y = d * (q - 8)`.
 pub(super) fn block_q4_0(b: &[u8; 18], y: &mut [f32; 32]) {

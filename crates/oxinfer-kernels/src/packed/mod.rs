@@ -46,6 +46,7 @@ mod row;
 mod scalar;
 #[cfg(test)]
 mod tests;
+mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]
@@ -53,21 +54,17 @@ mod vnni_gemv;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use crate::dispatch::{detected_isa, Isa};
 use crate::fast::{quantize_acts, Acts, SyncPtr};
 use crate::format::WeightFormat;
-use crate::matmul::WeightMatrix;
+use crate::matrix::WeightMatrix;
 use crate::pool::{parallel_for, pool_threads};
-use crate::vecdot::{detected_isa, Isa};
 
 /// Source bytes packed between two calls of [`PackedMatrix::pack_releasing`]'s callback.
 pub const PACK_SLAB_BYTES: usize = 4 << 20;
 
-/// Rows interleaved in one packed group (one 32-bit SIMD lane each in a 256-bit register).
-pub const LANES: usize = 8;
-
-/// Tokens multiplied together against one unpacked weight register, at most: 8 on the AVX-512
-/// VNNI kernels, 4 on the others (see [`tile_width`]).
-pub const TILE_TOKENS: usize = 8;
+pub use pack::LANES;
+pub use tiles::TILE_TOKENS;
 
 /// The widest token tile of `isa`'s packed kernels (tiles of fewer tokens take at most 4).
 fn tile_width(isa: Isa) -> usize {
@@ -77,11 +74,6 @@ fn tile_width(isa: Isa) -> usize {
         4
     }
 }
-
-/// How far ahead of the block being multiplied the kernels prefetch weights, in bytes (the
-/// hardware prefetchers alone left Q6_K decode latency-bound: 4.5 GB/s per CPU-second).
-#[cfg(target_arch = "x86_64")]
-const PREFETCH_AHEAD: usize = 4096;
 
 /// Tokens of a cache block: a task walks its row groups once per block of this many tokens,
 /// so the block's activations stay in L2 while the task's weights stream from L2/L3.
@@ -202,17 +194,12 @@ impl PackedMatrix {
     }
 }
 
-/// Environment variable that turns packing off when set to `0` (A/B measurements against the
-/// row-major kernels).
-pub const ENV_VAR: &str = "OXINFER_PACKED";
-
 /// Whether the packed kernels beat the row-major ones here, for `format`: the CPU has AVX2,
-/// the kernel set is `auto` (the scalar twin exists for tests, not for speed) and
-/// `OXINFER_PACKED` is not `0`.
+/// the kernel set is `auto` (the scalar twin exists for tests, not for speed) and packing is
+/// not switched off ([`crate::dispatch::packing_enabled`], `OXINFER_PACKED=0`).
 pub fn packing_pays(format: WeightFormat) -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var(ENV_VAR).is_ok_and(|v| v.trim() == "0"));
-    !off && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
+    crate::dispatch::packing_enabled()
+        && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
         && detected_isa().has_avx2()
         && PackedMatrix::supports(format)
 }
@@ -232,28 +219,15 @@ pub fn matmul_packed(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32]) {
 }
 
 /// [`matmul_packed`] on a given instruction set (`Isa::Avx512Vnni`, `Isa::Avx2` or the scalar
-/// twin, which every other value selects).
+/// twin, which every other value selects; an [`Isa`] is only ever one the CPU has).
 ///
 /// # Panics
-/// If `x.len() != t * cols` or `y.len() != t * rows`, or `isa` is AVX2 on a CPU without it.
+/// If `x.len() != t * cols` or `y.len() != t * rows`.
 pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Isa) {
     let (rows, cols) = (w.rows, w.cols);
-    assert_eq!(x.len(), t * cols, "x must be [t = {t}, cols = {cols}]");
-    assert_eq!(y.len(), t * rows, "y must be [t = {t}, rows = {rows}]");
+    crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
     if rows == 0 || t == 0 {
         return;
-    }
-    if isa.has_avx2() {
-        assert!(
-            detected_isa().has_avx2(),
-            "AVX2 kernels asked for on a CPU without AVX2"
-        );
-    }
-    if isa.has_vnni() {
-        assert!(
-            detected_isa().has_vnni(),
-            "AVX-512 VNNI kernels asked for on a CPU without them"
-        );
     }
     let acts = quantize_acts(w.format, x, t, cols);
     let groups = w.groups();
@@ -323,7 +297,7 @@ const PAIR_TOKENS: usize = 4;
 /// Whether a product of `format` on `isa` takes the two-group (16-row, 512-bit) kernels.
 fn use_pairs(format: WeightFormat, isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if isa.has_vnni() && vnni_gemv::handles(format) && vnni_gemv::enabled() {
+    if isa.has_vnni() && vnni_gemv::handles(format) && crate::dispatch::zmm_enabled() {
         return true;
     }
     let _ = (format, isa);
@@ -344,8 +318,8 @@ fn pair_tile(w: &PackedMatrix, acts: &Acts, g: usize, ti: usize, n: usize, out: 
     let mut o = [[0f32; 2 * LANES]; PAIR_TOKENS];
     macro_rules! go {
         ($kern:ident) => {
-            // SAFETY: use_pairs checked the CPU features (AVX-512 F/BW/VL/VNNI with AVX2, FMA,
-            // F16C); a and b are whole packed groups of nb blocks; each x(k) starts nb blocks
+            // SAFETY: use_pairs checked the CPU features (an Avx512Vnni level: AVX-512 F/VL/VNNI
+            // with AVX2, FMA, F16C; zmm_enabled: AVX-512 BW); a and b are whole packed groups of nb blocks; each x(k) starts nb blocks
             // of token ti + k < t (bounds checked by the slicing).
             unsafe {
                 match n {
@@ -401,15 +375,15 @@ fn run_tile(
 ) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_vnni() {
-        // SAFETY: matmul_packed_isa checked that the CPU has this set (AVX-512 F/VL/VNNI with
-        // AVX2, FMA, F16C: detected together); group and activations as below.
+        // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F/VL/VNNI
+        // with AVX2, FMA, F16C (detected together); group and activations as below.
         unsafe { vnni::tile(format, gdata, nb, acts, ti, n, tile) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        // SAFETY: matmul_packed_isa checked that the CPU has AVX2 (and FMA, F16C: detected
-        // together); `gdata` is one whole packed group of `nb` blocks of `format`, and `acts`
+        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2 (and FMA, F16C:
+        // detected together); `gdata` is one whole packed group of `nb` blocks of `format`, and `acts`
         // holds `nb` blocks for every token below t > ti + n - 1.
         unsafe { avx2::tile(format, gdata, nb, acts, ti, n, tile) };
         return;

@@ -1,10 +1,12 @@
 //! Row-major GGUF blocks → the interleaved layouts described in `mod.rs`.
 #![allow(clippy::needless_range_loop)] // index arithmetic mirrors the block layouts
 
-use super::LANES;
 use crate::format::WeightFormat;
-use crate::matmul::WeightMatrix;
+use crate::matrix::WeightMatrix;
 use crate::vecdot::{unpack_k, KBlock};
+
+/// Rows interleaved in one packed group (one 32-bit SIMD lane each in a 256-bit register).
+pub const LANES: usize = 8;
 
 /// Byte offsets inside a packed Q4_K block.
 pub(crate) mod q4k {

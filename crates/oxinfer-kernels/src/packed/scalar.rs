@@ -2,8 +2,9 @@
 //! and does the same integer sums and float operations in the same order as `avx2.rs`, so
 //! the two agree bit for bit.
 
+use super::pack::LANES;
 use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
-use super::{LANES, TILE_TOKENS};
+use super::tiles::TILE_TOKENS;
 use crate::dequant::f16_at;
 use crate::fast::Acts;
 use crate::format::WeightFormat;

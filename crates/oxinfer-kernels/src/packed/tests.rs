@@ -3,7 +3,7 @@
 //! row groups and token tiles.
 
 use super::*;
-use crate::vecdot::available_isas;
+use crate::dispatch::available_isas;
 use proptest::prelude::*;
 
 const FORMATS: [WeightFormat; 8] = [

@@ -15,17 +15,6 @@ use super::x86::prefetch_ahead;
 use crate::format::WeightFormat;
 use crate::q8::BlockQ8K;
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
-
-/// Whether the two-group kernels run: the CPU has AVX-512 BW on top of the VNNI set, and
-/// `OXINFER_ZMM` is not `0` (A/B runs).
-pub(super) fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        is_x86_feature_detected!("avx512bw")
-            && !std::env::var("OXINFER_ZMM").is_ok_and(|v| v.trim() == "0")
-    })
-}
 
 /// Whether `format` has a two-group kernel.
 pub(super) fn handles(format: WeightFormat) -> bool {

@@ -62,7 +62,7 @@ pub unsafe fn any_non_finite(x: &[f32]) -> bool {
     _mm256_movemask_ps(bad) != 0 || x[main..].iter().any(|v| !v.is_finite())
 }
 
-/// Q8 (see `super::q8_row`): `x` is whole blocks of 32, finite.
+/// Q8 (see `super::scalar::q8_row`): `x` is whole blocks of 32, finite.
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q8_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) {
     let half = _mm256_set1_ps(0.5);
@@ -83,7 +83,7 @@ pub unsafe fn q8_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) {
         s.copy_from_slice(&d.to_le_bytes());
         if !id.is_finite() {
             // v * inf gives NaN / inf lanes: leave those to the scalar code's casts
-            super::q8_row(xs, q, s);
+            super::scalar::q8_row(xs, q, s);
             continue;
         }
         let idv = _mm256_set1_ps(id);
@@ -111,7 +111,7 @@ pub unsafe fn q8_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) {
     }
 }
 
-/// Q4 (see `super::q4_row`): `x` is whole blocks of 32, finite. Returns the index within `x`
+/// Q4 (see `super::scalar::q4_row`): `x` is whole blocks of 32, finite. Returns the index within `x`
 /// of the first block maximum whose scale overflows f16, with that maximum.
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q4_row(x: &[f32], qs: &mut [u8], scales: &mut [u8]) -> Result<(), (usize, f32)> {

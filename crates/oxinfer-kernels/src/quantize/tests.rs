@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::dequant::dequantize_row_split;
+use crate::dispatch::{available_isas, detected_isa, Isa};
 use crate::q8::{quantize_q8, BlockQ8};
-use crate::vecdot::{available_isas, detected_isa, dot_split, dot_split_x4, Isa};
+use crate::vecdot::{dot_split, dot_split_x4};
 use proptest::prelude::*;
 
 /// `n` values: mostly in ±`scale`, with occasional outliers and all-zero blocks.

@@ -2,7 +2,7 @@
 //! dispatcher in `mod.rs` only calls them after run-time detection.
 #![cfg(target_arch = "x86_64")]
 
-use super::KBlock;
+use super::unpack::KBlock;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;

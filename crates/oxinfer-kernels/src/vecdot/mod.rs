@@ -11,129 +11,16 @@ mod neon_mm;
 mod scalar;
 mod unpack;
 
-pub use unpack::{unpack_k, unpack_k_isa, KBlock};
+pub use crate::dispatch::{available_isas, detected_isa, Isa};
+pub use unpack::{unpack_k, KBlock};
 
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
-use std::sync::OnceLock;
-
-/// Which instruction set the fast kernels use on this CPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// Portable code only.
-    Scalar,
-    /// AVX2 + FMA + F16C.
-    Avx2,
-    /// AVX2 + FMA + F16C plus AVX-512 F/VL and VNNI: the packed GEMM/GEMV use `vpdpbusd` on
-    /// 256-bit registers; everything else runs the AVX2 kernels.
-    Avx512Vnni,
-    /// aarch64 Advanced SIMD (NEON), present on every aarch64 CPU.
-    Neon,
-    /// NEON with the dot-product extension (`sdot`, Armv8.2 `dotprod`).
-    NeonDot,
-    /// NEON with `dotprod` and the int8 matrix multiply (`smmla`, Armv8.6 `i8mm`).
-    NeonI8mm,
-}
-
-impl Isa {
-    /// Name for `oxinfer devices` and bench output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2+fma+f16c",
-            Isa::Avx512Vnni => "avx512vnni+avx2+fma+f16c",
-            Isa::Neon => "neon",
-            Isa::NeonDot => "neon+dotprod",
-            Isa::NeonI8mm => "neon+dotprod+i8mm",
-        }
-    }
-
-    /// Whether this set includes AVX2, FMA and F16C (every x86 SIMD set we have does; an
-    /// AVX-512 VNNI variant of the row-major 32-weight dots was measured slower than AVX2 on a
-    /// Xeon with AVX-512, 25-33 vs 29-32 GFLOP/s per core, and dropped: only the packed
-    /// kernels use VNNI).
-    pub fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::Avx512Vnni)
-    }
-
-    /// Whether this set includes AVX-512 F/VL and VNNI (`vpdpbusd` on 256-bit registers).
-    pub fn has_vnni(self) -> bool {
-        matches!(self, Isa::Avx512Vnni)
-    }
-
-    /// Whether this is one of the aarch64 NEON levels.
-    pub fn is_neon(self) -> bool {
-        matches!(self, Isa::Neon | Isa::NeonDot | Isa::NeonI8mm)
-    }
-}
-
-/// Environment variable that, set to `0`, keeps an AVX-512 VNNI CPU on the AVX2 kernels
-/// (A/B measurements).
-pub const VNNI_ENV_VAR: &str = "OXINFER_VNNI";
-
-/// Every instruction set the running CPU supports, scalar first (for tests and benches).
-pub fn available_isas() -> Vec<Isa> {
-    let mut v = vec![Isa::Scalar];
-    let best = detected_isa();
-    if best.has_avx2() {
-        v.push(Isa::Avx2);
-    }
-    if best.has_vnni() {
-        v.push(Isa::Avx512Vnni);
-    }
-    if best.is_neon() {
-        v.push(Isa::Neon);
-    }
-    if matches!(best, Isa::NeonDot | Isa::NeonI8mm) {
-        v.push(Isa::NeonDot);
-    }
-    if best == Isa::NeonI8mm {
-        v.push(Isa::NeonI8mm);
-    }
-    v
-}
 
 /// Whether [`dot_q8_2x4`] is faster than two [`dot_q8_x4`] calls at `isa` (it has a kernel of
 /// its own); callers with two or more rows and four or more tokens then pair the rows.
 pub fn pairs_rows(isa: Isa) -> bool {
     isa == Isa::NeonI8mm
-}
-
-/// The best instruction set the running CPU supports (detected once).
-pub fn detected_isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
-                if is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni")
-                    && !std::env::var(VNNI_ENV_VAR).is_ok_and(|v| v.trim() == "0")
-                {
-                    return Isa::Avx512Vnni;
-                }
-                return Isa::Avx2;
-            }
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            use std::arch::is_aarch64_feature_detected as has;
-            if has!("neon") {
-                if has!("dotprod") && has!("i8mm") {
-                    return Isa::NeonI8mm;
-                }
-                if has!("dotprod") {
-                    return Isa::NeonDot;
-                }
-                return Isa::Neon;
-            }
-        }
-        Isa::Scalar
-    })
 }
 
 /// The activation format a weight format's kernels take.
@@ -158,7 +45,11 @@ pub fn act_kind(format: WeightFormat) -> ActKind {
 }
 
 /// Dot product of a float-format row (`F32`, `F16`, `BF16` bytes) with f32 `x`.
+///
+/// # Panics
+/// If `format` is not a float format or `w` does not hold exactly `x.len()` of its values.
 pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
+    check::float_row(format, w, x.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
@@ -172,7 +63,11 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
 }
 
 /// Dot product of a row of a 32-weight format with quantized activations (one block per 32).
+///
+/// # Panics
+/// If `format` is not one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or `w` is not `x.len()` blocks.
 pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
+    check::q8_row(format, w, x.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
@@ -208,7 +103,13 @@ fn neon_q8_multi<const N: usize>(
 
 /// Dot products of one row of a 32-weight format with four tokens' activations at once (the
 /// weight blocks are unpacked once for the four).
+///
+/// # Panics
+/// As [`dot_q8`], for each of the four tokens.
 pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) -> [f32; 4] {
+    for x in xs {
+        check::q8_row(format, w, x.len());
+    }
     match isa {
         #[cfg(target_arch = "x86_64")]
         isa if isa.has_avx2() => {
@@ -226,12 +127,18 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
 /// Dot products of two rows of a 32-weight format (of equal length) with four tokens'
 /// activations: `out[r][k] = w[r] · xs[k]`. With [`pairs_rows`] it runs a two-row kernel
 /// (`smmla` on aarch64 with i8mm); otherwise it is two [`dot_q8_x4`] calls.
+///
+/// # Panics
+/// As [`dot_q8`], for each row and token.
 pub fn dot_q8_2x4(
     format: WeightFormat,
     w: [&[u8]; 2],
     xs: [&[BlockQ8]; 4],
     isa: Isa,
 ) -> [[f32; 4]; 2] {
+    for (row, x) in w.iter().flat_map(|row| xs.iter().map(move |x| (row, x))) {
+        check::q8_row(format, row, x.len());
+    }
     match isa {
         #[cfg(target_arch = "aarch64")]
         Isa::NeonI8mm => {
@@ -246,7 +153,11 @@ pub fn dot_q8_2x4(
 
 /// Dot product of a row of a split format (`Q8`, `Q4`: quants `w`, per-block scales `s`) with
 /// quantized activations (one block per 32).
+///
+/// # Panics
+/// If `format` is not a split format or `w` / `s` are not `x.len()` blocks of quants / scales.
 pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
+    check::split_row(format, w, s, x.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
         isa if isa.has_avx2() => {
@@ -262,6 +173,9 @@ pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: I
 }
 
 /// [`dot_split`] for four tokens at once (each weight block unpacked once for the four).
+///
+/// # Panics
+/// As [`dot_split`], for each of the four tokens.
 pub fn dot_split_x4(
     format: WeightFormat,
     w: &[u8],
@@ -269,6 +183,9 @@ pub fn dot_split_x4(
     xs: [&[BlockQ8]; 4],
     isa: Isa,
 ) -> [f32; 4] {
+    for x in xs {
+        check::split_row(format, w, s, x.len());
+    }
     match isa {
         #[cfg(target_arch = "x86_64")]
         isa if isa.has_avx2() => {
@@ -302,6 +219,89 @@ pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K, isa: Isa) -> f32 {
 /// Dot product of a Q8_K row (activation-style blocks used as weights) with [`BlockQ8K`]s.
 pub fn dot_q8k_row(w: &[u8], x: &[BlockQ8K]) -> f32 {
     scalar::dot_q8k_row(w, x)
+}
+
+/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out`, with SIMD for the
+/// quants where `isa` has it.
+///
+/// # Panics
+/// If `format` is Q8_K or not a K-quant, or `b` is not one whole super-block of it.
+pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: Isa) {
+    check::k_block(format, b);
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: an AVX2 level is only handed out when the CPU reports avx2, fma and f16c;
+        // `b` is one whole super-block of `format` (checked above).
+        if unsafe { avx2::unpack_quants(format, b, &mut out.q) } {
+            unpack::unpack_scales(format, b, out);
+            return;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa.is_neon() {
+        // SAFETY: NEON is part of every aarch64 CPU; `b` is one whole super-block of `format`
+        // (checked above).
+        if unsafe { neon::unpack_quants(format, b, &mut out.q) } {
+            unpack::unpack_scales(format, b, out);
+            return;
+        }
+    }
+    let _ = isa;
+    unpack_k(format, b, out);
+}
+
+/// The length checks of the safe entry points: the SIMD kernels read as many weight bytes as
+/// the activations say, so a short row must stop here, with a message, before any load.
+mod check {
+    use crate::format::WeightFormat;
+
+    /// `w` holds `n` values of the float format `format`.
+    pub(super) fn float_row(format: WeightFormat, w: &[u8], n: usize) {
+        use WeightFormat::*;
+        assert!(
+            matches!(format, F32 | F16 | BF16),
+            "dot_float takes F32, F16 or BF16 weights, not {format}"
+        );
+        blocks(format, "weight", w.len(), format.block_bytes(), n);
+    }
+
+    /// `w` is `n` blocks of the 32-weight format `format`.
+    pub(super) fn q8_row(format: WeightFormat, w: &[u8], n: usize) {
+        use WeightFormat::*;
+        assert!(
+            matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0),
+            "dot_q8 takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weights, not {format}"
+        );
+        blocks(format, "weight", w.len(), format.block_bytes(), n);
+    }
+
+    /// `w` and `s` are the quants and scales of `n` blocks of the split format `format`.
+    pub(super) fn split_row(format: WeightFormat, w: &[u8], s: &[u8], n: usize) {
+        assert!(
+            format.is_split(),
+            "dot_split takes Q8 or Q4 weights, not {format}"
+        );
+        blocks(format, "quant", w.len(), format.block_bytes(), n);
+        blocks(format, "scale", s.len(), format.scale_bytes(), n);
+    }
+
+    /// `b` is one super-block of a K-quant that unpacks to a [`super::KBlock`].
+    pub(super) fn k_block(format: WeightFormat, b: &[u8]) {
+        use WeightFormat::*;
+        assert!(
+            matches!(format, Q2K | Q3K | Q4K | Q5K | Q6K),
+            "unpack_k takes Q2_K, Q3_K, Q4_K, Q5_K or Q6_K blocks, not {format}"
+        );
+        blocks(format, "super-block", b.len(), format.block_bytes(), 1);
+    }
+
+    /// `len` bytes are exactly `n` blocks of `per` bytes.
+    fn blocks(format: WeightFormat, what: &str, len: usize, per: usize, n: usize) {
+        assert!(
+            n.checked_mul(per) == Some(len),
+            "{format} {what} bytes: {len} given, {n} blocks of {per} bytes expected"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! are written as one-instruction inline assembly below.
 #![cfg(target_arch = "aarch64")]
 
-use super::KBlock;
+use super::unpack::KBlock;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 use std::arch::aarch64::*;

@@ -1,7 +1,7 @@
 //! Scalar twins of the dot-product kernels: the same integer arithmetic as the SIMD versions,
 //! written plainly.
 
-use super::KBlock;
+use super::unpack::KBlock;
 use crate::dequant::f16_at;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};

@@ -4,6 +4,7 @@
 use super::*;
 use crate::dequant::dequantize_row;
 use crate::q8::{quantize_q8, quantize_q8k};
+use crate::test_util::panic_message;
 use proptest::prelude::*;
 
 /// A row of `n` weights of `format` from random bytes with sane f16 scales.
@@ -245,5 +246,89 @@ fn isa_levels_end_at_the_detected_one() {
     }
     if let Ok(want) = std::env::var("OXINFER_TEST_EXPECT_ISA") {
         assert_eq!(detected_isa().name(), want, "levels found: {isas:?}");
+    }
+}
+
+/// Rows shorter (or longer) than their activations, and formats a kernel does not take, stop
+/// at the safe entry points with a message naming the format and the byte counts, on every
+/// instruction set: the SIMD kernels would otherwise read as many weight bytes as the
+/// activations say (`dot_float` read past `w`).
+#[test]
+fn wrong_lengths_and_formats_panic_with_a_message() {
+    let x = vec![0.5f32; 64];
+    let blocks = vec![BlockQ8::default(); 4];
+    let q4_0 = vec![0u8; 4 * 18];
+    for isa in available_isas() {
+        let m = panic_message(|| {
+            dot_float(WeightFormat::F32, &[0u8; 60 * 4], &x, isa);
+        });
+        assert!(
+            m.contains("F32 weight bytes: 240 given, 64 blocks of 4"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| {
+            dot_float(WeightFormat::BF16, &[0u8; 130], &x, isa);
+        });
+        assert!(m.contains("BF16 weight bytes: 130 given"), "{isa:?}: {m}");
+        let m = panic_message(|| {
+            dot_float(WeightFormat::Q4_0, &q4_0, &x[..2], isa);
+        });
+        assert!(m.contains("dot_float takes"), "{isa:?}: {m}");
+        let m = panic_message(|| {
+            dot_q8(WeightFormat::Q4_0, &q4_0[..3 * 18], &blocks, isa);
+        });
+        assert!(
+            m.contains("Q4_0 weight bytes: 54 given, 4 blocks of 18"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| {
+            dot_q8(WeightFormat::Q4K, &[0u8; 144], &blocks, isa);
+        });
+        assert!(m.contains("dot_q8 takes"), "{isa:?}: {m}");
+        let m = panic_message(|| {
+            let xs = [&blocks[..], &blocks[..], &blocks[..3], &blocks[..]];
+            dot_q8_x4(WeightFormat::Q4_0, &q4_0, xs, isa);
+        });
+        assert!(
+            m.contains("Q4_0 weight bytes: 72 given, 3 blocks"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| {
+            let xs = [&blocks[..]; 4];
+            dot_q8_2x4(WeightFormat::Q4_0, [&q4_0, &q4_0[..36]], xs, isa);
+        });
+        assert!(m.contains("Q4_0 weight bytes: 36 given"), "{isa:?}: {m}");
+        let m = panic_message(|| {
+            dot_split(WeightFormat::Q4, &[0u8; 64], &[0u8; 6], &blocks, isa);
+        });
+        assert!(
+            m.contains("Q4 scale bytes: 6 given, 4 blocks of 2"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| {
+            dot_split_x4(
+                WeightFormat::Q8,
+                &[0u8; 96],
+                &[0u8; 16],
+                [&blocks[..]; 4],
+                isa,
+            );
+        });
+        assert!(
+            m.contains("Q8 quant bytes: 96 given, 4 blocks of 32"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| {
+            dot_split(WeightFormat::Q8_0, &q4_0, &[], &blocks, isa);
+        });
+        assert!(m.contains("dot_split takes"), "{isa:?}: {m}");
+        let mut kb = KBlock::default();
+        let m = panic_message(|| unpack_k_isa(WeightFormat::Q6K, &[0u8; 200], &mut kb, isa));
+        assert!(
+            m.contains("Q6_K super-block bytes: 200 given"),
+            "{isa:?}: {m}"
+        );
+        let m = panic_message(|| unpack_k_isa(WeightFormat::Q8K, &[0u8; 292], &mut kb, isa));
+        assert!(m.contains("unpack_k takes"), "{isa:?}: {m}");
     }
 }

@@ -34,33 +34,8 @@ impl Default for KBlock {
     }
 }
 
-/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out`, with SIMD for the
-/// quants where `isa` has it.
-pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: super::Isa) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c; `b` is one
-        // whole super-block (the caller sliced it by block_bytes).
-        if unsafe { super::avx2::unpack_quants(format, b, &mut out.q) } {
-            unpack_scales(format, b, out);
-            return;
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    if isa.is_neon() {
-        // SAFETY: NEON is part of every aarch64 CPU; `b` is one whole super-block (the caller
-        // sliced it by block_bytes).
-        if unsafe { super::neon::unpack_quants(format, b, &mut out.q) } {
-            unpack_scales(format, b, out);
-            return;
-        }
-    }
-    let _ = isa;
-    unpack_k(format, b, out);
-}
-
 /// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
-fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
+pub(super) fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     if format == WeightFormat::Q6K {
         out.d = f16_at(b, 208);
         out.dmin = 0.0;

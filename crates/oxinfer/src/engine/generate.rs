@@ -1,13 +1,17 @@
-//! The generation loop shared by every front end: chunked prefill, one-token decode steps,
-//! sampling, EOS and stop strings, streaming through a callback.
+//! Generation of one sequence, the way the CLI and library callers use it: options, stop
+//! reasons, streamed token events, timings and the collected [`Generation`]. [`generate`]
+//! (and [`Session::generate`](super::Session::generate)) run it as a batch of one through
+//! [`super::batch`], the loop the server's batches use too.
 
-use super::sampler::{Sampler, SamplingParams};
-use super::stop::StopMatcher;
+use super::batch::{self, Finished, SeqEvent, SeqRequest, TokenLogprob};
+use super::grammar::Grammar;
+use super::sampler::SamplingParams;
 use crate::arch::CausalLm;
 use crate::error::{Error, Result};
 use crate::nn::KvCache;
 use crate::tokenizer::Tokenizer;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Default number of prompt tokens run per forward pass.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -17,15 +21,22 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub struct GenerateOptions {
     /// Most tokens to generate.
     pub max_tokens: usize,
+    /// How each token is drawn from the logits.
     pub sampling: SamplingParams,
     /// Generation ends when the text contains one of these (which is not returned).
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
-    /// Prompt tokens per forward pass.
+    /// Most prompt tokens of this sequence per forward pass (in a batch, its
+    /// [`PrefillBudget`](super::batch::PrefillBudget) may run fewer).
     pub prefill_chunk: usize,
     /// Return the logits of every prompt position in [`Generation::prompt_logits`].
     pub keep_prompt_logits: bool,
+    /// Report each token's log-probability and this many most likely alternatives
+    /// ([`TokenEvent::logprob`]).
+    pub logprobs: Option<usize>,
+    /// Constrain the output to documents of this JSON grammar (needs the model's tokenizer).
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl Default for GenerateOptions {
@@ -37,6 +48,8 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             keep_prompt_logits: false,
+            logprobs: None,
+            grammar: None,
         }
     }
 }
@@ -69,10 +82,13 @@ impl StopReason {
 /// One generated token as streamed to the caller.
 #[derive(Clone, Debug)]
 pub struct TokenEvent<'a> {
+    /// The token id.
     pub id: u32,
     /// Text released by this token (may be empty while a UTF-8 character or a possible stop
     /// string is incomplete).
     pub text: &'a str,
+    /// The token's log-probability, when [`GenerateOptions::logprobs`] asks for it.
+    pub logprob: Option<&'a TokenLogprob>,
 }
 
 /// Timings of a generation, for the stats line.
@@ -138,96 +154,77 @@ pub fn generate(
     cache: &mut KvCache,
     prompt: &[u32],
     opts: &GenerateOptions,
-    mut on_token: impl FnMut(&TokenEvent) -> bool,
+    on_token: impl FnMut(&TokenEvent) -> bool,
 ) -> Result<Generation> {
-    opts.sampling.validate()?;
-    if prompt.is_empty() {
-        return Err(Error::Request("the prompt is empty".into()));
-    }
-    let capacity = cache.capacity();
-    if cache.len() + prompt.len() > capacity {
-        return Err(Error::Request(format!(
-            "the prompt ({} tokens) exceeds the context ({} tokens) by {}",
-            cache.len() + prompt.len(),
-            capacity,
-            cache.len() + prompt.len() - capacity
-        )));
-    }
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut sampler = Sampler::new(opts.sampling.clone());
-    let mut stops = StopMatcher::new(&opts.stop);
-    let mut stream = tokenizer.map(|t| t.stream());
-    let eos: Vec<u32> = tokenizer.map(|t| t.eos_ids().to_vec()).unwrap_or_default();
-
-    let t0 = Instant::now();
-    let all = prefill(
-        lm,
-        cache,
-        prompt,
-        opts.prefill_chunk,
-        opts.keep_prompt_logits,
-    )?;
-    let vocab = lm.config().vocab_size;
-    let mut logits = all[all.len() - vocab..].to_vec();
-    let prompt_logits = opts.keep_prompt_logits.then_some(all);
-    let prompt_time = t0.elapsed();
-    let t1 = Instant::now();
-
-    let mut out = Generation {
-        tokens: Vec::new(),
-        text: String::new(),
-        stop_reason: StopReason::MaxTokens,
-        timings: Timings {
-            prompt_tokens: prompt.len(),
-            prompt_time,
-            ..Default::default()
-        },
-        prompt_logits,
+    let req = SeqRequest {
+        prompt: prompt.to_vec(),
+        opts: opts.clone(),
     };
-    while out.tokens.len() < opts.max_tokens {
-        let id = sampler.sample(&logits, &history);
-        out.tokens.push(id);
-        history.push(id);
-        if !opts.ignore_eos && eos.contains(&id) {
-            out.stop_reason = StopReason::Eos;
-            break;
-        }
-        let piece = stream.as_mut().map(|s| s.push(id)).unwrap_or_default();
-        let (text, stopped) = stops.push(&piece);
-        out.text.push_str(&text);
-        if !on_token(&TokenEvent { id, text: &text }) {
-            out.stop_reason = StopReason::Cancelled;
-            break;
-        }
-        if stopped {
-            out.stop_reason = StopReason::StopString;
-            break;
-        }
-        if out.tokens.len() == opts.max_tokens {
-            break;
-        }
-        if cache.len() >= capacity {
-            out.stop_reason = StopReason::ContextFull;
-            break;
-        }
-        logits = lm.forward(&[id], cache, false)?;
-    }
-    if matches!(
-        out.stop_reason,
-        StopReason::MaxTokens | StopReason::ContextFull | StopReason::Eos
-    ) {
-        let mut tail = stream.as_mut().map(|s| s.finish()).unwrap_or_default();
-        let (text, _) = stops.push(&tail);
-        tail = text + &stops.finish();
-        if !tail.is_empty() {
-            out.text.push_str(&tail);
-            on_token(&TokenEvent {
-                id: *out.tokens.last().unwrap_or(&0),
-                text: &tail,
-            });
+    let mut collect = Collector::new(on_token);
+    batch::generate_in_cache(lm, tokenizer, cache, req, |ev| collect.on_event(ev))?;
+    collect.into_generation()
+}
+
+/// Turns one sequence's [`SeqEvent`]s into [`TokenEvent`] callbacks and a [`Generation`].
+pub(super) struct Collector<F> {
+    on_token: F,
+    text: String,
+    /// Text released at the end, passed on with the last token's id once it is known.
+    tail: String,
+    finished: Option<Finished>,
+}
+
+impl<F: FnMut(&TokenEvent) -> bool> Collector<F> {
+    pub(super) fn new(on_token: F) -> Self {
+        Collector {
+            on_token,
+            text: String::new(),
+            tail: String::new(),
+            finished: None,
         }
     }
-    out.timings.generated_tokens = out.tokens.len();
-    out.timings.generation_time = t1.elapsed();
-    Ok(out)
+
+    /// Takes one event; `false` asks the generator to cancel.
+    pub(super) fn on_event(&mut self, ev: SeqEvent) -> bool {
+        match ev {
+            SeqEvent::Token { id, text, logprob } => {
+                self.text.push_str(&text);
+                (self.on_token)(&TokenEvent {
+                    id,
+                    text: &text,
+                    logprob: logprob.as_ref(),
+                })
+            }
+            SeqEvent::Text(t) => {
+                self.tail = t;
+                true
+            }
+            SeqEvent::Finished(f) => {
+                if !self.tail.is_empty() {
+                    self.text.push_str(&self.tail);
+                    (self.on_token)(&TokenEvent {
+                        id: *f.tokens.last().unwrap_or(&0),
+                        text: &self.tail,
+                        logprob: None,
+                    });
+                }
+                self.finished = Some(f);
+                true
+            }
+        }
+    }
+
+    /// The generation, once [`SeqEvent::Finished`] arrived.
+    pub(super) fn into_generation(self) -> Result<Generation> {
+        let f = self
+            .finished
+            .ok_or_else(|| Error::Request("the generation ended without finishing".into()))?;
+        Ok(Generation {
+            tokens: f.tokens,
+            text: self.text,
+            stop_reason: f.reason,
+            timings: f.timings,
+            prompt_logits: f.prompt_logits,
+        })
+    }
 }

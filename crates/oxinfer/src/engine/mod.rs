@@ -1,6 +1,7 @@
 //! The engine front ends call: a loaded [`Model`] (weights, tokenizer, chat template),
-//! sampling, the generation loop, chat sessions and perplexity.
+//! sampling, the batched generation loop, chat sessions and perplexity.
 
+pub mod batch;
 pub mod generate;
 pub mod grammar;
 pub mod kl;
@@ -12,6 +13,7 @@ pub mod stop;
 pub mod thinking;
 pub mod tool_calls;
 
+pub use batch::{BatchConfig, BatchGenerator, SeqEvent, SeqRequest};
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
 pub use kl::KlStats;
 pub use model::{LoadOptions, Model, ModelInfo};

@@ -1,42 +1,43 @@
 //! A generation session: one sequence's KV cache kept across calls, so a multi-turn chat only
-//! runs the tokens that differ from what the cache already holds.
+//! runs the tokens that differ from what the cache already holds. It is a
+//! [`BatchGenerator`] of one slot.
 
-use super::generate::{generate, GenerateOptions, Generation, TokenEvent};
+use super::batch::{BatchConfig, BatchGenerator, PrefillBudget, SeqRequest};
+use super::generate::{Collector, GenerateOptions, Generation, TokenEvent};
 use super::Model;
 use crate::error::Result;
-use crate::nn::KvCache;
 
 /// One sequence being generated, with its cache.
 pub struct Session<'m> {
-    model: &'m Model,
-    cache: KvCache,
-    /// The tokens whose keys and values the cache holds, in order.
-    cached: Vec<u32>,
+    batch: BatchGenerator<'m, ()>,
 }
 
 impl<'m> Session<'m> {
     pub(super) fn new(model: &'m Model, ctx: usize) -> Self {
+        let cfg = BatchConfig {
+            slots: 1,
+            ctx,
+            // Each call's `prefill_chunk` alone sets how many prompt tokens a pass runs.
+            prefill: PrefillBudget::UNLIMITED,
+        };
         Session {
-            model,
-            cache: model.lm().new_cache(ctx),
-            cached: Vec::new(),
+            batch: BatchGenerator::new(model.lm(), model.tokenizer(), &cfg),
         }
     }
 
     /// Positions the session can hold.
     pub fn capacity(&self) -> usize {
-        self.cache.capacity()
+        self.batch.capacity()
     }
 
     /// Tokens currently cached.
     pub fn cached_tokens(&self) -> &[u32] {
-        &self.cached
+        self.batch.cached_tokens(0)
     }
 
     /// Forgets everything cached.
     pub fn clear(&mut self) {
-        self.cache.clear();
-        self.cached.clear();
+        self.batch.reset();
     }
 
     /// Generates after the full token sequence `tokens` (e.g. a whole rendered conversation):
@@ -47,36 +48,17 @@ impl<'m> Session<'m> {
         opts: &GenerateOptions,
         on_token: impl FnMut(&TokenEvent) -> bool,
     ) -> Result<Generation> {
-        let mut common = self
-            .cached
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count();
-        // At least one token must run to produce logits.
-        if common == tokens.len() {
-            common = common.saturating_sub(1);
+        let req = SeqRequest {
+            prompt: tokens.to_vec(),
+            opts: opts.clone(),
+        };
+        self.batch.admit(req, ()).map_err(|r| r.into_parts().0)?;
+        let mut collect = Collector::new(on_token);
+        while !self.batch.is_idle() {
+            self.batch
+                .step(|_, ev| collect.on_event(ev))
+                .map_err(|f| f.error)?;
         }
-        self.cache.truncate(common);
-        // A cache that cannot rewind that far (sliding windows, recurrent state) empties itself.
-        common = common.min(self.cache.len());
-        self.cached.truncate(common);
-        let result = generate(
-            self.model.lm(),
-            self.model.tokenizer(),
-            &mut self.cache,
-            &tokens[common..],
-            opts,
-            on_token,
-        );
-        match &result {
-            Ok(g) => {
-                self.cached.extend_from_slice(&tokens[common..]);
-                self.cached.extend_from_slice(&g.tokens);
-                self.cached.truncate(self.cache.len());
-            }
-            Err(_) => self.clear(),
-        }
-        result
+        collect.into_generation()
     }
 }

@@ -138,7 +138,7 @@ enum Frame {
     /// One of several exact texts: `alive` are the indices still matching, `pos` bytes read.
     Literal {
         node: NodeId,
-        alive: Vec<u16>,
+        alive: Vec<u32>,
         pos: usize,
     },
 }
@@ -179,6 +179,11 @@ impl JsonMatcher {
     /// A matcher at the start of a document of `grammar`'s root.
     pub fn new(grammar: Arc<Grammar>) -> Self {
         let root = grammar.root;
+        Self::at(grammar, root)
+    }
+
+    /// A matcher at the start of a value of `grammar`'s node `root`.
+    pub fn at(grammar: Arc<Grammar>, root: NodeId) -> Self {
         JsonMatcher {
             grammar,
             paths: vec![Path {
@@ -422,7 +427,7 @@ impl Path {
                     let Node::Literal(opts) = &g.nodes[node] else {
                         return false;
                     };
-                    let next: Vec<u16> = alive
+                    let next: Vec<u32> = alive
                         .iter()
                         .copied()
                         .filter(|&i| opts[i as usize].get(p) == Some(&b))
@@ -806,7 +811,11 @@ impl Path {
         let Node::Literal(opts) = &g.nodes[node] else {
             return false;
         };
-        let mut alive: Vec<u16> = (0..opts.len() as u16).collect();
+        // Literal nodes hold at most MAX_ENUM_VALUES values (the compiler refuses more).
+        let Ok(n) = u32::try_from(opts.len()) else {
+            return false;
+        };
+        let mut alive: Vec<u32> = (0..n).collect();
         // An element of a `uniqueItems` array: not a value written before.
         if let Some(done) = self.unique_done(g) {
             if !done.is_empty() {
@@ -912,7 +921,7 @@ impl Path {
     }
 }
 
-fn literal_done(g: &Grammar, node: NodeId, alive: &[u16], pos: usize) -> bool {
+fn literal_done(g: &Grammar, node: NodeId, alive: &[u32], pos: usize) -> bool {
     let Node::Literal(opts) = &g.nodes[node] else {
         return false;
     };

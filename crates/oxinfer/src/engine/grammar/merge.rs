@@ -6,6 +6,7 @@
 //! the others. Two different `pattern`s or `format`s, or any other keyword stated differently
 //! by two members, are refused with an error naming it.
 
+use super::budget::Budget;
 use serde_json::{Map, Value};
 
 /// Keywords that only annotate (kept from the first member stating them).
@@ -29,11 +30,12 @@ pub const ANNOTATIONS: &[&str] = &[
 
 type Obj = Map<String, Value>;
 
-/// Merges the member schemas (already `$ref`-resolved objects or booleans).
-pub fn merge_all(members: &[Value]) -> Result<Value, String> {
+/// Merges the member schemas (already `$ref`-resolved objects or booleans), charging every
+/// pairwise merge to `budget` (a member's `anyOf` multiplies them).
+pub fn merge_all(members: &[Value], budget: &Budget) -> Result<Value, String> {
     let mut acc = Value::Object(Obj::new());
     for m in members {
-        acc = merge(&acc, m)?;
+        acc = merge(&acc, m, budget)?;
     }
     Ok(acc)
 }
@@ -47,8 +49,20 @@ fn alts(o: &Obj) -> Option<(&'static str, &Vec<Value>)> {
     None
 }
 
-/// The merge of two schemas.
-pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
+/// How many JSON values `v` holds (itself included): what cloning it costs.
+pub fn weight(v: &Value) -> u64 {
+    match v {
+        Value::Object(o) => 1 + o.values().map(weight).sum::<u64>(),
+        Value::Array(a) => 1 + a.iter().map(weight).sum::<u64>(),
+        _ => 1,
+    }
+}
+
+/// The merge of two schemas; charges `budget` for the values it may copy.
+pub fn merge(a: &Value, b: &Value, budget: &Budget) -> Result<Value, String> {
+    budget
+        .charge(weight(a) + weight(b), "allOf")
+        .map_err(|e| e.to_string())?;
     let (a, b) = match (a, b) {
         (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
         (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
@@ -67,7 +81,7 @@ pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
         if let Some((k, list)) = alts(x) {
             let mut rest = x.clone();
             rest.remove(k);
-            let base = merge(&Value::Object(rest), &Value::Object(y.clone()))?;
+            let base = merge(&Value::Object(rest), &Value::Object(y.clone()), budget)?;
             if list.len() > 16 {
                 return Err("allOf over an anyOf of more than 16 alternatives".into());
             }
@@ -75,9 +89,13 @@ pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
             let mut out = Vec::new();
             let mut first_err = None;
             for alt in list {
-                match merge(&base, alt) {
+                match merge(&base, alt, budget) {
                     Ok(v) => out.push(v),
                     Err(e) => first_err = first_err.or(Some(e)),
+                }
+                // A spent budget is not an alternative that contradicts: stop.
+                if let Some(k) = budget.spent_in() {
+                    return Err(budget.message(k));
                 }
             }
             if out.is_empty() {
@@ -108,7 +126,7 @@ pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
                 Value::Array(r)
             }
             ("properties" | "additionalProperties", _) => continue,
-            ("items", Some(va)) => merge(va, vb)?,
+            ("items", Some(va)) => merge(va, vb, budget)?,
             ("minimum" | "exclusiveMinimum" | "minLength" | "minItems", Some(va)) => {
                 pick(va, vb, true, k)?
             }
@@ -136,7 +154,7 @@ pub fn merge(a: &Value, b: &Value) -> Result<Value, String> {
         .iter()
         .any(|k| a.contains_key(*k) || b.contains_key(*k))
     {
-        merge_objects(a, b, &mut out)?;
+        merge_objects(a, b, &mut out, budget)?;
     }
     Ok(Value::Object(out))
 }
@@ -195,7 +213,7 @@ fn extra_of(o: &Obj) -> Option<Value> {
     }
 }
 
-fn merge_objects(a: &Obj, b: &Obj, out: &mut Obj) -> Result<(), String> {
+fn merge_objects(a: &Obj, b: &Obj, out: &mut Obj, budget: &Budget) -> Result<(), String> {
     let empty = Obj::new();
     let pa = a
         .get("properties")
@@ -224,7 +242,7 @@ fn merge_objects(a: &Obj, b: &Obj, out: &mut Obj) -> Result<(), String> {
         let sb = pb.get(k).cloned().or_else(|| extra_of(b));
         match (sa, sb) {
             (Some(x), Some(y)) => {
-                props.insert(k.clone(), merge(&x, &y)?);
+                props.insert(k.clone(), merge(&x, &y, budget)?);
             }
             _ if required.contains(k) => {
                 return Err(format!(
@@ -237,7 +255,7 @@ fn merge_objects(a: &Obj, b: &Obj, out: &mut Obj) -> Result<(), String> {
     out.insert("properties".into(), Value::Object(props));
     match (extra_of(a), extra_of(b)) {
         (Some(x), Some(y)) => {
-            let m = merge(&x, &y)?;
+            let m = merge(&x, &y, budget)?;
             if m == Value::Bool(true) {
                 out.remove("additionalProperties");
             } else {
@@ -254,7 +272,12 @@ fn merge_objects(a: &Obj, b: &Obj, out: &mut Obj) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::grammar::budget::CompileLimits;
     use serde_json::json;
+
+    fn merge_all(members: &[Value]) -> Result<Value, String> {
+        super::merge_all(members, &Budget::new(CompileLimits::default()))
+    }
 
     #[test]
     fn merges_objects_and_bounds() {

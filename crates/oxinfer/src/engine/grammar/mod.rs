@@ -4,6 +4,9 @@
 //! [`Grammar`] is the compiled schema, [`JsonMatcher`] the byte-level automaton, and
 //! [`Constraint`] applies it to logits over a [`Vocabulary`].
 
+mod analysis;
+mod budget;
+mod keywords;
 mod matcher;
 mod merge;
 mod negate;
@@ -11,21 +14,28 @@ mod numeric;
 mod oneof;
 mod regex;
 mod schema;
+mod trie;
 mod unique;
 
+pub use analysis::MAX_ALTERNATIVES;
+pub use budget::{CompileLimits, DEFAULT_TIME, DEFAULT_WORK};
 pub use matcher::JsonMatcher;
-pub use schema::{Grammar, Node, NodeId, SchemaError};
+pub use regex::{MAX_GROUP_DEPTH, MAX_PATTERN_CHARS};
+pub use schema::{Grammar, Node, NodeId, SchemaError, MAX_ENUM_VALUES};
 
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;
+use trie::TokenTrie;
 
 /// The bytes of every token and which ids are special or end generation, gathered once per
-/// model.
+/// model, with the ordinary tokens in a byte trie (see [`trie`]) for masking.
 #[derive(Debug)]
 pub struct Vocabulary {
     bytes: Vec<Vec<u8>>,
     special: Vec<bool>,
     eos: Vec<u32>,
+    /// Every token that is neither special nor end-of-generation.
+    trie: TokenTrie,
 }
 
 impl Vocabulary {
@@ -39,10 +49,16 @@ impl Vocabulary {
             bytes.push(tok.token_bytes(id).unwrap_or_default().to_vec());
             special.push(tok.is_special(id) || tok.is_eog(id) || id as usize >= tok.vocab_size());
         }
+        Self::with_trie(bytes, special, tok.eos_ids().to_vec())
+    }
+
+    fn with_trie(bytes: Vec<Vec<u8>>, special: Vec<bool>, eos: Vec<u32>) -> Self {
+        let trie = TokenTrie::new(&bytes, |id| !special[id as usize] && !eos.contains(&id));
         Vocabulary {
             bytes,
             special,
-            eos: tok.eos_ids().to_vec(),
+            eos,
+            trie,
         }
     }
 
@@ -50,11 +66,7 @@ impl Vocabulary {
     /// tokens besides those (tests, and tokenizers other than [`Tokenizer`]).
     pub fn from_tokens(bytes: Vec<Vec<u8>>, eos: Vec<u32>) -> Self {
         let special = vec![false; bytes.len()];
-        Vocabulary {
-            bytes,
-            special,
-            eos,
-        }
+        Self::with_trie(bytes, special, eos)
     }
 
     /// The end-of-generation ids.
@@ -119,17 +131,37 @@ impl Constraint {
         first
     }
 
+    /// Every token that may come next (the ordinary ones found by a walk of the vocabulary
+    /// trie over the prefixes the matcher accepts, then the end-of-generation ids if the
+    /// document is complete), in no particular order.
+    fn all_allowed(&self, first: &[bool; 256]) -> Vec<u32> {
+        let mut out = Vec::new();
+        if !self.matcher.is_finished() {
+            self.vocab.trie.allowed(&self.matcher, first, &mut out);
+        }
+        if self.matcher.is_complete() {
+            out.extend_from_slice(&self.vocab.eos);
+        }
+        out
+    }
+
     /// Sets every logit whose token cannot continue a valid document to −∞. With `need > 0`
     /// only the `need` most likely allowed tokens stay (enough for greedy decoding or top-k);
-    /// `need == 0` checks the whole vocabulary. Returns how many tokens stay allowed.
+    /// `need == 0` keeps every allowed token. Returns how many tokens stay allowed.
+    ///
+    /// Cost per call: the [`FIRST_LOOK`] most likely tokens are checked first; only when they
+    /// hold fewer than `need` allowed ones (or `need == 0`) is the vocabulary trie walked, over
+    /// the prefixes the grammar accepts, never token by token over the whole vocabulary.
     pub fn mask(&self, logits: &mut [f32], need: usize) -> usize {
-        let mut order: Vec<u32> = (0..logits.len() as u32)
-            .filter(|&i| logits[i as usize].is_finite())
-            .collect();
         let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
         let first = self.first_bytes();
         let mut keep = Vec::new();
-        let mut checked = 0;
+        let mut order: Vec<u32> = Vec::new();
+        if need > 0 {
+            order = (0..logits.len() as u32)
+                .filter(|&i| logits[i as usize].is_finite())
+                .collect();
+        }
         if need > 0 && order.len() > FIRST_LOOK {
             order.select_nth_unstable_by(FIRST_LOOK - 1, by_logit);
             order[..FIRST_LOOK].sort_by(by_logit);
@@ -141,17 +173,14 @@ impl Constraint {
                     }
                 }
             }
-            checked = FIRST_LOOK;
         }
         if need == 0 || keep.len() < need {
-            order[checked..].sort_by(by_logit);
-            for &id in &order[checked..] {
-                if self.allowed(id, &first) {
-                    keep.push(id);
-                    if need > 0 && keep.len() == need {
-                        break;
-                    }
-                }
+            keep = self.all_allowed(&first);
+            keep.retain(|&id| logits.get(id as usize).is_some_and(|v| v.is_finite()));
+            if need > 0 && keep.len() > need {
+                // Ties by id, as a stable sort of the ids in order would keep them.
+                keep.sort_unstable_by(|a, b| by_logit(a, b).then(a.cmp(b)));
+                keep.truncate(need);
             }
         }
         let mut out = vec![f32::NEG_INFINITY; logits.len()];
@@ -182,5 +211,9 @@ impl Constraint {
     }
 }
 
+#[cfg(test)]
+mod limit_tests;
+#[cfg(test)]
+mod regex_tests;
 #[cfg(test)]
 mod tests;

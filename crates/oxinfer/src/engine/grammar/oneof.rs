@@ -8,6 +8,7 @@
 //! `enum`/`const` become the values found in exactly one of them. Anything else that may
 //! overlap is refused with an error naming `oneOf`.
 
+use super::budget::Budget;
 use super::schema::{Grammar, Node, NodeId};
 use serde_json::{Map, Value};
 
@@ -39,8 +40,13 @@ fn class_of(v: &Value) -> &'static str {
 pub type Resolve<'a> = dyn Fn(&Value) -> Option<Value> + 'a;
 
 /// The type classes a schema's instances can have (`integer` counts as `number`).
-fn classes(s: &Map<String, Value>, resolve: &Resolve<'_>, depth: usize) -> Vec<&'static str> {
-    if depth > MAX_DEPTH {
+fn classes(
+    s: &Map<String, Value>,
+    resolve: &Resolve<'_>,
+    budget: &Budget,
+    depth: usize,
+) -> Vec<&'static str> {
+    if depth > MAX_DEPTH || budget.charge(1, "oneOf").is_err() {
         return CLASSES.to_vec();
     }
     let mut out: Vec<&'static str> = match s.get("type") {
@@ -59,7 +65,7 @@ fn classes(s: &Map<String, Value>, resolve: &Resolve<'_>, depth: usize) -> Vec<&
                 for c in resolve(a)
                     .as_ref()
                     .and_then(Value::as_object)
-                    .map_or(CLASSES.to_vec(), |o| classes(o, resolve, depth + 1))
+                    .map_or(CLASSES.to_vec(), |o| classes(o, resolve, budget, depth + 1))
                 {
                     if !any.contains(&c) {
                         any.push(c);
@@ -121,9 +127,16 @@ fn below(a: &[Option<(f64, bool)>; 2], b: &[Option<(f64, bool)>; 2]) -> bool {
     }
 }
 
-/// Whether no instance can be valid against both schemas `a` and `b` (false: not proven).
-pub fn disjoint(a: &Value, b: &Value, resolve: &Resolve<'_>, depth: usize) -> bool {
-    if depth > MAX_DEPTH {
+/// Whether no instance can be valid against both schemas `a` and `b` (false: not proven, or
+/// `budget` spent: the caller checks it).
+pub fn disjoint(
+    a: &Value,
+    b: &Value,
+    resolve: &Resolve<'_>,
+    budget: &Budget,
+    depth: usize,
+) -> bool {
+    if depth > MAX_DEPTH || budget.charge(1, "oneOf").is_err() {
         return false;
     }
     match (a, b) {
@@ -142,13 +155,16 @@ pub fn disjoint(a: &Value, b: &Value, resolve: &Resolve<'_>, depth: usize) -> bo
         if let Some(Value::Array(alts)) = x.get("anyOf").or_else(|| x.get("oneOf")) {
             if alts
                 .iter()
-                .all(|alt| disjoint(alt, &Value::Object(y.clone()), resolve, depth + 1))
+                .all(|alt| disjoint(alt, &Value::Object(y.clone()), resolve, budget, depth + 1))
             {
                 return true;
             }
         }
     }
-    let (ca, cb) = (classes(a, resolve, depth), classes(b, resolve, depth));
+    let (ca, cb) = (
+        classes(a, resolve, budget, depth),
+        classes(b, resolve, budget, depth),
+    );
     let common: Vec<&str> = ca.iter().copied().filter(|c| cb.contains(c)).collect();
     if common.is_empty() {
         return true;
@@ -182,11 +198,14 @@ pub fn disjoint(a: &Value, b: &Value, resolve: &Resolve<'_>, depth: usize) -> bo
             below(&r(a), &r(b)) || below(&r(b), &r(a))
         }
         "object" => {
-            objects_disjoint(a, b, resolve, depth) || objects_disjoint(b, a, resolve, depth)
+            objects_disjoint(a, b, resolve, budget, depth)
+                || objects_disjoint(b, a, resolve, budget, depth)
         }
         "array" => {
             let r = |s| range(s, "minItems", "", "maxItems", "");
-            below(&r(a), &r(b)) || below(&r(b), &r(a)) || arrays_disjoint(a, b, resolve, depth)
+            below(&r(a), &r(b))
+                || below(&r(b), &r(a))
+                || arrays_disjoint(a, b, resolve, budget, depth)
         }
         _ => false,
     })
@@ -221,6 +240,7 @@ fn objects_disjoint(
     a: &Map<String, Value>,
     b: &Map<String, Value>,
     resolve: &Resolve<'_>,
+    budget: &Budget,
     depth: usize,
 ) -> bool {
     let required = |s: &Map<String, Value>| -> Vec<String> {
@@ -245,7 +265,7 @@ fn objects_disjoint(
         let false_in_b = in_b == Some(Value::Bool(false));
         let both = rb.contains(k)
             && match (prop(a, k), in_b) {
-                (Some(x), Some(y)) => disjoint(&x, &y, resolve, depth + 1),
+                (Some(x), Some(y)) => disjoint(&x, &y, resolve, budget, depth + 1),
                 _ => false,
             };
         forbids || both || false_in_b
@@ -257,6 +277,7 @@ fn arrays_disjoint(
     a: &Map<String, Value>,
     b: &Map<String, Value>,
     resolve: &Resolve<'_>,
+    budget: &Budget,
     depth: usize,
 ) -> bool {
     let min =
@@ -273,15 +294,20 @@ fn arrays_disjoint(
         }
     };
     (0..min(a).min(min(b)).min(16)).any(|i| match (elem(a, i), elem(b, i)) {
-        (Some(x), Some(y)) => disjoint(&x, &y, resolve, depth + 1),
+        (Some(x), Some(y)) => disjoint(&x, &y, resolve, budget, depth + 1),
         _ => false,
     })
 }
 
 /// Turns the `oneOf` node `id` (compiled as `anyOf` of literal nodes) into the values that are
 /// in exactly one alternative. `raw` holds each alternative's stated values (before the
-/// alternative's other keywords filtered its node).
-pub fn exactly_one(g: &mut Grammar, id: NodeId, raw: &[Vec<Value>]) -> Result<(), String> {
+/// alternative's other keywords filtered its node). The comparisons are charged to `budget`.
+pub fn exactly_one(
+    g: &mut Grammar,
+    id: NodeId,
+    raw: &[Vec<Value>],
+    budget: &Budget,
+) -> Result<(), String> {
     let Node::AnyOf(mut alts) = g.nodes[id].clone() else {
         return Ok(());
     };
@@ -306,6 +332,10 @@ pub fn exactly_one(g: &mut Grammar, id: NodeId, raw: &[Vec<Value>]) -> Result<()
             Node::Never => &[],
             _ => return Err("'oneOf': an enum alternative did not compile to values".into()),
         };
+        let compared: usize = raw.iter().map(Vec::len).sum::<usize>() + keep.len();
+        budget
+            .charge((vals.len() * (compared + 1)) as u64, "oneOf")
+            .map_err(|e| e.to_string())?;
         for t in vals {
             let c = canonical(&serde_json::from_slice(t).unwrap_or(Value::Null));
             let elsewhere = raw

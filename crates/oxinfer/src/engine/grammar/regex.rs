@@ -6,13 +6,21 @@
 //! `(?<name>...)`, `(?P<name>...)`, alternation `|`, quantifiers `* + ? {m} {m,} {m,n}` (lazy
 //! `?` suffixes accepted: they do not change what matches), anchors `^ $ \A \Z \z`.
 //! Refused with an error naming the construct: backreferences, lookaround, word boundaries,
-//! `\p{..}`, inline flags, possessive quantifiers.
+//! `\p{..}`, inline flags, possessive quantifiers, stacked quantifiers (`a**`, `a{2}{3}`:
+//! "multiple repeat", as Python and ECMA-262 refuse them).
+//!
+//! Limits (hostile patterns cost bounded time and stack): at most [`MAX_PATTERN_CHARS`]
+//! characters, groups nested at most [`MAX_GROUP_DEPTH`] deep (the parser and the NFA builder
+//! recurse once per group, so their stack depth is bounded by it), at most 20 000 NFA states,
+//! 4096 DFA states and [`MAX_TRANSITIONS`] DFA transitions, and every step charged to the
+//! schema's compilation [`Budget`].
 //!
 //! Semantics are those of a search (`re.search` / ECMA `RegExp.test`, what JSON Schema
 //! specifies): a pattern without `^` may match anywhere. Where Python and ECMA-262 differ the
 //! DFA accepts only strings both accept: `\d \w \s` are ASCII, their negations (`\D`, `[^\s]`,
 //! ...) stay within ASCII, `.` excludes `\n \r U+2028 U+2029`, `$` only matches at the very end.
 
+use super::budget::Budget;
 use std::collections::HashMap;
 
 /// No transition (the character cannot continue a match).
@@ -26,6 +34,12 @@ const MAX_NFA: usize = 20_000;
 /// Largest repetition bound `{m,n}`.
 const MAX_REPEAT: u32 = 1000;
 const MAX_CHAR: u32 = 0x10FFFF;
+/// Longest pattern, in characters.
+pub const MAX_PATTERN_CHARS: usize = 4096;
+/// Deepest nesting of groups `(...)`.
+pub const MAX_GROUP_DEPTH: usize = 64;
+/// Most DFA transitions (states × character classes).
+pub const MAX_TRANSITIONS: usize = 1 << 21;
 
 /// A compiled pattern: a DFA over characters grouped into classes.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +70,17 @@ struct Parser<'a> {
     chars: Vec<char>,
     pos: usize,
     src: &'a str,
+    /// Groups open at the cursor.
+    depth: usize,
+}
+
+/// A pattern as error messages quote it (long ones cut).
+fn shown(src: &str) -> String {
+    const MAX_SHOWN: usize = 60;
+    match src.char_indices().nth(MAX_SHOWN) {
+        Some((cut, _)) => format!("{:?}...", &src[..cut]),
+        None => format!("{src:?}"),
+    }
 }
 
 fn ranges(list: &[(char, char)]) -> Vec<(u32, u32)> {
@@ -119,7 +144,7 @@ fn space_wide() -> Vec<(u32, u32)> {
 
 impl<'a> Parser<'a> {
     fn err(&self, what: &str) -> String {
-        format!("pattern {:?}: {what} at offset {}", self.src, self.pos)
+        format!("pattern {}: {what} at offset {}", shown(self.src), self.pos)
     }
 
     fn peek(&self) -> Option<char> {
@@ -191,38 +216,35 @@ impl<'a> Parser<'a> {
         Ok(Some((m, n)))
     }
 
+    /// Parses one quantifier at the cursor, if any: `(min, max)`.
+    fn quantifier(&mut self) -> Result<Option<(u32, Option<u32>)>, String> {
+        let q = match self.peek() {
+            Some('*') => (0, None),
+            Some('+') => (1, None),
+            Some('?') => (0, Some(1)),
+            Some('{') => return self.braces(),
+            _ => return Ok(None),
+        };
+        self.pos += 1;
+        Ok(Some(q))
+    }
+
     fn quantified(&mut self, atom: Ast) -> Result<Ast, String> {
-        let mut ast = atom;
-        loop {
-            let (m, n) = match self.peek() {
-                Some('*') => {
-                    self.pos += 1;
-                    (0, None)
-                }
-                Some('+') => {
-                    self.pos += 1;
-                    (1, None)
-                }
-                Some('?') => {
-                    self.pos += 1;
-                    (0, Some(1))
-                }
-                Some('{') => match self.braces()? {
-                    Some(b) => b,
-                    None => return Ok(ast),
-                },
-                _ => return Ok(ast),
-            };
-            if matches!(ast, Ast::Start | Ast::End) {
-                return Err(self.err("quantified anchor"));
-            }
-            // Lazy quantifiers match the same strings.
-            self.eat('?');
-            if self.peek() == Some('+') {
-                return Err(self.err("possessive quantifier is not supported"));
-            }
-            ast = Ast::Repeat(Box::new(ast), m, n);
+        let Some((m, n)) = self.quantifier()? else {
+            return Ok(atom);
+        };
+        if matches!(atom, Ast::Start | Ast::End) {
+            return Err(self.err("quantified anchor"));
         }
+        // Lazy quantifiers match the same strings.
+        self.eat('?');
+        if self.peek() == Some('+') {
+            return Err(self.err("possessive quantifier is not supported"));
+        }
+        if self.quantifier()?.is_some() {
+            return Err(self.err("multiple repeat (a quantifier after a quantifier)"));
+        }
+        Ok(Ast::Repeat(Box::new(atom), m, n))
     }
 
     fn atom(&mut self) -> Result<Ast, String> {
@@ -251,7 +273,14 @@ impl<'a> Parser<'a> {
                         return Err(self.err("inline flags / '(?' groups are not supported"));
                     }
                 }
+                if self.depth >= MAX_GROUP_DEPTH {
+                    return Err(
+                        self.err(&format!("groups nested more than {MAX_GROUP_DEPTH} deep"))
+                    );
+                }
+                self.depth += 1;
                 let inner = self.alt()?;
+                self.depth -= 1;
                 if !self.eat(')') {
                     return Err(self.err("unclosed '('"));
                 }
@@ -393,19 +422,29 @@ enum Edge {
     End(usize),
 }
 
-#[derive(Default)]
-struct Nfa {
+struct Nfa<'b> {
     edges: Vec<Vec<Edge>>,
     classes: Vec<Vec<(u32, u32)>>,
+    budget: &'b Budget,
+    /// The schema keyword the pattern comes from (charged to the budget).
+    keyword: &'static str,
 }
 
-impl Nfa {
+impl Nfa<'_> {
+    /// Charges `units` to the budget.
+    fn charge(&self, units: usize) -> Result<(), String> {
+        self.budget
+            .charge(units as u64, self.keyword)
+            .map_err(|e| self.budget.message(e.keyword))
+    }
+
     fn state(&mut self) -> Result<usize, String> {
         if self.edges.len() >= MAX_NFA {
             return Err(
                 "pattern too large (bounded repetition expands beyond 20000 states)".into(),
             );
         }
+        self.charge(1)?;
         self.edges.push(Vec::new());
         Ok(self.edges.len() - 1)
     }
@@ -503,12 +542,21 @@ impl Nfa {
 }
 
 impl Dfa {
-    /// Compiles `pattern` (search semantics: unanchored ends match anything).
-    pub fn compile(pattern: &str) -> Result<Dfa, String> {
+    /// Compiles `pattern` (search semantics: unanchored ends match anything), charging the
+    /// work to `budget` under the schema keyword `keyword`.
+    pub fn compile(pattern: &str, budget: &Budget, keyword: &'static str) -> Result<Dfa, String> {
+        let n_chars = pattern.chars().count();
+        if n_chars > MAX_PATTERN_CHARS {
+            return Err(format!(
+                "pattern {}: {n_chars} characters, more than the {MAX_PATTERN_CHARS} allowed",
+                shown(pattern)
+            ));
+        }
         let mut p = Parser {
             chars: pattern.chars().collect(),
             pos: 0,
             src: pattern,
+            depth: 0,
         };
         let ast = p.alt()?;
         if p.pos != p.chars.len() {
@@ -516,13 +564,19 @@ impl Dfa {
         }
         let any = Ast::Repeat(Box::new(Ast::Class(vec![(0, MAX_CHAR)])), 0, None);
         let whole = Ast::Concat(vec![any.clone(), ast, any]);
-        let mut nfa = Nfa::default();
+        let mut nfa = Nfa {
+            edges: Vec::new(),
+            classes: Vec::new(),
+            budget,
+            keyword,
+        };
         let start = nfa.state()?;
         let accept = nfa.emit(&whole, start)?;
         for c in &mut nfa.classes {
             *c = normalize(std::mem::take(c));
         }
-        Self::determinize(&nfa, start, accept).map_err(|e| format!("pattern {pattern:?}: {e}"))
+        Self::determinize(&nfa, start, accept)
+            .map_err(|e| format!("pattern {}: {e}", shown(pattern)))
     }
 
     fn determinize(nfa: &Nfa, start: usize, accept: usize) -> Result<Dfa, String> {
@@ -538,6 +592,7 @@ impl Dfa {
         cuts.dedup();
         let classes: Vec<(u32, u32)> = cuts.windows(2).map(|w| (w[0], w[1] - 1)).collect();
         let nc = classes.len();
+        nfa.charge(nc * nfa.classes.len())?;
         // Which alphabet classes each NFA class covers.
         let covers: Vec<Vec<bool>> = nfa
             .classes
@@ -559,6 +614,11 @@ impl Dfa {
         let mut i = 0;
         while i < sets.len() {
             let (set, is_start) = sets[i].clone();
+            if (i + 1) * nc > MAX_TRANSITIONS {
+                return Err(format!("needs more than {MAX_TRANSITIONS} DFA transitions"));
+            }
+            // One closure per class: its size, plus the NFA-sized scratch it clears.
+            nfa.charge(nc * (set.len() + 1 + nfa.edges.len() / 64))?;
             acc.push(nfa.closure(&set, is_start, true).contains(&accept));
             for (k, _) in classes.iter().enumerate() {
                 let mut next = Vec::new();
@@ -682,110 +742,57 @@ impl Dfa {
 }
 
 /// Longest path from each state to an accepting one over live transitions; [`UNBOUNDED`]
-/// where a cycle is reachable.
+/// where a cycle is reachable. A depth-first search with an explicit stack (a DFA may be a
+/// chain thousands of states long).
 fn longest(trans: &[u32], acc: &[bool], nc: usize) -> Vec<u32> {
     // 0: unseen, 1: on the DFS stack, 2: done.
-    fn visit(s: usize, trans: &[u32], nc: usize, mark: &mut [u8], dist: &mut [u32]) {
-        mark[s] = 1;
-        let mut best = 0u32;
-        for k in 0..nc {
+    let n = acc.len();
+    let mut mark = vec![0u8; n];
+    let mut dist = vec![0u32; n];
+    // (state, next class to look at, best distance so far).
+    let mut stack: Vec<(usize, usize, u32)> = Vec::new();
+    for root in 0..n {
+        if mark[root] != 0 {
+            continue;
+        }
+        mark[root] = 1;
+        stack.push((root, 0, 0));
+        while let Some(top) = stack.last_mut() {
+            let (s, k) = (top.0, top.1);
+            if k == nc {
+                dist[s] = top.2;
+                mark[s] = 2;
+                stack.pop();
+                // Fold the finished state into its parent's best.
+                if let Some(parent) = stack.last_mut() {
+                    parent.2 = extend(parent.2, dist[s]);
+                }
+                continue;
+            }
+            top.1 += 1;
             let t = trans[s * nc + k];
             if t == DEAD {
                 continue;
             }
             let t = t as usize;
-            if mark[t] == 0 {
-                visit(t, trans, nc, mark, dist);
+            match mark[t] {
+                0 => {
+                    mark[t] = 1;
+                    stack.push((t, 0, 0));
+                }
+                1 => top.2 = UNBOUNDED,
+                _ => top.2 = extend(top.2, dist[t]),
             }
-            let d = if mark[t] == 1 { UNBOUNDED } else { dist[t] };
-            best = if d == UNBOUNDED || best == UNBOUNDED {
-                UNBOUNDED
-            } else {
-                best.max(d + 1)
-            };
-        }
-        dist[s] = best;
-        mark[s] = 2;
-    }
-    let n = acc.len();
-    let mut mark = vec![0u8; n];
-    let mut dist = vec![0u32; n];
-    for s in 0..n {
-        if mark[s] == 0 {
-            visit(s, trans, nc, &mut mark, &mut dist);
         }
     }
     dist
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn matches(d: &Dfa, s: &str) -> bool {
-        let mut st = d.start();
-        for c in s.chars() {
-            st = d.step(st, c as u32);
-            if st == DEAD {
-                return false;
-            }
-        }
-        d.accepts(st)
-    }
-
-    #[test]
-    fn search_semantics_and_constructs() {
-        let cases: &[(&str, &[&str], &[&str])] = &[
-            ("^[a-z]+$", &["abc", "z"], &["", "aB", "ab1"]),
-            ("ab", &["ab", "xaby", "ab\n"], &["a", "b", "ba"]),
-            ("^(?:cat|dog)s?$", &["cat", "dogs"], &["cats!", "do"]),
-            (
-                r"^\d{3}-\d{2,4}$",
-                &["123-45", "123-4567"],
-                &["12-45", "123-45678"],
-            ),
-            (r"^[^\d]*$", &["abc", ""], &["a1"]),
-            (r"^a.c$", &["abc", "a c"], &["a\nc", "ac"]),
-            (r"^\w+@\w+\.com$", &["a@b.com"], &["a@b.org"]),
-            (r"^(a|b)*c{2,}$", &["cc", "abacc", "ccc"], &["c", "abc"]),
-            (r"^[\u0041-\x43]$", &["A", "C"], &["D"]),
-            (r"^x?$|^y$", &["", "x", "y"], &["xy"]),
-        ];
-        for (pat, yes, no) in cases {
-            let d = Dfa::compile(pat).unwrap_or_else(|e| panic!("{pat}: {e}"));
-            for s in *yes {
-                assert!(matches(&d, s), "{pat} should match {s:?}");
-            }
-            for s in *no {
-                assert!(!matches(&d, s), "{pat} should not match {s:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn distances() {
-        let d = Dfa::compile(r"^a{2,4}$").unwrap();
-        assert_eq!(d.min_dist(d.start()), 2);
-        assert_eq!(d.max_dist(d.start()), 4);
-        let d = Dfa::compile(r"^ab+$").unwrap();
-        assert_eq!(d.min_dist(d.start()), 2);
-        assert_eq!(d.max_dist(d.start()), UNBOUNDED);
-    }
-
-    #[test]
-    fn refuses_unsupported() {
-        for (pat, what) in [
-            (r"(a)\1", "backreference"),
-            ("(?=a)", "lookahead"),
-            (r"\bword", "word boundary"),
-            ("(?i)a", "inline flags"),
-            (r"\p{L}", "unicode property"),
-            ("a++", "possessive"),
-            ("(a", "unclosed"),
-            ("^a$b", "matches no string"),
-        ] {
-            let e = Dfa::compile(pat).unwrap_err();
-            assert!(e.contains(what), "{pat}: {e}");
-        }
+/// The better of `best` and one step more than `d` ([`UNBOUNDED`] absorbs).
+fn extend(best: u32, d: u32) -> u32 {
+    if d == UNBOUNDED || best == UNBOUNDED {
+        UNBOUNDED
+    } else {
+        best.max(d + 1)
     }
 }

@@ -20,6 +20,9 @@
 //! `unevaluated*`, other formats. Annotations and unknown
 //! keywords are ignored (validators ignore them too).
 
+use super::analysis::{self, min_depths};
+use super::budget::{Budget, CompileLimits};
+use super::keywords::{format_pattern, path_keyword, REFUSED};
 use super::merge::{self, ANNOTATIONS};
 use super::negate;
 use super::numeric::Bounds;
@@ -117,51 +120,8 @@ pub struct SchemaError {
 /// Deepest nesting of schema objects (not counting `$ref`s, which are shared).
 const MAX_DEPTH: usize = 64;
 
-/// Validation keywords that are not enforced: refused so output always validates.
-const REFUSED: &[&str] = &[
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
-    "contains",
-    "minContains",
-    "maxContains",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "minProperties",
-    "maxProperties",
-    "$dynamicRef",
-    "$recursiveRef",
-];
-
-/// `format`s enforced, as patterns (stricter than the formats: e.g. days 29-31 only in months
-/// that always have them, no leap day).
-fn format_pattern(f: &str) -> Option<String> {
-    const DATE: &str = "[1-9][0-9]{3}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
-    const TIME: &str =
-        "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-    const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
-    const LABEL: &str = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?";
-    Some(match f {
-        "date" => format!("^{DATE}$"),
-        "time" => format!("^{TIME}$"),
-        "date-time" => format!("^{DATE}T{TIME}$"),
-        "email" => "^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\\.[a-zA-Z0-9-]+)*\\.[a-zA-Z]{2,}$".into(),
-        "uuid" => "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$".into(),
-        "ipv4" => format!("^({OCTET}\\.){{3}}{OCTET}$"),
-        // RFC 1123 labels (a length cap of 253 is added where the pattern is used).
-        "hostname" => format!("^{LABEL}(\\.{LABEL})*$"),
-        // http(s) URLs of unreserved characters: a strict subset of RFC 3986 URIs.
-        "uri" => format!(
-            "^https?://{LABEL}(\\.{LABEL})*(:[0-9]{{1,5}})?(/[a-zA-Z0-9._~-]*)*\
-             (\\?[a-zA-Z0-9._~=&-]*)?(#[a-zA-Z0-9._~-]*)?$"
-        ),
-        _ => return None,
-    })
-}
+/// Most values of one `enum` (and of the values a `uniqueItems` array tracks).
+pub const MAX_ENUM_VALUES: usize = 1024;
 
 impl Grammar {
     /// Any JSON object (`response_format: {"type": "json_object"}`).
@@ -191,7 +151,7 @@ impl Grammar {
         });
         nodes.push(Node::Literal(vec![b"true".to_vec(), b"false".to_vec()]));
         nodes.push(Node::Literal(vec![b"null".to_vec()]));
-        let min_depth = min_depths(&nodes);
+        let min_depth = min_depths(&nodes, None).unwrap_or_default();
         Grammar {
             nodes,
             root,
@@ -204,8 +164,23 @@ impl Grammar {
         }
     }
 
-    /// Compiles a JSON schema.
+    /// Compiles a JSON schema within the default [`CompileLimits`].
     pub fn from_schema(schema: &Value) -> Result<Grammar, SchemaError> {
+        Self::from_schema_with(schema, CompileLimits::default())
+    }
+
+    /// Compiles a JSON schema; past `limits` the error names the keyword being compiled when
+    /// the budget ran out.
+    pub fn from_schema_with(schema: &Value, limits: CompileLimits) -> Result<Grammar, SchemaError> {
+        let budget = Budget::new(limits);
+        let out = Self::compile(schema, &budget);
+        match (out, budget.spent_in()) {
+            (Err(e), Some(k)) => Err(Compiler::err(&e.path, budget.message(k))),
+            (out, _) => out,
+        }
+    }
+
+    fn compile(schema: &Value, budget: &Budget) -> Result<Grammar, SchemaError> {
         let mut c = Compiler {
             root: schema,
             nodes: Vec::new(),
@@ -214,94 +189,61 @@ impl Grammar {
             checks: Vec::new(),
             one_of_literals: Vec::new(),
             unique_arrays: Vec::new(),
+            budget,
         };
         let root = c.node(schema, "#", 0)?;
         let checks = std::mem::take(&mut c.checks);
         let mut g = Grammar::with_helpers(c.nodes, root, c.patterns);
-        // enum/const values must also satisfy the rest of their schema object.
+        // enum/const values must also satisfy the rest of their schema object. The grammar is
+        // shared with the probing matchers, not copied per check.
         for (lit, check, path) in checks {
-            let mut probe = g.clone();
-            probe.root = check;
-            let probe = Arc::new(probe);
-            if let Node::Literal(vals) = &mut g.nodes[lit] {
-                vals.retain(|v| {
-                    let mut m = JsonMatcher::new(probe.clone());
-                    m.push_bytes(v) && m.is_complete()
-                });
-                if vals.is_empty() {
-                    g.nodes[lit] = Node::Never;
-                    if lit == root {
-                        return Err(Compiler::err(&path, "no enum/const value fits the schema"));
-                    }
+            let Node::Literal(vals) = g.nodes[lit].clone() else {
+                continue;
+            };
+            let shared = Arc::new(g);
+            let mut kept = Vec::with_capacity(vals.len());
+            for v in vals {
+                budget
+                    .charge(v.len() as u64 + 1, "enum")
+                    .map_err(|e| Compiler::err(&path, e.to_string()))?;
+                let mut m = JsonMatcher::at(shared.clone(), check);
+                if m.push_bytes(&v) && m.is_complete() {
+                    kept.push(v);
                 }
+            }
+            g = Arc::try_unwrap(shared).unwrap_or_else(|a| (*a).clone());
+            if kept.is_empty() {
+                g.nodes[lit] = Node::Never;
+                if lit == root {
+                    return Err(Compiler::err(&path, "no enum/const value fits the schema"));
+                }
+            } else {
+                g.nodes[lit] = Node::Literal(kept);
             }
         }
         for (id, raw, path) in std::mem::take(&mut c.one_of_literals) {
-            oneof::exactly_one(&mut g, id, &raw).map_err(|e| Compiler::err(&path, e))?;
+            oneof::exactly_one(&mut g, id, &raw, budget).map_err(|e| Compiler::err(&path, e))?;
         }
         for (id, path) in std::mem::take(&mut c.unique_arrays) {
-            unique::resolve(&mut g, id).map_err(|e| Compiler::err(&path, e))?;
+            unique::resolve(&mut g, id, budget).map_err(|e| Compiler::err(&path, e))?;
         }
-        g.min_depth = min_depths(&g.nodes);
+        g.min_depth =
+            min_depths(&g.nodes, Some(budget)).map_err(|e| Compiler::err("#", e.to_string()))?;
         if g.min_depth[root] == u32::MAX {
             return Err(Compiler::err(
                 "#",
                 "the schema has no finite instance (unsatisfiable, or recursion without a base case)",
             ));
         }
+        analysis::check_alternatives(&g.nodes).map_err(|e| Compiler::err("#", e))?;
         Ok(g)
-    }
-}
-
-/// Fewest stack frames per node, by fixed-point iteration (`u32::MAX`: unsatisfiable).
-fn min_depths(nodes: &[Node]) -> Vec<u32> {
-    let inf = u32::MAX;
-    let mut d = vec![inf; nodes.len()];
-    let add = |a: u32, b: u32| if a == inf || b == inf { inf } else { a + b };
-    loop {
-        let mut changed = false;
-        for i in 0..nodes.len() {
-            let v = match &nodes[i] {
-                Node::Never => inf,
-                Node::Any | Node::String { .. } | Node::Number { .. } => 1,
-                Node::Boolean | Node::Null | Node::Literal(_) => 1,
-                // The object frame, then a key string or a required value.
-                Node::Object { props, .. } => props.iter().filter(|p| p.2).fold(2, |m, p| {
-                    if d[p.1] == inf {
-                        inf
-                    } else {
-                        m.max(add(d[p.1], 1))
-                    }
-                }),
-                Node::Array {
-                    prefix, items, min, ..
-                } => {
-                    // The deepest of the elements that must be written.
-                    let must = prefix.iter().take(*min).copied();
-                    let rest = (*min > prefix.len()).then_some(*items);
-                    must.chain(rest).fold(1, |m, e| {
-                        if d[e] == inf || m == inf {
-                            inf
-                        } else {
-                            m.max(add(d[e], 1))
-                        }
-                    })
-                }
-                Node::AnyOf(alts) => alts.iter().map(|&a| d[a]).min().unwrap_or(inf),
-            };
-            if v < d[i] {
-                d[i] = v;
-                changed = true;
-            }
-        }
-        if !changed {
-            return d;
-        }
     }
 }
 
 struct Compiler<'a> {
     root: &'a Value,
+    /// The work budget of this compilation.
+    budget: &'a Budget,
     nodes: Vec<Node>,
     patterns: Vec<Dfa>,
     /// Compiled `$ref` targets (shared, which also makes recursion finite).
@@ -334,7 +276,15 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// Charges `units` of work for `keyword` (an error at `path` once the budget is spent).
+    fn charge(&self, units: u64, keyword: &'static str, path: &str) -> Result<(), SchemaError> {
+        self.budget
+            .charge(units, keyword)
+            .map_err(|e| Self::err(path, e.to_string()))
+    }
+
     fn resolve(&self, r: &str, path: &str) -> Result<&'a Value, SchemaError> {
+        self.charge(1, "$ref", path)?;
         if r == "#" {
             return Ok(self.root);
         }
@@ -413,12 +363,14 @@ impl<'a> Compiler<'a> {
                 _ => flat.push(p),
             }
         }
-        merge::merge_all(&flat).map_err(|e| Self::err(path, e))
+        merge::merge_all(&flat, self.budget).map_err(|e| Self::err(path, e))
     }
 
     /// A schema with `$ref`s followed and `allOf` merged, for reasoning about its instances.
-    fn real(&self, v: &Value, path: &str) -> Option<Value> {
+    /// Copying the result is charged to the budget under `keyword`.
+    fn real(&self, v: &Value, path: &str, keyword: &'static str) -> Option<Value> {
         let d = self.deref(v, path).ok()?;
+        self.budget.charge(merge::weight(&d), keyword).ok()?;
         match &d {
             Value::Object(o) if o.contains_key("allOf") || o.contains_key("$ref") => {
                 self.merged(o, path, 0).ok()
@@ -435,11 +387,11 @@ impl<'a> Compiler<'a> {
         list: &[Value],
         path: &str,
     ) -> Result<Option<Vec<Vec<Value>>>, SchemaError> {
-        let resolve = |v: &Value| self.real(v, path);
+        let resolve = |v: &Value| self.real(v, path, "oneOf");
         let mut overlap = None;
         'pairs: for i in 0..list.len() {
             for j in i + 1..list.len() {
-                if !oneof::disjoint(&list[i], &list[j], &resolve, 0) {
+                if !oneof::disjoint(&list[i], &list[j], &resolve, self.budget, 0) {
                     overlap = Some((i, j));
                     break 'pairs;
                 }
@@ -468,6 +420,7 @@ impl<'a> Compiler<'a> {
         if depth > MAX_DEPTH {
             return Err(Self::err(path, "schema nested too deep"));
         }
+        self.charge(1, path_keyword(path), path)?;
         let obj = match s {
             Value::Bool(true) => return Ok(self.push(Node::Any)),
             Value::Bool(false) => return Ok(self.push(Node::Never)),
@@ -498,7 +451,7 @@ impl<'a> Compiler<'a> {
         }
         if let Some(n) = obj.get("not") {
             let n = self
-                .real(n, path)
+                .real(n, path, "not")
                 .ok_or_else(|| Self::err(path, "'not': its $ref/allOf could not be resolved"))?;
             let folded = negate::apply(obj, &n).map_err(|e| Self::err(path, e))?;
             return self.node(&Value::Object(folded), &format!("{path}/not"), depth + 1);
@@ -525,6 +478,17 @@ impl<'a> Compiler<'a> {
                     .map(compact)
                     .collect(),
             };
+            if vals.len() > MAX_ENUM_VALUES {
+                return Err(Self::err(
+                    path,
+                    format!(
+                        "'enum' has {} values, more than the {MAX_ENUM_VALUES} allowed",
+                        vals.len()
+                    ),
+                ));
+            }
+            let bytes: usize = vals.iter().map(Vec::len).sum();
+            self.charge(bytes as u64, "enum", path)?;
             let lit = self.push(Node::Literal(vals));
             if has_validation(obj, &["const", "enum"]) {
                 let mut rest = obj.clone();
@@ -652,7 +616,8 @@ impl<'a> Compiler<'a> {
                         ));
                     }
                     let (pat, sub) = pp.iter().next().expect("one pattern");
-                    let dfa = Dfa::compile(pat).map_err(|e| Self::err(path, e))?;
+                    let dfa = Dfa::compile(pat, self.budget, "patternProperties")
+                        .map_err(|e| Self::err(path, e))?;
                     self.patterns.push(dfa);
                     let keys = Some(self.patterns.len() - 1);
                     let v =
@@ -783,7 +748,13 @@ impl<'a> Compiler<'a> {
                 };
                 let pattern = match pat {
                     Some(p) => {
-                        let dfa = Dfa::compile(&p).map_err(|e| Self::err(path, e))?;
+                        let keyword = if obj.contains_key("pattern") {
+                            "pattern"
+                        } else {
+                            "format"
+                        };
+                        let dfa = Dfa::compile(&p, self.budget, keyword)
+                            .map_err(|e| Self::err(path, e))?;
                         self.patterns.push(dfa);
                         Some(self.patterns.len() - 1)
                     }

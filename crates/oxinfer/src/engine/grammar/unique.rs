@@ -4,8 +4,9 @@
 //! and a schema whose distinct values cannot reach `minItems` is refused, so generation never
 //! reaches a dead end. Values compare as validators compare them (`1` equals `1.0`).
 
+use super::budget::Budget;
 use super::oneof::canonical;
-use super::schema::{Grammar, Node, NodeId};
+use super::schema::{Grammar, Node, NodeId, MAX_ENUM_VALUES};
 use serde_json::Value;
 
 /// The text two equal values share.
@@ -14,9 +15,10 @@ pub fn canonical_text(t: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&canonical(&v)).unwrap_or_default()
 }
 
-/// Every value a node of literals can take (`None`: not only literals).
+/// Every value a node of literals can take (`None`: not only literals, or more than
+/// [`MAX_ENUM_VALUES`]).
 fn values(g: &Grammar, n: NodeId, depth: usize, out: &mut Vec<Vec<u8>>) -> Option<()> {
-    if depth > 16 {
+    if depth > 16 || out.len() > MAX_ENUM_VALUES {
         return None;
     }
     let mut add = |t: &[u8]| {
@@ -44,18 +46,23 @@ fn values(g: &Grammar, n: NodeId, depth: usize, out: &mut Vec<Vec<u8>>) -> Optio
 }
 
 /// Fills in the values of the `uniqueItems` array node `id`; errors when its elements are not
-/// literals or too few values exist for `minItems`.
-pub fn resolve(g: &mut Grammar, id: NodeId) -> Result<(), String> {
+/// literals (at most [`MAX_ENUM_VALUES`] distinct ones) or too few values exist for
+/// `minItems`. The (quadratic) deduplication is charged to `budget`.
+pub fn resolve(g: &mut Grammar, id: NodeId, budget: &Budget) -> Result<(), String> {
     let Node::Array { items, min, .. } = &g.nodes[id] else {
         return Ok(());
     };
     let (items, min) = (*items, *min);
     let mut vals = Vec::new();
     values(g, items, 0, &mut vals).ok_or_else(|| {
-        "'uniqueItems' is only supported on arrays whose items are enums, consts, booleans or \
-         nulls"
-            .to_string()
+        format!(
+            "'uniqueItems' is only supported on arrays whose items are enums, consts, booleans \
+             or nulls, with at most {MAX_ENUM_VALUES} distinct values"
+        )
     })?;
+    budget
+        .charge((vals.len() * vals.len()) as u64, "uniqueItems")
+        .map_err(|e| e.to_string())?;
     if vals.len() < min {
         return Err(format!(
             "'uniqueItems': the items have {} distinct values, fewer than minItems = {min}",

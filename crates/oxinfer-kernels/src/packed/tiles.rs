@@ -1,0 +1,344 @@
+//! The token tile the packed kernels fill, and (x86-64) the one skeleton of the AVX2 and the
+//! AVX-512 VNNI tile kernels.
+//!
+//! The two instruction sets load, unpack, scale and accumulate the packed blocks the same way
+//! and differ only in how four quant bytes meet four activation bytes: AVX2 multiplies them
+//! with `maddubs` into i16 pair sums and widens those with `madd` (within its i16 headroom),
+//! VNNI adds them straight into i32 lanes with `vpdpbusd`. [`packed_tiles!`] writes the
+//! kernels once, with `#[target_feature]` set per instruction set, around four integer hooks
+//! each of `avx2.rs` and `vnni.rs` defines (`#[inline(always)]`, so they compile into the
+//! kernels with the kernels' features):
+//!
+//! - `q8_0_sums::<N>(qs, xq) -> [__m256i; N]`: per lane, Σ of the eight signed quant
+//!   registers at `qs` times the activation bytes at `xq[k]` (32 each).
+//! - `nibble_sums::<N, FIVE, SCALED>(qs, hb, xq, sc, s32)`: adds to `s32[k]`, per lane, the sum
+//!   of the four nibble chunks at `qs` (fifth bits from `hb` with `FIVE`) times the 32
+//!   activation bytes at `xq[k]`, times the lane's scale `sc` (i32 per lane) with `SCALED`.
+//! - `q6k_scales(scq) -> (sc0, sc1)`: the two Q6_K group scales of a sub-block (`scq`: the
+//!   lanes' `(sc[2s], sc[2s + 1])` as i16 pairs) in the form `q6k_sums` takes.
+//! - `q6k_sums::<N>(w, xq, scv, s32)`: adds to `s32[k]` the group scale `scv` times the sum of
+//!   the four 6-bit quant registers `w` times the 16 activation bytes at `xq[k]`.
+//!
+//! Integer sums are exact in both, and every float operation is the same and in the same
+//! order, so both agree bit for bit with each other and with the scalar twin (`scalar.rs`).
+
+/// Tokens multiplied together against one unpacked weight register, at most: 8 on the AVX-512
+/// VNNI kernels, 4 on the others (see `tile_width` in `mod.rs`).
+pub const TILE_TOKENS: usize = 8;
+
+/// Writes the tile kernels of one x86-64 instruction set: `tile` (the entry point,
+/// `super::run_tile`'s twin for that set) and the format kernels it dispatches to, every one
+/// with `#[target_feature(enable = $features)]`; tiles of `$wide` tokens get kernels of their
+/// own (tiles of fewer than 4 tokens always do; wider ones run 4 at a time otherwise). The
+/// invoking module defines the integer hooks (see the module doc) and glob-imports
+/// `std::arch::x86_64`. `$d` is a `$` token (the kernels' width dispatch is a macro itself).
+#[cfg(target_arch = "x86_64")]
+macro_rules! packed_tiles {
+    ($d:tt features = $features:literal, wide = [$($wide:literal),*]) => {
+        use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset};
+        use super::x86::{f16x8, format_of, high2, prefetch_ahead};
+        use super::x86::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+        use super::pack::LANES;
+        use super::tiles::TILE_TOKENS;
+        use crate::fast::Acts;
+        use crate::format::WeightFormat;
+        use crate::q8::{BlockQ8, BlockQ8K};
+
+        /// See `super::run_tile`: dispatches on format and tile width.
+        ///
+        /// # Safety
+        /// The CPU must have the features of this module's kernels; `g` must be a whole packed
+        /// group of `nb` blocks of `format`, and `acts` must hold `nb` blocks per token for
+        /// tokens `ti .. ti + n`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn tile(
+            format: WeightFormat,
+            g: &[u8],
+            nb: usize,
+            acts: &Acts,
+            ti: usize,
+            n: usize,
+            tile: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            let gp = g.as_ptr();
+            // Calls kernel `$k` (its generic arguments before the width in `$f`) on the tile
+            // width `n`, with the activation rows of tokens ti .. ti + n of `$q`.
+            macro_rules! go {
+                ($d q:expr, $d k:ident $d (, $d f:expr)?) => {{
+                    let x = |k: usize| $d q[(ti + k) * nb..(ti + k + 1) * nb].as_ptr();
+                    match n {
+                        1 => $d k::<$d ({ $d f },)? 1>(gp, nb, [x(0)], tile),
+                        2 => $d k::<$d ({ $d f },)? 2>(gp, nb, [x(0), x(1)], tile),
+                        3 => $d k::<$d ({ $d f },)? 3>(gp, nb, [x(0), x(1), x(2)], tile),
+                        $(
+                            $wide => $d k::<$d ({ $d f },)? $wide>(
+                                gp,
+                                nb,
+                                std::array::from_fn(x),
+                                tile,
+                            ),
+                        )*
+                        _ => $d k::<$d ({ $d f },)? 4>(gp, nb, [x(0), x(1), x(2), x(3)], tile),
+                    }
+                }};
+            }
+            // SAFETY (every arm): forwarded contract; the pointers start the activation rows
+            // of tokens ti .. ti + n (bounds checked by the slicing).
+            unsafe {
+                match (acts, format) {
+                    (Acts::Q8(q), WeightFormat::Q4_0) => go!(q, tile32, Q4_0),
+                    (Acts::Q8(q), WeightFormat::Q4_1) => go!(q, tile32, Q4_1),
+                    (Acts::Q8(q), WeightFormat::Q5_0) => go!(q, tile32, Q5_0),
+                    (Acts::Q8(q), WeightFormat::Q5_1) => go!(q, tile32, Q5_1),
+                    (Acts::Q8(q), _) => go!(q, tile32, Q8_0),
+                    (Acts::Q8K(q), WeightFormat::Q4K) => go!(q, tile_q4k_),
+                    (Acts::Q8K(q), WeightFormat::Q5K) => go!(q, tile_q5k_),
+                    (Acts::Q8K(q), _) => go!(q, tile_q6k),
+                    (Acts::F32(_), _) => unreachable!("float formats are not packed"),
+                }
+            }
+        }
+
+        /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: `N` tokens × eight rows.
+        #[target_feature(enable = $features)]
+        unsafe fn tile32<const F: u8, const N: usize>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            let pb = match F {
+                Q4_0 => 144,
+                Q4_1 => 160,
+                Q5_0 => 176,
+                Q5_1 => 192,
+                _ => 272,
+            };
+            let qo = qs_offset(format_of(F));
+            let mut acc = [_mm256_setzero_ps(); N];
+            for i in 0..nb {
+                // SAFETY: block i of the group spans [i*pb, (i+1)*pb) (the group holds nb
+                // blocks); token k's block i exists (nb blocks per token); offsets follow the
+                // layout.
+                unsafe {
+                    let p = g.add(i * pb);
+                    prefetch_ahead(p, pb);
+                    let d = f16x8(p);
+                    let qs = p.add(qo);
+                    let mut xq = [std::ptr::null::<i8>(); N];
+                    for k in 0..N {
+                        xq[k] = (*xs[k].add(i)).qs.as_ptr();
+                    }
+                    let s32 = if F == Q8_0 {
+                        q8_0_sums::<N>(qs, xq)
+                    } else {
+                        let mut s32 = [_mm256_setzero_si256(); N];
+                        let zero = _mm256_setzero_si256();
+                        if F == Q5_0 || F == Q5_1 {
+                            let hb = _mm256_loadu_si256(
+                                p.add(qh_offset(format_of(F))) as *const __m256i
+                            );
+                            nibble_sums::<N, true, false>(qs, hb, xq, zero, &mut s32);
+                        } else {
+                            nibble_sums::<N, false, false>(qs, zero, xq, zero, &mut s32);
+                        }
+                        s32
+                    };
+                    let mw = match F {
+                        Q4_1 | Q5_1 => f16x8(p.add(16)),
+                        Q5_0 => _mm256_mul_ps(d, _mm256_set1_ps(16.0)),
+                        _ => _mm256_mul_ps(d, _mm256_set1_ps(8.0)),
+                    };
+                    for k in 0..N {
+                        let y = &*xs[k].add(i);
+                        let dd = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                        acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s32[k]), acc[k]);
+                        match F {
+                            Q4_1 | Q5_1 => {
+                                acc[k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(y.s), acc[k])
+                            }
+                            Q4_0 | Q5_0 => {
+                                acc[k] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(y.s), acc[k])
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            for k in 0..N {
+                // SAFETY: out[k] holds 8 f32.
+                unsafe { _mm256_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+            }
+        }
+
+        /// [`tile_q4k`] for Q4_K.
+        #[target_feature(enable = $features)]
+        unsafe fn tile_q4k_<const N: usize>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8K; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            // SAFETY: forwarded contract.
+            unsafe { tile_q4k::<N, false>(g, nb, xs, out) }
+        }
+
+        /// [`tile_q4k`] for Q5_K.
+        #[target_feature(enable = $features)]
+        unsafe fn tile_q5k_<const N: usize>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8K; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            // SAFETY: forwarded contract.
+            unsafe { tile_q4k::<N, true>(g, nb, xs, out) }
+        }
+
+        /// Q4_K (Q5_K with `FIVE`: the fifth bits of each sub-block at `q5k::qh(s)`): `N`
+        /// tokens × eight rows.
+        #[target_feature(enable = $features)]
+        unsafe fn tile_q4k<const N: usize, const FIVE: bool>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8K; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for i in 0..nb {
+                // SAFETY: block i of the group spans [i*pb, (i+1)*pb); token k's super-block i
+                // exists; offsets follow the layout.
+                unsafe {
+                    let pb = if FIVE { q5k::BYTES } else { q4k::BYTES };
+                    let p = g.add(i * pb);
+                    prefetch_ahead(p, pb);
+                    let mut s32 = [_mm256_setzero_si256(); N];
+                    for s in 0..8 {
+                        let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                            p.add(q4k::SC + 8 * s) as *const __m128i
+                        ));
+                        let qs = p.add(if FIVE { q5k::qs(s) } else { q4k::QS + 128 * s });
+                        let hb = if FIVE {
+                            _mm256_loadu_si256(p.add(q5k::qh(s)) as *const __m256i)
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let mut xq = [std::ptr::null::<i8>(); N];
+                        for k in 0..N {
+                            xq[k] = (*xs[k].add(i)).qs.as_ptr().add(32 * s);
+                        }
+                        nibble_sums::<N, FIVE, true>(qs, hb, xq, sc, &mut s32);
+                    }
+                    let d = f16x8(p);
+                    let dmin = f16x8(p.add(q4k::DMIN));
+                    for k in 0..N {
+                        let y = &*xs[k].add(i);
+                        // i16 sums of sub-block pairs: lanes 0..4 of each 128-bit half hold
+                        // (bsums[2s] + bsums[2s + 1]) for s = 0..4 (low half) and 4..8 (high
+                        // half).
+                        let b = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                        let h = _mm256_hadd_epi16(b, b);
+                        let mut mins = _mm256_setzero_si256();
+                        for (pair, idx) in [0, 1, 4, 5].into_iter().enumerate() {
+                            let mp = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                p.add(q4k::MIN + 16 * pair) as *const __m128i,
+                            ));
+                            let bs = _mm256_permutevar8x32_epi32(h, _mm256_set1_epi32(idx));
+                            mins = _mm256_add_epi32(mins, _mm256_madd_epi16(mp, bs));
+                        }
+                        let dy = _mm256_set1_ps(y.d);
+                        acc[k] = _mm256_fmadd_ps(
+                            _mm256_mul_ps(d, dy),
+                            _mm256_cvtepi32_ps(s32[k]),
+                            acc[k],
+                        );
+                        acc[k] = _mm256_fnmadd_ps(
+                            _mm256_mul_ps(dmin, dy),
+                            _mm256_cvtepi32_ps(mins),
+                            acc[k],
+                        );
+                    }
+                }
+            }
+            for k in 0..N {
+                // SAFETY: out[k] holds 8 f32.
+                unsafe { _mm256_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+            }
+        }
+
+        /// Q6_K: `N` tokens × eight rows.
+        #[target_feature(enable = $features)]
+        unsafe fn tile_q6k<const N: usize>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8K; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+        ) {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); N];
+            for i in 0..nb {
+                // SAFETY: block i of the group spans [i*1680, (i+1)*1680); token k's
+                // super-block i exists; offsets follow the layout.
+                unsafe {
+                    let p = g.add(i * q6k::BYTES);
+                    prefetch_ahead(p, q6k::BYTES);
+                    let mut s32 = [_mm256_setzero_si256(); N];
+                    for s in 0..8 {
+                        // Lanes r: (sc[2s], sc[2s + 1]) as i16.
+                        let scq = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                            p.add(q6k::SC + 16 * s) as *const __m128i
+                        ));
+                        let (sc0, sc1) = q6k_scales(scq);
+                        let ql = p.add(q6k::ql(s));
+                        let qh = p.add(q6k::qh(s));
+                        for (h, scv) in [(0usize, sc0), (1, sc1)] {
+                            let hb = _mm256_loadu_si256(qh.add(32 * h) as *const __m256i);
+                            let v0 = _mm256_loadu_si256(ql.add(64 * h) as *const __m256i);
+                            let v1 = _mm256_loadu_si256(ql.add(64 * h + 32) as *const __m256i);
+                            let w = [
+                                _mm256_or_si256(_mm256_and_si256(v0, m4), high2::<0>(hb)),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4),
+                                    high2::<1>(hb),
+                                ),
+                                _mm256_or_si256(_mm256_and_si256(v1, m4), high2::<2>(hb)),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4),
+                                    high2::<3>(hb),
+                                ),
+                            ];
+                            let mut xq = [std::ptr::null::<i8>(); N];
+                            for k in 0..N {
+                                xq[k] = (*xs[k].add(i)).qs.as_ptr().add(32 * s + 16 * h);
+                            }
+                            q6k_sums::<N>(w, xq, scv, &mut s32);
+                        }
+                        for k in 0..N {
+                            // -32 · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1]) per lane.
+                            let y = &*xs[k].add(i);
+                            let bs = _mm256_set1_epi32(std::ptr::read_unaligned(
+                                y.bsums.as_ptr().add(2 * s) as *const i32,
+                            ));
+                            let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scq, bs));
+                            s32[k] = _mm256_sub_epi32(s32[k], corr);
+                        }
+                    }
+                    let d = f16x8(p);
+                    for k in 0..N {
+                        let y = &*xs[k].add(i);
+                        let dd = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                        acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s32[k]), acc[k]);
+                    }
+                }
+            }
+            for k in 0..N {
+                // SAFETY: out[k] holds 8 f32.
+                unsafe { _mm256_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use packed_tiles;

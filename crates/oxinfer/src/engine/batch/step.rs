@@ -1,0 +1,118 @@
+//! One forward pass over a set of sequences: every decoding sequence runs its last token,
+//! prefilling ones share a budget of prompt tokens, all together in one
+//! [`CausalLm::forward_batch`]; then each sequence takes its logits.
+
+use super::sequence::{SeqEvent, Sequence};
+use crate::arch::{CausalLm, SeqBatch};
+use crate::error::Error;
+use crate::nn::KvCache;
+
+/// Prompt tokens one step may run, over all prefilling sequences together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillBudget {
+    /// While some sequence is decoding (keeps its step time short).
+    pub shared: usize,
+    /// While no sequence is decoding.
+    pub alone: usize,
+}
+
+impl PrefillBudget {
+    /// No step-wide limit: each sequence runs up to its own
+    /// [`prefill_chunk`](crate::engine::GenerateOptions::prefill_chunk) per step.
+    pub const UNLIMITED: PrefillBudget = PrefillBudget {
+        shared: usize::MAX,
+        alone: usize::MAX,
+    };
+}
+
+impl Default for PrefillBudget {
+    /// 128 prompt tokens per step beside decoding sequences, 512 when none decodes.
+    fn default() -> Self {
+        PrefillBudget {
+            shared: 128,
+            alone: 512,
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Prompt tokens run.
+    pub prompt_tokens: usize,
+    /// Tokens sampled (one per sequence that was past its prompt).
+    pub sampled: usize,
+}
+
+/// A sequence with the cache it runs in.
+pub(super) struct Lane<'a, 'm> {
+    pub cache: &'a mut KvCache,
+    /// Receives every token appended to `cache`.
+    pub cached: &'a mut Vec<u32>,
+    pub seq: &'a mut Sequence<'m>,
+}
+
+/// Runs one step over `lanes`; `emit(lane, event)` receives the events (returns `false` to
+/// cancel that lane's sequence). Returns the report and the lanes that ran, or the error and
+/// the lanes whose pass failed (their caches are in an unknown state).
+pub(super) fn run_step(
+    lm: &dyn CausalLm,
+    lanes: &mut [Lane<'_, '_>],
+    budget: PrefillBudget,
+    emit: &mut dyn FnMut(usize, SeqEvent) -> bool,
+) -> Result<(StepReport, Vec<usize>), (Error, Vec<usize>)> {
+    let plan = plan(lanes, budget);
+    let mut batch: Vec<SeqBatch<'_>> = Vec::with_capacity(plan.len());
+    let mut next = plan.iter().peekable();
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        let Some(&&(j, n)) = next.peek() else { break };
+        if i == j {
+            next.next();
+            batch.push(SeqBatch {
+                tokens: lane.seq.input(n),
+                all_logits: lane.seq.wants_all_logits(),
+                cache: &mut *lane.cache,
+            });
+        }
+    }
+    let result = lm.forward_batch(&mut batch);
+    drop(batch);
+    let ran: Vec<usize> = plan.iter().map(|&(i, _)| i).collect();
+    let logits = result.map_err(|e| (e, ran.clone()))?;
+    let vocab = lm.config().vocab_size;
+    let mut report = StepReport::default();
+    for (&(i, n), logits) in plan.iter().zip(logits) {
+        let Lane { cache, cached, seq } = &mut lanes[i];
+        cached.extend_from_slice(seq.input(n));
+        if seq.prompt_left() > 0 {
+            report.prompt_tokens += n;
+        }
+        let (len, capacity) = (cache.len(), cache.capacity());
+        if seq.accept(n, logits, vocab, len, capacity, &mut |ev| emit(i, ev)) {
+            report.sampled += 1;
+        }
+    }
+    Ok((report, ran))
+}
+
+/// Which lanes run this step and how many tokens each, in lane order.
+fn plan(lanes: &[Lane<'_, '_>], budget: PrefillBudget) -> Vec<(usize, usize)> {
+    let decoding = lanes.iter().any(|l| l.seq.prompt_left() == 0);
+    let mut budget = if decoding {
+        budget.shared
+    } else {
+        budget.alone
+    };
+    let mut plan = Vec::with_capacity(lanes.len());
+    for (i, lane) in lanes.iter().enumerate() {
+        let left = lane.seq.prompt_left();
+        if left == 0 {
+            plan.push((i, 1));
+        } else if budget > 0 {
+            let n = left.min(budget).min(lane.seq.chunk_cap());
+            budget -= n;
+            plan.push((i, n));
+        }
+    }
+    plan
+}
