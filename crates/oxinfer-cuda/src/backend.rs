@@ -5,10 +5,10 @@ use crate::gemm::{self, QuantPath};
 use crate::gpu::{self, DevBuf, Gpu, Slot};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
-use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
+use oxinfer::plan::{Plan, PlanInput, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -392,22 +392,32 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn decoder_stack(&self, d: &StackDesc, i: &StackInput, out: &mut StackOutput) -> bool {
-        if i.t < self.min_tokens || !crate::stack::supported(d) || i.x.len() != i.t * d.dim {
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        input: &PlanInput,
+        seqs: &mut [SeqRows<'_>],
+        logits: &mut [f32],
+    ) -> bool {
+        let t = input.t();
+        if t < self.min_tokens || input.x.len() != t * plan.dim {
             return false;
         }
+        let Some(d) = crate::stack::lower(self, plan).filter(crate::stack::supported) else {
+            return false;
+        };
         let start = Instant::now();
         let mut g = self.lock();
-        let r = crate::stack::run(&mut g, self.path, d, i, out);
+        let r = crate::stack::run(&mut g, self.path, &d, input, seqs, logits);
         drop(g);
         match r {
             Ok(done) => {
-                let kv = 2 * i.t * d.kv_row() * d.layers.len();
-                let down = 4 * (out.logits.len() + kv);
-                self.note("decoder_stack".to_string(), start, i.x.len() * 4, down);
+                let kv = 2 * t * d.kv_row() * d.n_layers();
+                let down = 4 * (logits.len() + kv);
+                self.note("run_plan".to_string(), start, input.x.len() * 4, down);
                 done
             }
-            Err(e) => self.fail("decoder_stack", e),
+            Err(e) => self.fail("run_plan", e),
         }
     }
 

@@ -13,8 +13,8 @@
 //! - `k × k` convolutions as an implicit GEMM (f32 FMA, or bf16 tensor cores with
 //!   `OXINFER_CUDA_CONV=mma`) that gathers its input neighbourhoods itself and applies a
 //!   GroupNorm / LayerNorm (+ SiLU) on the way in (`conv.rs`);
-//! - the whole Llama-family decoder stack with the hidden state resident on the device
-//!   (`stack.rs`, [`oxinfer::backend::stack`]).
+//! - whole model plans with the hidden state resident on the device, for the ops it implements
+//!   (`stack.rs`, [`oxinfer::backend::plan_run`]).
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
 //! compilation and function handles), `gpu` (context, streams, buffers, transfers), `matrix`

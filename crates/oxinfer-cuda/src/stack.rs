@@ -1,12 +1,13 @@
-//! The decoder stack on the device ([`oxinfer::backend::stack`]): the hidden state `[t, dim]`
-//! stays in device memory for the whole pass; norms (pre and post), biases, QK-norms, RoPE
-//! (one table per layer kind), attention over the uploaded cached keys plus the new ones,
-//! residual adds, the gated MLP and the final soft-cap run as kernels, every matmul through
-//! [`gemm::linear`] (activations quantized like the CPU's). Only the embedded rows, one packed
-//! parameter buffer and the cached keys/values go up; the wanted logits come down, and each
-//! layer's new keys/values come down on a second stream while later layers compute and are
-//! handed to the [`oxinfer::backend::stack::KvStore`] as they land (the host-side cache append
-//! overlaps the device work).
+//! A model [`Plan`] on the device ([`oxinfer::backend::plan_run`]): the plan is lowered op by op
+//! to what these kernels implement ([`lower`]; a plan with any other op is declined and runs on
+//! the CPU: [`unsupported`] names the first such op), then the hidden state `[t, dim]` stays in
+//! device memory for the whole pass; norms (pre and post), biases, QK-norms, RoPE (one table
+//! per layer kind), attention over the uploaded cached keys plus the new ones, residual adds,
+//! the gated MLP and the final soft-cap run as kernels, every matmul through [`gemm::linear`]
+//! (activations quantized like the CPU's). Only the embedded rows, one packed parameter buffer
+//! and the cached keys/values go up; the wanted logits come down, and each layer's new
+//! keys/values come down on a second stream while later layers compute and are appended to the
+//! sequences' caches as they land (the host-side cache append overlaps the device work).
 
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, Slot};
@@ -14,8 +15,8 @@ use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, add_bias, gated_act, head_norm, rms_norm, rope, softcap};
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdeviceptr};
-use oxinfer::backend::stack::{StackDesc, StackInput, StackOutput};
-use oxinfer::backend::Weight;
+use oxinfer::backend::{device_weight, Backend, GateAct, Weight};
+use oxinfer::plan::{AttnSpec, FfnBody, Layer, Mixer, Plan, PlanInput, ProjOp, SeqRows};
 
 /// Byte offset of f32 element `i`.
 fn at(p: CUdeviceptr, i: usize) -> CUdeviceptr {
@@ -57,23 +58,221 @@ fn mat<'a>(w: &Weight<'a>) -> Option<&'a DeviceMatrix> {
     w.dev.downcast_ref::<DeviceMatrix>()
 }
 
+/// One decoder layer as the stack kernels run it: `x += post_attn_norm(o(attn(rope(
+/// qk_norm(q/k/v(norm(x)) + bias)))))`, then `x += post_ffn_norm(down(act(gate(h)) · up(h)))`
+/// with `h = ffn_norm(x)` (the optional parts only where the plan has them).
+pub(crate) struct StackLayer<'a> {
+    attn_norm: &'a [f32],
+    q: Weight<'a>,
+    k: Weight<'a>,
+    v: Weight<'a>,
+    o: Weight<'a>,
+    q_bias: Option<&'a [f32]>,
+    k_bias: Option<&'a [f32]>,
+    v_bias: Option<&'a [f32]>,
+    q_norm: Option<&'a [f32]>,
+    k_norm: Option<&'a [f32]>,
+    post_attn_norm: Option<&'a [f32]>,
+    ffn_norm: &'a [f32],
+    gate: Weight<'a>,
+    up: Weight<'a>,
+    down: Weight<'a>,
+    post_ffn_norm: Option<&'a [f32]>,
+    act: GateAct,
+    spec: AttnSpec,
+}
+
+/// A plan lowered to the ops the stack kernels implement.
+pub(crate) struct StackDesc<'a> {
+    layers: Vec<StackLayer<'a>>,
+    final_norm: &'a [f32],
+    head: Weight<'a>,
+    final_softcap: Option<f32>,
+    pub(crate) dim: usize,
+    eps: f32,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    /// Per RoPE of the plan: rotated dimensions per head, interleaved pairs.
+    ropes: Vec<(usize, bool)>,
+}
+
+impl StackDesc<'_> {
+    /// Width of a key/value row.
+    pub(crate) fn kv_row(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Width of a query row.
+    fn q_row(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Number of layers.
+    pub(crate) fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+}
+
+/// The first op of `plan` the stack kernels do not implement, if any (nothing is uploaded).
+pub(crate) fn unsupported(plan: &Plan) -> Option<&'static str> {
+    if plan.ple.is_some() {
+        return Some("per-layer embeddings");
+    }
+    let first = plan.layers.first()?;
+    let shape = |l: &Layer| match &l.mixer {
+        Mixer::Attention { op, .. } => {
+            let p = op.parts();
+            Some((p.n_heads, p.n_kv_heads, p.head_dim))
+        }
+        Mixer::Recurrent(_) => None,
+    };
+    let geometry = shape(first);
+    let eps = first.mixer_norm.eps();
+    for l in &plan.layers {
+        let Mixer::Attention { op, spec } = &l.mixer else {
+            return Some("recurrent mixer (Gated DeltaNet)");
+        };
+        let p = op.parts();
+        let why = if p.output_gate {
+            Some("attention output gate")
+        } else if p.v_norm {
+            Some("value norm")
+        } else if p.k.is_none() || p.kv_source.is_some() {
+            Some("KV sharing")
+        } else if p.v.is_none() {
+            Some("values = keys")
+        } else if spec.softcap.is_some() {
+            Some("attention soft-cap")
+        } else if spec.rope >= plan.ropes.len() {
+            Some("missing RoPE table")
+        } else if !matches!(l.ffn.body, FfnBody::Mlp(_)) {
+            Some("routed experts")
+        } else if l.ffn.side_experts.is_some() {
+            Some("experts beside the MLP")
+        } else if l.ple.is_some() {
+            Some("per-layer embeddings")
+        } else if l.scalar.is_some() {
+            Some("layer scalar")
+        } else if shape(l) != geometry {
+            Some("per-layer head geometry")
+        } else {
+            None
+        };
+        if why.is_some() {
+            return why;
+        }
+        let FfnBody::Mlp(m) = l.ffn.body else {
+            return Some("routed experts");
+        };
+        let m = m.parts();
+        if [p.o, m.gate, m.up, m.down]
+            .iter()
+            .any(|w| w.bias().is_some())
+        {
+            return Some("bias on the output or MLP projections");
+        }
+        let norms = [
+            Some(l.mixer_norm),
+            l.mixer_post_norm,
+            Some(l.ffn.norm),
+            l.ffn.post_norm,
+        ];
+        let qk = [p.q_norm, p.k_norm];
+        if norms.iter().chain(&qk).flatten().any(|n| n.eps() != eps) {
+            return Some("norms with different eps");
+        }
+    }
+    if plan.final_norm.eps() != eps {
+        return Some("norms with different eps");
+    }
+    None
+}
+
+/// `plan` lowered for the stack kernels, uploading weights on first use; `None` when it has an
+/// op they do not implement ([`unsupported`]) or a weight stays on the CPU.
+pub(crate) fn lower<'a>(b: &dyn Backend, plan: &Plan<'a>) -> Option<StackDesc<'a>> {
+    if unsupported(plan).is_some() {
+        return None;
+    }
+    let w = |p: &'a dyn ProjOp| device_weight(b, p);
+    let mut layers = Vec::with_capacity(plan.layers.len());
+    let mut geometry = (0, 0, 0);
+    for l in &plan.layers {
+        let (Mixer::Attention { op, spec }, FfnBody::Mlp(m)) = (&l.mixer, l.ffn.body) else {
+            return None;
+        };
+        let (a, m) = (op.parts(), m.parts());
+        geometry = (a.n_heads, a.n_kv_heads, a.head_dim);
+        let (k, v) = (a.k?, a.v?);
+        layers.push(StackLayer {
+            attn_norm: l.mixer_norm.gain(),
+            q: w(a.q)?,
+            k: w(k)?,
+            v: w(v)?,
+            o: w(a.o)?,
+            q_bias: a.q.bias(),
+            k_bias: k.bias(),
+            v_bias: v.bias(),
+            q_norm: a.q_norm.map(|n| n.gain()),
+            k_norm: a.k_norm.map(|n| n.gain()),
+            post_attn_norm: l.mixer_post_norm.map(|n| n.gain()),
+            ffn_norm: l.ffn.norm.gain(),
+            gate: w(m.gate)?,
+            up: w(m.up)?,
+            down: w(m.down)?,
+            post_ffn_norm: l.ffn.post_norm.map(|n| n.gain()),
+            act: m.act,
+            spec: *spec,
+        });
+    }
+    let (n_heads, n_kv_heads, head_dim) = geometry;
+    Some(StackDesc {
+        layers,
+        final_norm: plan.final_norm.gain(),
+        head: w(plan.head)?,
+        final_softcap: plan.final_softcap,
+        dim: plan.dim,
+        eps: plan.final_norm.eps(),
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ropes: plan
+            .ropes
+            .iter()
+            .map(|r| (r.dim(), r.interleaved()))
+            .collect(),
+    })
+}
+
 /// Whether the kernels handle this geometry.
 pub(crate) fn supported(d: &StackDesc) -> bool {
     d.head_dim.is_multiple_of(32)
         && d.head_dim <= 256
         && d.n_kv_heads > 0
         && d.n_heads.is_multiple_of(d.n_kv_heads)
-        && d.rope_dim.is_multiple_of(2)
-        && d.rope_dim <= d.head_dim
+        && d.ropes
+            .iter()
+            .all(|&(dim, _)| dim.is_multiple_of(2) && dim <= d.head_dim)
 }
 
-/// Runs the stack; `Ok(false)` when a weight is not a device matrix.
+/// Appends one layer's new keys/values (`[t, kv_row]`, every sequence stacked) to each
+/// sequence's cache.
+fn append(seqs: &mut [SeqRows<'_>], layer: usize, kv_row: usize, k: &[f32], v: &[f32]) {
+    for s in seqs.iter_mut() {
+        let rows = s.row * kv_row..(s.row + s.len) * kv_row;
+        s.cache.append(layer, &k[rows.clone()], &v[rows]);
+    }
+}
+
+/// Runs the lowered plan; `Ok(false)` when a weight is not a device matrix.
 pub(crate) fn run(
     g: &mut Gpu,
     path: QuantPath,
     d: &StackDesc,
-    i: &StackInput,
-    out: &mut StackOutput,
+    i: &PlanInput,
+    seqs: &mut [SeqRows<'_>],
+    logits: &mut [f32],
 ) -> Result<bool, String> {
     let mut mats = Vec::with_capacity(d.layers.len());
     for l in &d.layers {
@@ -86,9 +285,8 @@ pub(crate) fn run(
     let Some(head) = mat(&d.head) else {
         return Ok(false);
     };
-    let (t, dim) = (i.t, d.dim);
+    let (t, dim) = (i.t(), d.dim);
     let (q_row, kv_row, hd) = (d.q_row(), d.kv_row(), d.head_dim);
-    let half = d.rope_dim / 2;
     let ffn = mats.first().map_or(0, |m| m[4].rows);
     let n_logit = i.logit_rows.len();
     let vocab = head.rows;
@@ -111,22 +309,22 @@ pub(crate) fn run(
         .collect();
     let final_norm = pack.push(d.final_norm);
     let rope_o: Vec<(usize, usize)> = i
-        .ropes
+        .rope_tables
         .iter()
-        .map(|r| (pack.push(r.cos), pack.push(r.sin)))
+        .map(|r| (pack.push(&r.cos), pack.push(&r.sin)))
         .collect();
-    if d.layers.iter().any(|l| l.rope >= rope_o.len()) {
+    if rope_o.len() != d.ropes.len() {
         return Ok(false);
     }
     let idx: Vec<i32> = i.logit_rows.iter().map(|&r| r as i32).collect();
     let n_layers = d.layers.len();
     // Where each (layer, sequence) with cached rows keeps them, followed by its new rows, in
     // the K/V buffers (in rows); all cached rows go up at once before the first layer.
-    let mut regions = vec![vec![None; i.seqs.len()]; n_layers];
+    let mut regions = vec![vec![None; seqs.len()]; n_layers];
     let mut kv_rows = 0;
     for (li, reg) in regions.iter_mut().enumerate() {
-        for (si, s) in i.seqs.iter().enumerate() {
-            let n_past = out.kv.past(si, li).rows(kv_row);
+        for (si, s) in seqs.iter().enumerate() {
+            let n_past = s.cache.past(li).rows(kv_row);
             if n_past > 0 {
                 reg[si] = Some((kv_rows, n_past));
                 kv_rows += n_past + s.len;
@@ -170,7 +368,7 @@ pub(crate) fn run(
         for (li, reg) in regions.iter().enumerate() {
             for (si, r) in reg.iter().enumerate() {
                 if let Some((off, _)) = *r {
-                    let p = out.kv.past(si, li);
+                    let p = seqs[si].cache.past(li);
                     let k0 = p.k[0].len();
                     let o = off * kv_row;
                     parts.extend([
@@ -194,7 +392,9 @@ pub(crate) fn run(
         let p = &lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
         let (kl, vl) = (at(kn, li * t * kv_row), at(vn, li * t * kv_row));
-        let (cos, sin) = (at(pp, rope_o[l.rope].0), at(pp, rope_o[l.rope].1));
+        let (cos, sin) = (at(pp, rope_o[l.spec.rope].0), at(pp, rope_o[l.spec.rope].1));
+        let (rope_dim, interleaved) = d.ropes[l.spec.rope];
+        let half = rope_dim / 2;
         rms_norm(g, xp, at(pp, p.attn_norm), np, t, dim, d.eps)?;
         let mut ready = None;
         gemm::linear(g, wq, np, t, qp, path, &mut ready)?;
@@ -215,18 +415,8 @@ pub(crate) fn run(
         if let Some(w) = p.k_norm {
             head_norm(g, kl, at(pp, w), t, d.n_kv_heads, hd, d.eps)?;
         }
-        rope(g, qp, cos, sin, t, d.n_heads, hd, half, d.rope_interleaved)?;
-        rope(
-            g,
-            kl,
-            cos,
-            sin,
-            t,
-            d.n_kv_heads,
-            hd,
-            half,
-            d.rope_interleaved,
-        )?;
+        rope(g, qp, cos, sin, t, d.n_heads, hd, half, interleaved)?;
+        rope(g, kl, cos, sin, t, d.n_kv_heads, hd, half, interleaved)?;
         // Keys/values of this layer are final: copy them down on the copy stream.
         let (ready_ev, copied_ev) = (events[2 * li], events[2 * li + 1]);
         g.download_behind(
@@ -235,7 +425,7 @@ pub(crate) fn run(
             2 * li * layer_kv,
             &[(kl, layer_kv), (vl, layer_kv)],
         )?;
-        for (si, s) in i.seqs.iter().enumerate() {
+        for (si, s) in seqs.iter().enumerate() {
             let (kn_s, vn_s) = (at(kl, s.row * kv_row), at(vl, s.row * kv_row));
             let (ks, vs, n_past) = match regions[li][si] {
                 None => (kn_s, vn_s, 0),
@@ -253,8 +443,8 @@ pub(crate) fn run(
                 n_heads: d.n_heads,
                 n_kv_heads: d.n_kv_heads,
                 head_dim: hd,
-                scale: d.scale,
-                window: l.window,
+                scale: l.spec.scale,
+                window: l.spec.window,
                 softcap: None,
             };
             ops::attention(
@@ -276,7 +466,7 @@ pub(crate) fn run(
         let mut ready = None;
         gemm::linear(g, wg, np, t, gp, path, &mut ready)?;
         gemm::linear(g, wu, np, t, up, path, &mut ready)?;
-        gated_act(g, gp, up, t * ffn, d.act)?;
+        gated_act(g, gp, up, t * ffn, l.act)?;
         let mut ready = None;
         gemm::linear(g, wd, gp, t, yp, path, &mut ready)?;
         if let Some(w) = p.post_ffn_norm {
@@ -301,10 +491,10 @@ pub(crate) fn run(
     for li in 0..n_layers {
         let kv = g.landed(events[2 * li + 1], 2 * li * layer_kv, 2 * layer_kv)?;
         let (k, v) = kv.split_at(layer_kv);
-        out.kv.append(li, k, v);
+        append(seqs, li, kv_row, k, v);
     }
     if n_logit > 0 {
-        g.download(&mut out.logits, lg)?;
+        g.download(logits, lg)?;
     }
     if let Some(tm) = timing {
         tm.report(g, t)?;
@@ -361,5 +551,30 @@ impl Timing {
             let _ = result::event::destroy(self.ev[1]);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsupported;
+
+    /// The first op each tiny fixture's plan has that the stack kernels lack (`None`: the
+    /// whole plan runs on the device). Needs no GPU.
+    #[test]
+    fn plans_are_declined_by_op() {
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        for (name, want) in [
+            ("llama-tiny-a", None),
+            ("qwen2-tiny", None),
+            ("qwen3-tiny", None),
+            ("gemma3-tiny-b", None),
+            ("gemma4-tiny-dense", Some("per-layer embeddings")),
+            ("gemma4-tiny-moe", Some("value norm")),
+            ("qwen35-tiny", Some("recurrent mixer (Gated DeltaNet)")),
+        ] {
+            let model = oxinfer::Model::load(fixtures.join(name)).expect("fixture");
+            assert_eq!(unsupported(&model.lm().plan()), want, "{name}");
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! oxinfer: a local inference engine in pure Rust.
 //!
 //! Layers, top to bottom: [`loader`]/[`gguf`] and [`config`] read model files; `oxinfer-kernels`
-//! holds the weight formats and CPU kernels; [`nn`] composes them into blocks; [`arch`] builds
-//! model families from blocks; [`engine`] (tokenizer, chat templates, sampling, generation) is
+//! holds the weight formats and CPU kernels; [`plan`] is the one description of a model that the
+//! CPU and every [`backend`] execute; [`nn`] composes kernels into blocks; [`arch`] describes each
+//! model family as a plan of blocks; [`engine`] (tokenizer, chat templates, sampling, generation) is
 //! what front ends call.
 
 pub mod arch;
@@ -15,6 +16,7 @@ pub mod gguf;
 pub mod hub;
 pub mod loader;
 pub mod nn;
+pub mod plan;
 pub mod quant;
 pub mod tokenizer;
 

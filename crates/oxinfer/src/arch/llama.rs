@@ -3,17 +3,14 @@
 //! and an output head (tied to the embedding or not). Qwen2's q/k/v biases and Qwen3's per-head
 //! QK norms are loaded when the checkpoint has them (see [`SelfAttention`]).
 
-mod stack;
-
-use super::batch::{self, SeqBatch};
 use super::CausalLm;
 use crate::config::{Arch, ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
-    Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention,
+    AttentionShape, Embedding, GateAct, GatedMlp, KvCache, Linear, RmsNorm, Rope, SelfAttention,
 };
+use crate::plan::{AttnSpec, Ffn, Layer, Mixer, Plan};
 
 struct Block {
     attn_norm: RmsNorm,
@@ -89,27 +86,14 @@ impl Llama {
         src: &ConfigSource<'_>,
     ) -> Result<Self, LoadError> {
         let (d, hd) = (cfg.hidden_size, cfg.head_dim);
-        let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
-        let mut embed = Embedding::new(embed_view.clone(), 1.0)?;
-        let head = match (cfg.tie_embeddings, store.get(&naming.global("output"))) {
-            (false, Some(w)) => {
-                let w = w?;
-                Linear::from_view(w, None)?
-            }
-            (true, _) | (false, None) => Linear::from_view(embed_view, None)?,
-        };
-        embed.tie_to(&head);
-        if head.n_out != cfg.vocab_size || head.n_in != d {
-            return Err(LoadError::tensor(
-                store.path(),
-                &head.weight().name,
-                format!(
-                    "shape {:?}, expected [{}, {d}]",
-                    head.weight().shape,
-                    cfg.vocab_size
-                ),
-            ));
-        }
+        let (embed, head) = super::embedding_and_head(
+            store,
+            &naming.global("token_embd"),
+            &naming.global("output"),
+            [cfg.vocab_size, d],
+            cfg.tie_embeddings,
+            1.0,
+        )?;
         let freq_factors = match store.get("rope_freqs.weight") {
             Some(t) => Some(t?.to_f32()?),
             None => None,
@@ -145,7 +129,7 @@ impl Llama {
                     [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
                     d,
                     cfg.intermediate_size,
-                    Activation::Silu,
+                    GateAct::Silu,
                 )?,
             });
         }
@@ -158,17 +142,6 @@ impl Llama {
             rope,
             windows: layer_windows(cfg, src)?,
         })
-    }
-
-    fn attn_params(&self, layer: usize) -> AttentionParams {
-        AttentionParams {
-            n_heads: self.cfg.n_heads,
-            n_kv_heads: self.cfg.n_kv_heads,
-            head_dim: self.cfg.head_dim,
-            scale: 1.0 / (self.cfg.head_dim as f32).sqrt(),
-            window: self.windows[layer],
-            softcap: None,
-        }
     }
 }
 
@@ -186,26 +159,32 @@ impl CausalLm for Llama {
         .with_windows(&self.windows)
     }
 
-    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-        let (ids, spans) = batch::layout(batch)?;
-        let t = ids.len();
-        let mut x = self.embed.forward(&ids)?;
-        if let Some(logits) = self.forward_on_device(&x, batch, &spans) {
-            return logits;
-        }
-        let mut seqs = batch::seq_rows(batch, &spans);
-        for (li, b) in self.blocks.iter().enumerate() {
-            let params = self.attn_params(li);
-            let h = b.attn_norm.forward(&x);
-            let o = b.attn.forward(&h, t, li, &mut seqs, &self.rope, &params);
-            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let h = b.ffn_norm.forward(&x);
-            let m = b.mlp.forward(&h, t);
-            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-        }
-        drop(seqs);
-        Ok(batch::finish(
-            batch, &spans, &x, &self.norm, &self.head, None,
-        ))
+    fn plan(&self) -> Plan<'_> {
+        let scale = 1.0 / (self.cfg.head_dim as f32).sqrt();
+        let layers = self
+            .blocks
+            .iter()
+            .zip(&self.windows)
+            .map(|(b, &window)| {
+                let spec = AttnSpec {
+                    rope: 0,
+                    scale,
+                    window,
+                    softcap: None,
+                };
+                Layer::new(
+                    &b.attn_norm,
+                    Mixer::Attention { op: &b.attn, spec },
+                    Ffn::mlp(&b.ffn_norm, &b.mlp),
+                )
+            })
+            .collect();
+        Plan::new(
+            &self.embed,
+            layers,
+            &self.norm,
+            &self.head,
+            vec![&self.rope],
+        )
     }
 }

@@ -1,20 +1,21 @@
 //! Model families, each composed from the blocks in [`crate::nn`].
 //!
-//! Every family implements [`CausalLm::forward_batch`]: several sequences, each with its own KV
-//! cache, run in one pass so each weight matrix is read once for all of them (continuous
-//! batching); [`CausalLm::forward`] is the one-sequence case.
+//! Every family describes itself once as a [`Plan`] ([`CausalLm::plan`]); the installed backend
+//! runs it when it implements every op, the CPU otherwise ([`run_plan`]). Several sequences,
+//! each with its own KV cache, run in one pass so each weight matrix is read once for all of
+//! them (continuous batching); [`CausalLm::forward`] is the one-sequence case.
 
-pub mod batch;
 pub mod gemma;
 pub mod llama;
 pub mod qwen35;
 
-pub use batch::{SeqBatch, SeqSpan};
+pub use crate::plan::SeqBatch;
 
 use crate::config::{Arch, ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
-use crate::nn::KvCache;
+use crate::nn::{Embedding, KvCache, Linear};
+use crate::plan::{self, Plan};
 
 /// A decoder-only language model.
 pub trait CausalLm: Send + Sync {
@@ -24,10 +25,15 @@ pub trait CausalLm: Send + Sync {
     /// An empty KV cache for one sequence of at most `capacity` positions.
     fn new_cache(&self, capacity: usize) -> KvCache;
 
+    /// The model's one description, which the CPU and every backend execute.
+    fn plan(&self) -> Plan<'_>;
+
     /// Runs every sequence of `batch` (each `tokens` at positions `cache.len() ..`, appended to
     /// its cache) in one pass. Returns, per sequence, its logits `[n, vocab]`: of every new
     /// position when `all_logits`, else of the last one (`n = 1`).
-    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>>;
+    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
+        run_plan(&self.plan(), batch)
+    }
 
     /// One sequence: `tokens` at positions `cache.len() ..`; logits of every new position when
     /// `all_logits`, else of the last one.
@@ -56,4 +62,44 @@ pub fn load(
         Arch::Gemma3 => Box::new(gemma::gemma3::Gemma3::load(cfg, store, naming, src)?),
         Arch::Gemma4 => Box::new(gemma::gemma4::Gemma4::load(cfg, store, naming, src)?),
     })
+}
+
+/// Runs `plan` over `batch` (see [`CausalLm::forward_batch`]): on the installed backend when it
+/// takes the whole plan, else on the CPU.
+pub fn run_plan(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
+    let (ids, mut seqs) = plan::batch::layout(batch)?;
+    let x = plan.embed.forward(&ids)?;
+    if let Some(b) = crate::backend::active() {
+        if let Some(r) = crate::backend::plan_run::run(b, plan, &ids, &x, &mut seqs) {
+            return r;
+        }
+    }
+    plan::cpu::forward(plan, &ids, x, &mut seqs)
+}
+
+/// The embedding table `embed` (`[vocab, dim]`, looked-up rows × `scale`) and the output head:
+/// the checkpoint's own `head` when present and not `tie`d, else the embedding table.
+pub fn embedding_and_head(
+    store: &dyn TensorStore,
+    embed: &str,
+    head: &str,
+    [vocab, dim]: [usize; 2],
+    tie: bool,
+    scale: f32,
+) -> Result<(Embedding, Linear), LoadError> {
+    let table = store.require_shape(embed, &[vocab, dim])?;
+    let mut embedding = Embedding::new(table.clone(), scale)?;
+    let head = match store.get(head) {
+        Some(w) if !tie => Linear::from_view(w?, None)?,
+        _ => Linear::from_view(table, None)?,
+    };
+    embedding.tie_to(&head);
+    if head.n_out != vocab || head.n_in != dim {
+        return Err(LoadError::tensor(
+            store.path(),
+            &head.weight().name,
+            format!("shape {:?}, expected [{vocab}, {dim}]", head.weight().shape),
+        ));
+    }
+    Ok((embedding, head))
 }

@@ -5,7 +5,6 @@
 //! shared expert. Norms are zero-centred (`1 + w`) in transformers' checkpoints; llama.cpp's
 //! converter stores `1 + w`.
 
-use super::batch::{self, SeqBatch};
 use super::CausalLm;
 use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
@@ -14,29 +13,29 @@ use crate::loader::{Naming, TensorStore, TensorView};
 use crate::nn::gated_delta::{DeltaNames, DeltaShape, GatedDeltaNet};
 use crate::nn::moe::SparseMoe;
 use crate::nn::{
-    Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention,
+    AttentionShape, Embedding, GateAct, GatedMlp, KvCache, Linear, RmsNorm, Rope, SelfAttention,
 };
+use crate::plan::{AttnSpec, Ffn, FfnBody, Layer as PlanLayer, Mixer, Plan};
 use std::path::Path;
 
 // One per layer, built once: the size difference between the variants costs nothing.
 #[allow(clippy::large_enum_variant)]
-enum Mixer {
+enum MixerBlock {
     Attention(SelfAttention),
     Delta(GatedDeltaNet),
 }
 
 #[allow(clippy::large_enum_variant)] // one per layer, built once at load
-enum Ffn {
+enum FfnBlock {
     Dense(GatedMlp),
     Moe(SparseMoe),
 }
 
 struct Layer {
     norm1: RmsNorm,
-    mixer: Mixer,
+    mixer: MixerBlock,
     norm2: RmsNorm,
-    ffn: Ffn,
+    ffn: FfnBlock,
 }
 
 /// A loaded Qwen 3.5 (dense or MoE) model.
@@ -184,13 +183,14 @@ impl Qwen35 {
         // transformers stores `w` of `1 + w` norms; llama.cpp's converter stores `1 + w`.
         let offset = !gguf;
         let (d, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.norm_eps);
-        let embed_view = store.require_shape(&naming.global("token_embd"), &[cfg.vocab_size, d])?;
-        let mut embed = Embedding::new(embed_view.clone(), 1.0)?;
-        let head = match store.get(&naming.global("output")) {
-            Some(w) if !cfg.tie_embeddings => Linear::from_view(w?, None)?,
-            _ => Linear::from_view(embed_view, None)?,
-        };
-        embed.tie_to(&head);
+        let (embed, head) = super::embedding_and_head(
+            store,
+            &naming.global("token_embd"),
+            &naming.global("output"),
+            [cfg.vocab_size, d],
+            cfg.tie_embeddings,
+            1.0,
+        )?;
         let full = full_attention_layers(cfg, src)?;
         let req = |gk: &str, jk: &str| -> Result<usize, LoadError> {
             src.usize(gk, jk)?
@@ -237,7 +237,7 @@ impl Qwen35 {
             let name = |p: &str| layer_name(naming, i, p);
             let mixer = if is_full {
                 state_sizes.push((0, 0));
-                Mixer::Attention(SelfAttention::load(store, name, attn)?)
+                MixerBlock::Attention(SelfAttention::load(store, name, attn)?)
             } else {
                 state_sizes.push(delta.state_sizes());
                 let names = DeltaNames {
@@ -252,15 +252,15 @@ impl Qwen35 {
                     out: name("ssm_out"),
                     a_is_negated_exp: gguf,
                 };
-                Mixer::Delta(GatedDeltaNet::load(store, &names, delta)?)
+                MixerBlock::Delta(GatedDeltaNet::load(store, &names, delta)?)
             };
             let ffn = match moe {
-                None => Ffn::Dense(GatedMlp::load(
+                None => FfnBlock::Dense(GatedMlp::load(
                     store,
                     [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
                     d,
                     cfg.intermediate_size,
-                    Activation::Silu,
+                    GateAct::Silu,
                 )?),
                 Some((n_exp, top_k, shared_ffn)) => {
                     // transformers saves one tensor per expert; GGUF stacks them.
@@ -280,7 +280,7 @@ impl Qwen35 {
                                     ],
                                     d,
                                     cfg.intermediate_size,
-                                    Activation::Silu,
+                                    GateAct::Silu,
                                 )
                             })
                             .collect::<Result<Vec<_>, _>>()?
@@ -303,7 +303,7 @@ impl Qwen35 {
                         ],
                         d,
                         shared_ffn,
-                        Activation::Silu,
+                        GateAct::Silu,
                     )?;
                     let gate_name = name("ffn_gate_inp_shexp");
                     let gate_view = store.require(&gate_name)?;
@@ -311,7 +311,7 @@ impl Qwen35 {
                         shape: vec![1, d],
                         ..gate_view
                     };
-                    Ffn::Moe(SparseMoe::new(
+                    FfnBlock::Moe(SparseMoe::new(
                         Linear::load(store, &name("ffn_gate_inp"), n_exp, d)?,
                         experts,
                         top_k,
@@ -352,36 +352,34 @@ impl CausalLm for Qwen35 {
         .with_recurrent(&self.state_sizes)
     }
 
-    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-        let (ids, spans) = batch::layout(batch)?;
-        let t = ids.len();
-        let params = AttentionParams {
-            n_heads: self.cfg.n_heads,
-            n_kv_heads: self.cfg.n_kv_heads,
-            head_dim: self.cfg.head_dim,
+    fn plan(&self) -> Plan<'_> {
+        let spec = AttnSpec {
+            rope: 0,
             scale: 1.0 / (self.cfg.head_dim as f32).sqrt(),
             window: None,
             softcap: None,
         };
-        let mut x = self.embed.forward(&ids)?;
-        let mut seqs = batch::seq_rows(batch, &spans);
-        for (li, l) in self.layers.iter().enumerate() {
-            let h = l.norm1.forward(&x);
-            let o = match &l.mixer {
-                Mixer::Attention(a) => a.forward(&h, t, li, &mut seqs, &self.rope, &params),
-                Mixer::Delta(g) => g.forward(&h, t, li, &mut seqs),
-            };
-            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let h = l.norm2.forward(&x);
-            let m = match &l.ffn {
-                Ffn::Dense(m) => m.forward(&h, t),
-                Ffn::Moe(m) => m.forward(&h, t),
-            };
-            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-        }
-        drop(seqs);
-        Ok(batch::finish(
-            batch, &spans, &x, &self.norm, &self.head, None,
-        ))
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let mixer = match &l.mixer {
+                    MixerBlock::Attention(a) => Mixer::Attention { op: a, spec },
+                    MixerBlock::Delta(g) => Mixer::Recurrent(g),
+                };
+                let body = match &l.ffn {
+                    FfnBlock::Dense(m) => FfnBody::Mlp(m),
+                    FfnBlock::Moe(m) => FfnBody::Experts(m),
+                };
+                PlanLayer::new(&l.norm1, mixer, Ffn::new(&l.norm2, body))
+            })
+            .collect();
+        Plan::new(
+            &self.embed,
+            layers,
+            &self.norm,
+            &self.head,
+            vec![&self.rope],
+        )
     }
 }

@@ -1,14 +1,18 @@
 //! `OXINFER_GPU_CHECK=1`: a [`Backend`] wrapper that lets the device compute each op, recomputes
 //! it with the CPU twin, and keeps the worst relative error per op kind for [`report`].
 //!
+//! A whole [`Plan`] run is compared with the CPU executor ([`crate::plan::cpu`]) on copies of
+//! the caches: the logits and every layer's stored keys and values.
+//!
 //! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
 //! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
 //! attention, [`crate::nn::conv::conv2d_cpu`]), so the number says how far the device moves
 //! results from the CPU build.
 
-use super::stack::{stack_cpu, KvStore, Past, StackDesc, StackInput, StackOutput};
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
+use crate::plan::batch::gather_rows;
+use crate::plan::{cpu, KvCache, Plan, PlanInput, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -163,72 +167,55 @@ impl Backend for Checked {
         true
     }
 
-    fn decoder_stack(&self, d: &StackDesc, i: &StackInput, out: &mut StackOutput) -> bool {
-        // Both sides read the real cache's past rows and collect their new rows; the device's
-        // go to the real cache once compared (the CPU twin still needs the old past).
-        let mut dev = Collect {
-            inner: &*out.kv,
-            k: Vec::new(),
-            v: Vec::new(),
-        };
-        let mut dev_out = StackOutput {
-            logits: std::mem::take(&mut out.logits),
-            kv: &mut dev,
-        };
-        let done = self.inner.decoder_stack(d, i, &mut dev_out);
-        let logits = std::mem::take(&mut dev_out.logits);
-        let (dk, dv) = (std::mem::take(&mut dev.k), std::mem::take(&mut dev.v));
-        if !done {
-            out.logits = logits;
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        input: &PlanInput,
+        seqs: &mut [SeqRows<'_>],
+        logits: &mut [f32],
+    ) -> bool {
+        let mut copies: Vec<KvCache> = seqs.iter().map(|s| s.cache.clone()).collect();
+        if !self.inner.run_plan(plan, input, seqs, logits) {
             return false;
         }
-        let mut cpu = Collect {
-            inner: &*out.kv,
-            k: Vec::new(),
-            v: Vec::new(),
+        let mut twin: Vec<SeqRows> = seqs
+            .iter()
+            .zip(copies.iter_mut())
+            .map(|(s, cache)| SeqRows {
+                row: s.row,
+                len: s.len,
+                all_logits: s.all_logits,
+                cache,
+            })
+            .collect();
+        let _cpu = super::cpu_only();
+        let h = match cpu::hidden(plan, input.ids, input.x.to_vec(), &mut twin) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("OXINFER_GPU_CHECK: the CPU twin of a plan run failed: {e}");
+                return true;
+            }
         };
-        let mut cpu_out = StackOutput {
-            logits: Vec::new(),
-            kv: &mut cpu,
-        };
-        stack_cpu(d, i, &mut cpu_out);
-        let cpu_logits = std::mem::take(&mut cpu_out.logits);
-        let n = cpu.k.len();
+        drop(twin);
+        let rows = gather_rows(&h, plan.dim, input.logit_rows);
+        let cpu_logits = cpu::logits(plan, &rows, input.logit_rows.len());
+        let n = plan.layers.len();
         for li in 0..n {
-            record("stack keys (per layer)".to_string(), &dk[li], &cpu.k[li]);
-            record("stack values (per layer)".to_string(), &dv[li], &cpu.v[li]);
-            if li == 0 || li + 1 == n {
-                record(format!("stack keys layer {li}"), &dk[li], &cpu.k[li]);
+            for (s, c) in seqs.iter().zip(&copies) {
+                let (dev, cpu) = (&s.cache.layers[li], &c.layers[li]);
+                record("plan keys (per layer)".to_string(), &dev.k, &cpu.k);
+                record("plan values (per layer)".to_string(), &dev.v, &cpu.v);
+                if li == 0 || li + 1 == n {
+                    record(format!("plan keys layer {li}"), &dev.k, &cpu.k);
+                }
             }
         }
-        record("stack logits".to_string(), &logits, &cpu_logits);
-        for (li, (k, v)) in dk.iter().zip(&dv).enumerate() {
-            out.kv.append(li, k, v);
-        }
-        out.logits = logits;
+        record("plan logits".to_string(), logits, &cpu_logits);
         true
     }
 
     fn stats(&self) -> Option<String> {
         self.inner.stats()
-    }
-}
-
-/// Reads past rows from another store and collects the new ones.
-struct Collect<'a> {
-    inner: &'a dyn KvStore,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
-
-impl KvStore for Collect<'_> {
-    fn past(&self, seq: usize, layer: usize) -> Past<'_> {
-        self.inner.past(seq, layer)
-    }
-
-    fn append(&mut self, _layer: usize, k: &[f32], v: &[f32]) {
-        self.k.push(k.to_vec());
-        self.v.push(v.to_vec());
     }
 }
 

@@ -4,8 +4,11 @@
 //!
 //! Every backend is optional at run time. The CPU kernels stay the reference and the fallback:
 //! each optional op has a default that answers "not handled" (`false` / `None`), and the caller
-//! then runs its CPU path. Model code never calls a backend directly: [`crate::nn::Linear`] and
-//! [`crate::nn::attention`] do.
+//! then runs its CPU path. Architectures never call a backend directly: they describe a
+//! [`Plan`], which [`plan_run::run`] offers to the backend whole, and the nn blocks
+//! ([`crate::nn::Linear`], [`crate::nn::attention`], ...) offer single ops while the CPU runs
+//! the plan. Backends see only the kernels' types and the plan's: they implement ops, never a
+//! model family.
 //!
 //! This is the project's version of `shared/seed/backend-spec.rs.txt`. Departures, each
 //! explained where it is made:
@@ -21,25 +24,23 @@
 //!   is an error instead of a silent CPU fallback ([`registry`]);
 //! - a checking wrapper ([`check`]) recomputes every device op on the CPU when
 //!   `OXINFER_GPU_CHECK=1`;
-//! - a whole decoder stack may run as one op with the hidden state and keys/values resident on
-//!   the device ([`stack`], [`Backend::decoder_stack`]), since per-op offload moves the
-//!   activations over the bus for every op.
+//! - a whole model [`Plan`] may run as one call with the hidden state resident on the device
+//!   ([`plan_run`], [`Backend::run_plan`]), since per-op offload moves the activations over the
+//!   bus for every op.
 
 pub mod check;
+pub mod plan_run;
 pub mod registry;
-pub mod stack;
 
+pub use crate::plan::DeviceWeight;
+pub use oxinfer_kernels::act::GateAct;
 pub use registry::{
-    active, check_report, init, install, BackendError, DeviceChoice, DeviceKind, DevicePref,
-    GpuInfo, Provider,
+    active, check_report, cpu_only, init, install, BackendError, DeviceChoice, DeviceKind,
+    DevicePref, GpuInfo, Provider,
 };
 
+use crate::plan::{Plan, PlanInput, ProjOp, SeqRows};
 use oxinfer_kernels::WeightMatrix;
-use std::any::Any;
-
-/// Device-side state for one weight matrix (buffers, handles), made by [`Backend::upload`] once
-/// and owned by the layer that holds the weight.
-pub type DeviceWeight = Box<dyn Any + Send + Sync>;
 
 /// One matmul of a batch that shares its input `x`: `y[t][n_out] = x[t][n_in] · Wᵀ`.
 ///
@@ -63,26 +64,14 @@ pub struct Weight<'a> {
     pub dev: &'a DeviceWeight,
 }
 
-/// Activation applied to the gate projection of a gated MLP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GateAct {
-    /// `x · sigmoid(x)` (SwiGLU).
-    Silu,
-    /// GELU, tanh approximation (GeGLU).
-    GeluTanh,
-}
-
-impl GateAct {
-    /// Applies the activation to one value (the CPU definition).
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            GateAct::Silu => x / (1.0 + (-x).exp()),
-            GateAct::GeluTanh => {
-                const C: f32 = 0.797_884_6; // sqrt(2/pi)
-                0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
-            }
-        }
-    }
+/// Projection `p`'s weight with its device state on `b`, uploaded on first use; `None` when `b`
+/// declined it.
+pub fn device_weight<'a>(b: &dyn Backend, p: &'a dyn ProjOp) -> Option<Weight<'a>> {
+    let dev = p
+        .device_slot()
+        .get_or_init(|| b.upload(&p.matrix()))
+        .as_ref()?;
+    Some(Weight { w: p.matrix(), dev })
 }
 
 /// Geometry of a `k × k` convolution with padding `k / 2` over channels-last input
@@ -211,16 +200,19 @@ pub trait Backend: Send + Sync {
         false
     }
 
-    /// A whole Llama-family decoder pass with the hidden state resident on the device: the
-    /// embedded rows go up; every layer's new keys/values and the logits of
-    /// `input.logit_rows` come down into `out` (sized by [`stack::StackOutput::new`]). Returns
-    /// false when not handled (the caller then runs the layers op by op). See [`stack`] for why
-    /// this departs from the spec's per-op interface and how the KV cache stays consistent.
-    fn decoder_stack(
+    /// A whole model pass with the hidden state resident on the device: `input.x` (the
+    /// embedded rows of every sequence of `seqs`) goes up; every layer's new keys/values are
+    /// appended to each sequence's cache in layer order ([`crate::plan::KvCache::append`], not
+    /// advanced) and the logits of `input.logit_rows` come down into `logits`
+    /// (`[logit_rows.len(), vocab]`). Returns false when not handled: a backend declines any
+    /// plan with an op it does not implement, before changing anything (the CPU then runs the
+    /// plan). See [`plan_run`] for why this departs from the spec's per-op interface.
+    fn run_plan(
         &self,
-        _desc: &stack::StackDesc,
-        _input: &stack::StackInput,
-        _out: &mut stack::StackOutput,
+        _plan: &Plan,
+        _input: &PlanInput,
+        _seqs: &mut [SeqRows<'_>],
+        _logits: &mut [f32],
     ) -> bool {
         false
     }

@@ -11,6 +11,7 @@ use super::check::Checked;
 use super::Backend;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Which device the user asked for.
@@ -133,9 +134,32 @@ pub fn install(b: Option<Box<dyn Backend>>) {
     let _ = ACTIVE.set(b);
 }
 
-/// The installed backend, if any.
+/// Live [`cpu_only`] guards.
+static CPU_ONLY: AtomicUsize = AtomicUsize::new(0);
+
+/// The installed backend, if any (none while a [`cpu_only`] guard lives).
 pub fn active() -> Option<&'static dyn Backend> {
+    if CPU_ONLY.load(Ordering::Acquire) > 0 {
+        return None;
+    }
     ACTIVE.get().and_then(|b| b.as_deref())
+}
+
+/// While the returned guard lives, [`active`] answers `None` on every thread, so what runs
+/// meanwhile runs on the CPU: the checker's CPU twin of a device run, and test backends that
+/// answer with the CPU executor. Process-wide: other threads' work also stays on the CPU then.
+pub fn cpu_only() -> CpuOnly {
+    CPU_ONLY.fetch_add(1, Ordering::AcqRel);
+    CpuOnly(())
+}
+
+/// Guard of [`cpu_only`].
+pub struct CpuOnly(());
+
+impl Drop for CpuOnly {
+    fn drop(&mut self) {
+        CPU_ONLY.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Whether `OXINFER_GPU_CHECK` asks for every device op to be recomputed on the CPU.

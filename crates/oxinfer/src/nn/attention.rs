@@ -6,22 +6,7 @@
 
 use super::parallel;
 use crate::backend::{self, AttentionGeom};
-
-/// Shape and options of one attention call.
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionParams {
-    /// Query heads.
-    pub n_heads: usize,
-    /// Key/value heads; query head `h` reads kv head `h / (n_heads / n_kv_heads)`.
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    /// Factor on q·k (usually `1 / sqrt(head_dim)`).
-    pub scale: f32,
-    /// A query at position q sees keys k with `q - k < window`.
-    pub window: Option<usize>,
-    /// Scores become `cap · tanh(score / cap)` before the softmax.
-    pub softcap: Option<f32>,
-}
+use oxinfer_kernels::attention::AttnShape;
 
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
 /// `[pos0 + t, n_kv_heads * head_dim]` (every cached position, the new ones included).
@@ -32,7 +17,7 @@ pub fn attention(
     v: &[f32],
     t: usize,
     pos0: usize,
-    p: &AttentionParams,
+    p: &AttnShape,
 ) -> Vec<f32> {
     let g = AttentionGeom {
         t,
@@ -65,7 +50,7 @@ pub fn attention_cached(
     ring: usize,
     t: usize,
     pos0: usize,
-    p: &AttentionParams,
+    p: &AttnShape,
 ) -> Vec<f32> {
     if ring == 0 || pos0 + t <= ring {
         return attention(q, k, v, t, pos0, p);
@@ -73,14 +58,7 @@ pub fn attention_cached(
     if backend::active().is_none()
         && oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar
     {
-        let shape = oxinfer_kernels::attention::AttnShape {
-            n_heads: p.n_heads,
-            n_kv_heads: p.n_kv_heads,
-            head_dim: p.head_dim,
-            scale: p.scale,
-            window: p.window,
-            softcap: p.softcap,
-        };
+        let shape = *p;
         let kv_row = p.n_kv_heads * p.head_dim;
         let _prof = oxinfer_kernels::profile::scope(
             || "attention".to_string(),
@@ -218,7 +196,7 @@ mod tests {
     /// One query attending to one key returns that key's value.
     #[test]
     fn single_key_returns_value() {
-        let p = AttentionParams {
+        let p = AttnShape {
             n_heads: 2,
             n_kv_heads: 1,
             head_dim: 2,
@@ -233,7 +211,7 @@ mod tests {
     /// Causal mask: the first query ignores the second key; the window hides old keys.
     #[test]
     fn causal_and_window() {
-        let mut p = AttentionParams {
+        let mut p = AttnShape {
             n_heads: 1,
             n_kv_heads: 1,
             head_dim: 1,

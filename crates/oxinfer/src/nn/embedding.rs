@@ -4,6 +4,7 @@ use crate::error::{Error, LoadError};
 use crate::loader::TensorView;
 use crate::nn::linear::{Linear, PackedSlot};
 use crate::nn::parallel::for_each_mut;
+use crate::plan::EmbedOp;
 
 /// An embedding table `[vocab, dim]`, borrowed from its file.
 pub struct Embedding {
@@ -95,5 +96,11 @@ impl Embedding {
             }
         });
         Ok(out)
+    }
+}
+
+impl EmbedOp for Embedding {
+    fn forward(&self, ids: &[u32]) -> crate::error::Result<Vec<f32>> {
+        Embedding::forward(self, ids)
     }
 }

@@ -11,6 +11,7 @@
 use super::{parallel, Linear, SeqRows};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
+use crate::plan::RecurrentOp;
 
 /// Tokens per chunk of the chunked delta rule.
 pub const CHUNK: usize = 64;
@@ -442,6 +443,12 @@ fn softplus(x: f32) -> f32 {
         x
     } else {
         x.exp().ln_1p()
+    }
+}
+
+impl RecurrentOp for GatedDeltaNet {
+    fn forward(&self, h: &[f32], t: usize, layer: usize, seqs: &mut [SeqRows<'_>]) -> Vec<f32> {
+        GatedDeltaNet::forward(self, h, t, layer, seqs)
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
+use crate::plan::ProjOp;
 use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
 use oxinfer_kernels::WeightMatrix;
 use std::sync::{Arc, OnceLock};
@@ -232,5 +233,23 @@ impl Linear {
                 y,
             }],
         )
+    }
+}
+
+impl ProjOp for Linear {
+    fn matrix(&self) -> WeightMatrix<'_> {
+        Linear::matrix(self)
+    }
+
+    fn bias(&self) -> Option<&[f32]> {
+        Linear::bias(self)
+    }
+
+    fn device_slot(&self) -> &OnceLock<Option<DeviceWeight>> {
+        &self.device
+    }
+
+    fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        Linear::forward(self, x, t)
     }
 }

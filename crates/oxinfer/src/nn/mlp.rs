@@ -3,52 +3,16 @@
 use super::Linear;
 use crate::error::LoadError;
 use crate::loader::TensorStore;
-
-/// Activation applied to the gate projection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `x · sigmoid(x)`.
-    Silu,
-    /// GELU, tanh approximation.
-    GeluTanh,
-}
-
-impl Activation {
-    /// Applies the activation to one value.
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            Activation::Silu => x / (1.0 + (-x).exp()),
-            Activation::GeluTanh => {
-                const C: f32 = 0.797_884_6; // sqrt(2/pi)
-                0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
-            }
-        }
-    }
-
-    /// `g[i] = act(g[i]) · u[i]`: SIMD and parallel on the default kernel set (a few ulp
-    /// from [`Activation::apply`]), exactly [`Activation::apply`] with `OXINFER_KERNELS=scalar`.
-    pub fn apply_gated(self, g: &mut [f32], u: &[f32]) {
-        use oxinfer_kernels::act::{gated_act, GateAct};
-        use oxinfer_kernels::vecdot::{detected_isa, Isa};
-        let isa = if oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Scalar {
-            Isa::Scalar
-        } else {
-            detected_isa()
-        };
-        let act = match self {
-            Activation::Silu => GateAct::Silu,
-            Activation::GeluTanh => GateAct::GeluTanh,
-        };
-        gated_act(act, g, u, isa);
-    }
-}
+use crate::plan::{MlpOp, MlpParts};
+use oxinfer_kernels::act::{gated_act, GateAct};
+use oxinfer_kernels::vecdot::{detected_isa, Isa};
 
 /// A gated MLP block.
 pub struct GatedMlp {
     pub gate: Linear,
     pub up: Linear,
     pub down: Linear,
-    pub act: Activation,
+    pub act: GateAct,
 }
 
 impl GatedMlp {
@@ -58,7 +22,7 @@ impl GatedMlp {
         names: [&str; 3],
         dim: usize,
         ffn: usize,
-        act: Activation,
+        act: GateAct,
     ) -> Result<Self, LoadError> {
         Ok(GatedMlp {
             gate: Linear::load(store, names[0], ffn, dim)?,
@@ -76,7 +40,7 @@ impl GatedMlp {
         let mut gu = Linear::forward_shared(&[&self.gate, &self.up], x, t);
         let u = gu.pop().unwrap_or_default();
         let mut g = gu.pop().unwrap_or_default();
-        self.act.apply_gated(&mut g, &u);
+        apply_gated(self.act, &mut g, &u);
         self.down.forward(&g, t)
     }
 
@@ -91,16 +55,38 @@ impl GatedMlp {
         {
             return None;
         }
-        let act = match self.act {
-            Activation::Silu => crate::backend::GateAct::Silu,
-            Activation::GeluTanh => crate::backend::GateAct::GeluTanh,
-        };
         let (g, u, d) = (
             self.gate.device_weight(b)?,
             self.up.device_weight(b)?,
             self.down.device_weight(b)?,
         );
         let mut y = vec![0f32; t * self.down.n_out];
-        b.gated_mlp(x, t, g, u, d, act, &mut y).then_some(y)
+        b.gated_mlp(x, t, g, u, d, self.act, &mut y).then_some(y)
+    }
+}
+
+/// `g[i] = act(g[i]) · u[i]`: SIMD and parallel on the default kernel set (a few ulp from
+/// [`GateAct::apply`]), exactly [`GateAct::apply`] with `OXINFER_KERNELS=scalar`.
+pub fn apply_gated(act: GateAct, g: &mut [f32], u: &[f32]) {
+    let isa = if oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Scalar {
+        Isa::Scalar
+    } else {
+        detected_isa()
+    };
+    gated_act(act, g, u, isa);
+}
+
+impl MlpOp for GatedMlp {
+    fn parts(&self) -> MlpParts<'_> {
+        MlpParts {
+            gate: &self.gate,
+            up: &self.up,
+            down: &self.down,
+            act: self.act,
+        }
+    }
+
+    fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        GatedMlp::forward(self, x, t)
     }
 }

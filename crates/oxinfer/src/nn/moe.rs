@@ -3,9 +3,11 @@
 //! gated MLP (SwiGLU or GeGLU); plus, optionally, a shared expert scaled by
 //! `sigmoid(shared_gate · x)`.
 
-use super::{Activation, GatedMlp, Linear};
+use super::{GatedMlp, Linear};
 use crate::error::LoadError;
 use crate::loader::{Span, TensorStore, TensorView};
+use crate::plan::RowsOp;
+use oxinfer_kernels::act::GateAct;
 
 /// A routed-experts block with an optional gated shared expert.
 pub struct SparseMoe {
@@ -137,7 +139,7 @@ impl SparseMoe {
             down,
             n_experts,
             ffn,
-            Activation::Silu,
+            GateAct::Silu,
         )
     }
 
@@ -149,7 +151,7 @@ impl SparseMoe {
         down: &str,
         n_experts: usize,
         ffn: usize,
-        act: Activation,
+        act: GateAct,
     ) -> Result<Vec<GatedMlp>, LoadError> {
         let down = store.require(down)?;
         let (g, u, fused) = match gate_up.and_then(|n| store.get(n)) {
@@ -230,5 +232,11 @@ impl SparseMoe {
             }
         }
         out
+    }
+}
+
+impl RowsOp for SparseMoe {
+    fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        SparseMoe::forward(self, x, t)
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::error::LoadError;
 use crate::loader::TensorStore;
+use crate::plan::NormOp;
 
 /// Root-mean-square normalization over the last dimension.
 pub struct RmsNorm {
@@ -65,6 +66,20 @@ impl RmsNorm {
         let mut y = x.to_vec();
         self.forward_inplace(&mut y);
         y
+    }
+}
+
+impl NormOp for RmsNorm {
+    fn gain(&self) -> &[f32] {
+        &self.weight
+    }
+
+    fn eps(&self) -> f32 {
+        self.eps
+    }
+
+    fn forward_inplace(&self, x: &mut [f32]) {
+        RmsNorm::forward_inplace(self, x);
     }
 }
 

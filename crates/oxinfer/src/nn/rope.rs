@@ -2,6 +2,7 @@
 //! explicit per-dimension factors) applied in interleaved or half-split layout.
 
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
+use crate::plan::RopeOp;
 
 /// Precomputed inverse frequencies of one RoPE configuration.
 #[derive(Clone, Debug)]
@@ -132,5 +133,23 @@ impl Rope {
                 }
             }
         }
+    }
+}
+
+impl RopeOp for Rope {
+    fn dim(&self) -> usize {
+        Rope::dim(self)
+    }
+
+    fn interleaved(&self) -> bool {
+        Rope::interleaved(self)
+    }
+
+    fn tables(&self, pos0: usize, t: usize, cos: &mut [f32], sin: &mut [f32]) {
+        Rope::tables(self, pos0, t, cos, sin);
+    }
+
+    fn apply(&self, x: &mut [f32], t: usize, heads: usize, head_dim: usize, pos0: usize) {
+        Rope::apply(self, x, t, heads, head_dim, pos0);
     }
 }

@@ -3,20 +3,10 @@
 //! Qwen 3.5), optional sigmoid output gate carried by the q projection (Qwen 3.5), RoPE, cached
 //! GQA attention per sequence, output projection.
 
-use super::{attention_cached, AttentionParams, KvCache, Linear, RmsNorm, Rope};
+use super::{attention_cached, AttnShape, Linear, RmsNorm};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
-
-/// One sequence's rows in a stacked batch `[total, dim]` and the cache they extend. The cache
-/// still holds the previous positions only (it advances after the whole pass), so the new rows
-/// are at positions `cache.len() ..`.
-pub struct SeqRows<'c> {
-    /// First row in the stacked activations.
-    pub row: usize,
-    /// Number of new tokens.
-    pub len: usize,
-    pub cache: &'c mut KvCache,
-}
+use crate::plan::{AttentionOp, AttentionParts, AttnSpec, RopeOp, SeqRows};
 
 /// New tokens of a sequence up to which its attention runs as one task beside the other
 /// sequences' (decode steps of a batch) instead of being split over the threads by itself.
@@ -89,8 +79,8 @@ impl SelfAttention {
         t: usize,
         layer: usize,
         seqs: &mut [SeqRows<'_>],
-        rope: &Rope,
-        params: &AttentionParams,
+        rope: &dyn RopeOp,
+        params: &AttnShape,
     ) -> Vec<f32> {
         let s = &self.shape;
         let hd = s.head_dim;
@@ -167,5 +157,47 @@ impl SelfAttention {
             }
         }
         self.o.forward(&a, t)
+    }
+}
+
+impl AttentionOp for SelfAttention {
+    fn parts(&self) -> AttentionParts<'_> {
+        let s = &self.shape;
+        AttentionParts {
+            q: &self.q,
+            k: Some(&self.k),
+            v: Some(&self.v),
+            o: &self.o,
+            q_norm: self.q_norm.as_ref().map(|n| n as _),
+            k_norm: self.k_norm.as_ref().map(|n| n as _),
+            v_norm: false,
+            output_gate: s.output_gate,
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+            kv_source: None,
+        }
+    }
+
+    fn forward(
+        &self,
+        h: &[f32],
+        t: usize,
+        layer: usize,
+        seqs: &mut [SeqRows<'_>],
+        _skipped: &[usize],
+        rope: &dyn RopeOp,
+        spec: &AttnSpec,
+    ) -> Vec<f32> {
+        let s = &self.shape;
+        let params = AttnShape {
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+            scale: spec.scale,
+            window: spec.window,
+            softcap: spec.softcap,
+        };
+        SelfAttention::forward(self, h, t, layer, seqs, rope, &params)
     }
 }

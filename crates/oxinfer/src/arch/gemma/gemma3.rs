@@ -3,18 +3,15 @@
 //! per-head QK RMSNorm, norms before and after attention and MLP, tanh-GELU gated MLP,
 //! embeddings scaled by √hidden, tied head, optional final logit soft-capping.
 
-mod stack;
-
 use super::{LayerKind, Names};
-use crate::arch::batch::{self, SeqBatch};
 use crate::arch::CausalLm;
 use crate::config::{ConfigSource, ModelConfig, RopeConfig, RopeScaling};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{
-    Activation, AttentionParams, AttentionShape, Embedding, GatedMlp, KvCache, Linear, RmsNorm,
-    Rope, SelfAttention,
+    AttentionShape, Embedding, GateAct, GatedMlp, KvCache, Linear, RmsNorm, Rope, SelfAttention,
 };
+use crate::plan::{AttnSpec, Ffn, Layer as PlanLayer, Mixer, Plan};
 
 struct Layer {
     kind: LayerKind,
@@ -140,7 +137,7 @@ impl Gemma3 {
                     [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
                     d,
                     cfg.intermediate_size,
-                    Activation::GeluTanh,
+                    GateAct::GeluTanh,
                 )?,
                 post_ffn_norm: norm("post_ffw_norm")?,
             });
@@ -162,16 +159,16 @@ impl Gemma3 {
         &self.params
     }
 
-    fn attn_params(&self, kind: LayerKind) -> AttentionParams {
-        AttentionParams {
-            n_heads: self.cfg.n_heads,
-            n_kv_heads: self.cfg.n_kv_heads,
-            head_dim: self.cfg.head_dim,
+    /// How a layer of `kind` attends: RoPE table 0 is the global one, 1 the local one.
+    fn attn_spec(&self, kind: LayerKind) -> AttnSpec {
+        let (rope, window) = match kind {
+            LayerKind::Sliding => (1, self.cfg.sliding_window),
+            LayerKind::Full => (0, None),
+        };
+        AttnSpec {
+            rope,
             scale: self.params.attn_scale,
-            window: match kind {
-                LayerKind::Sliding => self.cfg.sliding_window,
-                LayerKind::Full => None,
-            },
+            window,
             softcap: None,
         }
     }
@@ -187,7 +184,7 @@ impl CausalLm for Gemma3 {
         let windows: Vec<Option<usize>> = self
             .layers
             .iter()
-            .map(|l| self.attn_params(l.kind).window)
+            .map(|l| self.attn_spec(l.kind).window)
             .collect();
         KvCache::new(
             self.cfg.n_layers,
@@ -197,34 +194,25 @@ impl CausalLm for Gemma3 {
         .with_windows(&windows)
     }
 
-    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-        let (ids, spans) = batch::layout(batch)?;
-        let t = ids.len();
-        let mut x = self.embed.forward(&ids)?;
-        if let Some(logits) = self.forward_on_device(&x, batch, &spans) {
-            return logits;
-        }
-        let mut seqs = batch::seq_rows(batch, &spans);
-        for (li, l) in self.layers.iter().enumerate() {
-            let rope = match l.kind {
-                LayerKind::Sliding => &self.local_rope,
-                LayerKind::Full => &self.global_rope,
-            };
-            let h = l.attn_norm.forward(&x);
-            let mut o = l
-                .attn
-                .forward(&h, t, li, &mut seqs, rope, &self.attn_params(l.kind));
-            l.post_attn_norm.forward_inplace(&mut o);
-            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let h = l.ffn_norm.forward(&x);
-            let mut m = l.mlp.forward(&h, t);
-            l.post_ffn_norm.forward_inplace(&mut m);
-            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-        }
-        drop(seqs);
-        let cap = self.params.final_softcap;
-        Ok(batch::finish(
-            batch, &spans, &x, &self.norm, &self.head, cap,
-        ))
+    fn plan(&self) -> Plan<'_> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let mixer = Mixer::Attention {
+                    op: &l.attn,
+                    spec: self.attn_spec(l.kind),
+                };
+                let mut ffn = Ffn::mlp(&l.ffn_norm, &l.mlp);
+                ffn.post_norm = Some(&l.post_ffn_norm);
+                let mut layer = PlanLayer::new(&l.attn_norm, mixer, ffn);
+                layer.mixer_post_norm = Some(&l.post_attn_norm);
+                layer
+            })
+            .collect();
+        let ropes = vec![&self.global_rope as _, &self.local_rope as _];
+        let mut plan = Plan::new(&self.embed, layers, &self.norm, &self.head, ropes);
+        plan.final_softcap = self.params.final_softcap;
+        plan
     }
 }

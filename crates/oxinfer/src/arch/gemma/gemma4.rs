@@ -9,12 +9,12 @@
 use super::gemma4_block::{Attention, FeedForward, PleBlock};
 use super::gemma4_config::Gemma4Params;
 use super::{LayerKind, Names};
-use crate::arch::batch::{self, SeqBatch};
 use crate::arch::CausalLm;
 use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{Embedding, KvCache, Linear, RmsNorm, Rope};
+use crate::plan::{AttnSpec, Layer as PlanLayer, Mixer, Plan, PleInputsOp, PleOp};
 
 struct Layer {
     kind: LayerKind,
@@ -37,7 +37,7 @@ struct PleInputs {
     width: usize,
 }
 
-impl PleInputs {
+impl PleInputsOp for PleInputs {
     /// Per-layer inputs `[t, layers · width]` of tokens `ids` whose scaled embeddings are `x`.
     fn forward(&self, ids: &[u32], x: &[f32], t: usize) -> Result<Vec<f32>> {
         let tok = self.table.forward(ids)?;
@@ -229,73 +229,33 @@ impl CausalLm for Gemma4 {
 
     /// When no sequence wants the logits of every position, the KV-shared layers (which store
     /// nothing) run on each sequence's last position only, as transformers does in generation.
-    fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-        let (ids, spans) = batch::layout(batch)?;
-        let mut t = ids.len();
-        let d = self.cfg.hidden_size;
-        let mut x = self.embed.forward(&ids)?;
-        let mut ple_all = match &self.ple {
-            Some(p) => Some(p.forward(&ids, &x, t)?),
-            None => None,
-        };
-        let n = self.layers.len();
-        let first_shared = (0..n).find(|&i| self.params.is_kv_shared(i)).unwrap_or(n);
-        let last_only = batch.iter().all(|s| !s.all_logits) && t > batch.len();
-        // The full hidden state and each sequence's last row, once the layers run on those rows.
-        let mut sliced: Option<(Vec<f32>, Vec<usize>)> = None;
-        let mut skipped: Vec<usize> = Vec::new();
-        let mut seqs = batch::seq_rows(batch, &spans);
-        for (li, l) in self.layers.iter().enumerate() {
-            if li == first_shared && last_only {
-                let last: Vec<usize> = seqs.iter().map(|s| s.row + s.len - 1).collect();
-                ple_all = ple_all.map(|p| gather_rows(&p, p.len() / t, &last));
-                skipped = seqs.iter().map(|s| s.len - 1).collect();
-                for (k, sq) in seqs.iter_mut().enumerate() {
-                    sq.row = k;
-                    sq.len = 1;
-                }
-                let xs = gather_rows(&x, d, &last);
-                sliced = Some((std::mem::replace(&mut x, xs), last));
-                t = seqs.len();
-            }
-            let rope = match l.kind {
-                LayerKind::Sliding => &self.local_rope,
-                LayerKind::Full => &self.global_rope,
-            };
-            let h = l.attn_norm.forward(&x);
-            let mut o = l
-                .attn
-                .forward(&h, t, li, &mut seqs, &skipped, rope, self.window(l.kind));
-            l.post_attn_norm.forward_inplace(&mut o);
-            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let m = l.ffn.forward(&x, t);
-            x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-            if let (Some(block), Some(p), Some(all)) = (&l.ple, &self.ple, &ple_all) {
-                let y = block.forward(&x, &p.layer(all, li, t), t);
-                x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
-            }
-            if l.scalar != 1.0 {
-                x.iter_mut().for_each(|v| *v *= l.scalar);
-            }
-        }
-        drop(seqs);
-        if let Some((mut full, last)) = sliced {
-            // Only the last rows are read from here on.
-            for (k, &r) in last.iter().enumerate() {
-                full[r * d..(r + 1) * d].copy_from_slice(&x[k * d..(k + 1) * d]);
-            }
-            x = full;
-        }
-        let cap = self.params.final_softcap;
-        Ok(batch::finish(
-            batch, &spans, &x, &self.norm, &self.head, cap,
-        ))
+    fn plan(&self) -> Plan<'_> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let spec = AttnSpec {
+                    rope: match l.kind {
+                        LayerKind::Full => 0,
+                        LayerKind::Sliding => 1,
+                    },
+                    scale: 1.0,
+                    window: self.window(l.kind),
+                    softcap: None,
+                };
+                let mixer = Mixer::Attention { op: &l.attn, spec };
+                let mut layer = PlanLayer::new(&l.attn_norm, mixer, l.ffn.plan());
+                layer.mixer_post_norm = Some(&l.post_attn_norm);
+                layer.ple = l.ple.as_ref().map(|p| p as &dyn PleOp);
+                layer.scalar = (l.scalar != 1.0).then_some(l.scalar);
+                layer
+            })
+            .collect();
+        let ropes = vec![&self.global_rope as _, &self.local_rope as _];
+        let mut plan = Plan::new(&self.embed, layers, &self.norm, &self.head, ropes);
+        plan.ple = self.ple.as_ref().map(|p| p as &dyn PleInputsOp);
+        plan.final_softcap = self.params.final_softcap;
+        plan.last_rows_from = (0..self.layers.len()).find(|&i| self.params.is_kv_shared(i));
+        plan
     }
-}
-
-/// Rows `rows` of the row-major matrix `m` (`width` columns), stacked.
-fn gather_rows(m: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
-    rows.iter()
-        .flat_map(|&r| m[r * width..(r + 1) * width].iter().copied())
-        .collect()
 }

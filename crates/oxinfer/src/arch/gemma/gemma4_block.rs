@@ -7,8 +7,9 @@ use super::Names;
 use crate::error::LoadError;
 use crate::loader::{Naming, TensorStore};
 use crate::nn::moe::SparseMoe;
-use crate::nn::{
-    attention_cached, Activation, AttentionParams, GatedMlp, Linear, RmsNorm, Rope, SeqRows,
+use crate::nn::{attention_cached, AttnShape, GateAct, GatedMlp, Linear, RmsNorm};
+use crate::plan::{
+    AttentionOp, AttentionParts, AttnSpec, Ffn, FfnBody, NormOp, PleOp, RopeOp, RowsOp, SeqRows,
 };
 
 /// Attention of one layer.
@@ -80,22 +81,38 @@ impl Attention {
             kv_source: p.kv_source[i],
         })
     }
+}
 
-    /// `h` is the normed input `[t, dim]` of every sequence stacked; appends each sequence's
-    /// keys and values to cache layer `layer` (unless KV-shared) and returns the block output
-    /// `[t, dim]`. `skipped[k]` (empty: none) is how many of sequence `k`'s new positions were
-    /// left out before its rows here, which only a KV-shared layer allows: its keys are all in
-    /// the source layer's cache already.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
+/// Unscaled queries (`scale` 1), QK norms with plain gains, an RMS norm without gain on values,
+/// k = v where the layer has no v projection, and KV sharing: `skipped[k]` positions of sequence
+/// `k` may be left out of a KV-shared layer, whose keys are all in the source layer's cache.
+impl AttentionOp for Attention {
+    fn parts(&self) -> AttentionParts<'_> {
+        AttentionParts {
+            q: &self.q,
+            k: self.kv.as_ref().map(|p| &p.k as _),
+            v: self.kv.as_ref().and_then(|p| p.v.as_ref().map(|v| v as _)),
+            o: &self.o,
+            q_norm: Some(&self.q_norm),
+            k_norm: self.kv.as_ref().map(|p| &p.k_norm as _),
+            v_norm: true,
+            output_gate: false,
+            n_heads: self.n_heads,
+            n_kv_heads: self.shape.n_kv_heads,
+            head_dim: self.shape.head_dim,
+            kv_source: self.kv.is_none().then_some(self.kv_source),
+        }
+    }
+
+    fn forward(
         &self,
         h: &[f32],
         t: usize,
         layer: usize,
         seqs: &mut [SeqRows<'_>],
         skipped: &[usize],
-        rope: &Rope,
-        window: Option<usize>,
+        rope: &dyn RopeOp,
+        spec: &AttnSpec,
     ) -> Vec<f32> {
         let (hd, nh, nkv) = (self.shape.head_dim, self.n_heads, self.shape.n_kv_heads);
         let (q_row, kv_row) = (nh * hd, nkv * hd);
@@ -111,13 +128,13 @@ impl Attention {
             p.v_norm.forward_inplace(&mut v);
             (k, v)
         });
-        let params = AttentionParams {
+        let params = AttnShape {
             n_heads: nh,
             n_kv_heads: nkv,
             head_dim: hd,
-            scale: 1.0,
-            window,
-            softcap: None,
+            scale: spec.scale,
+            window: spec.window,
+            softcap: spec.softcap,
         };
         let mut a = vec![0f32; t * q_row];
         let mut kv = kv;
@@ -186,7 +203,7 @@ impl Experts {
             &down,
             m.n_experts,
             m.ffn,
-            Activation::GeluTanh,
+            GateAct::GeluTanh,
         )?;
         let router = Linear::load(store, &name("ffn_gate_inp"), m.n_experts, dim)?;
         let norm = |part: &str| RmsNorm::load(store, &name(part), dim, eps, false);
@@ -248,24 +265,25 @@ impl FeedForward {
                 [&name("ffn_gate"), &name("ffn_up"), &name("ffn_down")],
                 dim,
                 ffn,
-                Activation::GeluTanh,
+                GateAct::GeluTanh,
             )?,
             moe,
             post_norm: norm("post_ffw_norm")?,
         })
     }
 
-    /// `x` is the residual stream `[t, dim]`; returns the block output (before the residual add).
-    pub fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
-        let h = self.pre_norm.forward(x);
-        let mut m = self.mlp.forward(&h, t);
-        if let Some((post1, experts)) = &self.moe {
-            post1.forward_inplace(&mut m);
-            let e = experts.forward(x, t);
-            m.iter_mut().zip(&e).for_each(|(m, e)| *m += e);
+    /// The block as a plan step: `post_norm(mlp(pre_norm(x)))`, in MoE layers with
+    /// `post_ffw_norm_1(mlp) + experts(x)` before the post-norm.
+    pub fn plan(&self) -> Ffn<'_> {
+        Ffn {
+            norm: &self.pre_norm,
+            body: FfnBody::Mlp(&self.mlp),
+            side_experts: self
+                .moe
+                .as_ref()
+                .map(|(n, e)| (n as &dyn NormOp, e as &dyn RowsOp)),
+            post_norm: Some(&self.post_norm),
         }
-        self.post_norm.forward_inplace(&mut m);
-        m
     }
 }
 
@@ -293,15 +311,22 @@ impl PleBlock {
             post_norm: RmsNorm::load(store, &name("post_norm"), dim, eps, false)?,
         })
     }
+}
 
-    /// `x` `[t, dim]`, `ple` this layer's per-layer inputs `[t, width]`; returns `[t, dim]`.
-    pub fn forward(&self, x: &[f32], ple: &[f32], t: usize) -> Vec<f32> {
+impl PleOp for PleBlock {
+    fn forward(&self, x: &[f32], ple: &[f32], t: usize) -> Vec<f32> {
         let mut g = self.gate.forward(x, t);
         for (g, &e) in g.iter_mut().zip(ple) {
-            *g = Activation::GeluTanh.apply(*g) * e;
+            *g = GateAct::GeluTanh.apply(*g) * e;
         }
         let mut y = self.proj.forward(&g, t);
         self.post_norm.forward_inplace(&mut y);
         y
+    }
+}
+
+impl RowsOp for Experts {
+    fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        Experts::forward(self, x, t)
     }
 }

@@ -10,7 +10,7 @@ pub mod gemma4_config;
 
 use crate::config::ConfigSource;
 use crate::error::LoadError;
-use crate::loader::{Naming, TensorStore, TensorView};
+use crate::loader::{Naming, TensorStore};
 use crate::nn::{Embedding, Linear};
 use serde_json::Value;
 
@@ -223,7 +223,7 @@ pub fn softcap(
 }
 
 /// The scaled embedding (`× √hidden`, rounded to f32 as transformers and llama.cpp do) and the
-/// output head: the checkpoint's own when present and untied, else the embedding table.
+/// output head ([`crate::arch::embedding_and_head`]).
 pub fn embedding_and_head(
     store: &dyn TensorStore,
     names: &Names,
@@ -231,21 +231,14 @@ pub fn embedding_and_head(
     dim: usize,
     tie: bool,
 ) -> Result<(Embedding, Linear), LoadError> {
-    let table: TensorView = store.require_shape(&names.global("token_embd", ""), &[vocab, dim])?;
-    let mut embed = Embedding::new(table.clone(), (dim as f64).sqrt() as f32)?;
-    let head = match store.get(&names.global("output", "")) {
-        Some(w) if !tie => Linear::from_view(w?, None)?,
-        _ => Linear::from_view(table, None)?,
-    };
-    embed.tie_to(&head);
-    if head.n_out != vocab || head.n_in != dim {
-        return Err(LoadError::tensor(
-            store.path(),
-            &head.weight().name,
-            format!("shape {:?}, expected [{vocab}, {dim}]", head.weight().shape),
-        ));
-    }
-    Ok((embed, head))
+    crate::arch::embedding_and_head(
+        store,
+        &names.global("token_embd", ""),
+        &names.global("output", ""),
+        [vocab, dim],
+        tie,
+        (dim as f64).sqrt() as f32,
+    )
 }
 
 /// Checks that the MLP activation is the tanh-approximated GELU every Gemma uses.

@@ -274,6 +274,43 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.truncate(0);
     }
+
+    /// Layer `layer`'s stored rows in position order: the whole buffer, or, for a ring that
+    /// has wrapped, its oldest rows (from `len % ring`) then the rest.
+    pub fn past(&self, layer: usize) -> Past<'_> {
+        let l = &self.layers[layer];
+        let row = self.row_width(layer);
+        if l.ring == 0 || self.len <= l.ring {
+            return Past {
+                k: [&l.k, &[]],
+                v: [&l.v, &[]],
+            };
+        }
+        let at = (self.len % l.ring) * row;
+        Past {
+            k: [&l.k[at..], &l.k[..at]],
+            v: [&l.v[at..], &l.v[..at]],
+        }
+    }
+}
+
+/// One layer's cached keys and values before a pass, in position order: `k[0]` then `k[1]`
+/// (two pieces so a wrapped ring buffer needs no copy), `[n, row]` together. They are the `n`
+/// positions just before the first new token (`n` may be 0; a sliding layer may hold only its
+/// window). Attention only looks at position differences, so a backend may treat them as
+/// positions `0 .. n` and the new tokens as `n ..` (the keys were rotated at their true
+/// positions when stored).
+#[derive(Clone, Copy, Default)]
+pub struct Past<'a> {
+    pub k: [&'a [f32]; 2],
+    pub v: [&'a [f32]; 2],
+}
+
+impl Past<'_> {
+    /// Rows stored, for rows of `row` values.
+    pub fn rows(&self, row: usize) -> usize {
+        (self.k[0].len() + self.k[1].len()) / row.max(1)
+    }
 }
 
 #[cfg(test)]

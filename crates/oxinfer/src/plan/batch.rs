@@ -1,0 +1,100 @@
+//! Bookkeeping of a multi-sequence batch: the rows of each sequence inside the stacked
+//! activations `[total_tokens, dim]`, the cache each extends, and which rows need logits.
+
+use super::kv_cache::KvCache;
+use crate::error::{Error, Result};
+
+/// One sequence of a batch: new tokens and the cache they extend.
+pub struct SeqBatch<'a> {
+    /// New tokens, at positions `cache.len() ..`.
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+    /// Logits of every new position (else of the last one only).
+    pub all_logits: bool,
+}
+
+/// One sequence's rows in a stacked pass `[total, dim]` and the cache they extend. The cache
+/// still holds the previous positions only (it advances after the whole pass), so the new rows
+/// are at positions `cache.len() ..`.
+pub struct SeqRows<'c> {
+    /// First row in the stacked activations.
+    pub row: usize,
+    /// Number of new tokens.
+    pub len: usize,
+    /// Logits of every new row are wanted (else of the last one).
+    pub all_logits: bool,
+    pub cache: &'c mut KvCache,
+}
+
+impl SeqRows<'_> {
+    /// The rows whose logits are wanted.
+    pub fn logit_rows(&self) -> std::ops::Range<usize> {
+        let first = if self.all_logits {
+            self.row
+        } else {
+            self.row + self.len - 1
+        };
+        first..self.row + self.len
+    }
+}
+
+/// Validates a batch and stacks its sequences: returns the token ids of every sequence and
+/// each sequence's rows.
+pub fn layout<'a>(batch: &'a mut [SeqBatch<'_>]) -> Result<(Vec<u32>, Vec<SeqRows<'a>>)> {
+    let mut ids = Vec::new();
+    let mut seqs = Vec::with_capacity(batch.len());
+    for s in batch.iter_mut() {
+        if s.tokens.is_empty() {
+            return Err(Error::Request("no tokens to run".into()));
+        }
+        let pos0 = s.cache.len();
+        if pos0 + s.tokens.len() > s.cache.capacity() {
+            return Err(Error::Request(format!(
+                "context overflow: {pos0} cached + {} new tokens exceed the context of {}",
+                s.tokens.len(),
+                s.cache.capacity()
+            )));
+        }
+        seqs.push(SeqRows {
+            row: ids.len(),
+            len: s.tokens.len(),
+            all_logits: s.all_logits,
+            cache: &mut *s.cache,
+        });
+        ids.extend_from_slice(s.tokens);
+    }
+    Ok((ids, seqs))
+}
+
+/// Every sequence's logit rows in output order, and how many belong to each sequence.
+pub fn logit_rows(seqs: &[SeqRows<'_>]) -> (Vec<usize>, Vec<usize>) {
+    let mut rows = Vec::new();
+    let mut counts = Vec::with_capacity(seqs.len());
+    for s in seqs {
+        let r = s.logit_rows();
+        counts.push(r.len());
+        rows.extend(r);
+    }
+    (rows, counts)
+}
+
+/// Splits stacked logits `[sum(counts), vocab]` into one buffer per sequence.
+pub fn split_logits(logits: Vec<f32>, vocab: usize, counts: &[usize]) -> Vec<Vec<f32>> {
+    if counts.len() == 1 {
+        return vec![logits];
+    }
+    let mut out = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for &n in counts {
+        out.push(logits[at * vocab..(at + n) * vocab].to_vec());
+        at += n;
+    }
+    out
+}
+
+/// Rows `rows` of the row-major matrix `m` (`width` columns), stacked.
+pub fn gather_rows(m: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter()
+        .flat_map(|&r| m[r * width..(r + 1) * width].iter().copied())
+        .collect()
+}
