@@ -29,6 +29,7 @@
 //!   bus for every op.
 
 pub mod check;
+pub mod cpu_ref;
 pub mod plan_run;
 pub mod registry;
 
