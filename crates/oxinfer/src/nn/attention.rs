@@ -19,16 +19,7 @@ pub fn attention(
     pos0: usize,
     p: &AttnShape,
 ) -> Vec<f32> {
-    let g = AttentionGeom {
-        t,
-        pos0,
-        n_heads: p.n_heads,
-        n_kv_heads: p.n_kv_heads,
-        head_dim: p.head_dim,
-        scale: p.scale,
-        window: p.window,
-        softcap: p.softcap,
-    };
+    let g = AttentionGeom { t, pos0, shape: *p };
     if let Some(b) = backend::active() {
         let mut out = vec![0f32; t * p.n_heads * p.head_dim];
         if b.attention(q, k, v, &g, &mut out) {

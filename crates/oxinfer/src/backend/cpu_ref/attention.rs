@@ -10,40 +10,32 @@ use crate::backend::AttentionGeom;
 /// `q` `[t, n_heads * head_dim]`, `k`/`v` at least `[pos0 + t, n_kv_heads * head_dim]`.
 pub fn attention_cpu(q: &[f32], k: &[f32], v: &[f32], p: &AttentionGeom) -> Vec<f32> {
     let (t, pos0) = (p.t, p.pos0);
-    let hd = p.head_dim;
-    let kv_row = p.n_kv_heads * hd;
-    let q_row = p.n_heads * hd;
+    let hd = p.shape.head_dim;
+    let kv_row = p.shape.n_kv_heads * hd;
+    let q_row = p.shape.n_heads * hd;
     let n_keys = pos0 + t;
     debug_assert_eq!(q.len(), t * q_row);
     debug_assert!(k.len() >= n_keys * kv_row && v.len() >= n_keys * kv_row);
-    let group = p.n_heads / p.n_kv_heads;
+    let group = p.shape.n_heads / p.shape.n_kv_heads;
     let _prof = oxinfer_kernels::profile::scope(
         || "attention".to_string(),
         (2 * n_keys * kv_row * 4) as u64,
         (4 * t * n_keys * q_row) as u64,
     );
     if oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar {
-        let shape = oxinfer_kernels::attention::AttnShape {
-            n_heads: p.n_heads,
-            n_kv_heads: p.n_kv_heads,
-            head_dim: hd,
-            scale: p.scale,
-            window: p.window,
-            softcap: p.softcap,
-        };
         let mut out = vec![0f32; t * q_row];
-        oxinfer_kernels::attention::attention(q, k, v, t, pos0, &shape, &mut out);
+        oxinfer_kernels::attention::attention(q, k, v, t, pos0, &p.shape, &mut out);
         return out;
     }
 
-    let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
+    let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.shape.n_heads];
     oxinfer_kernels::pool::for_each_mut(&mut per_head, |h, out| {
         out.resize(t * hd, 0.0);
         let kvh = h / group;
         let mut scores = vec![0f32; n_keys];
         for i in 0..t {
             let pos = pos0 + i;
-            let first = match p.window {
+            let first = match p.shape.window {
                 Some(w) => (pos + 1).saturating_sub(w),
                 None => 0,
             };
@@ -51,8 +43,8 @@ pub fn attention_cpu(q: &[f32], k: &[f32], v: &[f32], p: &AttentionGeom) -> Vec<
             let mut max = f32::NEG_INFINITY;
             for j in first..=pos {
                 let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
-                let mut s = dot(qi, kj) * p.scale;
-                if let Some(cap) = p.softcap {
+                let mut s = dot(qi, kj) * p.shape.scale;
+                if let Some(cap) = p.shape.softcap {
                     s = cap * (s / cap).tanh();
                 }
                 scores[j] = s;
