@@ -8,7 +8,7 @@ use crate::loader::Naming;
 
 /// transformers' names of the per-layer parts every family spells the same way, by GGUF part
 /// name (the name under `layers.{i}.`, without `.weight`).
-const SHARED_LAYER: &[(&str, &str)] = &[
+pub const SHARED_LAYER: &[(&str, &str)] = &[
     ("attn_norm", "input_layernorm"),
     ("attn_q", "self_attn.q_proj"),
     ("attn_k", "self_attn.k_proj"),
