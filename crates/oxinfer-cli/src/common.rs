@@ -1,11 +1,11 @@
 //! Options and helpers shared by the subcommands.
 
+use crate::progress::stderr_is_tty;
 use anyhow::{Context, Result};
 use clap::Args;
 use oxinfer::engine::SamplingParams;
 use oxinfer::quant::Precision;
 use oxinfer::{LoadOptions, Model};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// Model selection and threads.
@@ -110,11 +110,6 @@ pub fn print_profile() {
             eprint!("{s}");
         }
     }
-}
-
-/// Whether stderr is an interactive terminal (progress bars, colours).
-pub fn stderr_is_tty() -> bool {
-    std::io::stderr().is_terminal()
 }
 
 /// Reads a whole text file, naming it on failure.

@@ -1,6 +1,7 @@
 //! indicatif progress bars for fetching models, hidden when stderr is not a terminal.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 
 /// Draws one bar per download or extraction step.
 pub struct Bars {
@@ -12,7 +13,7 @@ impl Bars {
     pub fn new() -> Self {
         Bars {
             bar: None,
-            enabled: crate::common::stderr_is_tty(),
+            enabled: stderr_is_tty(),
         }
     }
 }
@@ -48,4 +49,9 @@ impl oxinfer::hub::Progress for Bars {
             b.finish_and_clear();
         }
     }
+}
+
+/// Whether stderr is an interactive terminal (progress bars, colours).
+pub fn stderr_is_tty() -> bool {
+    std::io::stderr().is_terminal()
 }

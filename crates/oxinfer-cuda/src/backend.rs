@@ -129,7 +129,7 @@ impl CudaBackend {
         out: &mut [f32],
     ) -> Result<(), String> {
         let start = Instant::now();
-        let kv_len = a.n_keys() * a.n_kv_heads * a.head_dim;
+        let kv_len = a.n_keys() * a.shape.n_kv_heads * a.shape.head_dim;
         let (k, v) = (&k[..kv_len], &v[..kv_len]);
         let mut g = self.lock();
         g.bind()?;
@@ -342,13 +342,13 @@ impl Backend for CudaBackend {
         g: &AttentionGeom,
         out: &mut [f32],
     ) -> bool {
-        let kv_len = g.n_keys() * g.n_kv_heads * g.head_dim;
+        let kv_len = g.n_keys() * g.shape.n_kv_heads * g.shape.head_dim;
         let ok_shape = g.t >= self.min_tokens
-            && g.head_dim.is_multiple_of(32)
-            && g.head_dim <= 256
-            && g.n_kv_heads > 0
-            && g.n_heads.is_multiple_of(g.n_kv_heads)
-            && q.len() == g.t * g.n_heads * g.head_dim
+            && g.shape.head_dim.is_multiple_of(32)
+            && g.shape.head_dim <= 256
+            && g.shape.n_kv_heads > 0
+            && g.shape.n_heads.is_multiple_of(g.shape.n_kv_heads)
+            && q.len() == g.t * g.shape.n_heads * g.shape.head_dim
             && out.len() == q.len()
             && k.len() >= kv_len
             && v.len() >= kv_len;

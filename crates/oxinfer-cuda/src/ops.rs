@@ -39,12 +39,13 @@ pub(crate) fn attention(
     out: CUdeviceptr,
     a: &AttentionGeom,
 ) -> Result<(), String> {
-    let warps = a.n_heads * a.t.div_ceil(4);
+    let sh = &a.shape;
+    let warps = sh.n_heads * a.t.div_ceil(4);
     let blocks = (warps * 32).div_ceil(128) as u32;
     let [t, pos0, h, kvh, hd] =
-        [a.t, a.pos0, a.n_heads, a.n_kv_heads, a.head_dim].map(|v| v as i32);
-    let window = a.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-    let softcap = a.softcap.unwrap_or(0.0);
+        [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim].map(|v| v as i32);
+    let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let softcap = sh.softcap.unwrap_or(0.0);
     g.launch(
         g.k.attention,
         (blocks, 1, 1),
@@ -59,7 +60,7 @@ pub(crate) fn attention(
             arg(&h),
             arg(&kvh),
             arg(&hd),
-            arg(&a.scale),
+            arg(&sh.scale),
             arg(&window),
             arg(&softcap),
         ],

@@ -440,12 +440,14 @@ pub(crate) fn run(
             let geom = oxinfer::backend::AttentionGeom {
                 t: s.len,
                 pos0: n_past,
-                n_heads: d.n_heads,
-                n_kv_heads: d.n_kv_heads,
-                head_dim: hd,
-                scale: l.spec.scale,
-                window: l.spec.window,
-                softcap: None,
+                shape: oxinfer::backend::AttnShape {
+                    n_heads: d.n_heads,
+                    n_kv_heads: d.n_kv_heads,
+                    head_dim: hd,
+                    scale: l.spec.scale,
+                    window: l.spec.window,
+                    softcap: None,
+                },
             };
             ops::attention(
                 g,

@@ -4,7 +4,7 @@
 //! "skipped: no CUDA device" line and passes.
 
 use half::{bf16, f16};
-use oxinfer::backend::{AttentionGeom, Backend, Job};
+use oxinfer::backend::{AttentionGeom, AttnShape, Backend, Job};
 use oxinfer_cuda::{CudaBackend, QuantPath};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
@@ -321,12 +321,14 @@ fn attention_matches_cpu() {
         let g = AttentionGeom {
             t,
             pos0,
-            n_heads: h,
-            n_kv_heads: kvh,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            window,
-            softcap,
+            shape: AttnShape {
+                n_heads: h,
+                n_kv_heads: kvh,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window,
+                softcap,
+            },
         };
         let nk = pos0 + t;
         let q: Vec<f32> = (0..t * h * hd).map(|_| 2.0 * rng.f()).collect();

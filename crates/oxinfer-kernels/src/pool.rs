@@ -170,6 +170,26 @@ fn worker(s: &'static Shared) {
     }
 }
 
+/// Runs `f(i, item)` for every item of `items` on the pool (the calling thread included);
+/// inline when there is one item.
+pub fn for_each_mut<T: Send, F>(items: &mut [T], f: F)
+where
+    F: Fn(usize, &mut T) + Sync,
+{
+    if items.len() <= 1 {
+        for (i, it) in items.iter_mut().enumerate() {
+            f(i, it);
+        }
+        return;
+    }
+    let slots: Vec<Mutex<&mut T>> = items.iter_mut().map(Mutex::new).collect();
+    parallel_for(slots.len(), &|i| {
+        // Each index is claimed by exactly one task, so the lock is never contended.
+        let mut item = slots[i].lock().unwrap_or_else(|e| e.into_inner());
+        f(i, &mut item);
+    });
+}
+
 /// Runs `f(i)` for every `i in 0..n` on the pool (the calling thread included) and returns
 /// when all are done. Calls from inside a task run inline.
 ///

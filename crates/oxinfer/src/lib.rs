@@ -1,10 +1,10 @@
 //! oxinfer: a local inference engine in pure Rust.
 //!
-//! Layers, top to bottom: [`loader`]/[`gguf`] and [`config`] read model files; `oxinfer-kernels`
-//! holds the weight formats and CPU kernels; [`plan`] is the one description of a model that the
-//! CPU and every [`backend`] execute; [`nn`] composes kernels into blocks; [`arch`] describes each
-//! model family as a plan of blocks; [`engine`] (tokenizer, chat templates, sampling, generation) is
-//! what front ends call.
+//! Layers, bottom to top: [`mapped`] files, [`loader`]/[`gguf`] and [`config`] read model files;
+//! `oxinfer-kernels` holds the weight formats and CPU kernels; [`plan`] is the one description of
+//! a model that the CPU and every [`backend`] execute; [`nn`] composes kernels into blocks;
+//! [`arch`] describes each model family as a plan of blocks; [`engine`] (tokenizer, chat
+//! templates, sampling, generation) is what front ends call.
 
 pub mod arch;
 pub mod backend;
@@ -15,6 +15,7 @@ pub mod error;
 pub mod gguf;
 pub mod hub;
 pub mod loader;
+pub mod mapped;
 pub mod nn;
 pub mod plan;
 pub mod quant;

@@ -7,6 +7,7 @@
 
 pub mod gemma;
 pub mod llama;
+pub mod names;
 pub mod qwen35;
 
 pub use crate::plan::SeqBatch;

@@ -78,7 +78,6 @@ fn layer_name(naming: Naming, i: usize, gguf_part: &str) -> String {
         },
         Naming::Hf => {
             let hf = match gguf_part {
-                "post_attention_norm" => "post_attention_layernorm.weight",
                 "attn_qkv" => "linear_attn.in_proj_qkv.weight",
                 "attn_gate" => "linear_attn.in_proj_z.weight",
                 "ssm_beta" => "linear_attn.in_proj_b.weight",

@@ -7,7 +7,7 @@
 //! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
 //! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
 //! program would have taken without the backend (the dispatching CPU matmul, the reference
-//! attention, [`crate::nn::conv::conv2d_cpu`]), so the number says how far the device moves
+//! attention, [`super::cpu_ref::conv::conv2d_cpu`]), so the number says how far the device moves
 //! results from the CPU build.
 
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
@@ -108,7 +108,7 @@ impl Backend for Checked {
             return false;
         }
         let mut cpu = vec![0f32; job.y.len()];
-        match crate::nn::conv::conv2d_cpu(x, g, norm, &job.w, &mut cpu) {
+        match super::cpu_ref::conv::conv2d_cpu(x, g, norm, &job.w, &mut cpu) {
             Ok(()) => record("conv2d".to_string(), job.y, &cpu),
             // Shapes the CPU twin rejects: the device result cannot be trusted either (a
             // non-finite device value against a finite one records an infinite error).
@@ -131,7 +131,7 @@ impl Backend for Checked {
         if !self.inner.attention(q, k, v, g, out) {
             return false;
         }
-        let cpu = crate::nn::attention::attention_cpu(q, k, v, g);
+        let cpu = super::cpu_ref::attention::attention_cpu(q, k, v, g);
         record("attention".to_string(), out, &cpu);
         true
     }
@@ -245,7 +245,7 @@ mod tests {
             false
         }
         fn conv2d(&self, x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>, job: &mut Job) -> bool {
-            crate::nn::conv::conv2d_cpu(x, g, norm, &job.w, job.y).unwrap();
+            crate::backend::cpu_ref::conv::conv2d_cpu(x, g, norm, &job.w, job.y).unwrap();
             job.y.iter_mut().for_each(|v| *v += self.bias);
             true
         }
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn conv2d_is_recomputed_and_recorded() {
-        let g = crate::nn::conv::conv_geom(5, 4, 8, 3, 2).unwrap();
+        let g = crate::backend::cpu_ref::conv::conv_geom(5, 4, 8, 3, 2).unwrap();
         let x: Vec<f32> = (0..5 * 4 * 8).map(|i| (i % 7) as f32 - 3.0).collect();
         let wv: Vec<f32> = (0..6 * 72).map(|i| ((i % 5) as f32 - 2.0) * 0.1).collect();
         let bytes: Vec<u8> = wv.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -267,7 +267,7 @@ mod tests {
             silu: true,
         };
         let mut want = vec![0f32; g.oh * g.ow * 6];
-        crate::nn::conv::conv2d_cpu(&x, &g, Some(&norm), &w, &mut want).unwrap();
+        crate::backend::cpu_ref::conv::conv2d_cpu(&x, &g, Some(&norm), &w, &mut want).unwrap();
         let checked = Checked::new(Box::new(Skewed { bias: 1e3 }));
         let dev = checked.upload(&w).unwrap();
         let mut y = vec![0f32; want.len()];

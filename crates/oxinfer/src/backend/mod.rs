@@ -29,11 +29,13 @@
 //!   bus for every op.
 
 pub mod check;
+pub mod cpu_ref;
 pub mod plan_run;
 pub mod registry;
 
 pub use crate::plan::DeviceWeight;
 pub use oxinfer_kernels::act::GateAct;
+pub use oxinfer_kernels::attention::AttnShape;
 pub use registry::{
     active, check_report, cpu_only, init, install, BackendError, DeviceChoice, DeviceKind,
     DevicePref, GpuInfo, Provider,
@@ -110,7 +112,8 @@ pub struct NormSpec<'a> {
     pub silu: bool,
 }
 
-/// Shape and options of one attention call over a KV cache.
+/// One attention call over a KV cache: the head layout and options ([`AttnShape`], the one
+/// attention shape the kernels, nn and every backend share) applied to `t` new queries.
 ///
 /// Departure from the spec (`q`, `k`, `v` with one head count and `causal: bool`): the model
 /// code holds fewer key/value heads than query heads (GQA), appends new queries after cached
@@ -123,16 +126,8 @@ pub struct AttentionGeom {
     pub t: usize,
     /// Position of the first query; keys are positions `0 .. pos0 + t`.
     pub pos0: usize,
-    pub n_heads: usize,
-    /// Query head `h` reads key/value head `h / (n_heads / n_kv_heads)`.
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    /// Factor on q·k.
-    pub scale: f32,
-    /// Keys older than this many positions are hidden.
-    pub window: Option<usize>,
-    /// Scores become `cap · tanh(score / cap)` before the softmax.
-    pub softcap: Option<f32>,
+    /// Heads, head width, scale, sliding window and soft-cap.
+    pub shape: AttnShape,
 }
 
 impl AttentionGeom {

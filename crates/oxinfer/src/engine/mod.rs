@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod generate;
+mod generation_types;
 pub mod grammar;
 pub mod kl;
 mod model;

@@ -10,7 +10,7 @@ mod value;
 pub use value::{MetaArray, MetaValue};
 
 use crate::error::LoadError;
-use crate::loader::{MappedFile, TensorView};
+use crate::mapped::{MappedFile, TensorView};
 use oxinfer_kernels::WeightFormat;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,8 @@
 use crate::error::{Error, LoadError};
 use crate::loader::TensorView;
 use crate::nn::linear::{Linear, PackedSlot};
-use crate::nn::parallel::for_each_mut;
 use crate::plan::EmbedOp;
+use oxinfer_kernels::pool::for_each_mut;
 
 /// An embedding table `[vocab, dim]`, borrowed from its file.
 pub struct Embedding {

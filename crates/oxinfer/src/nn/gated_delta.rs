@@ -8,7 +8,7 @@
 //! unit-lower-triangular solve per chunk, as the reference implementation); one token uses the
 //! recurrent form. Both compute the same thing.
 
-use super::{parallel, Linear, SeqRows};
+use super::{Linear, SeqRows};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
 use crate::plan::RecurrentOp;
@@ -228,7 +228,7 @@ impl GatedDeltaNet {
             .chunks_exact_mut(dk * dv)
             .map(|st| (st, vec![0f32; t * dv]))
             .collect();
-        parallel::for_each_mut(&mut heads, |vh, (st, o)| {
+        oxinfer_kernels::pool::for_each_mut(&mut heads, |vh, (st, o)| {
             let kh = s.k_head_of(vh);
             let mut q = vec![0f32; t * dk];
             let mut k = vec![0f32; t * dk];

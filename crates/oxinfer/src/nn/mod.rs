@@ -9,13 +9,13 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
-pub mod parallel;
 pub mod rope;
 pub mod self_attention;
 
+pub use crate::backend::cpu_ref::conv::{conv2d_cpu, conv_geom, conv_input_norm, ConvError};
 pub use crate::plan::{KvCache, LayerCache, RecurrentState, SeqRows};
 pub use attention::{attention, attention_cached};
-pub use conv::{conv2d, conv2d_cpu, conv_geom, conv_input_norm, ConvError};
+pub use conv::conv2d;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mlp::GatedMlp;

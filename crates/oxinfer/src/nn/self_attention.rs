@@ -148,7 +148,7 @@ impl SelfAttention {
         for (i, out) in big {
             out.copy_from_slice(&attend(i));
         }
-        crate::nn::parallel::for_each_mut(&mut small, |_, (i, out)| {
+        oxinfer_kernels::pool::for_each_mut(&mut small, |_, (i, out)| {
             out.copy_from_slice(&attend(*i));
         });
         if let Some(g) = gate {

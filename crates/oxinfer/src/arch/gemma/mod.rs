@@ -8,6 +8,7 @@ pub mod gemma4;
 pub mod gemma4_block;
 pub mod gemma4_config;
 
+use super::names::{hf_layer_part, GEMMA_LAYER};
 use crate::config::ConfigSource;
 use crate::error::LoadError;
 use crate::loader::{Naming, TensorStore};
@@ -20,32 +21,6 @@ pub enum LayerKind {
     Sliding,
     Full,
 }
-
-/// transformers' names of per-layer tensors, by GGUF part name (Gemma spelling: `ffn_norm` is
-/// the pre-feed-forward norm, the post-norms have their own names).
-const HF_LAYER: &[(&str, &str)] = &[
-    ("attn_norm", "input_layernorm"),
-    ("attn_q", "self_attn.q_proj"),
-    ("attn_k", "self_attn.k_proj"),
-    ("attn_v", "self_attn.v_proj"),
-    ("attn_output", "self_attn.o_proj"),
-    ("attn_q_norm", "self_attn.q_norm"),
-    ("attn_k_norm", "self_attn.k_norm"),
-    ("post_attention_norm", "post_attention_layernorm"),
-    ("ffn_norm", "pre_feedforward_layernorm"),
-    ("post_ffw_norm", "post_feedforward_layernorm"),
-    ("ffn_gate", "mlp.gate_proj"),
-    ("ffn_up", "mlp.up_proj"),
-    ("ffn_down", "mlp.down_proj"),
-    // Gemma 4: the MoE block's norms and router, the per-layer-embedding block.
-    ("pre_ffw_norm_2", "pre_feedforward_layernorm_2"),
-    ("post_ffw_norm_1", "post_feedforward_layernorm_1"),
-    ("post_ffw_norm_2", "post_feedforward_layernorm_2"),
-    ("ffn_gate_inp", "router.proj"),
-    ("inp_gate", "per_layer_input_gate"),
-    ("proj", "per_layer_projection"),
-    ("post_norm", "post_per_layer_input_norm"),
-];
 
 /// Tensor names of a Gemma checkpoint: GGUF, or transformers' text-only (`model.…`) and
 /// multimodal (`model.language_model.…`, older `language_model.model.…`) spellings.
@@ -113,10 +88,7 @@ impl Names {
         match self.naming {
             Naming::Gguf => format!("blk.{i}.{part}.weight"),
             Naming::Hf => {
-                let hf = HF_LAYER
-                    .iter()
-                    .find(|(g, _)| *g == part)
-                    .map_or(part, |(_, h)| h);
+                let hf = hf_layer_part(GEMMA_LAYER, part);
                 format!("{}layers.{i}.{hf}.weight", self.prefix)
             }
         }

@@ -2,7 +2,7 @@
 //! constraint and streamed text. It turns the logits of each step into [`SeqEvent`]s.
 
 use super::logprobs::{top_logprobs, TokenLogprob};
-use crate::engine::generate::{GenerateOptions, StopReason, Timings};
+use crate::engine::generation_types::{GenerateOptions, StopReason, Timings};
 use crate::engine::grammar::{Constraint, Vocabulary};
 use crate::engine::sampler::Sampler;
 use crate::engine::stop::StopMatcher;

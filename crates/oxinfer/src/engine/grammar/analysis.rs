@@ -8,7 +8,7 @@
 //! matcher recurse forever; both are refused when the schema is compiled.
 
 use super::budget::{Budget, Exhausted};
-use super::schema::{Node, NodeId};
+use super::node::{Node, NodeId};
 
 /// Most alternatives one `anyOf`/`oneOf` node may fan out to (leaves after following nested
 /// `anyOf`s).

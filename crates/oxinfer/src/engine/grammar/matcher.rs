@@ -5,9 +5,9 @@
 //! can still be completed), so a decoder that only picks tokens the matcher accepts always
 //! ends with a valid document.
 
+use super::node::{Grammar, Node, NodeId, MAX_STACK};
 use super::numeric::{Bounds, MAX_DIGITS};
 use super::regex::{DEAD, UNBOUNDED};
-use super::schema::{Grammar, Node, NodeId, MAX_STACK};
 use super::unique::canonical_text;
 use std::sync::Arc;
 

@@ -10,6 +10,7 @@ mod keywords;
 mod matcher;
 mod merge;
 mod negate;
+mod node;
 mod numeric;
 mod oneof;
 mod regex;
@@ -20,8 +21,9 @@ mod unique;
 pub use analysis::MAX_ALTERNATIVES;
 pub use budget::{CompileLimits, DEFAULT_TIME, DEFAULT_WORK};
 pub use matcher::JsonMatcher;
+pub use node::{Grammar, Node, NodeId, MAX_ENUM_VALUES};
 pub use regex::{MAX_GROUP_DEPTH, MAX_PATTERN_CHARS};
-pub use schema::{Grammar, Node, NodeId, SchemaError, MAX_ENUM_VALUES};
+pub use schema::SchemaError;
 
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;

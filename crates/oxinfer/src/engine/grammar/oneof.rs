@@ -9,7 +9,7 @@
 //! overlap is refused with an error naming `oneOf`.
 
 use super::budget::Budget;
-use super::schema::{Grammar, Node, NodeId};
+use super::node::{Grammar, Node, NodeId};
 use serde_json::{Map, Value};
 
 /// How deep the proof follows nested schemas before giving up (treating them as overlapping).

@@ -5,8 +5,8 @@
 //! reaches a dead end. Values compare as validators compare them (`1` equals `1.0`).
 
 use super::budget::Budget;
+use super::node::{Grammar, Node, NodeId, MAX_ENUM_VALUES};
 use super::oneof::canonical;
-use super::schema::{Grammar, Node, NodeId, MAX_ENUM_VALUES};
 use serde_json::Value;
 
 /// The text two equal values share.

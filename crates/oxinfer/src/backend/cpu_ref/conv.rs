@@ -1,0 +1,616 @@
+//! The CPU reference of [`Backend::conv2d`](crate::backend::Backend::conv2d): 2-D convolution
+//! over channels-last activations, with an optional GroupNorm / LayerNorm (+ SiLU) fused into its
+//! input (normalize, unfold in row blocks, matmul). [`crate::nn::conv2d`] offers the op to the
+//! installed backend first.
+//!
+//! Layouts (see [`ConvGeom`]): input `x` `[h * w, cin]`, output `y` `[oh * ow, n_out]`, weights
+//! `[n_out][ky][kx][cin]` as a [`WeightMatrix`] of `n_out` rows and `k * k * cin` columns in any
+//! format the CPU kernels read. Padding is `k / 2` zeros on every side, added *after* the
+//! normalization (padded taps contribute 0, not `norm(0)`), so
+//! `oh = (h + 2 * (k / 2) - k) / stride + 1` (and the same for `ow`). The bias, if any, is the
+//! caller's to add.
+
+use crate::backend::{ConvGeom, NormKind, NormSpec};
+use oxinfer_kernels::WeightMatrix;
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+/// A convolution whose arguments do not fit together; the message names the tensor and the
+/// dimension at fault.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[error("conv2d: {0}")]
+pub struct ConvError(pub String);
+
+fn bad<T>(what: String) -> Result<T, ConvError> {
+    Err(ConvError(what))
+}
+
+/// Output size of one spatial dimension: `(n + 2 * (k / 2) - k) / stride + 1`, or `None` when
+/// `n`, `k` or `stride` is 0.
+pub fn conv_out_size(n: usize, k: usize, stride: usize) -> Option<usize> {
+    if n == 0 || k == 0 || stride == 0 {
+        return None;
+    }
+    Some((n + 2 * (k / 2)).checked_sub(k)? / stride + 1)
+}
+
+/// The geometry of a `k × k` convolution of stride `stride` over `[h * w, cin]`, with the output
+/// size computed.
+///
+/// # Errors
+/// A zero dimension, kernel size or stride.
+pub fn conv_geom(
+    h: usize,
+    w: usize,
+    cin: usize,
+    k: usize,
+    stride: usize,
+) -> Result<ConvGeom, ConvError> {
+    if cin == 0 {
+        return bad("input channels (cin) is 0".to_string());
+    }
+    match (conv_out_size(h, k, stride), conv_out_size(w, k, stride)) {
+        (Some(oh), Some(ow)) => Ok(ConvGeom {
+            h,
+            w,
+            cin,
+            k,
+            stride,
+            oh,
+            ow,
+        }),
+        _ => bad(format!(
+            "height {h}, width {w}, kernel size {k} and stride {stride} must all be nonzero"
+        )),
+    }
+}
+
+/// Checks the geometry against itself and the normalization against `cin` (what
+/// [`conv_input_norm`] needs).
+fn check_geom_norm(x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>) -> Result<(), ConvError> {
+    let want = conv_geom(g.h, g.w, g.cin, g.k, g.stride)?;
+    if (g.oh, g.ow) != (want.oh, want.ow) {
+        return bad(format!(
+            "output size {}x{} (oh x ow) does not follow from input {}x{}, kernel size {} and \
+             stride {}: expected {}x{}",
+            g.oh, g.ow, g.h, g.w, g.k, g.stride, want.oh, want.ow
+        ));
+    }
+    let n_x = g.h.checked_mul(g.w).and_then(|v| v.checked_mul(g.cin));
+    if n_x != Some(x.len()) {
+        return bad(format!(
+            "input x has {} values, expected h * w * cin = {} * {} * {}",
+            x.len(),
+            g.h,
+            g.w,
+            g.cin
+        ));
+    }
+    if let Some(n) = norm {
+        for (name, v) in [("gamma", n.gamma), ("beta", n.beta)] {
+            if v.len() != g.cin {
+                return bad(format!(
+                    "norm {name} has {} values, expected cin = {}",
+                    v.len(),
+                    g.cin
+                ));
+            }
+        }
+        if let NormKind::Group(groups) = n.kind {
+            if groups == 0 || !g.cin.is_multiple_of(groups) {
+                return bad(format!(
+                    "GroupNorm groups = {groups} does not divide cin = {}",
+                    g.cin
+                ));
+            }
+        }
+        if !(n.eps >= 0.0 && n.eps.is_finite()) {
+            return bad(format!("norm eps = {} is not a finite value >= 0", n.eps));
+        }
+    }
+    Ok(())
+}
+
+/// Checks every shape of a convolution: `x` against the geometry, the weight's columns
+/// (`k * k * cin`) and bytes, the norm's `gamma`/`beta` and groups, and `y`
+/// (`oh * ow * n_out`, `n_out` = the weight's rows).
+///
+/// # Errors
+/// The first mismatch, naming the tensor and the dimension.
+pub fn check_conv(
+    x: &[f32],
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &WeightMatrix,
+    y: &[f32],
+) -> Result<(), ConvError> {
+    check_geom_norm(x, g, norm)?;
+    let cols = g.k * g.k * g.cin;
+    if w.cols != cols {
+        return bad(format!(
+            "weight has {} columns, expected k * k * cin = {} * {} * {} = {cols}",
+            w.cols, g.k, g.k, g.cin
+        ));
+    }
+    let Some(rb) = w.format.row_bytes(w.cols) else {
+        return bad(format!(
+            "weight columns = {} do not fill whole {} blocks of {}",
+            w.cols,
+            w.format,
+            w.format.block_size()
+        ));
+    };
+    if w.rows.checked_mul(rb) != Some(w.data.len()) {
+        return bad(format!(
+            "weight data has {} bytes, expected n_out * row bytes = {} * {rb}",
+            w.data.len(),
+            w.rows
+        ));
+    }
+    let sb = w.row_scale_bytes();
+    if w.scales.len() != w.rows * sb {
+        return bad(format!(
+            "weight scales have {} bytes, expected n_out * {sb}",
+            w.scales.len()
+        ));
+    }
+    let n_y = (g.oh * g.ow).checked_mul(w.rows);
+    if n_y != Some(y.len()) {
+        return bad(format!(
+            "output y has {} values, expected oh * ow * n_out = {} * {} * {}",
+            y.len(),
+            g.oh,
+            g.ow,
+            w.rows
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU reference of [`crate::nn::conv2d`]: [`conv_input_norm`], then the `k × k` neighbourhoods unfolded
+/// (zero padding) into blocks of output pixels, each multiplied by `w` with the CPU kernels
+/// (`oxinfer_kernels::matmul`; quantized formats quantize the unfolded activations to int8
+/// blocks as every CPU matmul does). A 1 × 1 convolution of stride 1 multiplies `x` directly.
+///
+/// # Errors
+/// As [`check_conv`].
+pub fn conv2d_cpu(
+    x: &[f32],
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &WeightMatrix,
+    y: &mut [f32],
+) -> Result<(), ConvError> {
+    check_conv(x, g, norm, w, y)?;
+    // Unfolded rows per block: about 4 Mi values (16 MiB), at least 64 rows so the matmul
+    // keeps its efficiency.
+    let block = ((4 << 20) / w.cols.max(1)).max(64);
+    conv2d_cpu_blocks(x, g, norm, w, y, block)
+}
+
+/// [`conv2d_cpu`] after the shape checks, unfolding `block` output pixels at a time.
+fn conv2d_cpu_blocks(
+    x: &[f32],
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &WeightMatrix,
+    y: &mut [f32],
+    block: usize,
+) -> Result<(), ConvError> {
+    let _prof =
+        oxinfer_kernels::profile::scope(|| "conv2d unfold".to_string(), (x.len() * 4) as u64, 0);
+    let xn: Cow<[f32]> = match norm {
+        Some(n) => Cow::Owned(conv_input_norm(x, g, n)?),
+        None => Cow::Borrowed(x),
+    };
+    let (n_out, cols) = (w.rows, w.cols);
+    let pixels = g.oh * g.ow;
+    if n_out == 0 || pixels == 0 {
+        return Ok(());
+    }
+    if g.k == 1 && g.stride == 1 {
+        oxinfer_kernels::matmul(w, &xn, pixels, y);
+        return Ok(());
+    }
+    let block = block.clamp(1, pixels);
+    let mut buf = vec![0f32; block * cols];
+    let mut p0 = 0;
+    while p0 < pixels {
+        let n = block.min(pixels - p0);
+        let cols_buf = &mut buf[..n * cols];
+        unfold(&xn, g, p0, cols_buf);
+        oxinfer_kernels::matmul(w, cols_buf, n, &mut y[p0 * n_out..(p0 + n) * n_out]);
+        p0 += n;
+    }
+    Ok(())
+}
+
+/// Writes the unfolded rows of output pixels `p0 .. p0 + out.len() / (k²·cin)` into `out`
+/// (`[n, k * k * cin]`, taps in `(ky, kx)` order, each `cin` values; zeros outside the image),
+/// rows spread over the thread pool.
+fn unfold(x: &[f32], g: &ConvGeom, p0: usize, out: &mut [f32]) {
+    let cin = g.cin;
+    let cols = g.k * g.k * cin;
+    let pad = g.k / 2;
+    let rows_per_task = 16;
+    let tasks: Vec<Mutex<&mut [f32]>> = out
+        .chunks_mut(rows_per_task * cols)
+        .map(Mutex::new)
+        .collect();
+    oxinfer_kernels::pool::parallel_for(tasks.len(), &|ti| {
+        let mut chunk = tasks[ti].lock().unwrap_or_else(|e| e.into_inner());
+        for (r, row) in chunk.chunks_exact_mut(cols).enumerate() {
+            let p = p0 + ti * rows_per_task + r;
+            let (oy, ox) = (p / g.ow, p % g.ow);
+            for ky in 0..g.k {
+                let iy = (oy * g.stride + ky).wrapping_sub(pad);
+                for kx in 0..g.k {
+                    let ix = (ox * g.stride + kx).wrapping_sub(pad);
+                    let dst = &mut row[(ky * g.k + kx) * cin..(ky * g.k + kx + 1) * cin];
+                    if iy < g.h && ix < g.w {
+                        let src = (iy * g.w + ix) * cin;
+                        dst.copy_from_slice(&x[src..src + cin]);
+                    } else {
+                        dst.fill(0.0);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The convolution's input after `norm`: GroupNorm (mean and biased variance per group over all
+/// pixels and the group's `cin / groups` channels) or LayerNorm (per pixel over its `cin`
+/// channels), statistics accumulated in f64 in two passes; then `(x − mean) · rstd · gamma + beta`
+/// in f32 with `rstd = 1 / sqrt(var + eps)`, then SiLU (`v · sigmoid(v)`) if `norm.silu`.
+/// Returns `[h * w, cin]`.
+///
+/// # Errors
+/// `x` not `[h * w, cin]`, `gamma`/`beta` not `[cin]`, groups not dividing `cin`.
+pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f32>, ConvError> {
+    check_geom_norm(x, g, Some(norm))?;
+    let cin = g.cin;
+    let mut out = vec![0f32; x.len()];
+    let apply = |v: f32, c: usize, mean: f32, rstd: f32| -> f32 {
+        let v = (v - mean) * rstd * norm.gamma[c] + norm.beta[c];
+        if norm.silu {
+            v / (1.0 + (-v).exp())
+        } else {
+            v
+        }
+    };
+    match norm.kind {
+        NormKind::Group(groups) => {
+            let cpg = cin / groups;
+            let n = (x.len() / cin * cpg) as f64;
+            let mut mean = vec![0f64; groups];
+            for px in x.chunks_exact(cin) {
+                for (c, &v) in px.iter().enumerate() {
+                    mean[c / cpg] += v as f64;
+                }
+            }
+            mean.iter_mut().for_each(|m| *m /= n);
+            let mut var = vec![0f64; groups];
+            for px in x.chunks_exact(cin) {
+                for (c, &v) in px.iter().enumerate() {
+                    let d = v as f64 - mean[c / cpg];
+                    var[c / cpg] += d * d;
+                }
+            }
+            let stats: Vec<(f32, f32)> = mean
+                .iter()
+                .zip(&var)
+                .map(|(&m, &v)| (m as f32, (1.0 / (v / n + norm.eps as f64).sqrt()) as f32))
+                .collect();
+            for (px, o) in x.chunks_exact(cin).zip(out.chunks_exact_mut(cin)) {
+                for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
+                    let (m, r) = stats[c / cpg];
+                    *o = apply(v, c, m, r);
+                }
+            }
+        }
+        NormKind::Layer => {
+            for (px, o) in x.chunks_exact(cin).zip(out.chunks_exact_mut(cin)) {
+                let m = px.iter().map(|&v| v as f64).sum::<f64>() / cin as f64;
+                let var = px.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cin as f64;
+                let (m, r) = (m as f32, (1.0 / (var + norm.eps as f64).sqrt()) as f32);
+                for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
+                    *o = apply(v, c, m, r);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+    use oxinfer_kernels::WeightFormat;
+
+    struct Rng(u64);
+    impl Rng {
+        /// Uniform in [-1, 1).
+        fn f(&mut self) -> f32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+        fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+            (0..n).map(|_| self.f() * scale + offset).collect()
+        }
+    }
+
+    /// Weight bytes in `f` (F32 or F16) and the values they hold.
+    fn weights(f: WeightFormat, vals: &[f32]) -> (Vec<u8>, Vec<f64>) {
+        match f {
+            WeightFormat::F32 => (
+                vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                vals.iter().map(|&v| v as f64).collect(),
+            ),
+            WeightFormat::F16 => {
+                let h: Vec<f16> = vals.iter().map(|&v| f16::from_f32(v)).collect();
+                (
+                    h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    h.iter().map(|v| v.to_f64()).collect(),
+                )
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// The normalization written out directly, in f64.
+    fn naive_norm(x: &[f32], g: &ConvGeom, n: &NormSpec) -> Vec<f64> {
+        let (hw, cin) = (g.h * g.w, g.cin);
+        let groups = match n.kind {
+            NormKind::Group(gr) => gr,
+            NormKind::Layer => 1,
+        };
+        let cpg = cin / groups;
+        let mut out = vec![0f64; x.len()];
+        // Sets of (pixel, channel) sharing statistics.
+        let sets: Vec<Vec<(usize, usize)>> = match n.kind {
+            NormKind::Group(_) => (0..groups)
+                .map(|gi| {
+                    (0..hw)
+                        .flat_map(|p| (gi * cpg..(gi + 1) * cpg).map(move |c| (p, c)))
+                        .collect()
+                })
+                .collect(),
+            NormKind::Layer => (0..hw)
+                .map(|p| (0..cin).map(|c| (p, c)).collect())
+                .collect(),
+        };
+        for set in sets {
+            let val = |&(p, c): &(usize, usize)| x[p * cin + c] as f64;
+            let m = set.iter().map(val).sum::<f64>() / set.len() as f64;
+            let var = set.iter().map(|e| (val(e) - m).powi(2)).sum::<f64>() / set.len() as f64;
+            for e @ &(p, c) in &set {
+                let mut v = (val(e) - m) / (var + n.eps as f64).sqrt() * n.gamma[c] as f64
+                    + n.beta[c] as f64;
+                if n.silu {
+                    v /= 1.0 + (-v).exp();
+                }
+                out[p * cin + c] = v;
+            }
+        }
+        out
+    }
+
+    /// The convolution as six loops in f64 (`wv` `[n_out][ky][kx][cin]`).
+    fn naive_conv(x: &[f64], g: &ConvGeom, wv: &[f64], n_out: usize) -> Vec<f64> {
+        let pad = g.k / 2;
+        let mut y = vec![0f64; g.oh * g.ow * n_out];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                for o in 0..n_out {
+                    let mut s = 0f64;
+                    for ky in 0..g.k {
+                        for kx in 0..g.k {
+                            let iy = (oy * g.stride + ky) as isize - pad as isize;
+                            let ix = (ox * g.stride + kx) as isize - pad as isize;
+                            if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                                continue;
+                            }
+                            for c in 0..g.cin {
+                                let xv = x[(iy as usize * g.w + ix as usize) * g.cin + c];
+                                s += xv * wv[((o * g.k + ky) * g.k + kx) * g.cin + c];
+                            }
+                        }
+                    }
+                    y[(oy * g.ow + ox) * n_out + o] = s;
+                }
+            }
+        }
+        y
+    }
+
+    fn rel_err(a: &[f32], b: &[f64]) -> f64 {
+        let md = a.iter().zip(b).map(|(&a, &b)| (a as f64 - b).abs());
+        let mr = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+        md.fold(0f64, f64::max) / mr.max(1e-30)
+    }
+
+    #[test]
+    fn matches_direct_convolution() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        // (h, w, cin, n_out, k, stride)
+        let shapes = [
+            (5, 7, 3, 4, 3, 1),
+            (8, 8, 8, 16, 3, 2),
+            (6, 5, 12, 7, 1, 1),
+            (9, 4, 16, 5, 1, 2),
+            (7, 7, 40, 9, 3, 1),
+            (11, 6, 4, 3, 5, 2),
+            (1, 1, 6, 2, 3, 1),
+            (3, 2, 8, 3, 3, 2),
+        ];
+        let kinds = [
+            None,
+            Some((NormKind::Layer, false)),
+            Some((NormKind::Layer, true)),
+            Some((NormKind::Group(2), false)),
+            Some((NormKind::Group(1), true)),
+            Some((NormKind::Group(4), true)),
+        ];
+        for &(h, w, cin, n_out, k, stride) in &shapes {
+            let g = conv_geom(h, w, cin, k, stride).unwrap();
+            // An offset so that the norm's mean matters.
+            let x = rng.vec(h * w * cin, 2.0, 0.7);
+            let gamma = rng.vec(cin, 0.5, 1.0);
+            let beta = rng.vec(cin, 0.3, 0.0);
+            let wvals = rng.vec(n_out * k * k * cin, 0.5, 0.0);
+            for kind in kinds {
+                if let Some((NormKind::Group(gr), _)) = kind {
+                    if cin % gr != 0 {
+                        continue;
+                    }
+                }
+                let norm = kind.map(|(kind, silu)| NormSpec {
+                    kind,
+                    eps: 1e-5,
+                    gamma: &gamma,
+                    beta: &beta,
+                    silu,
+                });
+                let xn = match &norm {
+                    Some(n) => naive_norm(&x, &g, n),
+                    None => x.iter().map(|&v| v as f64).collect(),
+                };
+                for f in [WeightFormat::F32, WeightFormat::F16] {
+                    let (bytes, wv) = weights(f, &wvals);
+                    let wm = WeightMatrix::new(f, &bytes, n_out, k * k * cin).unwrap();
+                    let want = naive_conv(&xn, &g, &wv, n_out);
+                    // Whole blocks, and blocks of 3 pixels (a ragged last block).
+                    for block in [usize::MAX, 3] {
+                        let mut y = vec![f32::NAN; g.oh * g.ow * n_out];
+                        conv2d_cpu_blocks(&x, &g, norm.as_ref(), &wm, &mut y, block).unwrap();
+                        let e = rel_err(&y, &want);
+                        assert!(
+                            e < 1e-5,
+                            "{h}x{w}x{cin} -> {n_out} k{k} s{stride} {kind:?} {f} block {block}: \
+                             rel err {e:.2e}"
+                        );
+                    }
+                    let mut y = vec![f32::NAN; g.oh * g.ow * n_out];
+                    conv2d_cpu(&x, &g, norm.as_ref(), &wm, &mut y).unwrap();
+                    assert!(rel_err(&y, &want) < 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn input_norm_matches_direct_formula() {
+        let mut rng = Rng(77);
+        let g = conv_geom(64, 64, 40, 3, 1).unwrap();
+        // A large mean against a small spread: what a one-pass f32 variance gets wrong.
+        let x = rng.vec(64 * 64 * 40, 0.01, 100.0);
+        let gamma = rng.vec(40, 0.5, 1.0);
+        let beta = rng.vec(40, 0.3, 0.0);
+        for kind in [NormKind::Group(1), NormKind::Group(8), NormKind::Layer] {
+            let n = NormSpec {
+                kind,
+                eps: 1e-6,
+                gamma: &gamma,
+                beta: &beta,
+                silu: true,
+            };
+            let got = conv_input_norm(&x, &g, &n).unwrap();
+            let e = rel_err(&got, &naive_norm(&x, &g, &n));
+            // The mean is rounded to f32 (ulp(100) / 2 = 3.8e-6 against a spread of 6e-3)
+            // before `x − mean`: 1e-4-level error. A one-pass f32 variance would be O(1) off.
+            assert!(e < 1e-3, "{kind:?}: rel err {e:.2e}");
+        }
+    }
+
+    #[test]
+    fn quantized_weights_take_the_quantized_matmul() {
+        // Q8 (32-weight blocks, split scales): the CPU matmul quantizes the unfolded activations
+        // to int8, so the result is close to, not equal to, the f32 product.
+        let mut rng = Rng(5);
+        let g = conv_geom(6, 6, 32, 3, 1).unwrap();
+        let (n_out, cols) = (8, 9 * 32);
+        let x = rng.vec(6 * 6 * 32, 1.0, 0.0);
+        let wvals = rng.vec(n_out * cols, 0.5, 0.0);
+        let (f32_bytes, _) = weights(WeightFormat::F32, &wvals);
+        let wf = WeightMatrix::new(WeightFormat::F32, &f32_bytes, n_out, cols).unwrap();
+        let q = oxinfer_kernels::quantize::quantize_matrix(&wf, WeightFormat::Q8).unwrap();
+        let wm = q.matrix(n_out, cols).unwrap();
+        let mut deq = vec![0f32; cols];
+        let mut wv = Vec::new();
+        for r in 0..n_out {
+            wm.dequantize_row_into(r, &mut deq);
+            wv.extend(deq.iter().map(|&v| v as f64));
+        }
+        let xd: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let want = naive_conv(&xd, &g, &wv, n_out);
+        let mut y = vec![0f32; 36 * n_out];
+        conv2d_cpu(&x, &g, None, &wm, &mut y).unwrap();
+        let e = rel_err(&y, &want);
+        assert!(e < 2e-2, "rel err {e:.2e}");
+    }
+
+    #[test]
+    fn shape_errors_name_the_dimension() {
+        let g = conv_geom(4, 4, 8, 3, 1).unwrap();
+        let x = vec![0f32; 4 * 4 * 8];
+        let bytes = vec![0u8; 5 * 72 * 4];
+        let w = WeightMatrix::new(WeightFormat::F32, &bytes, 5, 72).unwrap();
+        let ones = vec![1f32; 8];
+        let mut y = vec![0f32; 16 * 5];
+        let err = |x: &[f32], g: &ConvGeom, n: Option<&NormSpec>, w: &WeightMatrix, y: &[f32]| {
+            let e = check_conv(x, g, n, w, y).unwrap_err().0;
+            let mut y2 = y.to_vec();
+            assert_eq!(conv2d_cpu(x, g, n, w, &mut y2).unwrap_err().0, e);
+            e
+        };
+        assert!(err(&x[1..], &g, None, &w, &y).contains("input x"));
+        let w_bad = WeightMatrix { cols: 71, ..w };
+        assert!(err(&x, &g, None, &w_bad, &y).contains("columns"));
+        let g_bad = ConvGeom { oh: 3, ..g };
+        assert!(err(&x, &g_bad, None, &w, &y).contains("oh x ow"));
+        let g_s2 = ConvGeom { stride: 2, ..g };
+        assert!(err(&x, &g_s2, None, &w, &y).contains("expected 2x2"));
+        assert!(err(&x, &g, None, &w, &y[1..]).contains("output y"));
+        let n = |kind, gamma, beta| NormSpec {
+            kind,
+            eps: 1e-5,
+            gamma,
+            beta,
+            silu: false,
+        };
+        let e = err(&x, &g, Some(&n(NormKind::Layer, &ones[1..], &ones)), &w, &y);
+        assert!(e.contains("gamma"), "{e}");
+        let e = err(&x, &g, Some(&n(NormKind::Layer, &ones, &ones[..3])), &w, &y);
+        assert!(e.contains("beta"), "{e}");
+        for groups in [0, 3] {
+            let e = err(
+                &x,
+                &g,
+                Some(&n(NormKind::Group(groups), &ones, &ones)),
+                &w,
+                &y,
+            );
+            assert!(e.contains("groups"), "{e}");
+        }
+        assert!(conv_geom(4, 4, 8, 3, 0).is_err());
+        assert!(conv_geom(4, 4, 8, 0, 1).is_err());
+        assert!(conv_geom(4, 4, 0, 3, 1).is_err());
+        assert!(conv_input_norm(&x[1..], &g, &n(NormKind::Layer, &ones, &ones)).is_err());
+        // A consistent call works.
+        conv2d_cpu(&x, &g, None, &w, &mut y).unwrap();
+    }
+
+    #[test]
+    fn output_size_formula() {
+        assert_eq!(conv_out_size(64, 3, 1), Some(64));
+        assert_eq!(conv_out_size(64, 3, 2), Some(32));
+        assert_eq!(conv_out_size(13, 3, 2), Some(7));
+        assert_eq!(conv_out_size(7, 1, 2), Some(4));
+        assert_eq!(conv_out_size(1, 3, 1), Some(1));
+        assert_eq!(conv_out_size(0, 3, 1), None);
+    }
+}
