@@ -218,24 +218,11 @@ impl KvCache {
     /// see, cannot rewind part-way: it empties instead; check [`KvCache::len`].
     pub fn truncate(&mut self, len: usize) {
         if len < self.len && !self.layers.iter().all(|l| l.serves(len)) {
-            for l in &mut self.layers {
-                l.k.clear();
-                l.v.clear();
-                l.start = 0;
-                l.ring = l.window.unwrap_or(0);
-            }
-            for r in &mut self.recurrent {
-                r.conv.fill(0.0);
-                r.state.fill(0.0);
-            }
-            self.len = 0;
+            self.reset();
             return;
         }
         let len = if len < self.len && !self.recurrent.is_empty() {
-            for r in &mut self.recurrent {
-                r.conv.fill(0.0);
-                r.state.fill(0.0);
-            }
+            self.clear_recurrent();
             0
         } else {
             len
@@ -263,11 +250,16 @@ impl KvCache {
             l.start = 0;
             l.ring = l.window.unwrap_or(0);
         }
+        self.clear_recurrent();
+        self.len = 0;
+    }
+
+    /// Zeroes every recurrent (convolution and DeltaNet) state.
+    fn clear_recurrent(&mut self) {
         for r in &mut self.recurrent {
             r.conv.fill(0.0);
             r.state.fill(0.0);
         }
-        self.len = 0;
     }
 
     /// Empties the cache, keeping its allocation.
