@@ -48,6 +48,18 @@ impl ApiError {
         .with_code("invalid_api_key")
     }
 
+    /// 415: a request body that does not say it is JSON.
+    pub fn unsupported_media_type(given: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            format!(
+                "Content-Type '{given}' is not accepted: send the body as 'Content-Type: application/json'"
+            ),
+        )
+        .with_param("Content-Type")
+    }
+
     /// 404: unknown model or route.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)

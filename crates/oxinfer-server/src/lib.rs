@@ -122,6 +122,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .layer(axum::middleware::from_fn(require_json))
         .route("/health", get(health))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
@@ -185,6 +186,37 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
 
 /// `200 {"status":"ok"}` while the scheduler thread runs; `503 {"status":"error", ...}` once it
 /// has died (every generation request would fail), so a supervisor can restart the server.
+/// Whether a `Content-Type` value names JSON (`application/json` or `application/*+json`,
+/// parameters such as `charset` ignored, case-insensitive).
+fn is_json_media_type(value: &str) -> bool {
+    let media = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    media == "application/json"
+        || media
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json"))
+}
+
+/// Refuses (415) a POST whose body is declared as anything but JSON. A web page can send
+/// `text/plain`, form or multipart bodies to a local server without a CORS preflight; refusing
+/// them keeps pages a user visits from driving the API. A request without `Content-Type` is
+/// let through (browsers always label the bodies they send).
+async fn require_json(req: Request, next: Next) -> Response {
+    if req.method() == axum::http::Method::POST {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let given = ct.to_str().unwrap_or("(not text)");
+            if !is_json_media_type(given) {
+                return ApiError::unsupported_media_type(given).into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
 async fn health(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     if st.sched.is_alive() {
         (StatusCode::OK, axum::Json(json!({"status": "ok"})))
@@ -235,4 +267,29 @@ async fn not_found(req: Request) -> ApiError {
         StatusCode::NOT_FOUND,
         format!("no route for {} {}", req.method(), req.uri().path()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_media_type;
+
+    #[test]
+    fn json_media_types() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/vnd.api+json",
+        ] {
+            assert!(is_json_media_type(ok), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "",
+            "json",
+        ] {
+            assert!(!is_json_media_type(bad), "{bad}");
+        }
+    }
 }

@@ -4,7 +4,10 @@ Each gets a 400 naming the field or keyword at fault, and the server keeps answe
 limits are listed in docs/json-schema.md."""
 
 import concurrent.futures as cf
+import http.client
+import json
 import time
+import urllib.parse
 
 import pytest
 
@@ -182,3 +185,23 @@ def test_cheap_request_is_answered_while_expensive_schemas_compile(server):
     assert shortest > 0.1, f"the expensive schema compiled in {shortest:.3f} s: too cheap to tell"
     assert cheap_latency < shortest / 2, \
         f"the cheap request waited for a compilation ({cheap_latency:.3f} s vs {shortest:.3f} s)"
+
+
+def test_non_json_bodies_are_415_so_web_pages_cannot_post(server):
+    """Bodies a web page can send without a CORS preflight (text/plain, forms) are refused
+    with a 415 naming Content-Type; JSON (any charset) and an unlabelled body still work."""
+    body = json.dumps(chat_body({"type": "string"}, max_tokens=1)).encode()
+    for ct in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b"]:
+        r = raw("POST", server.url + "/v1/chat/completions", body, {"content-type": ct})
+        assert r.status_code == 415, (ct, r.text[:200])
+        assert r.json()["error"]["param"] == "Content-Type"
+    r = raw("POST", server.url + "/v1/chat/completions", body,
+            {"content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 200, r.text[:300]
+    # No Content-Type at all (http.client adds none, unlike urllib): let through.
+    u = urllib.parse.urlparse(server.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hi", "max_tokens": 1}))
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()[:300]
+    conn.close()
