@@ -20,6 +20,7 @@ pub mod nn;
 pub mod plan;
 pub mod quant;
 pub mod tokenizer;
+pub mod tuning;
 
 pub use chat_template::ChatMessage;
 pub use config::ModelConfig;
