@@ -245,15 +245,22 @@ async fn run(
     let sampling = gen::sampling(&req.gen)?;
     let n = gen::choices(&req.gen, MAX_N)?;
     let stop = req.gen.stop_strings()?;
-    if is_constrained(&req) {
+    let constrained = is_constrained(&req);
+    if constrained {
         check_constrained_top_k(&sampling)?;
     }
     let shared = st.clone();
-    let (req, prepared) = off_worker(move || {
+    let work = move || {
         let p = prepare(&shared, &req);
         (req, p)
-    })
-    .await?;
+    };
+    // A grammar to compile goes to the compiler threads (bounded memory), the rest to the
+    // blocking pool (a cheap request never waits for a compilation).
+    let (req, prepared) = if constrained {
+        st.compiler.run(work).await?
+    } else {
+        off_worker(work).await?
+    };
     let Prepared {
         ids,
         grammar,

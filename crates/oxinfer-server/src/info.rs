@@ -58,6 +58,7 @@ pub async fn health(State(st): State<Arc<AppState>>) -> impl IntoResponse {
 pub async fn models(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let data: Vec<_> = st
         .model_names()
+        .into_iter()
         .map(|name| {
             json!({
                 "id": name,
@@ -90,7 +91,7 @@ pub async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse 
 pub async fn status_page(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     let up = st.started.elapsed().as_secs();
     let uptime = format!("{}h {:02}m {:02}s", up / 3600, up / 60 % 60, up % 60);
-    let names: Vec<String> = st.model_names().map(|n| escape(&n)).collect();
+    let names: Vec<String> = st.model_names().iter().map(|n| escape(n)).collect();
     let template = if st.model.chat_template().is_some() {
         "yes"
     } else {

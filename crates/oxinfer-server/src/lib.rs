@@ -10,6 +10,7 @@
 pub mod access;
 pub mod api;
 mod chat;
+mod compiler;
 mod completions;
 pub mod error;
 mod gen;
@@ -78,6 +79,8 @@ pub struct ServerConfig {
 pub(crate) struct AppState {
     pub model: Arc<Model>,
     pub sched: Scheduler,
+    /// Where grammars are compiled (a bounded set of threads).
+    pub compiler: compiler::Compiler,
     pub metrics: Arc<Metrics>,
     pub cfg: ServerConfig,
     pub created: u64,
@@ -86,27 +89,23 @@ pub(crate) struct AppState {
 
 impl AppState {
     /// The names `/v1/models` lists: the id, then each alias once.
-    pub fn model_names(&self) -> impl Iterator<Item = String> + '_ {
-        let mut seen = vec![self.cfg.model_id.as_str()];
-        let extra: Vec<&str> = self
-            .cfg
-            .aliases
-            .iter()
-            .map(String::as_str)
-            .filter(|a| {
-                let new = !seen.contains(a);
-                seen.push(a);
-                new
-            })
-            .collect();
-        std::iter::once(self.cfg.model_id.clone()).chain(extra.into_iter().map(str::to_string))
+    pub fn model_names(&self) -> Vec<String> {
+        let mut names = vec![self.cfg.model_id.clone()];
+        for a in &self.cfg.aliases {
+            if !names.contains(a) {
+                names.push(a.clone());
+            }
+        }
+        names
     }
 
     /// Checks the `model` field of a request: any name, unless `strict_model_names` asks for
     /// the id or an alias (absent is always fine).
     pub fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
         match name {
-            Some(n) if self.cfg.strict_model_names && !self.model_names().any(|m| m == n) => {
+            Some(n)
+                if self.cfg.strict_model_names && !self.model_names().iter().any(|m| m == n) =>
+            {
                 Err(ApiError::not_found(format!(
                     "the model '{n}' does not exist; this server serves '{}' \
                      (started with --strict-model-names)",
@@ -165,6 +164,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
     let state = Arc::new(AppState {
         model,
         sched,
+        compiler: compiler::Compiler::start(),
         metrics,
         cfg,
         created: unix_now(),
