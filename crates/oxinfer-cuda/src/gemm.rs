@@ -2,7 +2,7 @@
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
 use crate::gpu::{DevBuf, Gpu, Slot};
-use crate::kernels::GEMM_BK;
+use crate::kernels::{GEMM_BK, GEMV_MAX_ROWS};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
 use cudarc::cublas::sys as blas_sys;
@@ -99,10 +99,7 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
     if path == QuantPath::Exact {
         return match w.format {
             WeightFormat::BF16 | WeightFormat::F16 | WeightFormat::F32 => Input16::F32,
-            f => match oxinfer_kernels::vecdot::act_kind(f) {
-                oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F32(256),
-                _ => Input16::Q8F32(32),
-            },
+            f => q8_f32_input(f),
         };
     }
     match w.format {
@@ -152,19 +149,46 @@ pub(crate) fn linear(
     path: QuantPath,
     ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
 ) -> Result<(), String> {
-    let kind = input_kind(w, path);
-    let x16 = if kind == Input16::F32 {
-        x
+    let gemv = uses_gemv(w, t);
+    let kind = if gemv {
+        q8_f32_input(w.format)
     } else {
-        gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?
+        input_kind(w, path)
+    };
+    let x16 = match kind {
+        Input16::F32 => x,
+        Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
+        _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
     };
     let scale = gpu.scratch(Slot::Scale, 16)?;
     if *ready != Some((x, x16, kind)) {
         prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
+    if gemv {
+        return ops::gemv(gpu, w, x16, y, t);
+    }
     let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
+}
+
+/// Whether `w` times `t` activation rows runs as a quantized GEMV (block formats, at most
+/// [`GEMV_MAX_ROWS`] rows: decode), on every path: it reads the blocks as stored and sums in
+/// f32 like the exact path.
+pub(crate) fn uses_gemv(w: &DeviceMatrix, t: usize) -> bool {
+    t <= GEMV_MAX_ROWS
+        && crate::kernels::QUANT_FORMATS
+            .iter()
+            .any(|(f, _)| *f == w.format)
+}
+
+/// The f32 int8-block activations quantized weights in `f` take (blocks of 256 for the
+/// K-quants' `Q8_K` twin, else 32).
+fn q8_f32_input(f: WeightFormat) -> Input16 {
+    match oxinfer_kernels::vecdot::act_kind(f) {
+        oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F32(256),
+        _ => Input16::Q8F32(32),
+    }
 }
 
 /// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input
