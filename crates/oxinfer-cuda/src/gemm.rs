@@ -90,8 +90,11 @@ pub(crate) enum Input16 {
     /// f32 as given (float weights on the exact path): nothing to prepare.
     F32,
     /// Quantized like [`Input16::Q8F16`] but stored as unrounded f32 values `d·q` (quantized
-    /// weights on the exact path).
+    /// weights on the exact path, and the generic GEMV).
     Q8F32(usize),
+    /// Quantized the same way, stored as the int8 values plus one f32 scale per block (in the
+    /// `XScale` slot): the int8 (dp4a) GEMV's input.
+    I8(usize),
 }
 
 /// Which input `w`'s GEMM takes on `path`.
@@ -117,7 +120,8 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
 /// `out`. f16 kinds are guarded against overflow (f16 ends at ±65504): `scale` (three words:
 /// `[max |x| as bits, alpha, beta]`) receives `max |x|`, the values are divided by a power of two
 /// `s` that brings it to 2^15 or below (1 when it already is; exact, so results are unchanged in
-/// range) and the product is multiplied back by `alpha = s` in cuBLAS.
+/// range) and the product is multiplied back by `alpha = s` in cuBLAS. For [`Input16::I8`],
+/// `scale` receives the per-block scales instead.
 pub(crate) fn prepare(
     gpu: &Gpu,
     kind: Input16,
@@ -135,6 +139,7 @@ pub(crate) fn prepare(
         Input16::F32 => Ok(()),
         Input16::Q8F16(block) => ops::quant_act(gpu, x, out, n, block, Some(scale)),
         Input16::Q8F32(block) => ops::quant_act(gpu, x, out, n, block, None),
+        Input16::I8(block) => ops::quant_act_i8(gpu, x, out, scale, n, block),
     }
 }
 
@@ -150,26 +155,40 @@ pub(crate) fn linear(
     ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
 ) -> Result<(), String> {
     let gemv = uses_gemv(w, t);
-    let kind = if gemv {
-        q8_f32_input(w.format)
-    } else {
-        input_kind(w, path)
+    let int8 = gemv && w.format == WeightFormat::Q4K && int8_gemv_enabled();
+    let kind = match (gemv, int8) {
+        (true, true) => Input16::I8(256),
+        (true, false) => q8_f32_input(w.format),
+        _ => input_kind(w, path),
     };
     let x16 = match kind {
         Input16::F32 => x,
         Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
         _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
     };
-    let scale = gpu.scratch(Slot::Scale, 16)?;
+    let scale = match kind {
+        Input16::I8(block) => gpu.scratch(Slot::XScale, t * w.cols / block * 4)?,
+        _ => gpu.scratch(Slot::Scale, 16)?,
+    };
     if *ready != Some((x, x16, kind)) {
         prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
+    }
+    if int8 {
+        return ops::gemv_q4k_i8(gpu, w, x16, scale, y, t);
     }
     if gemv {
         return ops::gemv(gpu, w, x16, y, t);
     }
     let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
+}
+
+/// Whether Q4_K GEMVs take int8 activations and dp4a (`OXINFER_CUDA_GEMV`, on unless
+/// `generic`, which decodes to f32 like the other formats).
+fn int8_gemv_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV").map_or(true, |v| v != "generic"))
 }
 
 /// Whether `w` times `t` activation rows runs as a quantized GEMV (block formats, at most

@@ -186,6 +186,8 @@ pub(crate) enum Slot {
     ConvNorm = 18,
     /// Split decode attention: per (row, head, slice) the partial output, max and sum.
     AttPart = 19,
+    /// int8 GEMV input: one f32 scale per block of the int8 activations in `X16`.
+    XScale = 20,
 }
 
 impl Gpu {

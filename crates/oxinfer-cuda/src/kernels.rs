@@ -77,6 +77,10 @@ pub(crate) struct Kernels {
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Q4_K GEMV on int8 activations (dp4a), one row and up to [`GEMV_MAX_ROWS`] rows.
+    pub gemv_q4k_i8: [sys::CUfunction; 2],
+    /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
+    pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     pub attention: sys::CUfunction,
@@ -209,6 +213,8 @@ impl Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
+            gemv_q4k_i8: [get("gemv_q4_k_i8_1")?, get("gemv_q4_k_i8_8")?],
+            quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,
             attention_combine: get("attention_combine_f32")?,
             quant_act_f16: get("quant_act_f16")?,

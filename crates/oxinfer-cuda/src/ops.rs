@@ -167,6 +167,54 @@ pub(crate) fn gemv(
     )
 }
 
+/// `n` f32 activations at `x` quantized to int8 blocks of `block` values as the CPU kernels
+/// quantize them: the int8 values at `q`, one f32 scale per block at `scales`.
+pub(crate) fn quant_act_i8(
+    g: &Gpu,
+    x: CUdeviceptr,
+    q: CUdeviceptr,
+    scales: CUdeviceptr,
+    n: usize,
+    block: usize,
+) -> Result<(), String> {
+    let nblocks = (n / block) as i64;
+    let b = block as i32;
+    let params = &mut [arg(&x), arg(&q), arg(&scales), arg(&nblocks), arg(&b)];
+    launch_1d(g, g.k.quant_act_i8, n / block * 32, params)
+}
+
+/// Q4_K GEMV on int8 activations: `y[t, rows] = x · Wᵀ` with `xq` the int8 values `[t, cols]`
+/// and `xd` one scale per 256 (`[t, cols / 256]`, from [`quant_act_i8`]), `t` ≤
+/// [`GEMV_MAX_ROWS`].
+pub(crate) fn gemv_q4k_i8(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    xq: CUdeviceptr,
+    xd: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+) -> Result<(), String> {
+    let f = g.k.gemv_q4k_i8[usize::from(t > 1)];
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    g.launch(
+        f,
+        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        &mut [
+            arg(&wp),
+            arg(&rb),
+            arg(&xq),
+            arg(&xd),
+            arg(&y),
+            arg(&rows),
+            arg(&cols),
+            arg(&t_i),
+        ],
+    )
+}
+
 /// `gate ← act(gate) · up` over `n` values (the CPU's order: activation in f32, then the
 /// product).
 pub(crate) fn gated_act(

@@ -253,6 +253,7 @@ pub(crate) fn run(
     let lg = g.scratch(Slot::Logits, n_logit * vocab * 4)?;
     let part = g.scratch(Slot::AttPart, part_len * 4)?;
     g.scratch(Slot::X16, t * widest * 4)?;
+    g.scratch(Slot::XScale, t * widest.div_ceil(32) * 4)?;
     g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
     let pp = params_on_device(g, &params)?;
     let bases = {

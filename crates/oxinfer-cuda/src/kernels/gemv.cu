@@ -70,3 +70,84 @@ GEMV_INSTANTIATE(FMT_Q4_K, q4_k)
 GEMV_INSTANTIATE(FMT_Q5_K, q5_k)
 GEMV_INSTANTIATE(FMT_Q6_K, q6_k)
 GEMV_INSTANTIATE(FMT_Q8_K, q8_k)
+
+// int8 dot product of four packed bytes (a unsigned 0..15 or signed, b signed) added to c.
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Q4_K GEMV on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
+// activations are int8 values xq [t, cols] with one scale xd per 256 ([t, cols / 256]), exactly
+// the CPU's Q8_K quantization, so the integer sums per sub-block are the CPU's and only the
+// final f32 combination differs in order. Eight lanes per super-block, each reading 16 bytes of
+// quants (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the
+// 32 matching int8 activations as two 16-byte loads, so every warp load is contiguous.
+template <int T>
+__device__ __forceinline__ void gemv_q4k_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 8;
+    const u8* wr = w + (long)row * row_bytes;
+    int j = lane & 7, c = j >> 1, half = j & 1;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane >> 3; b < nb; b += 4) {
+        const u8* blk = wr + (long)b * 144;
+        u32 dm = *(const u32*)blk;
+        float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
+        const u32* s32 = (const u32*)(blk + 4);
+        u32 sw[3] = {s32[0], s32[1], s32[2]};
+        float sc0, mn0, sc1, mn1;
+        scale_min_k4(2 * c, (const u8*)sw, &sc0, &mn0);
+        scale_min_k4(2 * c + 1, (const u8*)sw, &sc1, &mn1);
+        uint4 q = *(const uint4*)(blk + 16 + c * 32 + half * 16);
+        int qw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+        int k0 = b * 256 + c * 64 + half * 16;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                int4 xl = *(const int4*)(xq + (long)r * cols + k0);
+                int4 xh = *(const int4*)(xq + (long)r * cols + k0 + 32);
+                int xlo[4] = {xl.x, xl.y, xl.z, xl.w};
+                int xhi[4] = {xh.x, xh.y, xh.z, xh.w};
+                int dl = 0, dh = 0, sl = 0, sh = 0;
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    dl = dp4a(qw[i] & 0x0F0F0F0F, xlo[i], dl);
+                    dh = dp4a((qw[i] >> 4) & 0x0F0F0F0F, xhi[i], dh);
+                    sl = dp4a(0x01010101, xlo[i], sl);
+                    sh = dp4a(0x01010101, xhi[i], sh);
+                }
+                float dx = xd[(long)r * nb + b];
+                acc[r] += dx * (d * (sc0 * (float)dl + sc1 * (float)dh) -
+                                dmin * (mn0 * (float)sl + mn1 * (float)sh));
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float s = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_1(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q4k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_8(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q4k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
