@@ -252,10 +252,13 @@ impl CudaBackend {
             .result()
             .map_err(|e| format!("memset: {e:?}"))?;
         let xd = g.scratch(Slot::XScale, t * k / 32 * 4)?;
-        // The int8 kernel (Q4_K) reads the same bytes as int8 values and a scale per 256.
-        let run = |g: &Gpu| match format {
-            WeightFormat::Q4K => ops::gemv_q4k_i8(g, &w, x, xd, y, t),
-            _ => ops::gemv(g, &w, x, y, t),
+        // The int8 kernels read the same bytes as int8 values and a scale per 256.
+        let run = |g: &Gpu| {
+            if gemm::has_int8_gemv(format) {
+                ops::gemv_i8(g, &w, x, xd, y, t)
+            } else {
+                ops::gemv(g, &w, x, y, t)
+            }
         };
         // SAFETY: `xd` holds t·k/32 f32 in this context; queued on the stream.
         unsafe { cudarc::driver::sys::cuMemsetD32Async(xd, 0x3c00_0000, t * k / 32, g.stream) }

@@ -155,7 +155,7 @@ pub(crate) fn linear(
     ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
 ) -> Result<(), String> {
     let gemv = uses_gemv(w, t);
-    let int8 = gemv && w.format == WeightFormat::Q4K && int8_gemv_enabled();
+    let int8 = gemv && has_int8_gemv(w.format);
     let kind = match (gemv, int8) {
         (true, true) => Input16::I8(256),
         (true, false) => q8_f32_input(w.format),
@@ -175,7 +175,7 @@ pub(crate) fn linear(
         *ready = Some((x, x16, kind));
     }
     if int8 {
-        return ops::gemv_q4k_i8(gpu, w, x16, scale, y, t);
+        return ops::gemv_i8(gpu, w, x16, scale, y, t);
     }
     if gemv {
         return ops::gemv(gpu, w, x16, y, t);
@@ -184,11 +184,14 @@ pub(crate) fn linear(
     matmul(gpu, w, x16, y, t, path, alpha)
 }
 
-/// Whether Q4_K GEMVs take int8 activations and dp4a (`OXINFER_CUDA_GEMV`, on unless
-/// `generic`, which decodes to f32 like the other formats).
-fn int8_gemv_enabled() -> bool {
+/// Whether GEMVs of `f` take int8 activations and dp4a: the formats of `INT8_GEMV_FORMATS`,
+/// unless `OXINFER_CUDA_GEMV=generic` (then they decode to f32 like the other formats).
+pub(crate) fn has_int8_gemv(f: WeightFormat) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV").map_or(true, |v| v != "generic"))
+        && crate::kernels::INT8_GEMV_FORMATS
+            .iter()
+            .any(|(g, _)| *g == f)
 }
 
 /// Whether `w` times `t` activation rows runs as a quantized GEMV (block formats, at most

@@ -50,6 +50,11 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
 /// Most activation rows the quantized GEMV kernels take (`gemv_*_8`); more go to the GEMM.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
 
+/// Block formats with a GEMV on int8 activations (`gemv_{name}_i8_*`; activations in blocks
+/// of 256, the K-quants' `Q8_K`).
+pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 2] =
+    [(WeightFormat::Q4K, "q4_k"), (WeightFormat::Q6K, "q6_k")];
+
 /// Output rows per block of the GEMV kernels (one warp each; `GEMV_WARPS` in gemv.cu).
 pub(crate) const GEMV_ROWS_PER_BLOCK: usize = 4;
 
@@ -77,8 +82,8 @@ pub(crate) struct Kernels {
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
-    /// Q4_K GEMV on int8 activations (dp4a), one row and up to [`GEMV_MAX_ROWS`] rows.
-    pub gemv_q4k_i8: [sys::CUfunction; 2],
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to [`GEMV_MAX_ROWS`] rows.
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 2])>,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
@@ -213,7 +218,18 @@ impl Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
-            gemv_q4k_i8: [get("gemv_q4_k_i8_1")?, get("gemv_q4_k_i8_8")?],
+            gemv_i8: INT8_GEMV_FORMATS
+                .iter()
+                .map(|&(f, n)| {
+                    Ok((
+                        f,
+                        [
+                            get(&format!("gemv_{n}_i8_1"))?,
+                            get(&format!("gemv_{n}_i8_8"))?,
+                        ],
+                    ))
+                })
+                .collect::<Result<_, String>>()?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,
             attention_combine: get("attention_combine_f32")?,
@@ -253,6 +269,17 @@ impl Kernels {
         match t {
             1 => for_format(&self.gemv1, f),
             2..=GEMV_MAX_ROWS => for_format(&self.gemv8, f),
+            _ => None,
+        }
+    }
+
+    /// The int8-activation GEMV for `f` taking `t` activation rows (1 or up to
+    /// [`GEMV_MAX_ROWS`]).
+    pub fn gemv_i8(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
+        let k = self.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
+        match t {
+            1 => Some(k[0]),
+            2..=GEMV_MAX_ROWS => Some(k[1]),
             _ => None,
         }
     }

@@ -183,10 +183,10 @@ pub(crate) fn quant_act_i8(
     launch_1d(g, g.k.quant_act_i8, n / block * 32, params)
 }
 
-/// Q4_K GEMV on int8 activations: `y[t, rows] = x · Wᵀ` with `xq` the int8 values `[t, cols]`
-/// and `xd` one scale per 256 (`[t, cols / 256]`, from [`quant_act_i8`]), `t` ≤
-/// [`GEMV_MAX_ROWS`].
-pub(crate) fn gemv_q4k_i8(
+/// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
+/// the int8 values `[t, cols]` and `xd` one scale per 256 (`[t, cols / 256]`, from
+/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`].
+pub(crate) fn gemv_i8(
     g: &Gpu,
     w: &DeviceMatrix,
     xq: CUdeviceptr,
@@ -194,7 +194,9 @@ pub(crate) fn gemv_q4k_i8(
     y: CUdeviceptr,
     t: usize,
 ) -> Result<(), String> {
-    let f = g.k.gemv_q4k_i8[usize::from(t > 1)];
+    let f =
+        g.k.gemv_i8(w.format, t)
+            .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
     let wp = w.buf.ptr();
     let rb = w.row_bytes as i64;
     let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);

@@ -151,3 +151,92 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_8(
     int t) {
     gemv_q4k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
 }
+
+// Four bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes: only 2-byte aligned).
+__device__ __forceinline__ int ld32_a2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
+// Q6_K GEMV on int8 activations (the CPU's q6_K x q8_K dot): xq / xd as for Q4_K. Eight lanes
+// per super-block: lane j takes half n = j / 4 and the 8 positions l0 = 8 (j % 4) .. + 8 of
+// each of its four 32-weight quarters (32 weights), reading 16 bytes of low quants, 8 of high
+// bits and four 8-byte runs of activations; each quarter's 8 weights share one scale.
+template <int T>
+__device__ __forceinline__ void gemv_q6k_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 8;
+    const u8* wr = w + (long)row * row_bytes;
+    int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane >> 3; b < nb; b += 4) {
+        const u8* blk = wr + (long)b * 210;
+        float d = h2f(*(const u16*)(blk + 208));
+        const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
+        const u8* ql = blk + n * 64 + l0;
+        const u8* qh = blk + 128 + n * 32 + l0;
+        int lo[2][2], hb[2];
+        #pragma unroll
+        for (int i = 0; i < 2; i++) {
+            lo[0][i] = ld32_a2(ql + 4 * i);
+            lo[1][i] = ld32_a2(ql + 32 + 4 * i);
+            hb[i] = ld32_a2(qh + 4 * i);
+        }
+        // Quarter qu: low nibbles of ql (qu 0, 1) or high nibbles (qu 2, 3), bits 2 qu of qh.
+        int q6[4][2];
+        #pragma unroll
+        for (int qu = 0; qu < 4; qu++) {
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int l = lo[qu & 1][i];
+                int nib = qu < 2 ? (l & 0x0F0F0F0F) : ((l >> 4) & 0x0F0F0F0F);
+                q6[qu][i] = nib | (((hb[i] >> (2 * qu)) & 0x03030303) << 4);
+            }
+        }
+        float s[4];
+        #pragma unroll
+        for (int qu = 0; qu < 4; qu++) s[qu] = d * (float)sc[2 * qu];
+        int k0 = b * 256 + n * 128 + l0;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                const i8* xr = xq + (long)r * cols + k0;
+                float sum = 0.f;
+                #pragma unroll
+                for (int qu = 0; qu < 4; qu++) {
+                    int2 xv = *(const int2*)(xr + qu * 32);
+                    int dot = dp4a(q6[qu][0], xv.x, dp4a(q6[qu][1], xv.y, 0));
+                    int sx = dp4a(0x01010101, xv.x, dp4a(0x01010101, xv.y, 0));
+                    sum += s[qu] * (float)(dot - 32 * sx);
+                }
+                acc[r] += xd[(long)r * nb + b] * sum;
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_1(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q6k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_8(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q6k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
