@@ -157,7 +157,10 @@ pub(crate) fn linear(
     let gemv = uses_gemv(w, t);
     let int8 = gemv && has_int8_gemv(w.format);
     let kind = match (gemv, int8) {
-        (true, true) => Input16::I8(256),
+        (true, true) => match q8_f32_input(w.format) {
+            Input16::Q8F32(block) => Input16::I8(block),
+            other => other,
+        },
         (true, false) => q8_f32_input(w.format),
         _ => input_kind(w, path),
     };

@@ -50,10 +50,15 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
 /// Most activation rows the quantized GEMV kernels take (`gemv_*_8`); more go to the GEMM.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
 
-/// Block formats with a GEMV on int8 activations (`gemv_{name}_i8_*`; activations in blocks
-/// of 256, the K-quants' `Q8_K`).
-pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 2] =
-    [(WeightFormat::Q4K, "q4_k"), (WeightFormat::Q6K, "q6_k")];
+/// Block formats with a GEMV on int8 activations (`gemv_{name}_i8_*`; activations in the
+/// CPU's blocks for the format: 256 for the K-quants, 32 for the others).
+pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
+    (WeightFormat::Q4K, "q4_k"),
+    (WeightFormat::Q6K, "q6_k"),
+    (WeightFormat::Q4_0, "q4_0"),
+    (WeightFormat::Q4_1, "q4_1"),
+    (WeightFormat::Q8_0, "q8_0"),
+];
 
 /// Output rows per block of the GEMV kernels (one warp each; `GEMV_WARPS` in gemv.cu).
 pub(crate) const GEMV_ROWS_PER_BLOCK: usize = 4;

@@ -240,3 +240,92 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_8(
     int t) {
     gemv_q6k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
 }
+
+// One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words),
+// scaled by the activations' block scale dx: the CPU's integer block sums.
+template <int F> __device__ __forceinline__ float dot32_i8(const u8* blk, const int* x, float dx);
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_0>(const u8* blk, const int* x, float dx) {
+    int dot = 0, sx = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int w = ld32_a2(blk + 2 + 4 * i);
+        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
+        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
+    }
+    #pragma unroll
+    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
+    return dx * h2f(ld16(blk)) * (float)(dot - 8 * sx);
+}
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_1>(const u8* blk, const int* x, float dx) {
+    int dot = 0, sx = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int w = ld32_a2(blk + 4 + 4 * i);
+        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
+        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
+    }
+    #pragma unroll
+    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
+    return dx * (h2f(ld16(blk)) * (float)dot + h2f(ld16(blk + 2)) * (float)sx);
+}
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, const int* x, float dx) {
+    int dot = 0;
+    #pragma unroll
+    for (int i = 0; i < 8; i++) dot = dp4a(ld32_a2(blk + 2 + 4 * i), x[i], dot);
+    return dx * h2f(ld16(blk)) * (float)dot;
+}
+
+// GEMV of a 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32):
+// one lane per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations.
+template <int F, int T>
+__device__ __forceinline__ void gemv_b32_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 5;
+    const u8* wr = w + (long)row * row_bytes;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane; b < nb; b += 32) {
+        const u8* blk = wr + (long)b * Fmt<F>::BYTES;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
+                int4 a = xr[0], c = xr[1];
+                int x[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                acc[r] += dot32_i8<F>(blk, x, xd[(long)r * nb + b]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
+    }
+}
+
+#define GEMV_B32_I8(F, NAME)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_1(           \
+        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
+        int cols, int t) {                                                                     \
+        gemv_b32_i8<F, 1>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_8(           \
+        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
+        int cols, int t) {                                                                     \
+        gemv_b32_i8<F, 8>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
+    }
+
+GEMV_B32_I8(FMT_Q4_0, q4_0)
+GEMV_B32_I8(FMT_Q4_1, q4_1)
+GEMV_B32_I8(FMT_Q8_0, q8_0)
