@@ -272,6 +272,15 @@ pub(crate) fn run(
         let (rope_dim, interleaved) = d.ropes[l.spec.rope];
         let half = rope_dim / 2;
         rms_norm(g, xp, at(pp, p.attn_norm), np, t, dim, d.eps)?;
+        // One sequence: its new keys/values are written straight into its cache rows (no
+        // copies); several: into the scratch rows, then copied per sequence.
+        let direct = seqs.len() == 1;
+        let (kn, vn) = if direct {
+            let (kb, vb) = bases[0][li];
+            (at(kb, pos0[0] * kv_row), at(vb, pos0[0] * kv_row))
+        } else {
+            (kn, vn)
+        };
         let mut ready = None;
         gemm::linear(g, wq, np, t, qp, path, &mut ready)?;
         gemm::linear(g, wk, np, t, kn, path, &mut ready)?;
@@ -297,8 +306,10 @@ pub(crate) fn run(
             let (kb, vb) = bases[si][li];
             let dst = pos0[si] * kv_row;
             let bytes = s.len * kv_row * 4;
-            g.copy(at(kb, dst), at(kn, s.row * kv_row), bytes)?;
-            g.copy(at(vb, dst), at(vn, s.row * kv_row), bytes)?;
+            if !direct {
+                g.copy(at(kb, dst), at(kn, s.row * kv_row), bytes)?;
+                g.copy(at(vb, dst), at(vn, s.row * kv_row), bytes)?;
+            }
             let a = geom(d, s.len, pos0[si], l.spec.window);
             let a = AttentionGeom {
                 shape: AttnShape {
