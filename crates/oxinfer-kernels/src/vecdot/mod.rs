@@ -39,8 +39,11 @@ pub fn act_kind(format: WeightFormat) -> ActKind {
     use WeightFormat::*;
     match format {
         F32 | F16 | BF16 => ActKind::F32,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8 | Q4 => ActKind::Q8,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8 | Q4 | IQ4_NL | MXFP4 => ActKind::Q8,
         Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => ActKind::Q8K,
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_XS | TQ1_0 | TQ2_0 => {
+            ActKind::Q8K
+        }
     }
 }
 
@@ -62,10 +65,18 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
     }
 }
 
+/// Whether the NEON 32-weight kernels cover `format` (IQ4_NL and MXFP4 take the scalar path
+/// on aarch64 for now).
+#[cfg(target_arch = "aarch64")]
+fn neon_q8_covers(format: WeightFormat) -> bool {
+    !matches!(format, WeightFormat::IQ4_NL | WeightFormat::MXFP4)
+}
+
 /// Dot product of a row of a 32-weight format with quantized activations (one block per 32).
 ///
 /// # Panics
-/// If `format` is not one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or `w` is not `x.len()` blocks.
+/// If `format` is not one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 or `w` is not
+/// `x.len()` blocks.
 pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
     check::q8_row(format, w, x.len());
     match isa {
@@ -73,7 +84,9 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         isa if isa.has_avx2() => unsafe { avx2::dot_q8(format, w, x) },
         #[cfg(target_arch = "aarch64")]
-        isa if isa.is_neon() => neon_q8_multi::<1>(format, w, None, [x], isa)[0],
+        isa if isa.is_neon() && neon_q8_covers(format) => {
+            neon_q8_multi::<1>(format, w, None, [x], isa)[0]
+        }
         _ => scalar::dot_q8(format, w, x),
     }
 }
@@ -119,7 +132,9 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
             out
         }
         #[cfg(target_arch = "aarch64")]
-        isa if isa.is_neon() => neon_q8_multi::<4>(format, w, None, xs, isa),
+        isa if isa.is_neon() && neon_q8_covers(format) => {
+            neon_q8_multi::<4>(format, w, None, xs, isa)
+        }
         _ => xs.map(|x| scalar::dot_q8(format, w, x)),
     }
 }
@@ -141,7 +156,7 @@ pub fn dot_q8_2x4(
     }
     match isa {
         #[cfg(target_arch = "aarch64")]
-        Isa::NeonI8mm => {
+        Isa::NeonI8mm if neon_q8_covers(format) => {
             let mut out = [[0f32; 4]; 2];
             // SAFETY: Isa::NeonI8mm is only chosen when the CPU reports dotprod and i8mm.
             unsafe { neon_mm::dot_q8_2x4(format, w, xs, &mut out) };
@@ -269,8 +284,8 @@ mod check {
     pub(super) fn q8_row(format: WeightFormat, w: &[u8], n: usize) {
         use WeightFormat::*;
         assert!(
-            matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0),
-            "dot_q8 takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weights, not {format}"
+            matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4),
+            "dot_q8 takes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL or MXFP4 weights, not {format}"
         );
         blocks(format, "weight", w.len(), format.block_bytes(), n);
     }
@@ -285,12 +300,14 @@ mod check {
         blocks(format, "scale", s.len(), format.scale_bytes(), n);
     }
 
-    /// `b` is one super-block of a K-quant that unpacks to a [`super::KBlock`].
+    /// `b` is one super-block of a K-quant or 256-weight IQ/TQ type that unpacks to a
+    /// [`super::KBlock`].
     pub(super) fn k_block(format: WeightFormat, b: &[u8]) {
         use WeightFormat::*;
         assert!(
-            matches!(format, Q2K | Q3K | Q4K | Q5K | Q6K),
-            "unpack_k takes Q2_K, Q3_K, Q4_K, Q5_K or Q6_K blocks, not {format}"
+            matches!(format, Q2K | Q3K | Q4K | Q5K | Q6K)
+                || (WeightFormat::IQ.contains(&format) && format.block_size() == 256),
+            "unpack_k takes Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or 256-weight IQ/TQ blocks, not {format}"
         );
         blocks(format, "super-block", b.len(), format.block_bytes(), 1);
     }
