@@ -64,6 +64,18 @@ fn code32(out: &mut IqBlock, ib: usize, c: u8) {
     out.code[2 * ib + 1] = c;
 }
 
+/// The 16 four-bit scale codes of an IQ2_XS block `b` (one per 16 weights).
+pub(crate) fn iq2_xs_codes(b: &[u8]) -> [u8; 16] {
+    std::array::from_fn(|s| b[66 + s / 2] >> (4 * (s % 2)) & 15)
+}
+
+/// The six-bit scale code of 32-weight group `ib` of an IQ4_XS block (`sh` = scales_h,
+/// `sl` = scales_l); the scale is the code minus 32.
+pub(crate) fn iq4_xs_code(sh: u16, sl: &[u8], ib: usize) -> u8 {
+    let low = sl[ib / 2] >> (4 * (ib % 2)) & 15;
+    low | ((sh >> (2 * ib) & 3) as u8) << 4
+}
+
 /// Decodes a whole super-block `b` of one of the 256-weight [`WeightFormat::IQ`] formats.
 ///
 /// # Panics
@@ -92,9 +104,7 @@ pub(crate) fn decode(format: WeightFormat, b: &[u8], out: &mut IqBlock) {
                 let grid = IQ2XS_GRID[(v & 511) as usize].to_le_bytes();
                 put_signed8(&mut out.q[8 * i..], grid, KSIGNS_IQ2XS[(v >> 9) as usize]);
             }
-            for s in 0..16 {
-                out.code[s] = b[66 + s / 2] >> (4 * (s % 2)) & 15;
-            }
+            out.code = iq2_xs_codes(b);
         }
         IQ2_S => {
             out.d = f16_at(b, 0);
@@ -171,8 +181,7 @@ pub(crate) fn decode(format: WeightFormat, b: &[u8], out: &mut IqBlock) {
             out.d = f16_at(b, 0);
             let (sh, sl, qs) = (u16_at(b, 2), &b[4..8], &b[8..136]);
             for ib in 0..8 {
-                let low = sl[ib / 2] >> (4 * (ib % 2)) & 15;
-                code32(out, ib, low | ((sh >> (2 * ib) & 3) as u8) << 4);
+                code32(out, ib, iq4_xs_code(sh, sl, ib));
                 for j in 0..16 {
                     out.q[32 * ib + j] = KVALUES_IQ4NL[(qs[16 * ib + j] & 15) as usize];
                     out.q[32 * ib + 16 + j] = KVALUES_IQ4NL[(qs[16 * ib + j] >> 4) as usize];

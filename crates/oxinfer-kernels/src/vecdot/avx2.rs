@@ -30,7 +30,7 @@ fn hsum_epi32(v: __m256i) -> i32 {
 /// 16 packed bytes → 32 nibbles: low nibbles in bytes 0..16, high nibbles in 16..32.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn nibbles_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles_32(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes at `p`.
     let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
@@ -40,7 +40,7 @@ unsafe fn nibbles_32(p: *const u8) -> __m256i {
 /// The 32 bits of `qh` → 32 bytes, `0xFF` where the bit is set.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn bits_32(qh: u32) -> __m256i {
+pub(super) fn bits_32(qh: u32) -> __m256i {
     let shuf = _mm256_set_epi64x(
         0x0303_0303_0303_0303,
         0x0202_0202_0202_0202,
@@ -117,7 +117,7 @@ const MXFP4: u8 = 6;
 /// The 16-entry i8 `table` in both 128-bit lanes, for `_mm256_shuffle_epi8` lookups.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn table_256(table: &[i8; 16]) -> __m256i {
+pub(super) unsafe fn table_256(table: &[i8; 16]) -> __m256i {
     // SAFETY: `table` is 16 readable bytes.
     let t = unsafe { _mm_loadu_si128(table.as_ptr() as *const __m128i) };
     _mm256_set_m128i(t, t)

@@ -6,6 +6,7 @@
 //! Each kernel has a scalar twin (`scalar.rs`) that the SIMD versions are tested against.
 
 mod avx2;
+mod iq_avx2;
 mod neon;
 mod neon_mm;
 mod scalar;
@@ -249,6 +250,10 @@ pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: Isa) 
         // `b` is one whole super-block of `format` (checked above).
         if unsafe { avx2::unpack_quants(format, b, &mut out.q) } {
             unpack::unpack_scales(format, b, out);
+            return;
+        }
+        // SAFETY: as above.
+        if unsafe { iq_avx2::unpack_iq(format, b, out) } {
             return;
         }
     }

@@ -365,3 +365,36 @@ fn wrong_lengths_and_formats_panic_with_a_message() {
         assert!(m.contains("unpack_k takes"), "{isa:?}: {m}");
     }
 }
+
+/// The SIMD unpackers of the 256-weight IQ/TQ formats give the portable unpacker's integers
+/// on every ISA, and those integers times their scales are the reference dequantization (up
+/// to float rounding of the scale factor).
+#[test]
+fn iq_unpack_matches_portable_and_dequant() {
+    for format in WeightFormat::IQ
+        .into_iter()
+        .filter(|f| f.block_size() == 256)
+    {
+        for seed in 0..16 {
+            let b = random_row(format, 256, seed);
+            let mut plain = KBlock::default();
+            unpack_k(format, &b, &mut plain);
+            for isa in available_isas() {
+                let mut kb = KBlock::default();
+                unpack_k_isa(format, &b, &mut kb, isa);
+                assert_eq!(kb.q, plain.q, "{format} {isa:?} seed {seed}: quants");
+                assert_eq!(kb.sc, plain.sc, "{format} {isa:?} seed {seed}: scales");
+                assert_eq!(kb.d.to_bits(), plain.d.to_bits(), "{format} {isa:?}: d");
+            }
+            let mut want = [0f32; 256];
+            dequantize_row(format, &b, &mut want).unwrap();
+            for (i, w) in want.iter().enumerate() {
+                let got = plain.d * f32::from(plain.sc[i / 16]) * f32::from(plain.q[i]);
+                assert!(
+                    (got - w).abs() <= 1e-6 * w.abs() + 1e-30,
+                    "{format} seed {seed} weight {i}: {got} vs {w}"
+                );
+            }
+        }
+    }
+}

@@ -35,12 +35,13 @@ impl Default for KBlock {
     }
 }
 
-/// Integer scales and factor of a decoded IQ/TQ block (no mins).
-pub(super) fn iq_scales(format: WeightFormat, blk: &IqBlock, out: &mut KBlock) {
+/// Integer scales and factor of an IQ/TQ block with f16 scale `d` and scale codes `code` (one
+/// per 16 weights; no mins).
+pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut KBlock) {
     out.dmin = 0.0;
     out.m = [0; 16];
     for g in 0..16 {
-        let (sc, unit) = iq::int_scale(format, blk.d, blk.code[g]);
+        let (sc, unit) = iq::int_scale(format, d, code[g]);
         out.sc[g] = sc;
         out.d = unit;
     }
@@ -77,7 +78,7 @@ pub fn unpack_k(format: WeightFormat, b: &[u8], out: &mut KBlock) {
             let mut blk = IqBlock::default();
             iq::decode(f, b, &mut blk);
             out.q = blk.q;
-            iq_scales(f, &blk, out);
+            iq_scales(f, blk.d, &blk.code, out);
         }
         WeightFormat::Q2K => {
             let (scales, qs) = (&b[0..16], &b[16..80]);
