@@ -7,13 +7,13 @@
 mod float;
 pub(crate) mod iq;
 #[rustfmt::skip]
-mod iq_grids;
+pub(crate) mod iq_grids;
 pub(crate) mod kquants;
 mod legacy;
 mod split;
 
 pub(crate) use float::f16_at;
-pub(crate) use iq_grids::{IQ2XS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL, KVALUES_MXFP4};
+pub(crate) use iq_grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
 use crate::error::KernelError;
 use crate::format::WeightFormat;

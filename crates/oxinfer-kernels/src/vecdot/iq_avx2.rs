@@ -7,7 +7,7 @@ use super::avx2::{bits_32, nibbles_32, table_256};
 use super::unpack::{iq_scales, KBlock};
 use crate::dequant::f16_at;
 use crate::dequant::iq::{iq2_xs_codes, iq4_xs_code};
-use crate::dequant::{IQ2XS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL};
+use crate::dequant::iq_grids::{IQ2XS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL};
 use crate::format::WeightFormat;
 use std::arch::x86_64::*;
 
