@@ -196,6 +196,30 @@ impl WeightFormat {
         })
     }
 
+    /// The GGML/GGUF name of a type id this crate does not handle (`"Q8_1"`, `"NVFP4"`,
+    /// integer and removed types, ...), for error messages; `None` for ids GGML never had.
+    pub fn unhandled_ggml_type_name(id: u32) -> Option<&'static str> {
+        Some(match id {
+            4 => "Q4_2 (removed from GGML)",
+            5 => "Q4_3 (removed from GGML)",
+            9 => "Q8_1",
+            24 => "I8",
+            25 => "I16",
+            26 => "I32",
+            27 => "I64",
+            28 => "F64",
+            31 => "Q4_0_4_4 (removed from GGML)",
+            32 => "Q4_0_4_8 (removed from GGML)",
+            33 => "Q4_0_8_8 (removed from GGML)",
+            36 => "IQ4_NL_4_4 (removed from GGML)",
+            37 => "IQ4_NL_4_8 (removed from GGML)",
+            38 => "IQ4_NL_8_8 (removed from GGML)",
+            40 => "NVFP4",
+            41 => "Q1_0",
+            _ => return None,
+        })
+    }
+
     /// The GGML type id of this format; `None` for the split formats, which GGML lacks.
     pub fn ggml_type(self) -> Option<u32> {
         Some(match self {
@@ -381,6 +405,16 @@ mod tests {
         }
         for id in [4, 5, 9, 24, 28, 31, 33, 36, 38, 40, 41, 1000] {
             assert_eq!(WeightFormat::from_ggml_type(id), None, "id {id}");
+            assert_eq!(
+                WeightFormat::unhandled_ggml_type_name(id).is_some(),
+                id != 1000
+            );
+        }
+        for f in WeightFormat::ALL {
+            assert_eq!(
+                WeightFormat::unhandled_ggml_type_name(f.ggml_type().unwrap()),
+                None
+            );
         }
         for f in WeightFormat::SPLIT {
             assert_eq!(f.ggml_type(), None);

@@ -247,6 +247,10 @@ fn tensor_problems_name_the_tensor() {
     let mut w = Writer::new(3, 1, 0);
     w.tensor("w", &[32], 99, 0);
     assert!(err(w.buf).contains("unsupported tensor type id 99"));
+    // a GGML type this engine does not run is named
+    let mut w = Writer::new(3, 1, 0);
+    w.tensor("w", &[64], 40, 0);
+    assert!(err(w.buf).contains("unsupported tensor type id 40 (NVFP4)"));
     // dims overflow
     let mut w = Writer::new(3, 1, 0);
     w.tensor("w", &[u64::MAX, 4], 0, 0);
