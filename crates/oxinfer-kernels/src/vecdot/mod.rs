@@ -66,13 +66,6 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
     }
 }
 
-/// Whether the NEON 32-weight kernels cover `format` (IQ4_NL and MXFP4 take the scalar path
-/// on aarch64 for now).
-#[cfg(target_arch = "aarch64")]
-fn neon_q8_covers(format: WeightFormat) -> bool {
-    !matches!(format, WeightFormat::IQ4_NL | WeightFormat::MXFP4)
-}
-
 /// Dot product of a row of a 32-weight format with quantized activations (one block per 32).
 ///
 /// # Panics
@@ -85,9 +78,7 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
         isa if isa.has_avx2() => unsafe { avx2::dot_q8(format, w, x) },
         #[cfg(target_arch = "aarch64")]
-        isa if isa.is_neon() && neon_q8_covers(format) => {
-            neon_q8_multi::<1>(format, w, None, [x], isa)[0]
-        }
+        isa if isa.is_neon() => neon_q8_multi::<1>(format, w, None, [x], isa)[0],
         _ => scalar::dot_q8(format, w, x),
     }
 }
@@ -133,9 +124,7 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
             out
         }
         #[cfg(target_arch = "aarch64")]
-        isa if isa.is_neon() && neon_q8_covers(format) => {
-            neon_q8_multi::<4>(format, w, None, xs, isa)
-        }
+        isa if isa.is_neon() => neon_q8_multi::<4>(format, w, None, xs, isa),
         _ => xs.map(|x| scalar::dot_q8(format, w, x)),
     }
 }
@@ -157,7 +146,7 @@ pub fn dot_q8_2x4(
     }
     match isa {
         #[cfg(target_arch = "aarch64")]
-        Isa::NeonI8mm if neon_q8_covers(format) => {
+        Isa::NeonI8mm => {
             let mut out = [[0f32; 4]; 2];
             // SAFETY: Isa::NeonI8mm is only chosen when the CPU reports dotprod and i8mm.
             unsafe { neon_mm::dot_q8_2x4(format, w, xs, &mut out) };
