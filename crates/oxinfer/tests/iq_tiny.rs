@@ -60,8 +60,9 @@ fn iq4_nl_and_mxfp4_model_matches_its_f32_twin() {
         (8, 7)
     );
     // Default kernels: one token (t = 1, decode) and a prefill (t = 9). The int8 activations
-    // move the logits by ~2 % of their range here (1.2e-2 and 2.7e-2 of 1.22 when written); a
-    // wrong table or scale moves them by tens of percent.
+    // move the logits by ~2 % of their range here (1.2e-2 and 2.7e-2 of 1.22 when written; the
+    // same model with Q4_0 weights: 1.4e-2 and 2.5e-2); a wrong table or scale moves them by
+    // tens of percent.
     let prompt = PROMPT;
     for p in [&prompt[..1], &prompt[..]] {
         let (q, f) = (logits("model-iq.gguf", p), logits("model-deq.gguf", p));
