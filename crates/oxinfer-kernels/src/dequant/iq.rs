@@ -42,11 +42,31 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
-/// Writes 8 grid magnitudes (`grid` bytes) with sign bits `signs` (bit `j` set: negative).
+/// Sign byte → 8 byte masks (byte `j` = 0xFF where bit `j` is set).
+static SIGN_MASKS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if s >> j & 1 != 0 {
+                t[s] |= 0xFF << (8 * j);
+            }
+            j += 1;
+        }
+        s += 1;
+    }
+    t
+};
+
+/// Writes 8 grid magnitudes (`grid` bytes, each 1..=127) with sign bits `signs` (bit `j` set:
+/// weight `j` negative), eight bytes at once: `(g ^ m) + (m & 1)` negates the bytes under the
+/// mask, and no byte carries into the next because every magnitude is at least 1.
 fn put_signed8(q: &mut [i8], grid: [u8; 8], signs: u8) {
-    for j in 0..8 {
-        let g = grid[j] as i8;
-        q[j] = if signs >> j & 1 != 0 { -g } else { g };
+    let m = SIGN_MASKS[signs as usize];
+    let v = (u64::from_le_bytes(grid) ^ m) + (m & 0x0101_0101_0101_0101);
+    for (d, b) in q[..8].iter_mut().zip(v.to_le_bytes()) {
+        *d = b as i8;
     }
 }
 
