@@ -8,7 +8,7 @@ Writes
   of ``tok.encode(text, add_special_tokens=False)`` and of ``tok(text)`` (with [CLS]/[SEP]),
   plus pairs with their ``token_type_ids`` and truncated encodings (``longest_first``).
 
-The model folder is read from $OXINFER_MINILM (default ~/.cache/oxinfer/models/all-minilm-l6-v2,
+The model folder is read from $OXINFER_MINILM (default ~/.cache/oxinfer/models/all-MiniLM-L6-v2,
 where ``oxinfer pull all-minilm-l6-v2`` unpacks it). Run with the reference venv:
     /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_bert_tokenizer_refs.py
 """
@@ -27,7 +27,7 @@ from transformers import AutoTokenizer
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "fixtures" / "bert-tokenizer"
 MODEL = Path(os.environ.get("OXINFER_MINILM",
-                            Path.home() / ".cache" / "oxinfer" / "models" / "all-minilm-l6-v2"))
+                            Path.home() / ".cache" / "oxinfer" / "models" / "all-MiniLM-L6-v2"))
 
 EXTRA = [
     "",
