@@ -89,6 +89,13 @@ pub fn is_embedding_model(dir: &Path) -> bool {
 impl Embedder {
     /// Loads the model folder `dir`: a sentence-transformers folder or a plain HF BERT folder.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        if !dir.is_dir() {
+            return Err(LoadError::malformed(
+                dir,
+                "not an embedding model: expected a sentence-transformers or BERT folder \
+                 (modules.json, config.json with model_type bert, model.safetensors, tokenizer.json)",
+            ));
+        }
         let layout = SentenceLayout::load(dir)?;
         let enc_dir = layout.encoder_dir.clone();
         let cfg_path = enc_dir.join("config.json");
