@@ -141,6 +141,62 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
+/// The model `-m` names when it is an embedding model (resolved through the cache, fetched
+/// when needed); `None` for anything else (no `-m`: the default chat model).
+pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let known_embedder =
+        oxinfer::hub::find_model(spec).is_some_and(|m| m.file_name.ends_with(".zip"));
+    if !known_embedder && !Path::new(spec).is_dir() {
+        return Ok(None);
+    }
+    let path = oxinfer::hub::resolve_model(Some(spec), &mut crate::progress::Bars::new())?;
+    Ok(oxinfer::embed::is_embedding_model(&path).then_some(path))
+}
+
+/// `oxinfer serve` on an embedding model: `/v1/embeddings` only.
+pub fn serve(a: &crate::serve::ServeArgs, path: &Path, api_key: Option<String>) -> Result<()> {
+    if let Some(n) = a.model.threads {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        oxinfer_kernels::set_num_threads(n);
+    }
+    crate::devices::select(a.model.device)?;
+    let embedder = Embedder::load(path)?;
+    let model_id = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "embedding-model".into());
+    let cfg = oxinfer_server::ServerConfig {
+        addr: std::net::SocketAddr::new(a.host, a.port),
+        model_id,
+        aliases: a.model.model.iter().cloned().collect(),
+        api_key,
+        parallel: 1,
+        queue: a.queue,
+        ctx: embedder.max_tokens(),
+        max_body: a.max_body,
+    };
+    eprintln!(
+        "serving the embedding model {} ({}-d, at most {} tokens per input) on /v1/embeddings; \
+         chat and completion endpoints are not available",
+        cfg.model_id,
+        embedder.dim(),
+        embedder.max_tokens()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(oxinfer_server::serve_embeddings(
+        std::sync::Arc::new(embedder),
+        cfg,
+    ))
+    .context("serving HTTP")
+}
+
 /// One `{"index": i, "embedding": [...]}` line per vector.
 fn write_jsonl(mut w: impl Write, vectors: &[Vec<f32>]) -> std::io::Result<()> {
     for (i, v) in vectors.iter().enumerate() {

@@ -64,6 +64,14 @@ fn api_key(
 
 pub fn run(a: ServeArgs) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
+    if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
+        let key = api_key(
+            a.api_key.clone(),
+            a.api_key_file.as_deref(),
+            std::env::var("OXINFER_API_KEY").ok(),
+        )?;
+        return crate::embed::serve(&a, &path, key);
+    }
     let model = a.model.load()?;
     anyhow::ensure!(
         model.tokenizer().is_some(),

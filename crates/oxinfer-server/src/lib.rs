@@ -9,6 +9,7 @@
 pub mod api;
 mod chat;
 mod completions;
+mod embeddings;
 pub mod error;
 mod gen;
 pub mod metrics;
@@ -29,6 +30,8 @@ use scheduler::{Scheduler, SchedulerConfig};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+pub use embeddings::{embeddings_router, serve_embeddings};
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
@@ -117,6 +120,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
@@ -131,7 +135,11 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
 /// Serves until Ctrl-C (or SIGTERM).
 pub async fn serve(model: Arc<Model>, cfg: ServerConfig) -> std::io::Result<()> {
     let addr = cfg.addr;
-    let app = router(model, cfg);
+    serve_router(addr, router(model, cfg)).await
+}
+
+/// Serves `app` on `addr` until Ctrl-C (or SIGTERM), printing the address on stderr.
+pub(crate) async fn serve_router(addr: SocketAddr, app: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app)
@@ -161,20 +169,7 @@ async fn shutdown_signal() {
 /// Requires `Authorization: Bearer <key>` when the server has a key.
 async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.cfg.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // Compare without an early exit on the first differing byte.
-        let ok = given.is_some_and(|g| {
-            g.len() == key.len()
-                && g.bytes()
-                    .zip(key.bytes())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0
-        });
-        if !ok {
+        if !bearer_matches(req.headers(), key) {
             st.metrics
                 .requests_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -182,6 +177,22 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
         }
     }
     next.run(req).await
+}
+
+/// Whether `headers` carry `Authorization: Bearer <key>`, compared without an early exit on
+/// the first differing byte.
+pub(crate) fn bearer_matches(headers: &axum::http::HeaderMap, key: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| {
+        g.len() == key.len()
+            && g.bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    })
 }
 
 /// `200 {"status":"ok"}` while the scheduler thread runs; `503 {"status":"error", ...}` once it
