@@ -48,6 +48,9 @@ pub struct EmbedArgs {
     /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Cpu)]
     pub device: oxinfer::backend::DevicePref,
+    /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Where the embeddings go.
@@ -97,6 +100,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         oxinfer_kernels::set_num_threads(n);
     }
     crate::devices::select(a.device)?;
+    oxinfer_kernels::profile::enable(a.profile);
     let spec = a.model.as_deref().unwrap_or(DEFAULT_EMBED_MODEL);
     let mut progress = crate::progress::Bars::new();
     let path = oxinfer::hub::resolve_model(Some(spec), &mut progress)?;
@@ -138,6 +142,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
             embedder.dim()
         );
     }
+    crate::common::print_profile();
     Ok(())
 }
 
