@@ -112,13 +112,31 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections,
     };
     let api_key = api_key(
-        a.api_key,
+        a.api_key.clone(),
         a.api_key_file.as_deref(),
         std::env::var("OXINFER_API_KEY").ok(),
     )?;
     // The port first: a busy one is reported before the model is loaded.
     let addr = SocketAddr::new(a.host, a.port);
     let listener = oxinfer_server::bind(addr)?;
+    let config = |model_id: String, parallel: usize, ctx: usize| ServerConfig {
+        addr,
+        model_id,
+        aliases: aliases(a.model.model.as_deref(), a.aliases.clone()),
+        strict_model_names: a.strict_model_names,
+        api_key: api_key.clone(),
+        allowed_hosts: a.allowed_hosts.clone(),
+        cors_origins: a.cors_origins.clone(),
+        parallel,
+        queue: a.queue,
+        ctx,
+        max_body: a.max_body,
+        limits,
+        log_format: a.log_format,
+    };
+    if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
+        return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
+    }
     let model = a.model.load()?;
     anyhow::ensure!(
         model.tokenizer().is_some(),
@@ -134,21 +152,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
-    let cfg = ServerConfig {
-        addr,
-        model_id,
-        aliases: aliases(a.model.model.as_deref(), a.aliases),
-        strict_model_names: a.strict_model_names,
-        api_key,
-        allowed_hosts: a.allowed_hosts,
-        cors_origins: a.cors_origins,
-        parallel: a.parallel,
-        queue: a.queue,
-        ctx,
-        max_body: a.max_body,
-        limits,
-        log_format: a.log_format,
-    };
+    let cfg = config(model_id, a.parallel, ctx);
     eprintln!(
         "serving {} ({} slots × {} positions, queue {})",
         cfg.model_id, cfg.parallel, cfg.ctx, cfg.queue

@@ -12,6 +12,7 @@ pub mod api;
 mod chat;
 mod compiler;
 mod completions;
+mod embeddings;
 pub mod error;
 mod gen;
 pub mod histogram;
@@ -41,6 +42,8 @@ use scheduler::{Scheduler, SchedulerConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use embeddings::{embeddings_router, serve_embeddings};
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
@@ -151,16 +154,6 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         },
         metrics.clone(),
     );
-    let body = BodyLimits {
-        max_bytes: cfg.max_body,
-        timeout: cfg.limits.body_timeout,
-    };
-    let policy = Arc::new(AccessPolicy::new(
-        cfg.addr.ip(),
-        &cfg.allowed_hosts,
-        &cfg.cors_origins,
-    ));
-    let log_format = cfg.log_format;
     let state = Arc::new(AppState {
         model,
         sched,
@@ -170,28 +163,60 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         created: unix_now(),
         started: Instant::now(),
     });
-    Router::new()
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
         .route("/v1/models", get(info::models))
         .route("/metrics", get(info::metrics_text))
-        .route("/", get(info::status_page))
-        .fallback(not_found)
+        .route("/", get(info::status_page));
+    let key = KeyCheck {
+        key: state.cfg.api_key.clone(),
+        metrics: Some(state.metrics.clone()),
+    };
+    protect(api, get(info::health), key, &state.cfg).with_state(state)
+}
+
+/// What the API-key layer checks: the key, if any, and the metrics that count refusals.
+#[derive(Clone)]
+pub(crate) struct KeyCheck {
+    pub(crate) key: Option<String>,
+    pub(crate) metrics: Option<Arc<Metrics>>,
+}
+
+/// The layers every server shares, around `api` (the routes behind the key): the body reader
+/// (size and time limits), the JSON content-type check and the API key; then `/health`
+/// (outside the key), the `Host`/`Origin` check and the request log around everything.
+pub(crate) fn protect<S: Clone + Send + Sync + 'static>(
+    api: Router<S>,
+    health: axum::routing::MethodRouter<S>,
+    key: KeyCheck,
+    cfg: &ServerConfig,
+) -> Router<S> {
+    let body = BodyLimits {
+        max_bytes: cfg.max_body,
+        timeout: cfg.limits.body_timeout,
+    };
+    let policy = Arc::new(AccessPolicy::new(
+        cfg.addr.ip(),
+        &cfg.allowed_hosts,
+        &cfg.cors_origins,
+    ));
+    api.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             body,
             listen::read_body,
         ))
         .layer(axum::middleware::from_fn(require_json))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
-        .route("/health", get(info::health))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(key), auth))
+        .route("/health", health)
         .layer(axum::middleware::from_fn_with_state(policy, access::check))
         .layer(axum::middleware::from_fn_with_state(
-            log_format,
+            cfg.log_format,
             reqlog::log,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(body.max_bytes))
-        .with_state(state)
 }
 
 /// Serves on `listener` (from [`bind`]) until Ctrl-C (or SIGTERM).
@@ -200,12 +225,21 @@ pub async fn serve_on(
     model: Arc<Model>,
     cfg: ServerConfig,
 ) -> std::io::Result<()> {
-    let limits = cfg.limits;
     eprintln!(
         "{}",
         info::endpoint_summary(model.chat_template().is_some())
     );
-    let app = router(model, cfg);
+    let limits = cfg.limits;
+    serve_router(listener, router(model, cfg), limits).await
+}
+
+/// Serves `app` on `listener` with `limits` until Ctrl-C (or SIGTERM), printing the address
+/// on stderr.
+pub(crate) async fn serve_router(
+    listener: std::net::TcpListener,
+    app: Router,
+    limits: ConnLimits,
+) -> std::io::Result<()> {
     eprintln!("listening on http://{}", listener.local_addr()?);
     listen::serve_connections(listener, app, limits, shutdown_signal()).await
 }
@@ -236,29 +270,33 @@ async fn shutdown_signal() {
 }
 
 /// Requires `Authorization: Bearer <key>` when the server has a key.
-async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.cfg.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // Compare without an early exit on the first differing byte.
-        let ok = given.is_some_and(|g| {
-            g.len() == key.len()
-                && g.bytes()
-                    .zip(key.bytes())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0
-        });
-        if !ok {
-            st.metrics
-                .requests_failed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+async fn auth(State(check): State<Arc<KeyCheck>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &check.key {
+        if !bearer_matches(req.headers(), key) {
+            if let Some(m) = &check.metrics {
+                m.requests_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(req).await
+}
+
+/// Whether `headers` carry `Authorization: Bearer <key>`, compared without an early exit on
+/// the first differing byte.
+fn bearer_matches(headers: &axum::http::HeaderMap, key: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| {
+        g.len() == key.len()
+            && g.bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    })
 }
 
 /// Whether a `Content-Type` value names JSON (`application/json` or `application/*+json`,

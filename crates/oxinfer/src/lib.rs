@@ -10,6 +10,7 @@ pub mod arch;
 pub mod backend;
 pub mod chat_template;
 pub mod config;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod gguf;
