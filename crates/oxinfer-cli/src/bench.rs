@@ -2,7 +2,7 @@
 //! deviation of tok/s over repetitions, markdown or JSON), and `--memory`: measured read
 //! bandwidth and the decode ceiling it implies for a model.
 
-use crate::common::ModelArgs;
+use crate::common::{ModelArgs, ModelPositional};
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use oxinfer::Model;
@@ -12,6 +12,8 @@ use std::time::Instant;
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub positional: ModelPositional,
     /// Prompt lengths to test (pp), comma-separated; 0 skips.
     #[arg(
         short = 'p',
@@ -141,7 +143,8 @@ fn memory_bandwidth() -> (f64, f64) {
     (single, all)
 }
 
-pub fn run(a: BenchArgs) -> Result<()> {
+pub fn run(mut a: BenchArgs) -> Result<()> {
+    a.model = std::mem::take(&mut a.positional).merge_into(a.model)?;
     if a.reps == 0 {
         bail!("--reps must be at least 1");
     }

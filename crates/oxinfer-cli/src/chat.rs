@@ -1,29 +1,38 @@
 //! `oxinfer chat`: interactive multi-turn chat. The KV cache is kept between turns, so only
-//! the new messages are run.
+//! the new messages are run. On a terminal the input line is edited with arrow keys and
+//! history, a pasted block is one turn, and Ctrl-C cancels the reply being written.
 
-use crate::common::{ModelArgs, SamplingArgs};
+use crate::common::{CtxArgs, ModelArgs, ModelPositional, SamplingArgs};
+use crate::line_input::{LineInput, Read};
 use anyhow::{bail, Result};
 use clap::Args;
 use oxinfer::engine::thinking::{prompt_opens_think, TracePrinter};
-use oxinfer::engine::GenerateOptions;
+use oxinfer::engine::{GenerateOptions, StopReason};
 use oxinfer::ChatMessage;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub positional: ModelPositional,
     /// System message.
     #[arg(long)]
     pub system: Option<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Most tokens per reply.
-    #[arg(short = 'n', long, default_value_t = 1024)]
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "n-predict",
+        alias = "predict",
+        default_value_t = 1024
+    )]
     pub max_tokens: usize,
-    /// Context length (default: the model's).
-    #[arg(short = 'c', long)]
-    pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub ctx: CtxArgs,
     /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
     /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
     /// dimmed on a terminal (to stderr otherwise) and kept out of the history.
@@ -31,39 +40,65 @@ pub struct ChatArgs {
     pub think: bool,
 }
 
+/// Why a model without a chat template cannot chat, and what to do instead.
+fn cannot_chat(name: &str) -> String {
+    format!(
+        "{name} is a base model (no chat template), so it cannot chat; complete text with it \
+         (oxinfer run -m {name} \"Once upon a time\") or chat with an instruct model \
+         (oxinfer chat -m {})",
+        oxinfer::hub::DEFAULT_MODEL
+    )
+}
+
 pub fn run(a: ChatArgs) -> Result<()> {
-    let model = a.model.load()?;
-    if model.chat_template().is_none() {
-        bail!("{}: the model has no chat template", model.path().display());
+    let model_args = a.positional.merge_into(a.model)?;
+    // A known base model is refused before it is downloaded.
+    if let Some(m) = model_args
+        .model
+        .as_deref()
+        .and_then(oxinfer::hub::find_model)
+    {
+        if !m.chat {
+            bail!(cannot_chat(m.name));
+        }
     }
-    let mut session = model.session(a.ctx);
+    let model = model_args.load()?;
+    if model.chat_template().is_none() {
+        bail!(cannot_chat(&crate::run::model_name(&model)));
+    }
+    let mut session = model.session(a.ctx.ctx);
     let start: Vec<ChatMessage> = a
         .system
         .iter()
         .map(|s| ChatMessage::new("system", s))
         .collect();
     let mut messages = start.clone();
-    let interactive = std::io::stdin().is_terminal();
+    let mut input = LineInput::new();
+    let interactive = input.interactive();
     if interactive {
         eprintln!(
-            "chatting with {} — /clear forgets, /exit quits",
-            model.path().display()
+            "chatting with {} — Ctrl-C stops a reply, /clear forgets, /exit or Ctrl-D quits",
+            crate::run::model_name(&model)
         );
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    // Only a person at a terminal gets Ctrl-C = "stop the reply"; a pipe keeps the default.
+    if matches!(input, LineInput::Editor(_)) {
+        crate::interrupt::catch();
+    }
     let mut params = a.sampling.params();
     loop {
-        if interactive {
-            eprint!("> ");
-            let _ = std::io::stderr().flush();
-        }
-        let Some(line) = lines.next() else { break };
-        let line = line?;
-        let input = line.trim_end_matches(['\r', '\n']);
-        match input.trim() {
+        let line = match input.read("> ")? {
+            Read::Line(l) => l,
+            Read::Interrupted => {
+                eprintln!("(Ctrl-D or /exit quits)");
+                continue;
+            }
+            Read::End => break,
+        };
+        let input_text = line.trim_end_matches(['\r', '\n']);
+        match input_text.trim() {
             "" => continue,
-            "/exit" | "/quit" => break,
+            "/exit" | "/quit" | "/bye" => break,
             "/clear" => {
                 messages = start.clone();
                 session.clear();
@@ -72,7 +107,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }
             _ => {}
         }
-        messages.push(ChatMessage::new("user", input));
+        messages.push(ChatMessage::new("user", input_text));
         let extra = serde_json::json!({ "enable_thinking": a.think });
         let rendered = model.render_chat(&messages, true, &extra)?;
         let prompt = model.tokenize(&rendered, model.adds_bos())?;
@@ -89,12 +124,13 @@ pub fn run(a: ChatArgs) -> Result<()> {
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();
+        crate::interrupt::take();
         let generated = session.generate(&prompt, &opts, |ev| {
             let _ = printer.write(ev.text, &mut stdout.lock(), &mut trace);
-            true
+            !crate::interrupt::pending()
         });
-        match generated {
-            Ok(_) => {}
+        let g = match generated {
+            Ok(g) => g,
             Err(e) => {
                 messages.pop();
                 eprintln!("error: {e}");
@@ -103,6 +139,13 @@ pub fn run(a: ChatArgs) -> Result<()> {
         };
         let _ = printer.finish(&mut stdout.lock(), &mut trace);
         println!();
+        if g.stop_reason == StopReason::Cancelled || crate::interrupt::take() {
+            // The question and the partial reply are forgotten; the next turn starts clean.
+            messages.pop();
+            eprintln!("(reply cancelled)");
+            continue;
+        }
+        crate::run::note_stop(g.stop_reason, a.max_tokens);
         messages.push(ChatMessage::new("assistant", printer.answer.trim()));
         params.seed = params.seed.wrapping_add(1);
     }

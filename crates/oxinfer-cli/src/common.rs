@@ -1,17 +1,19 @@
 //! Options and helpers shared by the subcommands.
 
 use crate::progress::stderr_is_tty;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use oxinfer::backend::DevicePref;
 use oxinfer::engine::SamplingParams;
+use oxinfer::hub::KnownModel;
 use oxinfer::quant::Precision;
 use oxinfer::{LoadOptions, Model};
 use std::path::PathBuf;
 
-/// Model selection and threads.
+/// Model selection, threads and the compute device (shared by every command that loads a model).
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelArgs {
-    /// A GGUF file, a safetensors folder, or a cached model name (default: smollm2-135m-instruct).
+    /// A GGUF file, a safetensors folder, or a model name (default: smollm2-135m-instruct).
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
     /// Worker threads (default: one per core).
@@ -23,13 +25,69 @@ pub struct ModelArgs {
     /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
     pub device: oxinfer::backend::DevicePref,
+    /// llama.cpp's -ngl: more than 0 asks for the GPU (all layers that run there do; without a
+    /// usable GPU a line says why and the CPU runs), 0 keeps to the CPU.
+    #[arg(
+        long = "n-gpu-layers",
+        visible_alias = "ngl",
+        value_name = "N",
+        conflicts_with = "device"
+    )]
+    pub n_gpu_layers: Option<u32>,
     /// Convert a safetensors model's weight matrices at load: bf16, q8 (32 int8 weights per
     /// f32 scale) or q4 (Q4_0-style: 32 4-bit weights per f16 scale). Default: as stored.
     #[arg(long, value_name = "bf16|q8|q4")]
     pub quant: Option<Precision>,
+    /// Say more on stderr: the device chosen and why, where the model comes from.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+}
+
+/// The model as a positional argument (`oxinfer chat MODEL`), the same as `-m MODEL`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelPositional {
+    /// The model, as with -m: a GGUF file, a safetensors folder or a model name.
+    #[arg(id = "positional_model", value_name = "MODEL")]
+    pub model: Option<String>,
+}
+
+impl ModelPositional {
+    /// `args` with the positional model moved into `-m`; naming the model both ways is an error.
+    pub fn merge_into(self, mut args: ModelArgs) -> Result<ModelArgs> {
+        if let Some(m) = self.model {
+            if let Some(flag) = &args.model {
+                bail!("the model is named twice: -m {flag} and {m}; give one");
+            }
+            args.model = Some(m);
+        }
+        Ok(args)
+    }
+}
+
+/// Context length, spelled as llama.cpp and Ollama users type it (`-c`, `--ctx-size`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CtxArgs {
+    /// Context length in tokens (default: the model's).
+    #[arg(
+        short = 'c',
+        long = "ctx",
+        visible_alias = "ctx-size",
+        value_name = "N"
+    )]
+    pub ctx: Option<usize>,
 }
 
 impl ModelArgs {
+    /// The device to ask the registry for, and whether the user asked for a GPU (then the
+    /// device line is printed even when no GPU could be used).
+    fn device_request(&self) -> (DevicePref, bool) {
+        match self.n_gpu_layers {
+            Some(0) => (DevicePref::Cpu, false),
+            Some(_) => (DevicePref::Auto, true),
+            None => (self.device, self.device == DevicePref::Cuda),
+        }
+    }
+
     /// Resolves (fetching the default model when needed) and loads the model.
     pub fn load(&self) -> Result<Model> {
         if let Some(n) = self.threads {
@@ -37,9 +95,14 @@ impl ModelArgs {
             oxinfer_kernels::set_num_threads(n);
         }
         oxinfer_kernels::profile::enable(self.profile);
-        crate::devices::select(self.device)?;
+        let (pref, gpu_asked) = self.device_request();
+        crate::devices::select(pref, gpu_asked || self.verbose)?;
+        announce_fetch(self.model.as_deref());
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
+        if self.verbose {
+            eprintln!("model: {}", path.display());
+        }
         // Mapping is instant, but building a large model touches its pages: show a spinner.
         let big = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() > 256 << 20);
         let spinner = (big && stderr_is_tty()).then(|| {
@@ -60,11 +123,37 @@ impl ModelArgs {
     }
 }
 
+/// The known model that `spec` (or the default) names when it is not in the cache yet.
+pub fn uncached_known_model(spec: Option<&str>) -> Option<&'static KnownModel> {
+    let spec = spec.unwrap_or(oxinfer::hub::DEFAULT_MODEL);
+    if std::path::Path::new(spec).exists() {
+        return None;
+    }
+    let model = oxinfer::hub::find_model(spec)?;
+    let cached = std::fs::metadata(model.path_in(&oxinfer::hub::models_dir()))
+        .is_ok_and(|m| m.is_file() && m.len() == model.size);
+    (!cached).then_some(model)
+}
+
+/// Before a fetch, one line saying what is downloaded, how large it is and where it goes (on a
+/// terminal a progress bar follows; nothing asks, so scripts never block).
+fn announce_fetch(spec: Option<&str>) {
+    if let Some(m) = uncached_known_model(spec) {
+        eprintln!(
+            "fetching {} ({}, {:.0} MiB) into {} (once)",
+            m.name,
+            m.description,
+            m.size as f64 / 1048576.0,
+            oxinfer::hub::models_dir().display()
+        );
+    }
+}
+
 /// Sampling options.
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// Temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, visible_alias = "temperature", default_value_t = 0.8)]
     pub temp: f32,
     /// Top-k (0 = off).
     #[arg(long, default_value_t = 40)]

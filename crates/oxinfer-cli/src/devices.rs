@@ -13,10 +13,11 @@ pub fn providers() -> Vec<&'static dyn Provider> {
 }
 
 /// Installs the backend for `pref` and says on stderr, in one line, which device runs the
-/// model (for `auto`; an explicit choice is silent unless it fails, which is an error).
-pub fn select(pref: DevicePref) -> Result<()> {
+/// model when it is a GPU, or when `announce` (the user asked for a GPU, or `--verbose`) also
+/// when it is the CPU and why. An explicit `--device cuda` that cannot start is an error.
+pub fn select(pref: DevicePref, announce: bool) -> Result<()> {
     let choice = oxinfer::backend::init(&providers(), pref)?;
-    if pref == DevicePref::Auto || matches!(choice, DeviceChoice::Gpu { .. }) {
+    if announce || matches!(choice, DeviceChoice::Gpu { .. }) {
         eprintln!("{}", choice.describe());
     }
     Ok(())

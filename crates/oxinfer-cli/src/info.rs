@@ -1,23 +1,37 @@
-//! `oxinfer info MODEL`.
+//! `oxinfer info [MODEL]` (or `-m MODEL`): describe a model without running it.
 
+use crate::common::{ModelArgs, ModelPositional};
 use anyhow::Result;
 use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// A GGUF file, a safetensors folder, or a cached model name.
-    pub model: String,
+    /// A GGUF file, a safetensors folder, or a model name (default: smollm2-135m-instruct).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub positional: ModelPositional,
+    /// Say more on stderr (where the model comes from).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 }
 
 pub fn run(a: InfoArgs) -> Result<()> {
-    let model = crate::common::ModelArgs {
-        model: Some(a.model),
+    // The CPU only: describing a model needs no GPU.
+    let args = ModelArgs {
+        model: a.model,
         device: oxinfer::backend::DevicePref::Cpu,
+        verbose: a.verbose,
         ..Default::default()
-    }
-    .load()?;
+    };
+    let model = a.positional.merge_into(args)?.load()?;
     let i = model.info();
     let c = &i.config;
+    let chat = if i.has_chat_template {
+        "yes"
+    } else {
+        "no (a base model: `run` completes text, `chat` is refused)"
+    };
     let formats: Vec<String> = i.formats.iter().map(|(f, n)| format!("{f} ×{n}")).collect();
     println!("path:            {}", i.path.display());
     println!("container:       {}", i.container);
@@ -55,9 +69,6 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "tokenizer:       {}",
         if i.has_tokenizer { "yes" } else { "no" }
     );
-    println!(
-        "chat template:   {}",
-        if i.has_chat_template { "yes" } else { "no" }
-    );
+    println!("chat template:   {chat}");
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `oxinfer kl -m MODEL --ref REF -f TEXT`: KL divergence against a reference, with the
 //! statistics of `llama-perplexity --kl-divergence`.
 
-use crate::common::{read_text, ModelArgs};
+use crate::common::{read_text, ModelArgs, ModelPositional};
 use crate::perplexity::{window_bos, ScoredText};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -13,6 +13,8 @@ pub struct KlArgs {
     /// The model under test (with --quant: converted at load).
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub positional: ModelPositional,
     /// The reference model (GGUF file, safetensors folder or cached name); it may be the same
     /// path as -m, loaded at another precision.
     #[arg(long = "ref")]
@@ -26,11 +28,13 @@ pub struct KlArgs {
 
 pub fn run(a: KlArgs) -> Result<()> {
     let text = read_text(&a.text.file)?;
-    let model = a.model.load()?;
+    let model_args = a.positional.merge_into(a.model)?;
+    let model = model_args.load()?;
     let reference = ModelArgs {
         model: Some(a.reference.clone()),
         quant: a.ref_quant,
-        device: a.model.device,
+        device: model_args.device,
+        n_gpu_layers: model_args.n_gpu_layers,
         ..Default::default()
     }
     .load()

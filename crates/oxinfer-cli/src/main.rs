@@ -1,14 +1,18 @@
 //! `oxinfer`: run, chat with, measure and inspect local models.
 
+mod argv;
 mod bench;
 mod chat;
 mod common;
 mod devices;
 mod embed;
 mod info;
+mod interrupt;
 mod kl;
+mod line_input;
 mod npy;
 mod perplexity;
+mod positional;
 mod progress;
 mod quantize;
 mod run;
@@ -28,8 +32,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate text from a prompt (the default model is fetched on first use).
+    #[command(override_usage = "oxinfer run [OPTIONS] [MODEL] [PROMPT]...")]
     Run(run::RunArgs),
-    /// Interactive multi-turn chat (/clear forgets the history, /exit quits).
+    /// Interactive multi-turn chat (/clear forgets the history, /exit or Ctrl-D quits).
+    #[command(override_usage = "oxinfer chat [OPTIONS] [MODEL]")]
     Chat(chat::ChatArgs),
     /// Perplexity of a text file, measured the way llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
@@ -58,7 +64,14 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let args = match argv::normalize(std::env::args_os()) {
+        Ok(a) => a,
+        Err(refused) => {
+            eprintln!("error: {refused}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
@@ -81,5 +94,16 @@ fn main() -> ExitCode {
             eprintln!("error: {}", chain.join(": "));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

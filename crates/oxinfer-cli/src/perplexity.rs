@@ -1,6 +1,6 @@
 //! `oxinfer perplexity`: llama-perplexity's method, same output line.
 
-use crate::common::{read_text, ModelArgs};
+use crate::common::{read_text, ModelArgs, ModelPositional};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::io::Write;
@@ -14,7 +14,7 @@ pub struct ScoredText {
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
     /// Window length in tokens.
-    #[arg(short = 'c', long, default_value_t = 512)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 512)]
     pub ctx: usize,
     /// Evaluate at most this many windows.
     #[arg(long)]
@@ -52,12 +52,14 @@ pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
+    pub positional: ModelPositional,
+    #[command(flatten)]
     pub text: ScoredText,
 }
 
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let text = read_text(&a.text.file)?;
-    let model = a.model.load()?;
+    let model = a.positional.merge_into(a.model)?.load()?;
     let tokens = model
         .tokenize(&text, model.adds_bos())
         .context("tokenizing the text")?;

@@ -3,7 +3,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
-/// Draws one bar per download or extraction step.
+/// Draws one bar per download or extraction step; prints the hub's remarks.
 pub struct Bars {
     bar: Option<ProgressBar>,
     enabled: bool,
@@ -47,6 +47,15 @@ impl oxinfer::hub::Progress for Bars {
     fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
+        }
+    }
+
+    /// Remarks (the hub could not be reached and pip comes next, a cached file is refetched)
+    /// go to stderr as they are, above a bar that is running.
+    fn note(&mut self, message: &str) {
+        match &self.bar {
+            Some(b) => b.suspend(|| eprintln!("{message}")),
+            None => eprintln!("{message}"),
         }
     }
 }

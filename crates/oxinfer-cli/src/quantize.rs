@@ -1,7 +1,7 @@
 //! `oxinfer quantize MODEL --quant q8|q4|bf16 -o DIR`: on-load conversion, then the
 //! pre-quantized checkpoint written (also `run --save-quantized DIR`).
 
-use crate::common::ModelArgs;
+use crate::common::{ModelArgs, ModelPositional};
 use anyhow::{Context, Result};
 use clap::Args;
 use oxinfer::quant::{Precision, WriteOptions};
@@ -10,8 +10,16 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
-    /// A safetensors folder (config.json + model.safetensors or a sharded index).
-    pub model: String,
+    /// A safetensors folder (config.json + model.safetensors or a sharded index); or
+    /// positional.
+    #[arg(
+        short = 'm',
+        long = "model",
+        required_unless_present = "positional_model"
+    )]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub positional: ModelPositional,
     /// Target precision.
     #[arg(long, value_name = "bf16|q8|q4")]
     pub quant: Precision,
@@ -45,13 +53,13 @@ pub fn save(model: &Model, dir: &Path) -> Result<()> {
 }
 
 pub fn run(a: QuantizeArgs) -> Result<()> {
-    let model = ModelArgs {
-        model: Some(a.model),
+    let args = ModelArgs {
+        model: a.model,
         threads: a.threads,
         quant: Some(a.quant),
         device: oxinfer::backend::DevicePref::Cpu,
         ..Default::default()
-    }
-    .load()?;
+    };
+    let model = a.positional.merge_into(args)?.load()?;
     save(&model, &a.output)
 }

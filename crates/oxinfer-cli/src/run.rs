@@ -1,10 +1,10 @@
 //! `oxinfer run`: one prompt in, generated text out (stdout), stats on stderr.
 
-use crate::common::{read_text, ModelArgs, SamplingArgs};
+use crate::common::{read_text, CtxArgs, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxinfer::engine::thinking::{prompt_opens_think, TracePrinter};
-use oxinfer::engine::GenerateOptions;
+use oxinfer::engine::{GenerateOptions, StopReason};
 use oxinfer::ChatMessage;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -13,14 +13,18 @@ use std::path::PathBuf;
 pub struct RunArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The prompt (default: read from stdin).
+    /// `[MODEL] [PROMPT...]`: the first word is the model when it names one (a model name or a
+    /// path), the rest is the prompt (see docs/cli.md).
+    #[arg(value_name = "WORDS")]
+    pub words: Vec<String>,
+    /// The prompt (default: the positional words, else read from stdin).
     #[arg(short = 'p', long)]
     pub prompt: Option<String>,
     /// Read the prompt from a file.
     #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
     pub file: Option<PathBuf>,
     /// Feed the prompt as-is instead of through the chat template (BOS added if the model's
-    /// metadata says so).
+    /// metadata says so). A model without a chat template (a base model) always runs so.
     #[arg(long)]
     pub raw: bool,
     /// System message for the chat template.
@@ -29,14 +33,19 @@ pub struct RunArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Most tokens to generate.
-    #[arg(short = 'n', long, default_value_t = 512)]
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "n-predict",
+        alias = "predict",
+        default_value_t = 512
+    )]
     pub max_tokens: usize,
     /// Stop when this text appears (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
-    /// Context length (default: the model's).
-    #[arg(short = 'c', long)]
-    pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub ctx: CtxArgs,
     /// Print the rendered prompt (stderr) before generating.
     #[arg(long)]
     pub print_prompt: bool,
@@ -60,19 +69,21 @@ pub struct RunArgs {
     pub save_quantized: Option<PathBuf>,
 }
 
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(mut a: RunArgs) -> Result<()> {
+    let words = crate::positional::split(
+        &a.words,
+        a.model.model.is_some(),
+        a.prompt.is_some() || a.file.is_some() || a.tokens.is_some(),
+    )?;
+    if words.model.is_some() {
+        a.model.model = words.model;
+    }
     // Read the user's input before the (possibly slow) model load, so a bad path fails fast.
-    let text = match (&a.tokens, &a.prompt, &a.file) {
+    let text = match (&a.tokens, words.prompt.or(a.prompt.clone()), &a.file) {
         (Some(_), _, _) => None,
-        (None, Some(p), _) => Some(p.clone()),
+        (None, Some(p), _) => Some(p),
         (None, None, Some(f)) => Some(read_text(f)?),
-        (None, None, None) => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("reading the prompt from stdin")?;
-            Some(s)
-        }
+        (None, None, None) => Some(read_stdin()?),
     };
     let model = a.model.load()?;
     if let Some(dir) = &a.save_quantized {
@@ -88,13 +99,16 @@ pub fn run(a: RunArgs) -> Result<()> {
             ids.clone()
         }
         (None, Some(text)) => {
-            if a.raw {
-                model.tokenize(&text, model.adds_bos())?
-            } else if model.chat_template().is_none() {
-                bail!(
-                    "{}: the model has no chat template; pass --raw to feed the prompt as-is",
-                    model.path().display()
+            let raw = a.raw || model.chat_template().is_none();
+            if raw && !a.raw {
+                eprintln!(
+                    "note: {} has no chat template (a base model): continuing the prompt as raw \
+                     text, as --raw does",
+                    model_name(&model)
                 );
+            }
+            if raw {
+                model.tokenize(&text, model.adds_bos())?
             } else {
                 let mut messages = Vec::new();
                 if let Some(s) = &a.system {
@@ -115,7 +129,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
-    if a.print_prompt && a.raw {
+    if a.print_prompt && (a.raw || model.chat_template().is_none()) {
         eprintln!(
             "{}",
             model
@@ -131,7 +145,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         keep_prompt_logits: a.dump_logits.is_some(),
         ..GenerateOptions::default()
     };
-    let mut session = model.session(a.ctx);
+    let mut session = model.session(a.ctx.ctx);
     let stdout = std::io::stdout();
     let show_tokens = a.show_tokens || model.tokenizer().is_none();
     let mut ids_out: Vec<String> = Vec::new();
@@ -164,6 +178,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         crate::npy::write_f32(path, &[prompt.len(), vocab], logits)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    note_stop(g.stop_reason, a.max_tokens);
     let t = g.timings;
     eprintln!(
         "load {:.2} s | prompt {} tokens, {:.1} tok/s | generation {} tokens, {:.1} tok/s | stop: {:?}",
@@ -176,4 +191,42 @@ pub fn run(a: RunArgs) -> Result<()> {
     );
     crate::common::print_profile();
     Ok(())
+}
+
+/// The prompt from stdin; on a terminal, first a hint, so `oxinfer run` does not wait silently.
+fn read_stdin() -> Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!(
+            "reading the prompt from the terminal: end it with Ctrl-D (or pass it: oxinfer run \
+             \"PROMPT\", or chat: oxinfer chat)"
+        );
+    }
+    let mut s = String::new();
+    stdin
+        .lock()
+        .read_to_string(&mut s)
+        .context("reading the prompt from stdin")?;
+    Ok(s)
+}
+
+/// The model's file name, for one-line messages.
+pub fn model_name(model: &oxinfer::Model) -> String {
+    let p = model.path();
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// Says on stderr when a reply ended because of a limit rather than by itself.
+pub fn note_stop(reason: StopReason, max_tokens: usize) {
+    match reason {
+        StopReason::MaxTokens => eprintln!(
+            "note: the reply was cut at {max_tokens} tokens (--max-tokens); pass -n N for more"
+        ),
+        StopReason::ContextFull => {
+            eprintln!("note: the reply was cut because the context is full; pass -c N for more")
+        }
+        _ => {}
+    }
 }

@@ -5,6 +5,7 @@
 mod cli_process;
 #[path = "../../oxinfer/tests/common/mod.rs"]
 mod common;
+mod first_hour;
 
 use std::path::PathBuf;
 

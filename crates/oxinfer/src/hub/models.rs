@@ -20,6 +20,9 @@ pub struct KnownModel {
     pub aliases: &'static [&'static str],
     /// One line for listings.
     pub description: &'static str,
+    /// Whether the model is tuned to chat (its file carries a chat template). A base model
+    /// only continues text: `run` completes raw text with it, `chat` refuses it.
+    pub chat: bool,
     /// The file's name in the cache's `models` folder.
     pub file_name: &'static str,
     /// Exact size in bytes.
@@ -75,6 +78,7 @@ static KNOWN_MODELS: &[KnownModel] = &[
         name: "smollm2-135m-instruct",
         aliases: &["smollm2-135m", "smollm2-135m-instruct-q4_1"],
         description: "SmolLM2 135M Instruct, Q4_1 GGUF (the default model)",
+        chat: true,
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
         size: 98_362_432,
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
@@ -87,7 +91,8 @@ static KNOWN_MODELS: &[KnownModel] = &[
     KnownModel {
         name: "gemma3-270m",
         aliases: &["gemma-3-270m", "gemma3-270m-q4_k_m", "gemma-3-270m-q4_k_m"],
-        description: "Gemma 3 270M, Q4_K_M GGUF",
+        description: "Gemma 3 270M base, Q4_K_M GGUF: text completion, no chat template",
+        chat: false,
         file_name: "gemma-3-270m-q4_k_m.gguf",
         size: 253_113_024,
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
