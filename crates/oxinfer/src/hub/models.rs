@@ -120,6 +120,7 @@ static KNOWN_MODELS: &[KnownModel] = &[
         name: "all-minilm-l6-v2",
         aliases: &["all-MiniLM-L6-v2", "minilm"],
         description: "all-MiniLM-L6-v2 sentence embeddings (384-d), sentence-transformers folder",
+        chat: false,
         file_name: "all-MiniLM-L6-v2.zip",
         size: 83_319_212,
         sha256: "0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
