@@ -80,7 +80,7 @@ pub struct CtxArgs {
 impl ModelArgs {
     /// The device to ask the registry for, and whether the user asked for a GPU (then the
     /// device line is printed even when no GPU could be used).
-    fn device_request(&self) -> (DevicePref, bool) {
+    pub fn device_request(&self) -> (DevicePref, bool) {
         match self.n_gpu_layers {
             Some(0) => (DevicePref::Cpu, false),
             Some(_) => (DevicePref::Auto, true),

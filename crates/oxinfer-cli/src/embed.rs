@@ -99,7 +99,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
     }
-    crate::devices::select(a.device)?;
+    crate::devices::select(a.device, a.device == oxinfer::backend::DevicePref::Cuda)?;
     oxinfer_kernels::profile::enable(a.profile);
     let spec = a.model.as_deref().unwrap_or(DEFAULT_EMBED_MODEL);
     let mut progress = crate::progress::Bars::new();
@@ -174,7 +174,8 @@ pub fn serve(
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
     }
-    crate::devices::select(a.model.device)?;
+    let (pref, gpu_asked) = a.model.device_request();
+    crate::devices::select(pref, gpu_asked || a.model.verbose)?;
     let embedder = Embedder::load(path)?;
     let model_id = path
         .file_name()
