@@ -365,12 +365,25 @@ impl Model {
     /// Tokenizes a chat prompt: special tokens are parsed in the template's text only (see
     /// [`GuardedPrompt`]); BOS as in [`Model::tokenize`].
     pub fn tokenize_prompt(&self, prompt: &GuardedPrompt, add_bos: bool) -> Result<Vec<u32>> {
+        // Every CLI and server request tokenizes its prompt first: refuse here, with an error,
+        // a request that would read a weight file truncated since it was loaded (SIGBUS).
+        self.check_files()?;
         let tok = self.require_tokenizer()?;
         let starts_with_bos = tok
             .bos_token()
             .is_some_and(|b| !b.is_empty() && prompt.raw_starts_with(b));
         tok.encode_guarded(prompt, add_bos && !starts_with_bos)
             .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// Checks that the weight files the model reads in place have not shrunk since they were
+    /// loaded (truncated or rewritten while in use): reading them would then kill the process
+    /// with SIGBUS. [`Model::tokenize`], [`Model::tokenize_prompt`] and [`Session::generate`]
+    /// call it; a few microseconds.
+    ///
+    /// [`Session::generate`]: super::Session::generate
+    pub fn check_files(&self) -> Result<()> {
+        Ok(self.source.check_sizes()?)
     }
 
     /// Whether the model's metadata asks for a BOS token in front of prompts.
