@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = g.architecture();
     if let Ok(tok) = Tokenizer::from_gguf(&g) {
-        let ids = tok.encode("Hello <|im_end|> world\n", false).unwrap_or_default();
+        let ids = tok
+            .encode("Hello <|im_end|> world\n", false)
+            .unwrap_or_default();
         let _ = tok.decode(&ids);
     }
 });
