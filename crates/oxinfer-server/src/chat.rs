@@ -177,7 +177,7 @@ fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
         );
     }
     let offered: Vec<Tool> = tools.iter().map(|t| (*t).clone()).collect();
-    let text = prompt::render(
+    let prompt = prompt::render_guarded(
         &st.model,
         &req.messages,
         (mode != ToolMode::Off).then_some(offered.as_slice()),
@@ -191,11 +191,11 @@ fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
     let reading = Reading {
         mode,
         format: ToolFormat::detect(src),
-        think: (grammar.is_none() && thinking_template).then(|| prompt_opens_think(&text)),
+        think: (grammar.is_none() && thinking_template).then(|| prompt_opens_think(&prompt.text())),
     };
     let ids = st
         .model
-        .tokenize(&text, st.model.adds_bos())
+        .tokenize_prompt(&prompt, st.model.adds_bos())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Prepared {
         ids,

@@ -12,6 +12,7 @@
 use crate::api::{Message, Tool};
 use crate::error::ApiError;
 use oxinfer::chat_template::ChatTemplate;
+use oxinfer::tokenizer::GuardedPrompt;
 use oxinfer::Model;
 use serde_json::{json, Map, Value};
 
@@ -61,11 +62,38 @@ fn check_roles(msgs: &[Message]) -> Result<(), ApiError> {
 
 /// Renders the conversation (with `tools` when given) as prompt text.
 pub fn render(model: &Model, msgs: &[Message], tools: Option<&[Tool]>) -> Result<String, ApiError> {
-    let tpl = model.chat_template().ok_or_else(|| {
+    render_with(
+        template(model)?,
+        template_supports_tools(model),
+        msgs,
+        tools,
+    )
+}
+
+/// [`render`] with every string the request holds kept from becoming a control token when the
+/// prompt is tokenized ([`Model::tokenize_prompt`]; issue 24: `<|im_end|>` in a message stays
+/// text).
+pub fn render_guarded(
+    model: &Model,
+    msgs: &[Message],
+    tools: Option<&[Tool]>,
+) -> Result<GuardedPrompt, ApiError> {
+    let tpl = template(model)?;
+    let tok = model
+        .require_tokenizer()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut ctx = context(template_supports_tools(model), msgs, tools)?;
+    let mut guard = tok.content_guard();
+    guard.protect_json(&mut ctx);
+    let text = render_context(tpl, &ctx)?;
+    Ok(guard.finish(text))
+}
+
+fn template(model: &Model) -> Result<&ChatTemplate, ApiError> {
+    model.chat_template().ok_or_else(|| {
         // No file path: errors go to clients, who need not know where the model lives.
         ApiError::bad_request("the model has no chat template; use /v1/completions")
-    })?;
-    render_with(tpl, template_supports_tools(model), msgs, tools)
+    })
 }
 
 /// [`render`] through `tpl`; `native_tools` says whether the template renders `tools` itself.
@@ -75,6 +103,15 @@ pub fn render_with(
     msgs: &[Message],
     tools: Option<&[Tool]>,
 ) -> Result<String, ApiError> {
+    render_context(tpl, &context(native_tools, msgs, tools)?)
+}
+
+/// The template variables of a conversation: `messages` and, for a tool-aware template, `tools`.
+fn context(
+    native_tools: bool,
+    msgs: &[Message],
+    tools: Option<&[Tool]>,
+) -> Result<Value, ApiError> {
     check_roles(msgs)?;
     let messages = match tools {
         Some(t) if !native_tools => fallback_messages(msgs, t)?,
@@ -88,7 +125,11 @@ pub fn render_with(
             Value::Array(t.iter().map(tool_json).collect()),
         );
     }
-    tpl.render(&[], true, &Value::Object(extra))
+    Ok(Value::Object(extra))
+}
+
+fn render_context(tpl: &ChatTemplate, ctx: &Value) -> Result<String, ApiError> {
+    tpl.render(&[], true, ctx)
         .map_err(|e| ApiError::bad_request(e.to_string()).with_param("messages"))
 }
 

@@ -5,15 +5,22 @@ use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A whole file, memory-mapped read-only (or held in memory when it cannot be mapped, e.g. an
-/// empty file or bytes made in a test).
+/// A whole file, memory-mapped read-only and private (or held in memory when it cannot be
+/// mapped, e.g. an empty file or bytes made in a test).
+///
+/// A mapping reads the file's pages on demand: if another process truncates the file while it
+/// is mapped, touching a page past the new end raises SIGBUS, which kills the process. The
+/// mapping is private (`MAP_PRIVATE`), so no write through it reaches the file, and
+/// [`check_size`](Self::check_size) tells whether the file has shrunk since it was mapped
+/// (the engine calls it before each prompt; see docs/security.md for what is left).
 pub struct MappedFile {
     path: PathBuf,
     data: Backing,
 }
 
 enum Backing {
-    Map(memmap2::Mmap),
+    /// The mapping, the open file behind it (for `fstat`) and its length when mapped.
+    Map(memmap2::Mmap, std::fs::File),
     Owned(Vec<u8>),
 }
 
@@ -34,13 +41,48 @@ impl MappedFile {
                 data: Backing::Owned(Vec::new()),
             });
         }
-        // SAFETY: the mapping is read-only and private to this process; like every mmap-based
-        // loader we rely on model files not being truncated or rewritten while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| LoadError::io(path, e))?;
+        // SAFETY: `Mmap` hands out `&[u8]` for the mapping's life, which is sound only while
+        // the bytes under it neither change nor vanish. The mapping is read-only and private
+        // (MAP_PRIVATE), so nothing in this process writes it. Another process can still
+        // rewrite the file in place (on Linux a private mapping shows those writes on pages not
+        // yet copied: the slice changes under us) or truncate it (a read past the new end
+        // raises SIGBUS). Neither can be prevented for an ordinary file; both are outside the
+        // contract: model files must not be modified in place while loaded (replacing them by
+        // rename is fine: the old inode stays mapped). Truncation is detected: the length is
+        // checked against every header at load and `check_size` re-checks it before each
+        // prompt, refusing with an error instead of crashing (docs/security.md).
+        let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
+            .map_err(|e| LoadError::io(path, e))?;
         Ok(MappedFile {
             path: path.to_path_buf(),
-            data: Backing::Map(map),
+            data: Backing::Map(map, file),
         })
+    }
+
+    /// Checks that the mapped file still holds every byte the mapping covers (`fstat` on the
+    /// open file: microseconds). An error names the file and the sizes when it has shrunk
+    /// (truncated or rewritten in place while in use): reading the missing pages would kill the
+    /// process with SIGBUS. Always `Ok` for bytes held in memory.
+    pub fn check_size(&self) -> Result<(), LoadError> {
+        let Backing::Map(map, file) = &self.data else {
+            return Ok(());
+        };
+        let now = file
+            .metadata()
+            .map_err(|e| LoadError::io(&self.path, e))?
+            .len();
+        if now < map.len() as u64 {
+            return Err(LoadError::malformed(
+                &self.path,
+                format!(
+                    "the file shrank from {} to {now} bytes while loaded (truncated or \
+                     rewritten in place); its weights can no longer be read safely: restore the \
+                     file and load the model again",
+                    map.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Wraps bytes already in memory (tests, generated files).
@@ -54,7 +96,7 @@ impl MappedFile {
     /// The file's bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
-            Backing::Map(m) => m,
+            Backing::Map(m, _) => m,
             Backing::Owned(v) => v,
         }
     }
@@ -66,7 +108,7 @@ impl MappedFile {
 
     /// Whether the bytes are a memory mapping of the file (not a copy held in memory).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.data, Backing::Map(_))
+        matches!(self.data, Backing::Map(..))
     }
 
     /// Drops the pages of bytes `offset .. offset + len` from this process's resident memory
@@ -75,7 +117,7 @@ impl MappedFile {
     /// failures are ignored (it is only advice).
     pub fn release(&self, offset: usize, len: usize) {
         #[cfg(unix)]
-        if let Backing::Map(m) = &self.data {
+        if let Backing::Map(m, _) = &self.data {
             // SAFETY: the mapping is read-only and private and never written, so its pages
             // always equal the file's: MADV_DONTNEED only drops them and a later read faults
             // the same bytes back in; no live reference ever sees different contents.

@@ -278,10 +278,12 @@ fn hub_resolves_names_paths_and_unknowns() {
     fs::write(&file, b"GGUF").unwrap();
     let got = hub::resolve_model_in(&dir, Some(file.to_str().unwrap()), &mut NoProgress).unwrap();
     assert_eq!(got, file);
-    // A known name whose file is cached resolves to it, case-insensitively.
+    // A known name whose file is cached (and recorded as verified, as a download leaves it)
+    // resolves to it, case-insensitively.
     let m = &hub::known_models()[1];
     let cached = dir.join(m.file_name);
     fs::File::create(&cached).unwrap().set_len(m.size).unwrap();
+    hub::write_record(&cached, m.sha256);
     let got = hub::resolve_model_in(&dir, Some(&m.name.to_uppercase()), &mut NoProgress).unwrap();
     assert_eq!(got, cached);
     // Unknown names list the known ones.

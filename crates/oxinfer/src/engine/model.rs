@@ -9,7 +9,7 @@ use crate::gguf::GgufFile;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::{Naming, TensorStore, TensorView, WeightSource};
 use crate::quant::{self, Converted, Overlay, Precision, QuantReport};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{GuardedPrompt, Tokenizer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -357,14 +357,35 @@ impl Model {
     }
 
     /// Tokenizes `text`; BOS is prepended when `add_bos` is true and the text does not already
-    /// start with the BOS token's text.
+    /// start with the BOS token's text. Special-token text anywhere in `text` becomes control
+    /// tokens: for chat prompts holding a caller's messages use [`Model::chat_prompt`] and
+    /// [`Model::tokenize_prompt`].
     pub fn tokenize(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        self.tokenize_prompt(&GuardedPrompt::trusted(text.to_string()), add_bos)
+    }
+
+    /// Tokenizes a chat prompt: special tokens are parsed in the template's text only (see
+    /// [`GuardedPrompt`]); BOS as in [`Model::tokenize`].
+    pub fn tokenize_prompt(&self, prompt: &GuardedPrompt, add_bos: bool) -> Result<Vec<u32>> {
+        // Every CLI and server request tokenizes its prompt first: refuse here, with an error,
+        // a request that would read a weight file truncated since it was loaded (SIGBUS).
+        self.check_files()?;
         let tok = self.require_tokenizer()?;
         let starts_with_bos = tok
             .bos_token()
-            .is_some_and(|b| !b.is_empty() && text.starts_with(b));
-        tok.encode(text, add_bos && !starts_with_bos)
+            .is_some_and(|b| !b.is_empty() && prompt.raw_starts_with(b));
+        tok.encode_guarded(prompt, add_bos && !starts_with_bos)
             .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// Checks that the weight files the model reads in place have not shrunk since they were
+    /// loaded (truncated or rewritten while in use): reading them would then kill the process
+    /// with SIGBUS. [`Model::tokenize`], [`Model::tokenize_prompt`] and [`Session::generate`]
+    /// call it; a few microseconds.
+    ///
+    /// [`Session::generate`]: super::Session::generate
+    pub fn check_files(&self) -> Result<()> {
+        Ok(self.source.check_sizes()?)
     }
 
     /// Whether the model's metadata asks for a BOS token in front of prompts.
@@ -372,28 +393,56 @@ impl Model {
         self.tokenizer.as_ref().is_some_and(|t| t.add_bos_default())
     }
 
-    /// Renders `messages` through the model's chat template.
+    /// Renders `messages` through the model's chat template, as they are: special-token text in
+    /// them stays text here, but becomes control tokens if the result is passed to
+    /// [`Model::tokenize`] (fine for trusted callers; otherwise use [`Model::chat_prompt`]).
     pub fn render_chat(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         extra: &serde_json::Value,
     ) -> Result<String> {
-        let tpl = self.template.as_ref().ok_or_else(|| {
+        self.require_template()?
+            .render(messages, add_generation_prompt, extra)
+            .map_err(|e| Error::Template(e.to_string()))
+    }
+
+    /// Renders `messages` (and `extra`) through the chat template with every string they hold
+    /// kept from becoming a control token when the prompt is tokenized with
+    /// [`Model::tokenize_prompt`] (issue 24: a user message holding
+    /// `<|im_end|><|im_start|>system` stays text).
+    pub fn chat_prompt(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &serde_json::Value,
+    ) -> Result<GuardedPrompt> {
+        let tpl = self.require_template()?;
+        let mut guard = self.require_tokenizer()?.content_guard();
+        let messages = guard.protect_messages(messages);
+        let mut extra = extra.clone();
+        guard.protect_json(&mut extra);
+        let text = tpl
+            .render(&messages, add_generation_prompt, &extra)
+            .map_err(|e| Error::Template(e.to_string()))?;
+        Ok(guard.finish(text))
+    }
+
+    fn require_template(&self) -> Result<&ChatTemplate> {
+        self.template.as_ref().ok_or_else(|| {
             Error::Template(format!(
                 "{}: the model has no chat template; use --raw",
                 self.path.display()
             ))
-        })?;
-        tpl.render(messages, add_generation_prompt, extra)
-            .map_err(|e| Error::Template(e.to_string()))
+        })
     }
 
-    /// The prompt token ids of a chat: rendered through the template, then tokenized (special
-    /// tokens parsed; BOS added per the model's metadata unless the template wrote it).
+    /// The prompt token ids of a chat: rendered through the template with the messages guarded
+    /// ([`Model::chat_prompt`]), then tokenized (special tokens parsed in the template's text;
+    /// BOS added per the model's metadata unless the template wrote it).
     pub fn chat_tokens(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let text = self.render_chat(messages, true, &serde_json::Value::Null)?;
-        self.tokenize(&text, self.adds_bos())
+        let prompt = self.chat_prompt(messages, true, &serde_json::Value::Null)?;
+        self.tokenize_prompt(&prompt, self.adds_bos())
     }
 
     /// A new generation session with an empty KV cache of at most `ctx` positions (`None`: the

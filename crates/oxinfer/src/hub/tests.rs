@@ -137,7 +137,7 @@ fn missing_paths_are_reported_as_paths() {
 }
 
 #[test]
-fn cached_file_of_the_right_size_is_used_without_fetching() {
+fn cached_file_with_a_current_record_is_used_without_fetching() {
     let dir = temp_dir("cached");
     // (Zipped folders resolve to their unpacked folder: see unpack.rs's tests.)
     for m in known_models()
@@ -145,8 +145,9 @@ fn cached_file_of_the_right_size_is_used_without_fetching() {
         .filter(|m| !m.file_name.ends_with(".zip"))
     {
         let path = dir.join(m.file_name);
-        // Sparse: no disk space used.
+        // Sparse: no disk space used. Its record (as a download writes it) vouches for it.
         fs::File::create(&path).unwrap().set_len(m.size).unwrap();
+        record::write_record(&path, m.sha256);
         assert_eq!(
             resolve_model_in(&dir, Some(m.name), &mut NoProgress).unwrap(),
             path
@@ -157,6 +158,12 @@ fn cached_file_of_the_right_size_is_used_without_fetching() {
         resolve_model_in(&dir, None, &mut NoProgress).unwrap(),
         default
     );
+    // Without the record the right size is not enough: the zeros are hashed and refused.
+    fs::remove_file(record_path(&default)).unwrap();
+    assert!(matches!(
+        resolve_model_in(&dir, None, &mut NoProgress),
+        Err(HubError::CachedMismatch { .. })
+    ));
     fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -245,4 +252,96 @@ fn stale_leftovers_are_swept_and_fresh_ones_kept() {
         "a pip folder with a fresh file inside is in use"
     );
     fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A known model whose only copy is the cached file `payload` written into a fresh folder.
+fn cached_model(tag: &str, payload: &[u8]) -> (KnownModel, PathBuf) {
+    let dir = temp_dir(tag);
+    let file = dir.join("m.gguf");
+    fs::write(&file, payload).unwrap();
+    let sha = sha256_file(&file).unwrap();
+    let model = KnownModel {
+        name: "test-model",
+        aliases: &[],
+        description: "",
+        file_name: "m.gguf",
+        size: payload.len() as u64,
+        sha256: Box::leak(sha.into_boxed_str()),
+        urls: &[],
+        wheel_parts: &[],
+    };
+    (model, dir)
+}
+
+/// Rewrites `file` in place with `bytes`, keeping (`keep_mtime`) or bumping its mtime.
+fn rewrite(file: &Path, bytes: &[u8], keep_mtime: bool) {
+    let before = fs::metadata(file).unwrap().modified().unwrap();
+    fs::write(file, bytes).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(file).unwrap();
+    let when = if keep_mtime {
+        before
+    } else {
+        before + std::time::Duration::from_secs(5)
+    };
+    f.set_modified(when).unwrap();
+}
+
+#[test]
+fn cached_file_is_hashed_once_then_trusted_by_its_record() {
+    let (model, dir) = cached_model("record", b"weights v1");
+    let file = dir.join("m.gguf");
+    let record = record_path(&file);
+    assert!(!record.exists());
+    assert_eq!(ensure_model(&model, &dir, &mut NoProgress).unwrap(), file);
+    let text = fs::read_to_string(&record).unwrap();
+    assert!(text.starts_with(model.sha256), "{text}");
+    // Same size and mtime: the record is trusted without hashing (a change that kept both
+    // would go unnoticed; that is the documented cost of not hashing every start).
+    rewrite(&file, b"weights v2", true);
+    assert!(ensure_model(&model, &dir, &mut NoProgress).is_ok());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn changed_cached_file_is_refused_naming_it() {
+    let (model, dir) = cached_model("changed", b"weights v1");
+    let file = dir.join("m.gguf");
+    ensure_model(&model, &dir, &mut NoProgress).unwrap();
+    rewrite(&file, b"weights v2", false);
+    match ensure_model(&model, &dir, &mut NoProgress) {
+        Err(e @ HubError::CachedMismatch { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("m.gguf") && msg.contains("Delete it"), "{msg}");
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    // Without a record (a file put there by hand, or an older cache) it is hashed too.
+    let _ = fs::remove_file(record_path(&file));
+    assert!(matches!(
+        ensure_model(&model, &dir, &mut NoProgress),
+        Err(HubError::CachedMismatch { .. })
+    ));
+    // Restored contents with a new mtime: hashed again and trusted, the record rewritten.
+    rewrite(&file, b"weights v1", false);
+    assert!(ensure_model(&model, &dir, &mut NoProgress).is_ok());
+    assert!(fs::read_to_string(record_path(&file))
+        .unwrap()
+        .starts_with(model.sha256));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_record_for_another_hash_is_not_trusted() {
+    let (model, dir) = cached_model("other-hash", b"weights v1");
+    let file = dir.join("m.gguf");
+    ensure_model(&model, &dir, &mut NoProgress).unwrap();
+    let text = fs::read_to_string(record_path(&file)).unwrap();
+    let forged = text.replacen(&model.sha256[..4], "0000", 1);
+    fs::write(record_path(&file), forged).unwrap();
+    rewrite(&file, b"weights v2", true);
+    assert!(matches!(
+        ensure_model(&model, &dir, &mut NoProgress),
+        Err(HubError::CachedMismatch { .. })
+    ));
+    let _ = fs::remove_dir_all(&dir);
 }

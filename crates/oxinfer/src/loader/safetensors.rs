@@ -113,6 +113,11 @@ impl SafetensorsFile {
         })
     }
 
+    /// The file's bytes.
+    pub fn mapped(&self) -> &Arc<MappedFile> {
+        &self.map
+    }
+
     /// Tensor entries by name.
     pub fn entries(&self) -> &BTreeMap<String, SafetensorsEntry> {
         &self.entries

@@ -57,4 +57,15 @@ impl WeightSource {
             WeightSource::Safetensors(s) => s,
         }
     }
+
+    /// Checks that no weight file has shrunk since it was mapped
+    /// ([`MappedFile::check_size`](crate::mapped::MappedFile::check_size)).
+    pub fn check_sizes(&self) -> Result<(), LoadError> {
+        match self {
+            WeightSource::Gguf(g) => g.mapped().check_size(),
+            WeightSource::Safetensors(s) => {
+                s.files().iter().try_for_each(|f| f.mapped().check_size())
+            }
+        }
+    }
 }

@@ -7,9 +7,12 @@
 //!   tokenizer (score-ordered merges, `▁` for spaces, byte fallback);
 //! * `tokenizer.json` (+ `tokenizer_config.json`): the `tokenizers` crate as is.
 //!
-//! Special tokens written in the text (`<|im_start|>`, `<start_of_turn>`, ...) are always parsed
-//! as special tokens, as llama.cpp does for chat prompts (`parse_special = true`). For GGUF files
-//! the ids match llama.cpp's `llama_tokenize(..., add_special=false, parse_special=true)`.
+//! Special tokens written in the text (`<|im_start|>`, `<start_of_turn>`, ...) are parsed as
+//! special tokens by [`Tokenizer::encode`], as llama.cpp does for chat prompts
+//! (`parse_special = true`). For GGUF files the ids match llama.cpp's
+//! `llama_tokenize(..., add_special=false, parse_special=true)`. Chat prompts built from
+//! messages a caller sent go through [`Tokenizer::content_guard`] and
+//! [`Tokenizer::encode_guarded`] instead, so text in a message never becomes a control token.
 
 #![warn(missing_docs)]
 
@@ -17,6 +20,7 @@ mod bpe;
 mod bytelevel;
 mod error;
 mod gguf;
+mod guard;
 mod hf;
 mod pretokenize;
 mod special;
@@ -25,9 +29,12 @@ mod stream;
 mod vocab;
 mod wordpiece;
 
+use std::borrow::Cow;
 use std::path::Path;
+use std::sync::OnceLock;
 
 pub use error::TokenizerError;
+pub use guard::{ContentGuard, GuardedPrompt};
 pub use stream::StreamDecoder;
 pub use vocab::TokenKind;
 
@@ -57,7 +64,14 @@ struct Specials {
 pub struct Tokenizer {
     vocab: Vocab,
     backend: Backend,
+    /// Every token matched in text (control, user-defined, unknown).
     specials: SpecialMatcher,
+    /// Control and unknown tokens: what a guarded prompt keeps out of caller text.
+    control: SpecialMatcher,
+    /// User-defined tokens: still matched in caller text.
+    user_defined: SpecialMatcher,
+    /// The `tokenizer.json` tokenizer with special added tokens read as text (made on first use).
+    hf_plain: OnceLock<tokenizers::Tokenizer>,
     bos: Option<u32>,
     eos: Option<u32>,
     eos_ids: Vec<u32>,
@@ -113,11 +127,13 @@ impl Tokenizer {
         chat_template: Option<String>,
         source: String,
     ) -> Tokenizer {
-        let specials = match backend {
-            // tokenizer.json's added tokens are split out by the tokenizers crate itself.
-            Backend::Hf(_) => SpecialMatcher::default(),
-            _ => SpecialMatcher::new(&vocab),
-        };
+        // tokenizer.json's added tokens are split out by the tokenizers crate itself in
+        // `encode`; the matcher serves guarded prompts there.
+        let specials = SpecialMatcher::new(&vocab);
+        let control = SpecialMatcher::of_kinds(&vocab, |k| {
+            matches!(k, TokenKind::Control | TokenKind::Unknown)
+        });
+        let user_defined = SpecialMatcher::of_kinds(&vocab, |k| k == TokenKind::UserDefined);
         let text_of = |id: Option<u32>| id.and_then(|i| vocab.texts.get(i as usize).cloned());
         let bos_text = s.bos_text.or_else(|| text_of(s.bos));
         let eos_text = s.eos_text.or_else(|| text_of(s.eos));
@@ -125,6 +141,9 @@ impl Tokenizer {
             vocab,
             backend,
             specials,
+            control,
+            user_defined,
+            hf_plain: OnceLock::new(),
             bos: s.bos,
             eos: s.eos,
             eos_ids: s.eos_ids,
@@ -140,62 +159,137 @@ impl Tokenizer {
     /// Token ids of `text`, with the BOS token first when `add_bos` (an error when the vocabulary
     /// has none). Special-token strings in the text become their ids. No EOS is appended.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, TokenizerError> {
+        let mut out = self.start(text, add_bos)?;
+        match &self.backend {
+            Backend::Hf(hf) => self.encode_hf(hf, text, &mut out)?,
+            _ => self.encode_split(text, &|s| Cow::Borrowed(s), false, &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// A guard for the caller strings of a chat prompt (see [`GuardedPrompt`]).
+    pub fn content_guard(&self) -> ContentGuard<'_> {
+        ContentGuard::new(self)
+    }
+
+    /// Token ids of a guarded chat prompt: special tokens are parsed in the template's text
+    /// only, the caller's text is tokenized as ordinary text. A prompt without held-apart text
+    /// encodes exactly as [`encode`](Self::encode) encodes its text.
+    pub fn encode_guarded(
+        &self,
+        prompt: &GuardedPrompt,
+        add_bos: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        if prompt.is_plain() {
+            return self.encode(prompt.raw(), add_bos);
+        }
+        let mut out = self.start(prompt.raw(), add_bos)?;
+        self.encode_split(prompt.raw(), &|s| prompt.restore(s), true, &mut out)?;
+        Ok(out)
+    }
+
+    /// Whether `s` holds a control token's text (or a guard placeholder's opening mark).
+    fn needs_guard(&self, s: &str) -> bool {
+        self.control.occurs_in(s) || s.contains('\u{F0000}')
+    }
+
+    /// The output buffer, holding BOS when `add_bos`.
+    fn start(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, TokenizerError> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_bos {
             out.push(self.bos.ok_or_else(|| TokenizerError::NoBos {
                 context: self.source.clone(),
             })?);
         }
-        let backend_err = |message: String| TokenizerError::Backend {
+        Ok(out)
+    }
+
+    fn backend_err(&self, message: String) -> TokenizerError {
+        TokenizerError::Backend {
             context: self.source.clone(),
             message,
-        };
-        match &self.backend {
-            Backend::Hf(hf) => {
-                let enc = hf
-                    .encode(text, false)
-                    .map_err(|e| backend_err(e.to_string()))?;
-                out.extend_from_slice(enc.get_ids());
-            }
-            Backend::Bpe(model) => self
-                .encode_around_specials(text, &mut out, |t, o| model.encode(t, o))
-                .map_err(backend_err)?,
-            Backend::WordPiece(model) => self
-                .encode_around_specials(text, &mut out, |t, o| model.encode(t, o))
-                .map_err(backend_err)?,
-            Backend::Spm(model) => {
-                // llama.cpp treats the start of the input like a preceding special token.
-                let mut after_special = true;
-                for frag in self.specials.partition(text) {
-                    match frag {
-                        Fragment::Text(r) => {
-                            model.encode_fragment(&self.vocab, &text[r], after_special, &mut out);
-                            after_special = false;
-                        }
-                        Fragment::Token(id) => {
-                            out.push(id);
-                            after_special = true;
+        }
+    }
+
+    fn encode_hf(
+        &self,
+        hf: &tokenizers::Tokenizer,
+        text: &str,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
+        let enc = hf
+            .encode(text, false)
+            .map_err(|e| self.backend_err(e.to_string()))?;
+        out.extend_from_slice(enc.get_ids());
+        Ok(())
+    }
+
+    /// Splits `text` at special tokens and tokenizes the text between them, passed through
+    /// `restore` first. With `guarded`, that text is caller text: control tokens in it are not
+    /// parsed (user-defined tokens are).
+    fn encode_split(
+        &self,
+        text: &str,
+        restore: &dyn Fn(&str) -> Cow<'_, str>,
+        guarded: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
+        // llama.cpp's SPM treats the start of the input like a preceding special token.
+        let mut after_special = true;
+        for frag in self.specials.partition(text) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                }
+                Fragment::Text(r) if !guarded => {
+                    self.encode_ordinary(&text[r], &mut after_special, out)?
+                }
+                Fragment::Text(r) => {
+                    let piece = restore(&text[r]);
+                    if let Backend::Hf(hf) = &self.backend {
+                        let plain = self.hf_plain.get_or_init(|| {
+                            let mut t = (**hf).clone();
+                            t.set_encode_special_tokens(true);
+                            t
+                        });
+                        self.encode_hf(plain, &piece, out)?;
+                        continue;
+                    }
+                    for part in self.user_defined.partition(&piece) {
+                        match part {
+                            Fragment::Token(id) => {
+                                out.push(id);
+                                after_special = true;
+                            }
+                            Fragment::Text(r) => {
+                                self.encode_ordinary(&piece[r], &mut after_special, out)?
+                            }
                         }
                     }
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// Splits `text` at special-token strings (their ids go to `out` as is) and encodes the text
-    /// between them with `encode_text`.
-    fn encode_around_specials(
+    /// Tokenizes text with no special tokens in it (BPE, WordPiece or SentencePiece backends).
+    fn encode_ordinary(
         &self,
         text: &str,
+        after_special: &mut bool,
         out: &mut Vec<u32>,
-        encode_text: impl Fn(&str, &mut Vec<u32>) -> Result<(), String>,
-    ) -> Result<(), String> {
-        for frag in self.specials.partition(text) {
-            match frag {
-                Fragment::Text(r) => encode_text(&text[r], out)?,
-                Fragment::Token(id) => out.push(id),
+    ) -> Result<(), TokenizerError> {
+        match &self.backend {
+            Backend::Bpe(model) => model.encode(text, out).map_err(|m| self.backend_err(m))?,
+            Backend::WordPiece(model) => {
+                model.encode(text, out).map_err(|m| self.backend_err(m))?
             }
+            Backend::Spm(model) => {
+                model.encode_fragment(&self.vocab, text, *after_special, out);
+                *after_special = false;
+            }
+            Backend::Hf(hf) => self.encode_hf(hf, text, out)?,
         }
         Ok(())
     }

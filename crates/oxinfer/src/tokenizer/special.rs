@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::vocab::Vocab;
+use super::vocab::{TokenKind, Vocab};
 
 /// A piece of the input: raw text (a byte range of the input) or a token matched verbatim.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,8 +36,13 @@ pub(crate) struct SpecialMatcher {
 impl SpecialMatcher {
     /// The matcher for every token whose kind is matched in text.
     pub fn new(vocab: &Vocab) -> Self {
+        Self::of_kinds(vocab, TokenKind::is_matched_in_text)
+    }
+
+    /// The matcher for the tokens whose kind `keep` accepts (empty texts never match).
+    pub fn of_kinds(vocab: &Vocab, keep: impl Fn(TokenKind) -> bool) -> Self {
         let mut order: Vec<(String, u32)> = (0..vocab.len())
-            .filter(|&i| vocab.kinds[i].is_matched_in_text() && !vocab.texts[i].is_empty())
+            .filter(|&i| keep(vocab.kinds[i]) && !vocab.texts[i].is_empty())
             .map(|i| (vocab.texts[i].clone(), i as u32))
             .collect();
         order.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
@@ -69,6 +74,11 @@ impl SpecialMatcher {
     /// Whether there are no special tokens.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
+    }
+
+    /// Whether any of the tokens occurs in `text`.
+    pub fn occurs_in(&self, text: &str) -> bool {
+        !self.is_empty() && !self.present(text.as_bytes()).is_empty()
     }
 
     /// Indices (into `order`) of the special tokens that occur somewhere in `text`, ascending.
@@ -140,7 +150,6 @@ impl SpecialMatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::super::vocab::TokenKind;
     use super::*;
 
     fn vocab(items: &[(&str, TokenKind)]) -> Vocab {

@@ -1,0 +1,29 @@
+//! JSON-schema compilation (with the default work and time budgets) and the byte matcher: the
+//! first part of the input is the schema, the rest is text pushed through the matcher.
+#![no_main]
+
+#[path = "common.rs"]
+mod common;
+
+use std::sync::Arc;
+
+use libfuzzer_sys::fuzz_target;
+use oxinfer::engine::grammar::{Grammar, JsonMatcher};
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let (schema, text) = common::split(data);
+    let Ok(schema) = serde_json::from_slice::<Value>(schema) else {
+        return;
+    };
+    let Ok(grammar) = Grammar::from_schema(&schema) else {
+        return;
+    };
+    let mut m = JsonMatcher::new(Arc::new(grammar));
+    for &b in text {
+        if !m.push(b) {
+            break;
+        }
+    }
+    let _ = m.is_complete();
+});
