@@ -1,0 +1,311 @@
+//! The text-to-image pipeline over a diffusers folder (`model_index.json`, `text_encoder/`,
+//! `tokenizer/`, `unet/`, `vae/`, `scheduler/`): encode the prompt and the negative prompt,
+//! denoise the latents with classifier-free guidance, decode them with the VAE. Matches
+//! diffusers' `StableDiffusionPipeline` given the same initial (and ancestral) noise.
+
+use super::clip_text::{ClipTextConfig, ClipTextModel};
+use super::clip_tokenizer::ClipTokenizer;
+use super::config::JsonConfig;
+use super::layers::FeatureMap;
+use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
+use super::unet::{UNet, UNetConfig};
+use super::vae::{VaeConfig, VaeDecoder};
+use super::DiffusionError;
+use crate::loader::safetensors::SafetensorsModel;
+use std::path::{Path, PathBuf};
+
+/// One text-to-image request.
+#[derive(Clone, Debug)]
+pub struct GenerateRequest {
+    pub prompt: String,
+    /// Empty for none (the unconditional embedding of "").
+    pub negative_prompt: String,
+    pub steps: usize,
+    /// Classifier-free guidance scale; guidance runs only above 1 (as diffusers).
+    pub guidance_scale: f32,
+    /// Image width in pixels, a multiple of the VAE's scale (8).
+    pub width: usize,
+    /// Image height in pixels, a multiple of the VAE's scale (8).
+    pub height: usize,
+    /// The scheduler; `None` for the one `scheduler_config.json` names.
+    pub scheduler: Option<SchedulerKind>,
+    /// Seed of the noise made when none is given.
+    pub seed: u64,
+    /// Initial latent noise, NCHW `[1, C, H/8, W/8]` (before the scheduler's scaling).
+    pub init_noise: Option<Vec<f32>>,
+    /// Ancestral noise, `[steps, 1, C, H/8, W/8]`.
+    pub step_noise: Option<Vec<f32>>,
+}
+
+/// What a request produced.
+pub struct Generated {
+    /// Final latents, NCHW `[1, C, H/8, W/8]`, before the VAE's scaling.
+    pub latents: Vec<f32>,
+    /// The VAE's output, NCHW `[1, 3, H, W]`, about `[-1, 1]`.
+    pub image: Vec<f32>,
+    pub width: usize,
+    pub height: usize,
+}
+
+impl Generated {
+    /// The image as 8-bit RGB, row-major `[H, W, 3]`: `clamp(x / 2 + 0.5, 0, 1) · 255`, rounded.
+    pub fn rgb8(&self) -> Vec<u8> {
+        let hw = self.width * self.height;
+        let mut out = Vec::with_capacity(hw * 3);
+        for p in 0..hw {
+            for c in 0..3 {
+                let v = (self.image[c * hw + p] / 2.0 + 0.5).clamp(0.0, 1.0);
+                out.push((v * 255.0).round() as u8);
+            }
+        }
+        out
+    }
+}
+
+/// A loaded Stable Diffusion pipeline.
+pub struct StableDiffusion {
+    pub tokenizer: ClipTokenizer,
+    pub text_encoder: ClipTextModel,
+    pub unet: UNet,
+    pub vae: VaeDecoder,
+    pub schedule: ScheduleConfig,
+    /// The scheduler `scheduler_config.json` names (Euler when it names another class).
+    pub default_scheduler: SchedulerKind,
+    /// The folder.
+    pub path: PathBuf,
+}
+
+/// `dir/name`, or an error naming the component when it is not a folder.
+fn component(dir: &Path, name: &str) -> Result<PathBuf, DiffusionError> {
+    let p = dir.join(name);
+    if p.is_dir() {
+        Ok(p)
+    } else {
+        Err(DiffusionError::Missing {
+            path: p,
+            what: format!("the pipeline's '{name}' component folder"),
+        })
+    }
+}
+
+/// The component's weights: `diffusion_pytorch_model.safetensors` or `model.safetensors`
+/// (or their `.fp16` variants).
+fn weights(dir: &Path) -> Result<SafetensorsModel, DiffusionError> {
+    for name in [
+        "diffusion_pytorch_model.safetensors",
+        "model.safetensors",
+        "diffusion_pytorch_model.fp16.safetensors",
+        "model.fp16.safetensors",
+    ] {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(SafetensorsModel::open(&p)?);
+        }
+    }
+    Err(DiffusionError::Missing {
+        path: dir.to_path_buf(),
+        what: "weights (diffusion_pytorch_model.safetensors or model.safetensors)".into(),
+    })
+}
+
+/// Standard normal values from a seed (SplitMix64 and Box-Muller). Not torch's generator:
+/// the same seed gives other noise than diffusers.
+pub fn gaussian_noise(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let (u1, u2) = (next().max(1e-300), next());
+        let r = (-2.0 * u1.ln()).sqrt();
+        let a = 2.0 * std::f64::consts::PI * u2;
+        out.push((r * a.cos()) as f32);
+        out.push((r * a.sin()) as f32);
+    }
+    out.truncate(n);
+    out
+}
+
+impl StableDiffusion {
+    /// Loads every component of the diffusers folder `dir`.
+    ///
+    /// # Errors
+    /// A missing `model_index.json`, component folder, config or weight file; an unsupported
+    /// configuration; a missing or misshapen tensor. Each names the file and field or tensor.
+    pub fn load(dir: &Path) -> Result<Self, DiffusionError> {
+        let index = JsonConfig::read(&dir.join("model_index.json"))?;
+        let class = index.str_or("_class_name", "StableDiffusionPipeline")?;
+        if !matches!(
+            class,
+            "StableDiffusionPipeline" | "StableDiffusionImg2ImgPipeline"
+        ) {
+            return Err(DiffusionError::config(
+                &index.path,
+                format!(
+                    "field '_class_name': '{class}' is not supported (StableDiffusionPipeline)"
+                ),
+            ));
+        }
+        let te_dir = component(dir, "text_encoder")?;
+        let unet_dir = component(dir, "unet")?;
+        let vae_dir = component(dir, "vae")?;
+        let sched_dir = component(dir, "scheduler")?;
+        let tokenizer = ClipTokenizer::load(&component(dir, "tokenizer")?)?;
+        let te_cfg = ClipTextConfig::parse(&JsonConfig::read(&te_dir.join("config.json"))?)?;
+        let text_encoder = ClipTextModel::load(te_cfg, &weights(&te_dir)?)?;
+        let unet_cfg = UNetConfig::parse(&JsonConfig::read(&unet_dir.join("config.json"))?)?;
+        let unet = UNet::load(unet_cfg, &weights(&unet_dir)?)?;
+        let vae_cfg = VaeConfig::parse(&JsonConfig::read(&vae_dir.join("config.json"))?)?;
+        let vae = VaeDecoder::load(vae_cfg, &weights(&vae_dir)?)?;
+        let sc = JsonConfig::read(&sched_dir.join("scheduler_config.json"))?;
+        let schedule = ScheduleConfig::parse(&sc)?;
+        let default_scheduler =
+            SchedulerKind::parse(sc.str_or("_class_name", "EulerDiscreteScheduler")?)
+                .unwrap_or(SchedulerKind::Euler);
+        if text_encoder.config.hidden_size != unet.config.cross_attention_dim {
+            return Err(DiffusionError::config(
+                unet_dir.join("config.json"),
+                format!(
+                    "field 'cross_attention_dim' = {} does not match the text encoder's hidden_size = {}",
+                    unet.config.cross_attention_dim, text_encoder.config.hidden_size
+                ),
+            ));
+        }
+        Ok(StableDiffusion {
+            tokenizer,
+            text_encoder,
+            unet,
+            vae,
+            schedule,
+            default_scheduler,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    /// The text embeddings `[77, hidden]` of `text`.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<f32>, DiffusionError> {
+        let ids = self.tokenizer.encode_padded(text)?;
+        self.text_encoder.forward(&ids)
+    }
+
+    /// The latent shape `(channels, h, w)` of a `width × height` image.
+    ///
+    /// # Errors
+    /// A size of 0 or not a multiple of the VAE's scale.
+    pub fn latent_shape(
+        &self,
+        width: usize,
+        height: usize,
+    ) -> Result<(usize, usize, usize), DiffusionError> {
+        let s = self.vae.config.scale();
+        for (name, v) in [("width", width), ("height", height)] {
+            if v == 0 || !v.is_multiple_of(s) {
+                return Err(DiffusionError::Argument(format!(
+                    "{name} = {v}: must be a positive multiple of {s}"
+                )));
+            }
+        }
+        Ok((self.unet.config.in_channels, height / s, width / s))
+    }
+
+    /// Runs `req`; `on_step(i, steps, latents)` is called after each denoising step with the
+    /// latents NCHW.
+    ///
+    /// # Errors
+    /// Bad sizes, steps, or noise of the wrong length (each names the argument).
+    pub fn generate(
+        &self,
+        req: &GenerateRequest,
+        on_step: &mut dyn FnMut(usize, usize, &[f32]),
+    ) -> Result<Generated, DiffusionError> {
+        let (c, h, w) = self.latent_shape(req.width, req.height)?;
+        let n = c * h * w;
+        let kind = req.scheduler.unwrap_or(self.default_scheduler);
+        let mut sched = Scheduler::new(kind, self.schedule.clone(), req.steps)?;
+        let noise = match &req.init_noise {
+            Some(v) if v.len() != n => {
+                return Err(DiffusionError::Argument(format!(
+                    "initial noise has {} values, expected [1, {c}, {h}, {w}] = {n}",
+                    v.len()
+                )))
+            }
+            Some(v) => v.clone(),
+            None => gaussian_noise(req.seed, n),
+        };
+        let step_noise = match &req.step_noise {
+            Some(v) if v.len() != n * req.steps => {
+                return Err(DiffusionError::Argument(format!(
+                    "step noise has {} values, expected [{}, 1, {c}, {h}, {w}] = {}",
+                    v.len(),
+                    req.steps,
+                    n * req.steps
+                )))
+            }
+            Some(v) => Some(v.clone()),
+            None if sched.needs_noise() => Some(gaussian_noise(
+                req.seed ^ 0x5EED_0000_0000_0001,
+                n * req.steps,
+            )),
+            None => None,
+        };
+        let cfg = req.guidance_scale > 1.0;
+        let cond = self.encode_prompt(&req.prompt)?;
+        let uncond = if cfg {
+            Some(self.encode_prompt(&req.negative_prompt)?)
+        } else {
+            None
+        };
+        let sigma0 = sched.init_noise_sigma();
+        let mut latents: Vec<f32> = noise.iter().map(|v| v * sigma0).collect();
+        for i in 0..sched.len() {
+            let mut x = latents.clone();
+            sched.scale_model_input(&mut x, i);
+            let xm = FeatureMap::from_chw(&x, c, h, w);
+            let t = sched.timesteps[i];
+            let pred_c = self.unet.forward(&xm, t, &cond)?.to_chw();
+            let pred = match &uncond {
+                Some(u) => {
+                    let pred_u = self.unet.forward(&xm, t, u)?.to_chw();
+                    pred_u
+                        .iter()
+                        .zip(&pred_c)
+                        .map(|(&u, &c)| u + req.guidance_scale * (c - u))
+                        .collect()
+                }
+                None => pred_c,
+            };
+            let sn = step_noise.as_ref().map(|v| &v[i * n..(i + 1) * n]);
+            latents = sched.step(&pred, i, &latents, sn)?;
+            on_step(i, sched.len(), &latents);
+        }
+        let image = self.decode(&latents, c, h, w)?;
+        Ok(Generated {
+            latents,
+            image,
+            width: req.width,
+            height: req.height,
+        })
+    }
+
+    /// The VAE's image NCHW `[1, 3, H, W]` of latents NCHW `[1, c, h, w]` (divided by the
+    /// scaling factor first).
+    pub fn decode(
+        &self,
+        latents: &[f32],
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<Vec<f32>, DiffusionError> {
+        let k = self.vae.config.scaling_factor;
+        let z: Vec<f32> = latents.iter().map(|v| v / k).collect();
+        Ok(self
+            .vae
+            .decode(&FeatureMap::from_chw(&z, c, h, w))?
+            .to_chw())
+    }
+}

@@ -1,0 +1,304 @@
+//! Stable Diffusion against diffusers 0.42 / transformers 5 float32 on the tiny random SD1-style
+//! pipeline of `tools/ref/make_tiny_sd.py` (`tests/fixtures/tiny_sd1`): tokenizer ids, text
+//! embeddings, one UNet step per step, the VAE decoder, the scheduler maths of Euler, Euler
+//! ancestral, DDIM and DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing
+//! spacings; epsilon and v-prediction), and the whole pipeline's latents and image.
+
+mod common;
+
+use common::{fixtures, ids, max_abs_diff, read_npy_f32};
+use oxinfer::arch::diffusion::config::JsonConfig;
+use oxinfer::arch::diffusion::scheduler::ScheduleConfig;
+use oxinfer::arch::diffusion::{
+    DiffusionError, FeatureMap, GenerateRequest, Scheduler, SchedulerKind, StableDiffusion,
+};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const TOL: f32 = 1e-4;
+
+fn dir() -> PathBuf {
+    fixtures().join("tiny_sd1")
+}
+
+fn reference() -> &'static Value {
+    static R: OnceLock<Value> = OnceLock::new();
+    R.get_or_init(|| common::reference(&dir().join("reference")))
+}
+
+fn npy(name: &str) -> (Vec<usize>, Vec<f32>) {
+    read_npy_f32(&dir().join("reference").join(format!("{name}.npy")))
+}
+
+fn pipeline() -> &'static StableDiffusion {
+    static P: OnceLock<StableDiffusion> = OnceLock::new();
+    P.get_or_init(|| StableDiffusion::load(&dir()).expect("load tiny_sd1"))
+}
+
+/// Largest difference relative to the reference's largest magnitude (at least 1).
+fn scaled_diff(got: &[f32], want: &[f32]) -> f32 {
+    let m = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    max_abs_diff(got, want) / m
+}
+
+#[test]
+fn tokenizer_ids_match_transformers() {
+    let tok = &pipeline().tokenizer;
+    for case in reference()["tokenizer_cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(
+            tok.encode_padded(text).unwrap(),
+            ids(&case["ids"]),
+            "text {text:?}"
+        );
+    }
+}
+
+#[test]
+fn text_embeddings_match() {
+    let (shape, want) = npy("text_embeddings");
+    let r = reference();
+    let p = pipeline();
+    let row = shape[1] * shape[2];
+    for (i, text) in [
+        r["negative_prompt"].as_str().unwrap(),
+        r["prompt"].as_str().unwrap(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let got = p.encode_prompt(text).unwrap();
+        let d = max_abs_diff(&got, &want[i * row..(i + 1) * row]);
+        eprintln!("text embeddings {i}: max abs diff {d:.2e}");
+        assert!(d < TOL, "text {i}: max diff {d:e}");
+    }
+}
+
+#[test]
+fn unet_each_step_matches() {
+    let (shape, inputs) = npy("unet_in");
+    let (_, outputs) = npy("unet_out");
+    let (_, emb) = npy("text_embeddings");
+    let (steps, batch, c, h, w) = (shape[0], shape[1], shape[2], shape[3], shape[4]);
+    let ts = reference()["unet_timesteps"].as_array().unwrap();
+    let n = c * h * w;
+    let ctx = emb.len() / batch;
+    for (s, t) in ts.iter().enumerate().take(steps) {
+        for b in 0..batch {
+            let o = (s * batch + b) * n;
+            let x = FeatureMap::from_chw(&inputs[o..o + n], c, h, w);
+            let t = t.as_f64().unwrap() as f32;
+            let got = pipeline()
+                .unet
+                .forward(&x, t, &emb[b * ctx..(b + 1) * ctx])
+                .unwrap()
+                .to_chw();
+            let d = scaled_diff(&got, &outputs[o..o + n]);
+            eprintln!("UNet step {s} batch {b}: scaled max diff {d:.2e}");
+            assert!(d < TOL, "step {s} batch {b}: scaled max diff {d:e}");
+        }
+    }
+}
+
+#[test]
+fn vae_decode_matches() {
+    let (shape, z) = npy("vae_in");
+    let (_, want) = npy("vae_out");
+    let fm = FeatureMap::from_chw(&z, shape[1], shape[2], shape[3]);
+    let got = pipeline().vae.decode(&fm).unwrap();
+    assert_eq!((got.h, got.w, got.c), (24, 40, 3));
+    let d = max_abs_diff(&got.to_chw(), &want);
+    eprintln!("VAE decode: max abs diff {d:.2e}");
+    assert!(d < TOL, "max diff {d:e}");
+}
+
+#[test]
+fn pipeline_matches_step_by_step() {
+    let r = reference();
+    let p = pipeline();
+    let (_, noise) = npy("init_noise");
+    let (_, step_latents) = npy("step_latents");
+    let req = GenerateRequest {
+        prompt: r["prompt"].as_str().unwrap().into(),
+        negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
+        steps: r["steps"].as_u64().unwrap() as usize,
+        guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
+        width: r["width"].as_u64().unwrap() as usize,
+        height: r["height"].as_u64().unwrap() as usize,
+        scheduler: None,
+        seed: 0,
+        init_noise: Some(noise),
+        step_noise: None,
+    };
+    let n = step_latents.len() / req.steps;
+    let mut worst = 0f32;
+    let out = p
+        .generate(&req, &mut |i, _, lat| {
+            worst = worst.max(scaled_diff(lat, &step_latents[i * n..(i + 1) * n]));
+        })
+        .unwrap();
+    eprintln!("pipeline step latents: worst scaled max diff {worst:.2e}");
+    assert!(worst < TOL, "step latents: scaled max diff {worst:e}");
+    let (_, latents) = npy("final_latents");
+    let d = scaled_diff(&out.latents, &latents);
+    assert!(d < TOL, "final latents: {d:e}");
+    let (_, image) = npy("image");
+    let d = max_abs_diff(&out.image, &image);
+    eprintln!("pipeline image: max abs diff {d:.2e}");
+    assert!(d < TOL, "image: max diff {d:e}");
+    assert_eq!(out.rgb8().len(), 64 * 64 * 3);
+}
+
+#[test]
+fn schedulers_match_diffusers() {
+    let all = reference()["schedulers"].as_object().unwrap();
+    for (name, case) in all {
+        let cfg = JsonConfig::from_value(&dir(), case["config"].clone());
+        let sc = ScheduleConfig::parse(&cfg).unwrap();
+        let class = case["config"]["_class_name"].as_str();
+        let kind = match name.split('_').next().unwrap() {
+            "euler" if name.starts_with("euler_a") => SchedulerKind::EulerAncestral,
+            "euler" => SchedulerKind::Euler,
+            "ddim" => SchedulerKind::Ddim,
+            "dpmpp2m" => SchedulerKind::DpmPp2m,
+            other => panic!("{other} {class:?}"),
+        };
+        let steps = case["steps"].as_u64().unwrap() as usize;
+        let mut s = Scheduler::new(kind, sc, steps).unwrap();
+        let want_t: Vec<f32> = case["timesteps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(s.timesteps, want_t, "{name}: timesteps");
+        if let Some(sig) = case["sigmas"].as_array() {
+            let want: Vec<f32> = sig.iter().map(|v| v.as_f64().unwrap() as f32).collect();
+            assert!(
+                max_abs_diff(&s.sigmas, &want) < 1e-5,
+                "{name}: sigmas {:?} vs {want:?}",
+                s.sigmas
+            );
+        }
+        let init = case["init_noise_sigma"].as_f64().unwrap() as f32;
+        assert!(
+            (s.init_noise_sigma() - init).abs() < 1e-5,
+            "{name}: init_noise_sigma"
+        );
+        let (shape, samples) = npy(&format!("sched_{name}_sample"));
+        let (_, model) = npy(&format!("sched_{name}_model"));
+        let (_, noise) = npy(&format!("sched_{name}_noise"));
+        let (_, sp) = npy(&format!("sched_{name}_scaled_prev"));
+        let n: usize = shape[1..].iter().product();
+        let mut sample = samples[..n].to_vec();
+        for i in 0..steps {
+            let r = i * n..(i + 1) * n;
+            let mut scaled = sample.clone();
+            s.scale_model_input(&mut scaled, i);
+            let (ws, wp) = (
+                &sp[2 * i * n..(2 * i + 1) * n],
+                &sp[(2 * i + 1) * n..(2 * i + 2) * n],
+            );
+            assert!(
+                scaled_diff(&scaled, ws) < 1e-5,
+                "{name} step {i}: scaled input"
+            );
+            let prev = s
+                .step(&model[r.clone()], i, &sample, Some(&noise[r]))
+                .unwrap();
+            let d = scaled_diff(&prev, wp);
+            assert!(d < 1e-5, "{name} step {i}: prev sample scaled diff {d:e}");
+            sample = prev;
+        }
+    }
+}
+
+#[test]
+fn bad_requests_and_folders_are_clear_errors() {
+    let p = pipeline();
+    let req = GenerateRequest {
+        prompt: "x".into(),
+        negative_prompt: String::new(),
+        steps: 1,
+        guidance_scale: 1.0,
+        width: 60,
+        height: 64,
+        scheduler: None,
+        seed: 1,
+        init_noise: None,
+        step_noise: None,
+    };
+    let e = p
+        .generate(&req, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("width = 60") && e.contains("multiple of 8"),
+        "{e}"
+    );
+    let bad_noise = GenerateRequest {
+        width: 64,
+        init_noise: Some(vec![0.0; 3]),
+        ..req.clone()
+    };
+    let e = p
+        .generate(&bad_noise, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("initial noise has 3 values"), "{e}");
+    let zero_steps = GenerateRequest {
+        width: 64,
+        steps: 0,
+        ..req
+    };
+    let e = p
+        .generate(&zero_steps, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("steps = 0"), "{e}");
+
+    // A folder missing a component names it.
+    let tmp = common::scratch_dir("sd-missing");
+    for entry in std::fs::read_dir(dir()).unwrap() {
+        let e = entry.unwrap();
+        if e.file_name() != "vae" && e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &tmp.join(e.file_name()));
+        } else if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), tmp.join(e.file_name())).unwrap();
+        }
+    }
+    let e = StableDiffusion::load(&tmp).err().unwrap();
+    assert!(matches!(e, DiffusionError::Missing { .. }), "{e}");
+    assert!(e.to_string().contains("'vae'"), "{e}");
+    // A UNet config whose channels do not fit the weights names the tensor.
+    copy_dir(&dir().join("vae"), &tmp.join("vae"));
+    let cfg_path = tmp.join("unet/config.json");
+    let text = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(
+        &cfg_path,
+        text.replace("\"cross_attention_dim\": 32", "\"cross_attention_dim\": 48"),
+    )
+    .unwrap();
+    let e = StableDiffusion::load(&tmp).err().unwrap().to_string();
+    assert!(
+        e.contains("attn2.to_k.weight") && e.contains("expected [16, 48]"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
