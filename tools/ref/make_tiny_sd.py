@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Tiny random Stable Diffusion 1.x-style pipeline and its diffusers float32 references.
 
-Writes tests/fixtures/tiny_sd1/:
+Writes tests/fixtures/tiny_sd1/ (and tests/fixtures/tiny_sd2/, the SD 2.x-style variant: gelu text
+encoder padded with "!", linear proj_in, per-block head counts (2, 4) with cross-attention in every
+block, v-prediction, Euler ancestral with `leading` spacing and steps_offset 1, fed recorded
+ancestral noise, a 64x48 image):
   model_index.json, text_encoder/, tokenizer/, unet/, vae/, scheduler/   a diffusers folder
       (fp32 safetensors): CLIPTextModel (quick_gelu), CLIPTokenizer (a tiny byte-level BPE
       vocabulary trained here on a few sentences), UNet2DConditionModel (conv proj_in, 2 heads,
@@ -32,14 +35,26 @@ from diffusers import (AutoencoderKL, DDIMScheduler, DPMSolverMultistepScheduler
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests" / "fixtures" / "tiny_sd1"
-REF = OUT / "reference"
+VARIANTS = {
+    "tiny_sd1": dict(act="quick_gelu", pad="<|endoftext|>", linear_proj=False, heads=2,
+                     down=("CrossAttnDownBlock2D", "DownBlock2D"),
+                     up=("UpBlock2D", "CrossAttnUpBlock2D"),
+                     scheduler=(EulerDiscreteScheduler, dict(timestep_spacing="linspace",
+                                                             prediction_type="epsilon")),
+                     height=64, width=64),
+    "tiny_sd2": dict(act="gelu", pad="!", linear_proj=True, heads=(2, 4),
+                     down=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                     up=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+                     scheduler=(EulerAncestralDiscreteScheduler,
+                                dict(timestep_spacing="leading", prediction_type="v_prediction")),
+                     height=48, width=64),
+}
+OUT = REF = None  # set per variant
 
 PROMPT = "a photo of an astronaut riding a horse on the moon"
 NEGATIVE = "blurry, low quality"
 STEPS = 4
 GUIDANCE = 7.5
-HEIGHT = WIDTH = 64
 
 CORPUS = """a photo of an astronaut riding a horse on the moon. a painting of a cat sitting
 on a red chair in the garden. portrait of a woman with long hair, highly detailed, 4k.
@@ -102,7 +117,7 @@ def train_merges(n_merges: int) -> list[tuple[str, str]]:
     return merges
 
 
-def write_tokenizer(d: Path):
+def write_tokenizer(d: Path, pad: str):
     d.mkdir(parents=True, exist_ok=True)
     chars = list(bytes_to_unicode().values())
     merges = train_merges(120)
@@ -112,11 +127,11 @@ def write_tokenizer(d: Path):
     (d / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     (d / "special_tokens_map.json").write_text(json.dumps({
         "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, indent=1))
+        "pad_token": pad, "unk_token": "<|endoftext|>"}, indent=1))
     (d / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "CLIPTokenizer", "model_max_length": 77, "do_lower_case": True,
         "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, indent=1))
+        "pad_token": pad, "unk_token": "<|endoftext|>"}, indent=1))
     return len(vocab)
 
 
@@ -181,26 +196,30 @@ def scheduler_refs(shapes: dict) -> dict:
     return out
 
 
-def main():
+def make(name: str, v: dict):
+    global OUT, REF
+    OUT = ROOT / "tests" / "fixtures" / name
+    REF = OUT / "reference"
+    HEIGHT, WIDTH = v["height"], v["width"]
     torch.manual_seed(0)
     if OUT.exists():
         shutil.rmtree(OUT)
     REF.mkdir(parents=True)
-    vocab_size = write_tokenizer(OUT / "tokenizer")
+    vocab_size = write_tokenizer(OUT / "tokenizer", v["pad"])
     tok = CLIPTokenizer.from_pretrained(OUT / "tokenizer")
 
     torch.manual_seed(1)
     te = CLIPTextModel(CLIPTextConfig(
         vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=77, hidden_act="quick_gelu",
+        num_attention_heads=2, max_position_embeddings=77, hidden_act=v["act"],
         layer_norm_eps=1e-5, projection_dim=32,
         bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1))
     torch.manual_seed(2)
     unet = UNet2DConditionModel(
         sample_size=8, in_channels=4, out_channels=4, block_out_channels=(16, 32),
-        layers_per_block=1, norm_num_groups=8, cross_attention_dim=32, attention_head_dim=2,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), use_linear_projection=False)
+        layers_per_block=1, norm_num_groups=8, cross_attention_dim=32,
+        attention_head_dim=v["heads"], down_block_types=v["down"], up_block_types=v["up"],
+        use_linear_projection=v["linear_proj"])
     torch.manual_seed(3)
     vae = AutoencoderKL(
         in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 16, 16),
@@ -213,9 +232,9 @@ def main():
         for m in (te, unet, vae):
             for p in m.parameters():
                 p.add_(torch.randn(p.shape, generator=g) * 0.05)
-    sched = EulerDiscreteScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
-                                   beta_schedule="scaled_linear", timestep_spacing="linspace", steps_offset=1,
-                                   prediction_type="epsilon")
+    cls, extra = v["scheduler"]
+    sched = cls(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                beta_schedule="scaled_linear", steps_offset=1, **extra)
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
                                    scheduler=sched, safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)
@@ -247,6 +266,14 @@ def main():
         hook = pipe.unet.register_forward_hook(
             lambda m, args, kwargs, out: records.append(
                 (args[0].clone(), float(args[1]), out[0].clone())), with_kwargs=True)
+        # Euler ancestral draws fresh noise each step: hand it recorded noise instead.
+        step_noise = torch.randn((STEPS, 1, 4, HEIGHT // 8, WIDTH // 8),
+                                 generator=torch.Generator().manual_seed(8))
+        if cls is EulerAncestralDiscreteScheduler:
+            save("step_noise", step_noise, shapes)
+        import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+        queue = list(step_noise)
+        ea.randn_tensor = lambda *a, **k: queue.pop(0).clone()
         lat_steps = []
         def on_step(p, i, t, kw):
             lat_steps.append(kw["latents"].clone())
@@ -269,11 +296,13 @@ def main():
         save("vae_in", z, shapes)
         save("vae_out", pipe.vae.decode(z).sample, shapes)
 
-    ref["schedulers"] = scheduler_refs(shapes)
+    if name == "tiny_sd1":
+        ref["schedulers"] = scheduler_refs(shapes)
     (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
 
 
 if __name__ == "__main__":
-    main()
+    for name, v in VARIANTS.items():
+        make(name, v)

@@ -1,8 +1,11 @@
-//! Stable Diffusion against diffusers 0.42 / transformers 5 float32 on the tiny random SD1-style
-//! pipeline of `tools/ref/make_tiny_sd.py` (`tests/fixtures/tiny_sd1`): tokenizer ids, text
-//! embeddings, one UNet step per step, the VAE decoder, the scheduler maths of Euler, Euler
-//! ancestral, DDIM and DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing
-//! spacings; epsilon and v-prediction), and the whole pipeline's latents and image.
+//! Stable Diffusion against diffusers 0.42 / transformers 5 float32 on the tiny random pipelines
+//! of `tools/ref/make_tiny_sd.py`: `tests/fixtures/tiny_sd1` (SD 1.x style: quick_gelu, conv
+//! `proj_in`, epsilon, Euler) and `tiny_sd2` (SD 2.x style: gelu, "!" padding, linear `proj_in`,
+//! per-block heads, v-prediction, Euler ancestral with `leading` spacing and recorded noise).
+//! Checked: tokenizer ids, text embeddings, every UNet call, the VAE decoder, the whole pipeline's
+//! step latents, final latents and image; and the scheduler maths of Euler, Euler ancestral,
+//! DDIM and DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing spacings; epsilon
+//! and v-prediction).
 
 mod common;
 
@@ -18,22 +21,43 @@ use std::sync::OnceLock;
 
 const TOL: f32 = 1e-4;
 
-fn dir() -> PathBuf {
-    fixtures().join("tiny_sd1")
+/// The fixture pipelines.
+const VARIANTS: [&str; 2] = ["tiny_sd1", "tiny_sd2"];
+
+/// One fixture: its folder, references and loaded pipeline.
+struct Fixture {
+    dir: PathBuf,
+    reference: Value,
+    pipeline: StableDiffusion,
 }
 
-fn reference() -> &'static Value {
-    static R: OnceLock<Value> = OnceLock::new();
-    R.get_or_init(|| common::reference(&dir().join("reference")))
+impl Fixture {
+    fn npy(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        read_npy_f32(&self.dir.join("reference").join(format!("{name}.npy")))
+    }
 }
 
-fn npy(name: &str) -> (Vec<usize>, Vec<f32>) {
-    read_npy_f32(&dir().join("reference").join(format!("{name}.npy")))
+fn fixture(name: &str) -> &'static Fixture {
+    static F: OnceLock<Vec<Fixture>> = OnceLock::new();
+    let all = F.get_or_init(|| {
+        VARIANTS
+            .iter()
+            .map(|v| {
+                let dir = fixtures().join(v);
+                Fixture {
+                    reference: common::reference(&dir.join("reference")),
+                    pipeline: StableDiffusion::load(&dir).unwrap_or_else(|e| panic!("{v}: {e}")),
+                    dir,
+                }
+            })
+            .collect()
+    });
+    &all[VARIANTS.iter().position(|v| *v == name).expect("variant")]
 }
 
-fn pipeline() -> &'static StableDiffusion {
-    static P: OnceLock<StableDiffusion> = OnceLock::new();
-    P.get_or_init(|| StableDiffusion::load(&dir()).expect("load tiny_sd1"))
+/// The SD1 fixture, for the checks that need only one.
+fn sd1() -> &'static Fixture {
+    fixture("tiny_sd1")
 }
 
 /// Largest difference relative to the reference's largest magnitude (at least 1).
@@ -44,82 +68,88 @@ fn scaled_diff(got: &[f32], want: &[f32]) -> f32 {
 
 #[test]
 fn tokenizer_ids_match_transformers() {
-    let tok = &pipeline().tokenizer;
-    for case in reference()["tokenizer_cases"].as_array().unwrap() {
-        let text = case["text"].as_str().unwrap();
-        assert_eq!(
-            tok.encode_padded(text).unwrap(),
-            ids(&case["ids"]),
-            "text {text:?}"
-        );
-    }
-}
-
-#[test]
-fn text_embeddings_match() {
-    let (shape, want) = npy("text_embeddings");
-    let r = reference();
-    let p = pipeline();
-    let row = shape[1] * shape[2];
-    for (i, text) in [
-        r["negative_prompt"].as_str().unwrap(),
-        r["prompt"].as_str().unwrap(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let got = p.encode_prompt(text).unwrap();
-        let d = max_abs_diff(&got, &want[i * row..(i + 1) * row]);
-        eprintln!("text embeddings {i}: max abs diff {d:.2e}");
-        assert!(d < TOL, "text {i}: max diff {d:e}");
-    }
-}
-
-#[test]
-fn unet_each_step_matches() {
-    let (shape, inputs) = npy("unet_in");
-    let (_, outputs) = npy("unet_out");
-    let (_, emb) = npy("text_embeddings");
-    let (steps, batch, c, h, w) = (shape[0], shape[1], shape[2], shape[3], shape[4]);
-    let ts = reference()["unet_timesteps"].as_array().unwrap();
-    let n = c * h * w;
-    let ctx = emb.len() / batch;
-    for (s, t) in ts.iter().enumerate().take(steps) {
-        for b in 0..batch {
-            let o = (s * batch + b) * n;
-            let x = FeatureMap::from_chw(&inputs[o..o + n], c, h, w);
-            let t = t.as_f64().unwrap() as f32;
-            let got = pipeline()
-                .unet
-                .forward(&x, t, &emb[b * ctx..(b + 1) * ctx])
-                .unwrap()
-                .to_chw();
-            let d = scaled_diff(&got, &outputs[o..o + n]);
-            eprintln!("UNet step {s} batch {b}: scaled max diff {d:.2e}");
-            assert!(d < TOL, "step {s} batch {b}: scaled max diff {d:e}");
+    for v in VARIANTS {
+        let f = fixture(v);
+        for case in f.reference["tokenizer_cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let got = f.pipeline.tokenizer.encode_padded(text).unwrap();
+            assert_eq!(got, ids(&case["ids"]), "{v}: text {text:?}");
         }
     }
 }
 
 #[test]
-fn vae_decode_matches() {
-    let (shape, z) = npy("vae_in");
-    let (_, want) = npy("vae_out");
-    let fm = FeatureMap::from_chw(&z, shape[1], shape[2], shape[3]);
-    let got = pipeline().vae.decode(&fm).unwrap();
-    assert_eq!((got.h, got.w, got.c), (24, 40, 3));
-    let d = max_abs_diff(&got.to_chw(), &want);
-    eprintln!("VAE decode: max abs diff {d:.2e}");
-    assert!(d < TOL, "max diff {d:e}");
+fn text_embeddings_match() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let (shape, want) = f.npy("text_embeddings");
+        let r = &f.reference;
+        let row = shape[1] * shape[2];
+        let texts = [
+            r["negative_prompt"].as_str().unwrap(),
+            r["prompt"].as_str().unwrap(),
+        ];
+        for (i, text) in texts.iter().enumerate() {
+            let got = f.pipeline.encode_prompt(text).unwrap();
+            let d = max_abs_diff(&got, &want[i * row..(i + 1) * row]);
+            eprintln!("{v} text embeddings {i}: max abs diff {d:.2e}");
+            assert!(d < TOL, "{v} text {i}: max diff {d:e}");
+        }
+    }
 }
 
 #[test]
-fn pipeline_matches_step_by_step() {
-    let r = reference();
-    let p = pipeline();
-    let (_, noise) = npy("init_noise");
-    let (_, step_latents) = npy("step_latents");
-    let req = GenerateRequest {
+fn unet_each_step_matches() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let (shape, inputs) = f.npy("unet_in");
+        let (_, outputs) = f.npy("unet_out");
+        let (_, emb) = f.npy("text_embeddings");
+        let (batch, c, h, w) = (shape[1], shape[2], shape[3], shape[4]);
+        let ts = f.reference["unet_timesteps"].as_array().unwrap();
+        let n = c * h * w;
+        let ctx = emb.len() / batch;
+        let mut worst = 0f32;
+        for (s, t) in ts.iter().enumerate().take(shape[0]) {
+            for b in 0..batch {
+                let o = (s * batch + b) * n;
+                let x = FeatureMap::from_chw(&inputs[o..o + n], c, h, w);
+                let t = t.as_f64().unwrap() as f32;
+                let got = f
+                    .pipeline
+                    .unet
+                    .forward(&x, t, &emb[b * ctx..(b + 1) * ctx])
+                    .unwrap()
+                    .to_chw();
+                let d = scaled_diff(&got, &outputs[o..o + n]);
+                worst = worst.max(d);
+                assert!(d < TOL, "{v} step {s} batch {b}: scaled max diff {d:e}");
+            }
+        }
+        eprintln!("{v} UNet, every call: worst scaled max diff {worst:.2e}");
+    }
+}
+
+#[test]
+fn vae_decode_matches() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let (shape, z) = f.npy("vae_in");
+        let (_, want) = f.npy("vae_out");
+        let fm = FeatureMap::from_chw(&z, shape[1], shape[2], shape[3]);
+        let got = f.pipeline.vae.decode(&fm).unwrap();
+        assert_eq!((got.h, got.w, got.c), (24, 40, 3));
+        let d = max_abs_diff(&got.to_chw(), &want);
+        eprintln!("{v} VAE decode: max abs diff {d:.2e}");
+        assert!(d < TOL, "{v}: max diff {d:e}");
+    }
+}
+
+/// The request the fixture's reference run made, with its recorded noise.
+fn reference_request(f: &Fixture) -> GenerateRequest {
+    let r = &f.reference;
+    let step_noise = f.dir.join("reference/step_noise.npy");
+    GenerateRequest {
         prompt: r["prompt"].as_str().unwrap().into(),
         negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
         steps: r["steps"].as_u64().unwrap() as usize,
@@ -128,33 +158,44 @@ fn pipeline_matches_step_by_step() {
         height: r["height"].as_u64().unwrap() as usize,
         scheduler: None,
         seed: 0,
-        init_noise: Some(noise),
-        step_noise: None,
-    };
-    let n = step_latents.len() / req.steps;
-    let mut worst = 0f32;
-    let out = p
-        .generate(&req, &mut |i, _, lat| {
-            worst = worst.max(scaled_diff(lat, &step_latents[i * n..(i + 1) * n]));
-        })
-        .unwrap();
-    eprintln!("pipeline step latents: worst scaled max diff {worst:.2e}");
-    assert!(worst < TOL, "step latents: scaled max diff {worst:e}");
-    let (_, latents) = npy("final_latents");
-    let d = scaled_diff(&out.latents, &latents);
-    assert!(d < TOL, "final latents: {d:e}");
-    let (_, image) = npy("image");
-    let d = max_abs_diff(&out.image, &image);
-    eprintln!("pipeline image: max abs diff {d:.2e}");
-    assert!(d < TOL, "image: max diff {d:e}");
-    assert_eq!(out.rgb8().len(), 64 * 64 * 3);
+        init_noise: Some(f.npy("init_noise").1),
+        step_noise: step_noise.is_file().then(|| read_npy_f32(&step_noise).1),
+    }
+}
+
+#[test]
+fn pipeline_matches_step_by_step() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let req = reference_request(f);
+        let (_, step_latents) = f.npy("step_latents");
+        let n = step_latents.len() / req.steps;
+        let mut worst = 0f32;
+        let out = f
+            .pipeline
+            .generate(&req, &mut |i, _, lat| {
+                worst = worst.max(scaled_diff(lat, &step_latents[i * n..(i + 1) * n]));
+            })
+            .unwrap();
+        eprintln!("{v} pipeline step latents: worst scaled max diff {worst:.2e}");
+        assert!(worst < TOL, "{v} step latents: scaled max diff {worst:e}");
+        let (_, latents) = f.npy("final_latents");
+        let d = scaled_diff(&out.latents, &latents);
+        assert!(d < TOL, "{v} final latents: {d:e}");
+        let (_, image) = f.npy("image");
+        let d = max_abs_diff(&out.image, &image);
+        eprintln!("{v} pipeline image: max abs diff {d:.2e}");
+        assert!(d < TOL, "{v} image: max diff {d:e}");
+        assert_eq!(out.rgb8().len(), req.width * req.height * 3);
+    }
 }
 
 #[test]
 fn schedulers_match_diffusers() {
-    let all = reference()["schedulers"].as_object().unwrap();
+    let f = sd1();
+    let all = f.reference["schedulers"].as_object().unwrap();
     for (name, case) in all {
-        let cfg = JsonConfig::from_value(&dir(), case["config"].clone());
+        let cfg = JsonConfig::from_value(&f.dir, case["config"].clone());
         let sc = ScheduleConfig::parse(&cfg).unwrap();
         let class = case["config"]["_class_name"].as_str();
         let kind = match name.split('_').next().unwrap() {
@@ -186,10 +227,10 @@ fn schedulers_match_diffusers() {
             (s.init_noise_sigma() - init).abs() < 1e-5,
             "{name}: init_noise_sigma"
         );
-        let (shape, samples) = npy(&format!("sched_{name}_sample"));
-        let (_, model) = npy(&format!("sched_{name}_model"));
-        let (_, noise) = npy(&format!("sched_{name}_noise"));
-        let (_, sp) = npy(&format!("sched_{name}_scaled_prev"));
+        let (shape, samples) = f.npy(&format!("sched_{name}_sample"));
+        let (_, model) = f.npy(&format!("sched_{name}_model"));
+        let (_, noise) = f.npy(&format!("sched_{name}_noise"));
+        let (_, sp) = f.npy(&format!("sched_{name}_scaled_prev"));
         let n: usize = shape[1..].iter().product();
         let mut sample = samples[..n].to_vec();
         for i in 0..steps {
@@ -216,7 +257,7 @@ fn schedulers_match_diffusers() {
 
 #[test]
 fn bad_requests_and_folders_are_clear_errors() {
-    let p = pipeline();
+    let p = &sd1().pipeline;
     let req = GenerateRequest {
         prompt: "x".into(),
         negative_prompt: String::new(),
@@ -263,7 +304,7 @@ fn bad_requests_and_folders_are_clear_errors() {
 
     // A folder missing a component names it.
     let tmp = common::scratch_dir("sd-missing");
-    for entry in std::fs::read_dir(dir()).unwrap() {
+    for entry in std::fs::read_dir(&sd1().dir).unwrap() {
         let e = entry.unwrap();
         if e.file_name() != "vae" && e.file_type().unwrap().is_dir() {
             copy_dir(&e.path(), &tmp.join(e.file_name()));
@@ -275,7 +316,7 @@ fn bad_requests_and_folders_are_clear_errors() {
     assert!(matches!(e, DiffusionError::Missing { .. }), "{e}");
     assert!(e.to_string().contains("'vae'"), "{e}");
     // A UNet config whose channels do not fit the weights names the tensor.
-    copy_dir(&dir().join("vae"), &tmp.join("vae"));
+    copy_dir(&sd1().dir.join("vae"), &tmp.join("vae"));
     let cfg_path = tmp.join("unet/config.json");
     let text = std::fs::read_to_string(&cfg_path).unwrap();
     std::fs::write(

@@ -114,7 +114,13 @@ impl ClipTokenizer {
             n if (3..=1024).contains(&n) => n,
             _ => 77,
         };
-        let added: Vec<Value> = [(&bos_t, bos), (&eos_t, eos)]
+        // transformers registers every special token as an added token, so a pad token that is
+        // an ordinary character (SD 2.x's "!") is split out of the text as that token.
+        let mut specials = vec![(&bos_t, bos), (&eos_t, eos), (&pad_t, pad)];
+        specials.dedup_by_key(|(t, _)| t.as_str());
+        specials.sort_by_key(|&(_, id)| id);
+        specials.dedup_by_key(|&mut (_, id)| id);
+        let added: Vec<Value> = specials
             .iter()
             .map(|(t, id)| {
                 json!({"id": id, "content": t, "single_word": false, "lstrip": false,
