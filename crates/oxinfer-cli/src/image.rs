@@ -1,0 +1,145 @@
+//! `oxinfer image`: text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as
+//! a PNG; `.npy` inputs and outputs for checking against diffusers.
+
+use crate::npy;
+use crate::progress::stderr_is_tty;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion};
+use std::path::PathBuf;
+
+/// Arguments of `oxinfer image`.
+#[derive(Args, Debug)]
+pub struct ImageArgs {
+    /// A diffusers Stable Diffusion folder (model_index.json, text_encoder/, tokenizer/, unet/,
+    /// vae/, scheduler/).
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// What to draw.
+    #[arg(short = 'p', long)]
+    pub prompt: String,
+    /// What to steer away from (classifier-free guidance's negative prompt).
+    #[arg(short = 'n', long = "negative", default_value = "")]
+    pub negative: String,
+    /// Denoising steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Guidance scale; 1 or less turns guidance off (one UNet pass per step).
+    #[arg(long, default_value_t = 7.5)]
+    pub cfg: f32,
+    /// euler, euler-a, ddim or dpm++2m (default: the one scheduler_config.json names).
+    #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m")]
+    pub scheduler: Option<String>,
+    /// Image width in pixels (a multiple of 8).
+    #[arg(long, default_value_t = 512)]
+    pub width: usize,
+    /// Image height in pixels (a multiple of 8).
+    #[arg(long, default_value_t = 512)]
+    pub height: usize,
+    /// Seed of the initial (and ancestral) noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output PNG.
+    #[arg(short = 'o', long, default_value = "out.png")]
+    pub output: PathBuf,
+    /// Initial latent noise, float32 `.npy` `[1, 4, H/8, W/8]` (instead of the seed's).
+    #[arg(long, value_name = "FILE.npy")]
+    pub init_noise: Option<PathBuf>,
+    /// Ancestral noise per step, float32 `.npy` `[steps, 1, 4, H/8, W/8]`.
+    #[arg(long, value_name = "FILE.npy")]
+    pub step_noise: Option<PathBuf>,
+    /// Write the final latents (before the VAE), NCHW float32.
+    #[arg(long, value_name = "FILE.npy")]
+    pub dump_latents: Option<PathBuf>,
+    /// Write the VAE's raw output (about [-1, 1]), NCHW float32.
+    #[arg(long, value_name = "FILE.npy")]
+    pub dump_image: Option<PathBuf>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
+/// Reads a noise file and checks its shape against `want`.
+fn noise(path: &Option<PathBuf>, want: &[usize], flag: &str) -> Result<Option<Vec<f32>>> {
+    let Some(p) = path else { return Ok(None) };
+    let (shape, data) = npy::read_f32(p).with_context(|| format!("--{flag}"))?;
+    if shape != want {
+        bail!(
+            "--{flag} {}: shape {shape:?}, expected {want:?}",
+            p.display()
+        );
+    }
+    Ok(Some(data))
+}
+
+/// Runs `oxinfer image`.
+pub fn run(a: ImageArgs) -> Result<()> {
+    if let Some(n) = a.threads {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        oxinfer_kernels::set_num_threads(n);
+    }
+    let scheduler = match &a.scheduler {
+        None => None,
+        Some(s) => Some(SchedulerKind::parse(s).with_context(|| {
+            format!("--scheduler {s}: unknown (euler, euler-a, ddim, dpm++2m)")
+        })?),
+    };
+    let t0 = std::time::Instant::now();
+    let sd = StableDiffusion::load(&a.model)?;
+    let (c, h, w) = sd.latent_shape(a.width, a.height)?;
+    let req = GenerateRequest {
+        prompt: a.prompt.clone(),
+        negative_prompt: a.negative.clone(),
+        steps: a.steps,
+        guidance_scale: a.cfg,
+        width: a.width,
+        height: a.height,
+        scheduler,
+        seed: a.seed,
+        init_noise: noise(&a.init_noise, &[1, c, h, w], "init-noise")?,
+        step_noise: noise(&a.step_noise, &[a.steps, 1, c, h, w], "step-noise")?,
+    };
+    let loaded = t0.elapsed();
+    let bar = stderr_is_tty().then(|| {
+        indicatif::ProgressBar::new(a.steps as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "steps [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        )
+    });
+    let t1 = std::time::Instant::now();
+    let out = sd.generate(&req, &mut |_, _, _| {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let took = t1.elapsed();
+    if let Some(p) = &a.dump_latents {
+        npy::write_f32(p, &[1, c, h, w], &out.latents)
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    if let Some(p) = &a.dump_image {
+        npy::write_f32(p, &[1, 3, a.height, a.width], &out.image)
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    ::image::RgbImage::from_raw(a.width as u32, a.height as u32, out.rgb8())
+        .context("image buffer size")?
+        .save_with_format(&a.output, ::image::ImageFormat::Png)
+        .with_context(|| format!("{}", a.output.display()))?;
+    eprintln!(
+        "wrote {} ({}x{}, {} steps, load {:.2}s, generate {:.2}s = {:.2}s/step incl. VAE)",
+        a.output.display(),
+        a.width,
+        a.height,
+        a.steps,
+        loaded.as_secs_f64(),
+        took.as_secs_f64(),
+        took.as_secs_f64() / a.steps.max(1) as f64
+    );
+    Ok(())
+}
