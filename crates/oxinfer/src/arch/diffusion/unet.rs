@@ -61,6 +61,48 @@ impl UNetConfig {
                 ));
             }
         }
+        for key in [
+            "num_class_embeds",
+            "time_embedding_dim",
+            "time_embedding_act_fn",
+            "timestep_post_act",
+            "cross_attention_norm",
+        ] {
+            if c.has(key) {
+                return Err(DiffusionError::config(
+                    &c.path,
+                    format!("field '{key}' is set: not supported (SD 1.x / 2.x UNets only)"),
+                ));
+            }
+        }
+        for key in [
+            "center_input_sample",
+            "only_cross_attention",
+            "dual_cross_attention",
+        ] {
+            if c.json
+                .get(key)
+                .is_some_and(|v| v.as_bool() != Some(false) && !v.is_null())
+            {
+                return Err(DiffusionError::config(
+                    &c.path,
+                    format!("field '{key}': only false is supported"),
+                ));
+            }
+        }
+        for (key, want) in [
+            ("conv_in_kernel", 3.0),
+            ("conv_out_kernel", 3.0),
+            ("mid_block_scale_factor", 1.0),
+            ("resnet_out_scale_factor", 1.0),
+        ] {
+            if c.f64_or(key, want)? != want {
+                return Err(DiffusionError::config(
+                    &c.path,
+                    format!("field '{key}': only {want} is supported"),
+                ));
+            }
+        }
         c.expect_str("resnet_time_scale_shift", "default", &["default"])?;
         c.expect_str("time_embedding_type", "positional", &["positional"])?;
         c.expect_str(
