@@ -196,6 +196,46 @@ def scheduler_refs(shapes: dict) -> dict:
     return out
 
 
+def img2img_refs(out: Path, height: int, width: int, ref: dict, shapes: dict):
+    """The VAE encoder's posterior and an image-to-image run (strength 0.75: the last 3 of 4
+    steps) with the posterior's sampling noise and the added noise given."""
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as i2i
+    from diffusers import StableDiffusionImg2ImgPipeline
+    pipe = StableDiffusionImg2ImgPipeline.from_pretrained(out, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator().manual_seed(9)
+    # A smooth random image in [0, 1] (what the pipeline normalizes to [-1, 1]).
+    small = torch.rand((1, 3, height // 8, width // 8), generator=g)
+    image01 = torch.nn.functional.interpolate(small, size=(height, width), mode="bilinear",
+                                              align_corners=False).clamp(0, 1)
+    save("img2img_input", image01 * 2 - 1, shapes)  # [-1, 1], what the VAE encodes
+    lat = (1, 4, height // 8, width // 8)
+    enc_noise = torch.randn(lat, generator=g)
+    add_noise = torch.randn(lat, generator=g)
+    step_noise = torch.randn((STEPS,) + lat, generator=g)
+    save("img2img_enc_noise", enc_noise, shapes)
+    save("img2img_noise", add_noise, shapes)
+    save("img2img_step_noise", step_noise[:, None].squeeze(1), shapes)
+    with torch.no_grad():
+        post = pipe.vae.encode(image01 * 2 - 1).latent_dist
+        save("vae_enc_mean", post.mean, shapes)
+        save("vae_enc_std", post.std, shapes)
+        vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+        i2i.randn_tensor = lambda *a, **k: add_noise.clone()
+        import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+        queue = list(step_noise)
+        ea.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+        lat_out = pipe(PROMPT, image=image01, strength=0.75, negative_prompt=NEGATIVE,
+                       num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                       output_type="latent").images
+        save("img2img_latents", lat_out, shapes)
+        save("img2img_image", pipe.vae.decode(lat_out / pipe.vae.config.scaling_factor).sample,
+             shapes)
+    ref["img2img"] = dict(strength=0.75, steps=STEPS,
+                          note="ancestral noise: the first steps-run of img2img_step_noise")
+
+
 def make(name: str, v: dict):
     global OUT, REF
     OUT = ROOT / "tests" / "fixtures" / name
@@ -296,6 +336,7 @@ def make(name: str, v: dict):
         save("vae_in", z, shapes)
         save("vae_out", pipe.vae.decode(z).sample, shapes)
 
+    img2img_refs(OUT, HEIGHT, WIDTH, ref, shapes)
     if name == "tiny_sd1":
         ref["schedulers"] = scheduler_refs(shapes)
     (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))

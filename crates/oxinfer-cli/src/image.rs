@@ -30,12 +30,18 @@ pub struct ImageArgs {
     /// euler, euler-a, ddim or dpm++2m (default: the one scheduler_config.json names).
     #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m")]
     pub scheduler: Option<String>,
-    /// Image width in pixels (a multiple of 8).
-    #[arg(long, default_value_t = 512)]
-    pub width: usize,
-    /// Image height in pixels (a multiple of 8).
-    #[arg(long, default_value_t = 512)]
-    pub height: usize,
+    /// Image width in pixels, a multiple of 8 (default 512, or the --init image's).
+    #[arg(long)]
+    pub width: Option<usize>,
+    /// Image height in pixels, a multiple of 8 (default 512, or the --init image's).
+    #[arg(long)]
+    pub height: Option<usize>,
+    /// Image to image: start from this PNG (its size is the output's).
+    #[arg(long, value_name = "IMAGE.png")]
+    pub init: Option<PathBuf>,
+    /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run.
+    #[arg(long, default_value_t = 0.8)]
+    pub strength: f32,
     /// Seed of the initial (and ancestral) noise.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -72,6 +78,21 @@ fn noise(path: &Option<PathBuf>, want: &[usize], flag: &str) -> Result<Option<Ve
     Ok(Some(data))
 }
 
+/// The `--init` PNG as NCHW `[1, 3, H, W]` in `[-1, 1]`, with its width and height.
+fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
+    let img = ::image::open(path)
+        .with_context(|| format!("--init {}", path.display()))?
+        .to_rgb8();
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let mut chw = vec![0f32; 3 * w * h];
+    for (p, px) in img.pixels().enumerate() {
+        for c in 0..3 {
+            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
+        }
+    }
+    Ok((chw, w, h))
+}
+
 /// Runs `oxinfer image`.
 pub fn run(a: ImageArgs) -> Result<()> {
     if let Some(n) = a.threads {
@@ -84,20 +105,38 @@ pub fn run(a: ImageArgs) -> Result<()> {
             format!("--scheduler {s}: unknown (euler, euler-a, ddim, dpm++2m)")
         })?),
     };
+    let init = a.init.as_deref().map(read_init).transpose()?;
+    let (width, height) = match &init {
+        Some((_, w, h)) => {
+            for (flag, given, own) in [("width", a.width, *w), ("height", a.height, *h)] {
+                if given.is_some_and(|g| g != own) {
+                    bail!(
+                        "--{flag} {} differs from the --init image's {own}",
+                        given.unwrap_or(0)
+                    );
+                }
+            }
+            (*w, *h)
+        }
+        None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
+    };
     let t0 = std::time::Instant::now();
     let sd = StableDiffusion::load(&a.model)?;
-    let (c, h, w) = sd.latent_shape(a.width, a.height)?;
+    let (c, h, w) = sd.latent_shape(width, height)?;
     let req = GenerateRequest {
         prompt: a.prompt.clone(),
         negative_prompt: a.negative.clone(),
         steps: a.steps,
         guidance_scale: a.cfg,
-        width: a.width,
-        height: a.height,
+        width,
+        height,
         scheduler,
         seed: a.seed,
         init_noise: noise(&a.init_noise, &[1, c, h, w], "init-noise")?,
         step_noise: noise(&a.step_noise, &[a.steps, 1, c, h, w], "step-noise")?,
+        init_image: init.map(|(img, _, _)| img),
+        strength: a.strength,
+        encode_noise: None,
     };
     let loaded = t0.elapsed();
     let bar = stderr_is_tty().then(|| {
@@ -124,18 +163,18 @@ pub fn run(a: ImageArgs) -> Result<()> {
             .with_context(|| format!("{}", p.display()))?;
     }
     if let Some(p) = &a.dump_image {
-        npy::write_f32(p, &[1, 3, a.height, a.width], &out.image)
+        npy::write_f32(p, &[1, 3, height, width], &out.image)
             .with_context(|| format!("{}", p.display()))?;
     }
-    ::image::RgbImage::from_raw(a.width as u32, a.height as u32, out.rgb8())
+    ::image::RgbImage::from_raw(width as u32, height as u32, out.rgb8())
         .context("image buffer size")?
         .save_with_format(&a.output, ::image::ImageFormat::Png)
         .with_context(|| format!("{}", a.output.display()))?;
     eprintln!(
         "wrote {} ({}x{}, {} steps, load {:.2}s, generate {:.2}s = {:.2}s/step incl. VAE)",
         a.output.display(),
-        a.width,
-        a.height,
+        width,
+        height,
         a.steps,
         loaded.as_secs_f64(),
         took.as_secs_f64(),

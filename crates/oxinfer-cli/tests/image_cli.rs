@@ -121,4 +121,42 @@ fn bad_image_input_is_one_clear_error() {
     );
     let o = oxinfer(&["image", "-m", &d, "-p", "x", "--scheduler", "plms"]);
     assert_fails_with(&o, &["--scheduler plms", "unknown"]);
+    let readme = fixtures().join("../../README.md").display().to_string();
+    let o = oxinfer(&["image", "-m", &d, "-p", "x", "--init", &readme]);
+    assert_fails_with(&o, &["--init", "README.md"]);
+}
+
+#[test]
+fn image_to_image_from_a_png() {
+    let tmp = scratch_dir("image-cli-i2i");
+    let d = fixtures().join("tiny_sd1").display().to_string();
+    let (a, b) = (tmp.join("a.png"), tmp.join("b.png"));
+    let (a_s, b_s) = (a.display().to_string(), b.display().to_string());
+    ok(oxinfer(&[
+        "image", "-m", &d, "-p", "a cat", "--steps", "2", "--width", "64", "--height", "48", "-o",
+        &a_s,
+    ]));
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "a dog",
+        "--steps",
+        "4",
+        "--init",
+        &a_s,
+        "--strength",
+        "0.5",
+        "--scheduler",
+        "ddim",
+        "-o",
+        &b_s,
+    ]));
+    assert!(err.contains("64x48"), "{err}");
+    let o = oxinfer(&[
+        "image", "-m", &d, "-p", "x", "--init", &a_s, "--width", "32",
+    ]);
+    assert_fails_with(&o, &["--width 32", "--init image's 64"]);
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -160,6 +160,7 @@ fn reference_request(f: &Fixture) -> GenerateRequest {
         seed: 0,
         init_noise: Some(f.npy("init_noise").1),
         step_noise: step_noise.is_file().then(|| read_npy_f32(&step_noise).1),
+        ..Default::default()
     }
 }
 
@@ -187,6 +188,45 @@ fn pipeline_matches_step_by_step() {
         eprintln!("{v} pipeline image: max abs diff {d:.2e}");
         assert!(d < TOL, "{v} image: max diff {d:e}");
         assert_eq!(out.rgb8().len(), req.width * req.height * 3);
+    }
+}
+
+#[test]
+fn vae_encoder_matches() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let (shape, img) = f.npy("img2img_input");
+        let enc = f.pipeline.vae_encoder.as_ref().expect("encoder weights");
+        let post = enc
+            .encode(&FeatureMap::from_chw(&img, 3, shape[2], shape[3]))
+            .unwrap();
+        let dm = max_abs_diff(&post.mean.to_chw(), &f.npy("vae_enc_mean").1);
+        let ds = max_abs_diff(&post.std.to_chw(), &f.npy("vae_enc_std").1);
+        eprintln!("{v} VAE encode: mean max abs diff {dm:.2e}, std {ds:.2e}");
+        assert!(dm < TOL && ds < TOL, "{v}: mean {dm:e}, std {ds:e}");
+    }
+}
+
+#[test]
+fn img2img_matches() {
+    for v in VARIANTS {
+        let f = fixture(v);
+        let i2i = &f.reference["img2img"];
+        let req = GenerateRequest {
+            init_image: Some(f.npy("img2img_input").1),
+            strength: i2i["strength"].as_f64().unwrap() as f32,
+            encode_noise: Some(f.npy("img2img_enc_noise").1),
+            init_noise: Some(f.npy("img2img_noise").1),
+            step_noise: Some(f.npy("img2img_step_noise").1),
+            ..reference_request(f)
+        };
+        let mut ran = 0;
+        let out = f.pipeline.generate(&req, &mut |_, _, _| ran += 1).unwrap();
+        assert_eq!(ran, 3, "{v}: strength 0.75 of 4 steps runs 3");
+        let d = scaled_diff(&out.latents, &f.npy("img2img_latents").1);
+        let di = max_abs_diff(&out.image, &f.npy("img2img_image").1);
+        eprintln!("{v} img2img: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
+        assert!(d < TOL && di < TOL, "{v}: latents {d:e}, image {di:e}");
     }
 }
 
@@ -267,8 +307,7 @@ fn bad_requests_and_folders_are_clear_errors() {
         height: 64,
         scheduler: None,
         seed: 1,
-        init_noise: None,
-        step_noise: None,
+        ..Default::default()
     };
     let e = p
         .generate(&req, &mut |_, _, _| {})

@@ -18,6 +18,7 @@ pub mod resnet;
 pub mod scheduler;
 pub mod unet;
 pub mod vae;
+pub mod vae_encoder;
 
 pub use clip_text::ClipTextModel;
 pub use clip_tokenizer::ClipTokenizer;
@@ -27,3 +28,4 @@ pub use pipeline::{GenerateRequest, StableDiffusion};
 pub use scheduler::{Scheduler, SchedulerKind};
 pub use unet::UNet;
 pub use vae::VaeDecoder;
+pub use vae_encoder::VaeEncoder;

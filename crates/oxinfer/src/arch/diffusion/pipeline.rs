@@ -10,8 +10,10 @@ use super::layers::FeatureMap;
 use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
+use super::vae_encoder::VaeEncoder;
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
+use crate::loader::TensorStore;
 use std::path::{Path, PathBuf};
 
 /// One text-to-image request.
@@ -33,8 +35,36 @@ pub struct GenerateRequest {
     pub seed: u64,
     /// Initial latent noise, NCHW `[1, C, H/8, W/8]` (before the scheduler's scaling).
     pub init_noise: Option<Vec<f32>>,
-    /// Ancestral noise, `[steps, 1, C, H/8, W/8]`.
+    /// Ancestral noise, `[steps, 1, C, H/8, W/8]`; entry `k` is used by the `k`-th step run.
     pub step_noise: Option<Vec<f32>>,
+    /// Image-to-image: the starting image NCHW `[1, 3, H, W]`, values in `[-1, 1]`. The initial
+    /// noise is then added to its latents at the level of the first step run.
+    pub init_image: Option<Vec<f32>>,
+    /// Image-to-image: how much of the schedule to run (the last `floor(steps · strength)` steps).
+    pub strength: f32,
+    /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]`.
+    pub encode_noise: Option<Vec<f32>>,
+}
+
+impl Default for GenerateRequest {
+    /// 512 × 512, 20 steps, guidance 7.5, the folder's scheduler, seed 0, strength 0.8.
+    fn default() -> Self {
+        GenerateRequest {
+            prompt: String::new(),
+            negative_prompt: String::new(),
+            steps: 20,
+            guidance_scale: 7.5,
+            width: 512,
+            height: 512,
+            scheduler: None,
+            seed: 0,
+            init_noise: None,
+            step_noise: None,
+            init_image: None,
+            strength: 0.8,
+            encode_noise: None,
+        }
+    }
 }
 
 /// What a request produced.
@@ -68,6 +98,8 @@ pub struct StableDiffusion {
     pub text_encoder: ClipTextModel,
     pub unet: UNet,
     pub vae: VaeDecoder,
+    /// The VAE encoder, when the folder has its weights (image-to-image).
+    pub vae_encoder: Option<VaeEncoder>,
     pub schedule: ScheduleConfig,
     /// The scheduler `scheduler_config.json` names (Euler when it names another class).
     pub default_scheduler: SchedulerKind,
@@ -106,6 +138,22 @@ fn weights(dir: &Path) -> Result<SafetensorsModel, DiffusionError> {
         path: dir.to_path_buf(),
         what: "weights (diffusion_pytorch_model.safetensors or model.safetensors)".into(),
     })
+}
+
+/// `v` when its length is `n`; an error naming `what` and `shape` otherwise.
+fn checked_noise(
+    v: &Option<Vec<f32>>,
+    n: usize,
+    what: &str,
+    shape: &str,
+) -> Result<Option<Vec<f32>>, DiffusionError> {
+    match v {
+        Some(v) if v.len() != n => Err(DiffusionError::Argument(format!(
+            "{what} has {} values, expected {shape} = {n}",
+            v.len()
+        ))),
+        other => Ok(other.clone()),
+    }
 }
 
 /// Standard normal values from a seed (SplitMix64 and Box-Muller). Not torch's generator:
@@ -161,7 +209,12 @@ impl StableDiffusion {
         let unet_cfg = UNetConfig::parse(&JsonConfig::read(&unet_dir.join("config.json"))?)?;
         let unet = UNet::load(unet_cfg, &weights(&unet_dir)?)?;
         let vae_cfg = VaeConfig::parse(&JsonConfig::read(&vae_dir.join("config.json"))?)?;
-        let vae = VaeDecoder::load(vae_cfg, &weights(&vae_dir)?)?;
+        let vae_store = weights(&vae_dir)?;
+        let vae_encoder = match vae_store.get("encoder.conv_in.weight") {
+            Some(_) => Some(VaeEncoder::load(&vae_cfg, &vae_store)?),
+            None => None,
+        };
+        let vae = VaeDecoder::load(vae_cfg, &vae_store)?;
         let sc = JsonConfig::read(&sched_dir.join("scheduler_config.json"))?;
         let schedule = ScheduleConfig::parse(&sc)?;
         let default_scheduler =
@@ -181,6 +234,7 @@ impl StableDiffusion {
             text_encoder,
             unet,
             vae,
+            vae_encoder,
             schedule,
             default_scheduler,
             path: dir.to_path_buf(),
@@ -227,31 +281,35 @@ impl StableDiffusion {
         let n = c * h * w;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
         let mut sched = Scheduler::new(kind, self.schedule.clone(), req.steps)?;
-        let noise = match &req.init_noise {
-            Some(v) if v.len() != n => {
-                return Err(DiffusionError::Argument(format!(
-                    "initial noise has {} values, expected [1, {c}, {h}, {w}] = {n}",
-                    v.len()
-                )))
+        let shape = format!("[1, {c}, {h}, {w}]");
+        let noise = checked_noise(&req.init_noise, n, "initial noise", &shape)?
+            .unwrap_or_else(|| gaussian_noise(req.seed, n));
+        let steps_shape = format!("[{}, 1, {c}, {h}, {w}]", req.steps);
+        let step_noise = checked_noise(&req.step_noise, n * req.steps, "step noise", &steps_shape)?
+            .or_else(|| {
+                sched
+                    .needs_noise()
+                    .then(|| gaussian_noise(req.seed ^ 0x5EED_0000_0000_0001, n * req.steps))
+            });
+        // Image-to-image starts at step `start`, from the image's latents noised to that level.
+        let (start, mut latents) = match &req.init_image {
+            None => {
+                let sigma0 = sched.init_noise_sigma();
+                (0, noise.iter().map(|v| v * sigma0).collect::<Vec<f32>>())
             }
-            Some(v) => v.clone(),
-            None => gaussian_noise(req.seed, n),
-        };
-        let step_noise = match &req.step_noise {
-            Some(v) if v.len() != n * req.steps => {
-                return Err(DiffusionError::Argument(format!(
-                    "step noise has {} values, expected [{}, 1, {c}, {h}, {w}] = {}",
-                    v.len(),
-                    req.steps,
-                    n * req.steps
-                )))
+            Some(image) => {
+                let run = ((req.steps as f64 * f64::from(req.strength)) as usize).min(req.steps);
+                if !(0.0..=1.0).contains(&req.strength) || run == 0 {
+                    return Err(DiffusionError::Argument(format!(
+                        "strength = {}: must be in (0, 1] and leave at least one of the {} steps \
+                         (steps · strength ≥ 1)",
+                        req.strength, req.steps
+                    )));
+                }
+                let start = req.steps - run;
+                let z = self.encode_image(image, req, n, &shape)?;
+                (start, sched.add_noise(&z, &noise, start))
             }
-            Some(v) => Some(v.clone()),
-            None if sched.needs_noise() => Some(gaussian_noise(
-                req.seed ^ 0x5EED_0000_0000_0001,
-                n * req.steps,
-            )),
-            None => None,
         };
         let cfg = req.guidance_scale > 1.0;
         let cond = self.encode_prompt(&req.prompt)?;
@@ -260,9 +318,7 @@ impl StableDiffusion {
         } else {
             None
         };
-        let sigma0 = sched.init_noise_sigma();
-        let mut latents: Vec<f32> = noise.iter().map(|v| v * sigma0).collect();
-        for i in 0..sched.len() {
+        for i in start..sched.len() {
             let mut x = latents.clone();
             sched.scale_model_input(&mut x, i);
             let xm = FeatureMap::from_chw(&x, c, h, w);
@@ -279,7 +335,8 @@ impl StableDiffusion {
                 }
                 None => pred_c,
             };
-            let sn = step_noise.as_ref().map(|v| &v[i * n..(i + 1) * n]);
+            let k = i - start;
+            let sn = step_noise.as_ref().map(|v| &v[k * n..(k + 1) * n]);
             latents = sched.step(&pred, i, &latents, sn)?;
             on_step(i, sched.len(), &latents);
         }
@@ -290,6 +347,42 @@ impl StableDiffusion {
             width: req.width,
             height: req.height,
         })
+    }
+
+    /// The latents of `image` (NCHW `[1, 3, H, W]` in `[-1, 1]`): the VAE posterior sampled
+    /// with `req.encode_noise` (or the seed's), times the scaling factor. NCHW, `n` values.
+    fn encode_image(
+        &self,
+        image: &[f32],
+        req: &GenerateRequest,
+        n: usize,
+        shape: &str,
+    ) -> Result<Vec<f32>, DiffusionError> {
+        let enc = self
+            .vae_encoder
+            .as_ref()
+            .ok_or_else(|| DiffusionError::Missing {
+                path: self.path.join("vae"),
+                what: "the VAE encoder's weights (encoder.*), needed for image-to-image".into(),
+            })?;
+        let (hh, ww) = (req.height, req.width);
+        if image.len() != 3 * hh * ww {
+            return Err(DiffusionError::Argument(format!(
+                "init image has {} values, expected [1, 3, {hh}, {ww}]",
+                image.len()
+            )));
+        }
+        let post = enc.encode(&FeatureMap::from_chw(image, 3, hh, ww))?;
+        let eps = checked_noise(&req.encode_noise, n, "encode noise", shape)?
+            .unwrap_or_else(|| gaussian_noise(req.seed ^ 0xE4C0_DE00_0000_0001, n));
+        let k = self.vae.config.scaling_factor;
+        let (mean, std) = (post.mean.to_chw(), post.std.to_chw());
+        Ok(mean
+            .iter()
+            .zip(&std)
+            .zip(&eps)
+            .map(|((&m, &s), &e)| (m + s * e) * k)
+            .collect())
     }
 
     /// The VAE's image NCHW `[1, 3, H, W]` of latents NCHW `[1, c, h, w]` (divided by the

@@ -12,7 +12,7 @@ use crate::backend::NormKind;
 use crate::loader::TensorStore;
 
 /// GroupNorm epsilon of every norm in the VAE.
-const VAE_EPS: f32 = 1e-6;
+pub(crate) const VAE_EPS: f32 = 1e-6;
 
 /// The fields of `vae/config.json` this decoder reads.
 #[derive(Clone, Debug)]
@@ -25,6 +25,9 @@ pub struct VaeConfig {
     /// Latents are divided by this before decoding (0.18215 for SD 1.x / 2.x).
     pub scaling_factor: f32,
     pub use_post_quant_conv: bool,
+    pub use_quant_conv: bool,
+    /// Image channels the encoder takes.
+    pub in_channels: usize,
     pub mid_block_add_attention: bool,
 }
 
@@ -59,6 +62,8 @@ impl VaeConfig {
             norm_num_groups: c.usize_or("norm_num_groups", 32)?,
             scaling_factor: c.f64_or("scaling_factor", 0.18215)? as f32,
             use_post_quant_conv: c.bool_or("use_post_quant_conv", true)?,
+            use_quant_conv: c.bool_or("use_quant_conv", true)?,
+            in_channels: c.usize_or("in_channels", 3)?,
             mid_block_add_attention: c.bool_or("mid_block_add_attention", true)?,
             block_out_channels,
         })
@@ -67,6 +72,53 @@ impl VaeConfig {
     /// Image pixels per latent pixel, per side (`2^(blocks − 1)`, 8 for SD).
     pub fn scale(&self) -> usize {
         1 << (self.block_out_channels.len() - 1)
+    }
+}
+
+/// The VAE's mid block (encoder and decoder alike): ResNet, optional single-head attention,
+/// ResNet, over `c` channels.
+pub(crate) struct VaeMid {
+    res: [ResnetBlock; 2],
+    attn: Option<VaeAttention>,
+}
+
+impl VaeMid {
+    /// Loads `{prefix}.resnets.{0,1}` and `{prefix}.attentions.0`.
+    pub(crate) fn load(
+        store: &dyn TensorStore,
+        prefix: &str,
+        c: usize,
+        cfg: &VaeConfig,
+    ) -> Result<Self, DiffusionError> {
+        let g = cfg.norm_num_groups;
+        let resnet = |i: usize| {
+            let p = format!("{prefix}.resnets.{i}");
+            ResnetBlock::load(Weights { store, prefix: &p }, c, c, None, g, VAE_EPS)
+        };
+        let attn = if cfg.mid_block_add_attention {
+            let p = format!("{prefix}.attentions.0");
+            Some(VaeAttention::load(
+                Weights { store, prefix: &p },
+                c,
+                g,
+                VAE_EPS,
+            )?)
+        } else {
+            None
+        };
+        Ok(VaeMid {
+            res: [resnet(0)?, resnet(1)?],
+            attn,
+        })
+    }
+
+    /// `res1(attn(res0(x)))`.
+    pub(crate) fn forward(&self, x: &FeatureMap) -> Result<FeatureMap, DiffusionError> {
+        let mut h = self.res[0].forward(x, None)?;
+        if let Some(a) = &self.attn {
+            h = a.forward(&h)?;
+        }
+        self.res[1].forward(&h, None)
     }
 }
 
@@ -82,8 +134,7 @@ pub struct VaeDecoder {
     pub config: VaeConfig,
     post_quant_conv: Option<Conv2d>,
     conv_in: Conv2d,
-    mid_res: [ResnetBlock; 2],
-    mid_attn: Option<VaeAttention>,
+    mid: VaeMid,
     up: Vec<UpBlock>,
     norm_out: Norm,
     conv_out: Conv2d,
@@ -141,25 +192,10 @@ impl VaeDecoder {
         } else {
             None
         };
-        let mid_attn = if cfg.mid_block_add_attention {
-            let p = "decoder.mid_block.attentions.0";
-            Some(VaeAttention::load(
-                Weights { store, prefix: p },
-                deep,
-                groups,
-                VAE_EPS,
-            )?)
-        } else {
-            None
-        };
         Ok(VaeDecoder {
             post_quant_conv,
             conv_in: Conv2d::load(dec, "conv_in", lat, deep, 3, 1)?,
-            mid_res: [
-                resnet("decoder.mid_block.resnets.0".into(), deep, deep)?,
-                resnet("decoder.mid_block.resnets.1".into(), deep, deep)?,
-            ],
-            mid_attn,
+            mid: VaeMid::load(store, "decoder.mid_block", deep, &cfg)?,
             up,
             norm_out: Norm::load(
                 dec,
@@ -191,11 +227,7 @@ impl VaeDecoder {
             None => z.clone(),
         };
         let mut h = self.conv_in.forward(&z, None)?;
-        h = self.mid_res[0].forward(&h, None)?;
-        if let Some(a) = &self.mid_attn {
-            h = a.forward(&h)?;
-        }
-        h = self.mid_res[1].forward(&h, None)?;
+        h = self.mid.forward(&h)?;
         for blk in &self.up {
             for r in &blk.resnets {
                 h = r.forward(&h, None)?;

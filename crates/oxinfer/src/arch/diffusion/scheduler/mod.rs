@@ -316,6 +316,29 @@ impl Scheduler {
         }
     }
 
+    /// `original` noised to the level of step `i` with `noise` (image-to-image's start):
+    /// `x + σ_i · n` for Euler-style schedulers, `α_i · x + σ_i · n` with
+    /// `α = 1/√(σ² + 1)` for DPM-Solver++, `√ᾱ_t · x + √(1 − ᾱ_t) · n` for DDIM.
+    pub fn add_noise(&self, original: &[f32], noise: &[f32], i: usize) -> Vec<f32> {
+        let (a, b) = match self.kind {
+            SchedulerKind::Euler | SchedulerKind::EulerAncestral => (1.0, self.sigmas[i]),
+            SchedulerKind::DpmPp2m => {
+                let s = self.sigmas[i];
+                let a = 1.0 / (s * s + 1.0).sqrt();
+                (a, s * a)
+            }
+            SchedulerKind::Ddim => {
+                let ac = self.alphas_cumprod[self.timesteps[i] as usize];
+                (ac.sqrt(), (1.0 - ac).sqrt())
+            }
+        };
+        original
+            .iter()
+            .zip(noise)
+            .map(|(&x, &n)| a * x + b * n)
+            .collect()
+    }
+
     /// The sample after step `i`, from the model's output at that step. `noise` (same length)
     /// is required by Euler ancestral and ignored otherwise.
     ///
