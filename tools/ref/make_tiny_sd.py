@@ -338,6 +338,11 @@ def make(name: str, v: dict):
 
     img2img_refs(OUT, HEIGHT, WIDTH, ref, shapes)
     if name == "tiny_sd1":
+        # The UNet stored in float16 (diffusers' fp16 variant file), to check half-precision
+        # loading against the float32 references.
+        UNet2DConditionModel.from_pretrained(OUT / "unet").to(torch.float16).save_pretrained(
+            REF / "unet_fp16", variant="fp16")
+    if name == "tiny_sd1":
         ref["schedulers"] = scheduler_refs(shapes)
     (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())

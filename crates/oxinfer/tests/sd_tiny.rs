@@ -230,6 +230,41 @@ fn img2img_matches() {
     }
 }
 
+/// The UNet stored in float16 (diffusers' `fp16` variant) loads and, computing with its f16
+/// weights, stays within f16 rounding of diffusers' float32 outputs.
+#[test]
+fn fp16_unet_variant_is_close() {
+    let f = sd1();
+    let tmp = common::scratch_dir("sd-fp16");
+    for entry in std::fs::read_dir(&f.dir).unwrap() {
+        let e = entry.unwrap();
+        let to = tmp.join(e.file_name());
+        match e.file_name().to_str().unwrap() {
+            "unet" => copy_dir(&f.dir.join("reference/unet_fp16"), &to),
+            "reference" => {}
+            _ if e.file_type().unwrap().is_dir() => copy_dir(&e.path(), &to),
+            _ => drop(std::fs::copy(e.path(), to).unwrap()),
+        }
+    }
+    let p = StableDiffusion::load(&tmp).unwrap();
+    let (shape, inputs) = f.npy("unet_in");
+    let (_, outputs) = f.npy("unet_out");
+    let (_, emb) = f.npy("text_embeddings");
+    let (c, h, w) = (shape[2], shape[3], shape[4]);
+    let n = c * h * w;
+    let t = f.reference["unet_timesteps"][0].as_f64().unwrap() as f32;
+    let x = FeatureMap::from_chw(&inputs[n..2 * n], c, h, w);
+    let got = p
+        .unet
+        .forward(&x, t, &emb[emb.len() / 2..])
+        .unwrap()
+        .to_chw();
+    let d = scaled_diff(&got, &outputs[n..2 * n]);
+    eprintln!("fp16 UNet against the f32 reference: scaled max diff {d:.2e}");
+    assert!(d < 1e-2 && d > 1e-6, "scaled diff {d:e}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 #[test]
 fn schedulers_match_diffusers() {
     let f = sd1();

@@ -141,7 +141,7 @@ impl<'a> Weights<'a> {
 }
 
 /// A `k × k` convolution with padding `k / 2` and a bias, its weight rearranged at load to the
-/// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32).
+/// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored).
 pub struct Conv2d {
     weight: TensorView,
     bias: Vec<f32>,
@@ -178,23 +178,34 @@ impl Conv2d {
             )
             .into());
         }
-        let src = t.to_f32()?;
-        let mut dst = vec![0f32; src.len()];
+        // Rearranged element by element in the stored float format (f16 and bf16 stay half the
+        // size; the CPU kernels multiply them directly); other formats are converted to f32.
+        let (format, src): (WeightFormat, std::borrow::Cow<[u8]>) = match t.format {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
+                (t.format, std::borrow::Cow::Borrowed(t.bytes()))
+            }
+            _ => (
+                WeightFormat::F32,
+                std::borrow::Cow::Owned(t.to_f32()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            ),
+        };
+        let e = src.len() / (cout * cin * k * k).max(1);
+        let mut bytes = vec![0u8; src.len()];
         for o in 0..cout {
             for ci in 0..cin {
                 for ky in 0..k {
                     for kx in 0..k {
-                        dst[((o * k + ky) * k + kx) * cin + ci] =
-                            src[((o * cin + ci) * k + ky) * k + kx];
+                        let d = (((o * k + ky) * k + kx) * cin + ci) * e;
+                        let s = (((o * cin + ci) * k + ky) * k + kx) * e;
+                        bytes[d..d + e].copy_from_slice(&src[s..s + e]);
                     }
                 }
             }
         }
-        let bytes: Vec<u8> = dst.iter().flat_map(|v| v.to_le_bytes()).collect();
         let weight = TensorView::from_owned(
             w.store.path(),
             &full,
-            WeightFormat::F32,
+            format,
             vec![cout, k * k * cin],
             bytes,
             Vec::new(),
