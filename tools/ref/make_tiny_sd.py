@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tiny random Stable Diffusion 1.x-style pipeline and its diffusers float32 references.
 
-Writes tests/fixtures/tiny_sd1/ (and tests/fixtures/tiny_sd2/, the SD 2.x-style variant: gelu text
+Writes tests/fixtures/tiny_sd1_ldm/tiny_sd1.safetensors (tiny_sd1 as one original-layout LDM
+checkpoint, checked by diffusers' single-file converters), tests/fixtures/tiny_sd1/ (and tests/fixtures/tiny_sd2/, the SD 2.x-style variant: gelu text
 encoder padded with "!", linear proj_in, per-block head counts (2, 4) with cross-attention in every
 block, v-prediction, Euler ancestral with `leading` spacing and steps_offset 1, fed recorded
 ancestral noise, a 64x48 image):
@@ -236,6 +237,109 @@ def img2img_refs(out: Path, height: int, width: int, ref: dict, shapes: dict):
                           note="ancestral noise: the first steps-run of img2img_step_noise")
 
 
+RESNET_TO_LDM = {"norm1": "in_layers.0", "conv1": "in_layers.2", "time_emb_proj": "emb_layers.1",
+                 "norm2": "out_layers.0", "conv2": "out_layers.3", "conv_shortcut": "skip_connection"}
+VAE_ATTN_TO_LDM = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v",
+                   "to_out.0": "proj_out"}
+
+
+def unet_key_to_ldm(k: str, cfg: dict) -> str:
+    """diffusers UNet2DConditionModel name -> original LDM name (the inverse of diffusers'
+    convert_ldm_unet_checkpoint), without the model.diffusion_model. prefix."""
+    L = cfg["layers_per_block"]
+    p = k.split(".")
+    def resnet(rest):
+        name = ".".join(rest[:-1])
+        return RESNET_TO_LDM[name] + "." + rest[-1]
+    if p[0] == "time_embedding":
+        return {"linear_1": "time_embed.0", "linear_2": "time_embed.2"}[p[1]] + "." + p[2]
+    if p[0] == "conv_in":
+        return "input_blocks.0.0." + p[1]
+    if p[0] == "conv_norm_out":
+        return "out.0." + p[1]
+    if p[0] == "conv_out":
+        return "out.2." + p[1]
+    if p[0] == "down_blocks":
+        b = int(p[1])
+        if p[2] == "downsamplers":
+            return f"input_blocks.{(b + 1) * (L + 1)}.0.op." + p[-1]
+        i = 1 + b * (L + 1) + int(p[3])
+        if p[2] == "resnets":
+            return f"input_blocks.{i}.0." + resnet(p[4:])
+        return f"input_blocks.{i}.1." + ".".join(p[4:])
+    if p[0] == "mid_block":
+        if p[1] == "resnets":
+            return f"middle_block.{2 * int(p[2])}." + resnet(p[3:])
+        return "middle_block.1." + ".".join(p[3:])
+    if p[0] == "up_blocks":
+        u = int(p[1])
+        if p[2] == "upsamplers":
+            has_attn = cfg["up_block_types"][u].startswith("CrossAttn")
+            return f"output_blocks.{u * (L + 1) + L}.{2 if has_attn else 1}.conv." + p[-1]
+        j = u * (L + 1) + int(p[3])
+        if p[2] == "resnets":
+            return f"output_blocks.{j}.0." + resnet(p[4:])
+        return f"output_blocks.{j}.1." + ".".join(p[4:])
+    raise KeyError(k)
+
+
+def vae_key_to_ldm(k: str, cfg: dict) -> str:
+    """diffusers AutoencoderKL name -> original LDM name (inverse of convert_ldm_vae_checkpoint)."""
+    n = len(cfg["block_out_channels"])
+    p = k.split(".")
+    if p[0] in ("quant_conv", "post_quant_conv") or p[1] in ("conv_in", "conv_out"):
+        return k
+    if p[1] == "conv_norm_out":
+        return f"{p[0]}.norm_out.{p[2]}"
+    if p[1] == "mid_block":
+        if p[2] == "resnets":
+            return f"{p[0]}.mid.block_{int(p[3]) + 1}." + ".".join(p[4:])
+        name = ".".join(p[4:-1])
+        return f"{p[0]}.mid.attn_1.{VAE_ATTN_TO_LDM[name]}.{p[-1]}"
+    b = int(p[2])
+    if p[1] == "down_blocks":
+        if p[3] == "downsamplers":
+            return f"encoder.down.{b}.downsample.conv.{p[-1]}"
+        rest = ".".join(p[5:]).replace("conv_shortcut", "nin_shortcut")
+        return f"encoder.down.{b}.block.{p[4]}.{rest}"
+    if p[1] == "up_blocks":
+        if p[3] == "upsamplers":
+            return f"decoder.up.{n - 1 - b}.upsample.conv.{p[-1]}"
+        rest = ".".join(p[5:]).replace("conv_shortcut", "nin_shortcut")
+        return f"decoder.up.{n - 1 - b}.block.{p[4]}.{rest}"
+    raise KeyError(k)
+
+
+def write_single_file(out: Path, pipe, path: Path):
+    """The pipeline as one original-layout (LDM) checkpoint, checked by converting it back with
+    diffusers' own single-file converters."""
+    from safetensors.torch import save_file
+    from diffusers.loaders.single_file_utils import (convert_ldm_clip_checkpoint,
+                                                     convert_ldm_unet_checkpoint,
+                                                     convert_ldm_vae_checkpoint)
+    ucfg, vcfg = dict(pipe.unet.config), dict(pipe.vae.config)
+    unet_sd, vae_sd = pipe.unet.state_dict(), pipe.vae.state_dict()
+    te_sd = pipe.text_encoder.state_dict()
+    ldm = {}
+    for k, t in unet_sd.items():
+        ldm["model.diffusion_model." + unet_key_to_ldm(k, ucfg)] = t.contiguous()
+    for k, t in vae_sd.items():
+        lk = vae_key_to_ldm(k, vcfg)
+        if ".mid.attn_1." in lk and t.dim() == 2:
+            t = t[:, :, None, None]  # LDM keeps these as 1x1 convs
+        ldm["first_stage_model." + lk] = t.contiguous()
+    for k, t in te_sd.items():
+        ldm["cond_stage_model.transformer.text_model." + k.removeprefix("text_model.")] = t.contiguous()
+    back_u = convert_ldm_unet_checkpoint(ldm, ucfg)
+    back_v = convert_ldm_vae_checkpoint(ldm, vcfg)
+    back_t = convert_ldm_clip_checkpoint(ldm)
+    assert back_u.keys() == unet_sd.keys() and all(torch.equal(back_u[k], unet_sd[k]) for k in unet_sd)
+    assert back_v.keys() == vae_sd.keys(), set(back_v) ^ set(vae_sd)
+    assert all(torch.equal(back_v[k].reshape(vae_sd[k].shape), vae_sd[k]) for k in vae_sd)
+    assert {k.removeprefix("text_model.") for k in back_t} == {k.removeprefix("text_model.") for k in te_sd}
+    save_file(ldm, path)
+
+
 def make(name: str, v: dict):
     global OUT, REF
     OUT = ROOT / "tests" / "fixtures" / name
@@ -338,6 +442,10 @@ def make(name: str, v: dict):
 
     img2img_refs(OUT, HEIGHT, WIDTH, ref, shapes)
     if name == "tiny_sd1":
+        # Its own folder: with it inside tiny_sd1 that fixture would pass 3 MB.
+        ldm_dir = ROOT / "tests" / "fixtures" / "tiny_sd1_ldm"
+        ldm_dir.mkdir(exist_ok=True)
+        write_single_file(OUT, pipe, ldm_dir / "tiny_sd1.safetensors")
         # The UNet stored in float16 (diffusers' fp16 variant file), to check half-precision
         # loading against the float32 references.
         UNet2DConditionModel.from_pretrained(OUT / "unet").to(torch.float16).save_pretrained(

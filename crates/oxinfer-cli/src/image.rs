@@ -12,9 +12,14 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct ImageArgs {
     /// A diffusers Stable Diffusion folder (model_index.json, text_encoder/, tokenizer/, unet/,
-    /// vae/, scheduler/).
+    /// vae/, scheduler/), or a single-file SD 1.x checkpoint in the original LDM layout (then
+    /// give --config).
     #[arg(short = 'm', long = "model")]
     pub model: PathBuf,
+    /// With a single-file checkpoint: a diffusers folder of the same architecture whose configs,
+    /// tokenizer and scheduler are used (its weights are not read).
+    #[arg(long, value_name = "DIR")]
+    pub config: Option<PathBuf>,
     /// What to draw.
     #[arg(short = 'p', long)]
     pub prompt: String,
@@ -121,7 +126,17 @@ pub fn run(a: ImageArgs) -> Result<()> {
         None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
     };
     let t0 = std::time::Instant::now();
-    let sd = StableDiffusion::load(&a.model)?;
+    let sd = if a.model.is_file() {
+        let dir = a.config.as_deref().with_context(|| {
+            format!(
+                "{} is a single file: give --config DIR (a diffusers folder for its configs)",
+                a.model.display()
+            )
+        })?;
+        StableDiffusion::load_single_file(&a.model, dir)?
+    } else {
+        StableDiffusion::load(&a.model)?
+    };
     let (c, h, w) = sd.latent_shape(width, height)?;
     let req = GenerateRequest {
         prompt: a.prompt.clone(),

@@ -154,6 +154,34 @@ fn image_to_image_from_a_png() {
         &b_s,
     ]));
     assert!(err.contains("64x48"), "{err}");
+    // The same run from the single-file (LDM) checkpoint writes the same PNG.
+    let ldm = fixtures()
+        .join("tiny_sd1_ldm/tiny_sd1.safetensors")
+        .display()
+        .to_string();
+    let c = tmp.join("c.png").display().to_string();
+    ok(oxinfer(&[
+        "image",
+        "-m",
+        &ldm,
+        "--config",
+        &d,
+        "-p",
+        "a dog",
+        "--steps",
+        "4",
+        "--init",
+        &a_s,
+        "--strength",
+        "0.5",
+        "--scheduler",
+        "ddim",
+        "-o",
+        &c,
+    ]));
+    assert_eq!(std::fs::read(&b).unwrap(), std::fs::read(&c).unwrap());
+    let o = oxinfer(&["image", "-m", &ldm, "-p", "x"]);
+    assert_fails_with(&o, &["single file", "--config"]);
     let o = oxinfer(&[
         "image", "-m", &d, "-p", "x", "--init", &a_s, "--width", "32",
     ]);

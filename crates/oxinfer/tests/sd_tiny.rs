@@ -265,6 +265,36 @@ fn fp16_unet_variant_is_close() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// The same pipeline as one original-layout (LDM) checkpoint (made by the fixture script and
+/// converted back to diffusers' names by diffusers' own single-file converters there) loads
+/// through the key mapping and gives bit-identical results to the diffusers folder.
+#[test]
+fn single_file_ldm_checkpoint_is_identical() {
+    let f = sd1();
+    let file = fixtures().join("tiny_sd1_ldm/tiny_sd1.safetensors");
+    let single = StableDiffusion::load_single_file(&file, &f.dir).unwrap();
+    let req = reference_request(f);
+    let a = f.pipeline.generate(&req, &mut |_, _, _| {}).unwrap();
+    let b = single.generate(&req, &mut |_, _, _| {}).unwrap();
+    assert_eq!(a.latents, b.latents);
+    assert_eq!(a.image, b.image);
+    let i2i = GenerateRequest {
+        init_image: Some(f.npy("img2img_input").1),
+        strength: 0.5,
+        ..req
+    };
+    let a = f.pipeline.generate(&i2i, &mut |_, _, _| {}).unwrap();
+    let b = single.generate(&i2i, &mut |_, _, _| {}).unwrap();
+    assert_eq!(a.image, b.image, "the VAE encoder through the LDM names");
+    // A diffusers-layout file is refused as a single-file checkpoint, naming it.
+    let unet = f.dir.join("unet/diffusion_pytorch_model.safetensors");
+    let e = StableDiffusion::load_single_file(&unet, &f.dir)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not an LDM checkpoint"), "{e}");
+}
+
 #[test]
 fn schedulers_match_diffusers() {
     let f = sd1();

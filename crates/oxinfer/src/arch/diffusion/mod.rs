@@ -13,6 +13,7 @@ pub mod clip_tokenizer;
 pub mod config;
 pub mod error;
 pub mod layers;
+pub mod ldm;
 pub mod pipeline;
 pub mod resnet;
 pub mod scheduler;

@@ -7,6 +7,7 @@ use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
 use super::config::JsonConfig;
 use super::layers::FeatureMap;
+use super::ldm::{LdmPart, LdmStore};
 use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
@@ -186,6 +187,37 @@ impl StableDiffusion {
     /// A missing `model_index.json`, component folder, config or weight file; an unsupported
     /// configuration; a missing or misshapen tensor. Each names the file and field or tensor.
     pub fn load(dir: &Path) -> Result<Self, DiffusionError> {
+        Self::load_from(dir, None)
+    }
+
+    /// Loads a single-file checkpoint in the original LDM layout (`model.diffusion_model.*`,
+    /// `first_stage_model.*`, `cond_stage_model.transformer.*`; SD 1.x's CLIP text encoder),
+    /// taking the configs, tokenizer and scheduler from the diffusers folder `config_dir` (its
+    /// weight files are not read).
+    ///
+    /// # Errors
+    /// As [`Self::load`], plus a file that is not an LDM checkpoint.
+    pub fn load_single_file(file: &Path, config_dir: &Path) -> Result<Self, DiffusionError> {
+        let model = SafetensorsModel::open(file)?;
+        if !LdmStore::is_ldm(&model) {
+            return Err(DiffusionError::config(
+                file,
+                "not an LDM checkpoint: no model.diffusion_model.* tensors",
+            ));
+        }
+        Self::load_from(config_dir, Some(&model))
+    }
+
+    /// [`Self::load`] with the weights of every component taken from `single` when given.
+    fn load_from(dir: &Path, single: Option<&SafetensorsModel>) -> Result<Self, DiffusionError> {
+        // The weights of one component: its folder's file, or its part of the single file.
+        let store =
+            |sub: &Path, part: LdmPart| -> Result<Box<dyn TensorStore + '_>, DiffusionError> {
+                Ok(match single {
+                    Some(file) => Box::new(LdmStore { file, part }),
+                    None => Box::new(weights(sub)?),
+                })
+            };
         let index = JsonConfig::read(&dir.join("model_index.json"))?;
         let class = index.str_or("_class_name", "StableDiffusionPipeline")?;
         if !matches!(
@@ -205,16 +237,21 @@ impl StableDiffusion {
         let sched_dir = component(dir, "scheduler")?;
         let tokenizer = ClipTokenizer::load(&component(dir, "tokenizer")?)?;
         let te_cfg = ClipTextConfig::parse(&JsonConfig::read(&te_dir.join("config.json"))?)?;
-        let text_encoder = ClipTextModel::load(te_cfg, &weights(&te_dir)?)?;
+        let text_encoder = ClipTextModel::load(te_cfg, &*store(&te_dir, LdmPart::TextEncoder)?)?;
         let unet_cfg = UNetConfig::parse(&JsonConfig::read(&unet_dir.join("config.json"))?)?;
-        let unet = UNet::load(unet_cfg, &weights(&unet_dir)?)?;
+        let part = LdmPart::Unet {
+            layers_per_block: unet_cfg.layers_per_block,
+            up_attn: unet_cfg.up_attn.clone(),
+        };
+        let unet = UNet::load(unet_cfg, &*store(&unet_dir, part)?)?;
         let vae_cfg = VaeConfig::parse(&JsonConfig::read(&vae_dir.join("config.json"))?)?;
-        let vae_store = weights(&vae_dir)?;
+        let blocks = vae_cfg.block_out_channels.len();
+        let vae_store = store(&vae_dir, LdmPart::Vae { blocks })?;
         let vae_encoder = match vae_store.get("encoder.conv_in.weight") {
-            Some(_) => Some(VaeEncoder::load(&vae_cfg, &vae_store)?),
+            Some(_) => Some(VaeEncoder::load(&vae_cfg, &*vae_store)?),
             None => None,
         };
-        let vae = VaeDecoder::load(vae_cfg, &vae_store)?;
+        let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
         let sc = JsonConfig::read(&sched_dir.join("scheduler_config.json"))?;
         let schedule = ScheduleConfig::parse(&sc)?;
         let default_scheduler =
