@@ -137,6 +137,9 @@ pub fn run(a: ImageArgs) -> Result<()> {
     } else {
         StableDiffusion::load(&a.model)?
     };
+    if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
+        eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
+    }
     let (c, h, w) = sd.latent_shape(width, height)?;
     let req = GenerateRequest {
         prompt: a.prompt.clone(),

@@ -104,6 +104,9 @@ pub struct StableDiffusion {
     pub schedule: ScheduleConfig,
     /// The scheduler `scheduler_config.json` names (Euler when it names another class).
     pub default_scheduler: SchedulerKind,
+    /// The class `scheduler_config.json` names when it is not implemented here (PNDM, LMS, ...),
+    /// so front ends can say that Euler runs instead.
+    pub unsupported_scheduler: Option<String>,
     /// The folder.
     pub path: PathBuf,
 }
@@ -254,9 +257,11 @@ impl StableDiffusion {
         let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
         let sc = JsonConfig::read(&sched_dir.join("scheduler_config.json"))?;
         let schedule = ScheduleConfig::parse(&sc)?;
-        let default_scheduler =
-            SchedulerKind::parse(sc.str_or("_class_name", "EulerDiscreteScheduler")?)
-                .unwrap_or(SchedulerKind::Euler);
+        let class = sc.str_or("_class_name", "EulerDiscreteScheduler")?;
+        let unsupported_scheduler = SchedulerKind::parse(class)
+            .is_none()
+            .then(|| class.to_string());
+        let default_scheduler = SchedulerKind::parse(class).unwrap_or(SchedulerKind::Euler);
         if text_encoder.config.hidden_size != unet.config.cross_attention_dim {
             return Err(DiffusionError::config(
                 unet_dir.join("config.json"),
@@ -274,6 +279,7 @@ impl StableDiffusion {
             vae_encoder,
             schedule,
             default_scheduler,
+            unsupported_scheduler,
             path: dir.to_path_buf(),
         })
     }
