@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's C++ `llama-server` and `llama-bench` (the references for
 # scripts/bench-serve.sh and scripts/bench-vs-llamacpp.sh) from the llama.cpp source vendored in
-# the llama-cpp-python 0.3.36 sdist, CPU only, no curl.
+# the llama-cpp-python 0.3.36 sdist, no curl.
 #
-#   scripts/build-llama-cpp.sh [native|avx2]     (default: native)
+#   scripts/build-llama-cpp.sh [native|avx2|cuda]     (default: native)
+#   scripts/build-llama-cpp.sh pack OUT.tar.gz        (pruned source tree for an offline machine)
 #
 # native: `-march=native` (llama.cpp's strongest CPU configuration: AVX-512/VNNI/BF16 where the
 #         CPU has them) with AMX off — gcc 12 miscompiles llama.cpp's AMX tile set-up (SIGILL).
 # avx2:   AVX2/FMA/F16C only (the instruction set of oxinfer's AVX2 kernels).
+# cuda:   the CUDA backend (`GGML_CUDA=ON`) for CUDA_ARCH (default 90, Hopper), CPU part native;
+#         needs nvcc; ~4 min on 16 cores. On a machine without network, `pack` the source here
+#         (~7 MB: no models/docs/tests/media, no other GPU backends) and point LLAMA_SRC at the
+#         unpacked tree there.
 # Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench}. Needs cmake
 # (`pip install cmake ninja` works) and a C++ compiler; ~20 min on a quiet 2-core machine.
 set -euo pipefail
 FLAVOR=${1:-native}
 CACHE="$HOME/.cache/oxinfer"
 SDIST="$CACHE/sdist"
-SRC="$SDIST/llama_cpp_python-0.3.36/vendor/llama.cpp"
-BUILD="$CACHE/llama-cpp-$FLAVOR"
+SRC="${LLAMA_SRC:-$SDIST/llama_cpp_python-0.3.36/vendor/llama.cpp}"
+BUILD="${LLAMA_BUILD:-$CACHE/llama-cpp-$FLAVOR}"
 if [ ! -d "$SRC" ]; then
   mkdir -p "$SDIST"
   # Only this package from source; its build tools (cmake, scikit-build-core) as wheels.
@@ -30,7 +35,19 @@ fi
 case "$FLAVOR" in
   native) ISA=(-DGGML_NATIVE=ON) ;;
   avx2) ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) ;;
-  *) echo "unknown flavor $FLAVOR (native|avx2)" >&2; exit 2 ;;
+  cuda) ISA=(-DGGML_NATIVE=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}") ;;
+  pack)
+    OUT=${2:?usage: build-llama-cpp.sh pack OUT.tar.gz}
+    tar -czf "$OUT" -C "$(dirname "$SRC")" \
+      --exclude=llama.cpp/models --exclude=llama.cpp/docs --exclude=llama.cpp/tests \
+      --exclude=llama.cpp/media --exclude=llama.cpp/examples --exclude=llama.cpp/.git \
+      --exclude='ggml-vulkan' --exclude='ggml-sycl' --exclude='ggml-metal' \
+      --exclude='ggml-cann' --exclude='ggml-opencl' --exclude='ggml-musa' \
+      --exclude='ggml-webgpu' --exclude='ggml-kompute' --exclude='ggml-zdnn' \
+      "$(basename "$SRC")"
+    echo "packed $OUT ($(du -h "$OUT" | cut -f1))"
+    exit 0 ;;
+  *) echo "unknown flavor $FLAVOR (native|avx2|cuda|pack)" >&2; exit 2 ;;
 esac
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)

@@ -48,13 +48,24 @@ TYPES = [
     ("Q4_0", T.Q4_0), ("Q4_1", T.Q4_1), ("Q5_0", T.Q5_0), ("Q5_1", T.Q5_1), ("Q8_0", T.Q8_0),
     ("Q2_K", T.Q2_K), ("Q3_K", T.Q3_K), ("Q4_K", T.Q4_K), ("Q5_K", T.Q5_K), ("Q6_K", T.Q6_K),
     ("Q8_K", T.Q8_K),
+    # Table-lookup, ternary and FP4 types (appended last so the random draws of the types
+    # above, and thus their fixtures, are unchanged).
+    ("IQ2_XXS", T.IQ2_XXS), ("IQ2_XS", T.IQ2_XS), ("IQ3_XXS", T.IQ3_XXS), ("IQ1_S", T.IQ1_S),
+    ("IQ4_NL", T.IQ4_NL), ("IQ3_S", T.IQ3_S), ("IQ2_S", T.IQ2_S), ("IQ4_XS", T.IQ4_XS),
+    ("IQ1_M", T.IQ1_M), ("TQ1_0", T.TQ1_0), ("TQ2_0", T.TQ2_0), ("MXFP4", T.MXFP4),
 ]
 
 # Byte offsets of the f16 scale fields (d, dmin, m) inside one block.
 F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ3_XXS: [0], T.IQ1_S: [0], T.IQ4_NL: [0], T.IQ3_S: [0],
+    T.IQ2_S: [0], T.IQ4_XS: [0], T.TQ1_0: [52], T.TQ2_0: [64],
 }
+# IQ1_M keeps its f16 d in the top nibbles of the four u16 scale words at byte 48.
+IQ1_M_SCALES = 48
+# MXFP4's E8M0 exponent byte: random in this range keeps d * 12 finite and not tiny.
+MXFP4_EXPONENTS = (100, 150)
 # Byte offsets of f32 scale fields.
 F32_FIELDS = {T.Q8_K: [0]}
 
@@ -119,6 +130,15 @@ def random_blocks(qtype: T, n: int, rng: np.random.Generator) -> bytes:
     for off in F32_FIELDS.get(qtype, []):
         scale = rng.uniform(-0.1, 0.1, n).astype(np.float32)
         blocks[:, off:off + 4] = scale.view(np.uint8).reshape(n, 4)
+    if qtype == T.IQ1_M:
+        d = rng.uniform(-0.1, 0.1, n).astype(np.float16).view(np.uint16)
+        words = blocks[:, IQ1_M_SCALES:IQ1_M_SCALES + 8].copy().view(np.uint16)  # (n, 4)
+        for k in range(4):
+            nibble = (d >> np.uint16(4 * k)) & np.uint16(0xF)
+            words[:, k] = (words[:, k] & np.uint16(0x0FFF)) | (nibble << np.uint16(12))
+        blocks[:, IQ1_M_SCALES:IQ1_M_SCALES + 8] = words.view(np.uint8).reshape(n, 8)
+    if qtype == T.MXFP4:
+        blocks[:, 0] = rng.integers(*MXFP4_EXPONENTS, n).astype(np.uint8)
     return blocks.tobytes()
 
 

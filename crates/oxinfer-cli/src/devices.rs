@@ -22,14 +22,6 @@ pub fn select(pref: DevicePref) -> Result<()> {
     Ok(())
 }
 
-fn cpu_model() -> Option<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-}
-
 fn memory_gib() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: f64 = info
@@ -102,9 +94,7 @@ fn features() -> Vec<&'static str> {
 pub fn run() -> Result<()> {
     println!("CPU");
     println!("  architecture: {}", std::env::consts::ARCH);
-    if let Some(m) = cpu_model() {
-        println!("  model:        {m}");
-    }
+    println!("  model:        {}", oxinfer::tuning::cpu_name());
     println!(
         "  threads:      {}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -128,6 +118,9 @@ pub fn run() -> Result<()> {
         },
         set.name()
     );
+    if set == oxinfer_kernels::KernelSet::Auto && isa.has_vnni() {
+        println!("  decode:       {}", oxinfer::tuning::ensure().describe());
+    }
     println!("GPU");
     let providers = providers();
     if providers.is_empty() {

@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod common;
 mod devices;
+mod embed;
 mod image;
 mod info;
 mod kl;
@@ -44,6 +45,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The CPU (features, cores, memory), the kernels chosen for it, and accelerators.
     Devices,
+    /// Sentence embeddings of texts (sentence-transformers / BERT models), as JSON lines or .npy.
+    Embed(embed::EmbedArgs),
     /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
     Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Devices => devices::run(),
         Command::Serve(a) => serve::run(a),
+        Command::Embed(a) => embed::run(a),
         Command::Image(a) => image::run(a),
     };
     if let Some(r) = oxinfer::backend::check_report() {

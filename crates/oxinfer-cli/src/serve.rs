@@ -3,9 +3,10 @@
 use crate::common::ModelArgs;
 use anyhow::{Context, Result};
 use clap::Args;
-use oxinfer_server::ServerConfig;
+use oxinfer_server::{ConnLimits, LogFormat, ServerConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -36,6 +37,43 @@ pub struct ServeArgs {
     /// Largest request body in bytes (more are refused with 413).
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// Another model name for `/v1/models` to list (repeatable).
+    #[arg(long = "alias", value_name = "NAME")]
+    pub aliases: Vec<String>,
+    /// Refuse (404) requests naming a model that is not listed by `/v1/models` (by default any
+    /// name is answered by the one model, and responses name what served them).
+    #[arg(long)]
+    pub strict_model_names: bool,
+    /// A host name requests may address the server by, besides localhost and IP addresses
+    /// (repeatable). Bound to loopback, other names are refused (DNS rebinding); bound to
+    /// another address, any name is accepted unless some are listed here.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// A web page origin (`http://localhost:3000`) allowed to call the API from a browser
+    /// (CORS; repeatable; `*` for any). Requests from other origins are refused.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Seconds to receive a request's headers (also the idle keep-alive limit).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub header_timeout: f64,
+    /// Seconds to receive a request's body (then 408).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub body_timeout: f64,
+    /// Connections served at once; more wait until one closes.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Request log lines on stderr: text, json or off.
+    #[arg(long, default_value = "text", value_name = "text|json|off")]
+    pub log_format: LogFormat,
+}
+
+/// `secs` (a flag's value) as a duration; an error names the flag.
+fn seconds(secs: f64, flag: &str) -> Result<Duration> {
+    anyhow::ensure!(
+        secs.is_finite() && secs > 0.0 && secs <= 86_400.0,
+        "{flag} must be between 0 and 86400 seconds (got {secs})"
+    );
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// The API key to require: `--api-key`, else the first line of `--api-key-file`, else
@@ -64,6 +102,41 @@ fn api_key(
 
 pub fn run(a: ServeArgs) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
+    anyhow::ensure!(
+        a.max_connections >= 1,
+        "--max-connections must be at least 1"
+    );
+    let limits = ConnLimits {
+        header_timeout: seconds(a.header_timeout, "--header-timeout")?,
+        body_timeout: seconds(a.body_timeout, "--body-timeout")?,
+        max_connections: a.max_connections,
+    };
+    let api_key = api_key(
+        a.api_key.clone(),
+        a.api_key_file.as_deref(),
+        std::env::var("OXINFER_API_KEY").ok(),
+    )?;
+    // The port first: a busy one is reported before the model is loaded.
+    let addr = SocketAddr::new(a.host, a.port);
+    let listener = oxinfer_server::bind(addr)?;
+    let config = |model_id: String, parallel: usize, ctx: usize| ServerConfig {
+        addr,
+        model_id,
+        aliases: aliases(a.model.model.as_deref(), a.aliases.clone()),
+        strict_model_names: a.strict_model_names,
+        api_key: api_key.clone(),
+        allowed_hosts: a.allowed_hosts.clone(),
+        cors_origins: a.cors_origins.clone(),
+        parallel,
+        queue: a.queue,
+        ctx,
+        max_body: a.max_body,
+        limits,
+        log_format: a.log_format,
+    };
+    if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
+        return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
+    }
     let model = a.model.load()?;
     anyhow::ensure!(
         model.tokenizer().is_some(),
@@ -79,26 +152,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
-    // Requests may name the model as given on the command line (or the default's name).
-    let aliases = vec![a
-        .model
-        .model
-        .clone()
-        .unwrap_or_else(|| oxinfer::hub::DEFAULT_MODEL.to_string())];
-    let cfg = ServerConfig {
-        addr: SocketAddr::new(a.host, a.port),
-        model_id,
-        aliases,
-        api_key: api_key(
-            a.api_key,
-            a.api_key_file.as_deref(),
-            std::env::var("OXINFER_API_KEY").ok(),
-        )?,
-        parallel: a.parallel,
-        queue: a.queue,
-        ctx,
-        max_body: a.max_body,
-    };
+    let cfg = config(model_id, a.parallel, ctx);
     eprintln!(
         "serving {} ({} slots × {} positions, queue {})",
         cfg.model_id, cfg.parallel, cfg.ctx, cfg.queue
@@ -108,13 +162,39 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(oxinfer_server::serve(Arc::new(model), cfg))
+    rt.block_on(oxinfer_server::serve_on(listener, Arc::new(model), cfg))
         .context("serving HTTP")
+}
+
+/// The names besides the file stem that `/v1/models` lists: the built-in short name the
+/// model was given by (or the default's when none was), then `--alias` names. A path given
+/// with `-m` is not a name (and must not reach clients).
+fn aliases(model_arg: Option<&str>, extra: Vec<String>) -> Vec<String> {
+    let builtin = match model_arg {
+        None => Some(oxinfer::hub::DEFAULT_MODEL),
+        Some(m) => oxinfer::hub::find_model(m).map(|k| k.name),
+    };
+    builtin
+        .map(str::to_string)
+        .into_iter()
+        .chain(extra)
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::api_key;
+    use super::{aliases, api_key};
+
+    #[test]
+    fn aliases_are_names_never_paths() {
+        let default = oxinfer::hub::DEFAULT_MODEL.to_string();
+        assert_eq!(aliases(None, vec![]), vec![default.clone()]);
+        assert_eq!(
+            aliases(Some("/models/x.gguf"), vec!["gpt-4o-mini".into()]),
+            vec!["gpt-4o-mini".to_string()]
+        );
+        assert_eq!(aliases(Some(&default), vec![]), vec![default]);
+    }
 
     #[test]
     fn api_key_sources_in_order() {

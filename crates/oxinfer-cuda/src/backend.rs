@@ -12,17 +12,18 @@ use oxinfer::plan::{Plan, PlanInput, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Per op kind: calls, seconds (host wall time, transfers included), bytes up, bytes down.
 type Stats = BTreeMap<String, (u64, f64, u64, u64)>;
 
 /// One CUDA GPU as an oxinfer backend. Ops run one at a time on one stream (a mutex guards the
-/// device state); the model code calls from one thread at a time anyway.
+/// device state, shared with the device KV caches this backend attaches to sequences); the
+/// model code calls from one thread at a time anyway.
 pub struct CudaBackend {
     name: String,
-    gpu: Mutex<Gpu>,
+    gpu: Arc<Mutex<Gpu>>,
     stats: Mutex<Stats>,
     path: QuantPath,
     conv_path: ConvPath,
@@ -32,8 +33,8 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// Opens GPU `ordinal` with the defaults: quantized path from `OXINFER_CUDA_QGEMM`,
-    /// convolution path from `OXINFER_CUDA_CONV`, device ops from `OXINFER_CUDA_MIN_TOKENS`
-    /// rows on (default 16; decode stays on the CPU).
+    /// convolution path from `OXINFER_CUDA_CONV`, single device ops from
+    /// `OXINFER_CUDA_MIN_TOKENS` rows on (default 16; whole plans run at any size).
     pub fn new(ordinal: usize) -> Result<Self, String> {
         let min_tokens = std::env::var("OXINFER_CUDA_MIN_TOKENS")
             .ok()
@@ -42,8 +43,8 @@ impl CudaBackend {
         Self::with_options(ordinal, QuantPath::from_env(), min_tokens)
     }
 
-    /// Opens GPU `ordinal`, multiplying quantized weights by `path` and taking ops of at least
-    /// `min_tokens` rows.
+    /// Opens GPU `ordinal`, multiplying quantized weights by `path` and taking single ops of
+    /// at least `min_tokens` rows (whole plans at any size).
     pub fn with_options(
         ordinal: usize,
         path: QuantPath,
@@ -55,7 +56,7 @@ impl CudaBackend {
         let gpu = Gpu::open(ordinal)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal}"),
-            gpu: Mutex::new(gpu),
+            gpu: Arc::new(Mutex::new(gpu)),
             stats: Mutex::new(BTreeMap::new()),
             path,
             conv_path: ConvPath::from_env(),
@@ -140,7 +141,13 @@ impl CudaBackend {
         g.upload(qp, q)?;
         g.upload(kp, k)?;
         g.upload(vp, v)?;
-        ops::attention(&g, qp, kp, vp, op, a)?;
+        if a.t <= ops::SPLIT_ATTN_MAX_ROWS {
+            let splits = ops::attention_splits(a);
+            let part = g.scratch(Slot::AttPart, ops::attention_part_len(a, splits) * 4)?;
+            ops::attention_split(&g, qp, kp, vp, op, part, a, splits)?;
+        } else {
+            ops::attention(&g, qp, kp, vp, op, a)?;
+        }
         g.download(out, op)?;
         drop(g);
         self.note(
@@ -205,24 +212,8 @@ impl CudaBackend {
         path: QuantPath,
         reps: usize,
     ) -> Result<f64, String> {
-        if !gemm::supported(format) {
-            return Err(format!("{format} is not handled on the device"));
-        }
-        let row_bytes = format
-            .row_bytes(k)
-            .ok_or_else(|| format!("{k} columns do not fill {format} blocks"))?;
-        let mut bytes = vec![0u8; n * row_bytes];
-        // Deterministic filler; quantized formats get small f16 scales so values stay finite.
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
-        for b in bytes.iter_mut() {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            *b = (s >> 24) as u8 & 0x3b;
-        }
         let mut g = self.lock();
-        g.bind()?;
-        let w = DeviceMatrix::new(format, n, k, row_bytes, DevBuf::from_host(&g.ctx, &bytes)?);
+        let w = random_device_matrix(&g, format, n, k)?;
         let x16 = g.scratch(Slot::X16, t * k * path.elem_bytes())?;
         let y = g.scratch(Slot::Y, t * n * 4)?;
         gemm::matmul(&mut g, &w, x16, y, t, path, None)?;
@@ -230,6 +221,54 @@ impl CudaBackend {
         let start = Instant::now();
         for _ in 0..reps {
             gemm::matmul(&mut g, &w, x16, y, t, path, None)?;
+        }
+        g.sync()?;
+        Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
+    }
+
+    /// Seconds per quantized GEMV `[t, k] × [n, k]ᵀ` (`t` ≤ 8 rows; random weights in `format`
+    /// on the device, activations already quantized; transfers excluded), the mean of `reps`
+    /// after one warm-up. For bandwidth measurements.
+    ///
+    /// # Errors
+    /// A format without a GEMV, or a device failure.
+    pub fn time_gemv(
+        &self,
+        format: WeightFormat,
+        n: usize,
+        k: usize,
+        t: usize,
+        reps: usize,
+    ) -> Result<f64, String> {
+        let mut g = self.lock();
+        let w = random_device_matrix(&g, format, n, k)?;
+        if !gemm::uses_gemv(&w, t) {
+            return Err(format!("{format} with {t} rows takes no GEMV"));
+        }
+        let x = g.scratch(Slot::X16, t * k * 4)?;
+        let y = g.scratch(Slot::Y, t * n * 4)?;
+        // SAFETY: `x` holds t·k f32 in this context; queued on the stream.
+        unsafe { cudarc::driver::sys::cuMemsetD32Async(x, 0x3c00_0000, t * k, g.stream) }
+            .result()
+            .map_err(|e| format!("memset: {e:?}"))?;
+        let xd = g.scratch(Slot::XScale, t * k / 32 * 4)?;
+        // The int8 kernels read the same bytes as int8 values and a scale per 256.
+        let run = |g: &Gpu| {
+            if gemm::has_int8_gemv(format) {
+                ops::gemv_i8(g, &w, x, xd, y, t)
+            } else {
+                ops::gemv(g, &w, x, y, t)
+            }
+        };
+        // SAFETY: `xd` holds t·k/32 f32 in this context; queued on the stream.
+        unsafe { cudarc::driver::sys::cuMemsetD32Async(xd, 0x3c00_0000, t * k / 32, g.stream) }
+            .result()
+            .map_err(|e| format!("memset: {e:?}"))?;
+        run(&g)?;
+        g.sync()?;
+        let start = Instant::now();
+        for _ in 0..reps {
+            run(&g)?;
         }
         g.sync()?;
         Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
@@ -261,6 +300,38 @@ impl CudaBackend {
         let mut gpu = self.lock();
         crate::conv::time(&mut gpu, self.conv_path, x, g, norm, m, reps)
     }
+}
+
+/// `n × k` weights in `format` with deterministic filler bytes (small f16 scales so values stay
+/// finite), uploaded to the device: for throughput measurements.
+fn random_device_matrix(
+    g: &Gpu,
+    format: WeightFormat,
+    n: usize,
+    k: usize,
+) -> Result<DeviceMatrix, String> {
+    if !gemm::supported(format) {
+        return Err(format!("{format} is not handled on the device"));
+    }
+    let row_bytes = format
+        .row_bytes(k)
+        .ok_or_else(|| format!("{k} columns do not fill {format} blocks"))?;
+    let mut bytes = vec![0u8; n * row_bytes];
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    for b in bytes.iter_mut() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        *b = (s >> 24) as u8 & 0x3b;
+    }
+    g.bind()?;
+    Ok(DeviceMatrix::new(
+        format,
+        n,
+        k,
+        row_bytes,
+        DevBuf::from_host(&g.ctx, &bytes)?,
+    ))
 }
 
 impl Backend for CudaBackend {
@@ -400,7 +471,7 @@ impl Backend for CudaBackend {
         logits: &mut [f32],
     ) -> bool {
         let t = input.t();
-        if t < self.min_tokens || input.x.len() != t * plan.dim {
+        if t == 0 || input.x.len() != t * plan.dim {
             return false;
         }
         let Some(d) = crate::stack::lower(self, plan).filter(crate::stack::supported) else {
@@ -408,13 +479,16 @@ impl Backend for CudaBackend {
         };
         let start = Instant::now();
         let mut g = self.lock();
-        let r = crate::stack::run(&mut g, self.path, &d, input, seqs, logits);
+        let r = crate::stack_run::run(&self.gpu, &mut g, self.path, &d, input, seqs, logits);
         drop(g);
         match r {
             Ok(done) => {
-                let kv = 2 * t * d.kv_row() * d.n_layers();
-                let down = 4 * (logits.len() + kv);
-                self.note("run_plan".to_string(), start, input.x.len() * 4, down);
+                let kind = if t <= seqs.len() {
+                    "run_plan decode"
+                } else {
+                    "run_plan"
+                };
+                self.note(kind.to_string(), start, input.x.len() * 4, 4 * logits.len());
                 done
             }
             Err(e) => self.fail("run_plan", e),

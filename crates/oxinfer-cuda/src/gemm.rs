@@ -2,7 +2,7 @@
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
 use crate::gpu::{DevBuf, Gpu, Slot};
-use crate::kernels::GEMM_BK;
+use crate::kernels::{GEMM_BK, GEMV_MAX_ROWS};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
 use cudarc::cublas::sys as blas_sys;
@@ -90,8 +90,11 @@ pub(crate) enum Input16 {
     /// f32 as given (float weights on the exact path): nothing to prepare.
     F32,
     /// Quantized like [`Input16::Q8F16`] but stored as unrounded f32 values `d·q` (quantized
-    /// weights on the exact path).
+    /// weights on the exact path, and the generic GEMV).
     Q8F32(usize),
+    /// Quantized the same way, stored as the int8 values plus one f32 scale per block (in the
+    /// `XScale` slot): the int8 (dp4a) GEMV's input.
+    I8(usize),
 }
 
 /// Which input `w`'s GEMM takes on `path`.
@@ -99,10 +102,7 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
     if path == QuantPath::Exact {
         return match w.format {
             WeightFormat::BF16 | WeightFormat::F16 | WeightFormat::F32 => Input16::F32,
-            f => match oxinfer_kernels::vecdot::act_kind(f) {
-                oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F32(256),
-                _ => Input16::Q8F32(32),
-            },
+            f => q8_f32_input(f),
         };
     }
     match w.format {
@@ -120,7 +120,8 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
 /// `out`. f16 kinds are guarded against overflow (f16 ends at ±65504): `scale` (three words:
 /// `[max |x| as bits, alpha, beta]`) receives `max |x|`, the values are divided by a power of two
 /// `s` that brings it to 2^15 or below (1 when it already is; exact, so results are unchanged in
-/// range) and the product is multiplied back by `alpha = s` in cuBLAS.
+/// range) and the product is multiplied back by `alpha = s` in cuBLAS. For [`Input16::I8`],
+/// `scale` receives the per-block scales instead.
 pub(crate) fn prepare(
     gpu: &Gpu,
     kind: Input16,
@@ -138,6 +139,7 @@ pub(crate) fn prepare(
         Input16::F32 => Ok(()),
         Input16::Q8F16(block) => ops::quant_act(gpu, x, out, n, block, Some(scale)),
         Input16::Q8F32(block) => ops::quant_act(gpu, x, out, n, block, None),
+        Input16::I8(block) => ops::quant_act_i8(gpu, x, out, scale, n, block),
     }
 }
 
@@ -152,19 +154,66 @@ pub(crate) fn linear(
     path: QuantPath,
     ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
 ) -> Result<(), String> {
-    let kind = input_kind(w, path);
-    let x16 = if kind == Input16::F32 {
-        x
-    } else {
-        gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?
+    let gemv = uses_gemv(w, t);
+    let int8 = gemv && has_int8_gemv(w.format);
+    let kind = match (gemv, int8) {
+        (true, true) => match q8_f32_input(w.format) {
+            Input16::Q8F32(block) => Input16::I8(block),
+            other => other,
+        },
+        (true, false) => q8_f32_input(w.format),
+        _ => input_kind(w, path),
     };
-    let scale = gpu.scratch(Slot::Scale, 16)?;
+    let x16 = match kind {
+        Input16::F32 => x,
+        Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
+        _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
+    };
+    let scale = match kind {
+        Input16::I8(block) => gpu.scratch(Slot::XScale, t * w.cols / block * 4)?,
+        _ => gpu.scratch(Slot::Scale, 16)?,
+    };
     if *ready != Some((x, x16, kind)) {
         prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
+    if int8 {
+        return ops::gemv_i8(gpu, w, x16, scale, y, t);
+    }
+    if gemv {
+        return ops::gemv(gpu, w, x16, y, t);
+    }
     let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
+}
+
+/// Whether GEMVs of `f` take int8 activations and dp4a: the formats of `INT8_GEMV_FORMATS`,
+/// unless `OXINFER_CUDA_GEMV=generic` (then they decode to f32 like the other formats).
+pub(crate) fn has_int8_gemv(f: WeightFormat) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV").map_or(true, |v| v != "generic"))
+        && crate::kernels::INT8_GEMV_FORMATS
+            .iter()
+            .any(|(g, _)| *g == f)
+}
+
+/// Whether `w` times `t` activation rows runs as a quantized GEMV (block formats, at most
+/// [`GEMV_MAX_ROWS`] rows: decode), on every path: it reads the blocks as stored and sums in
+/// f32 like the exact path.
+pub(crate) fn uses_gemv(w: &DeviceMatrix, t: usize) -> bool {
+    t <= GEMV_MAX_ROWS
+        && crate::kernels::QUANT_FORMATS
+            .iter()
+            .any(|(f, _)| *f == w.format)
+}
+
+/// The f32 int8-block activations quantized weights in `f` take (blocks of 256 for the
+/// K-quants' `Q8_K` twin, else 32).
+fn q8_f32_input(f: WeightFormat) -> Input16 {
+    match oxinfer_kernels::vecdot::act_kind(f) {
+        oxinfer_kernels::vecdot::ActKind::Q8K => Input16::Q8F32(256),
+        _ => Input16::Q8F32(32),
+    }
 }
 
 /// `y[t, rows] = x16[t, cols] · Wᵀ` for device weights `w`; `x16` holds the input

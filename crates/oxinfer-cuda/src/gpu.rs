@@ -129,17 +129,13 @@ unsafe fn par_copy(dst: *mut u8, src: *const u8, bytes: usize) {
 pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: sys::CUstream,
-    /// Second stream for device-to-host copies that overlap compute (the decoder stack's
-    /// keys/values).
-    pub copy_stream: sys::CUstream,
     pub blas: blas_sys::cublasHandle_t,
     pub k: Kernels,
     scratch: Vec<Option<DevBuf>>,
     pinned: Pinned,
-    /// Pinned landing area of the copy stream.
-    copy_pinned: Pinned,
-    /// Events (timing off), grown on demand.
-    events: Vec<sys::CUevent>,
+    /// The packed norm gains and biases last uploaded into [`Slot::Params`] (the decoder stack
+    /// re-uploads them only when they change).
+    pub params_host: Vec<f32>,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -172,22 +168,26 @@ pub(crate) enum Slot {
     Q = 9,
     /// Decoder stack: attention output, f32.
     Att = 10,
-    /// Decoder stack: the new keys of every layer, `[layers, t, kv_row]` f32.
+    /// Decoder stack: one layer's new keys, `[t, kv_row]` f32.
     KNew = 11,
-    /// Decoder stack: the new values of every layer.
+    /// Decoder stack: one layer's new values.
     VNew = 12,
-    /// Decoder stack: norm gains, biases and RoPE tables of one call, packed.
+    /// Decoder stack: norm gains and biases of every layer, packed (kept between passes).
     Params = 13,
     /// Decoder stack: logits.
     Logits = 14,
-    /// Decoder stack: indices of the rows that need logits, i32.
-    Idx = 15,
+    /// Decoder stack: RoPE rows and logit row indices of one pass, packed.
+    PerPass = 15,
     /// Decoder stack: the gathered rows that need logits, f32.
     Rows = 16,
     /// Matmul input scaling: `[amax bits, alpha, beta]` (written by `ops::amax`).
     Scale = 17,
     /// Convolution: the norm's gamma and beta `[cin]` each, then its (mean, rstd) pairs.
     ConvNorm = 18,
+    /// Split decode attention: per (row, head, slice) the partial output, max and sum.
+    AttPart = 19,
+    /// int8 GEMV input: one f32 scale per block of the int8 activations in `X16`.
+    XScale = 20,
 }
 
 impl Gpu {
@@ -205,8 +205,6 @@ impl Gpu {
         }
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| format!("creating a stream: {e:?}"))?;
-        let copy_stream = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .map_err(|e| format!("creating a stream: {e:?}"))?;
         // SAFETY: probing dlopen only.
         if !unsafe { blas_sys::is_culib_present() } {
             return Err("cuBLAS (libcublas) was not found".to_string());
@@ -219,13 +217,11 @@ impl Gpu {
         Ok(Gpu {
             ctx,
             stream,
-            copy_stream,
             blas: handle,
             k,
             scratch: Vec::new(),
             pinned: Pinned::empty(),
-            copy_pinned: Pinned::empty(),
-            events: Vec::new(),
+            params_host: Vec::new(),
         })
     }
 
@@ -236,6 +232,16 @@ impl Gpu {
 
     /// Scratch buffer `slot` of at least `bytes` (grown, never shrunk; contents undefined).
     pub fn scratch(&mut self, slot: Slot, bytes: usize) -> Result<sys::CUdeviceptr, String> {
+        self.scratch_fresh(slot, bytes).map(|(p, _)| p)
+    }
+
+    /// [`Self::scratch`], and whether the buffer was (re)allocated now (its old contents are
+    /// gone).
+    pub fn scratch_fresh(
+        &mut self,
+        slot: Slot,
+        bytes: usize,
+    ) -> Result<(sys::CUdeviceptr, bool), String> {
         let i = slot as usize;
         if self.scratch.len() <= i {
             self.scratch.resize_with(i + 1, || None);
@@ -246,99 +252,15 @@ impl Gpu {
             // Grow by 1/4 more than asked so slowly growing sizes do not reallocate each call.
             self.scratch[i] = Some(DevBuf::new(&self.ctx, bytes + bytes / 4)?);
         }
-        Ok(self.scratch[i].as_ref().map(|b| b.ptr()).unwrap_or(0))
+        Ok((
+            self.scratch[i].as_ref().map(|b| b.ptr()).unwrap_or(0),
+            !fits,
+        ))
     }
 
     /// The pinned staging buffer, grown to at least `bytes`.
     fn staging(&mut self, bytes: usize) -> Result<*mut u8, String> {
         self.pinned.grow(bytes)
-    }
-
-    /// Grows the copy stream's pinned landing area to at least `bytes` (contents lost); what
-    /// [`Self::download_behind`] copies lands there.
-    pub fn reserve_landing(&mut self, bytes: usize) -> Result<(), String> {
-        self.copy_pinned.grow(bytes).map(|_| ())
-    }
-
-    /// Queues device-to-host copies of `parts` (`(src, f32 count)`) on the copy stream behind
-    /// all work queued on the stream so far (ordered through event `ready`), landing one after
-    /// another from f32 `offset` of the landing area; records `copied` when they are done (see
-    /// [`Self::landed`]). Each `src` must hold its values in this context and must not be
-    /// written by later work before `copied` completes.
-    pub fn download_behind(
-        &self,
-        ready: sys::CUevent,
-        copied: sys::CUevent,
-        offset: usize,
-        parts: &[(sys::CUdeviceptr, usize)],
-    ) -> Result<(), String> {
-        let total: usize = parts.iter().map(|(_, n)| n).sum();
-        if (offset + total) * 4 > self.copy_pinned.bytes {
-            return Err(format!(
-                "landing area of {} bytes too small for {total} f32 at {offset}",
-                self.copy_pinned.bytes
-            ));
-        }
-        // SAFETY: events and streams are live; the landing range was checked above and stays
-        // allocated (it only grows through `&mut self`); it is read only after `copied`
-        // completes ([`Self::landed`]); each source range is the caller's contract.
-        unsafe {
-            result::event::record(ready, self.stream).map_err(|e| format!("{e:?}"))?;
-            result::stream::wait_event(
-                self.copy_stream,
-                ready,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-            .map_err(|e| format!("{e:?}"))?;
-            let mut dst = self.copy_pinned.ptr.add(offset * 4);
-            for &(src, n) in parts {
-                sys::cuMemcpyDtoHAsync_v2(
-                    dst as *mut std::ffi::c_void,
-                    src,
-                    n * 4,
-                    self.copy_stream,
-                )
-                .result()
-                .map_err(|e| format!("download of {n} f32: {e:?}"))?;
-                dst = dst.add(n * 4);
-            }
-            result::event::record(copied, self.copy_stream).map_err(|e| format!("{e:?}"))
-        }
-    }
-
-    /// Waits for `copied` (recorded by [`Self::download_behind`]) and returns the `len` f32 of
-    /// the landing area from f32 `offset`.
-    pub fn landed(
-        &self,
-        copied: sys::CUevent,
-        offset: usize,
-        len: usize,
-    ) -> Result<&[f32], String> {
-        if (offset + len) * 4 > self.copy_pinned.bytes {
-            return Err(format!("{len} f32 at {offset} lie past the landing area"));
-        }
-        if len == 0 {
-            return Ok(&[]);
-        }
-        // SAFETY: the event is live.
-        unsafe { result::event::synchronize(copied) }
-            .map_err(|e| format!("waiting for a download: {e:?}"))?;
-        // SAFETY: the range lies inside the page-aligned landing area (checked above); the
-        // copies into it completed (event above), and it cannot be freed or regrown while the
-        // returned slice borrows `self`.
-        Ok(unsafe {
-            std::slice::from_raw_parts(self.copy_pinned.ptr.add(offset * 4) as *const f32, len)
-        })
-    }
-
-    /// At least `n` events.
-    pub fn events(&mut self, n: usize) -> Result<&[sys::CUevent], String> {
-        while self.events.len() < n {
-            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                .map_err(|e| format!("creating an event: {e:?}"))?;
-            self.events.push(e);
-        }
-        Ok(&self.events[..n])
     }
 
     /// Copies `src` to device address `dst` through the pinned staging buffer; returns when
@@ -457,19 +379,12 @@ impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
         let _ = self.sync();
-        // SAFETY: the copy stream is live.
-        let _ = unsafe { result::stream::synchronize(self.copy_stream) };
         self.scratch.clear();
         self.pinned = Pinned::empty();
-        self.copy_pinned = Pinned::empty();
-        // SAFETY: events, handle and streams are live and destroyed once.
+        // SAFETY: the handle and the stream are live and destroyed once.
         unsafe {
-            for e in self.events.drain(..) {
-                let _ = result::event::destroy(e);
-            }
             let _ = blas::destroy_handle(self.blas);
             let _ = result::stream::destroy(self.stream);
-            let _ = result::stream::destroy(self.copy_stream);
         }
     }
 }

@@ -10,11 +10,12 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 8] = [
+const FILES: [(&str, &str); 9] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
     ("gemm.cu", include_str!("kernels/gemm.cu")),
+    ("gemv.cu", include_str!("kernels/gemv.cu")),
     ("act_quant.cu", include_str!("kernels/act_quant.cu")),
     ("attention.cu", include_str!("kernels/attention.cu")),
     ("stack.cu", include_str!("kernels/stack.cu")),
@@ -22,8 +23,9 @@ const FILES: [(&str, &str); 8] = [
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
-pub const KERNEL_UNITS: [&str; 5] = [
+pub const KERNEL_UNITS: [&str; 6] = [
     "gemm.cu",
+    "gemv.cu",
     "act_quant.cu",
     "attention.cu",
     "stack.cu",
@@ -45,6 +47,22 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
     (WeightFormat::Q8K, "q8_k"),
 ];
 
+/// Most activation rows the quantized GEMV kernels take (`gemv_*_8`); more go to the GEMM.
+pub(crate) const GEMV_MAX_ROWS: usize = 8;
+
+/// Block formats with a GEMV on int8 activations (`gemv_{name}_i8_*`; activations in the
+/// CPU's blocks for the format: 256 for the K-quants, 32 for the others).
+pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
+    (WeightFormat::Q4K, "q4_k"),
+    (WeightFormat::Q6K, "q6_k"),
+    (WeightFormat::Q4_0, "q4_0"),
+    (WeightFormat::Q4_1, "q4_1"),
+    (WeightFormat::Q8_0, "q8_0"),
+];
+
+/// Output rows per block of the GEMV kernels (one warp each; `GEMV_WARPS` in gemv.cu).
+pub(crate) const GEMV_ROWS_PER_BLOCK: usize = 4;
+
 /// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).
 pub(crate) const GEMM_TILE: (u32, u32) = (128, 128);
 
@@ -65,9 +83,20 @@ pub(crate) struct Kernels {
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Quantized GEMV for one activation row, per format.
+    gemv1: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
+    gemv8: Vec<(WeightFormat, sys::CUfunction)>,
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to [`GEMV_MAX_ROWS`] rows.
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
+    pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     pub attention: sys::CUfunction,
+    /// Decode attention over slices of the keys (flash-decoding), and the merge of the slices.
+    pub attention_split: sys::CUfunction,
+    pub attention_combine: sys::CUfunction,
     /// f32 activations → int8 blocks (as the CPU kernels quantize them) → f16 values.
     pub quant_act_f16: sys::CUfunction,
     /// The same quantization written back as f32 values `d·q` (exact-product path).
@@ -181,7 +210,10 @@ impl Kernels {
         let mut gemm = Vec::new();
         let mut dequant_f16 = Vec::new();
         let mut dequant_f32 = Vec::new();
+        let (mut gemv1, mut gemv8) = (Vec::new(), Vec::new());
         for (f, n) in QUANT_FORMATS {
+            gemv1.push((f, get(&format!("gemv_{n}_1"))?));
+            gemv8.push((f, get(&format!("gemv_{n}_8"))?));
             gemm.push((f, get_tiled(&format!("gemm_{n}"))?));
             dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
@@ -191,6 +223,21 @@ impl Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
+            gemv_i8: INT8_GEMV_FORMATS
+                .iter()
+                .map(|&(f, n)| {
+                    Ok((
+                        f,
+                        [
+                            get(&format!("gemv_{n}_i8_1"))?,
+                            get(&format!("gemv_{n}_i8_8"))?,
+                        ],
+                    ))
+                })
+                .collect::<Result<_, String>>()?,
+            quant_act_i8: get("quant_act_i8")?,
+            attention_split: get("attention_split_f32")?,
+            attention_combine: get("attention_combine_f32")?,
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
@@ -211,6 +258,8 @@ impl Kernels {
             gemm,
             dequant_f16,
             dequant_f32,
+            gemv1,
+            gemv8,
             _module: module,
         })
     }
@@ -218,6 +267,26 @@ impl Kernels {
     /// The in-tile dequantizing GEMM for `f`.
     pub fn gemm(&self, f: WeightFormat) -> Option<sys::CUfunction> {
         for_format(&self.gemm, f)
+    }
+
+    /// The quantized GEMV for `f` taking `t` activation rows (1 or up to [`GEMV_MAX_ROWS`]).
+    pub fn gemv(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
+        match t {
+            1 => for_format(&self.gemv1, f),
+            2..=GEMV_MAX_ROWS => for_format(&self.gemv8, f),
+            _ => None,
+        }
+    }
+
+    /// The int8-activation GEMV for `f` taking `t` activation rows (1 or up to
+    /// [`GEMV_MAX_ROWS`]).
+    pub fn gemv_i8(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
+        let k = self.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
+        match t {
+            1 => Some(k[0]),
+            2..=GEMV_MAX_ROWS => Some(k[1]),
+            _ => None,
+        }
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
@@ -285,7 +354,7 @@ mod tests {
     fn each_unit_compiles_on_its_own() {
         // SAFETY: probing dlopen only.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            println!("skipped: NVRTC (libnvrtc) not found");
+            eprintln!("skipped: NVRTC (libnvrtc) not found");
             return;
         }
         compile_ptx(8, 0).unwrap_or_else(|e| panic!("all kernels: {e}"));

@@ -13,13 +13,17 @@
 //! - `k × k` convolutions as an implicit GEMM (f32 FMA, or bf16 tensor cores with
 //!   `OXINFER_CUDA_CONV=mma`) that gathers its input neighbourhoods itself and applies a
 //!   GroupNorm / LayerNorm (+ SiLU) on the way in (`conv.rs`);
-//! - whole model plans with the hidden state resident on the device, for the ops it implements
-//!   (`stack.rs`, [`oxinfer::backend::plan_run`]).
+//! - whole model plans with the hidden state and each sequence's KV cache resident on the
+//!   device, for the ops it implements (`stack.rs` lowers, `stack_run.rs` runs, `kv.rs` holds
+//!   the caches; [`oxinfer::backend::plan_run`]), prefill and decode: decode steps multiply
+//!   through quantized GEMV kernels that read the GGUF blocks directly (`kernels/gemv.cu`) and
+//!   attend with split-K flash-decoding.
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
-//! compilation and function handles), `gpu` (context, streams, buffers, transfers), `matrix`
-//! (uploaded weights), `ops` (one launcher per kernel: the only place that builds kernel
-//! arguments), `gemm` / `conv` / `stack` (host-side logic of each op), `backend`, `probe`.
+//! compilation and function handles), `gpu` (context, stream, buffers, transfers), `matrix`
+//! (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
+//! that builds kernel arguments), `timing`, `gemm` / `conv` / `stack` / `stack_run` (host-side
+//! logic of each op), `backend`, `probe`.
 //!
 //! Quantized matmuls quantize their activations to int8 blocks exactly as the CPU kernels do and
 //! multiply f16 values (dequantized weights, `d·q` activations) on the tensor cores, so device
@@ -31,11 +35,14 @@ mod conv;
 mod gemm;
 mod gpu;
 mod kernels;
+mod kv;
 mod matrix;
 mod nvrtc;
 mod ops;
 mod probe;
 mod stack;
+mod stack_run;
+mod timing;
 
 pub use backend::CudaBackend;
 pub use conv::ConvPath;

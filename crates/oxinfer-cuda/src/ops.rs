@@ -4,7 +4,7 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE};
+use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_ROWS_PER_BLOCK};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
@@ -63,6 +63,156 @@ pub(crate) fn attention(
             arg(&sh.scale),
             arg(&window),
             arg(&softcap),
+        ],
+    )
+}
+
+/// Most query rows the split (flash-decoding) attention takes; more use [`attention`].
+pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
+
+/// Slices of the keys the split attention uses for `a` (enough warps to fill the device,
+/// at least 32 keys per slice, at most 128 slices).
+pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
+    let keys = match a.shape.window {
+        Some(w) => w.min(a.n_keys()),
+        None => a.n_keys(),
+    };
+    let warps = (a.t * a.shape.n_heads).max(1);
+    (2048 / warps).clamp(1, 128).min(keys.div_ceil(32).max(1))
+}
+
+/// f32 values of the partials buffer the split attention needs for `a` with `splits` slices.
+pub(crate) fn attention_part_len(a: &AttentionGeom, splits: usize) -> usize {
+    a.t * a.shape.n_heads * splits * (a.shape.head_dim + 2)
+}
+
+/// Decode attention split over the keys ([`attention_splits`] slices, partials in `part` of
+/// [`attention_part_len`] f32): same layouts and result as [`attention`], for at most
+/// [`SPLIT_ATTN_MAX_ROWS`] query rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_split(
+    g: &Gpu,
+    q: CUdeviceptr,
+    k: CUdeviceptr,
+    v: CUdeviceptr,
+    out: CUdeviceptr,
+    part: CUdeviceptr,
+    a: &AttentionGeom,
+    splits: usize,
+) -> Result<(), String> {
+    let sh = &a.shape;
+    let [t, pos0, h, kvh, hd, s] =
+        [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim, splits].map(|v| v as i32);
+    let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let softcap = sh.softcap.unwrap_or(0.0);
+    let warps = a.t * sh.n_heads * splits;
+    g.launch(
+        g.k.attention_split,
+        ((warps * 32).div_ceil(128) as u32, 1, 1),
+        (128, 1, 1),
+        &mut [
+            arg(&q),
+            arg(&k),
+            arg(&v),
+            arg(&part),
+            arg(&t),
+            arg(&pos0),
+            arg(&h),
+            arg(&kvh),
+            arg(&hd),
+            arg(&sh.scale),
+            arg(&window),
+            arg(&softcap),
+            arg(&s),
+        ],
+    )?;
+    let warps = a.t * sh.n_heads;
+    g.launch(
+        g.k.attention_combine,
+        ((warps * 32).div_ceil(128) as u32, 1, 1),
+        (128, 1, 1),
+        &mut [arg(&part), arg(&out), arg(&t), arg(&h), arg(&hd), arg(&s)],
+    )
+}
+
+/// Quantized GEMV `y[t, rows] = x[t, cols] · Wᵀ` for `t` ≤ [`GEMV_MAX_ROWS`] rows of f32
+/// activations `x` (int8 block values, see `quant_act`), weights decoded in registers.
+pub(crate) fn gemv(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+) -> Result<(), String> {
+    let f =
+        g.k.gemv(w.format, t)
+            .ok_or_else(|| format!("no GEMV for {} with {t} rows", w.format))?;
+    debug_assert!(t <= GEMV_MAX_ROWS);
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    g.launch(
+        f,
+        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        &mut [
+            arg(&wp),
+            arg(&rb),
+            arg(&x),
+            arg(&y),
+            arg(&rows),
+            arg(&cols),
+            arg(&t_i),
+        ],
+    )
+}
+
+/// `n` f32 activations at `x` quantized to int8 blocks of `block` values as the CPU kernels
+/// quantize them: the int8 values at `q`, one f32 scale per block at `scales`.
+pub(crate) fn quant_act_i8(
+    g: &Gpu,
+    x: CUdeviceptr,
+    q: CUdeviceptr,
+    scales: CUdeviceptr,
+    n: usize,
+    block: usize,
+) -> Result<(), String> {
+    let nblocks = (n / block) as i64;
+    let b = block as i32;
+    let params = &mut [arg(&x), arg(&q), arg(&scales), arg(&nblocks), arg(&b)];
+    launch_1d(g, g.k.quant_act_i8, n / block * 32, params)
+}
+
+/// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
+/// the int8 values `[t, cols]` and `xd` one scale per 256 (`[t, cols / 256]`, from
+/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`].
+pub(crate) fn gemv_i8(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    xq: CUdeviceptr,
+    xd: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+) -> Result<(), String> {
+    let f =
+        g.k.gemv_i8(w.format, t)
+            .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    g.launch(
+        f,
+        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        &mut [
+            arg(&wp),
+            arg(&rb),
+            arg(&xq),
+            arg(&xd),
+            arg(&y),
+            arg(&rows),
+            arg(&cols),
+            arg(&t_i),
         ],
     )
 }

@@ -1,7 +1,8 @@
 //! Backend ops against their CPU twins over a grid of formats and shapes (in the manner of
 //! llama.cpp's test-backend-ops): quantized and float matmuls, attention, the gated MLP, a
-//! whole model plan, convolution. Runs on the first CUDA GPU; where there is none it prints one
-//! "skipped: no CUDA device" line and passes.
+//! whole model plan (prefill and decode over the device KV cache), convolution. Runs on the
+//! first CUDA GPU; where there is none it prints one "skipped: no CUDA device" line to stderr
+//! and passes.
 
 use half::{bf16, f16};
 use oxinfer::backend::{AttentionGeom, AttnShape, Backend, Job};
@@ -13,7 +14,7 @@ fn gpu(path: QuantPath) -> Option<CudaBackend> {
     match CudaBackend::with_options(0, path, 1) {
         Ok(b) => Some(b),
         Err(e) => {
-            println!("skipped: no CUDA device ({e})");
+            eprintln!("skipped: no CUDA device ({e})");
             None
         }
     }
@@ -211,6 +212,10 @@ fn check_matmul(path: QuantPath) {
             continue;
         }
         for &(n, k, t) in &SHAPES {
+            if f.is_quantized() && t <= GEMV_ROWS {
+                // Decode-sized products take the GEMV (`gemv_matches_cpu_twin`).
+                continue;
+            }
             let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
             let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
             // Quantized weights take the dequantize + cuBLAS path on request and where the
@@ -238,6 +243,59 @@ fn check_matmul(path: QuantPath) {
                 "{f} [{n}x{k}] t={t}: error {e_cpu} vs the CPU matmul"
             );
             worst.push(e);
+        }
+    }
+}
+
+/// Most activation rows quantized products take through the GEMV kernels.
+const GEMV_ROWS: usize = 8;
+
+/// The quantized GEMV (1 to 8 activation rows, weights read in their blocks, f32 sums of the
+/// CPU's int8 activation values) against the CPU matmul: every block format, ragged row
+/// counts, on every quantized path (the GEMV does not depend on it). Also prints the
+/// bandwidth it reaches on 7B-sized matrices (no timed assertion).
+#[test]
+fn gemv_matches_cpu_twin() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let mut rng = Rng(0x6E3F_0000_0000_0001);
+    let shapes = [
+        (64, 256, 1),
+        (300, 512, 2),
+        (129, 1024, 3),
+        (77, 768, 5),
+        (512, 2048, 8),
+        (1000, 4096, 1),
+    ];
+    for f in FORMATS.into_iter().filter(|f| f.is_quantized()) {
+        for &(n, k, t) in &shapes {
+            let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
+            let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
+            let mut cpu = vec![0f32; t * n];
+            oxinfer_kernels::matmul(&w, &x, t, &mut cpu);
+            let e = rel_err(&y, &cpu);
+            println!("gemv {f:5} [{n:4}x{k:4}] t={t}: vs CPU twin {e:.2e}");
+            assert!(e < 2e-5, "{f} [{n}x{k}] t={t}: error {e} vs the CPU matmul");
+        }
+    }
+    for f in [
+        WeightFormat::Q4K,
+        WeightFormat::Q6K,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+    ] {
+        for (n, k) in [(18944, 3584), (3584, 18944), (152064, 3584)] {
+            for t in [1, 4] {
+                let secs = b.time_gemv(f, n, k, t, 20).expect("timing");
+                let bytes = n * f.row_bytes(k).expect("whole blocks");
+                println!(
+                    "gemv {f:5} [{n:6}x{k:5}] t={t}: {:8.1} us, {:6.0} GB/s of weights",
+                    secs * 1e6,
+                    bytes as f64 / secs / 1e9
+                );
+            }
         }
     }
 }
@@ -316,6 +374,11 @@ fn attention_matches_cpu() {
         (64, 100, 9, 3, 64, Some(40), None),
         (50, 0, 4, 1, 256, Some(16), Some(50.0)),
         (130, 0, 28, 4, 128, None, None),
+        // Decode-sized (the split flash-decoding kernel) at long contexts.
+        (1, 16383, 28, 4, 128, None, None),
+        (4, 4092, 8, 1, 256, Some(1024), Some(50.0)),
+        (2, 8190, 16, 8, 64, Some(4096), None),
+        (8, 3000, 4, 2, 32, None, None),
     ];
     for (t, pos0, h, kvh, hd, window, softcap) in cases {
         let g = AttentionGeom {
@@ -653,11 +716,19 @@ fn plan_case(float: bool) {
     let Some(b) = b else {
         return;
     };
-    let (dev_kv, dev_logits) = with_caches(&mut |s| {
+    let (mut dev_kv, dev_logits) = with_caches(&mut |s| {
         oxinfer::backend::plan_run::run(&b, &plan, &ids, &x, s)
             .expect("plan declined")
             .expect("device run")
     });
+    // The device keeps the keys in its mirrors: bring the host copies level to compare.
+    for c in dev_kv.iter_mut() {
+        assert!(
+            c.host_len() < c.len(),
+            "the device pass stored its keys on the device"
+        );
+        c.sync_host().expect("reading the device KV cache");
+    }
     for (li, &sens) in sens.iter().enumerate() {
         let e = layer_err(&dev_kv, &cpu_kv, li);
         println!("plan layer {li}: keys/values {e:.2e}");
@@ -674,8 +745,13 @@ fn plan_case(float: bool) {
     println!("plan logits: {e:.2e}");
     let bound = (4.0 * sens_logits).max(1e-2);
     assert!(e < bound, "logits: error {e} (bound {bound:.2e})");
+    decode::decode_case(&b, &plan, &past, &windows, bound);
 }
 
 /// Convolution (and the odd-width float uploads it needs): in its own file, same binary.
 #[path = "backend_ops/conv.rs"]
 mod conv;
+
+/// Decode over the device KV caches (the second half of the plan tests): same binary.
+#[path = "backend_ops/decode.rs"]
+mod decode;

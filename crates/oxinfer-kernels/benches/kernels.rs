@@ -52,6 +52,7 @@ fn matrix(format: WeightFormat) -> Vec<u8> {
         WeightFormat::Q2K => &[80, 82],
         WeightFormat::Q3K => &[108],
         WeightFormat::Q6K => &[208],
+        WeightFormat::IQ4_XS | WeightFormat::IQ2_XS | WeightFormat::IQ4_NL => &[0],
         _ => &[],
     };
     if format == WeightFormat::F16 {
@@ -76,7 +77,7 @@ fn matrix(format: WeightFormat) -> Vec<u8> {
     data
 }
 
-const FORMATS: [WeightFormat; 12] = [
+const FORMATS: [WeightFormat; 15] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -89,6 +90,9 @@ const FORMATS: [WeightFormat; 12] = [
     WeightFormat::Q4K,
     WeightFormat::Q5K,
     WeightFormat::Q6K,
+    WeightFormat::IQ4_XS,
+    WeightFormat::IQ2_XS,
+    WeightFormat::IQ4_NL,
 ];
 
 fn bench_matmul(c: &mut Criterion) {

@@ -5,11 +5,15 @@
 //! order, no fused multiply-add.
 
 mod float;
+pub(crate) mod iq;
+#[rustfmt::skip]
+pub(crate) mod iq_grids;
 pub(crate) mod kquants;
 mod legacy;
 mod split;
 
 pub(crate) use float::f16_at;
+pub(crate) use iq_grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
 use crate::error::KernelError;
 use crate::format::WeightFormat;
@@ -65,6 +69,26 @@ pub fn dequantize_row(
         WeightFormat::Q5K => blocks(src, dst, kquants::block_q5_k),
         WeightFormat::Q6K => blocks(src, dst, kquants::block_q6_k),
         WeightFormat::Q8K => blocks(src, dst, kquants::block_q8_k),
+        WeightFormat::IQ4_NL => blocks(src, dst, iq::block_iq4_nl),
+        WeightFormat::MXFP4 => blocks(src, dst, iq::block_mxfp4),
+        WeightFormat::IQ2_XXS
+        | WeightFormat::IQ2_XS
+        | WeightFormat::IQ2_S
+        | WeightFormat::IQ3_XXS
+        | WeightFormat::IQ3_S
+        | WeightFormat::IQ1_S
+        | WeightFormat::IQ1_M
+        | WeightFormat::IQ4_XS
+        | WeightFormat::TQ1_0
+        | WeightFormat::TQ2_0 => {
+            let bb = format.block_bytes();
+            for (b, y) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(256)) {
+                let Ok(y) = <&mut [f32; 256]>::try_from(y) else {
+                    unreachable!("chunks_exact yields exact sizes")
+                };
+                iq::dequantize(format, b, y);
+            }
+        }
         WeightFormat::Q8 | WeightFormat::Q4 => {
             return Err(KernelError::Scales {
                 format,

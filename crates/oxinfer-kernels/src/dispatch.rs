@@ -6,7 +6,8 @@
 //! | `OXINFER_KERNELS` | `auto` (default), `scalar` | `scalar` runs the plain reference kernels everywhere ([`kernel_set`]) |
 //! | `OXINFER_VNNI` | `0` | keeps an AVX-512 VNNI CPU on the AVX2 kernels ([`detected_isa`]; A/B runs) |
 //! | `OXINFER_PACKED` | `0` | no weight packing: the row-major kernels run ([`packing_enabled`]; A/B runs) |
-//! | `OXINFER_ZMM` | `0` | no 512-bit two-group Q4_K/Q6_K kernels on VNNI CPUs ([`zmm_enabled`]; A/B runs) |
+//! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
+//! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
 //! | `OXINFER_TEST_EXPECT_ISA` | an [`Isa::name`] | tests only: the level the test CPU must reach (CI under qemu) |
 //!
 //! The thread count belongs to the pool ([`crate::pool::set_num_threads`]).
@@ -28,8 +29,12 @@ pub const KERNELS_VAR: &str = "OXINFER_KERNELS";
 pub const VNNI_VAR: &str = "OXINFER_VNNI";
 /// The variable that, set to `0`, turns weight packing off ([`packing_enabled`]).
 pub const PACKED_VAR: &str = "OXINFER_PACKED";
-/// The variable that, set to `0`, turns the 512-bit two-group kernels off ([`zmm_enabled`]).
+/// The variable that forces the 512-bit two-group kernels off (`0`) or on (`1`)
+/// ([`two_group_choice`]).
 pub const ZMM_VAR: &str = "OXINFER_ZMM";
+/// The variable that, set to `0`, turns the start-up measurement of kernel variants off
+/// ([`tuning_enabled`]).
+pub const TUNE_VAR: &str = "OXINFER_TUNE";
 
 /// A family of kernel implementations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -108,15 +113,169 @@ pub fn packing_enabled() -> bool {
     *ON.get_or_init(|| !switched_off(env_value(PACKED_VAR).as_deref()))
 }
 
-/// Whether the 512-bit two-group Q4_K/Q6_K kernels may run on an [`Isa::Avx512Vnni`] CPU: it
-/// also has AVX-512 BW and `OXINFER_ZMM` is not `0` (read once).
-pub fn zmm_enabled() -> bool {
+/// Whether kernel variants may be measured at start-up ([`crate::tuning`]): `OXINFER_TUNE` is
+/// not `0` (read once).
+pub fn tuning_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        detected_isa().has_vnni()
-            && cpu_has_avx512bw()
-            && !switched_off(env_value(ZMM_VAR).as_deref())
+    *ON.get_or_init(|| !switched_off(env_value(TUNE_VAR).as_deref()))
+}
+
+/// Who decided whether the two-group kernels run ([`TwoGroupChoice::source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChoiceSource {
+    /// The CPU lacks AVX-512 VNNI or BW: the kernels cannot run.
+    Hardware,
+    /// `OXINFER_ZMM` forced it.
+    Env,
+    /// A measurement on this CPU ([`crate::tuning::measure_two_group`]), possibly cached.
+    Measured,
+    /// The known-CPU table ([`cpu_table_two_group`]).
+    Table,
+}
+
+impl ChoiceSource {
+    /// Lower-case name for `oxinfer devices` (`"hardware"`, `"env"`, `"measured"`, `"table"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hardware => "hardware",
+            Self::Env => "OXINFER_ZMM",
+            Self::Measured => "measured",
+            Self::Table => "known-CPU table",
+        }
+    }
+}
+
+/// Whether the 512-bit two-group (16-row) kernels run for Q4_K and for Q6_K products on an
+/// [`Isa::Avx512Vnni`] CPU, instead of the 256-bit one-group kernels (same products, different
+/// speed: they win on CPUs with full-width AVX-512 units and lose on CPUs that split 512-bit
+/// operations in two, such as AMD Zen 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TwoGroupChoice {
+    /// Q4_K products take the two-group kernels.
+    pub q4k: bool,
+    /// Q6_K products take the two-group kernels.
+    pub q6k: bool,
+    /// Who decided.
+    pub source: ChoiceSource,
+}
+
+impl TwoGroupChoice {
+    fn both(on: bool, source: ChoiceSource) -> Self {
+        Self {
+            q4k: on,
+            q6k: on,
+            source,
+        }
+    }
+}
+
+static TWO_GROUP: OnceLock<TwoGroupChoice> = OnceLock::new();
+
+/// Whether the CPU can run the two-group kernels at all (an [`Isa::Avx512Vnni`] level with
+/// AVX-512 BW).
+pub fn two_group_supported() -> bool {
+    detected_isa().has_vnni() && cpu_has_avx512bw()
+}
+
+/// The choice when nothing was measured: off without the hardware, `OXINFER_ZMM` when set,
+/// else the known-CPU table.
+fn default_two_group() -> TwoGroupChoice {
+    if !two_group_supported() {
+        return TwoGroupChoice::both(false, ChoiceSource::Hardware);
+    }
+    match env_value(ZMM_VAR).as_deref().map(str::trim) {
+        Some("0") => TwoGroupChoice::both(false, ChoiceSource::Env),
+        Some("1") => TwoGroupChoice::both(true, ChoiceSource::Env),
+        _ => TwoGroupChoice::both(cpu_table_two_group(), ChoiceSource::Table),
+    }
+}
+
+/// The choice when no measurement may change it (no hardware, or `OXINFER_ZMM` set, or a
+/// choice already fixed by a product or an install); `None` when a measurement would decide.
+pub fn two_group_choice_if_fixed() -> Option<TwoGroupChoice> {
+    if let Some(c) = TWO_GROUP.get() {
+        return Some(*c);
+    }
+    let d = default_two_group();
+    (d.source != ChoiceSource::Table).then_some(d)
+}
+
+/// The two-group choice of this process: the one installed by [`install_measured_two_group`]
+/// before the first product, else [`default_two_group`] (fixed at first use).
+pub fn two_group_choice() -> TwoGroupChoice {
+    *TWO_GROUP.get_or_init(default_two_group)
+}
+
+/// Installs a measured choice. It only takes effect when the hardware has the kernels,
+/// `OXINFER_ZMM` is unset and no product has run yet; returns the choice in effect.
+pub fn install_measured_two_group(q4k: bool, q6k: bool) -> TwoGroupChoice {
+    *TWO_GROUP.get_or_init(|| {
+        let d = default_two_group();
+        if d.source == ChoiceSource::Table {
+            TwoGroupChoice {
+                q4k,
+                q6k,
+                source: ChoiceSource::Measured,
+            }
+        } else {
+            d
+        }
     })
+}
+
+/// Whether the two-group kernels may run for any format ([`two_group_choice`]).
+pub fn zmm_enabled() -> bool {
+    let c = two_group_choice();
+    c.q4k || c.q6k
+}
+
+/// The known-CPU table's answer for the two-group kernels: off on AMD family 19h (Zen 3/4,
+/// whose AVX-512 executes 512-bit operations as two 256-bit halves; measured 21 % slower decode
+/// on Zen 4), on elsewhere (full-width units: Intel Xeon since Skylake-SP, AMD Zen 5).
+pub fn cpu_table_two_group() -> bool {
+    !matches!(cpu_vendor_family(), Some((Vendor::Amd, 0x19)))
+}
+
+/// CPU vendors the known-CPU table tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vendor {
+    /// `GenuineIntel`.
+    Intel,
+    /// `AuthenticAMD`.
+    Amd,
+    /// Anything else.
+    Other,
+}
+
+/// The CPU's vendor and display family (base family plus extended family, as vendors number
+/// them: 0x19 = AMD Zen 3/4, 0x1A = Zen 5, 6 = most Intel cores); `None` off x86-64.
+#[cfg(target_arch = "x86_64")]
+pub fn cpu_vendor_family() -> Option<(Vendor, u32)> {
+    use std::arch::x86_64::__cpuid;
+    let v = __cpuid(0);
+    let mut name = [0u8; 12];
+    name[..4].copy_from_slice(&v.ebx.to_le_bytes());
+    name[4..8].copy_from_slice(&v.edx.to_le_bytes());
+    name[8..].copy_from_slice(&v.ecx.to_le_bytes());
+    let vendor = match &name {
+        b"GenuineIntel" => Vendor::Intel,
+        b"AuthenticAMD" => Vendor::Amd,
+        _ => Vendor::Other,
+    };
+    let eax = __cpuid(1).eax;
+    let base = (eax >> 8) & 0xf;
+    let family = if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    };
+    Some((vendor, family))
+}
+
+/// The CPU's vendor and family: `None` off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn cpu_vendor_family() -> Option<(Vendor, u32)> {
+    None
 }
 
 /// Whether the CPU reports AVX-512 BW (the 512-bit byte/word instructions).
@@ -284,6 +443,7 @@ mod tests {
         assert_eq!(packing_enabled(), packing_enabled());
         // The two-group kernels need the VNNI level.
         assert!(!zmm_enabled() || detected_isa().has_vnni());
+        assert!(!zmm_enabled() || two_group_supported());
     }
 
     #[test]

@@ -25,6 +25,21 @@ use std::fmt;
 /// | `Q5_K` | 256 | 176 | f16 d, dmin; u8 scales\[12]; u8 qh\[32]; u8 qs\[128] |
 /// | `Q6_K` | 256 | 210 | u8 ql\[128]; u8 qh\[64]; i8 scales\[16]; f16 d |
 /// | `Q8_K` | 256 | 292 | f32 d; i8 qs\[256]; i16 bsums\[16] |
+/// | `IQ2_XXS` | 256 | 66 | f16 d; u32 qs\[16] (per 32: 4 grid bytes; 4×7 sign bits + 4-bit scale) |
+/// | `IQ2_XS` | 256 | 74 | f16 d; u16 qs\[32] (9-bit grid, 7-bit sign); u8 scales\[8] |
+/// | `IQ3_XXS` | 256 | 98 | f16 d; u8 qs\[64] (grid); u32 signs+scales\[8] |
+/// | `IQ1_S` | 256 | 50 | f16 d; u8 qs\[32]; u16 qh\[8] |
+/// | `IQ4_NL` | 32 | 18 | f16 d; u8 qs\[16] (4-bit codes into a 16-value table) |
+/// | `IQ3_S` | 256 | 110 | f16 d; u8 qs\[64]; u8 qh\[8]; u8 signs\[32]; u8 scales\[4] |
+/// | `IQ2_S` | 256 | 82 | f16 d; u8 qs\[32]; u8 signs\[32]; u8 qh\[8]; u8 scales\[8] |
+/// | `IQ4_XS` | 256 | 136 | f16 d; u16 scales_h; u8 scales_l\[4]; u8 qs\[128] |
+/// | `IQ1_M` | 256 | 56 | u8 qs\[32]; u8 qh\[16]; u16 scales\[4] (f16 d in their top nibbles) |
+/// | `TQ1_0` | 256 | 54 | u8 qs\[48], qh\[4] (base-3 digits); f16 d |
+/// | `TQ2_0` | 256 | 66 | u8 qs\[64] (2-bit); f16 d |
+/// | `MXFP4` | 32 | 17 | u8 e (E8M0 scale); u8 qs\[16] (4-bit E2M1 codes) |
+///
+/// The IQ types look their quants up in grids (`dequant/iq_grids.rs`, generated from the
+/// `gguf` package); see `dequant/iq.rs` for each decoding.
 ///
 /// The *split* formats ([`WeightFormat::SPLIT`], oxinfer's own, see `DESIGN.md` "File formats
 /// we write") keep quants and scales in two separate buffers, so a pre-quantized safetensors
@@ -66,6 +81,30 @@ pub enum WeightFormat {
     Q6K,
     /// 256 weights: `d * q`, f32 `d`, 8-bit signed `q` (plus group sums; used for activations).
     Q8K,
+    /// 256 weights: 8-weight grid entries (8, 25 or 43) with signs, 4-bit scale per 32.
+    IQ2_XXS,
+    /// 256 weights: 512-entry 8-weight grid with signs, 4-bit scale per 16.
+    IQ2_XS,
+    /// 256 weights: 4-weight grid entries with signs, 4-bit scale per 32.
+    IQ3_XXS,
+    /// 256 weights: 2048-entry ternary 8-weight grid plus a ±1/8 shift, 3-bit scale per 32.
+    IQ1_S,
+    /// 32 weights: `d * table[q]`, 4-bit `q` into a 16-value non-linear table.
+    IQ4_NL,
+    /// 256 weights: 512-entry 4-weight grid with explicit sign bits, 4-bit scale per 32.
+    IQ3_S,
+    /// 256 weights: 1024-entry 8-weight grid with explicit sign bits, 4-bit scale per 16.
+    IQ2_S,
+    /// 256 weights: IQ4_NL's table with a 6-bit signed scale per 32.
+    IQ4_XS,
+    /// 256 weights: IQ1_S's grid, 3-bit scale per 16, shift per 8, no block-level f16 field.
+    IQ1_M,
+    /// 256 ternary weights `d * (t - 1)`, five base-3 digits per byte.
+    TQ1_0,
+    /// 256 weights `d * (q - 1)`, 2-bit `q` (values -1, 0, 1, 2).
+    TQ2_0,
+    /// 32 weights: OCP microscaling FP4, E2M1 values with an E8M0 power-of-two scale.
+    MXFP4,
     /// Split format: 32 weights `d * q`, i8 `q` in the quants buffer, f32 `d` in the scales buffer.
     Q8,
     /// Split format: 32 weights `d * (q - 8)`, 4-bit `q` (Q4_0 nibble order) in the quants
@@ -75,7 +114,7 @@ pub enum WeightFormat {
 
 impl WeightFormat {
     /// Every GGML format, in GGML type-id order (the split formats are in [`Self::SPLIT`]).
-    pub const ALL: [WeightFormat; 14] = [
+    pub const ALL: [WeightFormat; 26] = [
         Self::F32,
         Self::F16,
         Self::Q4_0,
@@ -89,14 +128,42 @@ impl WeightFormat {
         Self::Q5K,
         Self::Q6K,
         Self::Q8K,
+        Self::IQ2_XXS,
+        Self::IQ2_XS,
+        Self::IQ3_XXS,
+        Self::IQ1_S,
+        Self::IQ4_NL,
+        Self::IQ3_S,
+        Self::IQ2_S,
+        Self::IQ4_XS,
+        Self::IQ1_M,
         Self::BF16,
+        Self::TQ1_0,
+        Self::TQ2_0,
+        Self::MXFP4,
+    ];
+
+    /// The formats whose quants are looked up in tables (IQ*), ternary (TQ*) or FP4 (MXFP4).
+    pub const IQ: [WeightFormat; 12] = [
+        Self::IQ2_XXS,
+        Self::IQ2_XS,
+        Self::IQ3_XXS,
+        Self::IQ1_S,
+        Self::IQ4_NL,
+        Self::IQ3_S,
+        Self::IQ2_S,
+        Self::IQ4_XS,
+        Self::IQ1_M,
+        Self::TQ1_0,
+        Self::TQ2_0,
+        Self::MXFP4,
     ];
 
     /// oxinfer's split formats (quants and scales in separate buffers), not GGML types.
     pub const SPLIT: [WeightFormat; 2] = [Self::Q8, Self::Q4];
 
     /// The format of a GGML type id (as stored in GGUF tensor infos); `None` for ids this crate
-    /// does not handle (Q8_1, IQ*, TQ*, integer types, removed ids 4 and 5, ...).
+    /// does not handle (Q8_1, NVFP4, Q1_0, integer types, removed ids 4, 5, 31–33, 36–38, ...).
     pub fn from_ggml_type(id: u32) -> Option<Self> {
         Some(match id {
             0 => Self::F32,
@@ -112,7 +179,43 @@ impl WeightFormat {
             13 => Self::Q5K,
             14 => Self::Q6K,
             15 => Self::Q8K,
+            16 => Self::IQ2_XXS,
+            17 => Self::IQ2_XS,
+            18 => Self::IQ3_XXS,
+            19 => Self::IQ1_S,
+            20 => Self::IQ4_NL,
+            21 => Self::IQ3_S,
+            22 => Self::IQ2_S,
+            23 => Self::IQ4_XS,
+            29 => Self::IQ1_M,
             30 => Self::BF16,
+            34 => Self::TQ1_0,
+            35 => Self::TQ2_0,
+            39 => Self::MXFP4,
+            _ => return None,
+        })
+    }
+
+    /// The GGML/GGUF name of a type id this crate does not handle (`"Q8_1"`, `"NVFP4"`,
+    /// integer and removed types, ...), for error messages; `None` for ids GGML never had.
+    pub fn unhandled_ggml_type_name(id: u32) -> Option<&'static str> {
+        Some(match id {
+            4 => "Q4_2 (removed from GGML)",
+            5 => "Q4_3 (removed from GGML)",
+            9 => "Q8_1",
+            24 => "I8",
+            25 => "I16",
+            26 => "I32",
+            27 => "I64",
+            28 => "F64",
+            31 => "Q4_0_4_4 (removed from GGML)",
+            32 => "Q4_0_4_8 (removed from GGML)",
+            33 => "Q4_0_8_8 (removed from GGML)",
+            36 => "IQ4_NL_4_4 (removed from GGML)",
+            37 => "IQ4_NL_4_8 (removed from GGML)",
+            38 => "IQ4_NL_8_8 (removed from GGML)",
+            40 => "NVFP4",
+            41 => "Q1_0",
             _ => return None,
         })
     }
@@ -133,7 +236,19 @@ impl WeightFormat {
             Self::Q5K => 13,
             Self::Q6K => 14,
             Self::Q8K => 15,
+            Self::IQ2_XXS => 16,
+            Self::IQ2_XS => 17,
+            Self::IQ3_XXS => 18,
+            Self::IQ1_S => 19,
+            Self::IQ4_NL => 20,
+            Self::IQ3_S => 21,
+            Self::IQ2_S => 22,
+            Self::IQ4_XS => 23,
+            Self::IQ1_M => 29,
             Self::BF16 => 30,
+            Self::TQ1_0 => 34,
+            Self::TQ2_0 => 35,
+            Self::MXFP4 => 39,
             Self::Q8 | Self::Q4 => return None,
         })
     }
@@ -155,6 +270,18 @@ impl WeightFormat {
             Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
             Self::Q8K => "Q8_K",
+            Self::IQ2_XXS => "IQ2_XXS",
+            Self::IQ2_XS => "IQ2_XS",
+            Self::IQ3_XXS => "IQ3_XXS",
+            Self::IQ1_S => "IQ1_S",
+            Self::IQ4_NL => "IQ4_NL",
+            Self::IQ3_S => "IQ3_S",
+            Self::IQ2_S => "IQ2_S",
+            Self::IQ4_XS => "IQ4_XS",
+            Self::IQ1_M => "IQ1_M",
+            Self::TQ1_0 => "TQ1_0",
+            Self::TQ2_0 => "TQ2_0",
+            Self::MXFP4 => "MXFP4",
             Self::Q8 => "Q8",
             Self::Q4 => "Q4",
         }
@@ -168,13 +295,16 @@ impl WeightFormat {
             .find(|f| f.name().eq_ignore_ascii_case(name))
     }
 
-    /// Weights per block: 1 for float formats, 32 for legacy quants, 256 for K-quants.
+    /// Weights per block: 1 for float formats, 32 for legacy quants, IQ4_NL and MXFP4, 256 for
+    /// K-quants and the other IQ/TQ types.
     pub fn block_size(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
             Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => 32,
-            Self::Q8 | Self::Q4 => 32,
+            Self::Q8 | Self::Q4 | Self::IQ4_NL | Self::MXFP4 => 32,
             Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K | Self::Q8K => 256,
+            Self::IQ2_XXS | Self::IQ2_XS | Self::IQ3_XXS | Self::IQ1_S | Self::IQ3_S => 256,
+            Self::IQ2_S | Self::IQ4_XS | Self::IQ1_M | Self::TQ1_0 | Self::TQ2_0 => 256,
         }
     }
 
@@ -196,6 +326,18 @@ impl WeightFormat {
             Self::Q5K => 176,
             Self::Q6K => 210,
             Self::Q8K => 292,
+            Self::IQ2_XXS => 66,
+            Self::IQ2_XS => 74,
+            Self::IQ3_XXS => 98,
+            Self::IQ1_S => 50,
+            Self::IQ4_NL => 18,
+            Self::IQ3_S => 110,
+            Self::IQ2_S => 82,
+            Self::IQ4_XS => 136,
+            Self::IQ1_M => 56,
+            Self::TQ1_0 => 54,
+            Self::TQ2_0 => 66,
+            Self::MXFP4 => 17,
         }
     }
 
@@ -261,8 +403,18 @@ mod tests {
             assert_eq!(WeightFormat::from_name(f.name()), Some(f));
             assert_eq!(f.to_string(), f.name());
         }
-        for id in [4, 5, 9, 16, 17, 29, 31, 1000] {
+        for id in [4, 5, 9, 24, 28, 31, 33, 36, 38, 40, 41, 1000] {
             assert_eq!(WeightFormat::from_ggml_type(id), None, "id {id}");
+            assert_eq!(
+                WeightFormat::unhandled_ggml_type_name(id).is_some(),
+                id != 1000
+            );
+        }
+        for f in WeightFormat::ALL {
+            assert_eq!(
+                WeightFormat::unhandled_ggml_type_name(f.ggml_type().unwrap()),
+                None
+            );
         }
         for f in WeightFormat::SPLIT {
             assert_eq!(f.ggml_type(), None);
@@ -299,6 +451,18 @@ mod tests {
             (WeightFormat::Q5K, 256, 2 + 2 + 12 + 32 + 128),
             (WeightFormat::Q6K, 256, 128 + 64 + 16 + 2),
             (WeightFormat::Q8K, 256, 4 + 256 + 2 * 16),
+            (WeightFormat::IQ2_XXS, 256, 2 + 64),
+            (WeightFormat::IQ2_XS, 256, 2 + 64 + 8),
+            (WeightFormat::IQ3_XXS, 256, 2 + 64 + 32),
+            (WeightFormat::IQ1_S, 256, 2 + 32 + 16),
+            (WeightFormat::IQ4_NL, 32, 2 + 16),
+            (WeightFormat::IQ3_S, 256, 2 + 64 + 8 + 32 + 4),
+            (WeightFormat::IQ2_S, 256, 2 + 32 + 32 + 8 + 8),
+            (WeightFormat::IQ4_XS, 256, 2 + 2 + 4 + 128),
+            (WeightFormat::IQ1_M, 256, 32 + 16 + 8),
+            (WeightFormat::TQ1_0, 256, 48 + 4 + 2),
+            (WeightFormat::TQ2_0, 256, 64 + 2),
+            (WeightFormat::MXFP4, 32, 1 + 16),
         ];
         for (f, bs, bb) in expected {
             assert_eq!((f.block_size(), f.block_bytes()), (bs, bb), "{f}");

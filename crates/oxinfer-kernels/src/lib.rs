@@ -16,6 +16,7 @@
 //! - [`pool`]: the persistent thread pool and the thread count ([`set_num_threads`]).
 //! - [`dispatch`]: what runs where: the kernel set ([`kernel_set`]), the CPU's instruction set
 //!   ([`dispatch::detected_isa`]) and every `OXINFER_*` switch, documented in one table.
+//! - [`tuning`]: kernel variants timed on the running CPU to choose between them.
 #![warn(missing_docs)]
 
 pub mod act;
@@ -33,6 +34,7 @@ pub mod pool;
 pub mod profile;
 pub mod q8;
 pub mod quantize;
+pub mod tuning;
 pub mod vecdot;
 
 #[cfg(test)]

@@ -54,6 +54,26 @@ fn random_weights(f: WeightFormat, blocks: usize, seed: u64) -> Vec<u8> {
             WeightFormat::Q3K => blk[108..110].copy_from_slice(&h),
             WeightFormat::Q6K => blk[208..210].copy_from_slice(&h),
             WeightFormat::Q8K => blk[..4].copy_from_slice(&v.to_le_bytes()),
+            WeightFormat::IQ2_XXS
+            | WeightFormat::IQ2_XS
+            | WeightFormat::IQ2_S
+            | WeightFormat::IQ3_XXS
+            | WeightFormat::IQ3_S
+            | WeightFormat::IQ1_S
+            | WeightFormat::IQ4_NL
+            | WeightFormat::IQ4_XS => blk[..2].copy_from_slice(&h),
+            WeightFormat::TQ1_0 => blk[52..54].copy_from_slice(&h),
+            WeightFormat::TQ2_0 => blk[64..66].copy_from_slice(&h),
+            // E8M0 exponent 120..127: scales 2^-9..2^-2.
+            WeightFormat::MXFP4 => blk[0] = 120 + blk[0] % 8,
+            // f16 d in the top nibbles of the four scale words (bytes 49, 51, 53, 55).
+            WeightFormat::IQ1_M => {
+                let d = half::f16::from_f32(v).to_bits();
+                for k in 0..4 {
+                    let nib = ((d >> (4 * k)) & 0xF) as u8;
+                    blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0F) | (nib << 4);
+                }
+            }
             WeightFormat::Q8 | WeightFormat::Q4 => unreachable!("ALL holds GGML formats only"),
         }
     }
@@ -207,12 +227,26 @@ fn matmul_multithreaded_large() {
         (WeightFormat::Q6K, 5, 40, 2, 8),
         (WeightFormat::F16, 300, 256, 2, 2),
         (WeightFormat::Q5_1, 64, 64, 7, 0), // 0 = default thread count
+        (WeightFormat::IQ4_XS, 37, 8, 3, 4),
+        (WeightFormat::IQ2_XS, 37, 8, 1, 4),
+        (WeightFormat::IQ4_NL, 129, 17, 5, 3),
     ] {
         assert!(
             rows * bpr * f.block_size() * t >= SINGLE_THREAD_WORK,
             "{f} {rows} {bpr} {t}"
         );
         check(f, rows, bpr, t, threads, rows as u64 * 31 + t as u64);
+    }
+}
+
+/// Every GGML format, decode (t = 1) and prefill (t = 5, which takes the four-token kernels),
+/// deterministically (the proptest above samples formats at random).
+#[test]
+fn every_format_decode_and_prefill() {
+    for f in WeightFormat::ALL {
+        for t in [1, 5] {
+            check(f, 9, 2, t, 1, 7 * t as u64 + f.block_bytes() as u64);
+        }
     }
 }
 

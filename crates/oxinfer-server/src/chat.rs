@@ -9,6 +9,7 @@ use crate::error::ApiError;
 use crate::gen::{self, Job};
 use crate::prompt;
 use crate::reply::{Delta, ReplyParser, ToolMode};
+use crate::reqlog::Tally;
 use crate::scheduler::Event;
 use crate::{off_worker, unix_now, AppState};
 use axum::body::Bytes;
@@ -16,6 +17,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use oxinfer::engine::grammar::Grammar;
 use oxinfer::engine::thinking::prompt_opens_think;
@@ -29,10 +31,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 pub async fn handle(
     State(st): State<Arc<AppState>>,
+    tally: Option<Extension<Arc<Tally>>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     st.metrics.requests_chat.fetch_add(1, Ordering::Relaxed);
-    match run(&st, body).await {
+    match run(&st, body, tally.map(|Extension(t)| t)).await {
         Ok(r) => r,
         Err(e) => {
             st.metrics.requests_failed.fetch_add(1, Ordering::Relaxed);
@@ -235,21 +238,29 @@ fn check_constrained_top_k(sampling: &SamplingParams) -> Result<(), ApiError> {
 async fn run(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
+    tally: Option<Arc<Tally>>,
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = gen::parse_body(body)?;
     st.check_model(req.model.as_deref())?;
     let sampling = gen::sampling(&req.gen)?;
     let n = gen::choices(&req.gen, MAX_N)?;
     let stop = req.gen.stop_strings()?;
-    if is_constrained(&req) {
+    let constrained = is_constrained(&req);
+    if constrained {
         check_constrained_top_k(&sampling)?;
     }
     let shared = st.clone();
-    let (req, prepared) = off_worker(move || {
+    let work = move || {
         let p = prepare(&shared, &req);
         (req, p)
-    })
-    .await?;
+    };
+    // A grammar to compile goes to the compiler threads (bounded memory), the rest to the
+    // blocking pool (a cheap request never waits for a compilation).
+    let (req, prepared) = if constrained {
+        st.compiler.run(work).await?
+    } else {
+        off_worker(work).await?
+    };
     let Prepared {
         ids,
         grammar,
@@ -275,8 +286,9 @@ async fn run(
             }
         })
         .collect();
-    let rxs = gen::submit(st, jobs)?;
-    let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
+    let rxs = gen::submit(st, jobs, tally)?;
+    // The name of what served the request, whichever name the request used.
+    let model = st.cfg.model_id.clone();
     let id = gen::new_id("chatcmpl");
     if req.gen.stream.unwrap_or(false) {
         let usage = req

@@ -3,6 +3,7 @@
 use crate::api::CompletionRequest;
 use crate::error::ApiError;
 use crate::gen::{self, Job};
+use crate::reqlog::Tally;
 use crate::scheduler::{Event, TokenLogprob};
 use crate::{off_worker, unix_now, AppState};
 use axum::body::Bytes;
@@ -10,6 +11,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
 use std::convert::Infallible;
@@ -18,12 +20,13 @@ use std::sync::Arc;
 
 pub async fn handle(
     State(st): State<Arc<AppState>>,
+    tally: Option<Extension<Arc<Tally>>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     st.metrics
         .requests_completions
         .fetch_add(1, Ordering::Relaxed);
-    match run(&st, body).await {
+    match run(&st, body, tally.map(|Extension(t)| t)).await {
         Ok(r) => r,
         Err(e) => {
             st.metrics.requests_failed.fetch_add(1, Ordering::Relaxed);
@@ -72,6 +75,7 @@ fn legacy_logprobs(st: &AppState, tokens: &[(u32, Option<TokenLogprob>)], offset
 async fn run(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
+    tally: Option<Arc<Tally>>,
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = gen::parse_body(body)?;
     st.check_model(req.model.as_deref())?;
@@ -99,8 +103,9 @@ async fn run(
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
     };
-    let rx = gen::submit(st, vec![job])?.remove(0);
-    let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
+    let rx = gen::submit(st, vec![job], tally)?.remove(0);
+    // The name of what served the request, whichever name the request used.
+    let model = st.cfg.model_id.clone();
     let id = gen::new_id("cmpl");
     let created = unix_now();
     let echo = req.echo.unwrap_or(false).then_some(text);

@@ -60,6 +60,31 @@ impl ApiError {
         .with_param("Content-Type")
     }
 
+    /// 403: a request a browser page may have sent: its `Host` (DNS rebinding) or `Origin`
+    /// (another site) is not one this server answers to. `header` names the header at fault.
+    pub fn forbidden(header: &'static str, message: impl Into<String>) -> Self {
+        let code = match header {
+            "Host" => "host_not_allowed",
+            _ => "origin_not_allowed",
+        };
+        Self::new(StatusCode::FORBIDDEN, "permission_error", message)
+            .with_param(header)
+            .with_code(code)
+    }
+
+    /// 408: the request body did not arrive within the body timeout.
+    pub fn body_timeout(limit: Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s (--body-timeout)",
+                limit.as_secs_f64()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
     /// 404: unknown model or route.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)

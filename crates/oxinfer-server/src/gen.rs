@@ -3,6 +3,7 @@
 
 use crate::api::GenFields;
 use crate::error::ApiError;
+use crate::reqlog::Tally;
 use crate::scheduler::{self, Event, GenRequest, Refused, TokenLogprob};
 use crate::AppState;
 use axum::body::Bytes;
@@ -123,7 +124,12 @@ pub struct Job {
 /// Queues `jobs` (the `n` choices of one request) all together or not at all: 503 with
 /// `Retry-After` when the queue cannot take every one (nothing is submitted then), 400 when
 /// they are more than slots plus queue places.
-pub fn submit(st: &AppState, jobs: Vec<Job>) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
+/// `tally` (the request log's) receives the token counts of every job.
+pub fn submit(
+    st: &AppState,
+    jobs: Vec<Job>,
+    tally: Option<Arc<Tally>>,
+) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
     let mut rxs = Vec::with_capacity(jobs.len());
     let mut reqs = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -140,7 +146,7 @@ pub fn submit(st: &AppState, jobs: Vec<Job>) -> Result<Vec<UnboundedReceiver<Eve
             prompt: job.prompt,
             opts,
         };
-        reqs.push(GenRequest::new(seq, tx));
+        reqs.push(GenRequest::new(seq, tx).with_tally(tally.clone()));
         rxs.push(rx);
     }
     st.sched.submit_all(reqs).map_err(|r| match r {

@@ -1,21 +1,30 @@
 //! An OpenAI-compatible HTTP server over the oxinfer engine: `POST /v1/chat/completions`
 //! (streaming, tool calls, JSON-schema-constrained output, log-probabilities),
-//! `POST /v1/completions`, `GET /v1/models`, `GET /health` and `GET /metrics`.
+//! `POST /v1/completions`, `GET /v1/models`, `GET /health`, `GET /metrics` and a status page
+//! at `GET /`.
 //!
 //! Requests are served by continuous batching ([`scheduler`]): one thread runs the model over
 //! every active request at once; the axum handlers only parse, render prompts, and turn the
 //! scheduler's events into responses.
 
+pub mod access;
 pub mod api;
 mod chat;
+mod compiler;
 mod completions;
+mod embeddings;
 pub mod error;
 mod gen;
+pub mod histogram;
+mod info;
+pub mod listen;
 pub mod metrics;
 pub mod prompt;
 mod reply;
+pub mod reqlog;
 pub mod scheduler;
 
+use access::AccessPolicy;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -23,24 +32,38 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
+pub use info::endpoint_summary;
+use listen::BodyLimits;
+pub use listen::{bind, ConnLimits};
 use metrics::Metrics;
 use oxinfer::Model;
+pub use reqlog::LogFormat;
 use scheduler::{Scheduler, SchedulerConfig};
-use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
+
+pub use embeddings::{embeddings_router, serve_embeddings};
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Address to listen on.
     pub addr: SocketAddr,
-    /// The model's id in `/v1/models` and responses.
+    /// The model's id: listed first by `/v1/models` and named as `model` in every response.
     pub model_id: String,
-    /// Other names requests may use for the model (the name given on the command line).
+    /// Other names `/v1/models` lists and requests may use (the built-in short name, and
+    /// `--alias` names).
     pub aliases: Vec<String>,
+    /// Refuse (404) a request naming a model that is neither the id nor an alias; otherwise
+    /// any name is answered by the one model.
+    pub strict_model_names: bool,
     /// Required bearer token (every endpoint but `/health`), if any.
     pub api_key: Option<String>,
+    /// Host names accepted besides `localhost` and IP literals (see [`access`]).
+    pub allowed_hosts: Vec<String>,
+    /// Web page origins allowed to call the API (CORS); `*` allows every origin.
+    pub cors_origins: Vec<String>,
     /// Requests generated at once.
     pub parallel: usize,
     /// Requests that may wait for a slot (more get 503).
@@ -49,29 +72,52 @@ pub struct ServerConfig {
     pub ctx: usize,
     /// Largest request body in bytes (more get 413).
     pub max_body: usize,
+    /// Timeouts and the connection limit.
+    pub limits: ConnLimits,
+    /// How each request is logged on stderr.
+    pub log_format: LogFormat,
 }
 
 /// What every handler shares.
 pub(crate) struct AppState {
     pub model: Arc<Model>,
     pub sched: Scheduler,
+    /// Where grammars are compiled (a bounded set of threads).
+    pub compiler: compiler::Compiler,
     pub metrics: Arc<Metrics>,
     pub cfg: ServerConfig,
     pub created: u64,
+    pub started: Instant,
 }
 
 impl AppState {
-    /// Checks the `model` field of a request: absent, the id, or an alias.
+    /// The names `/v1/models` lists: the id, then each alias once.
+    pub fn model_names(&self) -> Vec<String> {
+        let mut names = vec![self.cfg.model_id.clone()];
+        for a in &self.cfg.aliases {
+            if !names.contains(a) {
+                names.push(a.clone());
+            }
+        }
+        names
+    }
+
+    /// Checks the `model` field of a request: any name, unless `strict_model_names` asks for
+    /// the id or an alias (absent is always fine).
     pub fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
         match name {
-            None => Ok(()),
-            Some(n) if n == self.cfg.model_id || self.cfg.aliases.iter().any(|a| a == n) => Ok(()),
-            Some(n) => Err(ApiError::not_found(format!(
-                "the model '{n}' does not exist; this server serves '{}'",
-                self.cfg.model_id
-            ))
-            .with_param("model")
-            .with_code("model_not_found")),
+            Some(n)
+                if self.cfg.strict_model_names && !self.model_names().iter().any(|m| m == n) =>
+            {
+                Err(ApiError::not_found(format!(
+                    "the model '{n}' does not exist; this server serves '{}' \
+                     (started with --strict-model-names)",
+                    self.cfg.model_id
+                ))
+                .with_param("model")
+                .with_code("model_not_found"))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -94,7 +140,9 @@ pub(crate) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// The router of a server on `model` (starts the scheduler thread).
+/// The router of a server on `model` (starts the scheduler thread). Generation endpoints
+/// sit behind the API key, the JSON content-type check and the body reader; every route
+/// behind the `Host`/`Origin` check and the request log.
 pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
     let metrics = Arc::new(Metrics::default());
     let sched = Scheduler::start(
@@ -106,37 +154,100 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         },
         metrics.clone(),
     );
-    let max_body = cfg.max_body;
     let state = Arc::new(AppState {
         model,
         sched,
+        compiler: compiler::Compiler::start(),
         metrics,
         cfg,
         created: unix_now(),
+        started: Instant::now(),
     });
-    Router::new()
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
-        .route("/v1/models", get(models))
-        .route("/metrics", get(metrics_text))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
-        .layer(axum::middleware::from_fn(require_json))
-        .route("/health", get(health))
-        .layer(axum::extract::DefaultBodyLimit::max(max_body))
-        .with_state(state)
+        .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
+        .route("/v1/models", get(info::models))
+        .route("/metrics", get(info::metrics_text))
+        .route("/", get(info::status_page));
+    let key = KeyCheck {
+        key: state.cfg.api_key.clone(),
+        metrics: Some(state.metrics.clone()),
+    };
+    protect(api, get(info::health), key, &state.cfg).with_state(state)
 }
 
-/// Serves until Ctrl-C (or SIGTERM).
-pub async fn serve(model: Arc<Model>, cfg: ServerConfig) -> std::io::Result<()> {
-    let addr = cfg.addr;
-    let app = router(model, cfg);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+/// What the API-key layer checks: the key, if any, and the metrics that count refusals.
+#[derive(Clone)]
+pub(crate) struct KeyCheck {
+    pub(crate) key: Option<String>,
+    pub(crate) metrics: Option<Arc<Metrics>>,
+}
+
+/// The layers every server shares, around `api` (the routes behind the key): the body reader
+/// (size and time limits), the JSON content-type check and the API key; then `/health`
+/// (outside the key), the `Host`/`Origin` check and the request log around everything.
+pub(crate) fn protect<S: Clone + Send + Sync + 'static>(
+    api: Router<S>,
+    health: axum::routing::MethodRouter<S>,
+    key: KeyCheck,
+    cfg: &ServerConfig,
+) -> Router<S> {
+    let body = BodyLimits {
+        max_bytes: cfg.max_body,
+        timeout: cfg.limits.body_timeout,
+    };
+    let policy = Arc::new(AccessPolicy::new(
+        cfg.addr.ip(),
+        &cfg.allowed_hosts,
+        &cfg.cors_origins,
+    ));
+    api.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            body,
+            listen::read_body,
+        ))
+        .layer(axum::middleware::from_fn(require_json))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(key), auth))
+        .route("/health", health)
+        .layer(axum::middleware::from_fn_with_state(policy, access::check))
+        .layer(axum::middleware::from_fn_with_state(
+            cfg.log_format,
+            reqlog::log,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(body.max_bytes))
+}
+
+/// Serves on `listener` (from [`bind`]) until Ctrl-C (or SIGTERM).
+pub async fn serve_on(
+    listener: std::net::TcpListener,
+    model: Arc<Model>,
+    cfg: ServerConfig,
+) -> std::io::Result<()> {
+    eprintln!(
+        "{}",
+        info::endpoint_summary(model.chat_template().is_some())
+    );
+    let limits = cfg.limits;
+    serve_router(listener, router(model, cfg), limits).await
+}
+
+/// Serves `app` on `listener` with `limits` until Ctrl-C (or SIGTERM), printing the address
+/// on stderr.
+pub(crate) async fn serve_router(
+    listener: std::net::TcpListener,
+    app: Router,
+    limits: ConnLimits,
+) -> std::io::Result<()> {
     eprintln!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    listen::serve_connections(listener, app, limits, shutdown_signal()).await
+}
+
+/// Binds `cfg.addr` and serves until Ctrl-C (or SIGTERM).
+pub async fn serve(model: Arc<Model>, cfg: ServerConfig) -> std::io::Result<()> {
+    let listener = bind(cfg.addr)?;
+    serve_on(listener, model, cfg).await
 }
 
 async fn shutdown_signal() {
@@ -159,33 +270,35 @@ async fn shutdown_signal() {
 }
 
 /// Requires `Authorization: Bearer <key>` when the server has a key.
-async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.cfg.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // Compare without an early exit on the first differing byte.
-        let ok = given.is_some_and(|g| {
-            g.len() == key.len()
-                && g.bytes()
-                    .zip(key.bytes())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0
-        });
-        if !ok {
-            st.metrics
-                .requests_failed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+async fn auth(State(check): State<Arc<KeyCheck>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &check.key {
+        if !bearer_matches(req.headers(), key) {
+            if let Some(m) = &check.metrics {
+                m.requests_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(req).await
 }
 
-/// `200 {"status":"ok"}` while the scheduler thread runs; `503 {"status":"error", ...}` once it
-/// has died (every generation request would fail), so a supervisor can restart the server.
+/// Whether `headers` carry `Authorization: Bearer <key>`, compared without an early exit on
+/// the first differing byte.
+fn bearer_matches(headers: &axum::http::HeaderMap, key: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| {
+        g.len() == key.len()
+            && g.bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    })
+}
+
 /// Whether a `Content-Type` value names JSON (`application/json` or `application/*+json`,
 /// parameters such as `charset` ignored, case-insensitive).
 fn is_json_media_type(value: &str) -> bool {
@@ -215,44 +328,6 @@ async fn require_json(req: Request, next: Next) -> Response {
         }
     }
     next.run(req).await
-}
-
-async fn health(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    if st.sched.is_alive() {
-        (StatusCode::OK, axum::Json(json!({"status": "ok"})))
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "error", "error": "the scheduler thread has stopped"})),
-        )
-    }
-}
-
-async fn models(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.cfg.model_id,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "oxinfer",
-            "meta": {
-                "architecture": st.model.config().arch.name(),
-                "context_length": st.cfg.ctx,
-                "parallel": st.cfg.parallel,
-            },
-        }],
-    }))
-}
-
-async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    st.metrics
-        .queue_length
-        .store(st.sched.waiting(), std::sync::atomic::Ordering::Relaxed);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(),
-    )
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {

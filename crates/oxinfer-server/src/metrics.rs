@@ -1,5 +1,6 @@
-//! Counters and gauges served at `GET /metrics` in Prometheus' text format.
+//! Counters, gauges and histograms served at `GET /metrics` in Prometheus' text format.
 
+use crate::histogram::Histogram;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -32,6 +33,12 @@ pub struct Metrics {
     /// Forward passes run, and their total time in microseconds.
     pub steps: AtomicU64,
     pub step_micros: AtomicU64,
+    /// Time of each forward pass of the batch (prefill chunks and decode steps of every slot).
+    pub step_seconds: Histogram,
+    /// Per request: from its submission to its first generated token (queueing included).
+    pub ttft_seconds: Histogram,
+    /// Per request: mean time between its generated tokens after the first.
+    pub token_seconds: Histogram,
     /// Recent steps `(when, tokens generated)`, for the rate.
     recent: Mutex<Vec<(Instant, usize)>>,
 }
@@ -43,6 +50,7 @@ impl Metrics {
         self.steps.fetch_add(1, Ordering::Relaxed);
         self.step_micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.step_seconds.observe(took);
         if let Ok(mut r) = self.recent.lock() {
             let now = Instant::now();
             r.retain(|(t, _)| now.duration_since(*t) < RATE_WINDOW);
@@ -150,6 +158,21 @@ impl Metrics {
             "gauge",
             "Tokens generated per second over the last 10 s, all requests together.",
             &[(String::new(), self.tokens_per_second())],
+        );
+        self.step_seconds.render(
+            &mut out,
+            "oxinfer_step_seconds",
+            "Time of one forward pass of the batch (all active requests together).",
+        );
+        self.ttft_seconds.render(
+            &mut out,
+            "oxinfer_time_to_first_token_seconds",
+            "Per request: time from its submission (queueing included) to its first token.",
+        );
+        self.token_seconds.render(
+            &mut out,
+            "oxinfer_time_per_output_token_seconds",
+            "Per request: mean time between generated tokens after the first.",
         );
         out
     }

@@ -62,10 +62,8 @@ fn check_roles(msgs: &[Message]) -> Result<(), ApiError> {
 /// Renders the conversation (with `tools` when given) as prompt text.
 pub fn render(model: &Model, msgs: &[Message], tools: Option<&[Tool]>) -> Result<String, ApiError> {
     let tpl = model.chat_template().ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "{}: the model has no chat template; use /v1/completions",
-            model.path().display()
-        ))
+        // No file path: errors go to clients, who need not know where the model lives.
+        ApiError::bad_request("the model has no chat template; use /v1/completions")
     })?;
     render_with(tpl, template_supports_tools(model), msgs, tools)
 }

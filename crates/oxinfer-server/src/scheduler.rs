@@ -10,6 +10,7 @@
 //! sharing its longest prefix and only runs the tokens that differ.
 
 use crate::metrics::Metrics;
+use crate::reqlog::Tally;
 use oxinfer::engine::batch::{BatchConfig, BatchGenerator, SeqEvent, SeqRequest};
 use oxinfer::engine::StopReason;
 use oxinfer::Model;
@@ -38,8 +39,17 @@ impl GenRequest {
             client: Client {
                 events,
                 ticket: None,
+                tally: None,
+                submitted: Instant::now(),
+                first_token: None,
             },
         }
+    }
+
+    /// Also adds the request's token counts to `tally` when it finishes (the request log).
+    pub fn with_tally(mut self, tally: Option<Arc<Tally>>) -> Self {
+        self.client.tally = tally;
+        self
     }
 }
 
@@ -49,6 +59,11 @@ struct Client {
     events: UnboundedSender<Event>,
     /// Holds the request's place in the admission count until the request is dropped.
     ticket: Option<Ticket>,
+    /// Where the request's token counts go when it finishes.
+    tally: Option<Arc<Tally>>,
+    /// When the request was made, and when its first token came (for `/metrics`).
+    submitted: Instant,
+    first_token: Option<Instant>,
 }
 
 impl Client {
@@ -305,11 +320,26 @@ fn step(batch: &mut BatchGenerator<'_, Client>, metrics: &Metrics) {
 /// Sends one engine event to the request's handler; `false` (the client left) cancels it.
 fn forward(client: &mut Client, ev: SeqEvent, metrics: &Metrics) -> bool {
     match ev {
-        SeqEvent::Token { id, text, logprob } => client.send(Event::Token { id, text, logprob }),
+        SeqEvent::Token { id, text, logprob } => {
+            if client.first_token.is_none() {
+                let now = Instant::now();
+                metrics.ttft_seconds.observe(now - client.submitted);
+                client.first_token = Some(now);
+            }
+            client.send(Event::Token { id, text, logprob })
+        }
         SeqEvent::Text(text) => client.send(Event::Text(text)),
         SeqEvent::Finished(f) => {
             if f.reason == StopReason::Cancelled {
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+            if let (Some(first), n @ 2..) = (client.first_token, f.tokens.len()) {
+                metrics
+                    .token_seconds
+                    .observe(first.elapsed() / (n as u32 - 1));
+            }
+            if let Some(t) = &client.tally {
+                t.add(f.prompt_tokens, f.tokens.len());
             }
             client.send(Event::Done {
                 reason: f.reason,

@@ -10,6 +10,7 @@ pub mod arch;
 pub mod backend;
 pub mod chat_template;
 pub mod config;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod gguf;
@@ -20,6 +21,7 @@ pub mod nn;
 pub mod plan;
 pub mod quant;
 pub mod tokenizer;
+pub mod tuning;
 
 pub use chat_template::ChatMessage;
 pub use config::ModelConfig;

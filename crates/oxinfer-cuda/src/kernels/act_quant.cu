@@ -92,3 +92,29 @@ extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
     if (i < n) y[i] = f2h(x[i]);
 }
 
+
+// The same quantization to int8 blocks of B values (32 or 256), stored as the int8 values q
+// [nblocks * B] and one scale d per block [nblocks]: the input of the int8 GEMV (gemv.cu).
+extern "C" __global__ void quant_act_i8(const float* __restrict__ x, i8* __restrict__ q,
+                                        float* __restrict__ dq, long nblocks, int B) {
+    long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (b >= nblocks) return;
+    const float* xb = x + b * B;
+    int per = B >> 5;
+    float v[8];
+    float amax = 0.f;
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = i < per ? xb[lane + 32 * i] : 0.f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.f;
+    float id = amax == 0.f ? 0.f : 1.f / d;
+    #pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < per) q[b * B + lane + 32 * i] = (i8)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
+    if (lane == 0) dq[b] = d;
+}

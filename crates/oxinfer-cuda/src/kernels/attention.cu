@@ -75,3 +75,99 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
             if (e < per) out[(long)(i0 + r) * q_row + h * hd + lane + 32 * e] = acc[r][e] * inv;
     }
 }
+
+// Decode attention split over the keys (flash-decoding), for a few query rows over a long
+// cache: warp (row r, head h, split s) runs the online softmax over slice s of the S slices of
+// the keys row r sees and writes its unnormalized output, running max and sum to
+// part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
+// the S partials of each (row, head). Same q/k/v layouts as attention_f32.
+extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
+                                               const float* __restrict__ k,
+                                               const float* __restrict__ v,
+                                               float* __restrict__ part, int t, int pos0, int H,
+                                               int KVH, int hd, float scale, int window,
+                                               float softcap, int S) {
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (gw >= (long)t * H * S) return;
+    int s = (int)(gw % S);
+    int h = (int)((gw / S) % H);
+    int r = (int)(gw / ((long)S * H));
+    int kvh = h / (H / KVH);
+    int per = hd >> 5;
+    int q_row = H * hd, kv_row = KVH * hd;
+    int pos = pos0 + r;
+    int first = window > 0 ? max(0, pos - window + 1) : 0;
+    int n = pos - first + 1;
+    int chunk = (n + S - 1) / S;
+    int j0 = first + s * chunk, j1 = min(pos + 1, j0 + chunk);
+    float qv[MAXE], acc[MAXE];
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++) {
+        acc[e] = 0.f;
+        qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
+    }
+    float m = __int_as_float(0xff800000), l = 0.f;
+    for (int j = j0; j < j1; j++) {
+        const float* kr = k + (long)j * kv_row + kvh * hd + lane;
+        const float* vr = v + (long)j * kv_row + kvh * hd + lane;
+        float sc = 0.f, vv[MAXE];
+        #pragma unroll
+        for (int e = 0; e < MAXE; e++) {
+            sc += e < per ? qv[e] * kr[32 * e] : 0.f;
+            vv[e] = e < per ? vr[32 * e] : 0.f;
+        }
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+        sc *= scale;
+        if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+        float mn = fmaxf(m, sc);
+        float corr = __expf(m - mn);
+        float p = __expf(sc - mn);
+        l = l * corr + p;
+        #pragma unroll
+        for (int e = 0; e < MAXE; e++) acc[e] = acc[e] * corr + p * vv[e];
+        m = mn;
+    }
+    float* o = part + gw * (hd + 2);
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++)
+        if (e < per) o[lane + 32 * e] = acc[e];
+    if (lane == 0) {
+        o[hd] = m;
+        o[hd + 1] = l;
+    }
+}
+
+// Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
+// each.
+extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
+                                                 float* __restrict__ out, int t, int H, int hd,
+                                                 int S) {
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (gw >= (long)t * H) return;
+    int per = hd >> 5;
+    const float* p = part + gw * S * (hd + 2);
+    float mx = __int_as_float(0xff800000);
+    for (int s = 0; s < S; s++)
+        if (p[s * (hd + 2) + hd + 1] > 0.f) mx = fmaxf(mx, p[s * (hd + 2) + hd]);
+    float sum = 0.f, acc[MAXE];
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++) acc[e] = 0.f;
+    for (int s = 0; s < S; s++) {
+        const float* ps = p + s * (hd + 2);
+        float l = ps[hd + 1];
+        if (!(l > 0.f)) continue;
+        float c = __expf(ps[hd] - mx);
+        sum += l * c;
+        #pragma unroll
+        for (int e = 0; e < MAXE; e++)
+            if (e < per) acc[e] += ps[lane + 32 * e] * c;
+    }
+    float inv = 1.f / sum;
+    long r = gw / H, h = gw % H;
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++)
+        if (e < per) out[r * H * hd + h * hd + lane + 32 * e] = acc[e] * inv;
+}

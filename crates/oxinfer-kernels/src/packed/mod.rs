@@ -224,6 +224,20 @@ pub fn matmul_packed(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32]) {
 /// # Panics
 /// If `x.len() != t * cols` or `y.len() != t * rows`.
 pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Isa) {
+    matmul_packed_variant(w, x, t, y, isa, use_pairs(w.format, isa));
+}
+
+/// [`matmul_packed_isa`] with the two-group kernels on or off as asked (for measuring both;
+/// `pairs` is ignored where [`pairs_possible`] is false).
+pub(crate) fn matmul_packed_variant(
+    w: &PackedMatrix,
+    x: &[f32],
+    t: usize,
+    y: &mut [f32],
+    isa: Isa,
+    pairs: bool,
+) {
+    let pairs = pairs && pairs_possible(w.format, isa);
     let (rows, cols) = (w.rows, w.cols);
     crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
     if rows == 0 || t == 0 {
@@ -231,7 +245,6 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
     }
     let acts = quantize_acts(w.format, x, t, cols);
     let groups = w.groups();
-    let pairs = use_pairs(w.format, isa);
     let mut chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
     if pairs {
         // Tasks hold whole pairs of groups (the last task may end on a single one).
@@ -294,14 +307,27 @@ pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], i
 #[cfg(target_arch = "x86_64")]
 const PAIR_TOKENS: usize = 4;
 
-/// Whether a product of `format` on `isa` takes the two-group (16-row, 512-bit) kernels.
-fn use_pairs(format: WeightFormat, isa: Isa) -> bool {
+/// Whether the two-group (16-row, 512-bit) kernels exist for `format` and can run on `isa` on
+/// this CPU.
+pub(crate) fn pairs_possible(format: WeightFormat, isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if isa.has_vnni() && vnni_gemv::handles(format) && crate::dispatch::zmm_enabled() {
+    if isa.has_vnni() && vnni_gemv::handles(format) && crate::dispatch::two_group_supported() {
         return true;
     }
     let _ = (format, isa);
     false
+}
+
+/// Whether a product of `format` on `isa` takes the two-group kernels: possible, and chosen
+/// for this format ([`crate::dispatch::two_group_choice`]).
+fn use_pairs(format: WeightFormat, isa: Isa) -> bool {
+    let choice = crate::dispatch::two_group_choice();
+    let chosen = match format {
+        WeightFormat::Q4K => choice.q4k,
+        WeightFormat::Q6K => choice.q6k,
+        _ => false,
+    };
+    chosen && pairs_possible(format, isa)
 }
 
 /// Groups `g` and `g + 1` of `w` against tokens `ti .. ti + n` (`n <= PAIR_TOKENS`) of `acts`
@@ -318,8 +344,8 @@ fn pair_tile(w: &PackedMatrix, acts: &Acts, g: usize, ti: usize, n: usize, out: 
     let mut o = [[0f32; 2 * LANES]; PAIR_TOKENS];
     macro_rules! go {
         ($kern:ident) => {
-            // SAFETY: use_pairs checked the CPU features (an Avx512Vnni level: AVX-512 F/VL/VNNI
-            // with AVX2, FMA, F16C; zmm_enabled: AVX-512 BW); a and b are whole packed groups of nb blocks; each x(k) starts nb blocks
+            // SAFETY: pairs_possible checked the CPU features (an Avx512Vnni level: AVX-512 F/VL/VNNI
+            // with AVX2, FMA, F16C; pairs_possible: AVX-512 BW); a and b are whole packed groups of nb blocks; each x(k) starts nb blocks
             // of token ti + k < t (bounds checked by the slicing).
             unsafe {
                 match n {

@@ -30,7 +30,7 @@ fn hsum_epi32(v: __m256i) -> i32 {
 /// 16 packed bytes → 32 nibbles: low nibbles in bytes 0..16, high nibbles in 16..32.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn nibbles_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles_32(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes at `p`.
     let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
@@ -40,7 +40,7 @@ unsafe fn nibbles_32(p: *const u8) -> __m256i {
 /// The 32 bits of `qh` → 32 bytes, `0xFF` where the bit is set.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn bits_32(qh: u32) -> __m256i {
+pub(super) fn bits_32(qh: u32) -> __m256i {
     let shuf = _mm256_set_epi64x(
         0x0303_0303_0303_0303,
         0x0202_0202_0202_0202,
@@ -111,6 +111,17 @@ const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
+const IQ4_NL: u8 = 5;
+const MXFP4: u8 = 6;
+
+/// The 16-entry i8 `table` in both 128-bit lanes, for `_mm256_shuffle_epi8` lookups.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn table_256(table: &[i8; 16]) -> __m256i {
+    // SAFETY: `table` is 16 readable bytes.
+    let t = unsafe { _mm_loadu_si128(table.as_ptr() as *const __m128i) };
+    _mm256_set_m128i(t, t)
+}
 
 /// The f16 at `p`, converted by the F16C unit.
 #[inline(always)]
@@ -146,6 +157,8 @@ pub unsafe fn dot_q8_multi<const N: usize>(
             WeightFormat::Q4_1 => dot_q8_impl::<Q4_1, N>(w, xs, out),
             WeightFormat::Q5_0 => dot_q8_impl::<Q5_0, N>(w, xs, out),
             WeightFormat::Q5_1 => dot_q8_impl::<Q5_1, N>(w, xs, out),
+            WeightFormat::IQ4_NL => dot_q8_impl::<IQ4_NL, N>(w, xs, out),
+            WeightFormat::MXFP4 => dot_q8_impl::<MXFP4, N>(w, xs, out),
             _ => dot_q8_impl::<Q8_0, N>(w, xs, out),
         }
     }
@@ -162,7 +175,16 @@ unsafe fn dot_q8_impl<const F: u8, const N: usize>(
         Q4_1 => 20,
         Q5_0 => 22,
         Q5_1 => 24,
+        IQ4_NL => 18,
+        MXFP4 => 17,
         _ => 34,
+    };
+    // SAFETY: the enclosing kernel has avx2.
+    let table = unsafe {
+        match F {
+            IQ4_NL => table_256(&crate::dequant::KVALUES_IQ4NL),
+            _ => table_256(&crate::dequant::KVALUES_MXFP4),
+        }
     };
     let nb = w.len() / bb;
     for x in &xs {
@@ -183,6 +205,16 @@ unsafe fn dot_q8_impl<const F: u8, const N: usize>(
                     0.0,
                 ),
                 Q4_1 => (nibbles_32(p.add(4)), f16_ptr(p), f16_ptr(p.add(2))),
+                IQ4_NL => (
+                    _mm256_shuffle_epi8(table, nibbles_32(p.add(2))),
+                    f16_ptr(p),
+                    0.0,
+                ),
+                MXFP4 => (
+                    _mm256_shuffle_epi8(table, nibbles_32(p.add(1))),
+                    crate::dequant::iq::e8m0_half(*p),
+                    0.0,
+                ),
                 Q5_0 => {
                     let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
                     // High bit clear → nibble - 16 (as i8: nibble | 0xF0); set → nibble.

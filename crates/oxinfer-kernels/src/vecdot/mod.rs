@@ -6,6 +6,7 @@
 //! Each kernel has a scalar twin (`scalar.rs`) that the SIMD versions are tested against.
 
 mod avx2;
+mod iq_avx2;
 mod neon;
 mod neon_mm;
 mod scalar;
@@ -39,8 +40,11 @@ pub fn act_kind(format: WeightFormat) -> ActKind {
     use WeightFormat::*;
     match format {
         F32 | F16 | BF16 => ActKind::F32,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8 | Q4 => ActKind::Q8,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8 | Q4 | IQ4_NL | MXFP4 => ActKind::Q8,
         Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => ActKind::Q8K,
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_XS | TQ1_0 | TQ2_0 => {
+            ActKind::Q8K
+        }
     }
 }
 
@@ -65,7 +69,8 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
 /// Dot product of a row of a 32-weight format with quantized activations (one block per 32).
 ///
 /// # Panics
-/// If `format` is not one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or `w` is not `x.len()` blocks.
+/// If `format` is not one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 or `w` is not
+/// `x.len()` blocks.
 pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
     check::q8_row(format, w, x.len());
     match isa {
@@ -236,6 +241,10 @@ pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: Isa) 
             unpack::unpack_scales(format, b, out);
             return;
         }
+        // SAFETY: as above.
+        if unsafe { iq_avx2::unpack_iq(format, b, out) } {
+            return;
+        }
     }
     #[cfg(target_arch = "aarch64")]
     if isa.is_neon() {
@@ -269,8 +278,8 @@ mod check {
     pub(super) fn q8_row(format: WeightFormat, w: &[u8], n: usize) {
         use WeightFormat::*;
         assert!(
-            matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0),
-            "dot_q8 takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weights, not {format}"
+            matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4),
+            "dot_q8 takes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL or MXFP4 weights, not {format}"
         );
         blocks(format, "weight", w.len(), format.block_bytes(), n);
     }
@@ -285,12 +294,14 @@ mod check {
         blocks(format, "scale", s.len(), format.scale_bytes(), n);
     }
 
-    /// `b` is one super-block of a K-quant that unpacks to a [`super::KBlock`].
+    /// `b` is one super-block of a K-quant or 256-weight IQ/TQ type that unpacks to a
+    /// [`super::KBlock`].
     pub(super) fn k_block(format: WeightFormat, b: &[u8]) {
         use WeightFormat::*;
         assert!(
-            matches!(format, Q2K | Q3K | Q4K | Q5K | Q6K),
-            "unpack_k takes Q2_K, Q3_K, Q4_K, Q5_K or Q6_K blocks, not {format}"
+            matches!(format, Q2K | Q3K | Q4K | Q5K | Q6K)
+                || (WeightFormat::IQ.contains(&format) && format.block_size() == 256),
+            "unpack_k takes Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or 256-weight IQ/TQ blocks, not {format}"
         );
         blocks(format, "super-block", b.len(), format.block_bytes(), 1);
     }

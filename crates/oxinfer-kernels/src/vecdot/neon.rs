@@ -161,6 +161,8 @@ pub(super) const Q4_1: u8 = 1;
 pub(super) const Q5_0: u8 = 2;
 pub(super) const Q5_1: u8 = 3;
 pub(super) const Q8_0: u8 = 4;
+pub(super) const IQ4_NL: u8 = 5;
+pub(super) const MXFP4: u8 = 6;
 
 /// Block bytes of format code `F`.
 pub(super) const fn block_bytes(f: u8) -> usize {
@@ -169,6 +171,8 @@ pub(super) const fn block_bytes(f: u8) -> usize {
         Q4_1 => 20,
         Q5_0 => 22,
         Q5_1 => 24,
+        IQ4_NL => 18,
+        MXFP4 => 17,
         _ => 34,
     }
 }
@@ -181,6 +185,8 @@ pub(super) fn code(format: WeightFormat) -> u8 {
         WeightFormat::Q5_0 => Q5_0,
         WeightFormat::Q5_1 => Q5_1,
         WeightFormat::Q8_0 => Q8_0,
+        WeightFormat::IQ4_NL => IQ4_NL,
+        WeightFormat::MXFP4 => MXFP4,
         other => unreachable!("{other} is not a 32-weight format"),
     }
 }
@@ -231,6 +237,21 @@ pub(super) unsafe fn legacy_block<const F: u8>(p: *const u8) -> (int8x16_t, int8
                     (l, h, f16_ptr(p), f16_ptr(p.add(2)))
                 }
             }
+            IQ4_NL | MXFP4 => {
+                let (table, at, d) = if F == IQ4_NL {
+                    (&crate::dequant::KVALUES_IQ4NL, 2, f16_ptr(p))
+                } else {
+                    (
+                        &crate::dequant::KVALUES_MXFP4,
+                        1,
+                        crate::dequant::iq::e8m0_half(*p),
+                    )
+                };
+                let t = vld1q_s8(table.as_ptr());
+                let v = vld1q_u8(p.add(at));
+                let (l, h) = (vandq_u8(v, lo4), vshrq_n_u8::<4>(v));
+                (vqtbl1q_s8(t, l), vqtbl1q_s8(t, h), d, 0.0)
+            }
             _ => (
                 vld1q_s8(p.add(2) as *const i8),
                 vld1q_s8(p.add(18) as *const i8),
@@ -279,6 +300,8 @@ unsafe fn dot_q8_any<const DOT: bool, const N: usize>(
             Q4_1 => dot_q8_impl::<DOT, Q4_1, N>(w, xs, out),
             Q5_0 => dot_q8_impl::<DOT, Q5_0, N>(w, xs, out),
             Q5_1 => dot_q8_impl::<DOT, Q5_1, N>(w, xs, out),
+            IQ4_NL => dot_q8_impl::<DOT, IQ4_NL, N>(w, xs, out),
+            MXFP4 => dot_q8_impl::<DOT, MXFP4, N>(w, xs, out),
             _ => dot_q8_impl::<DOT, Q8_0, N>(w, xs, out),
         }
     }

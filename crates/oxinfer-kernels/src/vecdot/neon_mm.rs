@@ -4,7 +4,7 @@
 //! work of an `sdot` per instruction, so it pays only when two rows meet two tokens (prefill).
 #![cfg(target_arch = "aarch64")]
 
-use super::neon::{block_bytes, code, legacy_block, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::neon::{block_bytes, code, legacy_block, IQ4_NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::format::WeightFormat;
 use crate::q8::BlockQ8;
 use std::arch::aarch64::*;
@@ -54,6 +54,8 @@ pub unsafe fn dot_q8_2x4(
             Q4_1 => impl_2x4::<Q4_1>(w, xs, out),
             Q5_0 => impl_2x4::<Q5_0>(w, xs, out),
             Q5_1 => impl_2x4::<Q5_1>(w, xs, out),
+            IQ4_NL => impl_2x4::<IQ4_NL>(w, xs, out),
+            MXFP4 => impl_2x4::<MXFP4>(w, xs, out),
             _ => impl_2x4::<Q8_0>(w, xs, out),
         }
     }

@@ -3,6 +3,8 @@
 
 use super::unpack::KBlock;
 use crate::dequant::f16_at;
+use crate::dequant::iq::e8m0_half;
+use crate::dequant::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 
@@ -73,6 +75,18 @@ fn legacy_block(format: WeightFormat, b: &[u8], q: &mut [i32; 32]) -> (f32, f32)
                 q[j] = i32::from(b[2 + j] as i8);
             }
             (f16_at(b, 0), 0.0)
+        }
+        WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
+            let (table, qs, d) = if format == WeightFormat::IQ4_NL {
+                (&KVALUES_IQ4NL, &b[2..18], f16_at(b, 0))
+            } else {
+                (&KVALUES_MXFP4, &b[1..17], e8m0_half(b[0]))
+            };
+            for j in 0..16 {
+                q[j] = i32::from(table[(qs[j] & 15) as usize]);
+                q[j + 16] = i32::from(table[(qs[j] >> 4) as usize]);
+            }
+            (d, 0.0)
         }
         other => unreachable!("{other} is not a 32-weight format"),
     }

@@ -42,6 +42,25 @@ fn random_row(format: WeightFormat, n: usize, seed: u64) -> Vec<u8> {
             }
             WeightFormat::Q6K => put(208, a),
             WeightFormat::Q8K => blk[..4].copy_from_slice(&0.01f32.to_le_bytes()),
+            WeightFormat::TQ1_0 => put(52, a),
+            WeightFormat::TQ2_0 => put(64, a),
+            WeightFormat::MXFP4 => blk[0] = 118 + blk[0] % 8,
+            WeightFormat::IQ1_M => {
+                // f16 d in the top nibbles of the four scale words (bytes 49, 51, 53, 55)
+                let d = u16::from_le_bytes(a);
+                for k in 0..4 {
+                    let nib = ((d >> (4 * k)) & 0xF) as u8;
+                    blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0F) | (nib << 4);
+                }
+            }
+            WeightFormat::IQ2_XXS
+            | WeightFormat::IQ2_XS
+            | WeightFormat::IQ2_S
+            | WeightFormat::IQ3_XXS
+            | WeightFormat::IQ3_S
+            | WeightFormat::IQ1_S
+            | WeightFormat::IQ4_NL
+            | WeightFormat::IQ4_XS => put(0, a),
             WeightFormat::Q8 | WeightFormat::Q4 => {
                 unreachable!("split formats are tested in quantize")
             }
@@ -111,7 +130,7 @@ fn both(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> (f32, f32) {
     }
 }
 
-const FORMATS: [WeightFormat; 13] = [
+const FORMATS: [WeightFormat; 25] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -125,12 +144,24 @@ const FORMATS: [WeightFormat; 13] = [
     WeightFormat::Q4K,
     WeightFormat::Q5K,
     WeightFormat::Q6K,
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ2_XS,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ1_S,
+    WeightFormat::IQ4_NL,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ2_S,
+    WeightFormat::IQ4_XS,
+    WeightFormat::IQ1_M,
+    WeightFormat::TQ1_0,
+    WeightFormat::TQ2_0,
+    WeightFormat::MXFP4,
 ];
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
-    fn simd_matches_scalar_twin_and_f32_reference(fi in 0usize..13, blocks in 1usize..5, extra in 0usize..9, seed in any::<u64>()) {
+    fn simd_matches_scalar_twin_and_f32_reference(fi in 0usize..FORMATS.len(), blocks in 1usize..5, extra in 0usize..9, seed in any::<u64>()) {
         let format = FORMATS[fi];
         // Float formats get ragged lengths; block formats whole blocks.
         let n = if format.block_size() == 1 { blocks * 37 + extra } else { blocks * format.block_size().max(32) * if format.block_size() == 32 { 1 + extra } else { 1 } };
@@ -162,6 +193,8 @@ fn four_token_kernels_match_one_token() {
         WeightFormat::Q5_0,
         WeightFormat::Q5_1,
         WeightFormat::Q8_0,
+        WeightFormat::IQ4_NL,
+        WeightFormat::MXFP4,
     ]
     .into_iter()
     .enumerate()
@@ -330,5 +363,38 @@ fn wrong_lengths_and_formats_panic_with_a_message() {
         );
         let m = panic_message(|| unpack_k_isa(WeightFormat::Q8K, &[0u8; 292], &mut kb, isa));
         assert!(m.contains("unpack_k takes"), "{isa:?}: {m}");
+    }
+}
+
+/// The SIMD unpackers of the 256-weight IQ/TQ formats give the portable unpacker's integers
+/// on every ISA, and those integers times their scales are the reference dequantization (up
+/// to float rounding of the scale factor).
+#[test]
+fn iq_unpack_matches_portable_and_dequant() {
+    for format in WeightFormat::IQ
+        .into_iter()
+        .filter(|f| f.block_size() == 256)
+    {
+        for seed in 0..16 {
+            let b = random_row(format, 256, seed);
+            let mut plain = KBlock::default();
+            unpack_k(format, &b, &mut plain);
+            for isa in available_isas() {
+                let mut kb = KBlock::default();
+                unpack_k_isa(format, &b, &mut kb, isa);
+                assert_eq!(kb.q, plain.q, "{format} {isa:?} seed {seed}: quants");
+                assert_eq!(kb.sc, plain.sc, "{format} {isa:?} seed {seed}: scales");
+                assert_eq!(kb.d.to_bits(), plain.d.to_bits(), "{format} {isa:?}: d");
+            }
+            let mut want = [0f32; 256];
+            dequantize_row(format, &b, &mut want).unwrap();
+            for (i, w) in want.iter().enumerate() {
+                let got = plain.d * f32::from(plain.sc[i / 16]) * f32::from(plain.q[i]);
+                assert!(
+                    (got - w).abs() <= 1e-6 * w.abs() + 1e-30,
+                    "{format} seed {seed} weight {i}: {got} vs {w}"
+                );
+            }
+        }
     }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::needless_range_loop)] // index arithmetic mirrors the block layouts
 
 use crate::dequant::f16_at;
+use crate::dequant::iq::{self, IqBlock};
 use crate::dequant::kquants::{q3_k_scales, scale_min_k4};
 use crate::format::WeightFormat;
 
@@ -34,6 +35,18 @@ impl Default for KBlock {
     }
 }
 
+/// Integer scales and factor of an IQ/TQ block with f16 scale `d` and scale codes `code` (one
+/// per 16 weights; no mins).
+pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut KBlock) {
+    out.dmin = 0.0;
+    out.m = [0; 16];
+    for g in 0..16 {
+        let (sc, unit) = iq::int_scale(format, d, code[g]);
+        out.sc[g] = sc;
+        out.d = unit;
+    }
+}
+
 /// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
 pub(super) fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     if format == WeightFormat::Q6K {
@@ -57,9 +70,16 @@ pub(super) fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     }
 }
 
-/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) into `out` (portable code).
+/// Unpacks one super-block `b` of a K-quant `format` (not Q8_K) or of a 256-weight IQ/TQ
+/// format into `out` (portable code).
 pub fn unpack_k(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     match format {
+        f if WeightFormat::IQ.contains(&f) => {
+            let mut blk = IqBlock::default();
+            iq::decode(f, b, &mut blk);
+            out.q = blk.q;
+            iq_scales(f, blk.d, &blk.code, out);
+        }
         WeightFormat::Q2K => {
             let (scales, qs) = (&b[0..16], &b[16..80]);
             out.d = f16_at(b, 80);

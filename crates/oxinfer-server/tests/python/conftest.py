@@ -18,9 +18,9 @@ MODEL = os.environ.get(
 class Server:
     """One `oxinfer serve` child process; `url` is its base URL."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, model=MODEL):
         self.proc = subprocess.Popen(
-            [BIN, "serve", "-m", MODEL, "--port", "0", "-t", "2", *args],
+            [BIN, "serve", "-m", model, "--port", "0", "-t", "2", *args],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,

@@ -424,12 +424,15 @@ def test_bad_json_is_400_with_openai_error(server):
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
 
 
-def test_unknown_model_is_404(server):
-    with pytest.raises(openai.NotFoundError) as e:
-        client(server).chat.completions.create(
-            model="no-such-model", messages=[{"role": "user", "content": "hi"}])
-    assert e.value.status_code == 404
-    assert e.value.body["code"] == "model_not_found"
+def test_any_model_name_is_answered_and_named_in_the_response(server):
+    """Clients send their own default model name (issue 17): a single-model server answers
+    it, and `model` in the response says what served it (the 404 needs --strict-model-names,
+    test_operations.py)."""
+    r = client(server).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert r.model == MODEL_NAME
+    r = client(server).completions.create(model="llama3", prompt="Hi", max_tokens=2)
+    assert r.model == MODEL_NAME
 
 
 def test_prompt_too_long_says_by_how_much(server, small_server):

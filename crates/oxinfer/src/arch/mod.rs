@@ -5,6 +5,7 @@
 //! each with its own KV cache, run in one pass so each weight matrix is read once for all of
 //! them (continuous batching); [`CausalLm::forward`] is the one-sequence case.
 
+pub mod bert;
 pub mod diffusion;
 pub mod gemma;
 pub mod llama;

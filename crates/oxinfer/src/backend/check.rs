@@ -64,6 +64,23 @@ pub fn report() -> Option<String> {
     Some(s)
 }
 
+/// A host copy of `s`'s cache holding what the backend stored in the pass that just ran:
+/// appended to the host (already in the copy) or kept in the device mirror (read back and
+/// appended here); not advanced, like the CPU twin's copies.
+fn device_view(s: &SeqRows<'_>) -> KvCache {
+    let mut c = s.cache.clone();
+    let from = s.cache.len();
+    if let Some(d) = s.cache.device().filter(|d| d.len() > from) {
+        for layer in 0..c.layers.len() {
+            match d.read(layer, from, d.len()) {
+                Ok((k, v)) => c.append(layer, &k, &v),
+                Err(e) => eprintln!("OXINFER_GPU_CHECK: reading the device KV cache failed: {e}"),
+            }
+        }
+    }
+    c
+}
+
 /// Wraps a backend; every op it handles is recomputed on the CPU and compared.
 pub struct Checked {
     inner: Box<dyn Backend>,
@@ -174,10 +191,18 @@ impl Backend for Checked {
         seqs: &mut [SeqRows<'_>],
         logits: &mut [f32],
     ) -> bool {
+        // The twin runs on host copies: rows only a device mirror holds come down first.
+        let synced =
+            |seqs: &mut [SeqRows<'_>]| seqs.iter_mut().try_for_each(|s| s.cache.sync_host());
+        if let Err(e) = synced(seqs) {
+            eprintln!("OXINFER_GPU_CHECK: reading the device KV cache failed: {e}");
+            return false;
+        }
         let mut copies: Vec<KvCache> = seqs.iter().map(|s| s.cache.clone()).collect();
         if !self.inner.run_plan(plan, input, seqs, logits) {
             return false;
         }
+        let dev_kv: Vec<KvCache> = seqs.iter().map(device_view).collect();
         let mut twin: Vec<SeqRows> = seqs
             .iter()
             .zip(copies.iter_mut())
@@ -201,8 +226,8 @@ impl Backend for Checked {
         let cpu_logits = cpu::logits(plan, &rows, input.logit_rows.len());
         let n = plan.layers.len();
         for li in 0..n {
-            for (s, c) in seqs.iter().zip(&copies) {
-                let (dev, cpu) = (&s.cache.layers[li], &c.layers[li]);
+            for (d, c) in dev_kv.iter().zip(&copies) {
+                let (dev, cpu) = (&d.layers[li], &c.layers[li]);
                 record("plan keys (per layer)".to_string(), &dev.k, &cpu.k);
                 record("plan values (per layer)".to_string(), &dev.v, &cpu.v);
                 if li == 0 || li + 1 == n {

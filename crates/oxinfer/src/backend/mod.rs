@@ -197,11 +197,13 @@ pub trait Backend: Send + Sync {
 
     /// A whole model pass with the hidden state resident on the device: `input.x` (the
     /// embedded rows of every sequence of `seqs`) goes up; every layer's new keys/values are
-    /// appended to each sequence's cache in layer order ([`crate::plan::KvCache::append`], not
-    /// advanced) and the logits of `input.logit_rows` come down into `logits`
-    /// (`[logit_rows.len(), vocab]`). Returns false when not handled: a backend declines any
-    /// plan with an op it does not implement, before changing anything (the CPU then runs the
-    /// plan). See [`plan_run`] for why this departs from the spec's per-op interface.
+    /// stored for each sequence, either appended to its host cache in layer order
+    /// ([`crate::plan::KvCache::append`]) or kept in the cache's device mirror (whose length
+    /// then counts them), never advanced; the logits of `input.logit_rows` come down into
+    /// `logits` (`[logit_rows.len(), vocab]`). Returns false when not handled: a backend
+    /// declines any plan with an op it does not implement, before changing anything (the CPU
+    /// then runs the plan). See [`plan_run`] for the ownership rule and for why this departs
+    /// from the spec's per-op interface.
     fn run_plan(
         &self,
         _plan: &Plan,

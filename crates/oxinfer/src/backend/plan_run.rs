@@ -7,32 +7,45 @@
 //! plan in one call: the embedding rows go up, the logits of the rows that need them and every
 //! layer's new keys and values come down.
 //!
-//! KV ownership: the host [`crate::plan::KvCache`] stays the one source of truth. The backend
-//! reads each sequence's cached keys/values through [`crate::plan::KvCache::past`] (in position
-//! order, also for ring-buffer sliding layers) and appends every layer's new rows to the caches
-//! as the CPU would (a backend can overlap that copy with the next layers' compute); [`run`]
-//! then advances the caches. Decode (one token per step) then runs wherever it runs (on the
-//! CPU by default) over the same cache.
+//! KV ownership: the state of a sequence lives where its passes run. A backend stores each
+//! pass's new keys/values either on the host ([`crate::plan::KvCache::append`], as the CPU
+//! does) or in a device mirror it attaches to the cache ([`crate::plan::DeviceKv`],
+//! [`crate::plan::KvCache::set_device`]; the CUDA backend does this, so decode steps move
+//! only the embedded rows up and the wanted logits down); [`run`] then advances the caches.
+//! The rule, for every cache: positions `0 .. len()` lie on the host (`0 .. host_len()`), in
+//! the mirror (`0 .. mirror.len()`), or both, and one of the two holds them all.
+//! - A device pass appends to the mirror only, after copying up any rows only the host holds
+//!   (written by a CPU pass since).
+//! - A CPU pass ([`crate::plan::cpu`]) first copies down the rows only the mirror holds
+//!   ([`crate::plan::KvCache::sync_host`]), then appends to the host only. So does anything
+//!   else that reads the host layers (the `OXINFER_GPU_CHECK` twin).
+//! - [`crate::plan::KvCache::truncate`] / `reset` trim both; a clone copies the host part.
+//!
+//! The backend declines what it does not run (ops it lacks, a mirror of another backend)
+//! before changing anything, and the CPU runs that pass over the same cache.
 
 use super::Backend;
 use crate::error::{Error, Result};
 use crate::plan::batch::{logit_rows, split_logits};
 use crate::plan::{Plan, PlanInput, RopeTable, SeqRows};
 
-/// Per sequence and layer: rows stored and oldest position, to tell whether a declined run
-/// changed a cache.
+/// Per sequence and layer: rows stored and oldest position, then per sequence the mirror's
+/// length, to tell whether a declined run changed a cache.
 fn fingerprint(seqs: &[SeqRows<'_>]) -> Vec<(usize, usize)> {
-    seqs.iter()
-        .flat_map(|s| s.cache.layers.iter().map(|l| (l.k.len(), l.start)))
-        .collect()
+    let host = seqs
+        .iter()
+        .flat_map(|s| s.cache.layers.iter().map(|l| (l.k.len(), l.start)));
+    let device = seqs
+        .iter()
+        .map(|s| (s.cache.device().map_or(0, |d| d.len()), usize::MAX));
+    host.chain(device).collect()
 }
 
-/// Runs `plan` over the embedded tokens `x` (`[t, dim]`, tokens `ids`) on `b`: appends the new
-/// keys/values to each sequence's cache, advances the caches and returns the logits per
-/// sequence. `None` when `b` declines (it does not want a pass this small, does not implement
-/// an op of the plan, or uploading the cached keys would cost more than the pass, e.g.
-/// many-sequence decode), with nothing changed; an error when the device failed after part of
-/// the keys were stored (those caches are then emptied).
+/// Runs `plan` over the embedded tokens `x` (`[t, dim]`, tokens `ids`) on `b`: stores the new
+/// keys/values of each sequence (host or mirror, see the module docs), advances the caches and
+/// returns the logits per sequence. `None` when `b` declines (it does not implement an op of
+/// the plan, or does not run passes this small), with nothing changed; an error when the
+/// device failed after part of the keys were stored (those caches are then emptied).
 pub fn run(
     b: &dyn Backend,
     plan: &Plan,
@@ -40,12 +53,7 @@ pub fn run(
     x: &[f32],
     seqs: &mut [SeqRows<'_>],
 ) -> Option<Result<Vec<Vec<f32>>>> {
-    let (t, dim) = (ids.len(), plan.dim);
-    // Rows every layer would upload, against the pass's own work.
-    let past_rows: usize = seqs.iter().map(|s| s.cache.len()).sum();
-    if !b.wants(dim, dim, t) || past_rows > 4 * t {
-        return None;
-    }
+    let t = ids.len();
     let rope_tables: Vec<RopeTable> = plan
         .ropes
         .iter()

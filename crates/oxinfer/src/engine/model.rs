@@ -74,6 +74,8 @@ impl Model {
     pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let t0 = Instant::now();
+        // Kernel variants are chosen before any weight is packed or multiplied.
+        crate::tuning::ensure();
         let meta = std::fs::metadata(path).map_err(|e| LoadError::io(path, e))?;
         let mut model = if meta.is_file() {
             if is_gguf(path) || path.extension().is_some_and(|e| e == "gguf") {

@@ -153,7 +153,13 @@ impl GgufFile {
         let mut by_name = BTreeMap::new();
         for (name, dims, ty, offset) in infos {
             let format = WeightFormat::from_ggml_type(ty).ok_or_else(|| {
-                LoadError::tensor(path, &name, format!("unsupported tensor type id {ty}"))
+                let known = WeightFormat::unhandled_ggml_type_name(ty)
+                    .map_or(String::new(), |n| format!(" ({n})"));
+                LoadError::tensor(
+                    path,
+                    &name,
+                    format!("unsupported tensor type id {ty}{known}"),
+                )
             })?;
             let n_elems = dims
                 .iter()

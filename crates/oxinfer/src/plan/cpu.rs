@@ -4,7 +4,7 @@
 
 use super::batch::{gather_rows, logit_rows, split_logits, SeqRows};
 use super::{Ffn, FfnBody, Layer, Mixer, Plan};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Runs `plan` over the embedded tokens `x` (`[t, dim]`, `ids` stacked as in `seqs`): appends
 /// every layer's keys/values (and updates recurrent state) of each sequence, advances the
@@ -27,13 +27,17 @@ pub fn forward(
 }
 
 /// The hidden state `[t, dim]` after every layer; each layer's keys/values are appended to the
-/// caches, which are not advanced.
+/// caches, which are not advanced. Rows a backend left only in a cache's device mirror are
+/// copied to the host first ([`super::KvCache::sync_host`]).
 pub fn hidden(
     plan: &Plan,
     ids: &[u32],
     mut x: Vec<f32>,
     seqs: &mut [SeqRows<'_>],
 ) -> Result<Vec<f32>> {
+    for s in seqs.iter_mut() {
+        s.cache.sync_host().map_err(Error::Device)?;
+    }
     let d = plan.dim;
     let mut t = ids.len();
     let mut ple = match plan.ple {

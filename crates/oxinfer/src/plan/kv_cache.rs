@@ -4,6 +4,13 @@
 //! exactly their window (position `p` in row `p % ring`), widened only while a chunk longer
 //! than one token is being prefilled (`window − 1 + chunk` rows, what its first query still
 //! needs) and narrowed back to the window once the chunk is stored.
+//!
+//! A backend that runs whole plans may keep the newest positions in a device mirror instead
+//! ([`DeviceKv`], [`KvCache::set_device`]); the host layers then lag behind [`KvCache::len`]
+//! until [`KvCache::sync_host`] copies the missing rows down (the ownership rule is in
+//! [`super::kv_mirror`]).
+
+use super::kv_mirror::DeviceKv;
 
 /// Keys and values of one attention layer, each `[rows, kv_heads * head_dim]` row-major.
 /// Global layers: row `i` holds position `i`. Sliding layers: a ring of [`LayerCache::ring`]
@@ -70,12 +77,16 @@ pub struct RecurrentState {
 }
 
 /// The KV cache of a whole model for one sequence.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct KvCache {
-    /// One entry per layer.
+    /// One entry per layer: the rows the host holds (positions before [`KvCache::host_len`]).
     pub layers: Vec<LayerCache>,
-    /// Positions stored.
+    /// Positions stored (on the host, in the device mirror, or both).
     len: usize,
+    /// Positions stored in `layers` (`len` unless a device pass ran since the last sync).
+    host_len: usize,
+    /// The backend's copy of the keys/values, if a backend ran a pass over this cache.
+    device: Option<Box<dyn DeviceKv>>,
     /// Width of a cached row (`kv_heads * head_dim`).
     row: usize,
     /// Positions the cache may hold.
@@ -91,6 +102,8 @@ impl KvCache {
         KvCache {
             layers: vec![LayerCache::default(); n_layers],
             len: 0,
+            host_len: 0,
+            device: None,
             row,
             capacity,
             recurrent: Vec::new(),
@@ -158,7 +171,7 @@ impl KvCache {
     /// `window − 1 + t` rows first when `t` new rows would overwrite keys the first new query
     /// still sees.
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        let (pos0, row) = (self.len, self.row_width(layer));
+        let (pos0, row) = (self.host_len, self.row_width(layer));
         let c = &mut self.layers[layer];
         debug_assert_eq!(k.len() % row.max(1), 0);
         let t = k.len() / row.max(1);
@@ -186,13 +199,27 @@ impl KvCache {
         c.start = c.start.max((pos0 + t).saturating_sub(c.ring));
     }
 
-    /// Records that `t` positions were appended to every layer; sliding layers' rings narrow
-    /// back to their window.
+    /// Records that `t` positions were stored for every layer: appended to the host layers
+    /// ([`KvCache::append`]), or kept in the device mirror by a backend that already counted
+    /// them (its length is then `len() + t`). Sliding layers' rings narrow back to their window.
     pub fn advance(&mut self, t: usize) {
+        let on_device = self
+            .device
+            .as_ref()
+            .is_some_and(|d| d.len() == self.len + t);
+        debug_assert!(on_device || self.host_len == self.len);
         self.len += t;
+        if !on_device {
+            self.advance_host(t);
+        }
+    }
+
+    /// Records that `t` positions were appended to the host layers.
+    fn advance_host(&mut self, t: usize) {
+        self.host_len += t;
         for i in 0..self.layers.len() {
             let row = self.row_width(i);
-            let len = self.len;
+            let len = self.host_len;
             let l = &mut self.layers[i];
             if let Some(w) = l.window {
                 if l.ring > w && !l.k.is_empty() {
@@ -205,40 +232,44 @@ impl KvCache {
         debug_assert!((0..self.layers.len()).all(|i| {
             let l = &self.layers[i];
             let rows = if l.ring > 0 {
-                self.len.min(l.ring)
+                self.host_len.min(l.ring)
             } else {
-                self.len
+                self.host_len
             };
             l.k.len() == rows * self.row_width(i) || l.k.is_empty()
         }));
     }
 
-    /// Drops every position at or after `len` (to rewind to a shared prefix). A cache with
-    /// recurrent state, or a windowed layer that already dropped rows a query at `len` would
-    /// see, cannot rewind part-way: it empties instead; check [`KvCache::len`].
+    /// Drops every position at or after `len` (to rewind to a shared prefix), on the host and
+    /// in the device mirror. A cache with recurrent state, or a windowed layer that already
+    /// dropped rows a query at `len` would see, cannot rewind part-way: it empties instead;
+    /// check [`KvCache::len`].
     pub fn truncate(&mut self, len: usize) {
-        if len < self.len && !self.layers.iter().all(|l| l.serves(len)) {
+        if len >= self.len {
+            return;
+        }
+        let host_cut = self.host_len > len;
+        let stuck = host_cut && !self.layers.iter().all(|l| l.serves(len));
+        if len == 0 || !self.recurrent.is_empty() || stuck {
             self.reset();
             return;
         }
-        let len = if len < self.len && !self.recurrent.is_empty() {
-            self.clear_recurrent();
-            0
-        } else {
-            len
-        };
-        if len < self.len {
+        if host_cut {
             for i in 0..self.layers.len() {
                 let row = self.row_width(i);
                 let l = &mut self.layers[i];
                 // Rows of a ring that has wrapped stay (they are overwritten before being read).
-                if l.ring == 0 || self.len <= l.ring {
+                if l.ring == 0 || self.host_len <= l.ring {
                     l.k.truncate(len * row);
                     l.v.truncate(len * row);
                 }
             }
-            self.len = len;
+            self.host_len = len;
         }
+        if let Some(d) = self.device.as_mut() {
+            d.truncate(len);
+        }
+        self.len = len;
     }
 
     /// Empties every layer and recurrent state unconditionally (also rows appended since the
@@ -251,7 +282,11 @@ impl KvCache {
             l.ring = l.window.unwrap_or(0);
         }
         self.clear_recurrent();
+        if let Some(d) = self.device.as_mut() {
+            d.truncate(0);
+        }
         self.len = 0;
+        self.host_len = 0;
     }
 
     /// Zeroes every recurrent (convolution and DeltaNet) state.
@@ -267,21 +302,92 @@ impl KvCache {
         self.truncate(0);
     }
 
+    /// Positions stored in the host layers (the rest of [`KvCache::len`] is only in the
+    /// device mirror).
+    pub fn host_len(&self) -> usize {
+        self.host_len
+    }
+
+    /// The device mirror, if a backend attached one.
+    pub fn device(&self) -> Option<&dyn DeviceKv> {
+        self.device.as_deref()
+    }
+
+    /// The device mirror, mutably (a backend appends to it during its pass).
+    pub fn device_mut(&mut self) -> Option<&mut (dyn DeviceKv + 'static)> {
+        self.device.as_deref_mut()
+    }
+
+    /// Attaches a backend's mirror (replacing any other), after copying down what only the
+    /// old one held.
+    ///
+    /// # Errors
+    /// Reading the old mirror failed.
+    pub fn set_device(&mut self, d: Box<dyn DeviceKv>) -> Result<(), String> {
+        self.sync_host()?;
+        self.device = Some(d);
+        Ok(())
+    }
+
+    /// Copies the rows only the device mirror holds to the host layers, so that the host
+    /// holds every position (a no-op when it already does). Call before reading `layers` or
+    /// [`KvCache::past`] after a device pass.
+    ///
+    /// # Errors
+    /// Reading the mirror failed; the host then still lags behind.
+    pub fn sync_host(&mut self) -> Result<(), String> {
+        let (from, to) = (self.host_len, self.len);
+        if from >= to {
+            return Ok(());
+        }
+        let Some(d) = self.device.as_deref() else {
+            return Err(format!(
+                "positions {from}..{to} of the KV cache are on no device"
+            ));
+        };
+        let mut rows = Vec::with_capacity(self.layers.len());
+        for layer in 0..self.layers.len() {
+            rows.push(d.read(layer, from, to)?);
+        }
+        for (layer, (k, v)) in rows.iter().enumerate() {
+            self.append(layer, k, v);
+        }
+        self.advance_host(to - from);
+        Ok(())
+    }
+
     /// Layer `layer`'s stored rows in position order: the whole buffer, or, for a ring that
     /// has wrapped, its oldest rows (from `len % ring`) then the rest.
+    /// Reads the host rows (positions before [`KvCache::host_len`]).
     pub fn past(&self, layer: usize) -> Past<'_> {
         let l = &self.layers[layer];
         let row = self.row_width(layer);
-        if l.ring == 0 || self.len <= l.ring {
+        if l.ring == 0 || self.host_len <= l.ring {
             return Past {
                 k: [&l.k, &[]],
                 v: [&l.v, &[]],
             };
         }
-        let at = (self.len % l.ring) * row;
+        let at = (self.host_len % l.ring) * row;
         Past {
             k: [&l.k[at..], &l.k[..at]],
             v: [&l.v[at..], &l.v[..at]],
+        }
+    }
+}
+
+/// Copies what the host holds (no device mirror): call [`KvCache::sync_host`] first to
+/// include positions only the mirror holds, else the copy ends at [`KvCache::host_len`].
+impl Clone for KvCache {
+    fn clone(&self) -> Self {
+        KvCache {
+            layers: self.layers.clone(),
+            len: self.host_len,
+            host_len: self.host_len,
+            device: None,
+            row: self.row,
+            capacity: self.capacity,
+            recurrent: self.recurrent.clone(),
         }
     }
 }
@@ -360,6 +466,100 @@ mod tests {
             assert_eq!(c.len(), 0);
             assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
         }
+    }
+
+    /// A device mirror kept in host memory: rows by absolute position per layer.
+    #[derive(Debug, Default)]
+    struct FakeMirror {
+        k: Vec<Vec<f32>>,
+        len: usize,
+    }
+
+    impl DeviceKv for FakeMirror {
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn truncate(&mut self, len: usize) {
+            self.len = self.len.min(len);
+        }
+        fn read(
+            &self,
+            layer: usize,
+            from: usize,
+            to: usize,
+        ) -> Result<(Vec<f32>, Vec<f32>), String> {
+            let k = self.k[layer][from..to].to_vec();
+            Ok((k.clone(), k))
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    }
+
+    /// A "device pass" over `c`: positions `len .. len + t` (value = position) stored in the
+    /// mirror only, after uploading what only the host holds, then advanced.
+    fn device_pass(c: &mut KvCache, t: usize) {
+        let (len, host) = (c.len(), c.host_len());
+        let m = c
+            .device_mut()
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<FakeMirror>()
+            .unwrap();
+        for rows in m.k.iter_mut() {
+            rows.resize(len + t, 0.0);
+            let from = m.len.min(host);
+            for (p, r) in rows.iter_mut().enumerate().skip(from) {
+                *r = p as f32;
+            }
+        }
+        m.len = len + t;
+        c.advance(t);
+    }
+
+    /// The ownership rule: device passes leave the host behind, `sync_host` brings it level
+    /// (sliding ring included), rewinds trim both sides (the mirror serves a rewind the host
+    /// ring could not), a host pass after a device pass appends after the synced rows.
+    #[test]
+    fn device_mirror_and_host_stay_consistent() {
+        let mut c = KvCache::new(2, 1, 100).with_windows(&[Some(4), None]);
+        let host_pass = |c: &mut KvCache, t: usize| {
+            c.sync_host().unwrap();
+            let x: Vec<f32> = (c.len()..c.len() + t).map(|p| p as f32).collect();
+            c.append(0, &x, &x);
+            c.append(1, &x, &x);
+            c.advance(t);
+        };
+        host_pass(&mut c, 6);
+        c.set_device(Box::new(FakeMirror {
+            k: vec![Vec::new(); 2],
+            len: 0,
+        }))
+        .unwrap();
+        device_pass(&mut c, 3);
+        assert_eq!((c.len(), c.host_len()), (9, 6));
+        assert_eq!(c.clone().len(), 6, "a clone copies the host part");
+        c.sync_host().unwrap();
+        assert_eq!(c.host_len(), 9);
+        assert_eq!(visible(&c, 0, 8), vec![5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(c.layers[1].k, (0..9).map(|p| p as f32).collect::<Vec<_>>());
+        device_pass(&mut c, 3);
+        // The host ring cannot rewind into its window; the mirror can.
+        c.truncate(10);
+        assert_eq!(
+            (c.len(), c.host_len(), c.device().unwrap().len()),
+            (10, 9, 10)
+        );
+        host_pass(&mut c, 2);
+        assert_eq!((c.len(), c.host_len()), (12, 12));
+        assert_eq!(visible(&c, 0, 11), vec![8.0, 9.0, 10.0, 11.0]);
+        device_pass(&mut c, 1);
+        assert_eq!(c.device().unwrap().len(), 13);
+        c.truncate(0);
+        assert_eq!(
+            (c.len(), c.host_len(), c.device().unwrap().len()),
+            (0, 0, 0)
+        );
     }
 
     /// Before the ring first wraps, rewinds of any depth keep the cache.

@@ -8,16 +8,18 @@
 //!
 //! The CPU runs every plan ([`cpu`]); a backend runs the plans whose ops it implements
 //! ([`crate::backend::Backend::run_plan`]) and declines the others, which then run on the CPU.
-//! State lives in [`KvCache`] (keys/values per layer, recurrent state) and sequences of a batch
-//! in [`SeqRows`].
+//! State lives in [`KvCache`] (keys/values per layer, recurrent state; a backend may keep the
+//! keys/values in a device mirror, [`DeviceKv`]) and sequences of a batch in [`SeqRows`].
 
 pub mod batch;
 pub mod cpu;
 pub mod kv_cache;
+pub mod kv_mirror;
 pub mod ops;
 
 pub use batch::{SeqBatch, SeqRows};
 pub use kv_cache::{KvCache, LayerCache, Past, RecurrentState};
+pub use kv_mirror::DeviceKv;
 pub use ops::{
     AttentionOp, AttentionParts, AttnSpec, DeviceWeight, EmbedOp, MlpOp, MlpParts, NormOp,
     PleInputsOp, PleOp, ProjOp, RecurrentOp, RopeOp, RowsOp,

@@ -10,6 +10,7 @@ use super::bytelevel;
 use super::gguf::byte_token_value;
 use super::spm::SPACE;
 use super::vocab::{TokenKind, Vocab};
+use super::wordpiece;
 use super::{Backend, Specials, Tokenizer, TokenizerError};
 
 fn read(path: &Path) -> Result<String, TokenizerError> {
@@ -49,6 +50,8 @@ fn decoders(v: &Value, out: &mut Vec<Value>) {
 /// How token strings turn into bytes, read from the `decoder` of tokenizer.json.
 struct DecodeStyle {
     byte_level: bool,
+    /// WordPiece: continuation pieces (`##ing`) join the previous one, other pieces start a word.
+    wordpiece: bool,
     metaspace: bool,
     strip_leading_space: bool,
 }
@@ -65,27 +68,30 @@ fn decode_style(tokenizer_json: &Value) -> DecodeStyle {
             .to_string()
     };
     let byte_level = list.iter().any(|d| ty(d) == "ByteLevel");
+    let wordpiece = list.iter().any(|d| ty(d) == "WordPiece");
     let metaspace = list.iter().any(|d| {
         ty(d) == "Metaspace"
             || ty(d) == "ByteFallback"
             || (ty(d) == "Replace" && d.get("content").and_then(Value::as_str) == Some(" "))
     });
-    let strip_leading_space = list.iter().any(|d| match ty(d).as_str() {
-        "Strip" => {
-            d.get("content").and_then(Value::as_str) == Some(" ")
-                && d.get("start").and_then(Value::as_u64).unwrap_or(0) > 0
-        }
-        "Metaspace" => match d.get("prepend_scheme").and_then(Value::as_str) {
-            Some(scheme) => scheme != "never",
-            None => d
-                .get("add_prefix_space")
-                .and_then(Value::as_bool)
-                .unwrap_or(true),
-        },
-        _ => false,
-    });
+    let strip_leading_space = wordpiece
+        || list.iter().any(|d| match ty(d).as_str() {
+            "Strip" => {
+                d.get("content").and_then(Value::as_str) == Some(" ")
+                    && d.get("start").and_then(Value::as_u64).unwrap_or(0) > 0
+            }
+            "Metaspace" => match d.get("prepend_scheme").and_then(Value::as_str) {
+                Some(scheme) => scheme != "never",
+                None => d
+                    .get("add_prefix_space")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+            },
+            _ => false,
+        });
     DecodeStyle {
         byte_level,
+        wordpiece,
         metaspace,
         strip_leading_space,
     }
@@ -254,6 +260,10 @@ pub(crate) fn from_files(
             }
             TokenKind::Byte => byte_token_value(text).map(|b| vec![b]).unwrap_or_default(),
             _ if style.byte_level => bytelevel::decode_token(text),
+            _ if style.wordpiece => match text.strip_prefix("##") {
+                Some(rest) => rest.as_bytes().to_vec(),
+                None => format!(" {text}").into_bytes(),
+            },
             _ if style.metaspace => text
                 .chars()
                 .map(|c| if c == SPACE { ' ' } else { c })
@@ -276,9 +286,20 @@ pub(crate) fn from_files(
     }
     let (bos_id, bos_text) = bos.map_or((None, None), |(i, t)| (Some(i), Some(t)));
     let (eos_id, eos_text) = eos.map_or((None, None), |(i, t)| (Some(i), Some(t)));
+    let backend = if wordpiece::is_bert_wordpiece(&json) {
+        let model = wordpiece::WordPieceModel::from_tokenizer_json(&json).map_err(|what| {
+            TokenizerError::File {
+                path: tokenizer_json.to_path_buf(),
+                what: format!("WordPiece tokenizer: {what}"),
+            }
+        })?;
+        Backend::WordPiece(Box::new(model))
+    } else {
+        Backend::Hf(Box::new(hf))
+    };
     Ok(Tokenizer::assemble(
         vocab,
-        Backend::Hf(Box::new(hf)),
+        backend,
         Specials {
             bos: bos_id,
             eos: eos_id,

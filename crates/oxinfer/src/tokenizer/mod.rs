@@ -23,6 +23,7 @@ mod special;
 mod spm;
 mod stream;
 mod vocab;
+mod wordpiece;
 
 use std::path::Path;
 
@@ -39,6 +40,7 @@ enum Backend {
     Bpe(Box<bpe::BpeModel>),
     Spm(spm::SpmModel),
     Hf(Box<tokenizers::Tokenizer>),
+    WordPiece(Box<wordpiece::WordPieceModel>),
 }
 
 /// BOS/EOS facts gathered by a loader.
@@ -73,6 +75,7 @@ impl std::fmt::Debug for Tokenizer {
             Backend::Bpe(_) => "byte-level BPE",
             Backend::Spm(_) => "SentencePiece",
             Backend::Hf(_) => "tokenizer.json",
+            Backend::WordPiece(_) => "WordPiece",
         };
         f.debug_struct("Tokenizer")
             .field("source", &self.source)
@@ -154,16 +157,12 @@ impl Tokenizer {
                     .map_err(|e| backend_err(e.to_string()))?;
                 out.extend_from_slice(enc.get_ids());
             }
-            Backend::Bpe(model) => {
-                for frag in self.specials.partition(text) {
-                    match frag {
-                        Fragment::Text(r) => {
-                            model.encode(&text[r], &mut out).map_err(backend_err)?
-                        }
-                        Fragment::Token(id) => out.push(id),
-                    }
-                }
-            }
+            Backend::Bpe(model) => self
+                .encode_around_specials(text, &mut out, |t, o| model.encode(t, o))
+                .map_err(backend_err)?,
+            Backend::WordPiece(model) => self
+                .encode_around_specials(text, &mut out, |t, o| model.encode(t, o))
+                .map_err(backend_err)?,
             Backend::Spm(model) => {
                 // llama.cpp treats the start of the input like a preceding special token.
                 let mut after_special = true;
@@ -182,6 +181,23 @@ impl Tokenizer {
             }
         }
         Ok(out)
+    }
+
+    /// Splits `text` at special-token strings (their ids go to `out` as is) and encodes the text
+    /// between them with `encode_text`.
+    fn encode_around_specials(
+        &self,
+        text: &str,
+        out: &mut Vec<u32>,
+        encode_text: impl Fn(&str, &mut Vec<u32>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for frag in self.specials.partition(text) {
+            match frag {
+                Fragment::Text(r) => encode_text(&text[r], out)?,
+                Fragment::Token(id) => out.push(id),
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of `ids` decoded: every token's bytes (special tokens as their text), with the

@@ -97,9 +97,7 @@ fn fetch_once(model: &'static KnownModel, dir: &Path) -> Result<PathBuf, String>
 }
 
 fn fetch(model: &KnownModel, dir: &Path) -> Result<PathBuf, String> {
-    let path = model.path_in(dir);
-    let cached = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == model.size);
-    if cached {
+    if let Some(path) = model.cached_in(dir) {
         return Ok(path);
     }
     if std::env::var("OXINFER_TEST_FETCH").is_ok_and(|v| v == "0") {

@@ -1,0 +1,124 @@
+//! `oxinfer embed` as a process on the tiny BERT sentence-transformers fixture: the .npy and
+//! JSON-lines outputs equal sentence-transformers' `encode` (tests/fixtures/bert-tiny), a
+//! prompt, --no-normalize, and bad input (nothing to embed, a non-embedding model, an unknown
+//! output extension, too long with --no-truncate) giving one clear error line.
+
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
+
+use cli_process::{assert_exits_with, assert_fails_with, ok, oxinfer};
+use common::{fixtures, max_abs_diff, read_npy_f32, reference, scratch_dir};
+
+fn tiny() -> String {
+    fixtures().join("bert-tiny").to_str().unwrap().to_string()
+}
+
+fn tiny_texts() -> Vec<String> {
+    reference(&fixtures().join("bert-tiny"))["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn npy_from_a_file_matches_sentence_transformers() {
+    let dir = scratch_dir("embed-npy");
+    let texts = tiny_texts();
+    let input = dir.join("texts.txt");
+    std::fs::write(&input, texts.join("\n") + "\n").unwrap();
+    let out = dir.join("e.npy");
+    let model = tiny();
+    let args = [
+        "embed",
+        "-m",
+        &model,
+        "-f",
+        input.to_str().unwrap(),
+        "--batch",
+        "3",
+    ];
+    ok(oxinfer(
+        &[&args[..], &["-o", out.to_str().unwrap()]].concat(),
+    ));
+    let (shape, got) = read_npy_f32(&out);
+    let (want_shape, want) = read_npy_f32(&fixtures().join("bert-tiny/embeddings.npy"));
+    assert_eq!(shape, want_shape);
+    assert!(max_abs_diff(&got, &want) <= 1e-5);
+
+    let qout = dir.join("q.npy");
+    let q = ["--prompt-name", "query", "-o", qout.to_str().unwrap()];
+    ok(oxinfer(&[&args[..], &q[..]].concat()));
+    let (_, want_q) = read_npy_f32(&fixtures().join("bert-tiny/embeddings_query.npy"));
+    assert!(max_abs_diff(&read_npy_f32(&qout).1, &want_q) <= 1e-5);
+}
+
+#[test]
+fn jsonl_on_stdout_and_no_normalize() {
+    let texts = tiny_texts();
+    let model = tiny();
+    let (out, _) = ok(oxinfer(&[
+        "embed", "-m", &model, "-p", &texts[0], "-p", &texts[1],
+    ]));
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let (_, want) = read_npy_f32(&fixtures().join("bert-tiny/embeddings.npy"));
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["index"], i);
+        let v: Vec<f32> = l["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert!(max_abs_diff(&v, &want[i * 16..(i + 1) * 16]) <= 1e-5);
+    }
+    let (raw, _) = ok(oxinfer(&[
+        "embed",
+        "-m",
+        &model,
+        "-p",
+        "hello",
+        "--no-normalize",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(raw.trim()).unwrap();
+    let norm: f64 = v["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap().powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "norm {norm}");
+}
+
+#[test]
+fn bad_input_gives_one_error_line() {
+    let model = tiny();
+    assert_fails_with(&oxinfer(&["embed", "-m", &model]), &["nothing to embed"]);
+    let llm = fixtures().join("llama-tiny-a");
+    assert_fails_with(
+        &oxinfer(&["embed", "-m", llm.to_str().unwrap(), "-p", "x"]),
+        &["unsupported architecture", "bert"],
+    );
+    let gguf = fixtures().join("llama-tiny-a/model.gguf");
+    assert_fails_with(
+        &oxinfer(&["embed", "-m", gguf.to_str().unwrap(), "-p", "x"]),
+        &["not an embedding model"],
+    );
+    assert_fails_with(
+        &oxinfer(&["embed", "-m", &model, "-p", "x", "-o", "out.csv"]),
+        &[".npy or .jsonl"],
+    );
+    let long = "word ".repeat(50);
+    assert_fails_with(
+        &oxinfer(&["embed", "-m", &model, "-p", &long, "--no-truncate"]),
+        &["input 0", "limit of 24"],
+    );
+    assert_exits_with(&oxinfer(&["embed", "--batch", "x"]), 2, &["--batch"]);
+}

@@ -1,0 +1,331 @@
+// Quantized matrix-vector products for decode: y[t, rows] = x[t, cols] · Wᵀ for t ≤ 8 rows,
+// the weights read in their GGUF blocks and decoded in registers (the dq16 decoders of
+// dequant.cuh, the same as the GEMM's), f32 FMA. The activations come already quantized to
+// int8 block values d·q stored as f32 (act_quant.cu, exactly as the CPU kernels quantize), so
+// the sums are the CPU's integer sums up to f32 rounding order.
+//
+// One warp per output row; lane l decodes the 16 weights at columns 16·l + 512·i. x rows are
+// read through the read-only cache (every warp of the grid reads the same x). cols must be a
+// multiple of 16 (every block format's row is), x 16-byte aligned.
+
+#include "dequant.cuh"
+
+#define GEMV_WARPS 4
+
+template <int F, int T>
+__device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
+                                       const float* __restrict__ x, float* __restrict__ y,
+                                       int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const u8* wr = w + (long)row * row_bytes;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    #pragma unroll 2
+    for (int k = lane * 16; k < cols; k += 512) {
+        float wv[16];
+        dq16<F>(wr, k, wv);
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                const float4* xr = (const float4*)(x + (long)r * cols + k);
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float4 a = __ldg(xr + i);
+                    acc[r] += wv[4 * i] * a.x + wv[4 * i + 1] * a.y + wv[4 * i + 2] * a.z +
+                              wv[4 * i + 3] * a.w;
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float s = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
+    }
+}
+
+#define GEMV_INSTANTIATE(F, NAME)                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_1(              \
+        const u8* w, long row_bytes, const float* x, float* y, int rows, int cols, int t) {     \
+        gemv_q<F, 1>(w, row_bytes, x, y, rows, cols, t);                                        \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_8(              \
+        const u8* w, long row_bytes, const float* x, float* y, int rows, int cols, int t) {     \
+        gemv_q<F, 8>(w, row_bytes, x, y, rows, cols, t);                                        \
+    }
+
+GEMV_INSTANTIATE(FMT_Q4_0, q4_0)
+GEMV_INSTANTIATE(FMT_Q4_1, q4_1)
+GEMV_INSTANTIATE(FMT_Q5_0, q5_0)
+GEMV_INSTANTIATE(FMT_Q5_1, q5_1)
+GEMV_INSTANTIATE(FMT_Q8_0, q8_0)
+GEMV_INSTANTIATE(FMT_Q2_K, q2_k)
+GEMV_INSTANTIATE(FMT_Q3_K, q3_k)
+GEMV_INSTANTIATE(FMT_Q4_K, q4_k)
+GEMV_INSTANTIATE(FMT_Q5_K, q5_k)
+GEMV_INSTANTIATE(FMT_Q6_K, q6_k)
+GEMV_INSTANTIATE(FMT_Q8_K, q8_k)
+
+// int8 dot product of four packed bytes (a unsigned 0..15 or signed, b signed) added to c.
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Q4_K GEMV on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
+// activations are int8 values xq [t, cols] with one scale xd per 256 ([t, cols / 256]), exactly
+// the CPU's Q8_K quantization, so the integer sums per sub-block are the CPU's and only the
+// final f32 combination differs in order. Eight lanes per super-block, each reading 16 bytes of
+// quants (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the
+// 32 matching int8 activations as two 16-byte loads, so every warp load is contiguous.
+template <int T>
+__device__ __forceinline__ void gemv_q4k_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 8;
+    const u8* wr = w + (long)row * row_bytes;
+    int j = lane & 7, c = j >> 1, half = j & 1;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane >> 3; b < nb; b += 4) {
+        const u8* blk = wr + (long)b * 144;
+        u32 dm = *(const u32*)blk;
+        float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
+        const u32* s32 = (const u32*)(blk + 4);
+        u32 sw[3] = {s32[0], s32[1], s32[2]};
+        float sc0, mn0, sc1, mn1;
+        scale_min_k4(2 * c, (const u8*)sw, &sc0, &mn0);
+        scale_min_k4(2 * c + 1, (const u8*)sw, &sc1, &mn1);
+        uint4 q = *(const uint4*)(blk + 16 + c * 32 + half * 16);
+        int qw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+        int k0 = b * 256 + c * 64 + half * 16;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                int4 xl = *(const int4*)(xq + (long)r * cols + k0);
+                int4 xh = *(const int4*)(xq + (long)r * cols + k0 + 32);
+                int xlo[4] = {xl.x, xl.y, xl.z, xl.w};
+                int xhi[4] = {xh.x, xh.y, xh.z, xh.w};
+                int dl = 0, dh = 0, sl = 0, sh = 0;
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    dl = dp4a(qw[i] & 0x0F0F0F0F, xlo[i], dl);
+                    dh = dp4a((qw[i] >> 4) & 0x0F0F0F0F, xhi[i], dh);
+                    sl = dp4a(0x01010101, xlo[i], sl);
+                    sh = dp4a(0x01010101, xhi[i], sh);
+                }
+                float dx = xd[(long)r * nb + b];
+                acc[r] += dx * (d * (sc0 * (float)dl + sc1 * (float)dh) -
+                                dmin * (mn0 * (float)sl + mn1 * (float)sh));
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float s = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_1(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q4k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_8(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q4k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+// Four bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes: only 2-byte aligned).
+__device__ __forceinline__ int ld32_a2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
+// Q6_K GEMV on int8 activations (the CPU's q6_K x q8_K dot): xq / xd as for Q4_K. Eight lanes
+// per super-block: lane j takes half n = j / 4 and the 8 positions l0 = 8 (j % 4) .. + 8 of
+// each of its four 32-weight quarters (32 weights), reading 16 bytes of low quants, 8 of high
+// bits and four 8-byte runs of activations; each quarter's 8 weights share one scale.
+template <int T>
+__device__ __forceinline__ void gemv_q6k_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 8;
+    const u8* wr = w + (long)row * row_bytes;
+    int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane >> 3; b < nb; b += 4) {
+        const u8* blk = wr + (long)b * 210;
+        float d = h2f(*(const u16*)(blk + 208));
+        const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
+        const u8* ql = blk + n * 64 + l0;
+        const u8* qh = blk + 128 + n * 32 + l0;
+        int lo[2][2], hb[2];
+        #pragma unroll
+        for (int i = 0; i < 2; i++) {
+            lo[0][i] = ld32_a2(ql + 4 * i);
+            lo[1][i] = ld32_a2(ql + 32 + 4 * i);
+            hb[i] = ld32_a2(qh + 4 * i);
+        }
+        // Quarter qu: low nibbles of ql (qu 0, 1) or high nibbles (qu 2, 3), bits 2 qu of qh.
+        int q6[4][2];
+        #pragma unroll
+        for (int qu = 0; qu < 4; qu++) {
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int l = lo[qu & 1][i];
+                int nib = qu < 2 ? (l & 0x0F0F0F0F) : ((l >> 4) & 0x0F0F0F0F);
+                q6[qu][i] = nib | (((hb[i] >> (2 * qu)) & 0x03030303) << 4);
+            }
+        }
+        float s[4];
+        #pragma unroll
+        for (int qu = 0; qu < 4; qu++) s[qu] = d * (float)sc[2 * qu];
+        int k0 = b * 256 + n * 128 + l0;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                const i8* xr = xq + (long)r * cols + k0;
+                float sum = 0.f;
+                #pragma unroll
+                for (int qu = 0; qu < 4; qu++) {
+                    int2 xv = *(const int2*)(xr + qu * 32);
+                    int dot = dp4a(q6[qu][0], xv.x, dp4a(q6[qu][1], xv.y, 0));
+                    int sx = dp4a(0x01010101, xv.x, dp4a(0x01010101, xv.y, 0));
+                    sum += s[qu] * (float)(dot - 32 * sx);
+                }
+                acc[r] += xd[(long)r * nb + b] * sum;
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_1(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q6k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_8(
+    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
+    int t) {
+    gemv_q6k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
+}
+
+// One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words),
+// scaled by the activations' block scale dx: the CPU's integer block sums.
+template <int F> __device__ __forceinline__ float dot32_i8(const u8* blk, const int* x, float dx);
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_0>(const u8* blk, const int* x, float dx) {
+    int dot = 0, sx = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int w = ld32_a2(blk + 2 + 4 * i);
+        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
+        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
+    }
+    #pragma unroll
+    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
+    return dx * h2f(ld16(blk)) * (float)(dot - 8 * sx);
+}
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_1>(const u8* blk, const int* x, float dx) {
+    int dot = 0, sx = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int w = ld32_a2(blk + 4 + 4 * i);
+        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
+        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
+    }
+    #pragma unroll
+    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
+    return dx * (h2f(ld16(blk)) * (float)dot + h2f(ld16(blk + 2)) * (float)sx);
+}
+
+template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, const int* x, float dx) {
+    int dot = 0;
+    #pragma unroll
+    for (int i = 0; i < 8; i++) dot = dp4a(ld32_a2(blk + 2 + 4 * i), x[i], dot);
+    return dx * h2f(ld16(blk)) * (float)dot;
+}
+
+// GEMV of a 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32):
+// one lane per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations.
+template <int F, int T>
+__device__ __forceinline__ void gemv_b32_i8(const u8* __restrict__ w, long row_bytes,
+                                            const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, float* __restrict__ y,
+                                            int rows, int cols, int t) {
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int nb = cols >> 5;
+    const u8* wr = w + (long)row * row_bytes;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    for (int b = lane; b < nb; b += 32) {
+        const u8* blk = wr + (long)b * Fmt<F>::BYTES;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (r < t) {
+                const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
+                int4 a = xr[0], c = xr[1];
+                int x[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                acc[r] += dot32_i8<F>(blk, x, xd[(long)r * nb + b]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
+    }
+}
+
+#define GEMV_B32_I8(F, NAME)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_1(           \
+        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
+        int cols, int t) {                                                                     \
+        gemv_b32_i8<F, 1>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_8(           \
+        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
+        int cols, int t) {                                                                     \
+        gemv_b32_i8<F, 8>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
+    }
+
+GEMV_B32_I8(FMT_Q4_0, q4_0)
+GEMV_B32_I8(FMT_Q4_1, q4_1)
+GEMV_B32_I8(FMT_Q8_0, q8_0)

@@ -1,0 +1,300 @@
+//! Sentence embeddings: an encoder ([`crate::arch::bert`]) with its tokenizer, input template
+//! and sentence-transformers layout (pooling, dense projections, normalization, prompts), as
+//! one [`Embedder`] that turns texts into vectors.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use oxinfer::embed::{EmbedOptions, Embedder};
+//! let e = Embedder::load(std::path::Path::new("all-minilm-l6-v2"))?;
+//! let v = e.embed(&["a sentence", "another one"], &EmbedOptions::default())?;
+//! assert_eq!(v[0].len(), e.dim());
+//! # Ok(()) }
+//! ```
+
+pub mod layout;
+pub mod pooling;
+pub mod template;
+
+use std::path::{Path, PathBuf};
+
+use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput};
+use crate::error::{Error, LoadError, Result};
+use crate::loader::safetensors::SafetensorsModel;
+use crate::tokenizer::Tokenizer;
+use layout::{read_json, SentenceLayout};
+pub use pooling::{PoolMode, Pooling};
+pub use template::{Encoded, InputTemplate};
+
+/// How [`Embedder::embed`] treats its texts.
+#[derive(Clone, Debug)]
+pub struct EmbedOptions {
+    /// Scale each vector to unit length; `None`: as the model's layout says (`Normalize`).
+    pub normalize: Option<bool>,
+    /// Cut texts longer than [`Embedder::max_tokens`] (`true`, sentence-transformers'
+    /// behaviour) or refuse them with an error naming the text (`false`).
+    pub truncate: bool,
+    /// Texts per encoder pass.
+    pub batch_size: usize,
+    /// Text put before every input (a prompt such as `"query: "`); `None`: the model's default
+    /// prompt, if it names one.
+    pub prompt: Option<String>,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions {
+            normalize: None,
+            truncate: true,
+            batch_size: 32,
+            prompt: None,
+        }
+    }
+}
+
+/// A sentence-embedding model: encoder, tokenizer and sentence-transformers layout.
+pub struct Embedder {
+    encoder: Bert,
+    tokenizer: Tokenizer,
+    template: InputTemplate,
+    layout: SentenceLayout,
+    max_tokens: usize,
+    source: PathBuf,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("source", &self.source)
+            .field("dim", &self.dim())
+            .field("max_tokens", &self.max_tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the folder `dir` holds an embedding model [`Embedder::load`] can read: a
+/// sentence-transformers layout (`modules.json`) or a BERT `config.json`.
+pub fn is_embedding_model(dir: &Path) -> bool {
+    if !dir.is_dir() {
+        return false;
+    }
+    if dir.join("modules.json").is_file() {
+        return true;
+    }
+    read_json(&dir.join("config.json"))
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(|t| t == "bert"))
+        .unwrap_or(false)
+}
+
+impl Embedder {
+    /// Loads the model folder `dir`: a sentence-transformers folder or a plain HF BERT folder.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        if !dir.is_dir() {
+            return Err(LoadError::malformed(
+                dir,
+                "not an embedding model: expected a sentence-transformers or BERT folder \
+                 (modules.json, config.json with model_type bert, model.safetensors, tokenizer.json)",
+            ));
+        }
+        let layout = SentenceLayout::load(dir)?;
+        let enc_dir = layout.encoder_dir.clone();
+        let cfg_path = enc_dir.join("config.json");
+        let cfg_json = read_json(&cfg_path)?;
+        let model_type = cfg_json
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        if model_type != "bert" {
+            return Err(LoadError::UnsupportedArch {
+                path: cfg_path,
+                arch: model_type.to_string(),
+                supported: "bert (embedding models)".to_string(),
+            });
+        }
+        let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
+        let store = SafetensorsModel::open(&enc_dir)?;
+        let encoder = Bert::load(&cfg, &store, tensor_prefix(&store))?;
+
+        let tok_path = enc_dir.join("tokenizer.json");
+        let tok_cfg = enc_dir.join("tokenizer_config.json");
+        let tokenizer = Tokenizer::from_files(&tok_path, tok_cfg.is_file().then_some(&*tok_cfg))
+            .map_err(|e| LoadError::malformed(&tok_path, e.to_string()))?;
+        let template =
+            InputTemplate::from_tokenizer_json(&tok_path, &read_json(&tok_path)?, &tokenizer)?;
+
+        let model_max = read_json(&tok_cfg)
+            .ok()
+            .and_then(|v| v.get("model_max_length")?.as_u64())
+            .map(|x| x as usize);
+        let max_tokens = layout
+            .max_seq_length
+            .or(model_max)
+            .unwrap_or(cfg.max_positions)
+            .min(cfg.max_positions);
+        let mut dim = layout.pooling.out_dim(cfg.hidden_size);
+        for (i, d) in layout.dense.iter().enumerate() {
+            if d.linear.n_in != dim {
+                return Err(LoadError::field(
+                    dir,
+                    format!(
+                        "Dense module {i} takes {} features, pooling gives {dim}",
+                        d.linear.n_in
+                    ),
+                ));
+            }
+            dim = d.linear.n_out;
+        }
+        Ok(Embedder {
+            encoder,
+            tokenizer,
+            template,
+            layout,
+            max_tokens,
+            source: dir.to_path_buf(),
+        })
+    }
+
+    /// Width of the embeddings.
+    pub fn dim(&self) -> usize {
+        match self.layout.dense.last() {
+            Some(d) => d.linear.n_out,
+            None => self
+                .layout
+                .pooling
+                .out_dim(self.encoder.config().hidden_size),
+        }
+    }
+
+    /// The longest input in tokens, special tokens included (`max_seq_length`).
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// The folder the model was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The encoder.
+    pub fn encoder(&self) -> &Bert {
+        &self.encoder
+    }
+
+    /// Whether the model's layout normalizes its output.
+    pub fn normalizes(&self) -> bool {
+        self.layout.normalize
+    }
+
+    /// The named prompt (`config_sentence_transformers.json`), if the model has it.
+    pub fn prompt(&self, name: &str) -> Option<&str> {
+        self.layout.prompts.get(name).map(String::as_str)
+    }
+
+    /// The input of `text` (with the prompt of `opts`, lower-cased when the model asks),
+    /// special tokens added and cut to [`max_tokens`](Self::max_tokens) when `opts.truncate`;
+    /// an error naming input `index` when it is too long and truncation is off.
+    pub fn encode(&self, index: usize, text: &str, opts: &EmbedOptions) -> Result<Encoded> {
+        let prompt = opts
+            .prompt
+            .as_deref()
+            .or(self.layout.default_prompt.as_deref());
+        let mut full = match prompt {
+            Some(p) => format!("{p}{text}"),
+            None => text.to_string(),
+        };
+        if self.layout.lower_case {
+            full = full.to_lowercase();
+        }
+        let ids = self
+            .tokenizer
+            .encode(&full, false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.encode_ids(index, &ids, opts.truncate)
+    }
+
+    /// The input of already tokenized text `ids` (no special tokens): special tokens added, cut
+    /// to [`max_tokens`](Self::max_tokens) when `truncate`, else an error naming input `index`
+    /// when too long.
+    pub fn encode_ids(&self, index: usize, ids: &[u32], truncate: bool) -> Result<Encoded> {
+        let specials = self.template.added_tokens(false);
+        if !truncate && ids.len() + specials > self.max_tokens {
+            return Err(Error::Request(format!(
+                "input {index} has {} tokens, more than the model's limit of {} (truncation is off)",
+                ids.len() + specials,
+                self.max_tokens
+            )));
+        }
+        let vocab = self.encoder.config().vocab_size;
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+            return Err(Error::Request(format!(
+                "input {index}: token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        self.template
+            .apply(ids, None, Some(self.max_tokens))
+            .ok_or_else(|| {
+                Error::Request(format!(
+                    "max_seq_length {} leaves no room for text",
+                    self.max_tokens
+                ))
+            })
+    }
+
+    /// Embeddings of `texts`, one vector of [`dim`](Self::dim) per text, in order.
+    pub fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let inputs = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.encode(i, t, opts))
+            .collect::<Result<Vec<_>>>()?;
+        self.embed_encoded(&inputs, opts)
+    }
+
+    /// Embeddings of inputs made by [`encode`](Self::encode) / [`encode_ids`](Self::encode_ids),
+    /// `opts.batch_size` per encoder pass.
+    pub fn embed_encoded(&self, inputs: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let normalize = opts.normalize.unwrap_or(self.layout.normalize);
+        let mut out = Vec::with_capacity(inputs.len());
+        for chunk in inputs.chunks(opts.batch_size.max(1)) {
+            let hidden = self.hidden_states(chunk)?;
+            let d = self.encoder.config().hidden_size;
+            let mut row = 0;
+            let mut pooled = Vec::with_capacity(chunk.len() * self.layout.pooling.out_dim(d));
+            for e in chunk {
+                let n = e.ids.len();
+                pooled.extend(self.layout.pooling.pool(&hidden[row * d..(row + n) * d], d));
+                row += n;
+            }
+            for dense in &self.layout.dense {
+                pooled = dense.forward(&pooled, chunk.len());
+            }
+            for mut v in pooled.chunks_exact(self.dim()).map(<[f32]>::to_vec) {
+                if normalize {
+                    pooling::normalize(&mut v);
+                }
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The encoder's last hidden states of `inputs`, concatenated (`[Σ tᵢ, hidden]`).
+    pub fn hidden_states(&self, inputs: &[Encoded]) -> Result<Vec<f32>> {
+        if let Some(i) = inputs.iter().position(|e| e.ids.is_empty()) {
+            return Err(Error::Request(format!("input {i} has no tokens")));
+        }
+        let batch: Vec<EncoderInput<'_>> = inputs
+            .iter()
+            .map(|e| EncoderInput {
+                ids: &e.ids,
+                type_ids: &e.type_ids,
+            })
+            .collect();
+        self.encoder.forward(&batch)
+    }
+}
