@@ -6,6 +6,7 @@ mod chat;
 mod common;
 mod devices;
 mod embed;
+mod image;
 mod info;
 mod interrupt;
 mod kl;
@@ -52,6 +53,8 @@ enum Command {
     Devices,
     /// Sentence embeddings of texts (sentence-transformers / BERT models), as JSON lines or .npy.
     Embed(embed::EmbedArgs),
+    /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
+    Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
     Serve(serve::ServeArgs),
 }
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Devices => devices::run(),
         Command::Serve(a) => serve::run(a),
         Command::Embed(a) => embed::run(a),
+        Command::Image(a) => image::run(a),
     };
     if let Some(r) = oxinfer::backend::check_report() {
         eprint!("{r}");

@@ -6,6 +6,7 @@
 //! them (continuous batching); [`CausalLm::forward`] is the one-sequence case.
 
 pub mod bert;
+pub mod diffusion;
 pub mod gemma;
 pub mod llama;
 pub mod names;

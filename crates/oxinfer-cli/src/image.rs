@@ -1,0 +1,202 @@
+//! `oxinfer image`: text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as
+//! a PNG; `.npy` inputs and outputs for checking against diffusers.
+
+use crate::npy;
+use crate::progress::stderr_is_tty;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion};
+use std::path::PathBuf;
+
+/// Arguments of `oxinfer image`.
+#[derive(Args, Debug)]
+pub struct ImageArgs {
+    /// A diffusers Stable Diffusion folder (model_index.json, text_encoder/, tokenizer/, unet/,
+    /// vae/, scheduler/), or a single-file SD 1.x checkpoint in the original LDM layout (then
+    /// give --config).
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// With a single-file checkpoint: a diffusers folder of the same architecture whose configs,
+    /// tokenizer and scheduler are used (its weights are not read).
+    #[arg(long, value_name = "DIR")]
+    pub config: Option<PathBuf>,
+    /// What to draw.
+    #[arg(short = 'p', long)]
+    pub prompt: String,
+    /// What to steer away from (classifier-free guidance's negative prompt).
+    #[arg(short = 'n', long = "negative", default_value = "")]
+    pub negative: String,
+    /// Denoising steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Guidance scale; 1 or less turns guidance off (one UNet pass per step).
+    #[arg(long, default_value_t = 7.5)]
+    pub cfg: f32,
+    /// euler, euler-a, ddim or dpm++2m (default: the one scheduler_config.json names).
+    #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m")]
+    pub scheduler: Option<String>,
+    /// Image width in pixels, a multiple of 8 (default 512, or the --init image's).
+    #[arg(long)]
+    pub width: Option<usize>,
+    /// Image height in pixels, a multiple of 8 (default 512, or the --init image's).
+    #[arg(long)]
+    pub height: Option<usize>,
+    /// Image to image: start from this PNG (its size is the output's).
+    #[arg(long, value_name = "IMAGE.png")]
+    pub init: Option<PathBuf>,
+    /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run.
+    #[arg(long, default_value_t = 0.8)]
+    pub strength: f32,
+    /// Seed of the initial (and ancestral) noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output PNG.
+    #[arg(short = 'o', long, default_value = "out.png")]
+    pub output: PathBuf,
+    /// Initial latent noise, float32 `.npy` `[1, 4, H/8, W/8]` (instead of the seed's).
+    #[arg(long, value_name = "FILE.npy")]
+    pub init_noise: Option<PathBuf>,
+    /// Ancestral noise per step, float32 `.npy` `[steps, 1, 4, H/8, W/8]`.
+    #[arg(long, value_name = "FILE.npy")]
+    pub step_noise: Option<PathBuf>,
+    /// Write the final latents (before the VAE), NCHW float32.
+    #[arg(long, value_name = "FILE.npy")]
+    pub dump_latents: Option<PathBuf>,
+    /// Write the VAE's raw output (about [-1, 1]), NCHW float32.
+    #[arg(long, value_name = "FILE.npy")]
+    pub dump_image: Option<PathBuf>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
+/// Reads a noise file and checks its shape against `want`.
+fn noise(path: &Option<PathBuf>, want: &[usize], flag: &str) -> Result<Option<Vec<f32>>> {
+    let Some(p) = path else { return Ok(None) };
+    let (shape, data) = npy::read_f32(p).with_context(|| format!("--{flag}"))?;
+    if shape != want {
+        bail!(
+            "--{flag} {}: shape {shape:?}, expected {want:?}",
+            p.display()
+        );
+    }
+    Ok(Some(data))
+}
+
+/// The `--init` PNG as NCHW `[1, 3, H, W]` in `[-1, 1]`, with its width and height.
+fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
+    let img = ::image::open(path)
+        .with_context(|| format!("--init {}", path.display()))?
+        .to_rgb8();
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let mut chw = vec![0f32; 3 * w * h];
+    for (p, px) in img.pixels().enumerate() {
+        for c in 0..3 {
+            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
+        }
+    }
+    Ok((chw, w, h))
+}
+
+/// Runs `oxinfer image`.
+pub fn run(a: ImageArgs) -> Result<()> {
+    if let Some(n) = a.threads {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        oxinfer_kernels::set_num_threads(n);
+    }
+    let scheduler = match &a.scheduler {
+        None => None,
+        Some(s) => Some(SchedulerKind::parse(s).with_context(|| {
+            format!("--scheduler {s}: unknown (euler, euler-a, ddim, dpm++2m)")
+        })?),
+    };
+    let init = a.init.as_deref().map(read_init).transpose()?;
+    let (width, height) = match &init {
+        Some((_, w, h)) => {
+            for (flag, given, own) in [("width", a.width, *w), ("height", a.height, *h)] {
+                if given.is_some_and(|g| g != own) {
+                    bail!(
+                        "--{flag} {} differs from the --init image's {own}",
+                        given.unwrap_or(0)
+                    );
+                }
+            }
+            (*w, *h)
+        }
+        None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
+    };
+    let t0 = std::time::Instant::now();
+    let sd = if a.model.is_file() {
+        let dir = a.config.as_deref().with_context(|| {
+            format!(
+                "{} is a single file: give --config DIR (a diffusers folder for its configs)",
+                a.model.display()
+            )
+        })?;
+        StableDiffusion::load_single_file(&a.model, dir)?
+    } else {
+        StableDiffusion::load(&a.model)?
+    };
+    if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
+        eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
+    }
+    let (c, h, w) = sd.latent_shape(width, height)?;
+    let req = GenerateRequest {
+        prompt: a.prompt.clone(),
+        negative_prompt: a.negative.clone(),
+        steps: a.steps,
+        guidance_scale: a.cfg,
+        width,
+        height,
+        scheduler,
+        seed: a.seed,
+        init_noise: noise(&a.init_noise, &[1, c, h, w], "init-noise")?,
+        step_noise: noise(&a.step_noise, &[a.steps, 1, c, h, w], "step-noise")?,
+        init_image: init.map(|(img, _, _)| img),
+        strength: a.strength,
+        encode_noise: None,
+    };
+    let loaded = t0.elapsed();
+    let bar = stderr_is_tty().then(|| {
+        indicatif::ProgressBar::new(a.steps as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "steps [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        )
+    });
+    let t1 = std::time::Instant::now();
+    let out = sd.generate(&req, &mut |_, _, _| {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let took = t1.elapsed();
+    if let Some(p) = &a.dump_latents {
+        npy::write_f32(p, &[1, c, h, w], &out.latents)
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    if let Some(p) = &a.dump_image {
+        npy::write_f32(p, &[1, 3, height, width], &out.image)
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    ::image::RgbImage::from_raw(width as u32, height as u32, out.rgb8())
+        .context("image buffer size")?
+        .save_with_format(&a.output, ::image::ImageFormat::Png)
+        .with_context(|| format!("{}", a.output.display()))?;
+    eprintln!(
+        "wrote {} ({}x{}, {} steps, load {:.2}s, generate {:.2}s = {:.2}s/step incl. VAE)",
+        a.output.display(),
+        width,
+        height,
+        a.steps,
+        loaded.as_secs_f64(),
+        took.as_secs_f64(),
+        took.as_secs_f64() / a.steps.max(1) as f64
+    );
+    Ok(())
+}

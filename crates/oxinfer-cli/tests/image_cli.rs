@@ -1,0 +1,190 @@
+//! `oxinfer image` as a process on the tiny Stable Diffusion fixtures: with diffusers' recorded
+//! noise it writes the latents and image diffusers computed (within 1e-4) and a PNG of them;
+//! bad input ends with one clear error line.
+
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
+
+use cli_process::{assert_fails_with, ok, oxinfer};
+use common::{fixtures, max_abs_diff, read_npy_f32, scratch_dir};
+
+#[test]
+fn image_matches_diffusers_and_writes_a_png() {
+    let tmp = scratch_dir("image-cli");
+    for (v, w, h, euler_a) in [
+        ("tiny_sd1", "64", "64", false),
+        ("tiny_sd2", "64", "48", true),
+    ] {
+        let dir = fixtures().join(v);
+        let r = common::reference(&dir.join("reference"));
+        let refp = |f: &str| dir.join("reference").join(f);
+        let (lat, img, png) = (
+            tmp.join(format!("{v}-lat.npy")),
+            tmp.join(format!("{v}-img.npy")),
+            tmp.join(format!("{v}.png")),
+        );
+        let mut args = vec![
+            "image".to_string(),
+            "-m".into(),
+            dir.display().to_string(),
+            "-p".into(),
+            r["prompt"].as_str().unwrap().into(),
+            "-n".into(),
+            r["negative_prompt"].as_str().unwrap().into(),
+            "--steps".into(),
+            "4".into(),
+            "--cfg".into(),
+            "7.5".into(),
+            "--width".into(),
+            w.into(),
+            "--height".into(),
+            h.into(),
+            "--init-noise".into(),
+            refp("init_noise.npy").display().to_string(),
+            "--dump-latents".into(),
+            lat.display().to_string(),
+            "--dump-image".into(),
+            img.display().to_string(),
+            "-o".into(),
+            png.display().to_string(),
+        ];
+        if euler_a {
+            args.extend([
+                "--step-noise".into(),
+                refp("step_noise.npy").display().to_string(),
+            ]);
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, err) = ok(oxinfer(&argv));
+        assert!(err.contains("wrote"), "{err}");
+        let d = max_abs_diff(
+            &read_npy_f32(&lat).1,
+            &read_npy_f32(&refp("final_latents.npy")).1,
+        );
+        assert!(d < 1e-4 * 60.0, "{v} latents: {d:e}");
+        let d = max_abs_diff(&read_npy_f32(&img).1, &read_npy_f32(&refp("image.npy")).1);
+        assert!(d < 1e-4, "{v} image: {d:e}");
+        let bytes = std::fs::read(&png).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{v}: not a PNG");
+        // IHDR: width and height, big-endian, at bytes 16..24.
+        let dim = |o: usize| u32::from_be_bytes(bytes[o..o + 4].try_into().unwrap());
+        assert_eq!(
+            (dim(16).to_string(), dim(20).to_string()),
+            (w.to_string(), h.to_string())
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn bad_image_input_is_one_clear_error() {
+    let dir = fixtures().join("tiny_sd1");
+    let d = dir.display().to_string();
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "x",
+        "--width",
+        "60",
+        "--steps",
+        "1",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_fails_with(&o, &["width = 60", "multiple of 8"]);
+    let o = oxinfer(&["image", "-m", "/nonexistent/sd", "-p", "x"]);
+    assert_fails_with(&o, &["model_index.json", "missing"]);
+    let noise = dir.join("reference/vae_in.npy").display().to_string();
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "x",
+        "--width",
+        "64",
+        "--height",
+        "64",
+        "--init-noise",
+        &noise,
+    ]);
+    assert_fails_with(
+        &o,
+        &[
+            "--init-noise",
+            "shape [1, 4, 3, 5]",
+            "expected [1, 4, 8, 8]",
+        ],
+    );
+    let o = oxinfer(&["image", "-m", &d, "-p", "x", "--scheduler", "plms"]);
+    assert_fails_with(&o, &["--scheduler plms", "unknown"]);
+    let readme = fixtures().join("../../README.md").display().to_string();
+    let o = oxinfer(&["image", "-m", &d, "-p", "x", "--init", &readme]);
+    assert_fails_with(&o, &["--init", "README.md"]);
+}
+
+#[test]
+fn image_to_image_from_a_png() {
+    let tmp = scratch_dir("image-cli-i2i");
+    let d = fixtures().join("tiny_sd1").display().to_string();
+    let (a, b) = (tmp.join("a.png"), tmp.join("b.png"));
+    let (a_s, b_s) = (a.display().to_string(), b.display().to_string());
+    ok(oxinfer(&[
+        "image", "-m", &d, "-p", "a cat", "--steps", "2", "--width", "64", "--height", "48", "-o",
+        &a_s,
+    ]));
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "a dog",
+        "--steps",
+        "4",
+        "--init",
+        &a_s,
+        "--strength",
+        "0.5",
+        "--scheduler",
+        "ddim",
+        "-o",
+        &b_s,
+    ]));
+    assert!(err.contains("64x48"), "{err}");
+    // The same run from the single-file (LDM) checkpoint writes the same PNG.
+    let ldm = fixtures()
+        .join("tiny_sd1_ldm/tiny_sd1.safetensors")
+        .display()
+        .to_string();
+    let c = tmp.join("c.png").display().to_string();
+    ok(oxinfer(&[
+        "image",
+        "-m",
+        &ldm,
+        "--config",
+        &d,
+        "-p",
+        "a dog",
+        "--steps",
+        "4",
+        "--init",
+        &a_s,
+        "--strength",
+        "0.5",
+        "--scheduler",
+        "ddim",
+        "-o",
+        &c,
+    ]));
+    assert_eq!(std::fs::read(&b).unwrap(), std::fs::read(&c).unwrap());
+    let o = oxinfer(&["image", "-m", &ldm, "-p", "x"]);
+    assert_fails_with(&o, &["single file", "--config"]);
+    let o = oxinfer(&[
+        "image", "-m", &d, "-p", "x", "--init", &a_s, "--width", "32",
+    ]);
+    assert_fails_with(&o, &["--width 32", "--init image's 64"]);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

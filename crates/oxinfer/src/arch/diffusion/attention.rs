@@ -1,0 +1,329 @@
+//! Bidirectional attention and the spatial transformer of the UNet (diffusers'
+//! `Transformer2DModel` with `BasicTransformerBlock`s: self-attention, cross-attention over the
+//! text embeddings, GEGLU feed-forward), plus the VAE's single-head attention block.
+//!
+//! [`crate::nn::attention`] is causal (a KV cache's geometry); image tokens and text tokens see
+//! each other in full, so [`full_attention`] is written here over the CPU matmul kernels.
+
+use super::layers::{gelu_erf, Conv2d, FeatureMap, Norm, Weights};
+use super::DiffusionError;
+use crate::backend::NormKind;
+use crate::nn::Linear;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+
+/// Softmax attention without a mask: `q` `[n_q, heads * d]`, `k` and `v` `[n_k, heads * d]`;
+/// returns `[n_q, heads * d]`, each head `softmax(q kᵀ · scale) v`. Scores are computed one head
+/// at a time (`[n_q, n_k]` floats).
+///
+/// # Panics
+/// `q`, `k` or `v` not a whole number of rows of `heads * d`, or `k` and `v` of other lengths.
+pub fn full_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    heads: usize,
+    d: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let width = heads * d;
+    assert!(
+        width > 0 && q.len().is_multiple_of(width) && k.len().is_multiple_of(width),
+        "q, k are not [n, heads * d]"
+    );
+    assert_eq!(k.len(), v.len(), "k and v have other lengths");
+    let (n_q, n_k) = (q.len() / width, k.len() / width);
+    let mut out = vec![0f32; n_q * width];
+    let (mut qh, mut kh, mut vt) = (
+        vec![0f32; n_q * d],
+        Vec::with_capacity(n_k * d * 4),
+        Vec::with_capacity(n_k * d * 4),
+    );
+    let mut scores = vec![0f32; n_q * n_k];
+    let mut oh = vec![0f32; n_q * d];
+    for h in 0..heads {
+        let cols = h * d..(h + 1) * d;
+        for (dst, row) in qh.chunks_exact_mut(d).zip(q.chunks_exact(width)) {
+            dst.copy_from_slice(&row[cols.clone()]);
+        }
+        kh.clear();
+        for row in k.chunks_exact(width) {
+            kh.extend(row[cols.clone()].iter().flat_map(|x| x.to_le_bytes()));
+        }
+        vt.clear();
+        for j in 0..d {
+            vt.extend((0..n_k).flat_map(|r| v[r * width + h * d + j].to_le_bytes()));
+        }
+        let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
+        oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
+        for row in scores.chunks_exact_mut(n_k) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
+            let mut sum = 0f64;
+            for s in row.iter_mut() {
+                *s = (*s * scale - max).exp();
+                sum += f64::from(*s);
+            }
+            let inv = (1.0 / sum) as f32;
+            row.iter_mut().for_each(|s| *s *= inv);
+        }
+        let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
+        oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
+        for (dst, src) in out.chunks_exact_mut(width).zip(oh.chunks_exact(d)) {
+            dst[cols.clone()].copy_from_slice(src);
+        }
+    }
+    out
+}
+
+/// diffusers' `Attention` without norms: `to_q`, `to_k`, `to_v`, `to_out.0`.
+pub struct Attention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    /// Loads an attention of `heads` heads over `dim` query features and `kv_dim` key/value
+    /// features (the text embedding width for cross-attention); inner width `dim`.
+    pub fn load(
+        w: Weights,
+        dim: usize,
+        kv_dim: usize,
+        heads: usize,
+    ) -> Result<Self, DiffusionError> {
+        if heads == 0 || !dim.is_multiple_of(heads) {
+            return Err(DiffusionError::Argument(format!(
+                "{}: {heads} attention heads do not divide {dim} channels",
+                w.prefix
+            )));
+        }
+        let lin = |name: &str, o: usize, i: usize| Linear::load(w.store, &w.name(name), o, i);
+        Ok(Attention {
+            to_q: lin("to_q.weight", dim, dim)?,
+            to_k: lin("to_k.weight", dim, kv_dim)?,
+            to_v: lin("to_v.weight", dim, kv_dim)?,
+            to_out: lin("to_out.0.weight", dim, dim)?,
+            heads,
+            head_dim: dim / heads,
+        })
+    }
+
+    /// `x` `[n, dim]` attends to `ctx` `[m, kv_dim]` (to itself when `ctx` is `None`); returns
+    /// `[n, dim]`.
+    pub fn forward(&self, x: &[f32], n: usize, ctx: Option<(&[f32], usize)>) -> Vec<f32> {
+        let (c, m) = ctx.unwrap_or((x, n));
+        let q = self.to_q.forward(x, n);
+        let k = self.to_k.forward(c, m);
+        let v = self.to_v.forward(c, m);
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let o = full_attention(&q, &k, &v, self.heads, self.head_dim, scale);
+        self.to_out.forward(&o, n)
+    }
+}
+
+/// diffusers' `BasicTransformerBlock` (pre-LayerNorm self-attention, cross-attention, GEGLU
+/// feed-forward, each with a residual).
+pub struct TransformerBlock {
+    norm1: Norm,
+    attn1: Attention,
+    norm2: Norm,
+    attn2: Attention,
+    norm3: Norm,
+    ff_in: Linear,
+    ff_out: Linear,
+    dim: usize,
+}
+
+impl TransformerBlock {
+    /// Loads a block of width `dim`, `heads` heads, attending to text of width `ctx_dim`.
+    pub fn load(
+        w: Weights,
+        dim: usize,
+        ctx_dim: usize,
+        heads: usize,
+    ) -> Result<Self, DiffusionError> {
+        let (a1, a2) = (w.name("attn1"), w.name("attn2"));
+        let ln = |name: &str| Norm::load(w, name, dim, NormKind::Layer, 1e-5, false);
+        let inner = dim * 4;
+        Ok(TransformerBlock {
+            norm1: ln("norm1")?,
+            attn1: Attention::load(
+                Weights {
+                    store: w.store,
+                    prefix: &a1,
+                },
+                dim,
+                dim,
+                heads,
+            )?,
+            norm2: ln("norm2")?,
+            attn2: Attention::load(
+                Weights {
+                    store: w.store,
+                    prefix: &a2,
+                },
+                dim,
+                ctx_dim,
+                heads,
+            )?,
+            norm3: ln("norm3")?,
+            ff_in: Linear::load(w.store, &w.name("ff.net.0.proj.weight"), 2 * inner, dim)?,
+            ff_out: Linear::load(w.store, &w.name("ff.net.2.weight"), dim, inner)?,
+            dim,
+        })
+    }
+
+    /// `x` `[n, dim]` in place; `ctx` is the text `[m, ctx_dim]`.
+    pub fn forward(
+        &self,
+        x: &mut [f32],
+        n: usize,
+        ctx: &[f32],
+        m: usize,
+    ) -> Result<(), DiffusionError> {
+        let add = |x: &mut [f32], y: Vec<f32>| x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+        let h = self.norm1.forward(x, self.dim)?;
+        add(x, self.attn1.forward(&h, n, None));
+        let h = self.norm2.forward(x, self.dim)?;
+        add(x, self.attn2.forward(&h, n, Some((ctx, m))));
+        let h = self.norm3.forward(x, self.dim)?;
+        let proj = self.ff_in.forward(&h, n);
+        let inner = proj.len() / n.max(1) / 2;
+        let mut act = Vec::with_capacity(n * inner);
+        for row in proj.chunks_exact(2 * inner) {
+            let (a, gate) = row.split_at(inner);
+            act.extend(a.iter().zip(gate).map(|(&a, &g)| a * gelu_erf(g)));
+        }
+        add(x, self.ff_out.forward(&act, n));
+        Ok(())
+    }
+}
+
+/// diffusers' `Transformer2DModel` over a feature map: GroupNorm, `proj_in` (1 × 1 conv or
+/// linear: the same per-pixel product), transformer blocks, `proj_out`, residual.
+pub struct Transformer2D {
+    norm: Norm,
+    proj_in: Conv2d,
+    blocks: Vec<TransformerBlock>,
+    proj_out: Conv2d,
+}
+
+impl Transformer2D {
+    /// Loads a spatial transformer over `c` channels with `heads` heads and `layers` blocks.
+    pub fn load(
+        w: Weights,
+        c: usize,
+        ctx_dim: usize,
+        heads: usize,
+        layers: usize,
+        groups: usize,
+    ) -> Result<Self, DiffusionError> {
+        let blocks = (0..layers)
+            .map(|i| {
+                let p = w.name(&format!("transformer_blocks.{i}"));
+                TransformerBlock::load(
+                    Weights {
+                        store: w.store,
+                        prefix: &p,
+                    },
+                    c,
+                    ctx_dim,
+                    heads,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Transformer2D {
+            norm: Norm::load(w, "norm", c, NormKind::Group(groups), 1e-6, false)?,
+            proj_in: Conv2d::load(w, "proj_in", c, c, 1, 1)?,
+            blocks,
+            proj_out: Conv2d::load(w, "proj_out", c, c, 1, 1)?,
+        })
+    }
+
+    /// `x` attends over itself and to `ctx` (`[m, ctx_dim]`).
+    pub fn forward(
+        &self,
+        x: &FeatureMap,
+        ctx: &[f32],
+        m: usize,
+    ) -> Result<FeatureMap, DiffusionError> {
+        let mut h = self.proj_in.forward(x, Some(&self.norm))?;
+        let n = h.pixels();
+        for b in &self.blocks {
+            b.forward(&mut h.data, n, ctx, m)?;
+        }
+        let mut out = self.proj_out.forward(&h, None)?;
+        out.add_assign(x);
+        Ok(out)
+    }
+}
+
+/// The VAE's attention block: GroupNorm, one head over all channels (`to_q`, `to_k`, `to_v`,
+/// `to_out.0`, all with bias), residual.
+pub struct VaeAttention {
+    norm: Norm,
+    attn: Attention,
+    c: usize,
+}
+
+impl VaeAttention {
+    /// Loads the block over `c` channels.
+    pub fn load(w: Weights, c: usize, groups: usize, eps: f32) -> Result<Self, DiffusionError> {
+        Ok(VaeAttention {
+            norm: Norm::load(w, "group_norm", c, NormKind::Group(groups), eps, false)?,
+            attn: Attention::load(w, c, c, 1)?,
+            c,
+        })
+    }
+
+    /// `x + attn(norm(x))`.
+    pub fn forward(&self, x: &FeatureMap) -> Result<FeatureMap, DiffusionError> {
+        let h = self.norm.forward(&x.data, self.c)?;
+        let mut out = FeatureMap {
+            data: self.attn.forward(&h, x.pixels(), None),
+            ..x.clone()
+        };
+        out.add_assign(x);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against the formula written out, two heads, no mask.
+    #[test]
+    fn full_attention_matches_naive() {
+        let (n_q, n_k, heads, d) = (3, 5, 2, 4);
+        let f = |i: usize| ((i * 37 % 11) as f32 - 5.0) / 7.0;
+        let q: Vec<f32> = (0..n_q * heads * d).map(f).collect();
+        let k: Vec<f32> = (0..n_k * heads * d).map(|i| f(i + 3)).collect();
+        let v: Vec<f32> = (0..n_k * heads * d).map(|i| f(i + 7)).collect();
+        let got = full_attention(&q, &k, &v, heads, d, 0.5);
+        let w = heads * d;
+        for i in 0..n_q {
+            for h in 0..heads {
+                let s: Vec<f64> = (0..n_k)
+                    .map(|j| {
+                        (0..d)
+                            .map(|e| {
+                                f64::from(q[i * w + h * d + e]) * f64::from(k[j * w + h * d + e])
+                            })
+                            .sum::<f64>()
+                            * 0.5
+                    })
+                    .collect();
+                let z: f64 = s.iter().map(|v| v.exp()).sum();
+                for e in 0..d {
+                    let want: f64 = (0..n_k)
+                        .map(|j| s[j].exp() / z * f64::from(v[j * w + h * d + e]))
+                        .sum();
+                    assert!((f64::from(got[i * w + h * d + e]) - want).abs() < 1e-5);
+                }
+            }
+        }
+    }
+}

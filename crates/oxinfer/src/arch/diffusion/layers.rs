@@ -1,0 +1,402 @@
+//! The small building blocks of the UNet and the VAE: channels-last feature maps, a 2-D
+//! convolution layer over [`crate::nn::conv2d`], GroupNorm / LayerNorm over
+//! [`crate::nn::conv_input_norm`], nearest upsampling, channel concatenation, the sinusoidal
+//! timestep embedding and the activations.
+
+use super::DiffusionError;
+use crate::backend::{self, ConvGeom, DeviceWeight, NormKind, NormSpec};
+use crate::loader::{TensorStore, TensorView};
+use crate::nn::{conv_geom, conv_input_norm};
+use oxinfer_kernels::WeightFormat;
+use std::sync::OnceLock;
+
+/// A channels-last feature map: `data` is `[h * w, c]` (pixel-major, channels contiguous).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeatureMap {
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub data: Vec<f32>,
+}
+
+impl FeatureMap {
+    /// From one NCHW image (`[c, h, w]`, batch item already selected).
+    pub fn from_chw(chw: &[f32], c: usize, h: usize, w: usize) -> Self {
+        assert_eq!(chw.len(), c * h * w, "CHW buffer of {c}x{h}x{w}");
+        let mut data = vec![0f32; chw.len()];
+        for ch in 0..c {
+            for p in 0..h * w {
+                data[p * c + ch] = chw[ch * h * w + p];
+            }
+        }
+        FeatureMap { h, w, c, data }
+    }
+
+    /// As `[c, h, w]`.
+    pub fn to_chw(&self) -> Vec<f32> {
+        let hw = self.h * self.w;
+        let mut out = vec![0f32; self.data.len()];
+        for p in 0..hw {
+            for ch in 0..self.c {
+                out[ch * hw + p] = self.data[p * self.c + ch];
+            }
+        }
+        out
+    }
+
+    /// Pixels (`h * w`).
+    pub fn pixels(&self) -> usize {
+        self.h * self.w
+    }
+
+    /// `self` and `other` (same size) concatenated along channels: `[h * w, c + other.c]`.
+    pub fn concat_channels(&self, other: &FeatureMap) -> FeatureMap {
+        assert_eq!(
+            (self.h, self.w),
+            (other.h, other.w),
+            "concat of maps of other sizes"
+        );
+        let c = self.c + other.c;
+        let mut data = Vec::with_capacity(self.pixels() * c);
+        for (a, b) in self
+            .data
+            .chunks_exact(self.c)
+            .zip(other.data.chunks_exact(other.c))
+        {
+            data.extend_from_slice(a);
+            data.extend_from_slice(b);
+        }
+        FeatureMap {
+            h: self.h,
+            w: self.w,
+            c,
+            data,
+        }
+    }
+
+    /// Nearest-neighbour resize to `oh × ow` (source pixel `floor(dst · in / out)` per axis, as
+    /// torch's `interpolate(mode="nearest")`).
+    pub fn upsample_nearest(&self, oh: usize, ow: usize) -> FeatureMap {
+        let mut data = Vec::with_capacity(oh * ow * self.c);
+        for y in 0..oh {
+            let sy = y * self.h / oh;
+            for x in 0..ow {
+                let sx = x * self.w / ow;
+                let s = (sy * self.w + sx) * self.c;
+                data.extend_from_slice(&self.data[s..s + self.c]);
+            }
+        }
+        FeatureMap {
+            h: oh,
+            w: ow,
+            c: self.c,
+            data,
+        }
+    }
+
+    /// `self += other`, element by element.
+    pub fn add_assign(&mut self, other: &FeatureMap) {
+        assert_eq!(
+            self.data.len(),
+            other.data.len(),
+            "sum of maps of other shapes"
+        );
+        self.data
+            .iter_mut()
+            .zip(&other.data)
+            .for_each(|(a, b)| *a += b);
+    }
+}
+
+/// A tensor store and a name prefix (`down_blocks.0.resnets.1`), so blocks load their weights
+/// by their own names.
+#[derive(Clone, Copy)]
+pub struct Weights<'a> {
+    pub store: &'a dyn TensorStore,
+    pub prefix: &'a str,
+}
+
+impl<'a> Weights<'a> {
+    /// The full name of `name` under this prefix.
+    pub fn name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    /// The f32 values of tensor `name` with exactly `shape`.
+    pub fn vector(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, DiffusionError> {
+        Ok(self
+            .store
+            .require_shape(&self.name(name), shape)?
+            .to_f32()?)
+    }
+
+    /// Whether tensor `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.store.get(&self.name(name)).is_some()
+    }
+}
+
+/// A `k × k` convolution with padding `k / 2` and a bias, its weight rearranged at load to the
+/// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored).
+pub struct Conv2d {
+    weight: TensorView,
+    bias: Vec<f32>,
+    /// Input channels.
+    pub cin: usize,
+    /// Output channels.
+    pub cout: usize,
+    /// Kernel size.
+    pub k: usize,
+    /// Stride.
+    pub stride: usize,
+    device: OnceLock<Option<DeviceWeight>>,
+}
+
+impl Conv2d {
+    /// Loads `{name}.weight` (`[cout, cin, k, k]`, or `[cout, cin]` for a linear layer used as a
+    /// 1 × 1 convolution) and `{name}.bias` (`[cout]`).
+    pub fn load(
+        w: Weights,
+        name: &str,
+        cin: usize,
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Result<Self, DiffusionError> {
+        let full = w.name(&format!("{name}.weight"));
+        let t = w.store.require(&full)?;
+        let ok = t.shape == [cout, cin, k, k] || (k == 1 && t.shape == [cout, cin]);
+        if !ok {
+            return Err(crate::error::LoadError::tensor(
+                w.store.path(),
+                &full,
+                format!("shape {:?}, expected {:?}", t.shape, [cout, cin, k, k]),
+            )
+            .into());
+        }
+        // Rearranged element by element in the stored float format (f16 and bf16 stay half the
+        // size; the CPU kernels multiply them directly); other formats are converted to f32.
+        let (format, src): (WeightFormat, std::borrow::Cow<[u8]>) = match t.format {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
+                (t.format, std::borrow::Cow::Borrowed(t.bytes()))
+            }
+            _ => (
+                WeightFormat::F32,
+                std::borrow::Cow::Owned(t.to_f32()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            ),
+        };
+        let e = src.len() / (cout * cin * k * k).max(1);
+        let mut bytes = vec![0u8; src.len()];
+        for o in 0..cout {
+            for ci in 0..cin {
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let d = (((o * k + ky) * k + kx) * cin + ci) * e;
+                        let s = (((o * cin + ci) * k + ky) * k + kx) * e;
+                        bytes[d..d + e].copy_from_slice(&src[s..s + e]);
+                    }
+                }
+            }
+        }
+        let weight = TensorView::from_owned(
+            w.store.path(),
+            &full,
+            format,
+            vec![cout, k * k * cin],
+            bytes,
+            Vec::new(),
+        );
+        let bias = w.vector(&format!("{name}.bias"), &[cout])?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            cin,
+            cout,
+            k,
+            stride,
+            device: OnceLock::new(),
+        })
+    }
+
+    /// The geometry of this convolution over an `h × w` input.
+    pub fn geom(&self, h: usize, w: usize) -> Result<ConvGeom, DiffusionError> {
+        Ok(conv_geom(h, w, self.cin, self.k, self.stride)?)
+    }
+
+    /// `conv(norm(x)) + bias`, the norm (with its SiLU) fused into the convolution's input.
+    pub fn forward(
+        &self,
+        x: &FeatureMap,
+        norm: Option<&Norm>,
+    ) -> Result<FeatureMap, DiffusionError> {
+        let g = self.geom(x.h, x.w)?;
+        let mut y = vec![0f32; g.oh * g.ow * self.cout];
+        let m = self.weight.matrix()?;
+        let dev = backend::active().and_then(|b| self.device.get_or_init(|| b.upload(&m)).as_ref());
+        let spec = norm.map(Norm::spec);
+        crate::nn::conv2d(&x.data, &g, spec.as_ref(), &m, dev, &mut y)?;
+        for row in y.chunks_exact_mut(self.cout) {
+            row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
+        }
+        Ok(FeatureMap {
+            h: g.oh,
+            w: g.ow,
+            c: self.cout,
+            data: y,
+        })
+    }
+}
+
+/// GroupNorm or LayerNorm with an affine `gamma`, `beta`, optionally followed by SiLU.
+pub struct Norm {
+    pub kind: NormKind,
+    pub eps: f32,
+    pub gamma: Vec<f32>,
+    pub beta: Vec<f32>,
+    pub silu: bool,
+}
+
+impl Norm {
+    /// Loads `{name}.weight` and `{name}.bias` (`[c]`).
+    pub fn load(
+        w: Weights,
+        name: &str,
+        c: usize,
+        kind: NormKind,
+        eps: f32,
+        silu: bool,
+    ) -> Result<Self, DiffusionError> {
+        if let NormKind::Group(g) = kind {
+            if g == 0 || !c.is_multiple_of(g) {
+                return Err(DiffusionError::Argument(format!(
+                    "{}: {g} groups do not divide {c} channels",
+                    w.name(name)
+                )));
+            }
+        }
+        Ok(Norm {
+            kind,
+            eps,
+            gamma: w.vector(&format!("{name}.weight"), &[c])?,
+            beta: w.vector(&format!("{name}.bias"), &[c])?,
+            silu,
+        })
+    }
+
+    /// The spec that [`crate::nn::conv2d`] fuses.
+    pub fn spec(&self) -> NormSpec<'_> {
+        NormSpec {
+            kind: self.kind,
+            eps: self.eps,
+            gamma: &self.gamma,
+            beta: &self.beta,
+            silu: self.silu,
+        }
+    }
+
+    /// The normalized rows of `x` (`[rows, c]`; a GroupNorm treats all rows as one image).
+    pub fn forward(&self, x: &[f32], c: usize) -> Result<Vec<f32>, DiffusionError> {
+        let g = ConvGeom {
+            h: x.len() / c.max(1),
+            w: 1,
+            cin: c,
+            k: 1,
+            stride: 1,
+            oh: x.len() / c.max(1),
+            ow: 1,
+        };
+        Ok(conv_input_norm(x, &g, &self.spec())?)
+    }
+}
+
+/// `x · sigmoid(x)`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU with the exact error function, `x / 2 · (1 + erf(x / √2))` (torch's default).
+pub fn gelu_erf(x: f32) -> f32 {
+    let x = f64::from(x);
+    (0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))) as f32
+}
+
+/// The error function to about 1e-15 (series for small `|x|`, continued fraction otherwise).
+pub fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // erf(a) = 2/√π · Σ (-1)^n a^(2n+1) / (n! (2n+1))
+        let (mut term, mut sum, a2) = (a, a, a * a);
+        let mut n = 0.0;
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -a2 / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else {
+        // erfc(a) = exp(-a²)/√π · 1/(a + 1/2/(a + 1/(a + 3/2/(a + ...)))), evaluated bottom-up.
+        let mut f = 0.0;
+        for k in (1..60).rev() {
+            f = (k as f64 / 2.0) / (a + f);
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f)
+    };
+    r.copysign(x)
+}
+
+/// The sinusoidal embedding of timestep `t` in `dim` values, as diffusers'
+/// `get_timestep_embedding`: frequencies `exp(-ln(10000) · i / (dim/2 − shift))`, then
+/// `[sin, cos]`, or `[cos, sin]` when `flip_sin_to_cos`.
+pub fn timestep_embedding(t: f32, dim: usize, flip_sin_to_cos: bool, shift: f32) -> Vec<f32> {
+    let half = dim / 2;
+    let mut sin = Vec::with_capacity(half);
+    let mut cos = Vec::with_capacity(half);
+    for i in 0..half {
+        // torch computes the exponent and the product in f32.
+        let e = -(10000f32.ln()) * i as f32 / (half as f32 - shift);
+        let arg = t * e.exp();
+        sin.push(arg.sin());
+        cos.push(arg.cos());
+    }
+    let mut out = if flip_sin_to_cos {
+        [cos, sin].concat()
+    } else {
+        [sin, cos].concat()
+    };
+    out.resize(dim, 0.0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-2.0, -0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+        ] {
+            assert!((erf(x) - want).abs() < 1e-13, "erf({x}) = {}", erf(x));
+        }
+    }
+
+    #[test]
+    fn chw_round_trip_and_upsample() {
+        let chw: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let m = FeatureMap::from_chw(&chw, 3, 2, 2);
+        assert_eq!(&m.data[..3], &[0.0, 4.0, 8.0]);
+        assert_eq!(m.to_chw(), chw);
+        let up = m.upsample_nearest(4, 4);
+        assert_eq!(&up.data[..3], &up.data[3..6]);
+        assert_eq!(up.data[12 * 3..13 * 3], m.data[2 * 3..3 * 3]);
+        assert_eq!(up.data[15 * 3..], m.data[3 * 3..]);
+    }
+}

@@ -1,0 +1,32 @@
+//! Stable Diffusion 1.x / 2.x as diffusers lays it out: the CLIP text encoder and its BPE
+//! tokenizer, the conditional UNet, the VAE decoder, the noise schedulers and the pipeline that
+//! runs them. Every block is composed from [`crate::nn`] (linear layers, conv2d with a fused
+//! GroupNorm/SiLU, the norms of [`crate::nn::conv_input_norm`], causal attention for CLIP) plus a
+//! bidirectional attention of its own ([`attention`]).
+//!
+//! Activations are channels-last feature maps ([`FeatureMap`]: `[h * w, c]`), the layout of
+//! [`crate::nn::conv2d`]; the pipeline's inputs and outputs are NCHW as diffusers gives them.
+
+pub mod attention;
+pub mod clip_text;
+pub mod clip_tokenizer;
+pub mod config;
+pub mod error;
+pub mod layers;
+pub mod ldm;
+pub mod pipeline;
+pub mod resnet;
+pub mod scheduler;
+pub mod unet;
+pub mod vae;
+pub mod vae_encoder;
+
+pub use clip_text::ClipTextModel;
+pub use clip_tokenizer::ClipTokenizer;
+pub use error::DiffusionError;
+pub use layers::FeatureMap;
+pub use pipeline::{GenerateRequest, StableDiffusion};
+pub use scheduler::{Scheduler, SchedulerKind};
+pub use unet::UNet;
+pub use vae::VaeDecoder;
+pub use vae_encoder::VaeEncoder;

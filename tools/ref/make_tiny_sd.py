@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Tiny random Stable Diffusion 1.x-style pipeline and its diffusers float32 references.
+
+Writes tests/fixtures/tiny_sd1_ldm/tiny_sd1.safetensors (tiny_sd1 as one original-layout LDM
+checkpoint, checked by diffusers' single-file converters), tests/fixtures/tiny_sd1/ (and tests/fixtures/tiny_sd2/, the SD 2.x-style variant: gelu text
+encoder padded with "!", linear proj_in, per-block head counts (2, 4) with cross-attention in every
+block, v-prediction, Euler ancestral with `leading` spacing and steps_offset 1, fed recorded
+ancestral noise, a 64x48 image):
+  model_index.json, text_encoder/, tokenizer/, unet/, vae/, scheduler/   a diffusers folder
+      (fp32 safetensors): CLIPTextModel (quick_gelu), CLIPTokenizer (a tiny byte-level BPE
+      vocabulary trained here on a few sentences), UNet2DConditionModel (conv proj_in, 2 heads,
+      one cross-attention down block, one cross-attention up block, cross-attention mid block),
+      AutoencoderKL (4 blocks: latents are 1/8 of the image), EulerDiscreteScheduler (linspace).
+  reference/reference.json   versions, prompt, settings, token ids of test strings, timesteps
+  reference/*.npy            float32 arrays (names and shapes in reference.json)
+
+Run (from the repository root):
+  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_sd.py
+
+Everything is seeded: re-running gives identical files.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import diffusers
+import transformers
+from diffusers import (AutoencoderKL, DDIMScheduler, DPMSolverMultistepScheduler,
+                       EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
+                       StableDiffusionPipeline, UNet2DConditionModel)
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = {
+    "tiny_sd1": dict(act="quick_gelu", pad="<|endoftext|>", linear_proj=False, heads=2,
+                     down=("CrossAttnDownBlock2D", "DownBlock2D"),
+                     up=("UpBlock2D", "CrossAttnUpBlock2D"),
+                     scheduler=(EulerDiscreteScheduler, dict(timestep_spacing="linspace",
+                                                             prediction_type="epsilon")),
+                     height=64, width=64),
+    "tiny_sd2": dict(act="gelu", pad="!", linear_proj=True, heads=(2, 4),
+                     down=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                     up=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+                     scheduler=(EulerAncestralDiscreteScheduler,
+                                dict(timestep_spacing="leading", prediction_type="v_prediction")),
+                     height=48, width=64),
+}
+OUT = REF = None  # set per variant
+
+PROMPT = "a photo of an astronaut riding a horse on the moon"
+NEGATIVE = "blurry, low quality"
+STEPS = 4
+GUIDANCE = 7.5
+
+CORPUS = """a photo of an astronaut riding a horse on the moon. a painting of a cat sitting
+on a red chair in the garden. portrait of a woman with long hair, highly detailed, 4k.
+blurry, low quality, worst quality. the quick brown fox jumps over the lazy dog!
+an oil painting of mountains and a lake at sunset, trending on artstation"""
+
+# Strings whose token ids are recorded (each padded to 77 as the pipeline does).
+TOKENIZER_CASES = [
+    PROMPT,
+    NEGATIVE,
+    "",
+    "  A   Photo\tof THE  Moon!!  ",
+    "it's a cat's toy, isn't it? 1234 dogs",
+    "caf\u00e9 na\u00efve \u00fcber \u2014 emoji \U0001f600",
+    "<|startoftext|>hello<|endoftext|> world",
+    " ".join(["horse"] * 100),
+]
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+def train_merges(n_merges: int) -> list[tuple[str, str]]:
+    """Plain BPE on the corpus's lowercase words, CLIP style (last symbol carries '</w>')."""
+    import re
+    b2u = bytes_to_unicode()
+    words = collections.Counter(re.findall(r"[a-z]+", CORPUS.lower()))
+    seqs = {w: tuple(b2u[b] for b in w.encode()[:-1]) + (b2u[w.encode()[-1]] + "</w>",)
+            for w in words}
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for w, s in seqs.items():
+            for a, b in zip(s, s[1:]):
+                pairs[(a, b)] += words[w]
+        if not pairs:
+            break
+        best = max(sorted(pairs), key=lambda p: pairs[p])
+        merges.append(best)
+        for w, s in seqs.items():
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == best:
+                    out.append(s[i] + s[i + 1])
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[w] = tuple(out)
+    return merges
+
+
+def write_tokenizer(d: Path, pad: str):
+    d.mkdir(parents=True, exist_ok=True)
+    chars = list(bytes_to_unicode().values())
+    merges = train_merges(120)
+    vocab = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    (d / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}, ensure_ascii=False))
+    (d / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    (d / "special_tokens_map.json").write_text(json.dumps({
+        "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+        "pad_token": pad, "unk_token": "<|endoftext|>"}, indent=1))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "CLIPTokenizer", "model_max_length": 77, "do_lower_case": True,
+        "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+        "pad_token": pad, "unk_token": "<|endoftext|>"}, indent=1))
+    return len(vocab)
+
+
+def save(name: str, arr, shapes: dict):
+    a = arr.detach().cpu().numpy() if torch.is_tensor(arr) else np.asarray(arr)
+    a = np.ascontiguousarray(a.astype(np.float32))
+    np.save(REF / f"{name}.npy", a)
+    shapes[name] = list(a.shape)
+
+
+def scheduler_refs(shapes: dict) -> dict:
+    """Each scheduler's timesteps/sigmas and its step outputs on seeded random inputs."""
+    base = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                beta_schedule="scaled_linear")
+    cases = {
+        "euler": (EulerDiscreteScheduler, dict(timestep_spacing="linspace")),
+        "euler_leading_v": (EulerDiscreteScheduler, dict(timestep_spacing="leading", steps_offset=1,
+                                                         prediction_type="v_prediction")),
+        "euler_a": (EulerAncestralDiscreteScheduler, dict(timestep_spacing="linspace")),
+        "ddim": (DDIMScheduler, dict(timestep_spacing="leading", steps_offset=1,
+                                     clip_sample=False, set_alpha_to_one=False)),
+        "ddim_trailing_v": (DDIMScheduler, dict(timestep_spacing="trailing", clip_sample=False,
+                                                set_alpha_to_one=False,
+                                                prediction_type="v_prediction")),
+        "dpmpp2m": (DPMSolverMultistepScheduler, dict(timestep_spacing="linspace")),
+        "dpmpp2m_karras": (DPMSolverMultistepScheduler, dict(timestep_spacing="linspace",
+                                                             use_karras_sigmas=True)),
+    }
+    steps = 6
+    out = {}
+    import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+    for name, (cls, extra) in cases.items():
+        sched = cls(**base, **extra)
+        sched.set_timesteps(steps)
+        g = torch.Generator().manual_seed(7)
+        shape = (1, 4, 2, 3)
+        sample = torch.randn(shape, generator=g) * float(sched.init_noise_sigma)
+        outs_in, outs_model, outs_noise, outs_prev = [], [], [], []
+        for t in sched.timesteps:
+            model_out = torch.randn(shape, generator=g)
+            noise = torch.randn(shape, generator=g)
+            ea.randn_tensor = lambda *a, _n=noise, **k: _n.clone()
+            scaled = sched.scale_model_input(sample, t)
+            prev = sched.step(model_out, t, sample).prev_sample
+            outs_in.append(sample.clone()); outs_model.append(model_out); outs_noise.append(noise)
+            outs_prev.append(torch.stack([scaled, prev]))
+            sample = prev
+        save(f"sched_{name}_sample", torch.stack(outs_in), shapes)
+        save(f"sched_{name}_model", torch.stack(outs_model), shapes)
+        save(f"sched_{name}_noise", torch.stack(outs_noise), shapes)
+        save(f"sched_{name}_scaled_prev", torch.stack(outs_prev), shapes)
+        sigmas = getattr(sched, "sigmas", None)
+        # JSON has no infinities (DPM's lambda_min_clipped = -inf is its default anyway).
+        config = {k: v for k, v in dict(sched.config).items()
+                  if not (k.startswith("_") or (isinstance(v, float) and not np.isfinite(v)))}
+        config["_class_name"] = cls.__name__
+        out[name] = dict(config=config,
+                         steps=steps,
+                         timesteps=[float(t) for t in sched.timesteps],
+                         sigmas=None if sigmas is None else [float(s) for s in sigmas],
+                         init_noise_sigma=float(sched.init_noise_sigma))
+    return out
+
+
+def img2img_refs(out: Path, height: int, width: int, ref: dict, shapes: dict):
+    """The VAE encoder's posterior and an image-to-image run (strength 0.75: the last 3 of 4
+    steps) with the posterior's sampling noise and the added noise given."""
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as i2i
+    from diffusers import StableDiffusionImg2ImgPipeline
+    pipe = StableDiffusionImg2ImgPipeline.from_pretrained(out, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator().manual_seed(9)
+    # A smooth random image in [0, 1] (what the pipeline normalizes to [-1, 1]).
+    small = torch.rand((1, 3, height // 8, width // 8), generator=g)
+    image01 = torch.nn.functional.interpolate(small, size=(height, width), mode="bilinear",
+                                              align_corners=False).clamp(0, 1)
+    save("img2img_input", image01 * 2 - 1, shapes)  # [-1, 1], what the VAE encodes
+    lat = (1, 4, height // 8, width // 8)
+    enc_noise = torch.randn(lat, generator=g)
+    add_noise = torch.randn(lat, generator=g)
+    step_noise = torch.randn((STEPS,) + lat, generator=g)
+    save("img2img_enc_noise", enc_noise, shapes)
+    save("img2img_noise", add_noise, shapes)
+    save("img2img_step_noise", step_noise[:, None].squeeze(1), shapes)
+    with torch.no_grad():
+        post = pipe.vae.encode(image01 * 2 - 1).latent_dist
+        save("vae_enc_mean", post.mean, shapes)
+        save("vae_enc_std", post.std, shapes)
+        vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+        i2i.randn_tensor = lambda *a, **k: add_noise.clone()
+        import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+        queue = list(step_noise)
+        ea.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+        lat_out = pipe(PROMPT, image=image01, strength=0.75, negative_prompt=NEGATIVE,
+                       num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                       output_type="latent").images
+        save("img2img_latents", lat_out, shapes)
+        save("img2img_image", pipe.vae.decode(lat_out / pipe.vae.config.scaling_factor).sample,
+             shapes)
+    ref["img2img"] = dict(strength=0.75, steps=STEPS,
+                          note="ancestral noise: the first steps-run of img2img_step_noise")
+
+
+RESNET_TO_LDM = {"norm1": "in_layers.0", "conv1": "in_layers.2", "time_emb_proj": "emb_layers.1",
+                 "norm2": "out_layers.0", "conv2": "out_layers.3", "conv_shortcut": "skip_connection"}
+VAE_ATTN_TO_LDM = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v",
+                   "to_out.0": "proj_out"}
+
+
+def unet_key_to_ldm(k: str, cfg: dict) -> str:
+    """diffusers UNet2DConditionModel name -> original LDM name (the inverse of diffusers'
+    convert_ldm_unet_checkpoint), without the model.diffusion_model. prefix."""
+    L = cfg["layers_per_block"]
+    p = k.split(".")
+    def resnet(rest):
+        name = ".".join(rest[:-1])
+        return RESNET_TO_LDM[name] + "." + rest[-1]
+    if p[0] == "time_embedding":
+        return {"linear_1": "time_embed.0", "linear_2": "time_embed.2"}[p[1]] + "." + p[2]
+    if p[0] == "conv_in":
+        return "input_blocks.0.0." + p[1]
+    if p[0] == "conv_norm_out":
+        return "out.0." + p[1]
+    if p[0] == "conv_out":
+        return "out.2." + p[1]
+    if p[0] == "down_blocks":
+        b = int(p[1])
+        if p[2] == "downsamplers":
+            return f"input_blocks.{(b + 1) * (L + 1)}.0.op." + p[-1]
+        i = 1 + b * (L + 1) + int(p[3])
+        if p[2] == "resnets":
+            return f"input_blocks.{i}.0." + resnet(p[4:])
+        return f"input_blocks.{i}.1." + ".".join(p[4:])
+    if p[0] == "mid_block":
+        if p[1] == "resnets":
+            return f"middle_block.{2 * int(p[2])}." + resnet(p[3:])
+        return "middle_block.1." + ".".join(p[3:])
+    if p[0] == "up_blocks":
+        u = int(p[1])
+        if p[2] == "upsamplers":
+            has_attn = cfg["up_block_types"][u].startswith("CrossAttn")
+            return f"output_blocks.{u * (L + 1) + L}.{2 if has_attn else 1}.conv." + p[-1]
+        j = u * (L + 1) + int(p[3])
+        if p[2] == "resnets":
+            return f"output_blocks.{j}.0." + resnet(p[4:])
+        return f"output_blocks.{j}.1." + ".".join(p[4:])
+    raise KeyError(k)
+
+
+def vae_key_to_ldm(k: str, cfg: dict) -> str:
+    """diffusers AutoencoderKL name -> original LDM name (inverse of convert_ldm_vae_checkpoint)."""
+    n = len(cfg["block_out_channels"])
+    p = k.split(".")
+    if p[0] in ("quant_conv", "post_quant_conv") or p[1] in ("conv_in", "conv_out"):
+        return k
+    if p[1] == "conv_norm_out":
+        return f"{p[0]}.norm_out.{p[2]}"
+    if p[1] == "mid_block":
+        if p[2] == "resnets":
+            return f"{p[0]}.mid.block_{int(p[3]) + 1}." + ".".join(p[4:])
+        name = ".".join(p[4:-1])
+        return f"{p[0]}.mid.attn_1.{VAE_ATTN_TO_LDM[name]}.{p[-1]}"
+    b = int(p[2])
+    if p[1] == "down_blocks":
+        if p[3] == "downsamplers":
+            return f"encoder.down.{b}.downsample.conv.{p[-1]}"
+        rest = ".".join(p[5:]).replace("conv_shortcut", "nin_shortcut")
+        return f"encoder.down.{b}.block.{p[4]}.{rest}"
+    if p[1] == "up_blocks":
+        if p[3] == "upsamplers":
+            return f"decoder.up.{n - 1 - b}.upsample.conv.{p[-1]}"
+        rest = ".".join(p[5:]).replace("conv_shortcut", "nin_shortcut")
+        return f"decoder.up.{n - 1 - b}.block.{p[4]}.{rest}"
+    raise KeyError(k)
+
+
+def write_single_file(out: Path, pipe, path: Path):
+    """The pipeline as one original-layout (LDM) checkpoint, checked by converting it back with
+    diffusers' own single-file converters."""
+    from safetensors.torch import save_file
+    from diffusers.loaders.single_file_utils import (convert_ldm_clip_checkpoint,
+                                                     convert_ldm_unet_checkpoint,
+                                                     convert_ldm_vae_checkpoint)
+    ucfg, vcfg = dict(pipe.unet.config), dict(pipe.vae.config)
+    unet_sd, vae_sd = pipe.unet.state_dict(), pipe.vae.state_dict()
+    te_sd = pipe.text_encoder.state_dict()
+    ldm = {}
+    for k, t in unet_sd.items():
+        ldm["model.diffusion_model." + unet_key_to_ldm(k, ucfg)] = t.contiguous()
+    for k, t in vae_sd.items():
+        lk = vae_key_to_ldm(k, vcfg)
+        if ".mid.attn_1." in lk and t.dim() == 2:
+            t = t[:, :, None, None]  # LDM keeps these as 1x1 convs
+        ldm["first_stage_model." + lk] = t.contiguous()
+    for k, t in te_sd.items():
+        ldm["cond_stage_model.transformer.text_model." + k.removeprefix("text_model.")] = t.contiguous()
+    back_u = convert_ldm_unet_checkpoint(ldm, ucfg)
+    back_v = convert_ldm_vae_checkpoint(ldm, vcfg)
+    back_t = convert_ldm_clip_checkpoint(ldm)
+    assert back_u.keys() == unet_sd.keys() and all(torch.equal(back_u[k], unet_sd[k]) for k in unet_sd)
+    assert back_v.keys() == vae_sd.keys(), set(back_v) ^ set(vae_sd)
+    assert all(torch.equal(back_v[k].reshape(vae_sd[k].shape), vae_sd[k]) for k in vae_sd)
+    assert {k.removeprefix("text_model.") for k in back_t} == {k.removeprefix("text_model.") for k in te_sd}
+    save_file(ldm, path)
+
+
+def make(name: str, v: dict):
+    global OUT, REF
+    OUT = ROOT / "tests" / "fixtures" / name
+    REF = OUT / "reference"
+    HEIGHT, WIDTH = v["height"], v["width"]
+    torch.manual_seed(0)
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    REF.mkdir(parents=True)
+    vocab_size = write_tokenizer(OUT / "tokenizer", v["pad"])
+    tok = CLIPTokenizer.from_pretrained(OUT / "tokenizer")
+
+    torch.manual_seed(1)
+    te = CLIPTextModel(CLIPTextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=77, hidden_act=v["act"],
+        layer_norm_eps=1e-5, projection_dim=32,
+        bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1))
+    torch.manual_seed(2)
+    unet = UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(16, 32),
+        layers_per_block=1, norm_num_groups=8, cross_attention_dim=32,
+        attention_head_dim=v["heads"], down_block_types=v["down"], up_block_types=v["up"],
+        use_linear_projection=v["linear_proj"])
+    torch.manual_seed(3)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 16, 16),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=4, sample_size=64)
+    # Random init leaves some parameters at exact constants (norm gains 1, biases 0, zero-init
+    # output convs): perturb every parameter so each one matters to the outputs.
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for m in (te, unet, vae):
+            for p in m.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    cls, extra = v["scheduler"]
+    sched = cls(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                beta_schedule="scaled_linear", steps_offset=1, **extra)
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+                                   scheduler=sched, safety_checker=None, feature_extractor=None,
+                                   requires_safety_checker=False)
+    pipe.save_pretrained(OUT, safe_serialization=True)
+    # Real SD folders ship vocab.json + merges.txt only: test that path.
+    (OUT / "tokenizer" / "tokenizer.json").unlink()
+    pipe = StableDiffusionPipeline.from_pretrained(OUT, torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+
+    shapes: dict = {}
+    ref: dict = dict(
+        versions=dict(diffusers=diffusers.__version__, transformers=transformers.__version__,
+                      torch=torch.__version__),
+        prompt=PROMPT, negative_prompt=NEGATIVE, steps=STEPS, guidance_scale=GUIDANCE,
+        height=HEIGHT, width=WIDTH, files=shapes)
+    ref["tokenizer_cases"] = [
+        dict(text=s, ids=tok(s, padding="max_length", max_length=77, truncation=True).input_ids)
+        for s in TOKENIZER_CASES]
+
+    with torch.no_grad():
+        ids = tok([NEGATIVE, PROMPT], padding="max_length", max_length=77, truncation=True,
+                  return_tensors="pt").input_ids
+        emb = pipe.text_encoder(ids)[0]
+        save("text_embeddings", emb, shapes)  # [2, 77, 32]: negative, prompt
+
+        noise = torch.randn((1, 4, HEIGHT // 8, WIDTH // 8), generator=torch.Generator().manual_seed(5))
+        save("init_noise", noise, shapes)
+        records = []
+        hook = pipe.unet.register_forward_hook(
+            lambda m, args, kwargs, out: records.append(
+                (args[0].clone(), float(args[1]), out[0].clone())), with_kwargs=True)
+        # Euler ancestral draws fresh noise each step: hand it recorded noise instead.
+        step_noise = torch.randn((STEPS, 1, 4, HEIGHT // 8, WIDTH // 8),
+                                 generator=torch.Generator().manual_seed(8))
+        if cls is EulerAncestralDiscreteScheduler:
+            save("step_noise", step_noise, shapes)
+        import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+        queue = list(step_noise)
+        ea.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+        lat_steps = []
+        def on_step(p, i, t, kw):
+            lat_steps.append(kw["latents"].clone())
+            return kw
+        latents = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS,
+                       guidance_scale=GUIDANCE, height=HEIGHT, width=WIDTH, latents=noise.clone(),
+                       output_type="latent", callback_on_step_end=on_step).images
+        hook.remove()
+        save("unet_in", torch.stack([r[0] for r in records]), shapes)  # [S, 2, 4, 8, 8]
+        save("unet_out", torch.stack([r[2] for r in records]), shapes)
+        ref["unet_timesteps"] = [r[1] for r in records]
+        save("step_latents", torch.stack(lat_steps), shapes)  # [S, 1, 4, 8, 8]
+        save("final_latents", latents, shapes)
+        image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor).sample
+        save("image", image, shapes)  # [1, 3, 64, 64], raw decoder output
+        ref["timesteps"] = [float(t) for t in pipe.scheduler.timesteps]
+
+        # A VAE decode on its own, of larger-valued latents.
+        z = torch.randn((1, 4, 3, 5), generator=torch.Generator().manual_seed(6))
+        save("vae_in", z, shapes)
+        save("vae_out", pipe.vae.decode(z).sample, shapes)
+
+    img2img_refs(OUT, HEIGHT, WIDTH, ref, shapes)
+    if name == "tiny_sd1":
+        # Its own folder: with it inside tiny_sd1 that fixture would pass 3 MB.
+        ldm_dir = ROOT / "tests" / "fixtures" / "tiny_sd1_ldm"
+        ldm_dir.mkdir(exist_ok=True)
+        write_single_file(OUT, pipe, ldm_dir / "tiny_sd1.safetensors")
+        # The UNet stored in float16 (diffusers' fp16 variant file), to check half-precision
+        # loading against the float32 references.
+        UNet2DConditionModel.from_pretrained(OUT / "unet").to(torch.float16).save_pretrained(
+            REF / "unet_fp16", variant="fp16")
+    if name == "tiny_sd1":
+        ref["schedulers"] = scheduler_refs(shapes)
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
+    print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    for name, v in VARIANTS.items():
+        make(name, v)
