@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::error::{Error, LoadError, Result};
 use crate::loader::TensorStore;
-use crate::nn::attention::attention_bidirectional;
+use crate::nn::attention::attention_full;
 use crate::nn::{AttnShape, Embedding, LayerNorm, Linear};
 
 /// The activation of the MLP (`hidden_act`).
@@ -250,7 +250,7 @@ impl Bert {
             let mut row = 0;
             for &n in &lens {
                 let span = row * d..(row + n) * d;
-                mixed.extend(attention_bidirectional(
+                mixed.extend(attention_full(
                     &qkv[0][span.clone()],
                     &qkv[1][span.clone()],
                     &qkv[2][span],

@@ -264,6 +264,7 @@ fn cached_model(tag: &str, payload: &[u8]) -> (KnownModel, PathBuf) {
         name: "test-model",
         aliases: &[],
         description: "",
+        chat: true,
         file_name: "m.gguf",
         size: payload.len() as u64,
         sha256: Box::leak(sha.into_boxed_str()),

@@ -7,6 +7,7 @@
 pub use crate::backend::cpu_ref::attention::attention_cpu;
 use crate::backend::{self, AttentionGeom};
 use oxinfer_kernels::attention::AttnShape;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
 /// `[pos0 + t, n_kv_heads * head_dim]` (every cached position, the new ones included).
@@ -85,61 +86,93 @@ pub fn attention_cached(
     attention(q, &lk, &lv, t, pos0 - first, p)
 }
 
-/// Bidirectional (encoder) attention, the non-causal mode: each of the `t` queries of one
-/// sequence sees all `t` keys (no mask; `p.window` and `p.softcap` apply as in [`attention`],
-/// the window on both sides). `q`, `k`, `v` are `[t, heads * head_dim]`; returns
-/// `[t, n_heads * head_dim]`. Runs on the CPU, heads in parallel: the backends' attention op
-/// is causal only.
-pub fn attention_bidirectional(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    t: usize,
-    p: &AttnShape,
-) -> Vec<f32> {
-    let hd = p.head_dim;
-    let (q_row, kv_row) = (p.n_heads * hd, p.n_kv_heads * hd);
-    assert!(q.len() >= t * q_row && k.len() >= t * kv_row && v.len() >= t * kv_row);
-    let group = p.n_heads / p.n_kv_heads.max(1);
-    let mut per_head: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads];
-    oxinfer_kernels::pool::for_each_mut(&mut per_head, |h, out| {
-        out.resize(t * hd, 0.0);
+/// Attention without the causal mask (encoders, diffusion): each of the `n_q` queries sees
+/// every key. `q` is `[n_q, n_heads * head_dim]`; `k` and `v` are `[n_k, n_kv_heads * head_dim]`
+/// with any `n_k` (cross-attention: image tokens over text tokens); returns
+/// `[n_q, n_heads * head_dim]`, each head `softmax(q kᵀ · scale) v` with `p.softcap` applied to
+/// the scores. `p.window`, when set (self-attention, `n_q == n_k`), keeps keys with
+/// `|i - j| < window` on both sides. Runs on the CPU's f32 matmul kernels one head at a time
+/// (`[n_q, n_k]` scores): the backends' attention op is causal only.
+///
+/// # Panics
+/// `q`, `k` or `v` not whole rows of their widths, `k` and `v` of other lengths, or a window with
+/// `n_q != n_k`.
+pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape) -> Vec<f32> {
+    let d = p.head_dim;
+    let (q_row, kv_row) = (p.n_heads * d, p.n_kv_heads * d);
+    assert!(
+        kv_row > 0 && q.len() == n_q * q_row && k.len().is_multiple_of(kv_row),
+        "q is not [n_q, n_heads * head_dim] or k not [n_k, n_kv_heads * head_dim]"
+    );
+    assert_eq!(k.len(), v.len(), "k and v have other lengths");
+    let n_k = k.len() / kv_row;
+    assert!(
+        p.window.is_none() || n_q == n_k,
+        "a window needs n_q == n_k"
+    );
+    let group = p.n_heads / p.n_kv_heads;
+    let mut out = vec![0f32; n_q * q_row];
+    if n_q == 0 || n_k == 0 {
+        return out;
+    }
+    let (mut qh, mut kh, mut vt) = (
+        vec![0f32; n_q * d],
+        Vec::with_capacity(n_k * d * 4),
+        Vec::with_capacity(n_k * d * 4),
+    );
+    let mut scores = vec![0f32; n_q * n_k];
+    let mut oh = vec![0f32; n_q * d];
+    for h in 0..p.n_heads {
         let kvh = h / group;
-        let mut scores = vec![0f32; t];
-        for i in 0..t {
-            let (first, last) = match p.window {
-                Some(w) => ((i + 1).saturating_sub(w), (i + w).min(t)),
-                None => (0, t),
-            };
-            let qi = &q[i * q_row + h * hd..][..hd];
-            let mut max = f32::NEG_INFINITY;
-            for j in first..last {
-                let kj = &k[j * kv_row + kvh * hd..][..hd];
-                let mut s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * p.scale;
-                if let Some(cap) = p.softcap {
-                    s = cap * (s / cap).tanh();
-                }
-                scores[j] = s;
-                max = max.max(s);
-            }
-            let mut sum = 0f32;
-            for s in &mut scores[first..last] {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            let oi = &mut out[i * hd..(i + 1) * hd];
-            oi.fill(0.0);
-            for j in first..last {
-                let w = scores[j] / sum;
-                let vj = &v[j * kv_row + kvh * hd..][..hd];
-                oi.iter_mut().zip(vj).for_each(|(o, &x)| *o += w * x);
-            }
+        for (dst, row) in qh.chunks_exact_mut(d).zip(q.chunks_exact(q_row)) {
+            dst.copy_from_slice(&row[h * d..(h + 1) * d]);
         }
-    });
-    let mut out = vec![0f32; t * q_row];
-    for (h, buf) in per_head.iter().enumerate() {
-        for (i, row) in buf.chunks_exact(hd).enumerate() {
-            out[i * q_row + h * hd..][..hd].copy_from_slice(row);
+        // Keys of this head as an `[n_k, d]` f32 matrix, values transposed to `[d, n_k]`,
+        // so both products are the kernels' `x · Wᵀ`.
+        kh.clear();
+        for row in k.chunks_exact(kv_row) {
+            kh.extend(
+                row[kvh * d..(kvh + 1) * d]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes()),
+            );
+        }
+        vt.clear();
+        for e in 0..d {
+            vt.extend((0..n_k).flat_map(|r| v[r * kv_row + kvh * d + e].to_le_bytes()));
+        }
+        let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
+        oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
+        for (i, row) in scores.chunks_exact_mut(n_k).enumerate() {
+            let (first, last) = match p.window {
+                Some(w) => ((i + 1).saturating_sub(w), (i + w).min(n_k)),
+                None => (0, n_k),
+            };
+            for s in row.iter_mut() {
+                *s *= p.scale;
+                if let Some(cap) = p.softcap {
+                    *s = cap * (*s / cap).tanh();
+                }
+            }
+            let max = row[first..last]
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let mut sum = 0f64;
+            for (j, s) in row.iter_mut().enumerate() {
+                *s = if (first..last).contains(&j) {
+                    (*s - max).exp()
+                } else {
+                    0.0
+                };
+                sum += f64::from(*s);
+            }
+            let inv = (1.0 / sum) as f32;
+            row.iter_mut().for_each(|s| *s *= inv);
+        }
+        let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
+        oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
+        for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
+            dst[h * d..(h + 1) * d].copy_from_slice(src);
         }
     }
     out
@@ -194,7 +227,65 @@ mod tests {
             window: None,
             softcap: None,
         };
-        let out = attention_bidirectional(&[0.0, 0.0], &[0.0, 0.0], &[2.0, 4.0], 2, &p);
+        let out = attention_full(&[0.0, 0.0], &[0.0, 0.0], &[2.0, 4.0], 2, &p);
         assert_eq!(out, vec![3.0, 3.0]);
+    }
+
+    /// Against the formula written out: two query heads sharing one key/value head, three
+    /// queries over five keys, soft-capped scores.
+    #[test]
+    fn full_attention_matches_naive() {
+        let (n_q, n_k, heads, d) = (3, 5, 2, 4);
+        let p = AttnShape {
+            n_heads: heads,
+            n_kv_heads: 1,
+            head_dim: d,
+            scale: 0.5,
+            window: None,
+            softcap: Some(1.5),
+        };
+        let f = |i: usize| ((i * 37 % 11) as f32 - 5.0) / 7.0;
+        let q: Vec<f32> = (0..n_q * heads * d).map(f).collect();
+        let k: Vec<f32> = (0..n_k * d).map(|i| f(i + 3)).collect();
+        let v: Vec<f32> = (0..n_k * d).map(|i| f(i + 7)).collect();
+        let got = attention_full(&q, &k, &v, n_q, &p);
+        let w = heads * d;
+        for i in 0..n_q {
+            for h in 0..heads {
+                let s: Vec<f64> = (0..n_k)
+                    .map(|j| {
+                        let dot = (0..d)
+                            .map(|e| f64::from(q[i * w + h * d + e]) * f64::from(k[j * d + e]))
+                            .sum::<f64>();
+                        1.5 * (dot * 0.5 / 1.5).tanh()
+                    })
+                    .collect();
+                let z: f64 = s.iter().map(|v| v.exp()).sum();
+                for e in 0..d {
+                    let want: f64 = (0..n_k)
+                        .map(|j| s[j].exp() / z * f64::from(v[j * d + e]))
+                        .sum();
+                    assert!((f64::from(got[i * w + h * d + e]) - want).abs() < 1e-5);
+                }
+            }
+        }
+    }
+
+    /// A window keeps each query to its neighbours on both sides.
+    #[test]
+    fn full_attention_window_is_two_sided() {
+        let p = AttnShape {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+            scale: 1.0,
+            window: Some(2),
+            softcap: None,
+        };
+        let v = [1.0, 2.0, 4.0, 8.0];
+        let out = attention_full(&[0.0; 4], &[0.0; 4], &v, 4, &p);
+        for (got, want) in out.iter().zip([1.5, 7.0 / 3.0, 14.0 / 3.0, 6.0]) {
+            assert!((got - want).abs() < 1e-6, "{out:?}");
+        }
     }
 }

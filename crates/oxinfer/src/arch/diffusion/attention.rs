@@ -2,77 +2,15 @@
 //! `Transformer2DModel` with `BasicTransformerBlock`s: self-attention, cross-attention over the
 //! text embeddings, GEGLU feed-forward), plus the VAE's single-head attention block.
 //!
-//! [`crate::nn::attention`] is causal (a KV cache's geometry); image tokens and text tokens see
-//! each other in full, so [`full_attention`] is written here over the CPU matmul kernels.
+//! Image tokens and text tokens see each other in full: [`attention_full`], the shared
+//! non-causal attention.
 
 use super::layers::{gelu_erf, Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
 use crate::backend::NormKind;
+use crate::nn::attention::attention_full;
 use crate::nn::Linear;
-use oxinfer_kernels::{WeightFormat, WeightMatrix};
-
-/// Softmax attention without a mask: `q` `[n_q, heads * d]`, `k` and `v` `[n_k, heads * d]`;
-/// returns `[n_q, heads * d]`, each head `softmax(q kᵀ · scale) v`. Scores are computed one head
-/// at a time (`[n_q, n_k]` floats).
-///
-/// # Panics
-/// `q`, `k` or `v` not a whole number of rows of `heads * d`, or `k` and `v` of other lengths.
-pub fn full_attention(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    heads: usize,
-    d: usize,
-    scale: f32,
-) -> Vec<f32> {
-    let width = heads * d;
-    assert!(
-        width > 0 && q.len().is_multiple_of(width) && k.len().is_multiple_of(width),
-        "q, k are not [n, heads * d]"
-    );
-    assert_eq!(k.len(), v.len(), "k and v have other lengths");
-    let (n_q, n_k) = (q.len() / width, k.len() / width);
-    let mut out = vec![0f32; n_q * width];
-    let (mut qh, mut kh, mut vt) = (
-        vec![0f32; n_q * d],
-        Vec::with_capacity(n_k * d * 4),
-        Vec::with_capacity(n_k * d * 4),
-    );
-    let mut scores = vec![0f32; n_q * n_k];
-    let mut oh = vec![0f32; n_q * d];
-    for h in 0..heads {
-        let cols = h * d..(h + 1) * d;
-        for (dst, row) in qh.chunks_exact_mut(d).zip(q.chunks_exact(width)) {
-            dst.copy_from_slice(&row[cols.clone()]);
-        }
-        kh.clear();
-        for row in k.chunks_exact(width) {
-            kh.extend(row[cols.clone()].iter().flat_map(|x| x.to_le_bytes()));
-        }
-        vt.clear();
-        for j in 0..d {
-            vt.extend((0..n_k).flat_map(|r| v[r * width + h * d + j].to_le_bytes()));
-        }
-        let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
-        oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
-        for row in scores.chunks_exact_mut(n_k) {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
-            let mut sum = 0f64;
-            for s in row.iter_mut() {
-                *s = (*s * scale - max).exp();
-                sum += f64::from(*s);
-            }
-            let inv = (1.0 / sum) as f32;
-            row.iter_mut().for_each(|s| *s *= inv);
-        }
-        let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
-        oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
-        for (dst, src) in out.chunks_exact_mut(width).zip(oh.chunks_exact(d)) {
-            dst[cols.clone()].copy_from_slice(src);
-        }
-    }
-    out
-}
+use oxinfer_kernels::attention::AttnShape;
 
 /// diffusers' `Attention` without norms: `to_q`, `to_k`, `to_v`, `to_out.0`.
 pub struct Attention {
@@ -118,7 +56,15 @@ impl Attention {
         let k = self.to_k.forward(c, m);
         let v = self.to_v.forward(c, m);
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let o = full_attention(&q, &k, &v, self.heads, self.head_dim, scale);
+        let shape = AttnShape {
+            n_heads: self.heads,
+            n_kv_heads: self.heads,
+            head_dim: self.head_dim,
+            scale,
+            window: None,
+            softcap: None,
+        };
+        let o = attention_full(&q, &k, &v, n, &shape);
         self.to_out.forward(&o, n)
     }
 }
@@ -287,43 +233,5 @@ impl VaeAttention {
         };
         out.add_assign(x);
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Against the formula written out, two heads, no mask.
-    #[test]
-    fn full_attention_matches_naive() {
-        let (n_q, n_k, heads, d) = (3, 5, 2, 4);
-        let f = |i: usize| ((i * 37 % 11) as f32 - 5.0) / 7.0;
-        let q: Vec<f32> = (0..n_q * heads * d).map(f).collect();
-        let k: Vec<f32> = (0..n_k * heads * d).map(|i| f(i + 3)).collect();
-        let v: Vec<f32> = (0..n_k * heads * d).map(|i| f(i + 7)).collect();
-        let got = full_attention(&q, &k, &v, heads, d, 0.5);
-        let w = heads * d;
-        for i in 0..n_q {
-            for h in 0..heads {
-                let s: Vec<f64> = (0..n_k)
-                    .map(|j| {
-                        (0..d)
-                            .map(|e| {
-                                f64::from(q[i * w + h * d + e]) * f64::from(k[j * w + h * d + e])
-                            })
-                            .sum::<f64>()
-                            * 0.5
-                    })
-                    .collect();
-                let z: f64 = s.iter().map(|v| v.exp()).sum();
-                for e in 0..d {
-                    let want: f64 = (0..n_k)
-                        .map(|j| s[j].exp() / z * f64::from(v[j * w + h * d + e]))
-                        .sum();
-                    assert!((f64::from(got[i * w + h * d + e]) - want).abs() < 1e-5);
-                }
-            }
-        }
     }
 }
