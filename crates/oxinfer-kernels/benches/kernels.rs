@@ -27,54 +27,10 @@ use std::hint::black_box;
 const ROWS: usize = 2048;
 const COLS: usize = 2048;
 
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
-}
-
-/// A matrix of random quants whose f16 scales (at each format's scale offsets) are small
-/// finite numbers, so no kernel meets NaN/Inf.
+/// A `ROWS × COLS` matrix of random quants with finite scales.
 fn matrix(format: WeightFormat) -> Vec<u8> {
-    let rb = format.row_bytes(COLS).expect("COLS fits the block size");
-    let mut data = random_bytes(rb * ROWS, format as u64 + 7);
-    let bb = format.block_bytes();
-    let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
-    let offsets: &[usize] = match format {
-        WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => &[0],
-        WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K | WeightFormat::Q5K => &[0, 2],
-        WeightFormat::Q2K => &[80, 82],
-        WeightFormat::Q3K => &[108],
-        WeightFormat::Q6K => &[208],
-        WeightFormat::IQ4_XS | WeightFormat::IQ2_XS | WeightFormat::IQ4_NL => &[0],
-        _ => &[],
-    };
-    if format == WeightFormat::F16 {
-        for c in data.chunks_exact_mut(2) {
-            c.copy_from_slice(&half(f32::from(c[0]) / 256.0 - 0.5));
-        }
-    } else if format == WeightFormat::F32 {
-        for c in data.chunks_exact_mut(4) {
-            c.copy_from_slice(&(f32::from(c[0]) / 256.0 - 0.5).to_le_bytes());
-        }
-    } else if format == WeightFormat::BF16 {
-        for c in data.chunks_exact_mut(2) {
-            let b = (f32::from(c[0]) / 256.0 - 0.5).to_bits();
-            c.copy_from_slice(&((b >> 16) as u16).to_le_bytes());
-        }
-    }
-    for blk in data.chunks_exact_mut(bb) {
-        for &o in offsets {
-            blk[o..o + 2].copy_from_slice(&half(0.01));
-        }
-    }
-    data
+    oxinfer_kernels::synthetic::random_matrix(format, ROWS, COLS, format as u64 + 7)
+        .expect("COLS fits the block size")
 }
 
 const FORMATS: [WeightFormat; 15] = [

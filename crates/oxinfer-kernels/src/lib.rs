@@ -16,7 +16,8 @@
 //! - [`pool`]: the persistent thread pool and the thread count ([`set_num_threads`]).
 //! - [`dispatch`]: what runs where: the kernel set ([`kernel_set`]), the CPU's instruction set
 //!   ([`dispatch::detected_isa`]) and every `OXINFER_*` switch, documented in one table.
-//! - [`tuning`]: kernel variants timed on the running CPU to choose between them.
+//! - [`tuning`]: kernel variants timed on the running CPU to choose between them, on
+//!   [`synthetic`] weights.
 #![warn(missing_docs)]
 
 pub mod act;
@@ -34,6 +35,7 @@ pub mod pool;
 pub mod profile;
 pub mod q8;
 pub mod quantize;
+pub mod synthetic;
 pub mod tuning;
 pub mod vecdot;
 

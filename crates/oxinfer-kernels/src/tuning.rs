@@ -46,31 +46,10 @@ impl TwoGroupTiming {
     }
 }
 
-/// A matrix of `rows × COLS` random quants of `format` whose f16 scales are small finite
-/// numbers (so no kernel meets NaN/Inf); bytes from a fixed xorshift sequence.
+/// A matrix of `rows × COLS` random quants of `format` ([`crate::synthetic::random_matrix`]).
 fn synthetic(format: WeightFormat, rows: usize) -> Vec<u8> {
-    let rb = format.row_bytes(COLS).expect("COLS is a multiple of 256");
-    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ format as u64;
-    let mut data: Vec<u8> = (0..rb * rows)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    let scale_offsets: &[usize] = match format {
-        WeightFormat::Q4K => &[0, 2],
-        WeightFormat::Q6K => &[208],
-        _ => &[],
-    };
-    let small = half::f16::from_f32(0.01).to_le_bytes();
-    for blk in data.chunks_exact_mut(format.block_bytes()) {
-        for &o in scale_offsets {
-            blk[o..o + 2].copy_from_slice(&small);
-        }
-    }
-    data
+    crate::synthetic::random_matrix(format, rows, COLS, 0x9e37_79b9_7f4a_7c15 ^ format as u64)
+        .expect("COLS is a multiple of 256")
 }
 
 /// Times one-group against two-group kernels for `format` on a matrix of about `bytes` bytes;
