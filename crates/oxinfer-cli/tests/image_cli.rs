@@ -136,23 +136,25 @@ fn image_to_image_from_a_png() {
         "image", "-m", &d, "-p", "a cat", "--steps", "2", "--width", "64", "--height", "48", "-o",
         &a_s,
     ]));
-    let (_, err) = ok(oxinfer(&[
-        "image",
-        "-m",
-        &d,
-        "-p",
-        "a dog",
-        "--steps",
-        "4",
-        "--init",
-        &a_s,
-        "--strength",
-        "0.5",
-        "--scheduler",
-        "ddim",
-        "-o",
-        &b_s,
-    ]));
+    // Image to image from a.png, written to `out`, by the model named by `model`.
+    let img2img = |model: &[&str], out: &str| {
+        let tail = [
+            "-p",
+            "a dog",
+            "--steps",
+            "4",
+            "--init",
+            &a_s,
+            "--strength",
+            "0.5",
+            "--scheduler",
+            "ddim",
+            "-o",
+            out,
+        ];
+        ok(oxinfer(&[&["image"], model, &tail].concat()))
+    };
+    let (_, err) = img2img(&["-m", &d], &b_s);
     assert!(err.contains("64x48"), "{err}");
     // The same run from the single-file (LDM) checkpoint writes the same PNG.
     let ldm = fixtures()
@@ -160,25 +162,7 @@ fn image_to_image_from_a_png() {
         .display()
         .to_string();
     let c = tmp.join("c.png").display().to_string();
-    ok(oxinfer(&[
-        "image",
-        "-m",
-        &ldm,
-        "--config",
-        &d,
-        "-p",
-        "a dog",
-        "--steps",
-        "4",
-        "--init",
-        &a_s,
-        "--strength",
-        "0.5",
-        "--scheduler",
-        "ddim",
-        "-o",
-        &c,
-    ]));
+    img2img(&["-m", &ldm, "--config", &d], &c);
     assert_eq!(std::fs::read(&b).unwrap(), std::fs::read(&c).unwrap());
     let o = oxinfer(&["image", "-m", &ldm, "-p", "x"]);
     assert_fails_with(&o, &["single file", "--config"]);

@@ -106,7 +106,7 @@ fn info_takes_m_a_positional_model_or_none() {
 #[test]
 fn a_base_model_completes_raw_text_in_run_and_is_refused_by_chat() {
     let path = tiny_base();
-    let o = oxinfer(&[
+    let greedy = [
         "run",
         "-m",
         &path,
@@ -116,7 +116,8 @@ fn a_base_model_completes_raw_text_in_run_and_is_refused_by_chat() {
         "0",
         "-n",
         "4",
-    ]);
+    ];
+    let o = oxinfer(&greedy);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
@@ -124,18 +125,7 @@ fn a_base_model_completes_raw_text_in_run_and_is_refused_by_chat() {
         "one-line notice: {err}"
     );
     // The same as --raw, which prints no notice.
-    let raw = oxinfer(&[
-        "run",
-        "-m",
-        &path,
-        "-p",
-        "hello world",
-        "--temp",
-        "0",
-        "-n",
-        "4",
-        "--raw",
-    ]);
+    let raw = oxinfer(&[&greedy[..], &["--raw"]].concat());
     assert_eq!(stdout(&raw), stdout(&o));
     assert!(!stderr(&raw).contains("no chat template"));
 
