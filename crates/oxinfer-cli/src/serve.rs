@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// name is answered by the one model, and responses name what served them).
     #[arg(long)]
     pub strict_model_names: bool,
+    /// Let special-token text in chat messages (`<|im_end|>`) become control tokens. Only for
+    /// trusted callers: by default it stays text, so a message cannot forge template turns.
+    #[arg(long)]
+    pub allow_special_in_content: bool,
     /// A host name requests may address the server by, besides localhost and IP addresses
     /// (repeatable). Bound to loopback, other names are refused (DNS rebinding); bound to
     /// another address, any name is accepted unless some are listed here.
@@ -124,6 +128,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_id,
         aliases: aliases(a.model.model.as_deref(), a.aliases.clone()),
         strict_model_names: a.strict_model_names,
+        allow_special_in_content: a.allow_special_in_content,
         api_key: api_key.clone(),
         allowed_hosts: a.allowed_hosts.clone(),
         cors_origins: a.cors_origins.clone(),

@@ -23,6 +23,7 @@ use oxinfer::engine::grammar::Grammar;
 use oxinfer::engine::thinking::prompt_opens_think;
 use oxinfer::engine::tool_calls::{ToolCall, ToolFormat};
 use oxinfer::engine::SamplingParams;
+use oxinfer::tokenizer::GuardedPrompt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -177,11 +178,12 @@ fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
         );
     }
     let offered: Vec<Tool> = tools.iter().map(|t| (*t).clone()).collect();
-    let prompt = prompt::render_guarded(
-        &st.model,
-        &req.messages,
-        (mode != ToolMode::Off).then_some(offered.as_slice()),
-    )?;
+    let offered = (mode != ToolMode::Off).then_some(offered.as_slice());
+    let prompt = if st.cfg.allow_special_in_content {
+        GuardedPrompt::trusted(prompt::render(&st.model, &req.messages, offered)?)
+    } else {
+        prompt::render_guarded(&st.model, &req.messages, offered)?
+    };
     let src = st
         .model
         .tokenizer()

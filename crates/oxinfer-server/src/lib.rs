@@ -58,6 +58,9 @@ pub struct ServerConfig {
     /// Refuse (404) a request naming a model that is neither the id nor an alias; otherwise
     /// any name is answered by the one model.
     pub strict_model_names: bool,
+    /// Parse special-token text in message content as control tokens (trusted callers only:
+    /// by default `<|im_end|>` written in a message stays text, issue 24 item 6).
+    pub allow_special_in_content: bool,
     /// Required bearer token (every endpoint but `/health`), if any.
     pub api_key: Option<String>,
     /// Host names accepted besides `localhost` and IP literals (see [`access`]).
