@@ -88,8 +88,8 @@ impl ModelArgs {
         }
     }
 
-    /// Resolves (fetching the default model when needed) and loads the model.
-    pub fn load(&self) -> Result<Model> {
+    /// Applies `--threads`, `--profile` and the device choice (before any model is loaded).
+    pub fn prepare_runtime(&self) -> Result<()> {
         if let Some(n) = self.threads {
             anyhow::ensure!(n > 0, "--threads must be at least 1");
             oxinfer_kernels::set_num_threads(n);
@@ -97,6 +97,12 @@ impl ModelArgs {
         oxinfer_kernels::profile::enable(self.profile);
         let (pref, gpu_asked) = self.device_request();
         crate::devices::select(pref, gpu_asked || self.verbose)?;
+        Ok(())
+    }
+
+    /// Resolves (fetching the default model when needed) and loads the model.
+    pub fn load(&self) -> Result<Model> {
+        self.prepare_runtime()?;
         announce_fetch(self.model.as_deref());
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;

@@ -170,12 +170,7 @@ pub fn serve(
     listener: std::net::TcpListener,
     config: impl FnOnce(String, usize) -> oxinfer_server::ServerConfig,
 ) -> Result<()> {
-    if let Some(n) = a.model.threads {
-        anyhow::ensure!(n > 0, "--threads must be at least 1");
-        oxinfer_kernels::set_num_threads(n);
-    }
-    let (pref, gpu_asked) = a.model.device_request();
-    crate::devices::select(pref, gpu_asked || a.model.verbose)?;
+    a.model.prepare_runtime()?;
     let embedder = Embedder::load(path)?;
     let model_id = path
         .file_name()
@@ -189,17 +184,11 @@ pub fn serve(
         embedder.dim(),
         embedder.max_tokens()
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(oxinfer_server::serve_embeddings(
+    crate::serve::block_on_server(oxinfer_server::serve_embeddings(
         listener,
         std::sync::Arc::new(embedder),
         cfg,
     ))
-    .context("serving HTTP")
 }
 
 /// One `{"index": i, "embedding": [...]}` line per vector.

@@ -200,3 +200,38 @@ pub fn run(a: ImageArgs) -> Result<()> {
     );
     Ok(())
 }
+
+/// The diffusers folder `-m` names, when it names one (`model_index.json` inside).
+pub fn pipeline_folder(spec: Option<&str>) -> Option<PathBuf> {
+    let dir = PathBuf::from(spec?);
+    dir.join("model_index.json").is_file().then_some(dir)
+}
+
+/// `oxinfer serve` on a Stable Diffusion folder: `/v1/images/generations` only;
+/// `config(model_id)` makes the server settings from the command line.
+pub fn serve(
+    a: &crate::serve::ServeArgs,
+    dir: &std::path::Path,
+    listener: std::net::TcpListener,
+    config: impl FnOnce(String) -> oxinfer_server::ServerConfig,
+) -> Result<()> {
+    a.model.prepare_runtime()?;
+    let sd = StableDiffusion::load(dir)?;
+    let model_id = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "image-model".into());
+    let cfg = config(model_id);
+    eprintln!(
+        "serving the image model {} ({side}x{side} native) on /v1/images/generations; chat, \
+         completion and embedding endpoints are not available",
+        cfg.model_id,
+        side = sd.native_size()
+    );
+    crate::serve::block_on_server(oxinfer_server::serve_images(
+        listener,
+        std::sync::Arc::new(sd),
+        cfg,
+    ))
+}

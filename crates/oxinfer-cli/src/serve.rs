@@ -139,6 +139,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
         limits,
         log_format: a.log_format,
     };
+    if let Some(dir) = crate::image::pipeline_folder(a.model.model.as_deref()) {
+        return crate::image::serve(&a, &dir, listener, |id| config(id, 1, 77));
+    }
     if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
     }
@@ -162,13 +165,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
         "serving {} ({} slots × {} positions, queue {})",
         cfg.model_id, cfg.parallel, cfg.ctx, cfg.queue
     );
+    block_on_server(oxinfer_server::serve_on(listener, Arc::new(model), cfg))
+}
+
+/// Runs a server future on a two-worker async runtime until it ends (Ctrl-C or SIGTERM).
+pub fn block_on_server(
+    server: impl std::future::Future<Output = std::io::Result<()>>,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(oxinfer_server::serve_on(listener, Arc::new(model), cfg))
-        .context("serving HTTP")
+    rt.block_on(server).context("serving HTTP")
 }
 
 /// The names besides the file stem that `/v1/models` lists: the built-in short name the

@@ -122,16 +122,7 @@ async fn run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: EmbeddingRequest = crate::gen::parse_body(body)?;
-    if let Some(n) = req.model.as_deref() {
-        if n != st.cfg.model_id && !st.cfg.aliases.iter().any(|a| a == n) {
-            return Err(ApiError::not_found(format!(
-                "the model '{n}' does not exist; this server serves '{}'",
-                st.cfg.model_id
-            ))
-            .with_param("model")
-            .with_code("model_not_found"));
-        }
-    }
+    st.cfg.check_model(req.model.as_deref())?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -211,18 +202,9 @@ async fn models(State(st): State<Arc<EmbedState>>) -> impl IntoResponse {
     }))
 }
 
-async fn health() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok"}))
-}
-
 /// The 400 of a generation endpoint on an embedding server.
 async fn generation_unavailable(State(st): State<Arc<EmbedState>>, req: Request) -> ApiError {
-    ApiError::bad_request(format!(
-        "this server serves the embedding model '{}': {} is not available (only /v1/embeddings)",
-        st.cfg.model_id,
-        req.uri().path()
-    ))
-    .with_code("model_not_supported")
+    crate::endpoint_unavailable(&st.cfg, "embedding", req.uri().path(), "/v1/embeddings")
 }
 
 /// The 400 of `/v1/embeddings` on a server of a chat model.
@@ -254,7 +236,7 @@ pub fn embeddings_router(embedder: Arc<Embedder>, cfg: ServerConfig) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(generation_unavailable))
         .route("/v1/completions", post(generation_unavailable));
-    crate::protect(api, get(health), key, &state.cfg).with_state(state)
+    crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
 }
 
 /// Serves an embedding model on `listener` (from [`crate::bind`]) until Ctrl-C (or SIGTERM).

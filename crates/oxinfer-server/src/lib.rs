@@ -16,6 +16,7 @@ mod embeddings;
 pub mod error;
 mod gen;
 pub mod histogram;
+mod images;
 mod info;
 pub mod listen;
 pub mod metrics;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use embeddings::{embeddings_router, serve_embeddings};
+pub use images::{images_router, serve_images};
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
@@ -93,11 +95,11 @@ pub(crate) struct AppState {
     pub started: Instant,
 }
 
-impl AppState {
+impl ServerConfig {
     /// The names `/v1/models` lists: the id, then each alias once.
     pub fn model_names(&self) -> Vec<String> {
-        let mut names = vec![self.cfg.model_id.clone()];
-        for a in &self.cfg.aliases {
+        let mut names = vec![self.model_id.clone()];
+        for a in &self.aliases {
             if !names.contains(a) {
                 names.push(a.clone());
             }
@@ -107,15 +109,13 @@ impl AppState {
 
     /// Checks the `model` field of a request: any name, unless `strict_model_names` asks for
     /// the id or an alias (absent is always fine).
-    pub fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
+    pub(crate) fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
         match name {
-            Some(n)
-                if self.cfg.strict_model_names && !self.model_names().iter().any(|m| m == n) =>
-            {
+            Some(n) if self.strict_model_names && !self.model_names().iter().any(|m| m == n) => {
                 Err(ApiError::not_found(format!(
                     "the model '{n}' does not exist; this server serves '{}' \
                      (started with --strict-model-names)",
-                    self.cfg.model_id
+                    self.model_id
                 ))
                 .with_param("model")
                 .with_code("model_not_found"))
@@ -123,6 +123,39 @@ impl AppState {
             _ => Ok(()),
         }
     }
+}
+
+impl AppState {
+    /// The names `/v1/models` lists ([`ServerConfig::model_names`]).
+    pub fn model_names(&self) -> Vec<String> {
+        self.cfg.model_names()
+    }
+
+    /// Checks the `model` field of a request ([`ServerConfig::check_model`]).
+    pub fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
+        self.cfg.check_model(name)
+    }
+}
+
+/// `GET /health` of a server without a scheduler (embedding and image models): it answers
+/// while the process serves.
+pub(crate) async fn plain_health() -> impl IntoResponse {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+/// The 400 of an endpoint the served model does not offer: `kind` says what the model is
+/// ("embedding", "image"), `offered` which endpoint it serves instead.
+pub(crate) fn endpoint_unavailable(
+    cfg: &ServerConfig,
+    kind: &str,
+    path: &str,
+    offered: &str,
+) -> ApiError {
+    ApiError::bad_request(format!(
+        "this server serves the {kind} model '{}': {path} is not available (only {offered})",
+        cfg.model_id
+    ))
+    .with_code("model_not_supported")
 }
 
 /// Runs `f` on tokio's blocking pool (grammar compilation, template rendering, tokenization:
@@ -170,6 +203,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
+        .route("/v1/images/generations", post(images::not_an_image_model))
         .route("/v1/models", get(info::models))
         .route("/metrics", get(info::metrics_text))
         .route("/", get(info::status_page));

@@ -290,6 +290,12 @@ impl StableDiffusion {
         self.text_encoder.forward(&ids)
     }
 
+    /// The image side, in pixels, the model was trained at (the UNet's `sample_size` times the
+    /// VAE's scale: 512 for SD 1.x).
+    pub fn native_size(&self) -> usize {
+        self.unet.config.sample_size * self.vae.config.scale()
+    }
+
     /// The latent shape `(channels, h, w)` of a `width × height` image.
     ///
     /// # Errors

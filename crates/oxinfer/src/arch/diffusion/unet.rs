@@ -33,6 +33,9 @@ pub struct UNetConfig {
     pub norm_eps: f32,
     pub flip_sin_to_cos: bool,
     pub freq_shift: f32,
+    /// The latent side the model was trained at (`sample_size`: 64 for SD 1.x, 96 for SD 2.x
+    /// 768-v); times the VAE's scale it is the default image side.
+    pub sample_size: usize,
 }
 
 impl UNetConfig {
@@ -150,6 +153,7 @@ impl UNetConfig {
             norm_eps: c.f64_or("norm_eps", 1e-5)? as f32,
             flip_sin_to_cos: c.bool_or("flip_sin_to_cos", true)?,
             freq_shift: c.f64_or("freq_shift", 0.0)? as f32,
+            sample_size: c.usize_or("sample_size", 64)?,
             block_out_channels,
         })
     }
