@@ -33,6 +33,8 @@ pub struct ChatArgs {
     pub max_tokens: usize,
     #[command(flatten)]
     pub ctx: CtxArgs,
+    #[command(flatten)]
+    pub spec: crate::decode_args::SpecArgs,
     /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
     /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
     /// dimmed on a terminal (to stderr otherwise) and kept out of the history.
@@ -66,7 +68,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if model.chat_template().is_none() {
         bail!(cannot_chat(&crate::run::model_name(&model)));
     }
+    let draft = a.spec.load_draft(&model_args)?;
     let mut session = model.session(a.ctx.ctx);
+    if let Some(d) = &draft {
+        session.set_draft(d)?;
+    }
     let start: Vec<ChatMessage> = a
         .system
         .iter()
@@ -121,6 +127,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let opts = GenerateOptions {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
+            speculation: a.spec.speculation(),
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();

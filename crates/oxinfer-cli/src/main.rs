@@ -4,6 +4,7 @@ mod argv;
 mod bench;
 mod chat;
 mod common;
+mod decode_args;
 mod devices;
 mod embed;
 mod image;
