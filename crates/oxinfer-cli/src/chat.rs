@@ -33,11 +33,17 @@ pub struct ChatArgs {
     pub max_tokens: usize,
     #[command(flatten)]
     pub ctx: CtxArgs,
+    #[command(flatten)]
+    pub spec: crate::decode_args::SpecArgs,
     /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
     /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
     /// dimmed on a terminal (to stderr otherwise) and kept out of the history.
     #[arg(long)]
     pub think: bool,
+    /// When the conversation outgrows the context, stop with an error instead of dropping
+    /// the oldest turns after the system prompt.
+    #[arg(long)]
+    pub no_context_shift: bool,
 }
 
 /// Why a model without a chat template cannot chat, and what to do instead.
@@ -66,7 +72,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if model.chat_template().is_none() {
         bail!(cannot_chat(&crate::run::model_name(&model)));
     }
+    let draft = a.spec.load_draft(&model_args)?;
     let mut session = model.session(a.ctx.ctx);
+    if let Some(d) = &draft {
+        session.set_draft(d)?;
+    }
     let start: Vec<ChatMessage> = a
         .system
         .iter()
@@ -109,8 +119,33 @@ pub fn run(a: ChatArgs) -> Result<()> {
         }
         messages.push(ChatMessage::new("user", input_text));
         let extra = serde_json::json!({ "enable_thinking": a.think });
-        let rendered = model.render_chat(&messages, true, &extra)?;
-        let prompt = model.tokenize(&rendered, model.adds_bos())?;
+        let mut rendered = String::new();
+        let ctx = session.capacity();
+        // Room for a reply: the reply limit, at most a quarter of the context.
+        let room = a.max_tokens.min(ctx / 4).max(1);
+        let fitted = crate::context_shift::fit(
+            &mut messages,
+            start.len(),
+            ctx,
+            room,
+            !a.no_context_shift,
+            |m| {
+                rendered = model.render_chat(m, true, &extra)?;
+                Ok(model.tokenize(&rendered, model.adds_bos())?)
+            },
+        );
+        let prompt = match fitted {
+            Ok((prompt, 0)) => prompt,
+            Ok((prompt, dropped)) => {
+                eprintln!("(context shift: dropped the {dropped} oldest messages)");
+                prompt
+            }
+            Err(e) => {
+                messages.pop();
+                eprintln!("error: {e}");
+                continue;
+            }
+        };
         let terminal = std::io::stdout().is_terminal();
         let mut printer = TracePrinter::new(prompt_opens_think(&rendered), terminal);
         let mut trace: Box<dyn Write> = if terminal {
@@ -121,6 +156,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let opts = GenerateOptions {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
+            speculation: a.spec.speculation(),
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();

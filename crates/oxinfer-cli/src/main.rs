@@ -4,6 +4,8 @@ mod argv;
 mod bench;
 mod chat;
 mod common;
+mod context_shift;
+mod decode_args;
 mod devices;
 mod embed;
 mod image;

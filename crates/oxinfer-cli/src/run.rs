@@ -46,6 +46,8 @@ pub struct RunArgs {
     pub stop: Vec<String>,
     #[command(flatten)]
     pub ctx: CtxArgs,
+    #[command(flatten)]
+    pub spec: crate::decode_args::SpecArgs,
     /// Print the rendered prompt (stderr) before generating.
     #[arg(long)]
     pub print_prompt: bool,
@@ -86,6 +88,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         (None, None, None) => Some(read_stdin()?),
     };
     let model = a.model.load()?;
+    let draft = a.spec.load_draft(&a.model)?;
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;
     }
@@ -143,9 +146,13 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         sampling: a.sampling.params(),
         stop: a.stop.clone(),
         keep_prompt_logits: a.dump_logits.is_some(),
+        speculation: a.spec.speculation(),
         ..GenerateOptions::default()
     };
     let mut session = model.session(a.ctx.ctx);
+    if let Some(d) = &draft {
+        session.set_draft(d)?;
+    }
     let stdout = std::io::stdout();
     let show_tokens = a.show_tokens || model.tokenizer().is_none();
     let mut ids_out: Vec<String> = Vec::new();
@@ -181,12 +188,13 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     note_stop(g.stop_reason, a.max_tokens);
     let t = g.timings;
     eprintln!(
-        "load {:.2} s | prompt {} tokens, {:.1} tok/s | generation {} tokens, {:.1} tok/s | stop: {:?}",
+        "load {:.2} s | prompt {} tokens, {:.1} tok/s | generation {} tokens, {:.1} tok/s{} | stop: {:?}",
         model.load_time().as_secs_f64(),
         t.prompt_tokens,
         t.prompt_tps(),
         t.generated_tokens,
         t.generation_tps(),
+        crate::decode_args::draft_stats(&t),
         g.stop_reason
     );
     crate::common::print_profile();

@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Request log lines on stderr: text, json or off.
     #[arg(long, default_value = "text", value_name = "text|json|off")]
     pub log_format: LogFormat,
+    /// Prompt-lookup speculative decoding for requests that do not set
+    /// `"speculative": {"lookup": N}`: draft up to N tokens (0: off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub lookup: usize,
 }
 
 /// `secs` (a flag's value) as a duration; an error names the flag.
@@ -138,6 +142,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_body: a.max_body,
         limits,
         log_format: a.log_format,
+        speculation: oxinfer::engine::Speculation::lookup(a.lookup),
     };
     if let Some(dir) = crate::image::pipeline_folder(a.model.model.as_deref()) {
         return crate::image::serve(&a, &dir, listener, |id| config(id, 1, 77));

@@ -64,6 +64,16 @@ pub struct GenFields {
     pub n: Option<u32>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// oxinfer's extension: speculative decoding for this request (docs/speculative.md).
+    pub speculative: Option<SpeculativeField>,
+}
+
+/// `speculative`: `{"lookup": N}` drafts up to N prompt-lookup tokens per step (0: off);
+/// absent, the server's `--lookup` applies.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeField {
+    pub lookup: Option<u32>,
 }
 
 /// `stop`: one string or several.

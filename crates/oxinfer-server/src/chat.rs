@@ -274,6 +274,7 @@ async fn run(
         .logprobs
         .unwrap_or(false)
         .then(|| req.top_logprobs.unwrap_or(0).min(20) as usize);
+    let speculation = gen::speculation(&req.gen, st.cfg.speculation)?;
     let jobs = (0..n)
         .map(|i| {
             let mut sampling = sampling.clone();
@@ -285,6 +286,7 @@ async fn run(
                 stop: stop.clone(),
                 logprobs,
                 grammar: grammar.clone(),
+                speculation,
             }
         })
         .collect();

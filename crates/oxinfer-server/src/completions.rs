@@ -102,6 +102,7 @@ async fn run(
         stop,
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
+        speculation: gen::speculation(&req.gen, st.cfg.speculation)?,
     };
     let rx = gen::submit(st, vec![job], tally)?.remove(0);
     // The name of what served the request, whichever name the request used.

@@ -9,7 +9,7 @@ use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use oxinfer::engine::grammar::Grammar;
-use oxinfer::engine::{GenerateOptions, SamplingParams, SeqRequest, StopReason};
+use oxinfer::engine::{GenerateOptions, SamplingParams, SeqRequest, Speculation, StopReason};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +71,26 @@ pub fn sampling(g: &GenFields) -> Result<SamplingParams, ApiError> {
     Ok(p)
 }
 
+/// Most prompt-lookup draft tokens a request may ask for.
+pub const MAX_LOOKUP: u32 = 64;
+
+/// Speculative decoding of a request: its `speculative` field, else the server's `default`.
+pub fn speculation(g: &GenFields, default: Speculation) -> Result<Speculation, ApiError> {
+    let Some(lookup) = g.speculative.as_ref().and_then(|s| s.lookup) else {
+        return Ok(default);
+    };
+    if lookup > MAX_LOOKUP {
+        return Err(ApiError::bad_request(format!(
+            "speculative.lookup {lookup} is more than the {MAX_LOOKUP} allowed"
+        ))
+        .with_param("speculative"));
+    }
+    Ok(Speculation {
+        lookup: lookup as usize,
+        ..default
+    })
+}
+
 /// How many choices (`n`) the request asks for, at most `max`.
 pub fn choices(g: &GenFields, max: u32) -> Result<usize, ApiError> {
     match g.n {
@@ -119,6 +139,7 @@ pub struct Job {
     pub stop: Vec<String>,
     pub logprobs: Option<usize>,
     pub grammar: Option<Arc<Grammar>>,
+    pub speculation: Speculation,
 }
 
 /// Queues `jobs` (the `n` choices of one request) all together or not at all: 503 with
@@ -140,6 +161,7 @@ pub fn submit(
             stop: job.stop,
             logprobs: job.logprobs,
             grammar: job.grammar,
+            speculation: job.speculation,
             ..GenerateOptions::default()
         };
         let seq = SeqRequest {

@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub limits: ConnLimits,
     /// How each request is logged on stderr.
     pub log_format: LogFormat,
+    /// Speculative decoding of requests that do not ask otherwise (`--lookup`).
+    pub speculation: oxinfer::engine::Speculation,
 }
 
 /// What every handler shares.

@@ -4,6 +4,7 @@
 
 use super::grammar::Grammar;
 use super::sampler::SamplingParams;
+use super::speculative::{DraftStats, Speculation};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub struct GenerateOptions {
     pub logprobs: Option<usize>,
     /// Constrain the output to documents of this JSON grammar (needs the model's tokenizer).
     pub grammar: Option<Arc<Grammar>>,
+    /// Draft tokens ahead and verify them in one pass (output unchanged; see
+    /// [`super::speculative`]).
+    pub speculation: Speculation,
 }
 
 impl Default for GenerateOptions {
@@ -44,6 +48,7 @@ impl Default for GenerateOptions {
             keep_prompt_logits: false,
             logprobs: None,
             grammar: None,
+            speculation: Speculation::default(),
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct Timings {
     pub prompt_time: Duration,
     pub generated_tokens: usize,
     pub generation_time: Duration,
+    /// Drafted and accepted tokens, when speculating.
+    pub draft: DraftStats,
 }
 
 impl Timings {

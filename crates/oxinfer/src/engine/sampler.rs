@@ -183,9 +183,47 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let mut logits = logits.to_vec();
         self.apply_penalties(&mut logits, history);
+        match self.distribution(&logits) {
+            Distribution::Greedy(id) => id,
+            Distribution::Weighted(cand) => self.draw(&cand),
+        }
+    }
+
+    /// Decides on a drafted token `draft` with the speculative-sampling rule, the draft being a
+    /// point mass (q(draft) = 1): `draft` is accepted with probability min(1, p(draft) / q(draft))
+    /// = p(draft), where p is the distribution [`Self::sample`] draws from (penalties must
+    /// already be in `logits`); on rejection the token comes from the residual
+    /// max(0, p − q), normalized. The token returned is thus distributed exactly as
+    /// [`Self::sample`]'s; greedy decoding accepts exactly when `draft` is the argmax.
+    /// Returns the token and whether it is the accepted draft.
+    pub fn verify_draft(&mut self, logits: &[f32], draft: u32) -> (u32, bool) {
+        let cand = match self.distribution(logits) {
+            Distribution::Greedy(id) => return (id, id == draft),
+            Distribution::Weighted(cand) => cand,
+        };
+        let p_draft = cand.iter().find(|c| c.0 == draft).map_or(0.0, |c| c.1);
+        if p_draft > 0.0 && self.rng.next_f64() < p_draft {
+            return (draft, true);
+        }
+        let residual: Vec<(u32, f64)> = cand
+            .into_iter()
+            .map(|(id, p)| (id, if id == draft { 0.0 } else { p }))
+            .collect();
+        let total: f64 = residual.iter().map(|c| c.1).sum();
+        if total <= 0.0 {
+            // p is the point mass on `draft` up to rounding: nothing else can be drawn.
+            return (draft, true);
+        }
+        let residual: Vec<(u32, f64)> = residual.into_iter().map(|(i, p)| (i, p / total)).collect();
+        (self.draw(&residual), false)
+    }
+
+    /// The distribution the next token is drawn from, given penalized `logits`: top-k, top-p,
+    /// min-p and temperature applied, candidates best first.
+    fn distribution(&self, logits: &[f32]) -> Distribution {
         let p = &self.params;
         if p.temperature <= 0.0 {
-            return argmax(&logits);
+            return Distribution::Greedy(argmax(logits));
         }
         // Candidates sorted by logit, best first.
         let mut cand: Vec<(u32, f32)> = logits
@@ -195,7 +233,7 @@ impl Sampler {
             .map(|(i, &l)| (i as u32, l))
             .collect();
         if cand.is_empty() {
-            return argmax(&logits);
+            return Distribution::Greedy(argmax(logits));
         }
         let k = if p.top_k == 0 {
             cand.len()
@@ -227,16 +265,29 @@ impl Sampler {
         }
         cand.truncate(keep);
         let probs = softmax(cand.iter().map(|c| c.1 / p.temperature));
+        Distribution::Weighted(cand.iter().map(|c| c.0).zip(probs).collect())
+    }
+
+    /// Draws one token of `cand` (probabilities summing to 1).
+    fn draw(&mut self, cand: &[(u32, f64)]) -> u32 {
         let r = self.rng.next_f64();
         let mut acc = 0.0;
-        for (c, pr) in cand.iter().zip(&probs) {
+        for &(id, pr) in cand {
             acc += pr;
             if r < acc {
-                return c.0;
+                return id;
             }
         }
         cand[cand.len() - 1].0
     }
+}
+
+/// What the next token is drawn from.
+enum Distribution {
+    /// Always this token (temperature 0, or no finite logit).
+    Greedy(u32),
+    /// Token ids and their probabilities (summing to 1), best first.
+    Weighted(Vec<(u32, f64)>),
 }
 
 fn softmax(xs: impl Iterator<Item = f32> + Clone) -> Vec<f64> {
@@ -317,5 +368,52 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(s.sample(&logits, &[]), 0);
         }
+    }
+
+    /// The speculative rule leaves the sampled distribution unchanged: tokens drawn through
+    /// `verify_draft` (with the draft inside the candidates, outside them, and under greedy)
+    /// are as frequent as tokens drawn through `sample`, and the draft is accepted with its
+    /// probability.
+    #[test]
+    fn verify_draft_keeps_the_distribution() {
+        let logits = [2.0f32, 1.5, 1.0, 0.2, -1.0, -3.0];
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_k: 5,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 9,
+            ..Default::default()
+        };
+        let n = 200_000;
+        let mut plain = Sampler::new(params.clone());
+        let mut want = [0usize; 6];
+        for _ in 0..n {
+            want[plain.sample(&logits, &[]) as usize] += 1;
+        }
+        for draft in [0u32, 2, 5] {
+            let mut s = Sampler::new(SamplingParams {
+                seed: 10,
+                ..params.clone()
+            });
+            let (mut got, mut hits) = ([0usize; 6], 0);
+            for _ in 0..n {
+                let (id, hit) = s.verify_draft(&logits, draft);
+                got[id as usize] += 1;
+                hits += usize::from(hit);
+                assert_eq!(hit, id == draft);
+            }
+            for t in 0..6 {
+                let (a, b) = (want[t] as f64 / n as f64, got[t] as f64 / n as f64);
+                assert!(
+                    (a - b).abs() < 0.006,
+                    "draft {draft}, token {t}: {a} vs {b}"
+                );
+            }
+            assert_eq!(hits, got[draft as usize]);
+        }
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.verify_draft(&logits, 0), (0, true));
+        assert_eq!(g.verify_draft(&logits, 3), (0, false));
     }
 }

@@ -4,8 +4,9 @@
 
 use super::batch::{BatchConfig, BatchGenerator, PrefillBudget, SeqRequest};
 use super::generate::{Collector, GenerateOptions, Generation, TokenEvent};
+use super::speculative::{check_vocabularies, VocabSide};
 use super::Model;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One sequence being generated, with its cache.
 pub struct Session<'m> {
@@ -25,6 +26,28 @@ impl<'m> Session<'m> {
             model,
             batch: BatchGenerator::new(model.lm(), model.tokenizer(), &cfg),
         }
+    }
+
+    /// Drafts with `draft` for requests whose [`Speculation::draft_max`](super::Speculation::draft_max)
+    /// is set (the cache is emptied).
+    ///
+    /// # Errors
+    /// The two vocabularies differ (the first differing token is named).
+    pub fn set_draft(&mut self, draft: &'m Model) -> Result<()> {
+        let side = |m: &'m Model| VocabSide {
+            tokenizer: m.tokenizer(),
+            n_logits: m.config().vocab_size,
+        };
+        check_vocabularies(side(self.model), side(draft))
+            .map_err(|e| Error::Request(e.to_string()))?;
+        let cfg = BatchConfig {
+            slots: 1,
+            ctx: self.capacity(),
+            prefill: PrefillBudget::UNLIMITED,
+        };
+        self.batch = BatchGenerator::new(self.model.lm(), self.model.tokenizer(), &cfg)
+            .with_draft(draft.lm());
+        Ok(())
     }
 
     /// Positions the session can hold.

@@ -94,6 +94,9 @@ pub struct KvCache {
     /// Per layer, the state of recurrent layers (empty when the model has none). It cannot be
     /// rewound: [`KvCache::truncate`] to an earlier position then starts over from 0.
     pub recurrent: Vec<RecurrentState>,
+    /// Extra rows sliding layers keep beyond their window, so that the last `rewind`
+    /// positions can be dropped again ([`KvCache::keep_rewind`]).
+    rewind: usize,
 }
 
 impl KvCache {
@@ -107,7 +110,16 @@ impl KvCache {
             row,
             capacity,
             recurrent: Vec::new(),
+            rewind: 0,
         }
+    }
+
+    /// Lets the cache drop up to its last `n` positions ([`KvCache::truncate`]) without
+    /// emptying (speculative decoding rolls back rejected draft tokens): sliding layers keep
+    /// `n` rows beyond their window from now on (the most asked for so far). Recurrent state
+    /// still cannot rewind.
+    pub fn keep_rewind(&mut self, n: usize) {
+        self.rewind = self.rewind.max(n);
     }
 
     /// Gives each layer its sliding window (`None`: keep every position); windowed layers then
@@ -169,9 +181,9 @@ impl KvCache {
     /// Appends `t` rows of keys and values to `layer` (positions `len() .. len() + t`). Call for
     /// every layer, then [`KvCache::advance`] once. A sliding layer's ring widens to
     /// `window − 1 + t` rows first when `t` new rows would overwrite keys the first new query
-    /// still sees.
+    /// still sees (to `window + n` rows at least after [`KvCache::keep_rewind`]`(n)`).
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        let (pos0, row) = (self.host_len, self.row_width(layer));
+        let (pos0, row, rewind) = (self.host_len, self.row_width(layer), self.rewind);
         let c = &mut self.layers[layer];
         debug_assert_eq!(k.len() % row.max(1), 0);
         let t = k.len() / row.max(1);
@@ -180,7 +192,7 @@ impl KvCache {
             c.v.extend_from_slice(v);
             return;
         };
-        let need = w - 1 + t;
+        let need = (w - 1 + t).max(w + rewind);
         if c.ring < need && pos0 + t > c.ring {
             c.relayout(need, pos0, (pos0 + 1).saturating_sub(w), row);
         }
@@ -222,6 +234,7 @@ impl KvCache {
             let len = self.host_len;
             let l = &mut self.layers[i];
             if let Some(w) = l.window {
+                let w = w + self.rewind;
                 if l.ring > w && !l.k.is_empty() {
                     l.relayout(w, len, len.saturating_sub(w), row);
                 } else if l.k.is_empty() {
@@ -388,6 +401,7 @@ impl Clone for KvCache {
             row: self.row,
             capacity: self.capacity,
             recurrent: self.recurrent.clone(),
+            rewind: self.rewind,
         }
     }
 }
@@ -572,5 +586,31 @@ mod tests {
         c.truncate(2);
         assert_eq!((c.len(), c.layers[0].k.len()), (2, 4));
         assert_eq!(c.layers[0].k, vec![0.0, 1.0, 2.0, 3.0]);
+    }
+
+    /// With `keep_rewind(n)`, a wrapped sliding ring drops its last `n` positions and keeps
+    /// serving the window (what speculative decoding's rollback needs); one more empties it.
+    #[test]
+    fn kept_rewind_lets_a_wrapped_ring_roll_back() {
+        let (w, n) = (4, 3);
+        let mut c = KvCache::new(1, 1, 100).with_windows(&[Some(w)]);
+        c.keep_rewind(n);
+        for p in 0..20 {
+            let x = [p as f32];
+            c.append(0, &x, &x);
+            c.advance(1);
+        }
+        assert_eq!(c.layers[0].ring, w + n);
+        c.truncate(20 - n);
+        assert_eq!(c.len(), 20 - n);
+        // Rewrite the dropped positions with new values and read the window back.
+        for p in 20 - n..20 {
+            let x = [-(p as f32)];
+            c.append(0, &x, &x);
+            c.advance(1);
+        }
+        assert_eq!(visible(&c, 0, 19), vec![16.0, -17.0, -18.0, -19.0]);
+        c.truncate(20 - n - 2);
+        assert_eq!(c.len(), 0, "deeper than kept: the cache empties");
     }
 }

@@ -42,6 +42,7 @@ pub use step::{PrefillBudget, StepReport};
 
 use crate::arch::CausalLm;
 use crate::engine::grammar::Vocabulary;
+use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::error::{Error, Result};
 use crate::nn::KvCache;
 use crate::tokenizer::Tokenizer;
@@ -108,6 +109,8 @@ struct Slot<'m, T> {
     cached: Vec<u32>,
     active: Option<(Sequence<'m>, T)>,
     last_used: Instant,
+    /// The draft model's cache for this slot, when the generator has a draft model.
+    draft: Option<DraftSlot>,
 }
 
 /// Generates several sequences at once over one model. `T` is the caller's tag of each
@@ -120,6 +123,8 @@ pub struct BatchGenerator<'m, T> {
     vocab: Option<Arc<Vocabulary>>,
     prefill: PrefillBudget,
     slots: Vec<Slot<'m, T>>,
+    /// Drafts for sequences that ask for draft-model speculation.
+    drafter: Option<DraftModel<'m>>,
 }
 
 impl<'m, T> BatchGenerator<'m, T> {
@@ -132,6 +137,7 @@ impl<'m, T> BatchGenerator<'m, T> {
                 cached: Vec::new(),
                 active: None,
                 last_used: Instant::now(),
+                draft: None,
             })
             .collect();
         BatchGenerator {
@@ -140,7 +146,22 @@ impl<'m, T> BatchGenerator<'m, T> {
             vocab: None,
             prefill: cfg.prefill,
             slots,
+            drafter: None,
         }
+    }
+
+    /// Attaches a draft model (same vocabulary as the target: check it first with
+    /// [`check_vocabularies`](crate::engine::speculative::check_vocabularies)); sequences whose
+    /// [`Speculation::draft_max`](crate::engine::Speculation::draft_max) is set then draft with
+    /// it. Each slot gets a draft cache of the target's context.
+    pub fn with_draft(mut self, draft: &'m dyn CausalLm) -> Self {
+        let model = DraftModel::new(draft, self.lm.config().vocab_size);
+        let ctx = self.capacity();
+        for s in &mut self.slots {
+            s.draft = Some(model.new_slot(ctx));
+        }
+        self.drafter = Some(model);
+        self
     }
 
     /// Number of slots.
@@ -260,6 +281,7 @@ impl<'m, T> BatchGenerator<'m, T> {
                     cache: &mut s.cache,
                     cached: &mut s.cached,
                     seq,
+                    draft: s.draft.as_mut(),
                 });
                 tags.push(tag);
                 slot_of.push(k);
@@ -268,7 +290,8 @@ impl<'m, T> BatchGenerator<'m, T> {
         if lanes.is_empty() {
             return Ok(StepReport::default());
         }
-        let ran = run_step(self.lm, &mut lanes, self.prefill, &mut |i, ev| {
+        let drafter = self.drafter.as_ref();
+        let ran = run_step(self.lm, drafter, &mut lanes, self.prefill, &mut |i, ev| {
             on_event(&mut *tags[i], ev)
         });
         drop(lanes);
@@ -325,10 +348,15 @@ pub fn generate_in_cache(
             cache: &mut *cache,
             cached: &mut appended,
             seq: &mut seq,
+            draft: None,
         }];
-        run_step(lm, &mut lanes, PrefillBudget::UNLIMITED, &mut |_, ev| {
-            on_event(ev)
-        })
+        run_step(
+            lm,
+            None,
+            &mut lanes,
+            PrefillBudget::UNLIMITED,
+            &mut |_, ev| on_event(ev),
+        )
         .map_err(|(e, _)| e)?;
     }
     Ok(())

@@ -5,6 +5,7 @@ use super::logprobs::{top_logprobs, TokenLogprob};
 use crate::engine::generation_types::{GenerateOptions, StopReason, Timings};
 use crate::engine::grammar::{Constraint, Vocabulary};
 use crate::engine::sampler::Sampler;
+use crate::engine::speculative::Speculation;
 use crate::engine::stop::StopMatcher;
 use crate::error::{Error, Result};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -54,6 +55,16 @@ pub struct Finished {
     /// `[tokens run, vocab]` logits of the prompt positions run, when
     /// [`GenerateOptions::keep_prompt_logits`] asks for them.
     pub prompt_logits: Option<Vec<f32>>,
+}
+
+/// What a sequence made of one pass's logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Accepted {
+    /// Tokens sampled.
+    pub sampled: usize,
+    /// Of the tokens the pass ran, how many stay in the cache (the rest, rejected draft
+    /// tokens, are rolled back).
+    pub kept: usize,
 }
 
 /// Checks that `req` can run after `kept` positions in a cache of `capacity` positions.
@@ -108,8 +119,8 @@ pub(super) struct Sequence<'m> {
     sampler: Sampler,
     /// Prompt and generated tokens (the penalties look at them).
     history: Vec<u32>,
-    /// The token to run next while decoding (the last one sampled).
-    next: u32,
+    /// The tokens to run next while decoding: the last one sampled, then the draft (if any).
+    pending: Vec<u32>,
     tokenizer: Option<&'m Tokenizer>,
     stream: Option<StreamDecoder<'m>>,
     stops: StopMatcher,
@@ -141,7 +152,7 @@ impl<'m> Sequence<'m> {
             reused,
             sampler: Sampler::new(opts.sampling.clone()),
             history: prompt.clone(),
-            next: 0,
+            pending: vec![0],
             tokenizer,
             stream: tokenizer.map(|t| t.stream()),
             stops: StopMatcher::new(&opts.stop),
@@ -169,18 +180,62 @@ impl<'m> Sequence<'m> {
         self.opts.prefill_chunk.max(1)
     }
 
-    /// The next `n` tokens to run: prompt tokens while prefilling, else the last sampled one.
+    /// The next `n` tokens to run: prompt tokens while prefilling, else the last sampled one
+    /// and the draft ([`Self::decode_len`] tokens).
     pub(super) fn input(&self, n: usize) -> &[u32] {
         if self.pos < self.prompt.len() {
             &self.prompt[self.pos..self.pos + n]
         } else {
-            std::slice::from_ref(&self.next)
+            &self.pending[..n]
         }
+    }
+
+    /// Tokens a decoding step runs: the last sampled one and the draft.
+    pub(super) fn decode_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// Whether the next pass should return the logits of every position it runs.
     pub(super) fn wants_all_logits(&self) -> bool {
-        self.prompt_logits.is_some() && self.pos < self.prompt.len()
+        if self.pos < self.prompt.len() {
+            self.prompt_logits.is_some()
+        } else {
+            self.pending.len() > 1
+        }
+    }
+
+    /// How speculation is asked for.
+    pub(super) fn speculation(&self) -> Speculation {
+        self.opts.speculation
+    }
+
+    /// Most draft tokens the next decoding step may verify in a cache holding `cache_len` of
+    /// `capacity` positions (0 while prefilling or when not speculating): the draft and the
+    /// token before it must fit the cache, and drafting past the token limit is wasted.
+    pub(super) fn draft_room(&self, cache_len: usize, capacity: usize) -> usize {
+        if self.done || self.pos < self.prompt.len() {
+            return 0;
+        }
+        let left = self.opts.max_tokens.saturating_sub(self.generated().len());
+        self.opts
+            .speculation
+            .max_draft()
+            .min(left.saturating_sub(1))
+            .min(capacity.saturating_sub(cache_len + 1))
+    }
+
+    /// The prompt and every token generated so far (the last one not yet run).
+    pub(super) fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Sets the draft the next decoding step verifies (ignored when shorter than the
+    /// request's `draft_min`).
+    pub(super) fn set_draft(&mut self, draft: &[u32]) {
+        self.pending.truncate(1);
+        if !draft.is_empty() && draft.len() >= self.opts.speculation.draft_min {
+            self.pending.extend_from_slice(draft);
+        }
     }
 
     /// Whether generation has ended.
@@ -194,8 +249,9 @@ impl<'m> Sequence<'m> {
 
     /// Takes the logits of a pass that ran `n` of this sequence's tokens (see [`Self::input`]);
     /// `cache_len` and `capacity` describe its cache afterwards. Samples the next token once
-    /// the prompt is done, streams it through `emit` (which returns `false` to cancel), and
-    /// ends the sequence when a stop rule says so. Returns whether a token was sampled.
+    /// the prompt is done (while decoding with a draft: one token per row, each row's draft
+    /// token verified, up to the first rejection), streams the tokens through `emit` (which
+    /// returns `false` to cancel), and ends the sequence when a stop rule says so.
     pub(super) fn accept(
         &mut self,
         n: usize,
@@ -204,40 +260,82 @@ impl<'m> Sequence<'m> {
         cache_len: usize,
         capacity: usize,
         emit: &mut dyn FnMut(SeqEvent) -> bool,
-    ) -> bool {
+    ) -> Accepted {
+        if self.pos >= self.prompt.len() {
+            return self.accept_decode(n, logits, vocab, cache_len, capacity, emit);
+        }
+        let ran = Accepted {
+            sampled: 0,
+            kept: n,
+        };
+        self.pos += n;
+        if let Some(all) = &mut self.prompt_logits {
+            all.extend_from_slice(&logits);
+        }
         if self.pos < self.prompt.len() {
-            self.pos += n;
-            if let Some(all) = &mut self.prompt_logits {
-                all.extend_from_slice(&logits);
-            }
-            if self.pos < self.prompt.len() {
-                return false;
-            }
-            self.timings.prompt_time = self.started.elapsed();
-            self.decode_started = Some(Instant::now());
-            if self.opts.max_tokens == 0 {
-                self.finish(StopReason::MaxTokens, emit);
-                return false;
-            }
+            return ran;
+        }
+        self.timings.prompt_time = self.started.elapsed();
+        self.decode_started = Some(Instant::now());
+        if self.opts.max_tokens == 0 {
+            self.finish(StopReason::MaxTokens, emit);
+            return ran;
         }
         let mut last = logits;
         if last.len() > vocab {
             last.drain(..last.len() - vocab);
         }
-        if let Some(reason) = self.sample(&mut last, cache_len, capacity, emit) {
+        let (stop, _) = self.sample(&mut last, None, cache_len, capacity, emit);
+        if let Some(reason) = stop {
             self.finish(reason, emit);
         }
-        true
+        Accepted { sampled: 1, ..ran }
     }
 
-    /// Samples the next token from `logits`, streams it, and says whether generation ends.
-    fn sample(
+    /// [`Self::accept`] for a decoding step that ran the last sampled token and a draft of
+    /// `n − 1` tokens (`logits`: one row per token).
+    fn accept_decode(
         &mut self,
-        logits: &mut [f32],
+        n: usize,
+        logits: Vec<f32>,
+        vocab: usize,
         cache_len: usize,
         capacity: usize,
         emit: &mut dyn FnMut(SeqEvent) -> bool,
-    ) -> Option<StopReason> {
+    ) -> Accepted {
+        let before = cache_len - n;
+        let draft = self.pending.split_off(1);
+        self.timings.draft.drafted += draft.len();
+        let mut kept = n;
+        for (i, row) in logits.chunks_exact(vocab).take(n).enumerate() {
+            let mut row = row.to_vec();
+            let guess = draft.get(i).copied();
+            let (stop, hit) = self.sample(&mut row, guess, before + i + 1, capacity, emit);
+            self.timings.draft.accepted += usize::from(hit);
+            if let Some(reason) = stop {
+                self.finish(reason, emit);
+            }
+            if stop.is_some() || !hit {
+                kept = i + 1;
+                break;
+            }
+        }
+        Accepted {
+            sampled: kept,
+            kept,
+        }
+    }
+
+    /// Samples the next token from `logits` (verifying `draft` when given), streams it, and
+    /// says whether generation ends and whether the token is the accepted draft.
+    fn sample(
+        &mut self,
+        logits: &mut [f32],
+        draft: Option<u32>,
+        cache_len: usize,
+        capacity: usize,
+        emit: &mut dyn FnMut(SeqEvent) -> bool,
+    ) -> (Option<StopReason>, bool) {
         self.sampler.apply_penalties(logits, &self.history);
         if let Some(c) = &self.constraint {
             let p = self.sampler.params();
@@ -246,13 +344,30 @@ impl<'m> Sequence<'m> {
         }
         let logprob = self.opts.logprobs.map(|k| top_logprobs(logits, k));
         // The penalties are already in the logits.
-        let id = self.sampler.sample(logits, &[]);
+        let (id, hit) = match draft {
+            Some(d) => self.sampler.verify_draft(logits, d),
+            None => (self.sampler.sample(logits, &[]), false),
+        };
         let logprob = logprob.map(|(lse, top)| TokenLogprob {
             logprob: logits[id as usize] - lse,
             top,
         });
         self.history.push(id);
-        self.next = id;
+        self.pending[0] = id;
+        let stop = self.stream_token(id, logprob, cache_len, capacity, emit);
+        (stop, hit)
+    }
+
+    /// Advances the grammar past the sampled token `id`, streams it, and says whether
+    /// generation ends (`cache_len`: positions the cache holds once `id`'s predecessor ran).
+    fn stream_token(
+        &mut self,
+        id: u32,
+        logprob: Option<TokenLogprob>,
+        cache_len: usize,
+        capacity: usize,
+        emit: &mut dyn FnMut(SeqEvent) -> bool,
+    ) -> Option<StopReason> {
         let grammar_done = self.constraint.as_mut().is_some_and(|c| {
             c.advance(id);
             c.is_finished()

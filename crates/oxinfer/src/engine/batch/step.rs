@@ -4,6 +4,8 @@
 
 use super::sequence::{SeqEvent, Sequence};
 use crate::arch::{CausalLm, SeqBatch};
+use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
+use crate::engine::speculative::lookup::lookup_draft;
 use crate::error::Error;
 use crate::nn::KvCache;
 
@@ -40,7 +42,7 @@ impl Default for PrefillBudget {
 pub struct StepReport {
     /// Prompt tokens run.
     pub prompt_tokens: usize,
-    /// Tokens sampled (one per sequence that was past its prompt).
+    /// Tokens sampled (one per sequence that was past its prompt, more with accepted drafts).
     pub sampled: usize,
 }
 
@@ -50,6 +52,8 @@ pub(super) struct Lane<'a, 'm> {
     /// Receives every token appended to `cache`.
     pub cached: &'a mut Vec<u32>,
     pub seq: &'a mut Sequence<'m>,
+    /// The slot's draft-model cache, when the generator has a draft model.
+    pub draft: Option<&'a mut DraftSlot>,
 }
 
 /// Runs one step over `lanes`; `emit(lane, event)` receives the events (returns `false` to
@@ -57,10 +61,14 @@ pub(super) struct Lane<'a, 'm> {
 /// the lanes whose pass failed (their caches are in an unknown state).
 pub(super) fn run_step(
     lm: &dyn CausalLm,
+    drafter: Option<&DraftModel<'_>>,
     lanes: &mut [Lane<'_, '_>],
     budget: PrefillBudget,
     emit: &mut dyn FnMut(usize, SeqEvent) -> bool,
 ) -> Result<(StepReport, Vec<usize>), (Error, Vec<usize>)> {
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        make_draft(drafter, lane).map_err(|e| (e, vec![i]))?;
+    }
     let plan = plan(lanes, budget);
     let mut batch: Vec<SeqBatch<'_>> = Vec::with_capacity(plan.len());
     let mut next = plan.iter().peekable();
@@ -82,17 +90,48 @@ pub(super) fn run_step(
     let vocab = lm.config().vocab_size;
     let mut report = StepReport::default();
     for (&(i, n), logits) in plan.iter().zip(logits) {
-        let Lane { cache, cached, seq } = &mut lanes[i];
+        let Lane {
+            cache, cached, seq, ..
+        } = &mut lanes[i];
         cached.extend_from_slice(seq.input(n));
         if seq.prompt_left() > 0 {
             report.prompt_tokens += n;
         }
         let (len, capacity) = (cache.len(), cache.capacity());
-        if seq.accept(n, logits, vocab, len, capacity, &mut |ev| emit(i, ev)) {
-            report.sampled += 1;
-        }
+        let took = seq.accept(n, logits, vocab, len, capacity, &mut |ev| emit(i, ev));
+        report.sampled += took.sampled;
+        // Roll back the rows of rejected draft tokens.
+        cache.truncate(len - n + took.kept);
+        cached.truncate(cached.len() - n + took.kept);
     }
     Ok((report, ran))
+}
+
+/// Gives a decoding sequence that speculates its draft for this step: prompt lookup first,
+/// then the draft model. A cache that cannot rewind (recurrent state) gets none; a sliding
+/// window cache keeps enough extra rows to rewind the draft.
+fn make_draft(drafter: Option<&DraftModel<'_>>, lane: &mut Lane<'_, '_>) -> crate::Result<()> {
+    let spec = lane.seq.speculation();
+    if !spec.is_on() {
+        return Ok(());
+    }
+    let mut room = lane.seq.draft_room(lane.cache.len(), lane.cache.capacity());
+    if !lane.cache.recurrent.is_empty() {
+        room = 0;
+    }
+    if room == 0 {
+        lane.seq.set_draft(&[]);
+        return Ok(());
+    }
+    lane.cache.keep_rewind(room);
+    let mut draft = lookup_draft(lane.seq.history(), room.min(spec.lookup));
+    if draft.len() < spec.draft_min.max(1) && spec.draft_max > 0 {
+        if let (Some(model), Some(slot)) = (drafter, lane.draft.as_deref_mut()) {
+            draft = model.draft(slot, lane.seq.history(), room.min(spec.draft_max))?;
+        }
+    }
+    lane.seq.set_draft(&draft);
+    Ok(())
 }
 
 /// Which lanes run this step and how many tokens each, in lane order.
@@ -107,7 +146,7 @@ fn plan(lanes: &[Lane<'_, '_>], budget: PrefillBudget) -> Vec<(usize, usize)> {
     for (i, lane) in lanes.iter().enumerate() {
         let left = lane.seq.prompt_left();
         if left == 0 {
-            plan.push((i, 1));
+            plan.push((i, lane.seq.decode_len()));
         } else if budget > 0 {
             let n = left.min(budget).min(lane.seq.chunk_cap());
             budget -= n;
