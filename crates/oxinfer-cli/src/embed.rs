@@ -121,7 +121,9 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         prompt,
     };
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
     let vectors = embedder.embed(&refs, &opts)?;
+    let secs = started.elapsed().as_secs_f64();
     match output {
         Output::Npy(p) => {
             crate::npy::write_f32(&p, &[vectors.len(), embedder.dim()], &vectors.concat())
@@ -137,9 +139,11 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     }
     if a.output.is_some() {
         eprintln!(
-            "{} embeddings of dimension {} written",
+            "{} embeddings of dimension {} written ({secs:.2} s of tokenizing and encoding, \
+             {:.1} texts/s)",
             vectors.len(),
-            embedder.dim()
+            embedder.dim(),
+            vectors.len() as f64 / secs.max(1e-9)
         );
     }
     crate::common::print_profile();
