@@ -150,7 +150,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// The model `-m` names when it is an embedding model (resolved through the cache, fetched
+/// The model `-m` names when it is an embedding model or a reranker (resolved through the cache, fetched
 /// when needed); `None` for anything else (no `-m`: the default chat model).
 pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
     let Some(spec) = spec else {
@@ -162,10 +162,13 @@ pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     let path = oxinfer::hub::resolve_model(Some(spec), &mut crate::progress::Bars::new())?;
-    Ok(oxinfer::embed::is_embedding_model(&path).then_some(path))
+    let served =
+        oxinfer::embed::is_embedding_model(&path) || oxinfer::embed::is_reranker_model(&path);
+    Ok(served.then_some(path))
 }
 
-/// `oxinfer serve` on an embedding model: `/v1/embeddings` only.
+/// `oxinfer serve` on an embedding model (`/v1/embeddings` only) or a reranker
+/// ([`crate::rerank::serve`]).
 /// Serves the embedding model at `path` on `listener`; `config(model_id, ctx)` makes the
 /// server settings from the command line (`oxinfer serve` builds both).
 pub fn serve(
@@ -180,6 +183,9 @@ pub fn serve(
     }
     let (pref, gpu_asked) = a.model.device_request();
     crate::devices::select(pref, gpu_asked || a.model.verbose)?;
+    if oxinfer::embed::is_reranker_model(path) {
+        return crate::rerank::serve(path, listener, config);
+    }
     let embedder = Embedder::load(path)?;
     let model_id = path
         .file_name()

@@ -211,7 +211,7 @@ async fn models(State(st): State<Arc<EmbedState>>) -> impl IntoResponse {
     }))
 }
 
-async fn health() -> impl IntoResponse {
+pub(crate) async fn health() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
@@ -223,6 +223,11 @@ async fn generation_unavailable(State(st): State<Arc<EmbedState>>, req: Request)
         req.uri().path()
     ))
     .with_code("model_not_supported")
+}
+
+/// The 400 of `/v1/rerank` on an embedding server.
+async fn not_a_reranker(State(st): State<Arc<EmbedState>>) -> ApiError {
+    crate::rerank::not_a_reranker(&st.cfg.model_id)
 }
 
 /// The 400 of `/v1/embeddings` on a server of a chat model.
@@ -253,7 +258,8 @@ pub fn embeddings_router(embedder: Arc<Embedder>, cfg: ServerConfig) -> Router {
         .route("/v1/embeddings", post(handle))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(generation_unavailable))
-        .route("/v1/completions", post(generation_unavailable));
+        .route("/v1/completions", post(generation_unavailable))
+        .route("/v1/rerank", post(not_a_reranker));
     crate::protect(api, get(health), key, &state.cfg).with_state(state)
 }
 
