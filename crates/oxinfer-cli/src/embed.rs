@@ -121,7 +121,9 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         prompt,
     };
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
     let vectors = embedder.embed(&refs, &opts)?;
+    let secs = started.elapsed().as_secs_f64();
     match output {
         Output::Npy(p) => {
             crate::npy::write_f32(&p, &[vectors.len(), embedder.dim()], &vectors.concat())
@@ -137,16 +139,18 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     }
     if a.output.is_some() {
         eprintln!(
-            "{} embeddings of dimension {} written",
+            "{} embeddings of dimension {} written ({secs:.2} s of tokenizing and encoding, \
+             {:.1} texts/s)",
             vectors.len(),
-            embedder.dim()
+            embedder.dim(),
+            vectors.len() as f64 / secs.max(1e-9)
         );
     }
     crate::common::print_profile();
     Ok(())
 }
 
-/// The model `-m` names when it is an embedding model (resolved through the cache, fetched
+/// The model `-m` names when it is an embedding model or a reranker (resolved through the cache, fetched
 /// when needed); `None` for anything else (no `-m`: the default chat model).
 pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
     let Some(spec) = spec else {
@@ -158,10 +162,13 @@ pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     let path = oxinfer::hub::resolve_model(Some(spec), &mut crate::progress::Bars::new())?;
-    Ok(oxinfer::embed::is_embedding_model(&path).then_some(path))
+    let served =
+        oxinfer::embed::is_embedding_model(&path) || oxinfer::embed::is_reranker_model(&path);
+    Ok(served.then_some(path))
 }
 
-/// `oxinfer serve` on an embedding model: `/v1/embeddings` only.
+/// `oxinfer serve` on an embedding model (`/v1/embeddings` only) or a reranker
+/// ([`crate::rerank::serve`]).
 /// Serves the embedding model at `path` on `listener`; `config(model_id, ctx)` makes the
 /// server settings from the command line (`oxinfer serve` builds both).
 pub fn serve(
@@ -171,6 +178,9 @@ pub fn serve(
     config: impl FnOnce(String, usize) -> oxinfer_server::ServerConfig,
 ) -> Result<()> {
     a.model.prepare_runtime()?;
+    if oxinfer::embed::is_reranker_model(path) {
+        return crate::rerank::serve(path, listener, config);
+    }
     let embedder = Embedder::load(path)?;
     let model_id = path
         .file_name()

@@ -18,6 +18,7 @@ mod perplexity;
 mod positional;
 mod progress;
 mod quantize;
+mod rerank;
 mod run;
 mod serve;
 
@@ -55,6 +56,8 @@ enum Command {
     Devices,
     /// Sentence embeddings of texts (sentence-transformers / BERT models), as JSON lines or .npy.
     Embed(embed::EmbedArgs),
+    /// Rank documents against a query with a cross-encoder (reranker), best first.
+    Rerank(rerank::RerankArgs),
     /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
     Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Devices => devices::run(),
         Command::Serve(a) => serve::run(a),
         Command::Embed(a) => embed::run(a),
+        Command::Rerank(a) => rerank::run(a),
         Command::Image(a) => image::run(a),
     };
     if let Some(r) = oxinfer::backend::check_report() {

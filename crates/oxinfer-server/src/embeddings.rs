@@ -207,6 +207,11 @@ async fn generation_unavailable(State(st): State<Arc<EmbedState>>, req: Request)
     crate::endpoint_unavailable(&st.cfg, "embedding", req.uri().path(), "/v1/embeddings")
 }
 
+/// The 400 of `/v1/rerank` on an embedding server.
+async fn not_a_reranker(State(st): State<Arc<EmbedState>>) -> ApiError {
+    crate::rerank::not_a_reranker(&st.cfg.model_id)
+}
+
 /// The 400 of `/v1/embeddings` on a server of a chat model.
 pub(crate) async fn not_an_embedding_model(State(st): State<Arc<crate::AppState>>) -> ApiError {
     ApiError::bad_request(format!(
@@ -235,7 +240,9 @@ pub fn embeddings_router(embedder: Arc<Embedder>, cfg: ServerConfig) -> Router {
         .route("/v1/embeddings", post(handle))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(generation_unavailable))
-        .route("/v1/completions", post(generation_unavailable));
+        .route("/v1/completions", post(generation_unavailable))
+        .route("/v1/rerank", post(not_a_reranker))
+        .route("/v1/images/generations", post(generation_unavailable));
     crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
 }
 

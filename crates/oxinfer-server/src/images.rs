@@ -282,7 +282,8 @@ pub fn images_router(sd: Arc<StableDiffusion>, cfg: ServerConfig) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(text_unavailable))
         .route("/v1/completions", post(text_unavailable))
-        .route("/v1/embeddings", post(text_unavailable));
+        .route("/v1/embeddings", post(text_unavailable))
+        .route("/v1/rerank", post(text_unavailable));
     crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
 }
 

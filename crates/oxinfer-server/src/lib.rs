@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod prompt;
 mod reply;
 pub mod reqlog;
+mod rerank;
 pub mod scheduler;
 
 use access::AccessPolicy;
@@ -46,6 +47,7 @@ use std::time::Instant;
 
 pub use embeddings::{embeddings_router, serve_embeddings};
 pub use images::{images_router, serve_images};
+pub use rerank::{rerank_router, serve_rerank};
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
@@ -206,6 +208,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
         .route("/v1/images/generations", post(images::not_an_image_model))
+        .route("/v1/rerank", post(rerank::chat_model_is_not_a_reranker))
         .route("/v1/models", get(info::models))
         .route("/metrics", get(info::metrics_text))
         .route("/", get(info::status_page));

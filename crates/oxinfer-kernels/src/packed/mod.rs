@@ -41,6 +41,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod float;
 mod pack;
 mod row;
 mod scalar;

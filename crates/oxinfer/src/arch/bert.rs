@@ -10,10 +10,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::encoder_attention::{encoder_attention, EncoderHeads};
+use super::encoder_linear::EncoderLinear;
 use crate::error::{Error, LoadError, Result};
 use crate::loader::TensorStore;
-use crate::nn::attention::attention_full;
-use crate::nn::{AttnShape, Embedding, LayerNorm, Linear};
+use crate::nn::{Embedding, LayerNorm};
 
 /// The activation of the MLP (`hidden_act`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,13 +134,13 @@ pub struct EncoderInput<'a> {
 }
 
 struct Block {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    q: EncoderLinear,
+    k: EncoderLinear,
+    v: EncoderLinear,
+    o: EncoderLinear,
     attn_norm: LayerNorm,
-    up: Linear,
-    down: Linear,
+    up: EncoderLinear,
+    down: EncoderLinear,
     ffn_norm: LayerNorm,
 }
 
@@ -188,7 +189,7 @@ impl Bert {
         for i in 0..cfg.n_layers {
             let l = format!("{prefix}encoder.layer.{i}.");
             let linear = |part: &str, n_out: usize, n_in: usize| {
-                Linear::load(store, &format!("{l}{part}.weight"), n_out, n_in)
+                EncoderLinear::load(store, &format!("{l}{part}.weight"), n_out, n_in)
             };
             let norm = |part: &str| {
                 LayerNorm::load(
@@ -236,29 +237,14 @@ impl Bert {
         let mut x = self.embed(batch)?;
         let total = x.len() / d;
         let lens: Vec<usize> = batch.iter().map(|s| s.ids.len()).collect();
-        let shape = AttnShape {
+        let heads = EncoderHeads {
             n_heads: self.cfg.n_heads,
-            n_kv_heads: self.cfg.n_heads,
             head_dim: d / self.cfg.n_heads,
             scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
-            window: None,
-            softcap: None,
         };
         for b in &self.blocks {
-            let qkv = Linear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
-            let mut mixed = Vec::with_capacity(total * d);
-            let mut row = 0;
-            for &n in &lens {
-                let span = row * d..(row + n) * d;
-                mixed.extend(attention_full(
-                    &qkv[0][span.clone()],
-                    &qkv[1][span.clone()],
-                    &qkv[2][span],
-                    n,
-                    &shape,
-                ));
-                row += n;
-            }
+            let qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
+            let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
             residual_norm(&mut x, &b.o.forward(&mixed, total), &b.attn_norm);
             let mut h = b.up.forward(&x, total);
             self.activate(&mut h);

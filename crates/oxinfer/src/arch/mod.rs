@@ -7,6 +7,8 @@
 
 pub mod bert;
 pub mod diffusion;
+pub mod encoder_attention;
+pub mod encoder_linear;
 pub mod gemma;
 pub mod llama;
 pub mod names;

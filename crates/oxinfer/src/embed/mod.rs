@@ -13,6 +13,7 @@
 
 pub mod layout;
 pub mod pooling;
+pub mod rerank;
 pub mod template;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use crate::loader::safetensors::SafetensorsModel;
 use crate::tokenizer::Tokenizer;
 use layout::{read_json, SentenceLayout};
 pub use pooling::{PoolMode, Pooling};
+pub use rerank::{is_reranker_model, CrossEncoder};
 pub use template::{Encoded, InputTemplate};
 
 /// How [`Embedder::embed`] treats its texts.
@@ -72,9 +74,10 @@ impl std::fmt::Debug for Embedder {
 }
 
 /// Whether the folder `dir` holds an embedding model [`Embedder::load`] can read: a
-/// sentence-transformers layout (`modules.json`) or a BERT `config.json`.
+/// sentence-transformers layout (`modules.json`) or a BERT `config.json` (and not a reranker,
+/// [`is_reranker_model`]).
 pub fn is_embedding_model(dir: &Path) -> bool {
-    if !dir.is_dir() {
+    if !dir.is_dir() || is_reranker_model(dir) {
         return false;
     }
     if dir.join("modules.json").is_file() {
@@ -86,6 +89,24 @@ pub fn is_embedding_model(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The tokenizer of the model folder `dir` (`tokenizer.json`, `tokenizer_config.json`), its
+/// input template (the `post_processor`) and its `model_max_length`, if given.
+pub(crate) fn load_tokenizer(
+    dir: &Path,
+) -> Result<(Tokenizer, InputTemplate, Option<usize>), LoadError> {
+    let tok_path = dir.join("tokenizer.json");
+    let tok_cfg = dir.join("tokenizer_config.json");
+    let tokenizer = Tokenizer::from_files(&tok_path, tok_cfg.is_file().then_some(&*tok_cfg))
+        .map_err(|e| LoadError::malformed(&tok_path, e.to_string()))?;
+    let template =
+        InputTemplate::from_tokenizer_json(&tok_path, &read_json(&tok_path)?, &tokenizer)?;
+    let model_max = read_json(&tok_cfg)
+        .ok()
+        .and_then(|v| v.get("model_max_length")?.as_u64())
+        .map(|x| x as usize);
+    Ok((tokenizer, template, model_max))
+}
+
 impl Embedder {
     /// Loads the model folder `dir`: a sentence-transformers folder or a plain HF BERT folder.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
@@ -94,6 +115,12 @@ impl Embedder {
                 dir,
                 "not an embedding model: expected a sentence-transformers or BERT folder \
                  (modules.json, config.json with model_type bert, model.safetensors, tokenizer.json)",
+            ));
+        }
+        if rerank::is_reranker_model(dir) {
+            return Err(LoadError::malformed(
+                dir,
+                "this is a reranker (cross-encoder), not an embedding model: use `oxinfer rerank`",
             ));
         }
         let layout = SentenceLayout::load(dir)?;
@@ -115,17 +142,7 @@ impl Embedder {
         let store = SafetensorsModel::open(&enc_dir)?;
         let encoder = Bert::load(&cfg, &store, tensor_prefix(&store))?;
 
-        let tok_path = enc_dir.join("tokenizer.json");
-        let tok_cfg = enc_dir.join("tokenizer_config.json");
-        let tokenizer = Tokenizer::from_files(&tok_path, tok_cfg.is_file().then_some(&*tok_cfg))
-            .map_err(|e| LoadError::malformed(&tok_path, e.to_string()))?;
-        let template =
-            InputTemplate::from_tokenizer_json(&tok_path, &read_json(&tok_path)?, &tokenizer)?;
-
-        let model_max = read_json(&tok_cfg)
-            .ok()
-            .and_then(|v| v.get("model_max_length")?.as_u64())
-            .map(|x| x as usize);
+        let (tokenizer, template, model_max) = load_tokenizer(&enc_dir)?;
         let max_tokens = layout
             .max_seq_length
             .or(model_max)

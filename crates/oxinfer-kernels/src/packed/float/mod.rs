@@ -1,0 +1,280 @@
+//! Packed float GEMM: `y = x · Wᵀ` for f32, f16 and bf16 weights with f32 activations, the
+//! matmuls of encoders (BERT-style embedding models), whose batches of hundreds of tokens make
+//! the product compute-bound.
+//!
+//! [`PackedFloatMatrix`] widens the weights to f32 once and stores them as panels of [`NR`]
+//! consecutive rows: panel `p` holds rows `16p .. 16p + 16` as `cols` groups of 16 values,
+//! `panel[k * 16 + r] = W[16p + r][k]` (the last panel padded with zero rows). A register tile
+//! of `MR` tokens × 16 rows then reads one contiguous run of 16 weights per input feature and
+//! broadcasts one activation per token: AVX-512 keeps 12 tokens × one 512-bit accumulator,
+//! AVX2 6 tokens × two 256-bit ones, NEON 6 tokens × four 128-bit ones, the scalar twin 4
+//! tokens × 16 rows.
+//!
+//! The driver splits tokens into blocks of [`TOKEN_BLOCK`] and panels into chunks, one pool task
+//! per (token block, panel chunk), and walks the input features in slices of [`KC`] so that
+//! the current weight slice (`KC × 16` floats) stays in L1 while the token block's activations
+//! stay in L2. Every product is the exact f32 sum of the widened weights times the activations;
+//! only the summation order differs between instruction sets (results agree to rounding).
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod scalar;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::dispatch::{detected_isa, Isa};
+use crate::fast::SyncPtr;
+use crate::format::WeightFormat;
+use crate::matrix::WeightMatrix;
+use crate::pool::{parallel_for, pool_threads};
+
+/// Rows per panel (output features a register tile covers).
+pub const NR: usize = 16;
+
+/// The most tokens of one register tile on any instruction set.
+pub const MAX_MR: usize = 12;
+
+/// Input features per slice of the k loop (a `KC × NR` weight slice is 16 KiB).
+const KC: usize = 256;
+
+/// Tokens of one task's block (a multiple of every tile height).
+const TOKEN_BLOCK: usize = 96;
+
+/// Most panels one task covers.
+const MAX_PANEL_CHUNK: usize = 8;
+
+/// Register tile rows: tokens per tile on `isa`.
+fn tile_tokens(isa: Isa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => 12,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => 6,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDot | Isa::NeonI8mm => 6,
+        _ => 4,
+    }
+}
+
+/// A `[rows, cols]` f32 / f16 / bf16 weight matrix widened to f32 and packed into panels of
+/// [`NR`] rows (see the module doc). Owns `ceil(rows / 16) * 16 * cols` floats.
+#[derive(Clone, Debug)]
+pub struct PackedFloatMatrix {
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    data: Vec<f32>,
+}
+
+impl PackedFloatMatrix {
+    /// Whether `format` is one this packing takes (F32, F16, BF16).
+    pub fn supports(format: WeightFormat) -> bool {
+        matches!(
+            format,
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16
+        )
+    }
+
+    /// Widens and packs `w` (parallel over panels on the pool); `None` when its format is not
+    /// a float format.
+    pub fn pack(w: &WeightMatrix) -> Option<Self> {
+        if !Self::supports(w.format) {
+            return None;
+        }
+        let (rows, cols) = (w.rows, w.cols);
+        let panels = rows.div_ceil(NR);
+        let mut data = vec![0f32; panels * NR * cols];
+        let dp = SyncPtr(data.as_mut_ptr());
+        parallel_for(panels, &|p| {
+            // SAFETY: panel p owns floats [p*NR*cols, (p+1)*NR*cols) of `data`, which outlives
+            // parallel_for; no two tasks share a panel.
+            let panel =
+                unsafe { std::slice::from_raw_parts_mut(dp.get().add(p * NR * cols), NR * cols) };
+            let mut row = vec![0f32; cols];
+            for r in 0..NR.min(rows - p * NR) {
+                w.dequantize_row_into(p * NR + r, &mut row);
+                for (k, &v) in row.iter().enumerate() {
+                    panel[k * NR + r] = v;
+                }
+            }
+        });
+        Some(PackedFloatMatrix {
+            format: w.format,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// Packs the f32 `[rows, cols]` matrix whose element `(r, k)` is `at(r, k)`, on the calling
+    /// thread: for small matrices made per call (an attention head's keys, or its values with
+    /// `at(r, k) = V[k][r]`).
+    pub fn from_fn(rows: usize, cols: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let panels = rows.div_ceil(NR);
+        let mut data = vec![0f32; panels * NR * cols];
+        for (p, panel) in data
+            .chunks_exact_mut(NR * cols.max(1))
+            .enumerate()
+            .take(panels)
+        {
+            for (k, group) in panel.chunks_exact_mut(NR).enumerate() {
+                for (r, v) in group.iter_mut().enumerate().take(rows - p * NR) {
+                    *v = at(p * NR + r, k);
+                }
+            }
+        }
+        PackedFloatMatrix {
+            format: WeightFormat::F32,
+            rows,
+            cols,
+            data,
+        }
+    }
+
+    /// Storage format of the original weights.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+
+    fn panels(&self) -> usize {
+        self.rows.div_ceil(NR)
+    }
+
+    fn panel(&self, p: usize) -> &[f32] {
+        &self.data[p * NR * self.cols..(p + 1) * NR * self.cols]
+    }
+}
+
+/// Whether the packed float GEMM should run here: the kernel set is `auto` (with
+/// `OXINFER_KERNELS=scalar` the reference matmul runs) and packing is not switched off
+/// (`OXINFER_PACKED=0`).
+pub fn float_packing_pays(format: WeightFormat) -> bool {
+    crate::dispatch::packing_enabled()
+        && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
+        && PackedFloatMatrix::supports(format)
+}
+
+/// `y[t][rows] = x[t][cols] · Wᵀ` with the packed weights `w`, on the best instruction set of
+/// this CPU, on the pool.
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`.
+pub fn matmul_float_packed(w: &PackedFloatMatrix, x: &[f32], t: usize, y: &mut [f32]) {
+    let _p = crate::profile::scope(
+        || format!("matmul {} packed-f32", w.format),
+        w.size_bytes() as u64,
+        2 * (w.rows * w.cols * t) as u64,
+    );
+    matmul_float_packed_isa(w, x, t, y, detected_isa());
+}
+
+/// [`matmul_float_packed`] on a given instruction set (AVX-512, AVX2, NEON, or the scalar twin
+/// for any other value; an [`Isa`] is only ever one the CPU has).
+///
+/// # Panics
+/// If `x.len() != t * cols` or `y.len() != t * rows`.
+pub fn matmul_float_packed_isa(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    t: usize,
+    y: &mut [f32],
+    isa: Isa,
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
+    if rows == 0 || t == 0 {
+        return;
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return;
+    }
+    let mr = tile_tokens(isa);
+    let panels = w.panels();
+    let token_blocks = t.div_ceil(TOKEN_BLOCK);
+    let panel_tasks = (pool_threads() * 4).div_ceil(token_blocks).max(1);
+    let chunk = panels.div_ceil(panel_tasks).clamp(1, MAX_PANEL_CHUNK);
+    let panel_chunks = panels.div_ceil(chunk);
+    let out = SyncPtr(y.as_mut_ptr());
+    parallel_for(token_blocks * panel_chunks, &|task| {
+        let (tb, pc) = (task / panel_chunks, task % panel_chunks);
+        let (t0, t1) = (tb * TOKEN_BLOCK, ((tb + 1) * TOKEN_BLOCK).min(t));
+        let (p0, p1) = (pc * chunk, ((pc + 1) * chunk).min(panels));
+        let mut tile = [[0f32; NR]; MAX_MR];
+        for k0 in (0..cols).step_by(KC) {
+            let kc = KC.min(cols - k0);
+            for p in p0..p1 {
+                let b = &w.panel(p)[k0 * NR..(k0 + kc) * NR];
+                let live = NR.min(rows - p * NR);
+                for i0 in (t0..t1).step_by(mr) {
+                    let n = mr.min(t1 - i0);
+                    let a = &x[i0 * cols + k0..(i0 + n - 1) * cols + k0 + kc];
+                    run_tile(isa, a, cols, b, kc, &mut tile[..n]);
+                    for (i, acc) in tile[..n].iter().enumerate() {
+                        // SAFETY: token i0 + i < t and rows p*16 .. p*16 + live <= rows, so the
+                        // `live` values lie inside y ([t, rows]); the (token block, panel chunk)
+                        // of this task is written by no other task; y outlives parallel_for.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.get().add((i0 + i) * rows + p * NR),
+                                live,
+                            )
+                        };
+                        if k0 == 0 {
+                            dst.copy_from_slice(&acc[..live]);
+                        } else {
+                            dst.iter_mut().zip(acc).for_each(|(d, v)| *d += v);
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `tile[i][r] = Σ_{k < kc} a[i * lda + k] · b[k * 16 + r]` for the `tile.len()` tokens
+/// (at most the tile height of `isa`) of `a`.
+fn run_tile(isa: Isa, a: &[f32], lda: usize, b: &[f32], kc: usize, tile: &mut [[f32; NR]]) {
+    let n = tile.len();
+    debug_assert!(n >= 1 && n <= tile_tokens(isa));
+    debug_assert!(a.len() >= (n - 1) * lda + kc && b.len() >= kc * NR);
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_vnni() {
+        // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F/VL (with
+        // AVX2, FMA); `a` holds n rows of kc activations `lda` apart and `b` kc × 16 weights
+        // (checked by the slicing in the caller), n <= 12.
+        unsafe { x86::tile_avx512(a.as_ptr(), lda, b.as_ptr(), kc, tile) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2 and FMA; bounds as
+        // above, n <= 6.
+        unsafe { x86::tile_avx2(a.as_ptr(), lda, b.as_ptr(), kc, tile) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa.is_neon() {
+        // SAFETY: NEON is present on every aarch64 CPU; bounds as above, n <= 6.
+        unsafe { neon::tile(a.as_ptr(), lda, b.as_ptr(), kc, tile) };
+        return;
+    }
+    scalar::tile(a, lda, b, kc, tile);
+}

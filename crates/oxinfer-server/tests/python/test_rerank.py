@@ -1,0 +1,85 @@
+"""`oxinfer serve` on a reranker (the tiny cross-encoder fixture,
+tests/fixtures/bert-cross-encoder) through plain HTTP (the `openai` client has no rerank):
+`POST /v1/rerank` and `/rerank` scores within 1e-5 of sentence-transformers'
+`CrossEncoder.predict`, best first, `top_n` and `return_documents`; bad input gets a clear 400,
+and the embedding / chat endpoints of a reranker server and `/v1/rerank` of an embedding server
+answer 400."""
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import conftest
+
+ROOT = Path(__file__).resolve().parents[4]
+CROSS = ROOT / "tests" / "fixtures" / "bert-cross-encoder"
+TINY = ROOT / "tests" / "fixtures" / "bert-tiny"
+REF = json.loads((CROSS / "reference.json").read_text())
+DOCS = [p["document"] for p in REF["pairs"]]
+SCORES = [p["score"] for p in REF["pairs"]]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = conftest.Server("--api-key", "k", model=str(CROSS))
+    yield s
+    s.stop()
+
+
+def post(url, path, body, key="k"):
+    req = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_scores_match_cross_encoder_predict(server):
+    status, r = post(server.url, "/v1/rerank", {"query": REF["query"], "documents": DOCS})
+    assert status == 200, r
+    assert [x["index"] for x in r["results"]] == REF["rank"]
+    for x in r["results"]:
+        assert abs(x["relevance_score"] - SCORES[x["index"]]) <= 1e-5
+    assert r["usage"]["total_tokens"] == sum(len(p["ids"]) for p in REF["pairs"])
+
+
+def test_top_n_documents_and_alias_path(server):
+    body = {"query": REF["query"], "documents": [{"text": d} for d in DOCS], "top_n": 2,
+            "return_documents": True}
+    status, r = post(server.url, "/rerank", body)
+    assert status == 200, r
+    assert [x["index"] for x in r["results"]] == REF["rank"][:2]
+    assert r["results"][0]["document"]["text"] == DOCS[REF["rank"][0]]
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"query": "q", "documents": []}, "empty"),
+    ({"query": "q", "documents": ["x"] * 2049}, "at most"),
+    ({"query": "q", "documents": "x"}, "documents"),
+    ({"query": 3, "documents": ["x"]}, "query"),
+    ({"query": "q", "documents": ["x"], "top_n": 0}, "top_n"),
+    ({"query": "q", "documents": ["capital " * 100], "truncate": False}, "limit"),
+])
+def test_bad_input_is_a_400(server, body, needle):
+    status, r = post(server.url, "/v1/rerank", body)
+    assert status == 400, r
+    assert needle in r["error"]["message"]
+
+
+def test_other_endpoints_say_what_the_server_serves(server):
+    status, r = post(server.url, "/v1/embeddings", {"input": "x"})
+    assert status == 400 and "reranker" in r["error"]["message"]
+    s = conftest.Server("--api-key", "k", model=str(TINY))
+    try:
+        status, r = post(s.url, "/v1/rerank", {"query": "q", "documents": ["x"]})
+        assert status == 400 and "not a reranker" in r["error"]["message"]
+    finally:
+        s.stop()

@@ -1,0 +1,315 @@
+//! Rerankers: BERT cross-encoders (`BertForSequenceClassification` with one label, the
+//! ms-marco-MiniLM layout) that score how well a document answers a query. Each (query,
+//! document) pair is one input `[CLS] query [SEP] document [SEP]` (token types 0 then 1, cut
+//! `longest_first` to the model's limit); the score is the classifier over the tanh pooler of
+//! `[CLS]`, passed through the model's activation as sentence-transformers' `CrossEncoder`
+//! applies it (`activation_fn` of `config_sentence_transformers.json` / `config.json`;
+//! default sigmoid).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::layout::read_json;
+use super::template::{Encoded, InputTemplate};
+use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput};
+use crate::arch::encoder_linear::EncoderLinear;
+use crate::error::{Error, LoadError, Result};
+use crate::loader::safetensors::SafetensorsModel;
+use crate::tokenizer::Tokenizer;
+
+/// Pairs per encoder pass.
+const PAIRS_PER_PASS: usize = 32;
+
+/// Whether the folder `dir` holds a cross-encoder: its `config.json` names a
+/// `*ForSequenceClassification` architecture, or `config_sentence_transformers.json` says
+/// `CrossEncoder`.
+pub fn is_reranker_model(dir: &Path) -> bool {
+    let classifier = read_json(&dir.join("config.json"))
+        .ok()
+        .and_then(|v| {
+            let archs = v.get("architectures")?.as_array()?.clone();
+            Some(archs.iter().any(|a| {
+                a.as_str()
+                    .is_some_and(|s| s.ends_with("ForSequenceClassification"))
+            }))
+        })
+        .unwrap_or(false);
+    let st_cross = read_json(&dir.join("config_sentence_transformers.json"))
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(|t| t == "CrossEncoder"))
+        .unwrap_or(false);
+    dir.is_dir() && (classifier || st_cross)
+}
+
+/// The function from logit to score.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreActivation {
+    /// `1 / (1 + e^-x)` (sentence-transformers' default for one label).
+    Sigmoid,
+    /// The raw logit.
+    Identity,
+}
+
+impl ScoreActivation {
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            ScoreActivation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            ScoreActivation::Identity => x,
+        }
+    }
+
+    /// The activation a sentence-transformers path such as
+    /// `torch.nn.modules.activation.Sigmoid` names.
+    fn parse(path: &Path, name: &str) -> Result<Self, LoadError> {
+        match name.rsplit('.').next().unwrap_or(name) {
+            "Sigmoid" => Ok(ScoreActivation::Sigmoid),
+            "Identity" => Ok(ScoreActivation::Identity),
+            other => Err(LoadError::field(
+                path,
+                format!("activation_fn '{other}' is not supported (Sigmoid, Identity)"),
+            )),
+        }
+    }
+}
+
+/// A loaded cross-encoder with its tokenizer.
+pub struct CrossEncoder {
+    encoder: Bert,
+    pooler: EncoderLinear,
+    classifier: EncoderLinear,
+    activation: ScoreActivation,
+    tokenizer: Tokenizer,
+    template: InputTemplate,
+    max_tokens: usize,
+    source: PathBuf,
+}
+
+impl std::fmt::Debug for CrossEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrossEncoder")
+            .field("source", &self.source)
+            .field("max_tokens", &self.max_tokens)
+            .field("activation", &self.activation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One scored document.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranked {
+    /// Position of the document in the input.
+    pub index: usize,
+    /// Its relevance score (after the model's activation).
+    pub score: f32,
+}
+
+impl CrossEncoder {
+    /// Loads the cross-encoder folder `dir` (`config.json` with `BertForSequenceClassification`,
+    /// `model.safetensors`, `tokenizer.json`).
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        if !is_reranker_model(dir) {
+            return Err(LoadError::malformed(
+                dir,
+                "not a reranker: expected a cross-encoder folder (config.json with \
+                 BertForSequenceClassification, model.safetensors, tokenizer.json)",
+            ));
+        }
+        let cfg_path = dir.join("config.json");
+        let cfg_json = read_json(&cfg_path)?;
+        let model_type = cfg_json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if model_type != "bert" {
+            return Err(LoadError::UnsupportedArch {
+                path: cfg_path,
+                arch: model_type.to_string(),
+                supported: "bert (rerankers)".to_string(),
+            });
+        }
+        let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
+        let store = SafetensorsModel::open(dir)?;
+        let prefix = tensor_prefix(&store);
+        let encoder = Bert::load(&cfg, &store, prefix)?;
+        let d = cfg.hidden_size;
+        let pooler = EncoderLinear::load(&store, &format!("{prefix}pooler.dense.weight"), d, d)?;
+        let classifier = EncoderLinear::load(&store, "classifier.weight", 1, d).map_err(|e| {
+            LoadError::malformed(
+                dir,
+                format!("a reranker needs a one-label classifier.weight [1, {d}]: {e}"),
+            )
+        })?;
+        let st_path = dir.join("config_sentence_transformers.json");
+        let named = read_json(&st_path)
+            .ok()
+            .and_then(|v| {
+                Some((
+                    st_path.clone(),
+                    v.get("activation_fn")?.as_str()?.to_string(),
+                ))
+            })
+            .or_else(|| {
+                let v = cfg_json
+                    .get("sentence_transformers")?
+                    .get("activation_fn")?;
+                Some((cfg_path.clone(), v.as_str()?.to_string()))
+            });
+        let activation = match named {
+            Some((path, name)) => ScoreActivation::parse(&path, &name)?,
+            None => ScoreActivation::Sigmoid,
+        };
+        let (tokenizer, template, model_max) = super::load_tokenizer(dir)?;
+        let max_tokens = model_max
+            .unwrap_or(cfg.max_positions)
+            .min(cfg.max_positions);
+        Ok(CrossEncoder {
+            encoder,
+            pooler,
+            classifier,
+            activation,
+            tokenizer,
+            template,
+            max_tokens,
+            source: dir.to_path_buf(),
+        })
+    }
+
+    /// The longest pair input in tokens, specials included.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// The folder the model was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The score activation.
+    pub fn activation(&self) -> ScoreActivation {
+        self.activation
+    }
+
+    /// The input of (`query`, `document`): specials added, token types 0 / 1, cut
+    /// `longest_first` to [`max_tokens`](Self::max_tokens) when `truncate`, else an error
+    /// naming document `index` when too long.
+    pub fn encode_pair(
+        &self,
+        index: usize,
+        query: &str,
+        document: &str,
+        truncate: bool,
+    ) -> Result<Encoded> {
+        let tok = |t: &str| {
+            self.tokenizer
+                .encode(t, false)
+                .map_err(|e| Error::Tokenizer(e.to_string()))
+        };
+        let (q, d) = (tok(query)?, tok(document)?);
+        let n = q.len() + d.len() + self.template.added_tokens(true);
+        if !truncate && n > self.max_tokens {
+            return Err(Error::Request(format!(
+                "document {index}: the pair has {n} tokens, more than the model's limit of {} \
+                 (truncation is off)",
+                self.max_tokens
+            )));
+        }
+        self.template
+            .apply(&q, Some(&d), Some(self.max_tokens))
+            .ok_or_else(|| {
+                Error::Request(format!(
+                    "the model's limit of {} tokens leaves no room for text",
+                    self.max_tokens
+                ))
+            })
+    }
+
+    /// The classifier logits of encoded pairs, one per pair, in order (before the
+    /// activation).
+    pub fn logits(&self, pairs: &[Encoded]) -> Result<Vec<f32>> {
+        let d = self.encoder.config().hidden_size;
+        let mut out = Vec::with_capacity(pairs.len());
+        for chunk in pairs.chunks(PAIRS_PER_PASS) {
+            let batch: Vec<EncoderInput<'_>> = chunk
+                .iter()
+                .map(|e| EncoderInput {
+                    ids: &e.ids,
+                    type_ids: &e.type_ids,
+                })
+                .collect();
+            let hidden = self.encoder.forward(&batch)?;
+            let mut cls = Vec::with_capacity(chunk.len() * d);
+            let mut row = 0;
+            for e in chunk {
+                cls.extend_from_slice(&hidden[row * d..(row + 1) * d]);
+                row += e.ids.len();
+            }
+            let mut pooled = self.pooler.forward(&cls, chunk.len());
+            pooled.iter_mut().for_each(|v| *v = v.tanh());
+            out.extend(self.classifier.forward(&pooled, chunk.len()));
+        }
+        Ok(out)
+    }
+
+    /// The relevance score of each document to `query`, in document order.
+    pub fn score(&self, query: &str, documents: &[&str], truncate: bool) -> Result<Vec<f32>> {
+        let pairs = documents
+            .iter()
+            .enumerate()
+            .map(|(i, d)| self.encode_pair(i, query, d, truncate))
+            .collect::<Result<Vec<_>>>()?;
+        self.scores_of(&pairs)
+    }
+
+    /// Scores (after the activation) of encoded pairs, in order.
+    pub fn scores_of(&self, pairs: &[Encoded]) -> Result<Vec<f32>> {
+        if let Some(i) = pairs.iter().position(|e| e.ids.is_empty()) {
+            return Err(Error::Request(format!("document {i} has no tokens")));
+        }
+        Ok(self
+            .logits(pairs)?
+            .into_iter()
+            .map(|x| self.activation.apply(x))
+            .collect())
+    }
+}
+
+/// The documents of `scores` ordered by score, highest first (ties: input order), at most
+/// `top_n` of them (`None`: all).
+pub fn rank(scores: &[f32], top_n: Option<usize>) -> Vec<Ranked> {
+    let mut r: Vec<Ranked> = scores
+        .iter()
+        .enumerate()
+        .map(|(index, &score)| Ranked { index, score })
+        .collect();
+    r.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    r.truncate(top_n.unwrap_or(usize::MAX));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_orders_by_score_then_index() {
+        let r = rank(&[0.1, 0.9, 0.5, 0.9], Some(3));
+        let idx: Vec<usize> = r.iter().map(|x| x.index).collect();
+        assert_eq!(idx, [1, 3, 2]);
+        assert_eq!(rank(&[1.0], None).len(), 1);
+    }
+
+    #[test]
+    fn activations_parse_by_class_name() {
+        let p = Path::new("x");
+        assert_eq!(
+            ScoreActivation::parse(p, "torch.nn.modules.activation.Sigmoid").unwrap(),
+            ScoreActivation::Sigmoid
+        );
+        assert_eq!(
+            ScoreActivation::parse(p, "torch.nn.modules.linear.Identity").unwrap(),
+            ScoreActivation::Identity
+        );
+        assert!(ScoreActivation::parse(p, "torch.nn.Tanh").is_err());
+    }
+}
