@@ -104,10 +104,13 @@ pub(crate) struct Kernels {
     /// f16/bf16 weights → f32 (exact-product path).
     pub half_to_f32: sys::CUfunction,
     pub rms_norm: sys::CUfunction,
-    pub head_norm: sys::CUfunction,
-    pub add_bias: sys::CUfunction,
+    /// Residual add + RMSNorm + int8 quantization of the next GEMV's input.
+    pub add_rms_norm_q8: sys::CUfunction,
+    /// Gated activation + int8 quantization.
+    pub gated_act_q8: sys::CUfunction,
+    /// Biases, QK-norm, RoPE and the KV-cache append of one sequence's new rows.
+    pub qkv_post: sys::CUfunction,
     pub add: sys::CUfunction,
-    pub rope: sys::CUfunction,
     pub gated_act_f32: sys::CUfunction,
     pub gather_rows: sys::CUfunction,
     /// max |x| into the matmul input guard's words.
@@ -242,10 +245,10 @@ impl Kernels {
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
             rms_norm: get("rms_norm_f32")?,
-            head_norm: get("head_norm_f32")?,
-            add_bias: get("add_bias_f32")?,
+            add_rms_norm_q8: get("add_rms_norm_q8")?,
+            gated_act_q8: get("gated_act_q8")?,
+            qkv_post: get("qkv_post")?,
             add: get("add_f32")?,
-            rope: get("rope_f32")?,
             gated_act_f32: get("gated_act_f32")?,
             gather_rows: get("gather_rows_f32")?,
             amax_f32: get("amax_f32")?,

@@ -20,7 +20,7 @@
 //!   attend with split-K flash-decoding.
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
-//! compilation and function handles), `gpu` (context, stream, buffers, transfers), `matrix`
+//! compilation and function handles), `graph` (recorded decode steps replayed as CUDA graphs), `gpu` (context, stream, buffers, transfers), `matrix`
 //! (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
 //! that builds kernel arguments), `timing`, `gemm` / `conv` / `stack` / `stack_run` (host-side
 //! logic of each op), `backend`, `probe`.
@@ -34,6 +34,7 @@ mod backend;
 mod conv;
 mod gemm;
 mod gpu;
+mod graph;
 mod kernels;
 mod kv;
 mod matrix;
