@@ -240,8 +240,8 @@ pub(crate) fn linear(
 }
 
 /// [`linear`] of two weights over the same input (`y1 = x · W1ᵀ`, `y2 = x · W2ᵀ`): one int8
-/// GEMV launch over both when they are int8 GEMVs of one format and shape (the gate and up
-/// projections), else two products.
+/// GEMV launch over both when they are int8 GEMVs of one format and width (the gate and up
+/// projections; the query and key projections), else two products.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn linear_pair(
     gpu: &mut Gpu,
@@ -252,8 +252,7 @@ pub(crate) fn linear_pair(
     path: QuantPath,
     ready: &mut Ready,
 ) -> Result<(), String> {
-    let same = w1.format == w2.format
-        && (w1.rows, w1.cols, w1.row_bytes) == (w2.rows, w2.cols, w2.row_bytes);
+    let same = w1.format == w2.format && (w1.cols, w1.row_bytes) == (w2.cols, w2.row_bytes);
     if same && int8_block(w1, t).is_some() {
         let (x16, scale, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
         return ops::gemv_i8(gpu, w1, Some((w2, y2)), x16, scale, y1, t);

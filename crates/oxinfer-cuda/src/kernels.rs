@@ -60,8 +60,9 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
     (WeightFormat::Q8_0, "q8_0"),
 ];
 
-/// Output rows per block of the GEMV kernels (one warp each; `GEMV_WARPS` in gemv.cu).
-pub(crate) const GEMV_ROWS_PER_BLOCK: usize = 4;
+/// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
+/// an output row, the int8 GEMV splits one output row over them.
+pub(crate) const GEMV_WARPS: usize = 4;
 
 /// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).
 pub(crate) const GEMM_TILE: (u32, u32) = (128, 128);
@@ -87,8 +88,8 @@ pub(crate) struct Kernels {
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
-    /// GEMVs on int8 activations (dp4a) per format: one row, up to [`GEMV_MAX_ROWS`] rows.
-    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`].
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 3])>,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
@@ -233,6 +234,7 @@ impl Kernels {
                         f,
                         [
                             get(&format!("gemv_{n}_i8_1"))?,
+                            get(&format!("gemv_{n}_i8_4"))?,
                             get(&format!("gemv_{n}_i8_8"))?,
                         ],
                     ))
@@ -281,13 +283,14 @@ impl Kernels {
         }
     }
 
-    /// The int8-activation GEMV for `f` taking `t` activation rows (1 or up to
+    /// The int8-activation GEMV for `f` taking `t` activation rows (1, up to 4, or up to
     /// [`GEMV_MAX_ROWS`]).
     pub fn gemv_i8(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
         let k = self.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
         match t {
             1 => Some(k[0]),
-            2..=GEMV_MAX_ROWS => Some(k[1]),
+            2..=4 => Some(k[1]),
+            5..=GEMV_MAX_ROWS => Some(k[2]),
             _ => None,
         }
     }

@@ -4,7 +4,7 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_ROWS_PER_BLOCK};
+use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_WARPS};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
@@ -158,8 +158,8 @@ pub(crate) fn gemv(
     let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
     g.launch(
         f,
-        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        (w.rows.div_ceil(GEMV_WARPS) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
             arg(&rb),
@@ -190,8 +190,9 @@ pub(crate) fn quant_act_i8(
 
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
 /// the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols / block]`, from
-/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]. With `second` = `(w2, y2)` (same format and
-/// shape as `w`), also `y2 = x · W2ᵀ` in the same launch.
+/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]; one block of four warps per output row. With
+/// `second` = `(w2, y2)` (same format and width as `w`, any number of rows), also
+/// `y2 = x · W2ᵀ` in the same launch.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_i8(
     g: &Gpu,
@@ -206,14 +207,13 @@ pub(crate) fn gemv_i8(
         g.k.gemv_i8(w.format, t)
             .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
     let wp = w.buf.ptr();
-    let (w2, y2): (CUdeviceptr, CUdeviceptr) = second.map_or((0, 0), |(m, y2)| (m.buf.ptr(), y2));
-    let mats = if second.is_some() { 2 } else { 1 };
+    let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let rb = w.row_bytes as i64;
-    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    let [rows, rows2, cols, t_i] = [w.rows, n2, w.cols, t].map(|v| v as i32);
     g.launch(
         f,
-        ((mats * w.rows).div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        ((w.rows + n2) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
             arg(&w2),
@@ -223,6 +223,7 @@ pub(crate) fn gemv_i8(
             arg(&y),
             arg(&y2),
             arg(&rows),
+            arg(&rows2),
             arg(&cols),
             arg(&t_i),
         ],

@@ -422,8 +422,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let (x, np) = (b.x, b.norm);
         let attn_norm = at_p(lp.attn_norm);
         let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
-        gemm::linear(g, wq, np, t, b.q, path, &mut ready)?;
-        gemm::linear(g, wk, np, t, b.k_new, path, &mut ready)?;
+        gemm::linear_pair(g, (wq, b.q), (wk, b.k_new), np, t, path, &mut ready)?;
         gemm::linear(g, wv, np, t, b.v_new, path, &mut ready)?;
         for (si, &(row, len)) in rows.iter().enumerate() {
             let (kb, vb) = p.bases[si][li];
