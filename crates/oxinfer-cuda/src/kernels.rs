@@ -104,8 +104,7 @@ pub(crate) struct Kernels {
     pub quant_act_f32: sys::CUfunction,
     /// f16/bf16 weights → f32 (exact-product path).
     pub half_to_f32: sys::CUfunction,
-    pub rms_norm: sys::CUfunction,
-    /// Residual add + RMSNorm + int8 quantization of the next GEMV's input.
+    /// Residual add (optional) + RMSNorm + int8 quantization (optional) of the next GEMV's input.
     pub add_rms_norm_q8: sys::CUfunction,
     /// Gated activation + int8 quantization.
     pub gated_act_q8: sys::CUfunction,
@@ -246,7 +245,6 @@ impl Kernels {
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
-            rms_norm: get("rms_norm_f32")?,
             add_rms_norm_q8: get("add_rms_norm_q8")?,
             gated_act_q8: get("gated_act_q8")?,
             qkv_post: get("qkv_post")?,

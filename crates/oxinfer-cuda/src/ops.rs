@@ -262,13 +262,7 @@ pub(crate) fn rms_norm(
     dim: usize,
     eps: f32,
 ) -> Result<(), String> {
-    let (r, n) = (rows as i32, dim as i32);
-    g.launch(
-        g.k.rms_norm,
-        (rows as u32, 1, 1),
-        (THREADS, 1, 1),
-        &mut [arg(&x), arg(&w), arg(&y), arg(&r), arg(&n), arg(&eps)],
-    )
+    add_rms_norm_q8(g, x, None, w, y, None, rows, dim, eps)
 }
 
 /// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8) and

@@ -10,34 +10,6 @@ extern "C" __global__ void softcap_f32(float* x, long n, float cap) {
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-// Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of `dim`; the sum of
-// squares in f64 like the CPU reference. One block of 256 threads per row; x may equal y.
-extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict__ w, float* y,
-                                        int rows, int dim, float eps) {
-    int r = blockIdx.x;
-    if (r >= rows) return;
-    const float* xr = x + (long)r * dim;
-    float* yr = y + (long)r * dim;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[32];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) part[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        int nw = blockDim.x >> 5;
-        ss = lane < nw ? part[lane] : 0.0;
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) part[0] = ss;
-    }
-    __syncthreads();
-    float inv = (float)(1.0 / sqrt(part[0] / (double)dim + (double)eps));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
-}
-
 // x += y, n elements.
 extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -63,33 +35,14 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
     dst[i] = src[(long)idx[r] * dim + c];
 }
 
-// ---- Fused decode kernels: each replaces a run of the kernels above with the same arithmetic
-// in the same order, so its results are bit-identical to the unfused run.
+// ---- Fused decode kernels: each does the arithmetic of a run of single-op kernels in the same
+// order, so its results are bit-identical to the unfused run.
 
-// Block values of the int8 activation quantization (act_quant.cu quant_act_i8, the CPU's):
-// the warp's lane holds v[i] = element lane + 32 i of a block of B values (i < B / 32); writes
-// q and, from lane 0, the scale d.
-__device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8* __restrict__ q,
-                                                 float* __restrict__ d_out) {
-    int lane = threadIdx.x & 31, per = B >> 5;
-    float amax = 0.f;
-    #pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (i < per) amax = fmaxf(amax, fabsf(v[i]));
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.f;
-    float id = amax == 0.f ? 0.f : 1.f / d;
-    #pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (i < per) q[lane + 32 * i] = (i8)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
-    if (lane == 0) *d_out = d;
-}
-
-// The residual add, the RMSNorm and the int8 quantization of the next GEMV's input in one
-// kernel: with res != 0 first x += res (add_f32, written back), then y = rmsnorm(x) · w
-// (rms_norm_f32; one block of 256 threads per row), then, with q != 0, y quantized to int8
-// blocks of B values into q [rows * dim] and dq [rows * dim / B] (quant_act_i8).
+// Row-wise RMSNorm, with the residual add before it and the int8 quantization of the next
+// GEMV's input after it: with res != 0 first x += res (add_f32, written back), then
+// y = x / sqrt(mean(x^2) + eps) · w over rows of `dim` (the sum of squares in f64 like the CPU
+// reference; one block of 256 threads per row; y may equal x), then, with q != 0, y quantized
+// to int8 blocks of B values into q [rows * dim] and dq [rows * dim / B] (quant_act_i8).
 extern "C" __global__ void add_rms_norm_q8(float* x, const float* __restrict__ res,
                                            const float* __restrict__ w, float* y, i8* q,
                                            float* dq, int rows, int dim, float eps, int B) {
