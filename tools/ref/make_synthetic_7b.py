@@ -18,7 +18,7 @@ tokenizer is a synthetic byte-level BPE (gpt2 model, qwen2 pre-tokenizer) of the
 Qwen's special tokens at their real ids (<|endoftext|> 151643, <|im_start|> 151644,
 <|im_end|> 151645, [PAD…] up to 152063) and a ChatML template.
 
-Run:  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_synthetic_7b.py [--out PATH]
+Run:  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_synthetic_7b.py [--out PATH] [--small]
 (default ~/.cache/oxinfer/models/qwen2-7b-synthetic-q4_k_m.gguf, about 4.4 GiB, ~2 minutes).
 Seeded: the same command gives the same file.
 """
@@ -122,7 +122,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path,
                     default=Path.home() / ".cache/oxinfer/models/qwen2-7b-synthetic-q4_k_m.gguf")
+    ap.add_argument("--small", action="store_true",
+                    help="a 4-layer model of hidden 1024 (8 / 2 heads of 128, FFN 2816), same "
+                         "tensor types, vocabulary and metadata: a quick device-vs-CPU check")
     args = ap.parse_args()
+    if args.small:
+        global HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, HEAD_DIM
+        HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 1024, 4, 8, 2, 2816
+        HEAD_DIM = HIDDEN // HEADS
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
 

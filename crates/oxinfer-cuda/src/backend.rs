@@ -144,7 +144,10 @@ impl CudaBackend {
         if a.t <= ops::SPLIT_ATTN_MAX_ROWS {
             let splits = ops::attention_splits(a);
             let part = g.scratch(Slot::AttPart, ops::attention_part_len(a, splits) * 4)?;
-            ops::attention_split(&g, qp, kp, vp, op, part, a, splits)?;
+            let pos: Vec<i32> = (a.pos0..a.n_keys()).map(|p| p as i32).collect();
+            let pp = g.scratch(Slot::Pos, pos.len() * 4)?;
+            g.upload(pp, &pos)?;
+            ops::attention_split(&g, qp, kp, vp, op, part, pp, a, splits)?;
         } else {
             ops::attention(&g, qp, kp, vp, op, a)?;
         }
@@ -255,7 +258,7 @@ impl CudaBackend {
         // The int8 kernels read the same bytes as int8 values and a scale per 256.
         let run = |g: &Gpu| {
             if gemm::has_int8_gemv(format) {
-                ops::gemv_i8(g, &w, x, xd, y, t)
+                ops::gemv_i8(g, &w, None, x, xd, y, t)
             } else {
                 ops::gemv(g, &w, x, y, t)
             }

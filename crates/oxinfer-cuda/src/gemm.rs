@@ -143,17 +143,12 @@ pub(crate) fn prepare(
     }
 }
 
-/// `y[t, rows] = x[t, cols] · Wᵀ` from f32 activations `x` on the device: prepares the 16-bit
-/// input in the `X16` scratch slot unless `*ready` says it already holds this kind for `x`.
-pub(crate) fn linear(
-    gpu: &mut Gpu,
-    w: &DeviceMatrix,
-    x: CUdeviceptr,
-    t: usize,
-    y: CUdeviceptr,
-    path: QuantPath,
-    ready: &mut Option<(CUdeviceptr, CUdeviceptr, Input16)>,
-) -> Result<(), String> {
+/// What [`linear`] was last given and prepared: the f32 input, where its prepared form lies
+/// and which form it is (a later product over the same input and kind skips the preparation).
+pub(crate) type Ready = Option<(CUdeviceptr, CUdeviceptr, Input16)>;
+
+/// The input `w`'s product over `t` rows takes: `(kind, gemv, int8 gemv)`.
+fn plan_input(w: &DeviceMatrix, t: usize, path: QuantPath) -> (Input16, bool, bool) {
     let gemv = uses_gemv(w, t);
     let int8 = gemv && has_int8_gemv(w.format);
     let kind = match (gemv, int8) {
@@ -164,6 +159,48 @@ pub(crate) fn linear(
         (true, false) => q8_f32_input(w.format),
         _ => input_kind(w, path),
     };
+    (kind, gemv, int8)
+}
+
+/// The int8 block size of `w`'s GEMV input over `t` rows, when that product is an int8 GEMV
+/// (its input can then be quantized by a fused kernel, [`int8_input`]).
+pub(crate) fn int8_block(w: &DeviceMatrix, t: usize) -> Option<usize> {
+    match plan_input(w, t, QuantPath::DequantCublas) {
+        (Input16::I8(block), _, true) => Some(block),
+        _ => None,
+    }
+}
+
+/// Where [`linear`] keeps the int8 GEMV input of `t` rows of `cols` values in blocks of
+/// `block`, for a fused kernel to write; `x` is the f32 input it stands for, and the returned
+/// [`Ready`] tells `linear` that the input is prepared.
+pub(crate) fn int8_input(
+    gpu: &mut Gpu,
+    x: CUdeviceptr,
+    t: usize,
+    cols: usize,
+    block: usize,
+    path: QuantPath,
+) -> Result<(ops::Int8Out, Ready), String> {
+    let q = gpu.scratch(Slot::X16, t * cols * path.elem_bytes())?;
+    let d = gpu.scratch(Slot::XScale, t * cols / block * 4)?;
+    Ok((
+        ops::Int8Out { q, d, block },
+        Some((x, q, Input16::I8(block))),
+    ))
+}
+
+/// Prepares `w`'s input from f32 `x` (unless `*ready` says it is there) and returns where it
+/// lies, its scale words, and the plan of [`plan_input`].
+fn prepared_input(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    t: usize,
+    path: QuantPath,
+    ready: &mut Ready,
+) -> Result<(CUdeviceptr, CUdeviceptr, Input16, bool, bool), String> {
+    let (kind, gemv, int8) = plan_input(w, t, path);
     let x16 = match kind {
         Input16::F32 => x,
         Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
@@ -177,14 +214,51 @@ pub(crate) fn linear(
         prepare(gpu, kind, x, x16, t * w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
+    Ok((x16, scale, kind, gemv, int8))
+}
+
+/// `y[t, rows] = x[t, cols] · Wᵀ` from f32 activations `x` on the device: prepares the 16-bit
+/// input in the `X16` scratch slot unless `*ready` says it already holds this kind for `x`.
+pub(crate) fn linear(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    t: usize,
+    y: CUdeviceptr,
+    path: QuantPath,
+    ready: &mut Ready,
+) -> Result<(), String> {
+    let (x16, scale, kind, gemv, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        return ops::gemv_i8(gpu, w, x16, scale, y, t);
+        return ops::gemv_i8(gpu, w, None, x16, scale, y, t);
     }
     if gemv {
         return ops::gemv(gpu, w, x16, y, t);
     }
     let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
+}
+
+/// [`linear`] of two weights over the same input (`y1 = x · W1ᵀ`, `y2 = x · W2ᵀ`): one int8
+/// GEMV launch over both when they are int8 GEMVs of one format and width (the gate and up
+/// projections; the query and key projections), else two products.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_pair(
+    gpu: &mut Gpu,
+    (w1, y1): (&DeviceMatrix, CUdeviceptr),
+    (w2, y2): (&DeviceMatrix, CUdeviceptr),
+    x: CUdeviceptr,
+    t: usize,
+    path: QuantPath,
+    ready: &mut Ready,
+) -> Result<(), String> {
+    let same = w1.format == w2.format && (w1.cols, w1.row_bytes) == (w2.cols, w2.row_bytes);
+    if same && int8_block(w1, t).is_some() {
+        let (x16, scale, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
+        return ops::gemv_i8(gpu, w1, Some((w2, y2)), x16, scale, y1, t);
+    }
+    linear(gpu, w1, x, t, y1, path, ready)?;
+    linear(gpu, w2, x, t, y2, path, ready)
 }
 
 /// Whether GEMVs of `f` take int8 activations and dp4a: the formats of `INT8_GEMV_FORMATS`,
@@ -333,6 +407,8 @@ pub(crate) fn cublas(
     k: usize,
     scale: Option<CUdeviceptr>,
 ) -> Result<(), String> {
+    // cuBLAS calls are not recorded: run what a decode step recorded so far first.
+    gpu.flush_recording()?;
     let (one, zero) = (1f32, 0f32);
     let (alpha, beta, mode) = match scale {
         Some(p) => (

@@ -1,9 +1,11 @@
 //! The device context: one CUDA context, one stream, one cuBLAS handle, the compiled kernels,
 //! device buffers and grow-only scratch space. Used behind the backend's mutex, one op at a time.
 
+use crate::graph::{Graphs, Recorder};
 use crate::kernels::Kernels;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys, CudaContext};
+use std::cell::RefCell;
 use std::sync::Arc;
 
 /// Whether the CUDA driver library can be opened; every driver call is guarded by this, since
@@ -136,6 +138,10 @@ pub(crate) struct Gpu {
     /// The packed norm gains and biases last uploaded into [`Slot::Params`] (the decoder stack
     /// re-uploads them only when they change).
     pub params_host: Vec<f32>,
+    /// The decode step being recorded for a CUDA graph (see [`crate::graph`]).
+    rec: RefCell<Recorder>,
+    /// The graphs of recent decode steps.
+    pub graphs: Graphs,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -188,6 +194,8 @@ pub(crate) enum Slot {
     AttPart = 19,
     /// int8 GEMV input: one f32 scale per block of the int8 activations in `X16`.
     XScale = 20,
+    /// Split decode attention of a single op: the query rows' positions, i32.
+    Pos = 21,
 }
 
 impl Gpu {
@@ -222,6 +230,8 @@ impl Gpu {
             scratch: Vec::new(),
             pinned: Pinned::empty(),
             params_host: Vec::new(),
+            rec: RefCell::default(),
+            graphs: Graphs::default(),
         })
     }
 
@@ -248,6 +258,8 @@ impl Gpu {
         }
         let fits = self.scratch[i].as_ref().is_some_and(|b| b.bytes() >= bytes);
         if !fits {
+            // Recorded launches may name the old buffer: issue them before it is freed.
+            self.flush_recording()?;
             self.scratch[i] = None;
             // Grow by 1/4 more than asked so slowly growing sizes do not reallocate each call.
             self.scratch[i] = Some(DevBuf::new(&self.ctx, bytes + bytes / 4)?);
@@ -336,6 +348,9 @@ impl Gpu {
         src: sys::CUdeviceptr,
         bytes: usize,
     ) -> Result<(), String> {
+        if self.rec.borrow_mut().copy(dst, src, bytes) {
+            return Ok(());
+        }
         // SAFETY: both ranges are inside live device buffers of this context (callers' contract).
         unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream) }
             .result()
@@ -368,6 +383,15 @@ impl Gpu {
         smem: u32,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), String> {
+        let recorded = self.rec.borrow_mut().kernel(f, grid, block, smem, params);
+        match recorded {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                eprintln!("oxinfer-cuda: cannot record launches for CUDA graphs ({e})");
+                self.flush_recording()?;
+            }
+        }
         // SAFETY: `f` is a kernel of our module whose signature the callers match argument by
         // argument; the pointed-to values live until this call returns.
         unsafe { result::launch_kernel(f, grid, block, smem, self.stream, params) }
@@ -375,10 +399,45 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Starts recording launches and device copies instead of issuing them (a decode step
+    /// whose every op can be captured); nothing happens when graphs are disabled.
+    pub fn start_recording(&self) {
+        if !self.graphs.disabled {
+            self.rec.borrow_mut().ops = Some(Vec::new());
+        }
+    }
+
+    /// Stops recording and issues what was recorded as plain launches (before an op that
+    /// cannot be recorded, such as a cuBLAS call or a memset, or a buffer reallocation).
+    pub fn flush_recording(&self) -> Result<(), String> {
+        let ops = self.rec.borrow_mut().ops.take();
+        ops.map_or(Ok(()), |ops| {
+            ops.iter().try_for_each(|op| op.issue(self.stream))
+        })
+    }
+
+    /// Stops recording and runs what was recorded as a CUDA graph (replayed when an earlier
+    /// recording was identical, else captured now).
+    pub fn finish_recording(&mut self) -> Result<(), String> {
+        let ops = self.rec.borrow_mut().ops.take();
+        match ops {
+            Some(ops) => self.graphs.run(ops, self.stream),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops recording and drops what was recorded (after an error).
+    pub fn discard_recording(&self) {
+        self.rec.borrow_mut().ops = None;
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
         let _ = self.sync();
+        self.graphs.clear();
         self.scratch.clear();
         self.pinned = Pinned::empty();
         // SAFETY: the handle and the stream are live and destroyed once.

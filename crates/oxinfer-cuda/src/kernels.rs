@@ -60,8 +60,9 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
     (WeightFormat::Q8_0, "q8_0"),
 ];
 
-/// Output rows per block of the GEMV kernels (one warp each; `GEMV_WARPS` in gemv.cu).
-pub(crate) const GEMV_ROWS_PER_BLOCK: usize = 4;
+/// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
+/// an output row, the int8 GEMV splits one output row over them.
+pub(crate) const GEMV_WARPS: usize = 4;
 
 /// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).
 pub(crate) const GEMM_TILE: (u32, u32) = (128, 128);
@@ -87,8 +88,8 @@ pub(crate) struct Kernels {
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
-    /// GEMVs on int8 activations (dp4a) per format: one row, up to [`GEMV_MAX_ROWS`] rows.
-    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`].
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 3])>,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
@@ -103,11 +104,13 @@ pub(crate) struct Kernels {
     pub quant_act_f32: sys::CUfunction,
     /// f16/bf16 weights → f32 (exact-product path).
     pub half_to_f32: sys::CUfunction,
-    pub rms_norm: sys::CUfunction,
-    pub head_norm: sys::CUfunction,
-    pub add_bias: sys::CUfunction,
+    /// Residual add (optional) + RMSNorm + int8 quantization (optional) of the next GEMV's input.
+    pub add_rms_norm_q8: sys::CUfunction,
+    /// Gated activation + int8 quantization.
+    pub gated_act_q8: sys::CUfunction,
+    /// Biases, QK-norm, RoPE and the KV-cache append of one sequence's new rows.
+    pub qkv_post: sys::CUfunction,
     pub add: sys::CUfunction,
-    pub rope: sys::CUfunction,
     pub gated_act_f32: sys::CUfunction,
     pub gather_rows: sys::CUfunction,
     /// max |x| into the matmul input guard's words.
@@ -230,6 +233,7 @@ impl Kernels {
                         f,
                         [
                             get(&format!("gemv_{n}_i8_1"))?,
+                            get(&format!("gemv_{n}_i8_4"))?,
                             get(&format!("gemv_{n}_i8_8"))?,
                         ],
                     ))
@@ -241,11 +245,10 @@ impl Kernels {
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
-            rms_norm: get("rms_norm_f32")?,
-            head_norm: get("head_norm_f32")?,
-            add_bias: get("add_bias_f32")?,
+            add_rms_norm_q8: get("add_rms_norm_q8")?,
+            gated_act_q8: get("gated_act_q8")?,
+            qkv_post: get("qkv_post")?,
             add: get("add_f32")?,
-            rope: get("rope_f32")?,
             gated_act_f32: get("gated_act_f32")?,
             gather_rows: get("gather_rows_f32")?,
             amax_f32: get("amax_f32")?,
@@ -278,13 +281,14 @@ impl Kernels {
         }
     }
 
-    /// The int8-activation GEMV for `f` taking `t` activation rows (1 or up to
+    /// The int8-activation GEMV for `f` taking `t` activation rows (1, up to 4, or up to
     /// [`GEMV_MAX_ROWS`]).
     pub fn gemv_i8(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
         let k = self.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
         match t {
             1 => Some(k[0]),
-            2..=GEMV_MAX_ROWS => Some(k[1]),
+            2..=4 => Some(k[1]),
+            5..=GEMV_MAX_ROWS => Some(k[2]),
             _ => None,
         }
     }

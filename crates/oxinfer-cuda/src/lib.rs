@@ -16,12 +16,14 @@
 //! - whole model plans with the hidden state and each sequence's KV cache resident on the
 //!   device, for the ops it implements (`stack.rs` lowers, `stack_run.rs` runs, `kv.rs` holds
 //!   the caches; [`oxinfer::backend::plan_run`]), prefill and decode: decode steps multiply
-//!   through quantized GEMV kernels that read the GGUF blocks directly (`kernels/gemv.cu`) and
-//!   attend with split-K flash-decoding.
+//!   through quantized GEMV kernels that read the GGUF blocks directly (`kernels/gemv.cu`),
+//!   attend with split-K flash-decoding, fuse the small ops around the products (norm + int8
+//!   quantization, bias + QK-norm + RoPE + KV append, activation + quantization) and run as
+//!   CUDA graphs (`graph`).
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
-//! compilation and function handles), `gpu` (context, stream, buffers, transfers), `matrix`
-//! (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
+//! compilation and function handles), `graph` (decode steps recorded, compared and replayed as
+//! CUDA graphs), `gpu` (context, stream, buffers, transfers), `matrix` (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
 //! that builds kernel arguments), `timing`, `gemm` / `conv` / `stack` / `stack_run` (host-side
 //! logic of each op), `backend`, `probe`.
 //!
@@ -34,6 +36,7 @@ mod backend;
 mod conv;
 mod gemm;
 mod gpu;
+mod graph;
 mod kernels;
 mod kv;
 mod matrix;

@@ -4,7 +4,7 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_ROWS_PER_BLOCK};
+use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_WARPS};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
@@ -71,12 +71,15 @@ pub(crate) fn attention(
 pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
 
 /// Slices of the keys the split attention uses for `a` (enough warps to fill the device,
-/// at least 32 keys per slice, at most 128 slices).
+/// at least 32 keys per slice on average, at most 128 slices). The key count is rounded up to
+/// a power of two first, so consecutive decode steps share the count (and a captured step's
+/// launch stays valid) until the cache length crosses the next power of two.
 pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
     let keys = match a.shape.window {
         Some(w) => w.min(a.n_keys()),
         None => a.n_keys(),
-    };
+    }
+    .next_power_of_two();
     let warps = (a.t * a.shape.n_heads).max(1);
     (2048 / warps).clamp(1, 128).min(keys.div_ceil(32).max(1))
 }
@@ -88,7 +91,8 @@ pub(crate) fn attention_part_len(a: &AttentionGeom, splits: usize) -> usize {
 
 /// Decode attention split over the keys ([`attention_splits`] slices, partials in `part` of
 /// [`attention_part_len`] f32): same layouts and result as [`attention`], for at most
-/// [`SPLIT_ATTN_MAX_ROWS`] query rows.
+/// [`SPLIT_ATTN_MAX_ROWS`] query rows, whose positions (`a.pos0 ..`, as i32) the kernel reads
+/// at `rpos` on the device (`a.pos0` itself is not passed: a captured step stays valid).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_split(
     g: &Gpu,
@@ -97,12 +101,13 @@ pub(crate) fn attention_split(
     v: CUdeviceptr,
     out: CUdeviceptr,
     part: CUdeviceptr,
+    rpos: CUdeviceptr,
     a: &AttentionGeom,
     splits: usize,
 ) -> Result<(), String> {
     let sh = &a.shape;
-    let [t, pos0, h, kvh, hd, s] =
-        [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim, splits].map(|v| v as i32);
+    let [t, h, kvh, hd, s] =
+        [a.t, sh.n_heads, sh.n_kv_heads, sh.head_dim, splits].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
     let warps = a.t * sh.n_heads * splits;
@@ -116,7 +121,7 @@ pub(crate) fn attention_split(
             arg(&v),
             arg(&part),
             arg(&t),
-            arg(&pos0),
+            arg(&rpos),
             arg(&h),
             arg(&kvh),
             arg(&hd),
@@ -153,8 +158,8 @@ pub(crate) fn gemv(
     let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
     g.launch(
         f,
-        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        (w.rows.div_ceil(GEMV_WARPS) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
             arg(&rb),
@@ -184,11 +189,15 @@ pub(crate) fn quant_act_i8(
 }
 
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
-/// the int8 values `[t, cols]` and `xd` one scale per 256 (`[t, cols / 256]`, from
-/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`].
+/// the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols / block]`, from
+/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]; one block of four warps per output row. With
+/// `second` = `(w2, y2)` (same format and width as `w`, any number of rows), also
+/// `y2 = x · W2ᵀ` in the same launch.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_i8(
     g: &Gpu,
     w: &DeviceMatrix,
+    second: Option<(&DeviceMatrix, CUdeviceptr)>,
     xq: CUdeviceptr,
     xd: CUdeviceptr,
     y: CUdeviceptr,
@@ -198,23 +207,35 @@ pub(crate) fn gemv_i8(
         g.k.gemv_i8(w.format, t)
             .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
     let wp = w.buf.ptr();
+    let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let rb = w.row_bytes as i64;
-    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    let [rows, rows2, cols, t_i] = [w.rows, n2, w.cols, t].map(|v| v as i32);
     g.launch(
         f,
-        (w.rows.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-        ((32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+        ((w.rows + n2) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
+            arg(&w2),
             arg(&rb),
             arg(&xq),
             arg(&xd),
             arg(&y),
+            arg(&y2),
             arg(&rows),
+            arg(&rows2),
             arg(&cols),
             arg(&t_i),
         ],
     )
+}
+
+/// The kernels' id of a gated activation (0 SiLU, 1 tanh-GELU).
+fn act_id(act: GateAct) -> i32 {
+    match act {
+        GateAct::Silu => 0,
+        GateAct::GeluTanh => 1,
+    }
 }
 
 /// `gate ← act(gate) · up` over `n` values (the CPU's order: activation in f32, then the
@@ -226,11 +247,7 @@ pub(crate) fn gated_act(
     n: usize,
     act: GateAct,
 ) -> Result<(), String> {
-    let n_l = n as i64;
-    let a: i32 = match act {
-        GateAct::Silu => 0,
-        GateAct::GeluTanh => 1,
-    };
+    let (n_l, a) = (n as i64, act_id(act));
     let params = &mut [arg(&gate), arg(&up), arg(&n_l), arg(&a)];
     launch_1d(g, g.k.gated_act_f32, n, params)
 }
@@ -245,49 +262,153 @@ pub(crate) fn rms_norm(
     dim: usize,
     eps: f32,
 ) -> Result<(), String> {
+    add_rms_norm_q8(g, x, None, w, y, None, rows, dim, eps)
+}
+
+/// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8) and
+/// one f32 scale per `block` values at `d`.
+#[derive(Clone, Copy)]
+pub(crate) struct Int8Out {
+    pub q: CUdeviceptr,
+    pub d: CUdeviceptr,
+    pub block: usize,
+}
+
+/// `x += res` (when given), then `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then
+/// (when `out` is given) `y` quantized to int8 blocks like [`quant_act_i8`]: the arithmetic of
+/// [`add`], [`rms_norm`] and [`quant_act_i8`] in one kernel (`y` may be `x`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add_rms_norm_q8(
+    g: &Gpu,
+    x: CUdeviceptr,
+    res: Option<CUdeviceptr>,
+    w: CUdeviceptr,
+    y: CUdeviceptr,
+    out: Option<Int8Out>,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<(), String> {
+    let res = res.unwrap_or(0);
+    let (q, d, b) = out.map_or((0, 0, 32), |o| (o.q, o.d, o.block as i32));
     let (r, n) = (rows as i32, dim as i32);
     g.launch(
-        g.k.rms_norm,
+        g.k.add_rms_norm_q8,
         (rows as u32, 1, 1),
         (THREADS, 1, 1),
-        &mut [arg(&x), arg(&w), arg(&y), arg(&r), arg(&n), arg(&eps)],
+        &mut [
+            arg(&x),
+            arg(&res),
+            arg(&w),
+            arg(&y),
+            arg(&q),
+            arg(&d),
+            arg(&r),
+            arg(&n),
+            arg(&eps),
+            arg(&b),
+        ],
     )
 }
 
-/// Per-head RMSNorm in place of `x` `[rows, heads * hd]` with gains `w` `[hd]`.
-pub(crate) fn head_norm(
+/// `gate ← act(gate) · up` over `n` values, quantized to int8 blocks into `out`: the
+/// arithmetic of [`gated_act`] and [`quant_act_i8`] in one kernel (`n` a multiple of the
+/// block).
+pub(crate) fn gated_act_q8(
     g: &Gpu,
-    x: CUdeviceptr,
-    w: CUdeviceptr,
-    rows: usize,
-    heads: usize,
-    hd: usize,
-    eps: f32,
+    gate: CUdeviceptr,
+    up: CUdeviceptr,
+    out: Int8Out,
+    n: usize,
+    act: GateAct,
 ) -> Result<(), String> {
-    let [r, h, d, stride] = [rows, heads, hd, heads * hd].map(|v| v as i32);
+    let nblocks = (n / out.block) as i64;
+    let (b, a) = (out.block as i32, act_id(act));
     let params = &mut [
-        arg(&x),
-        arg(&w),
-        arg(&r),
-        arg(&h),
-        arg(&d),
-        arg(&stride),
-        arg(&eps),
+        arg(&gate),
+        arg(&up),
+        arg(&out.q),
+        arg(&out.d),
+        arg(&nblocks),
+        arg(&b),
+        arg(&a),
     ];
-    launch_1d(g, g.k.head_norm, rows * heads * 32, params)
+    launch_1d(g, g.k.gated_act_q8, n / out.block * 32, params)
 }
 
-/// `y[r, :] += b` for `rows` rows of width `n`.
-pub(crate) fn add_bias(
+/// Where one sequence's new rows go and what they go through in [`qkv_post`]: the device
+/// addresses of the optional biases, QK-norm gains and the RoPE table, the sequence's cache
+/// bases for this layer and the rows' positions (`[t]` i32 for the whole pass).
+#[derive(Clone, Copy)]
+pub(crate) struct QkvPost {
+    pub q_bias: Option<CUdeviceptr>,
+    pub k_bias: Option<CUdeviceptr>,
+    pub v_bias: Option<CUdeviceptr>,
+    pub q_norm: Option<CUdeviceptr>,
+    pub k_norm: Option<CUdeviceptr>,
+    /// `[t, half]` each.
+    pub cos: CUdeviceptr,
+    pub sin: CUdeviceptr,
+    pub half: usize,
+    pub interleaved: bool,
+    /// Row 0 of this layer's keys and values in the sequence's cache.
+    pub k_cache: CUdeviceptr,
+    pub v_cache: CUdeviceptr,
+    pub pos: CUdeviceptr,
+    pub eps: f32,
+}
+
+/// Rows `row0 .. row0 + n` (one sequence) after the q/k/v projections: biases, QK-norm and
+/// RoPE as the CPU does them (bias, per-head RMSNorm in f64, then the rotation), the queries in place in `q`
+/// (`[t, n_heads * hd]`), the keys and values of `kn` / `vn` (`[t, n_kv_heads * hd]`) into the
+/// cache rows at each row's position, in one kernel.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn qkv_post(
     g: &Gpu,
-    y: CUdeviceptr,
-    b: CUdeviceptr,
-    rows: usize,
+    q: CUdeviceptr,
+    kn: CUdeviceptr,
+    vn: CUdeviceptr,
+    p: &QkvPost,
+    row0: usize,
     n: usize,
+    heads: (usize, usize, usize),
 ) -> Result<(), String> {
-    let (r, n_i) = (rows as i64, n as i32);
-    let params = &mut [arg(&y), arg(&b), arg(&r), arg(&n_i)];
-    launch_1d(g, g.k.add_bias, rows * n, params)
+    let (h, kvh, hd) = heads;
+    let z = |o: Option<CUdeviceptr>| o.unwrap_or(0);
+    let [qb, kb, vb, qn, kw] = [p.q_bias, p.k_bias, p.v_bias, p.q_norm, p.k_norm].map(z);
+    let [r0, n_i, h_i, kvh_i, hd_i, half, il] =
+        [row0, n, h, kvh, hd, p.half, usize::from(p.interleaved)].map(|v| v as i32);
+    let params = &mut [
+        arg(&q),
+        arg(&kn),
+        arg(&vn),
+        arg(&p.k_cache),
+        arg(&p.v_cache),
+        arg(&qb),
+        arg(&kb),
+        arg(&vb),
+        arg(&qn),
+        arg(&kw),
+        arg(&p.cos),
+        arg(&p.sin),
+        arg(&p.pos),
+        arg(&r0),
+        arg(&n_i),
+        arg(&h_i),
+        arg(&kvh_i),
+        arg(&hd_i),
+        arg(&half),
+        arg(&il),
+        arg(&p.eps),
+    ];
+    // One warp per (row, head of q, k and v); blocks of QKV_WARPS = 4 warps.
+    let warps = n * (h + 2 * kvh);
+    g.launch(
+        g.k.qkv_post,
+        (warps.div_ceil(4) as u32, 1, 1),
+        (128, 1, 1),
+        params,
+    )
 }
 
 /// `x += y` over `n` values.
@@ -300,34 +421,6 @@ pub(crate) fn add(g: &Gpu, x: CUdeviceptr, y: CUdeviceptr, n: usize) -> Result<(
 pub(crate) fn softcap(g: &Gpu, x: CUdeviceptr, n: usize, cap: f32) -> Result<(), String> {
     let n_l = n as i64;
     launch_1d(g, g.k.softcap, n, &mut [arg(&x), arg(&n_l), arg(&cap)])
-}
-
-/// RoPE in place on `x` `[rows, heads * hd]` with per-row tables `cos`/`sin` `[rows, half]`:
-/// pairs `(2j, 2j + 1)` when `interleaved`, else `(j, j + half)`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn rope(
-    g: &Gpu,
-    x: CUdeviceptr,
-    cos: CUdeviceptr,
-    sin: CUdeviceptr,
-    rows: usize,
-    heads: usize,
-    hd: usize,
-    half: usize,
-    interleaved: bool,
-) -> Result<(), String> {
-    let [r, h, d, hf, il] = [rows, heads, hd, half, usize::from(interleaved)].map(|v| v as i32);
-    let params = &mut [
-        arg(&x),
-        arg(&cos),
-        arg(&sin),
-        arg(&r),
-        arg(&h),
-        arg(&d),
-        arg(&hf),
-        arg(&il),
-    ];
-    launch_1d(g, g.k.rope, rows * heads * half, params)
 }
 
 /// `dst[i, :] = src[idx[i], :]` for `n` rows of width `dim` (`idx`: `n` i32).
@@ -347,6 +440,8 @@ pub(crate) fn gather_rows(
 /// Writes `max |x|` over `n` values into the first word of the f16 overflow guard `guard`
 /// (three words `[max |x| as bits, alpha, beta]`).
 pub(crate) fn amax(g: &Gpu, x: CUdeviceptr, n: usize, guard: CUdeviceptr) -> Result<(), String> {
+    // The memset below is not recorded: run what a decode step recorded so far first.
+    g.flush_recording()?;
     // SAFETY: `guard` holds at least one word in this context; queued on the stream.
     unsafe { sys::cuMemsetD32Async(guard, 0, 1, g.stream) }
         .result()

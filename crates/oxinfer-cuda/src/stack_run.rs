@@ -7,11 +7,12 @@
 //! rows go up (plus, when they changed, the packed norm gains and biases, and any cached rows a
 //! CPU pass wrote since the last device pass); only the wanted logits come down.
 
+use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, Slot};
 use crate::kv::DeviceKvCache;
 use crate::matrix::DeviceMatrix;
-use crate::ops::{self, add, add_bias, gated_act, head_norm, rms_norm, rope, softcap};
+use crate::ops::{self, add, gated_act, rms_norm, softcap};
 use crate::stack::StackDesc;
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
@@ -198,25 +199,32 @@ pub(crate) fn run(
         return Ok(false);
     }
     let (t, dim) = (i.t(), d.dim);
-    let (q_row, kv_row, hd) = (d.q_row(), d.kv_row(), d.head_dim);
+    let (q_row, kv_row) = (d.q_row(), d.kv_row());
     let ffn = mats.first().map_or(0, |m| m[4].rows);
     let n_logit = i.logit_rows.len();
     let vocab = head.rows;
 
     let (params, lp, final_norm) = pack_params(d);
-    // Per pass: RoPE rows of every table, then the logit row indices (as i32 bits).
+    let pos0: Vec<usize> = seqs.iter().map(|s| s.cache.len()).collect();
+    // Per pass: RoPE rows of every table, the logit row indices and every row's position (as
+    // i32 bits): the values that change between decode steps, read by the kernels.
     let mut per_pass = Pack::default();
     let rope_o: Vec<(usize, usize)> = i
         .rope_tables
         .iter()
         .map(|r| (per_pass.push(&r.cos), per_pass.push(&r.sin)))
         .collect();
-    let idx: Vec<f32> = i
-        .logit_rows
-        .iter()
-        .map(|&r| f32::from_bits(r as u32))
-        .collect();
-    let idx_o = per_pass.push(&idx);
+    let bits = |v: &mut dyn Iterator<Item = usize>| -> Vec<f32> {
+        v.map(|r| f32::from_bits(r as u32)).collect()
+    };
+    let idx_o = per_pass.push(&bits(&mut i.logit_rows.iter().copied()));
+    let mut row_pos = vec![0usize; t];
+    for (s, &p) in seqs.iter().zip(&pos0) {
+        for (k, r) in row_pos[s.row..s.row + s.len].iter_mut().enumerate() {
+            *r = p + k;
+        }
+    }
+    let pos_o = per_pass.push(&bits(&mut row_pos.into_iter()));
     let widest = [dim, ffn, q_row].into_iter().max().unwrap_or(dim);
     let biggest_w = mats
         .iter()
@@ -239,125 +247,76 @@ pub(crate) fn run(
     let timing = Timing::start(g)?;
     // Every scratch buffer at its final size first (growing one later would free memory that
     // queued kernels still read).
-    let xp = g.scratch(Slot::X, t * dim * 4)?;
-    let np = g.scratch(Slot::Norm, t * dim * 4)?;
-    let qp = g.scratch(Slot::Q, t * q_row * 4)?;
-    let ap = g.scratch(Slot::Att, t * q_row * 4)?;
-    let kn = g.scratch(Slot::KNew, t * kv_row * 4)?;
-    let vn = g.scratch(Slot::VNew, t * kv_row * 4)?;
-    let gp = g.scratch(Slot::G, t * ffn * 4)?;
-    let up = g.scratch(Slot::U, t * ffn * 4)?;
-    let yp = g.scratch(Slot::Y, t * dim * 4)?;
-    let dp = g.scratch(Slot::PerPass, per_pass.0.len() * 4)?;
-    let rp = g.scratch(Slot::Rows, n_logit * dim * 4)?;
-    let lg = g.scratch(Slot::Logits, n_logit * vocab * 4)?;
-    let part = g.scratch(Slot::AttPart, part_len * 4)?;
+    let bufs = Bufs {
+        x: g.scratch(Slot::X, t * dim * 4)?,
+        norm: g.scratch(Slot::Norm, t * dim * 4)?,
+        q: g.scratch(Slot::Q, t * q_row * 4)?,
+        att: g.scratch(Slot::Att, t * q_row * 4)?,
+        k_new: g.scratch(Slot::KNew, t * kv_row * 4)?,
+        v_new: g.scratch(Slot::VNew, t * kv_row * 4)?,
+        gate: g.scratch(Slot::G, t * ffn * 4)?,
+        up: g.scratch(Slot::U, t * ffn * 4)?,
+        y: g.scratch(Slot::Y, t * dim * 4)?,
+        per_pass: g.scratch(Slot::PerPass, per_pass.0.len() * 4)?,
+        rows: g.scratch(Slot::Rows, n_logit * dim * 4)?,
+        logits: g.scratch(Slot::Logits, n_logit * vocab * 4)?,
+        part: g.scratch(Slot::AttPart, part_len * 4)?,
+        params: 0,
+    };
     g.scratch(Slot::X16, t * widest * 4)?;
     g.scratch(Slot::XScale, t * widest.div_ceil(32) * 4)?;
     g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
-    let pp = params_on_device(g, &params)?;
+    let bufs = Bufs {
+        params: params_on_device(g, &params)?,
+        ..bufs
+    };
     let bases = {
-        let mut parts: Vec<(CUdeviceptr, &[f32])> = vec![(xp, i.x), (dp, &per_pass.0)];
+        let mut parts: Vec<(CUdeviceptr, &[f32])> =
+            vec![(bufs.x, i.x), (bufs.per_pass, &per_pass.0)];
         let bases = prepare_mirrors(g, gpu, d, seqs, &mut parts)?;
         parts.retain(|(_, p)| !p.is_empty());
         g.upload_many(&parts)?;
         bases
     };
-    let pos0: Vec<usize> = seqs.iter().map(|s| s.cache.len()).collect();
-
-    for (li, (l, m)) in d.layers.iter().zip(&mats).enumerate() {
-        let p = &lp[li];
-        let [wq, wk, wv, wo, wg, wu, wd] = *m;
-        let (cos, sin) = (at(dp, rope_o[l.spec.rope].0), at(dp, rope_o[l.spec.rope].1));
-        let (rope_dim, interleaved) = d.ropes[l.spec.rope];
-        let half = rope_dim / 2;
-        rms_norm(g, xp, at(pp, p.attn_norm), np, t, dim, d.eps)?;
-        // One sequence: its new keys/values are written straight into its cache rows (no
-        // copies); several: into the scratch rows, then copied per sequence.
-        let direct = seqs.len() == 1;
-        let (kn, vn) = if direct {
-            let (kb, vb) = bases[0][li];
-            (at(kb, pos0[0] * kv_row), at(vb, pos0[0] * kv_row))
-        } else {
-            (kn, vn)
-        };
-        let mut ready = None;
-        gemm::linear(g, wq, np, t, qp, path, &mut ready)?;
-        gemm::linear(g, wk, np, t, kn, path, &mut ready)?;
-        gemm::linear(g, wv, np, t, vn, path, &mut ready)?;
-        for (b, y, n) in [
-            (p.q_bias, qp, q_row),
-            (p.k_bias, kn, kv_row),
-            (p.v_bias, vn, kv_row),
-        ] {
-            if let Some(b) = b {
-                add_bias(g, y, at(pp, b), t, n)?;
-            }
-        }
-        if let Some(w) = p.q_norm {
-            head_norm(g, qp, at(pp, w), t, d.n_heads, hd, d.eps)?;
-        }
-        if let Some(w) = p.k_norm {
-            head_norm(g, kn, at(pp, w), t, d.n_kv_heads, hd, d.eps)?;
-        }
-        rope(g, qp, cos, sin, t, d.n_heads, hd, half, interleaved)?;
-        rope(g, kn, cos, sin, t, d.n_kv_heads, hd, half, interleaved)?;
-        for (si, s) in seqs.iter().enumerate() {
-            let (kb, vb) = bases[si][li];
-            let dst = pos0[si] * kv_row;
-            let bytes = s.len * kv_row * 4;
-            if !direct {
-                g.copy(at(kb, dst), at(kn, s.row * kv_row), bytes)?;
-                g.copy(at(vb, dst), at(vn, s.row * kv_row), bytes)?;
-            }
-            let a = geom(d, s.len, pos0[si], l.spec.window);
-            let a = AttentionGeom {
-                shape: AttnShape {
-                    scale: l.spec.scale,
-                    ..a.shape
-                },
-                ..a
-            };
-            let (q, out) = (at(qp, s.row * q_row), at(ap, s.row * q_row));
-            if s.len <= ops::SPLIT_ATTN_MAX_ROWS {
-                let splits = ops::attention_splits(&a);
-                ops::attention_split(g, q, kb, vb, out, part, &a, splits)?;
-            } else {
-                ops::attention(g, q, kb, vb, out, &a)?;
-            }
-        }
-        let mut ready = None;
-        gemm::linear(g, wo, ap, t, yp, path, &mut ready)?;
-        if let Some(w) = p.post_attn_norm {
-            rms_norm(g, yp, at(pp, w), yp, t, dim, d.eps)?;
-        }
-        add(g, xp, yp, t * dim)?;
-        rms_norm(g, xp, at(pp, p.ffn_norm), np, t, dim, d.eps)?;
-        let mut ready = None;
-        gemm::linear(g, wg, np, t, gp, path, &mut ready)?;
-        gemm::linear(g, wu, np, t, up, path, &mut ready)?;
-        gated_act(g, gp, up, t * ffn, l.act)?;
-        let mut ready = None;
-        gemm::linear(g, wd, gp, t, yp, path, &mut ready)?;
-        if let Some(w) = p.post_ffn_norm {
-            rms_norm(g, yp, at(pp, w), yp, t, dim, d.eps)?;
-        }
-        add(g, xp, yp, t * dim)?;
+    let pass = Pass {
+        d,
+        mats: &mats,
+        head,
+        lp: &lp,
+        final_norm,
+        rope_o: &rope_o,
+        idx_o,
+        pos_o,
+        bases: &bases,
+        pos0: &pos0,
+        t,
+        n_logit,
+        path,
+    };
+    let rows: Vec<(usize, usize)> = seqs.iter().map(|s| (s.row, s.len)).collect();
+    // A decode step whose every product is a GEMV is recorded and run as a CUDA graph.
+    let graph = graphs_enabled()
+        && mats
+            .iter()
+            .flatten()
+            .chain([&head])
+            .all(|w| gemm::uses_gemv(w, t));
+    if graph {
+        g.start_recording();
     }
-    if n_logit > 0 {
-        ops::gather_rows(g, xp, at(dp, idx_o), rp, n_logit, dim)?;
-        rms_norm(g, rp, at(pp, final_norm), rp, n_logit, dim, d.eps)?;
-        let mut ready = None;
-        gemm::linear(g, head, rp, n_logit, lg, path, &mut ready)?;
-        if let Some(cap) = d.final_softcap {
-            softcap(g, lg, n_logit * vocab, cap)?;
+    match queue_pass(g, &pass, &bufs, &rows) {
+        Ok(()) if graph => g.finish_recording()?,
+        Ok(()) => {}
+        Err(e) => {
+            g.discard_recording();
+            return Err(e);
         }
     }
     if let Some(tm) = &timing {
         tm.launched(g)?;
     }
     if n_logit > 0 {
-        g.download(logits, lg)?;
+        g.download(logits, bufs.logits)?;
     } else {
         g.sync()?;
     }
@@ -371,6 +330,175 @@ pub(crate) fn run(
         }
     }
     Ok(true)
+}
+
+/// Whether decode steps run as CUDA graphs: unless `OXINFER_CUDA_GRAPHS=0`, and never under
+/// `OXINFER_GPU_CHECK` (the checked passes run as plain launches).
+fn graphs_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = |k: &str, v: &str| std::env::var(k).is_ok_and(|x| x == v);
+        !off("OXINFER_CUDA_GRAPHS", "0")
+            && !std::env::var("OXINFER_GPU_CHECK").is_ok_and(|v| !v.is_empty() && v != "0")
+    })
+}
+
+/// The scratch buffers of one pass (device addresses).
+struct Bufs {
+    x: CUdeviceptr,
+    norm: CUdeviceptr,
+    q: CUdeviceptr,
+    att: CUdeviceptr,
+    k_new: CUdeviceptr,
+    v_new: CUdeviceptr,
+    gate: CUdeviceptr,
+    up: CUdeviceptr,
+    y: CUdeviceptr,
+    per_pass: CUdeviceptr,
+    rows: CUdeviceptr,
+    logits: CUdeviceptr,
+    part: CUdeviceptr,
+    params: CUdeviceptr,
+}
+
+/// Everything [`queue_pass`] reads besides the buffers.
+struct Pass<'p, 'a> {
+    d: &'p StackDesc<'a>,
+    mats: &'p [[&'p DeviceMatrix; 7]],
+    head: &'p DeviceMatrix,
+    lp: &'p [LayerParams],
+    final_norm: usize,
+    rope_o: &'p [(usize, usize)],
+    idx_o: usize,
+    pos_o: usize,
+    bases: &'p [LayerBases],
+    pos0: &'p [usize],
+    t: usize,
+    n_logit: usize,
+    path: QuantPath,
+}
+
+/// The residual add (when `res` is given) and RMSNorm of `x` into `y`, quantizing `y` for `w`'s
+/// product in the same kernel when that is an int8 GEMV; returns what `gemm::linear` needs to
+/// know of the prepared input.
+#[allow(clippy::too_many_arguments)]
+fn add_norm_for(
+    g: &mut Gpu,
+    x: CUdeviceptr,
+    res: Option<CUdeviceptr>,
+    gain: CUdeviceptr,
+    y: CUdeviceptr,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+    w: &DeviceMatrix,
+    path: QuantPath,
+) -> Result<Ready, String> {
+    let (out, ready) = match gemm::int8_block(w, rows) {
+        Some(block) if dim.is_multiple_of(block) => {
+            let (out, ready) = gemm::int8_input(g, y, rows, dim, block, path)?;
+            (Some(out), ready)
+        }
+        _ => (None, None),
+    };
+    ops::add_rms_norm_q8(g, x, res, gain, y, out, rows, dim, eps)?;
+    Ok(ready)
+}
+
+/// Queues every layer and the head of one pass (the inputs already uploaded).
+fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Result<(), String> {
+    let (d, t, path) = (p.d, p.t, p.path);
+    let (dim, q_row, hd) = (d.dim, d.q_row(), d.head_dim);
+    let at_p = |o: usize| at(b.params, o);
+    let opt_p = |o: Option<usize>| o.map(at_p);
+    let rpos = at(b.per_pass, p.pos_o);
+    // The last block's output, added to the residual stream by the next norm.
+    let mut pending: Option<CUdeviceptr> = None;
+    for (li, (l, m)) in d.layers.iter().zip(p.mats).enumerate() {
+        let lp = &p.lp[li];
+        let [wq, wk, wv, wo, wg, wu, wd] = *m;
+        let (cos_o, sin_o) = p.rope_o[l.spec.rope];
+        let (rope_dim, interleaved) = d.ropes[l.spec.rope];
+        let (x, np) = (b.x, b.norm);
+        let attn_norm = at_p(lp.attn_norm);
+        let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
+        gemm::linear_pair(g, (wq, b.q), (wk, b.k_new), np, t, path, &mut ready)?;
+        gemm::linear(g, wv, np, t, b.v_new, path, &mut ready)?;
+        for (si, &(row, len)) in rows.iter().enumerate() {
+            let (kb, vb) = p.bases[si][li];
+            let post = ops::QkvPost {
+                q_bias: opt_p(lp.q_bias),
+                k_bias: opt_p(lp.k_bias),
+                v_bias: opt_p(lp.v_bias),
+                q_norm: opt_p(lp.q_norm),
+                k_norm: opt_p(lp.k_norm),
+                cos: at(b.per_pass, cos_o),
+                sin: at(b.per_pass, sin_o),
+                half: rope_dim / 2,
+                interleaved,
+                k_cache: kb,
+                v_cache: vb,
+                pos: rpos,
+                eps: d.eps,
+            };
+            let heads = (d.n_heads, d.n_kv_heads, hd);
+            ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, row, len, heads)?;
+            let a = geom(d, len, p.pos0[si], l.spec.window);
+            let a = AttentionGeom {
+                shape: AttnShape {
+                    scale: l.spec.scale,
+                    ..a.shape
+                },
+                ..a
+            };
+            let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
+            if len <= ops::SPLIT_ATTN_MAX_ROWS {
+                let splits = ops::attention_splits(&a);
+                ops::attention_split(g, q, kb, vb, out, b.part, at(rpos, row), &a, splits)?;
+            } else {
+                ops::attention(g, q, kb, vb, out, &a)?;
+            }
+        }
+        let mut ready = None;
+        gemm::linear(g, wo, b.att, t, b.y, path, &mut ready)?;
+        if let Some(w) = lp.post_attn_norm {
+            rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
+        }
+        let ffn_norm = at_p(lp.ffn_norm);
+        let mut ready = add_norm_for(g, x, Some(b.y), ffn_norm, np, t, dim, d.eps, wg, path)?;
+        gemm::linear_pair(g, (wg, b.gate), (wu, b.up), np, t, path, &mut ready)?;
+        let n = t * wg.rows;
+        let mut ready = match gemm::int8_block(wd, t) {
+            Some(block) if wg.rows.is_multiple_of(block) => {
+                let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, block, path)?;
+                ops::gated_act_q8(g, b.gate, b.up, out, n, l.act)?;
+                ready
+            }
+            _ => {
+                gated_act(g, b.gate, b.up, n, l.act)?;
+                None
+            }
+        };
+        gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
+        if let Some(w) = lp.post_ffn_norm {
+            rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
+        }
+        pending = Some(b.y);
+    }
+    if let Some(y) = pending {
+        add(g, b.x, y, t * dim)?;
+    }
+    if p.n_logit > 0 {
+        let n = p.n_logit;
+        ops::gather_rows(g, b.x, at(b.per_pass, p.idx_o), b.rows, n, dim)?;
+        let gain = at_p(p.final_norm);
+        let mut ready = add_norm_for(g, b.rows, None, gain, b.rows, n, dim, d.eps, p.head, path)?;
+        gemm::linear(g, p.head, b.rows, n, b.logits, path, &mut ready)?;
+        if let Some(cap) = d.final_softcap {
+            softcap(g, b.logits, n * p.head.rows, cap)?;
+        }
+    }
+    Ok(())
 }
 
 /// The attention geometry of `t` queries after `pos0` cached positions (scale 1, no soft-cap:

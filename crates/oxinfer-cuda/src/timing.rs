@@ -43,9 +43,12 @@ impl Timing {
         let dev = unsafe { result::event::elapsed(self.ev[0], self.ev[1]) }
             .map_err(|e| format!("{e:?}"))?;
         eprintln!(
-            "[cuda stack: t={t}, device {dev:.2} ms, host wall {:.2} ms, launches {:.2} ms]",
+            "[cuda stack: t={t}, device {dev:.2} ms, host wall {:.2} ms, launches {:.2} ms, \
+             graphs captured {} replayed {}]",
             self.wall.elapsed().as_secs_f64() * 1e3,
-            self.launch.get()
+            self.launch.get(),
+            g.graphs.captured,
+            g.graphs.replayed
         );
         // SAFETY: events created above, destroyed once.
         unsafe {

@@ -287,7 +287,7 @@ fn gemv_matches_cpu_twin() {
         WeightFormat::Q4_1,
     ] {
         for (n, k) in [(18944, 3584), (3584, 18944), (152064, 3584)] {
-            for t in [1, 4] {
+            for t in [1, 4, 8] {
                 let secs = b.time_gemv(f, n, k, t, 20).expect("timing");
                 let bytes = n * f.row_bytes(k).expect("whole blocks");
                 println!(

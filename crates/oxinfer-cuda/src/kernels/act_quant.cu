@@ -103,18 +103,7 @@ extern "C" __global__ void quant_act_i8(const float* __restrict__ x, i8* __restr
     const float* xb = x + b * B;
     int per = B >> 5;
     float v[8];
-    float amax = 0.f;
     #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        v[i] = i < per ? xb[lane + 32 * i] : 0.f;
-        amax = fmaxf(amax, fabsf(v[i]));
-    }
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.f;
-    float id = amax == 0.f ? 0.f : 1.f / d;
-    #pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (i < per) q[b * B + lane + 32 * i] = (i8)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
-    if (lane == 0) dq[b] = d;
+    for (int i = 0; i < 8; i++) v[i] = i < per ? xb[lane + 32 * i] : 0.f;
+    warp_quant_block(v, B, q + b * B, dq + b);
 }

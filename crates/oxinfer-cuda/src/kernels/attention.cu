@@ -80,13 +80,16 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
 // cache: warp (row r, head h, split s) runs the online softmax over slice s of the S slices of
 // the keys row r sees and writes its unnormalized output, running max and sum to
 // part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
-// the S partials of each (row, head). Same q/k/v layouts as attention_f32.
+// the S partials of each (row, head). Same q/k/v layouts as attention_f32, but row r's position
+// is read from the device (rpos[r]), so a captured decode step stays valid as it advances; the
+// slices are S equal parts of however many keys the row sees.
 extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
                                                const float* __restrict__ k,
                                                const float* __restrict__ v,
-                                               float* __restrict__ part, int t, int pos0, int H,
-                                               int KVH, int hd, float scale, int window,
-                                               float softcap, int S) {
+                                               float* __restrict__ part, int t,
+                                               const int* __restrict__ rpos, int H, int KVH,
+                                               int hd, float scale, int window, float softcap,
+                                               int S) {
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H * S) return;
@@ -96,7 +99,7 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
     int kvh = h / (H / KVH);
     int per = hd >> 5;
     int q_row = H * hd, kv_row = KVH * hd;
-    int pos = pos0 + r;
+    int pos = rpos[r];
     int first = window > 0 ? max(0, pos - window + 1) : 0;
     int n = pos - first + 1;
     int chunk = (n + S - 1) / S;

@@ -45,4 +45,24 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 
+// One block of the int8 activation quantization (the CPU kernels' q8 quantization): d = amax /
+// 127, q = round(x / d) clamped to ±127. The warp's lane holds v[i] = element lane + 32 i of a
+// block of B (32 or 256) values (i < B / 32); writes q and, from lane 0, the scale d.
+__device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8* __restrict__ q,
+                                                 float* __restrict__ d_out) {
+    int lane = threadIdx.x & 31, per = B >> 5;
+    float amax = 0.f;
+    #pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < per) amax = fmaxf(amax, fabsf(v[i]));
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.f;
+    float id = amax == 0.f ? 0.f : 1.f / d;
+    #pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < per) q[lane + 32 * i] = (i8)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
+    if (lane == 0) *d_out = d;
+}
+
 #endif  // OXINFER_COMMON_CUH

@@ -4,13 +4,28 @@
 // int8 block values d·q stored as f32 (act_quant.cu, exactly as the CPU kernels quantize), so
 // the sums are the CPU's integer sums up to f32 rounding order.
 //
-// One warp per output row; lane l decodes the 16 weights at columns 16·l + 512·i. x rows are
+// f32 GEMV: one warp per output row; lane l decodes the 16 weights at columns 16·l + 512·i. x rows are
 // read through the read-only cache (every warp of the grid reads the same x). cols must be a
 // multiple of 16 (every block format's row is), x 16-byte aligned.
 
 #include "dequant.cuh"
 
 #define GEMV_WARPS 4
+
+// Sums each of the T per-row partials of a warp and stores row r's at y[r * rows + row] (lane 0,
+// rows r < t): the one epilogue of every GEMV kernel.
+template <int T>
+__device__ __forceinline__ void gemv_store(const float (&acc)[T], float* __restrict__ y,
+                                           int rows, int row, int t) {
+    int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < T; r++) {
+        float s = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
+    }
+}
 
 template <int F, int T>
 __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
@@ -40,24 +55,15 @@ __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
             }
         }
     }
-    #pragma unroll
-    for (int r = 0; r < T; r++) {
-        float s = acc[r];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
-    }
+    gemv_store<T>(acc, y, rows, row, t);
 }
 
-#define GEMV_INSTANTIATE(F, NAME)                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_1(              \
+#define GEMV_KERNEL(F, NAME, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_##T(            \
         const u8* w, long row_bytes, const float* x, float* y, int rows, int cols, int t) {     \
-        gemv_q<F, 1>(w, row_bytes, x, y, rows, cols, t);                                        \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_8(              \
-        const u8* w, long row_bytes, const float* x, float* y, int rows, int cols, int t) {     \
-        gemv_q<F, 8>(w, row_bytes, x, y, rows, cols, t);                                        \
+        gemv_q<F, T>(w, row_bytes, x, y, rows, cols, t);                                        \
     }
+#define GEMV_INSTANTIATE(F, NAME) GEMV_KERNEL(F, NAME, 1) GEMV_KERNEL(F, NAME, 8)
 
 GEMV_INSTANTIATE(FMT_Q4_0, q4_0)
 GEMV_INSTANTIATE(FMT_Q4_1, q4_1)
@@ -78,27 +84,31 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return r;
 }
 
-// Q4_K GEMV on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
-// activations are int8 values xq [t, cols] with one scale xd per 256 ([t, cols / 256]), exactly
-// the CPU's Q8_K quantization, so the integer sums per sub-block are the CPU's and only the
-// final f32 combination differs in order. Eight lanes per super-block, each reading 16 bytes of
-// quants (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the
-// 32 matching int8 activations as two 16-byte loads, so every warp load is contiguous.
+// Four bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes: only 2-byte aligned).
+__device__ __forceinline__ int ld32_a2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
+// The int8 GEMV bodies below add, for each activation row r < t, warp `warp`'s share of one
+// weight row wr (cols weights; the GEMV_WARPS warps of a block split the row's blocks) times
+// the int8 activations xq [t, cols] with their block scales xd into acc[r] (lane `lane`; the
+// caller sums over the lanes and warps).
+
+// Q4_K on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
+// activations are int8 values with one scale per 256 ([t, cols / 256]), exactly the CPU's Q8_K
+// quantization, so the integer sums per sub-block are the CPU's and only the final f32
+// combination differs in order. Eight lanes per super-block (a warp takes four, the block's
+// warps interleaved), each reading 16 bytes of quants
+// (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the 32
+// matching int8 activations as two 16-byte loads, so every warp load is contiguous.
 template <int T>
-__device__ __forceinline__ void gemv_q4k_i8(const u8* __restrict__ w, long row_bytes,
-                                            const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, float* __restrict__ y,
-                                            int rows, int cols, int t) {
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= rows) return;
+__device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, int cols, int t,
+                                            int lane, int warp, float (&acc)[T]) {
     int nb = cols >> 8;
-    const u8* wr = w + (long)row * row_bytes;
     int j = lane & 7, c = j >> 1, half = j & 1;
-    float acc[T];
-    #pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.f;
-    for (int b = lane >> 3; b < nb; b += 4) {
+    for (int b = (lane >> 3) + 4 * warp; b < nb; b += 4 * GEMV_WARPS) {
         const u8* blk = wr + (long)b * 144;
         u32 dm = *(const u32*)blk;
         float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
@@ -131,52 +141,19 @@ __device__ __forceinline__ void gemv_q4k_i8(const u8* __restrict__ w, long row_b
             }
         }
     }
-    #pragma unroll
-    for (int r = 0; r < T; r++) {
-        float s = acc[r];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
-    }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_1(
-    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
-    int t) {
-    gemv_q4k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q4_k_i8_8(
-    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
-    int t) {
-    gemv_q4k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
-}
-
-// Four bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes: only 2-byte aligned).
-__device__ __forceinline__ int ld32_a2(const u8* p) {
-    const u16* h = (const u16*)p;
-    return (int)((u32)h[0] | ((u32)h[1] << 16));
-}
-
-// Q6_K GEMV on int8 activations (the CPU's q6_K x q8_K dot): xq / xd as for Q4_K. Eight lanes
+// Q6_K on int8 activations (the CPU's q6_K x q8_K dot), activations as for Q4_K. Eight lanes
 // per super-block: lane j takes half n = j / 4 and the 8 positions l0 = 8 (j % 4) .. + 8 of
 // each of its four 32-weight quarters (32 weights), reading 16 bytes of low quants, 8 of high
 // bits and four 8-byte runs of activations; each quarter's 8 weights share one scale.
 template <int T>
-__device__ __forceinline__ void gemv_q6k_i8(const u8* __restrict__ w, long row_bytes,
-                                            const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, float* __restrict__ y,
-                                            int rows, int cols, int t) {
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= rows) return;
+__device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, int cols, int t,
+                                            int lane, int warp, float (&acc)[T]) {
     int nb = cols >> 8;
-    const u8* wr = w + (long)row * row_bytes;
     int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
-    float acc[T];
-    #pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.f;
-    for (int b = lane >> 3; b < nb; b += 4) {
+    for (int b = (lane >> 3) + 4 * warp; b < nb; b += 4 * GEMV_WARPS) {
         const u8* blk = wr + (long)b * 210;
         float d = h2f(*(const u16*)(blk + 208));
         const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
@@ -220,25 +197,6 @@ __device__ __forceinline__ void gemv_q6k_i8(const u8* __restrict__ w, long row_b
             }
         }
     }
-    #pragma unroll
-    for (int r = 0; r < T; r++) {
-        float v = acc[r];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_1(
-    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
-    int t) {
-    gemv_q6k_i8<1>(w, row_bytes, xq, xd, y, rows, cols, t);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_q6_k_i8_8(
-    const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows, int cols,
-    int t) {
-    gemv_q6k_i8<8>(w, row_bytes, xq, xd, y, rows, cols, t);
 }
 
 // One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words),
@@ -278,22 +236,15 @@ template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, c
     return dx * h2f(ld16(blk)) * (float)dot;
 }
 
-// GEMV of a 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32):
-// one lane per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations.
+// A 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32): one lane
+// per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations (the block's
+// warps take consecutive runs of 32).
 template <int F, int T>
-__device__ __forceinline__ void gemv_b32_i8(const u8* __restrict__ w, long row_bytes,
-                                            const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, float* __restrict__ y,
-                                            int rows, int cols, int t) {
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= rows) return;
+__device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+                                            const float* __restrict__ xd, int cols, int t,
+                                            int lane, int warp, float (&acc)[T]) {
     int nb = cols >> 5;
-    const u8* wr = w + (long)row * row_bytes;
-    float acc[T];
-    #pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.f;
-    for (int b = lane; b < nb; b += 32) {
+    for (int b = lane + 32 * warp; b < nb; b += 32 * GEMV_WARPS) {
         const u8* blk = wr + (long)b * Fmt<F>::BYTES;
         #pragma unroll
         for (int r = 0; r < T; r++) {
@@ -305,27 +256,63 @@ __device__ __forceinline__ void gemv_b32_i8(const u8* __restrict__ w, long row_b
             }
         }
     }
+}
+
+// GEMV on int8 activations for format F and up to T rows: one block of GEMV_WARPS warps per
+// output row (a block per row, not a warp, keeps the last wave of the grid short), its warps
+// splitting the row's blocks and their partial sums added in a fixed order. With a second
+// matrix w2 (same format and width, rows2 rows; 0 for none), blocks rows .. rows + rows2 - 1
+// multiply w2 into y2 (two projections of one input in one launch).
+template <int F, int T>
+__device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
+                                        long row_bytes, const i8* __restrict__ xq,
+                                        const float* __restrict__ xd, float* __restrict__ y,
+                                        float* __restrict__ y2, int rows, int rows2, int cols,
+                                        int t) {
+    int row = blockIdx.x;
+    if (row >= rows) {
+        if (w2 == 0) return;
+        row -= rows;
+        w = w2;
+        y = y2;
+        rows = rows2;
+        if (row >= rows) return;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u8* wr = w + (long)row * row_bytes;
+    float acc[T];
+    #pragma unroll
+    for (int r = 0; r < T; r++) acc[r] = 0.f;
+    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T>(wr, xq, xd, cols, t, lane, warp, acc);
+    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T>(wr, xq, xd, cols, t, lane, warp, acc);
+    else b32_i8_rows<F, T>(wr, xq, xd, cols, t, lane, warp, acc);
+    __shared__ float part[GEMV_WARPS][T];
     #pragma unroll
     for (int r = 0; r < T; r++) {
         float v = acc[r];
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && r < t) y[(long)r * rows + row] = v;
+        if (lane == 0) part[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < T && threadIdx.x < t) {
+        float v = 0.f;
+        #pragma unroll
+        for (int k = 0; k < GEMV_WARPS; k++) v += part[k][threadIdx.x];
+        y[(long)threadIdx.x * rows + row] = v;
     }
 }
 
-#define GEMV_B32_I8(F, NAME)                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_1(           \
-        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
-        int cols, int t) {                                                                     \
-        gemv_b32_i8<F, 1>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_8(           \
-        const u8* w, long row_bytes, const i8* xq, const float* xd, float* y, int rows,         \
-        int cols, int t) {                                                                     \
-        gemv_b32_i8<F, 8>(w, row_bytes, xq, xd, y, rows, cols, t);                              \
+#define GEMV_I8_KERNEL(F, NAME, T)                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_##T(         \
+        const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
+        float* y2, int rows, int rows2, int cols, int t) {                                     \
+        gemv_i8<F, T>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t);                   \
     }
+#define GEMV_I8(F, NAME) GEMV_I8_KERNEL(F, NAME, 1) GEMV_I8_KERNEL(F, NAME, 4) GEMV_I8_KERNEL(F, NAME, 8)
 
-GEMV_B32_I8(FMT_Q4_0, q4_0)
-GEMV_B32_I8(FMT_Q4_1, q4_1)
-GEMV_B32_I8(FMT_Q8_0, q8_0)
+GEMV_I8(FMT_Q4_K, q4_k)
+GEMV_I8(FMT_Q6_K, q6_k)
+GEMV_I8(FMT_Q4_0, q4_0)
+GEMV_I8(FMT_Q4_1, q4_1)
+GEMV_I8(FMT_Q8_0, q8_0)

@@ -1,5 +1,8 @@
-// Element-wise and row kernels of the device-resident decoder stack (stack.rs): norms, biases,
-// residual adds, RoPE, the gated activation, row gathering and the final soft-cap.
+// Element-wise and row kernels of the device-resident decoder stack (stack_run.rs): norms,
+// residual adds, the gated activation, row gathering, the final soft-cap, and the fused decode
+// kernels (biases + QK-norm + RoPE + KV append; add + norm + int8 quantization).
+
+#include "common.cuh"
 
 // x = cap * tanh(x / cap), n elements.
 extern "C" __global__ void softcap_f32(float* x, long n, float cap) {
@@ -7,80 +10,10 @@ extern "C" __global__ void softcap_f32(float* x, long n, float cap) {
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-// Row-wise RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of `dim`; the sum of
-// squares in f64 like the CPU reference. One block of 256 threads per row; x may equal y.
-extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict__ w, float* y,
-                                        int rows, int dim, float eps) {
-    int r = blockIdx.x;
-    if (r >= rows) return;
-    const float* xr = x + (long)r * dim;
-    float* yr = y + (long)r * dim;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[32];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) part[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        int nw = blockDim.x >> 5;
-        ss = lane < nw ? part[lane] : 0.0;
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) part[0] = ss;
-    }
-    __syncthreads();
-    float inv = (float)(1.0 / sqrt(part[0] / (double)dim + (double)eps));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
-}
-
-// Per-head RMSNorm (QK-norm) of the first `cols` columns of rows of width `stride`, heads of
-// `hd`: one warp per (row, head).
-extern "C" __global__ void head_norm_f32(float* x, const float* __restrict__ w, int rows,
-                                         int heads, int hd, int stride, float eps) {
-    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (gw >= (long)rows * heads) return;
-    int r = (int)(gw / heads), h = (int)(gw % heads);
-    float* p = x + (long)r * stride + h * hd;
-    double ss = 0.0;
-    for (int i = lane; i < hd; i += 32) ss += (double)p[i] * (double)p[i];
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    float inv = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
-    for (int i = lane; i < hd; i += 32) p[i] = p[i] * inv * w[i];
-}
-
-// y[r, :] += b for rows of width n.
-extern "C" __global__ void add_bias_f32(float* y, const float* __restrict__ b, long rows, int n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < rows * n) y[i] += b[i % n];
-}
-
 // x += y, n elements.
 extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
-}
-
-// RoPE in place on x [rows, heads * hd] with per-row tables cos/sin [rows, half]
-// (half = rot / 2): interleaved pairs (2j, 2j+1) when `interleaved`, else (j, j + half).
-extern "C" __global__ void rope_f32(float* x, const float* __restrict__ cs,
-                                    const float* __restrict__ sn, int rows, int heads, int hd,
-                                    int half, int interleaved) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    long n = (long)rows * heads * half;
-    if (i >= n) return;
-    int j = (int)(i % half);
-    long rh = i / half;
-    int r = (int)(rh / heads);
-    float* p = x + rh * hd;
-    float c = cs[(long)r * half + j], s = sn[(long)r * half + j];
-    int ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + half;
-    float a = p[ia], b = p[ib];
-    p[ia] = a * c - b * s;
-    p[ib] = a * s + b * c;
 }
 
 // Gated MLP middle in f32: g = act(g) * u (act 0 = SiLU, 1 = tanh-GELU), n elements.
@@ -100,4 +33,166 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
     if (i >= (long)n * dim) return;
     int r = (int)(i / dim), c = (int)(i % dim);
     dst[i] = src[(long)idx[r] * dim + c];
+}
+
+// ---- Fused decode kernels: each does the arithmetic of a run of single-op kernels in the same
+// order, so its results are bit-identical to the unfused run.
+
+// Row-wise RMSNorm, with the residual add before it and the int8 quantization of the next
+// GEMV's input after it: with res != 0 first x += res (add_f32, written back), then
+// y = x / sqrt(mean(x^2) + eps) · w over rows of `dim` (the sum of squares in f64 like the CPU
+// reference; one block of 256 threads per row; y may equal x), then, with q != 0, y quantized
+// to int8 blocks of B values into q [rows * dim] and dq [rows * dim / B] (quant_act_i8).
+extern "C" __global__ void add_rms_norm_q8(float* x, const float* __restrict__ res,
+                                           const float* __restrict__ w, float* y, i8* q,
+                                           float* dq, int rows, int dim, float eps, int B) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    float* xr = x + (long)r * dim;
+    float* yr = y + (long)r * dim;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i];
+        if (res != 0) {
+            v += res[(long)r * dim + i];
+            xr[i] = v;
+        }
+        ss += (double)v * (double)v;
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ double part[32];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        int nw = blockDim.x >> 5;
+        ss = lane < nw ? part[lane] : 0.0;
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) part[0] = ss;
+    }
+    __syncthreads();
+    float inv = (float)(1.0 / sqrt(part[0] / (double)dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+    if (q == 0) return;
+    __syncthreads();
+    int nw = blockDim.x >> 5, per = B >> 5;
+    for (int b = warp; b < dim / B; b += nw) {
+        float v[8];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = i < per ? yr[b * B + lane + 32 * i] : 0.f;
+        long blk = ((long)r * dim) / B + b;
+        warp_quant_block(v, B, q + blk * B, dq + blk);
+    }
+}
+
+// The gated activation (gated_act_f32: g = act(g) · u, written back) and the int8 quantization
+// of the result in blocks of B (quant_act_i8) in one kernel: one warp per block.
+extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i8* q, float* dq,
+                                        long nblocks, int B, int act) {
+    long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (b >= nblocks) return;
+    int per = B >> 5;
+    float v[8];
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = 0.f;
+        if (i < per) {
+            long j = b * B + lane + 32 * i;
+            float x = g[j];
+            float a = act == 0 ? x / (1.f + expf(-x))
+                               : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+            v[i] = a * u[j];
+            g[j] = v[i];
+        }
+    }
+    warp_quant_block(v, B, q + b * B, dq + b);
+}
+
+// The new rows of one sequence after the q/k/v projections, in one kernel: per (row, head) of
+// the queries, keys and values, the bias, the per-head RMSNorm of queries and keys (sum of
+// squares in f64 like the CPU) and RoPE (per-row tables cs / sn [*, half]: pairs (2j, 2j+1)
+// when `interleaved`, else (j, j + half)); queries stay in q,
+// keys and values go to the sequence's cache rows kc / vc at the row's position pos[row] (read
+// on the device, so a captured decode step stays valid as the positions advance). Rows
+// row0 .. row0 + n of q [*, H * hd], kn / vn [*, KVH * hd], cs / sn [*, half], pos; any of
+// qb, kb, vb, qn, kw may be 0 (absent). One warp per (row, head), heads ordered q, k, v.
+#define QKV_WARPS 4
+extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
+    float* q, const float* __restrict__ kn, const float* __restrict__ vn, float* kc, float* vc,
+    const float* __restrict__ qb, const float* __restrict__ kb, const float* __restrict__ vb,
+    const float* __restrict__ qn, const float* __restrict__ kw, const float* __restrict__ cs,
+    const float* __restrict__ sn, const int* __restrict__ pos, int row0, int n, int H, int KVH,
+    int hd, int half, int interleaved, float eps) {
+    __shared__ float sh[QKV_WARPS][256];
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    int heads = H + 2 * KVH;
+    if (gw >= (long)n * heads) return;
+    int row = row0 + (int)(gw / heads), h = (int)(gw % heads);
+    int per = hd >> 5, q_row = H * hd, kv_row = KVH * hd;
+    const float *src, *bias, *gain;
+    float* dst;
+    bool rotate;
+    if (h < H) {
+        src = q + (long)row * q_row + h * hd;
+        dst = q + (long)row * q_row + h * hd;
+        bias = qb ? qb + h * hd : 0;
+        gain = qn;
+        rotate = true;
+    } else if (h < H + KVH) {
+        int kh = h - H;
+        src = kn + (long)row * kv_row + kh * hd;
+        dst = kc + (long)pos[row] * kv_row + kh * hd;
+        bias = kb ? kb + kh * hd : 0;
+        gain = kw;
+        rotate = true;
+    } else {
+        int vh = h - H - KVH;
+        src = vn + (long)row * kv_row + vh * hd;
+        dst = vc + (long)pos[row] * kv_row + vh * hd;
+        bias = vb ? vb + vh * hd : 0;
+        gain = 0;
+        rotate = false;
+    }
+    float v[8];
+    double ss = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        v[e] = 0.f;
+        if (e < per) {
+            v[e] = src[lane + 32 * e];
+            if (bias) v[e] += bias[lane + 32 * e];
+            ss += (double)v[e] * (double)v[e];
+        }
+    }
+    if (gain) {
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+        #pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < per) v[e] = v[e] * inv * gain[lane + 32 * e];
+    }
+    if (!rotate) {
+        #pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < per) dst[lane + 32 * e] = v[e];
+        return;
+    }
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < per) sh[wi][lane + 32 * e] = v[e];
+    __syncwarp();
+    const float* c = cs + (long)row * half;
+    const float* s = sn + (long)row * half;
+    for (int j = lane; j < half; j += 32) {
+        int ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + half;
+        float a = sh[wi][ia], b = sh[wi][ib];
+        dst[ia] = a * c[j] - b * s[j];
+        dst[ib] = a * s[j] + b * c[j];
+    }
+    for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = sh[wi][i];
 }
