@@ -148,6 +148,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
 
 /// The model `-m` names when it is an embedding model (resolved through the cache, fetched
 /// when needed); `None` for anything else (no `-m`: the default chat model).
+#[cfg(feature = "server")]
 pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
     let Some(spec) = spec else {
         return Ok(None);
@@ -164,6 +165,7 @@ pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
 /// `oxinfer serve` on an embedding model: `/v1/embeddings` only.
 /// Serves the embedding model at `path` on `listener`; `config(model_id, ctx)` makes the
 /// server settings from the command line (`oxinfer serve` builds both).
+#[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
     path: &Path,

@@ -17,6 +17,7 @@ mod positional;
 mod progress;
 mod quantize;
 mod run;
+#[cfg(feature = "server")]
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -56,6 +57,7 @@ enum Command {
     /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
     Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
+    #[cfg(feature = "server")]
     Serve(serve::ServeArgs),
 }
 
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices => devices::run(),
+        #[cfg(feature = "server")]
         Command::Serve(a) => serve::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Image(a) => image::run(a),
