@@ -95,43 +95,54 @@ fn greedy_args<'a>(model: &'a str, prompt: &'a str) -> Vec<&'a str> {
     ]
 }
 
-/// The whole engine in wasm (loader without mmap, tokenizer, chat template, generation loop,
-/// the kernel pool on wasi-threads) against native, token for token: both on the scalar
-/// kernels (`OXINFER_KERNELS=scalar`), whose float arithmetic is the same code on both sides.
-/// (The SIMD kernels of the two sides round differently; on this tie-prone 135M model their
-/// greedy runs part after a few tokens, as native AVX2's packed and row-major kernels do
-/// between themselves: the next test bounds their logits instead.)
-#[test]
-fn wasm_greedy_tokens_match_native_on_smollm2() {
-    let what = "wasm_greedy_tokens_match_native_on_smollm2";
+/// Greedy ids of `file` for three chat prompts: the wasm binary's equal the native binary's,
+/// both run with the variables `env`.
+fn greedy_tokens_match(what: &str, file: &str, env: &[(&str, &str)]) {
     let Some(setup) = wasm_setup(what) else {
         return;
     };
-    let Some(model) = real_model(MODEL) else {
+    let Some(model) = real_model(file) else {
         return;
     };
     let dir = model.parent().unwrap();
-    let wasm_model = format!("/models/{MODEL}");
-    let scalar = [("OXINFER_KERNELS", "scalar")];
+    let wasm_model = format!("/models/{file}");
     for prompt in [
         "What is the capital of France?",
         "Write a haiku about the sea.",
         "List three prime numbers.",
     ] {
-        let native = oxinfer_env(&greedy_args(model.to_str().unwrap(), prompt), &scalar);
+        let native = oxinfer_env(&greedy_args(model.to_str().unwrap(), prompt), env);
         assert!(native.status.success(), "native: {}", stderr(&native));
-        let wasm = oxinfer_wasm(
-            &setup,
-            dir,
-            None,
-            &scalar,
-            &greedy_args(&wasm_model, prompt),
-        );
+        let wasm = oxinfer_wasm(&setup, dir, None, env, &greedy_args(&wasm_model, prompt));
         assert!(wasm.status.success(), "wasm: {}", stderr(&wasm));
         let (n, w) = (stdout(&native), stdout(&wasm));
-        assert!(!n.trim().is_empty(), "{prompt:?}: no tokens");
-        assert_eq!(w.trim(), n.trim(), "{prompt:?}: wasm vs native greedy ids");
+        assert!(!n.trim().is_empty(), "{file} {prompt:?}: no tokens");
+        assert_eq!(
+            w.trim(),
+            n.trim(),
+            "{file} {prompt:?}: wasm vs native greedy ids"
+        );
     }
+}
+
+/// The whole engine in wasm (loader without mmap, tokenizer, chat template, generation loop,
+/// the kernel pool on wasi-threads) against native on SmolLM2, token for token, both on the
+/// scalar kernels (`OXINFER_KERNELS=scalar`: the same float code on both sides). On the SIMD
+/// kernels this tie-prone 135M model's greedy runs part after a few tokens, as native AVX2's
+/// packed and row-major kernels do between themselves: `wasm_dump_logits_match_native_on_smollm2`
+/// bounds their logits instead.
+#[test]
+fn wasm_greedy_tokens_match_native_on_smollm2() {
+    let what = "wasm_greedy_tokens_match_native_on_smollm2";
+    greedy_tokens_match(what, MODEL, &[("OXINFER_KERNELS", "scalar")]);
+}
+
+/// The SIMD128 kernels end to end on Gemma 3 270M (Q4_K_M: the K-quant kernels): greedy ids
+/// identical to native's AVX2 kernels.
+#[test]
+fn wasm_greedy_tokens_match_native_on_gemma3() {
+    let what = "wasm_greedy_tokens_match_native_on_gemma3";
+    greedy_tokens_match(what, "gemma-3-270m-q4_k_m.gguf", &[]);
 }
 
 /// The SIMD128 kernels end to end: the prompt logits of `--tokens … --dump-logits` in wasm
