@@ -5,14 +5,15 @@
 #
 #   scripts/wasm-run.sh PROGRAM.wasm [ARGS...]
 #
-# The wasmtime binary: $WASMTIME, else `wasmtime` on PATH, else the one scripts/setup-wasm.sh
-# installs (~/.cache/oxinfer/wasmvenv). WASI threads need wasmtime 46 or older (docs/wasm.md).
+# The wasmtime binary: $WASMTIME, else the one scripts/setup-wasm.sh installs
+# (~/.cache/oxinfer/wasmvenv), else `wasmtime` on PATH. WASI threads need wasmtime 46 or older
+# (docs/wasm.md).
 # The OXINFER_*, PROPTEST_CASES and RUST_BACKTRACE variables are passed through when set.
 set -euo pipefail
 wt="${WASMTIME:-}"
 if [ -z "$wt" ]; then
-  wt="$(command -v wasmtime || true)"
-  [ -n "$wt" ] || wt="$HOME/.cache/oxinfer/wasmvenv/bin/wasmtime"
+  wt="${OXINFER_WASM_VENV:-$HOME/.cache/oxinfer/wasmvenv}/bin/wasmtime"
+  [ -x "$wt" ] || wt="$(command -v wasmtime || echo wasmtime)"
 fi
 envs=()
 for v in $(compgen -e | grep -E '^(OXINFER_|PROPTEST_CASES$|RUST_BACKTRACE$)' || true); do
