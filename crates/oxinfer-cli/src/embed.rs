@@ -152,6 +152,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
 
 /// The model `-m` names when it is an embedding model or a reranker (resolved through the cache, fetched
 /// when needed); `None` for anything else (no `-m`: the default chat model).
+#[cfg(feature = "server")]
 pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
     let Some(spec) = spec else {
         return Ok(None);
@@ -171,6 +172,7 @@ pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
 /// ([`crate::rerank::serve`]).
 /// Serves the embedding model at `path` on `listener`; `config(model_id, ctx)` makes the
 /// server settings from the command line (`oxinfer serve` builds both).
+#[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
     path: &Path,

@@ -20,6 +20,7 @@ mod progress;
 mod quantize;
 mod rerank;
 mod run;
+#[cfg(feature = "server")]
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -61,6 +62,7 @@ enum Command {
     /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
     Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
+    #[cfg(feature = "server")]
     Serve(serve::ServeArgs),
 }
 
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices => devices::run(),
+        #[cfg(feature = "server")]
         Command::Serve(a) => serve::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Rerank(a) => rerank::run(a),

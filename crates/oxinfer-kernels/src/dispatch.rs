@@ -313,6 +313,10 @@ pub enum Isa {
     /// NEON with `dotprod` and the int8 matrix multiply (`smmla`, Armv8.6 `i8mm`).
     #[non_exhaustive]
     NeonI8mm,
+    /// WebAssembly SIMD128 (`std::arch::wasm32`): chosen at build time, since a wasm module
+    /// that uses it does not load on an engine without it (`-C target-feature=+simd128`).
+    #[non_exhaustive]
+    Simd128,
 }
 
 impl Isa {
@@ -325,6 +329,7 @@ impl Isa {
             Isa::Neon => "neon",
             Isa::NeonDot => "neon+dotprod",
             Isa::NeonI8mm => "neon+dotprod+i8mm",
+            Isa::Simd128 => "simd128",
         }
     }
 
@@ -344,6 +349,11 @@ impl Isa {
     /// Whether this is one of the aarch64 NEON levels.
     pub fn is_neon(self) -> bool {
         matches!(self, Isa::Neon | Isa::NeonDot | Isa::NeonI8mm)
+    }
+
+    /// Whether this is WebAssembly SIMD128.
+    pub fn is_simd128(self) -> bool {
+        self == Isa::Simd128
     }
 }
 
@@ -381,6 +391,9 @@ pub fn detected_isa() -> Isa {
                 return Isa::Neon;
             }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Isa::Simd128;
+        #[allow(unreachable_code)]
         Isa::Scalar
     })
 }
@@ -404,6 +417,9 @@ pub fn available_isas() -> Vec<Isa> {
     }
     if best == Isa::NeonI8mm {
         v.push(Isa::NeonI8mm);
+    }
+    if best.is_simd128() {
+        v.push(Isa::Simd128);
     }
     v
 }

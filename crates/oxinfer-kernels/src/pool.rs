@@ -271,6 +271,10 @@ mod tests {
     /// with that panic on the calling thread; no thread dies, and the next regions run every
     /// task. Before, the region either spun forever (a worker died) or aborted the process.
     #[test]
+    #[cfg_attr(
+        panic = "abort",
+        ignore = "catches a panic; panics abort on this target (wasm)"
+    )]
     fn a_panicking_task_ends_its_region_and_the_pool_survives() {
         for bad in [0usize, 1, 7, 63] {
             let ran = AtomicUsize::new(0);
@@ -302,6 +306,10 @@ mod tests {
     /// Every task panicking, and a panic inside a nested (inline) region: the caller gets one
     /// panic, the first caught.
     #[test]
+    #[cfg_attr(
+        panic = "abort",
+        ignore = "catches a panic; panics abort on this target (wasm)"
+    )]
     fn many_and_nested_panics_reach_the_caller() {
         let caught = catch_unwind(|| parallel_for(1000, &|i| panic!("all fail {i}")));
         let msg = payload_message(caught.expect_err("must panic").as_ref());
@@ -323,6 +331,10 @@ mod tests {
     /// Regions from several threads at once are serialized and each runs its own tasks, with
     /// panicking regions among them.
     #[test]
+    #[cfg_attr(
+        panic = "abort",
+        ignore = "catches a panic; panics abort on this target (wasm)"
+    )]
     fn concurrent_callers() {
         std::thread::scope(|sc| {
             for c in 0..4usize {

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A whole file, memory-mapped read-only and private (or held in memory when it cannot be
-/// mapped, e.g. an empty file or bytes made in a test).
+/// mapped, e.g. an empty file, bytes made in a test, or any file on a platform without mmap:
+/// wasm32).
 ///
 /// A mapping reads the file's pages on demand: if another process truncates the file while it
 /// is mapped, touching a page past the new end raises SIGBUS, which kills the process. The
@@ -51,11 +52,17 @@ impl MappedFile {
         // rename is fine: the old inode stays mapped). Truncation is detected: the length is
         // checked against every header at load and `check_size` re-checks it before each
         // prompt, refusing with an error instead of crashing (docs/security.md).
-        let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
-            .map_err(|e| LoadError::io(path, e))?;
+        let data = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
+            Ok(map) => Backing::Map(map, file),
+            // No mmap on this platform (wasm32-wasi): the file is read into memory instead.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                Backing::Owned(read_whole(file, meta.len()).map_err(|e| LoadError::io(path, e))?)
+            }
+            Err(e) => return Err(LoadError::io(path, e)),
+        };
         Ok(MappedFile {
             path: path.to_path_buf(),
-            data: Backing::Map(map, file),
+            data,
         })
     }
 
@@ -128,6 +135,15 @@ impl MappedFile {
         #[cfg(not(unix))]
         let _ = (offset, len);
     }
+}
+
+/// The whole of `file` (`len` bytes by its metadata) read into memory, for platforms without
+/// memory mapping.
+fn read_whole(mut file: std::fs::File, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// A byte range of a mapped file (the scales buffer of a split-format tensor).

@@ -10,6 +10,7 @@ mod iq_avx2;
 mod neon;
 mod neon_mm;
 mod scalar;
+mod simd128;
 mod unpack;
 
 pub use crate::dispatch::{available_isas, detected_isa, Isa};
@@ -62,6 +63,10 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
         // SAFETY: NEON is part of every aarch64 CPU (and the Neon* levels are only chosen when
         // the CPU reports it).
         isa if isa.is_neon() => unsafe { neon::dot_float(format, w, x) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            simd128::dot_float(format, w, x).unwrap_or_else(|| scalar::dot_float(format, w, x))
+        }
         _ => scalar::dot_float(format, w, x),
     }
 }
@@ -79,6 +84,15 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
         isa if isa.has_avx2() => unsafe { avx2::dot_q8(format, w, x) },
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<1>(format, w, None, [x], isa)[0],
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            let mut out = [0f32; 1];
+            if simd128::dot_q8_multi::<1>(format, w, [x], &mut out) {
+                out[0]
+            } else {
+                scalar::dot_q8(format, w, x)
+            }
+        }
         _ => scalar::dot_q8(format, w, x),
     }
 }
@@ -125,6 +139,15 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
         }
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<4>(format, w, None, xs, isa),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            let mut out = [0f32; 4];
+            if simd128::dot_q8_multi::<4>(format, w, xs, &mut out) {
+                out
+            } else {
+                xs.map(|x| scalar::dot_q8(format, w, x))
+            }
+        }
         _ => xs.map(|x| scalar::dot_q8(format, w, x)),
     }
 }
@@ -173,6 +196,12 @@ pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: I
         }
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<1>(format, w, Some(s), [x], isa)[0],
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            let mut out = [0f32; 1];
+            simd128::dot_split_multi::<1>(format, w, s, [x], &mut out);
+            out[0]
+        }
         _ => scalar::dot_split(format, w, s, x),
     }
 }
@@ -201,6 +230,12 @@ pub fn dot_split_x4(
         }
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<4>(format, w, Some(s), xs, isa),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            let mut out = [0f32; 4];
+            simd128::dot_split_multi::<4>(format, w, s, xs, &mut out);
+            out
+        }
         _ => xs.map(|x| scalar::dot_split(format, w, s, x)),
     }
 }
@@ -217,6 +252,8 @@ pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K, isa: Isa) -> f32 {
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Isa::NeonDot and Isa::NeonI8mm are only chosen when the CPU reports dotprod.
         Isa::NeonDot | Isa::NeonI8mm => unsafe { neon::dot_kblock_dot(kb, y) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => simd128::dot_kblock(kb, y),
         _ => scalar::dot_kblock(kb, y),
     }
 }

@@ -277,6 +277,9 @@ fn isa_levels_end_at_the_detected_one() {
     if cfg!(target_arch = "aarch64") {
         assert!(isas.contains(&Isa::Neon), "{isas:?}");
     }
+    if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+        assert_eq!(detected_isa(), Isa::Simd128, "{isas:?}");
+    }
     if let Ok(want) = std::env::var("OXINFER_TEST_EXPECT_ISA") {
         assert_eq!(detected_isa().name(), want, "levels found: {isas:?}");
     }
@@ -287,6 +290,10 @@ fn isa_levels_end_at_the_detected_one() {
 /// instruction set: the SIMD kernels would otherwise read as many weight bytes as the
 /// activations say (`dot_float` read past `w`).
 #[test]
+#[cfg_attr(
+    panic = "abort",
+    ignore = "catches a panic; panics abort on this target (wasm)"
+)]
 fn wrong_lengths_and_formats_panic_with_a_message() {
     let x = vec![0.5f32; 64];
     let blocks = vec![BlockQ8::default(); 4];
@@ -395,6 +402,73 @@ fn iq_unpack_matches_portable_and_dequant() {
                     "{format} seed {seed} weight {i}: {got} vs {w}"
                 );
             }
+        }
+    }
+}
+
+/// The SIMD128 kernels against their scalar twins on every format, several lengths and seeds
+/// (the proptest above samples a few formats per run): the integer kernels return the scalar
+/// twin's bits (the same exact integer sums, then the same float steps in the same order), the
+/// float rows agree within summation-order rounding.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd128_kernels_match_their_scalar_twins() {
+    let simd = Isa::Simd128;
+    for format in FORMATS {
+        for seed in 0..12u64 {
+            let blocks = 1 + seed as usize % 5;
+            let n = if format.block_size() == 1 {
+                blocks * 37 + seed as usize % 9
+            } else {
+                blocks * format.block_size().max(32)
+            };
+            let w = random_row(format, n, seed);
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i as u64 * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let (s, v) = both(format, &w, &x, simd);
+            if act_kind(format) == ActKind::F32 {
+                let mag: f32 = x.iter().map(|v| v.abs()).sum::<f32>() * 2.0;
+                assert!((s - v).abs() <= 1e-5 * mag + 1e-6, "{format}: {s} vs {v}");
+                continue;
+            }
+            assert_eq!(
+                s.to_bits(),
+                v.to_bits(),
+                "{format} n={n} seed {seed}: {s} vs {v}"
+            );
+            if act_kind(format) == ActKind::Q8 {
+                let mut q = vec![BlockQ8::default(); n / 32];
+                quantize_q8(&x, &mut q);
+                let xs = [&q[..], &q[..], &q[..], &q[..]];
+                let want = dot_q8(format, &w, &q, Isa::Scalar).to_bits();
+                for got in dot_q8_x4(format, &w, xs, simd) {
+                    assert_eq!(got.to_bits(), want, "{format} x4 seed {seed}");
+                }
+            }
+        }
+    }
+    // The split formats (on-load quantization), one and four tokens.
+    for format in [WeightFormat::Q8, WeightFormat::Q4] {
+        for seed in 1..8u64 {
+            let (rows, cols) = (1, 32 * seed as usize);
+            let src: Vec<f32> = (0..cols)
+                .map(|i| ((i as u64 * 31 + seed * 17) % 201) as f32 / 100.0 - 1.0)
+                .collect();
+            let bytes: Vec<u8> = src.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let m = crate::WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
+            let qz = crate::quantize::quantize_matrix(&m, format).unwrap();
+            let (w, s) = (&qz.data[..], &qz.scales[..]);
+            let mut q = vec![BlockQ8::default(); cols / 32];
+            quantize_q8(&src, &mut q);
+            let want = dot_split(format, w, s, &q, Isa::Scalar).to_bits();
+            assert_eq!(
+                dot_split(format, w, s, &q, simd).to_bits(),
+                want,
+                "{format}"
+            );
+            let x4 = dot_split_x4(format, w, s, [&q[..], &q[..], &q[..], &q[..]], simd);
+            assert!(x4.iter().all(|v| v.to_bits() == want), "{format} x4");
         }
     }
 }

@@ -48,6 +48,10 @@ pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut
 }
 
 /// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code) // only the x86 and NEON quant unpackers call it
+)]
 pub(super) fn unpack_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     if format == WeightFormat::Q6K {
         out.d = f16_at(b, 208);

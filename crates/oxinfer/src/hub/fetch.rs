@@ -16,6 +16,7 @@ use super::{HubError, Progress};
 /// How long to wait for the hub's name lookup and TCP/TLS connection before giving up on it.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A download whose connection stays silent this long is abandoned.
+#[cfg_attr(not(feature = "download"), allow(dead_code))]
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 const BUF_SIZE: usize = 1 << 20;
 
@@ -272,16 +273,7 @@ pub fn download_url(
         url: url.to_string(),
         reason,
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_resolve(Some(CONNECT_TIMEOUT))
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .timeout_recv_response(Some(READ_TIMEOUT))
-        .timeout_per_read(Some(READ_TIMEOUT))
-        .build()
-        .new_agent();
-    let response = agent.get(url).call().map_err(|e| http_err(e.to_string()))?;
-    let body = response.into_body();
-    let total = body.content_length();
+    let (total, mut reader) = http_get(url).map_err(http_err)?;
     if let Some(len) = total {
         if len != size {
             return Err(HubError::Mismatch {
@@ -295,7 +287,6 @@ pub fn download_url(
     let mut writer = VerifiedWriter::new(dest, size, sha256)?;
     let name = file_label(dest);
     progress.start(&format!("downloading {name}"), total.or(Some(size)));
-    let mut reader = body.into_reader();
     let what = format!("download of {url}");
     let copied = writer.copy_from(&mut reader, &what, progress);
     progress.finish();
@@ -304,6 +295,34 @@ pub fn download_url(
         Err(CopyError::Read(e)) => Err(http_err(e.to_string())),
         Err(CopyError::Verify(e)) => Err(e),
     }
+}
+
+/// The body of a GET of `url` and its length when the server states it (`Content-Length`); the
+/// error is the reason in words.
+#[cfg(feature = "download")]
+fn http_get(url: &str) -> Result<(Option<u64>, Box<dyn Read>), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_resolve(Some(CONNECT_TIMEOUT))
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_recv_response(Some(READ_TIMEOUT))
+        .timeout_per_read(Some(READ_TIMEOUT))
+        .build()
+        .new_agent();
+    let response = agent.get(url).call().map_err(|e| e.to_string())?;
+    let body = response.into_body();
+    let total = body.content_length();
+    Ok((total, Box::new(body.into_reader())))
+}
+
+/// Without the `download` feature (the wasm builds: no sockets, no TLS) every GET fails with a
+/// reason that says so; the caller then tries pip, then reports every attempt.
+#[cfg(not(feature = "download"))]
+fn http_get(_url: &str) -> Result<(Option<u64>, Box<dyn Read>), String> {
+    Err(
+        "this build of oxinfer has no HTTP client (built without the `download` feature); \
+         fetch the file elsewhere and pass -m PATH"
+            .to_string(),
+    )
 }
 
 fn file_label(path: &Path) -> String {

@@ -74,6 +74,9 @@ fn cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
     let home = nonempty("HOME").or_else(|| nonempty("USERPROFILE"));
     match home {
         Some(home) => home.join(".cache").join("oxinfer"),
+        // `std::env::temp_dir` panics on WASI ("no filesystem on wasm"): a relative folder
+        // there (under the directory the runtime maps as the current one).
+        None if cfg!(target_os = "wasi") => PathBuf::from("oxinfer-cache"),
         None => std::env::temp_dir().join("oxinfer-cache"),
     }
 }

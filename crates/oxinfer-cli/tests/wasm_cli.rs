@@ -1,0 +1,218 @@
+//! The wasm32-wasip1-threads build of `oxinfer` under wasmtime (docs/wasm.md) against the
+//! native binary on SmolLM2: the same greedy tokens for three prompts (scalar kernels on both
+//! sides), and the prompt logits of `--tokens … --dump-logits` on the SIMD128 kernels within
+//! native's own spread between its kernel paths.
+//!
+//! It needs the wasm binary (`cargo build --release -p oxinfer-cli --no-default-features
+//! --target wasm32-wasip1-threads`, or `$OXINFER_WASM_BIN`) and wasmtime with WASI threads
+//! (`scripts/setup-wasm.sh`, or `$WASMTIME`); without them it prints a `skipped:` line, and
+//! fails instead when `OXINFER_WASM_REQUIRED=1` (set by .ci/run, which builds both).
+
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cli_process::{oxinfer_env, stderr, stdout};
+use common::{max_abs_diff, read_npy_f32, real_model, scratch_dir, visible_line};
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The wasm binary and the wasmtime to run it with, or `None` after a `skipped:` line.
+fn wasm_setup(what: &str) -> Option<(PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = std::env::var_os("OXINFER_WASM_BIN").map_or_else(
+        || root.join("target/wasm32-wasip1-threads/release/oxinfer.wasm"),
+        PathBuf::from,
+    );
+    let wasmtime = std::env::var_os("WASMTIME").map(PathBuf::from).or_else(|| {
+        let home = std::env::var_os("HOME")?;
+        let cached = Path::new(&home).join(".cache/oxinfer/wasmvenv/bin/wasmtime");
+        cached.is_file().then_some(cached)
+    });
+    let required = std::env::var("OXINFER_WASM_REQUIRED").is_ok_and(|v| v == "1");
+    let missing = if !bin.is_file() {
+        Some(format!("no wasm binary at {}", bin.display()))
+    } else if wasmtime.is_none() {
+        Some("no wasmtime (scripts/setup-wasm.sh installs it)".to_string())
+    } else {
+        None
+    };
+    if let Some(reason) = missing {
+        assert!(!required, "{what}: {reason} (OXINFER_WASM_REQUIRED=1)");
+        visible_line(&format!("skipped: {what}: {reason}"));
+        return None;
+    }
+    Some((bin, wasmtime.unwrap()))
+}
+
+/// `oxinfer ARGS` under wasmtime, the model's folder visible as `/models`, `out` (when given)
+/// as `/out`, and the variables `env` set.
+fn oxinfer_wasm(
+    setup: &(PathBuf, PathBuf),
+    model_dir: &Path,
+    out: Option<&Path>,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Output {
+    let (bin, wasmtime) = setup;
+    let mut cmd = Command::new(wasmtime);
+    cmd.args([
+        "run",
+        "-W",
+        "threads=y,shared-memory=y",
+        "-S",
+        "threads=y",
+        "--dir",
+    ])
+    .arg(format!("{}::/models", model_dir.display()));
+    if let Some(out) = out {
+        cmd.arg("--dir").arg(format!("{}::/out", out.display()));
+    }
+    for (k, v) in env {
+        cmd.arg("--env").arg(format!("{k}={v}"));
+    }
+    cmd.arg(bin).args(args).output().expect("run wasmtime")
+}
+
+/// The arguments of a greedy run of 24 tokens printing their ids.
+fn greedy_args<'a>(model: &'a str, prompt: &'a str) -> Vec<&'a str> {
+    vec![
+        "run",
+        "-m",
+        model,
+        "-p",
+        prompt,
+        "--temp",
+        "0",
+        "-n",
+        "24",
+        "--show-tokens",
+        "-t",
+        "2",
+    ]
+}
+
+/// Greedy ids of `file` for three chat prompts: the wasm binary's equal the native binary's,
+/// both run with the variables `env`.
+fn greedy_tokens_match(what: &str, file: &str, env: &[(&str, &str)]) {
+    let Some(setup) = wasm_setup(what) else {
+        return;
+    };
+    let Some(model) = real_model(file) else {
+        return;
+    };
+    let dir = model.parent().unwrap();
+    let wasm_model = format!("/models/{file}");
+    for prompt in [
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "List three prime numbers.",
+    ] {
+        let native = oxinfer_env(&greedy_args(model.to_str().unwrap(), prompt), env);
+        assert!(native.status.success(), "native: {}", stderr(&native));
+        let wasm = oxinfer_wasm(&setup, dir, None, env, &greedy_args(&wasm_model, prompt));
+        assert!(wasm.status.success(), "wasm: {}", stderr(&wasm));
+        let (n, w) = (stdout(&native), stdout(&wasm));
+        assert!(!n.trim().is_empty(), "{file} {prompt:?}: no tokens");
+        assert_eq!(
+            w.trim(),
+            n.trim(),
+            "{file} {prompt:?}: wasm vs native greedy ids"
+        );
+    }
+}
+
+/// The whole engine in wasm (loader without mmap, tokenizer, chat template, generation loop,
+/// the kernel pool on wasi-threads) against native on SmolLM2, token for token, both on the
+/// scalar kernels (`OXINFER_KERNELS=scalar`: the same float code on both sides). On the SIMD
+/// kernels this tie-prone 135M model's greedy runs part after a few tokens, as native AVX2's
+/// packed and row-major kernels do between themselves: `wasm_dump_logits_match_native_on_smollm2`
+/// bounds their logits instead.
+#[test]
+fn wasm_greedy_tokens_match_native_on_smollm2() {
+    let what = "wasm_greedy_tokens_match_native_on_smollm2";
+    greedy_tokens_match(what, MODEL, &[("OXINFER_KERNELS", "scalar")]);
+}
+
+/// The SIMD128 kernels end to end on Gemma 3 270M (Q4_K_M: the K-quant kernels): greedy ids
+/// identical to native's AVX2 kernels.
+#[test]
+fn wasm_greedy_tokens_match_native_on_gemma3() {
+    let what = "wasm_greedy_tokens_match_native_on_gemma3";
+    greedy_tokens_match(what, "gemma-3-270m-q4_k_m.gguf", &[]);
+}
+
+/// The SIMD128 kernels end to end: the prompt logits of `--tokens … --dump-logits` in wasm
+/// against native's (AVX2 packed kernels where the CPU has them) differ no more than native's
+/// own two int8 paths (packed and row-major, `OXINFER_PACKED=0`) differ from each other, and
+/// every position's argmax is the same.
+#[test]
+fn wasm_dump_logits_match_native_on_smollm2() {
+    let what = "wasm_dump_logits_match_native_on_smollm2";
+    let Some(setup) = wasm_setup(what) else {
+        return;
+    };
+    let Some(model) = real_model(MODEL) else {
+        return;
+    };
+    let out = scratch_dir("wasm-logits");
+    let tokens = "1,504,3575,282,4649,314,7042,30";
+    let args = |m: &str, dump: &str| {
+        let v = [
+            "run",
+            "-m",
+            m,
+            "--tokens",
+            tokens,
+            "-n",
+            "1",
+            "--temp",
+            "0",
+            "-t",
+            "2",
+            "--dump-logits",
+            dump,
+        ];
+        v.map(str::to_string)
+    };
+    let native_logits = |name: &str, env: &[(&str, &str)]| {
+        let path = out.join(name);
+        let a = args(model.to_str().unwrap(), path.to_str().unwrap());
+        let o = oxinfer_env(&a.each_ref().map(String::as_str), env);
+        assert!(o.status.success(), "native: {}", stderr(&o));
+        read_npy_f32(&path)
+    };
+    let (shape, native) = native_logits("native.npy", &[]);
+    let (_, row_major) = native_logits("row-major.npy", &[("OXINFER_PACKED", "0")]);
+    let a = args(&format!("/models/{MODEL}"), "/out/wasm.npy");
+    let dir = model.parent().unwrap();
+    let wasm = oxinfer_wasm(
+        &setup,
+        dir,
+        Some(&out),
+        &[],
+        &a.each_ref().map(String::as_str),
+    );
+    assert!(wasm.status.success(), "wasm: {}", stderr(&wasm));
+    let (w_shape, w) = read_npy_f32(&out.join("wasm.npy"));
+    assert_eq!(w_shape, shape);
+    let (diff, spread) = (max_abs_diff(&w, &native), max_abs_diff(&row_major, &native));
+    visible_line(&format!(
+        "wasm vs native prompt logits {shape:?}: max |diff| {diff:.3}; native packed vs \
+         row-major: {spread:.3}"
+    ));
+    assert!(
+        diff <= 2.0 * spread + 1e-3,
+        "wasm {diff} vs native spread {spread}"
+    );
+    let vocab = shape[1];
+    let argmax = |v: &[f32]| -> Vec<usize> {
+        v.chunks_exact(vocab)
+            .map(|r| (0..vocab).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap())
+            .collect()
+    };
+    assert_eq!(argmax(&w), argmax(&native), "argmax per position");
+}

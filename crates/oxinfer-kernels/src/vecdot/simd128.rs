@@ -1,0 +1,262 @@
+//! wasm32 SIMD128 dot-product kernels (`std::arch::wasm32`), for the wasm builds
+//! (`-C target-feature=+simd128`, set for the wasm targets in `.cargo/config.toml`).
+//!
+//! WebAssembly has no run-time feature detection: a module that uses SIMD128 does not load on
+//! an engine without it, so these kernels exist exactly when the build enables the feature
+//! ([`crate::dispatch::Isa::Simd128`]). The integer sums are exact and the float arithmetic
+//! after them is the scalar twin's, in the same order: each kernel returns the scalar kernel's
+//! bits (the tests check them against `scalar.rs` within a rounding bound all the same).
+//!
+//! Each int8 product of 16 bytes widens both sides to i16 and takes `i32x4.dot_i16x8_s` (one
+//! `pmaddwd` on x86 hosts). Formats without a kernel here return `None` and take the scalar
+//! path.
+#![cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+
+use super::unpack::KBlock;
+use crate::dequant::f16_at;
+use crate::dequant::iq::e8m0_half;
+use crate::dequant::{KVALUES_IQ4NL, KVALUES_MXFP4};
+use crate::format::WeightFormat;
+use crate::q8::{BlockQ8, BlockQ8K};
+use std::arch::wasm32::*;
+
+/// 16 bytes as a vector.
+#[inline(always)]
+fn load16(b: &[u8; 16]) -> v128 {
+    // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(b.as_ptr().cast()) }
+}
+
+/// The 16 bytes of `s` starting at `at`, as a vector.
+///
+/// # Panics
+/// If `s` has fewer than `at + 16` bytes.
+#[inline(always)]
+fn load_at(s: &[u8], at: usize) -> v128 {
+    let b: &[u8; 16] = s[at..at + 16].try_into().expect("16 bytes");
+    load16(b)
+}
+
+/// 16 signed bytes as a vector.
+#[inline(always)]
+fn load_i8(s: &[i8], at: usize) -> v128 {
+    let b: &[i8; 16] = s[at..at + 16].try_into().expect("16 bytes");
+    // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(b.as_ptr().cast()) }
+}
+
+/// 8 i16 as a vector.
+#[inline(always)]
+fn load_i16(s: &[i16], at: usize) -> v128 {
+    let b: &[i16; 8] = s[at..at + 8].try_into().expect("8 values");
+    // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(b.as_ptr().cast()) }
+}
+
+/// `acc + Σ a·b` of 16 signed bytes, in four i32 lanes (which lane holds which products does
+/// not matter to the callers: they take the total).
+#[inline(always)]
+fn dot_i8x16(acc: v128, a: v128, b: v128) -> v128 {
+    let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b));
+    let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b));
+    i32x4_add(acc, i32x4_add(lo, hi))
+}
+
+/// Sum of the four i32 lanes.
+#[inline(always)]
+fn hsum_i32(v: v128) -> i32 {
+    i32x4_extract_lane::<0>(v)
+        .wrapping_add(i32x4_extract_lane::<1>(v))
+        .wrapping_add(i32x4_extract_lane::<2>(v))
+        .wrapping_add(i32x4_extract_lane::<3>(v))
+}
+
+/// The fifth bits of a Q5 block's 32 quants (`qh`, bit `j` for quant `j`) as `0x10` bytes:
+/// quants 0..16, then 16..32.
+#[inline(always)]
+fn q5_high_bits(qh: u32) -> (v128, v128) {
+    let v = u32x4_splat(qh);
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let spread = |b0: u8, b1: u8| {
+        let sel = u8x16(
+            b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1, b1,
+        );
+        let set = u8x16_ne(v128_and(i8x16_swizzle(v, sel), bit), u8x16_splat(0));
+        v128_and(set, u8x16_splat(0x10))
+    };
+    (spread(0, 1), spread(2, 3))
+}
+
+/// The 32 quants of one block of a 32-weight `format` as signed bytes (quants 0..16, 16..32)
+/// and its scale and min (`weight = d * q + m`); `None` for a format without a kernel here.
+#[inline(always)]
+fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)> {
+    let nibbles = |at: usize| {
+        let qs = load_at(b, at);
+        (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4))
+    };
+    Some(match format {
+        WeightFormat::Q4_0 => {
+            let (lo, hi) = nibbles(2);
+            let off = i8x16_splat(8);
+            (i8x16_sub(lo, off), i8x16_sub(hi, off), f16_at(b, 0), 0.0)
+        }
+        WeightFormat::Q4_1 => {
+            let (lo, hi) = nibbles(4);
+            (lo, hi, f16_at(b, 0), f16_at(b, 2))
+        }
+        WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+            let (h, at, off, m) = if format == WeightFormat::Q5_0 {
+                (2, 6, 16, 0.0)
+            } else {
+                (4, 8, 0, f16_at(b, 2))
+            };
+            let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
+            let (lo, hi) = nibbles(at);
+            let (hb_lo, hb_hi) = q5_high_bits(qh);
+            let off = i8x16_splat(off);
+            (
+                i8x16_sub(v128_or(lo, hb_lo), off),
+                i8x16_sub(v128_or(hi, hb_hi), off),
+                f16_at(b, 0),
+                m,
+            )
+        }
+        WeightFormat::Q8_0 => (load_at(b, 2), load_at(b, 18), f16_at(b, 0), 0.0),
+        WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
+            let (table, at, d) = if format == WeightFormat::IQ4_NL {
+                (&KVALUES_IQ4NL, 2, f16_at(b, 0))
+            } else {
+                (&KVALUES_MXFP4, 1, e8m0_half(b[0]))
+            };
+            let t = load_i8(table, 0);
+            let (lo, hi) = nibbles(at);
+            (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi), d, 0.0)
+        }
+        _ => return None,
+    })
+}
+
+/// `out[k] = w · xs[k]` for a row of a 32-weight format (the blocks unpacked once for the
+/// `N` tokens); `false` (nothing written) for a format without a kernel here. The caller
+/// checked that `w` is `xs[k].len()` blocks.
+pub fn dot_q8_multi<const N: usize>(
+    format: WeightFormat,
+    w: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) -> bool {
+    let bb = format.block_bytes();
+    let mut sum = [0f32; N];
+    for (bi, b) in w.chunks_exact(bb).enumerate() {
+        let Some((lo, hi, d, m)) = legacy_block(format, b) else {
+            return false;
+        };
+        for (k, x) in xs.iter().enumerate() {
+            let y = &x[bi];
+            let acc = dot_i8x16(i32x4_splat(0), lo, load_i8(&y.qs, 0));
+            let sumi = hsum_i32(dot_i8x16(acc, hi, load_i8(&y.qs, 16)));
+            sum[k] += d * y.d * sumi as f32 + m * y.s;
+        }
+    }
+    *out = sum;
+    true
+}
+
+/// [`dot_q8_multi`] for a split format (`Q8`: 32 signed bytes and an f32 scale per block;
+/// `Q4`: 16 nibble bytes, quant − 8, and an f16 scale). The caller checked the lengths.
+pub fn dot_split_multi<const N: usize>(
+    format: WeightFormat,
+    w: &[u8],
+    s: &[u8],
+    xs: [&[BlockQ8]; N],
+    out: &mut [f32; N],
+) {
+    let (bb, sb) = (format.block_bytes(), format.scale_bytes());
+    let mut sum = [0f32; N];
+    for (bi, (b, sc)) in w.chunks_exact(bb).zip(s.chunks_exact(sb)).enumerate() {
+        let (lo, hi, d) = if format == WeightFormat::Q8 {
+            let d = f32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
+            (load_at(b, 0), load_at(b, 16), d)
+        } else {
+            let qs = load_at(b, 0);
+            let off = i8x16_splat(8);
+            let lo = i8x16_sub(v128_and(qs, u8x16_splat(0x0F)), off);
+            (lo, i8x16_sub(u8x16_shr(qs, 4), off), f16_at(sc, 0))
+        };
+        for (k, x) in xs.iter().enumerate() {
+            let y = &x[bi];
+            let acc = dot_i8x16(i32x4_splat(0), lo, load_i8(&y.qs, 0));
+            let sumi = hsum_i32(dot_i8x16(acc, hi, load_i8(&y.qs, 16)));
+            sum[k] += d * y.d * sumi as f32;
+        }
+    }
+    *out = sum;
+}
+
+/// See `super::dot_kblock`: the same integer sums (exact), then the scalar twin's float step.
+pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K) -> f32 {
+    let mut acc = i32x4_splat(0);
+    for g in 0..16 {
+        let s = dot_i8x16(
+            i32x4_splat(0),
+            load_i8(&kb.q, 16 * g),
+            load_i8(&y.qs, 16 * g),
+        );
+        acc = i32x4_add(acc, i32x4_mul(s, i32x4_splat(i32::from(kb.sc[g]))));
+    }
+    let sumi = hsum_i32(acc);
+    let m = i32x4_add(
+        i32x4_dot_i16x8(load_i16(&kb.m, 0), load_i16(&y.bsums, 0)),
+        i32x4_dot_i16x8(load_i16(&kb.m, 8), load_i16(&y.bsums, 8)),
+    );
+    let summ = hsum_i32(m);
+    y.d * (kb.d * sumi as f32 - kb.dmin * summ as f32)
+}
+
+/// See `super::dot_float`: F32 and BF16 rows in eight f32 lanes (two vectors); `None` for F16
+/// (no f16 conversion in SIMD128: the scalar kernel runs).
+pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32]) -> Option<f32> {
+    let n = x.len();
+    let mut acc = [f32x4_splat(0.0); 2];
+    let mut i = 0;
+    let xv = |at: usize| {
+        let b: &[f32; 4] = x[at..at + 4].try_into().expect("4 values");
+        // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+        unsafe { v128_load(b.as_ptr().cast()) }
+    };
+    match format {
+        WeightFormat::F32 => {
+            while i + 8 <= n {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let o = i + 4 * h;
+                    *a = f32x4_add(*a, f32x4_mul(load_at(w, 4 * o), xv(o)));
+                }
+                i += 8;
+            }
+        }
+        WeightFormat::BF16 => {
+            while i + 8 <= n {
+                let v = load_at(w, 2 * i);
+                // bf16 → f32: the 16 bits become the high half of each lane.
+                let halves = [
+                    u32x4_shl(u32x4_extend_low_u16x8(v), 16),
+                    u32x4_shl(u32x4_extend_high_u16x8(v), 16),
+                ];
+                for (h, a) in acc.iter_mut().enumerate() {
+                    *a = f32x4_add(*a, f32x4_mul(halves[h], xv(i + 4 * h)));
+                }
+                i += 8;
+            }
+        }
+        _ => return None,
+    }
+    let v = f32x4_add(acc[0], acc[1]);
+    let mut sum = f32x4_extract_lane::<0>(v)
+        + f32x4_extract_lane::<1>(v)
+        + f32x4_extract_lane::<2>(v)
+        + f32x4_extract_lane::<3>(v);
+    let tail = super::scalar::dot_float(format, &w[i * format.block_bytes()..], &x[i..]);
+    sum += tail;
+    Some(sum)
+}
