@@ -147,7 +147,7 @@ impl Backend for WgpuBackend {
                     y,
                     ld: m.rows,
                 };
-                linear(m, &io, t, &mut d);
+                linear(m, &io, t, &mut None, &mut d);
                 (d, y)
             });
             if let Err(e) = r {
@@ -241,11 +241,11 @@ impl Backend for WgpuBackend {
                 y,
                 ld,
             };
-            let mut d = Vec::new();
-            linear(gm, &io(0, g, ffn), t, &mut d);
-            linear(um, &io(0, u, ffn), t, &mut d);
+            let (mut d, mut ready) = (Vec::new(), None);
+            linear(gm, &io(0, g, ffn), t, &mut ready, &mut d);
+            linear(um, &io(0, u, ffn), t, &mut ready, &mut d);
             d.push(kernels::gated_act(a, g, u, t * ffn, act));
-            linear(dm, &io(g, out, dm.rows), t, &mut d);
+            linear(dm, &io(g, out, dm.rows), t, &mut None, &mut d);
             (d, out)
         });
         if let Err(e) = r {

@@ -24,9 +24,22 @@ pub(crate) fn instance() -> wgpu::Instance {
     wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
 }
 
-/// Every adapter of every native API wgpu was built with.
+/// Every adapter of every native API wgpu was built with, hardware first (discrete, then
+/// integrated, virtual, software), narrowed to names containing `WGPU_ADAPTER_NAME` when set.
 pub(crate) fn adapters() -> Vec<wgpu::Adapter> {
-    pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()))
+    let mut list = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    if let Ok(want) = std::env::var("WGPU_ADAPTER_NAME") {
+        let want = want.to_lowercase();
+        list.retain(|a| a.get_info().name.to_lowercase().contains(&want));
+    }
+    list.sort_by_key(|a| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    });
+    list
 }
 
 /// An opened device with its kernels.
@@ -91,8 +104,7 @@ impl Gpu {
 
     /// Whether a storage buffer of `bytes` can be bound.
     pub(crate) fn fits(&self, bytes: u64) -> bool {
-        bytes <= self.limits.max_buffer_size
-            && bytes <= self.limits.max_storage_buffer_binding_size
+        bytes <= self.limits.max_buffer_size && bytes <= self.limits.max_storage_buffer_binding_size
     }
 
     /// A storage buffer holding `data` (padded to 4 bytes).

@@ -40,7 +40,7 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
 
 /// The columns past the last whole group of 32 (float formats: rows of any width).
 const FLOAT_TAIL: &str = "
-    for (var i = groups * 32u + lid; i < k; i += 64u) {
+    for (var i = groups * 32u + lane; i < k; i += LANES) {
         let w = wval(n, i);
         for (var j = 0u; j < rows; j++) { acc[j] += w * A[pu(0u) + (t0 + j) * k + i]; }
     }
@@ -48,6 +48,9 @@ const FLOAT_TAIL: &str = "
 
 /// Activation rows one matmul workgroup multiplies (`ROWS` in `matmul.wgsl`).
 pub(crate) const MATMUL_ROWS: usize = 8;
+
+/// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
+pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
 /// Widest attention head the kernel takes (`qv` in `attention.wgsl`).
 pub(crate) const MAX_HEAD_DIM: usize = 256;

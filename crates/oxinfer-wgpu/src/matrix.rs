@@ -2,7 +2,9 @@
 //! split quants and scales, or floats), and the matmul built on it ([`linear`]).
 
 use crate::gpu::Gpu;
-use crate::kernels::{self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_ROWS};
+use crate::kernels::{
+    self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS,
+};
 use oxinfer_kernels::vecdot::{act_kind, ActKind};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
@@ -83,7 +85,7 @@ fn matmul_dispatch(
             u(ld),
         ]),
         bufs,
-        groups: u(m.rows * t.div_ceil(MATMUL_ROWS)),
+        groups: u(m.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS)),
     }
 }
 
@@ -102,11 +104,22 @@ pub(crate) struct LinearIo<'a> {
 }
 
 /// `y = x · Wᵀ` for `t` rows as the CPU computes it: inputs of quantized formats rounded
-/// through int8 blocks first, then the weights decoded in their blocks.
-pub(crate) fn linear(m: &DeviceMatrix, io: &LinearIo, t: usize, out: &mut Vec<Dispatch>) {
+/// through int8 blocks first, then the weights decoded in their blocks. `ready` names the
+/// input and block size whose rounding already lies in `io.xq` (products of one input share
+/// it; the caller clears it when the input changes).
+pub(crate) fn linear(
+    m: &DeviceMatrix,
+    io: &LinearIo,
+    t: usize,
+    ready: &mut Option<(usize, usize)>,
+    out: &mut Vec<Dispatch>,
+) {
     let x = match m.act_block() {
         Some(size) => {
-            out.push(kernels::quant(io.a, io.x, io.xq, t * m.cols / size, size));
+            if *ready != Some((io.x, size)) {
+                out.push(kernels::quant(io.a, io.x, io.xq, t * m.cols / size, size));
+                *ready = Some((io.x, size));
+            }
             io.xq
         }
         None => io.x,

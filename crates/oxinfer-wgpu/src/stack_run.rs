@@ -214,7 +214,9 @@ pub(crate) fn run(
         .collect();
 
     let mut d: Vec<Dispatch> = Vec::new();
-    let mm = |d: &mut Vec<Dispatch>, m: &DeviceMatrix, x: usize, y: usize, n: usize| {
+    // Products of one input share its int8 rounding (`ready`, cleared for each new input).
+    type Ready = Option<(usize, usize)>;
+    let mm = |d: &mut Vec<Dispatch>, r: &mut Ready, m: &DeviceMatrix, x: usize, y: usize, n| {
         let io = LinearIo {
             a: &a,
             x,
@@ -223,7 +225,7 @@ pub(crate) fn run(
             y,
             ld: m.rows,
         };
-        linear(m, &io, n, d)
+        linear(m, &io, n, r, d)
     };
     for (li, l) in s.layers.iter().enumerate() {
         let [wq, wk, wv, wo, wg, wu, wd] = l.mats;
@@ -234,9 +236,10 @@ pub(crate) fn run(
             }
         };
         norm(&mut d, attn_norm, x, nrm);
-        mm(&mut d, wq, nrm, q, t);
-        mm(&mut d, wk, nrm, kn, t);
-        mm(&mut d, wv, nrm, vn, t);
+        let mut ready = None;
+        mm(&mut d, &mut ready, wq, nrm, q, t);
+        mm(&mut d, &mut ready, wk, nrm, kn, t);
+        mm(&mut d, &mut ready, wv, nrm, vn, t);
         for ((b, at), w) in biases[li]
             .iter()
             .zip([q, kn, vn])
@@ -286,14 +289,15 @@ pub(crate) fn run(
             let (qa, oa) = (q + sq.row * q_row, att + sq.row * q_row);
             d.push(kernels::attention(&a, &kv[si], qa, oa, ko, vo, &geom));
         }
-        mm(&mut d, wo, att, y, t);
+        mm(&mut d, &mut None, wo, att, y, t);
         norm(&mut d, post_attn, y, y);
         d.push(kernels::add(&a, y, x, t * dim));
         norm(&mut d, ffn_norm, x, nrm);
-        mm(&mut d, wg, nrm, g, t);
-        mm(&mut d, wu, nrm, up, t);
+        let mut ready = None;
+        mm(&mut d, &mut ready, wg, nrm, g, t);
+        mm(&mut d, &mut ready, wu, nrm, up, t);
         d.push(kernels::gated_act(&a, g, up, t * wg.rows, l.mlp.act));
-        mm(&mut d, wd, g, y, t);
+        mm(&mut d, &mut None, wd, g, y, t);
         norm(&mut d, post_ffn, y, y);
         d.push(kernels::add(&a, y, x, t * dim));
     }
@@ -303,7 +307,7 @@ pub(crate) fn run(
         d.push(kernels::rms_norm(
             &a, &c, rows, rows, dim, n_logit, gain, eps,
         ));
-        mm(&mut d, s.head, rows, lg, n_logit);
+        mm(&mut d, &mut None, s.head, rows, lg, n_logit);
         if let Some(cap) = s.plan.final_softcap {
             d.push(kernels::softcap(&a, lg, n_logit * vocab, cap));
         }
