@@ -31,12 +31,14 @@ fn weights(f: WeightFormat, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Ve
 #[test]
 fn matmul_matches_cpu_twin() {
     let Some(b) = backend() else { return };
-    let shapes: [(usize, usize, usize); 5] = [
+    let shapes: [(usize, usize, usize); 7] = [
         (64, 256, 1),
         (96, 512, 3),
         (130, 256, 9),
         (70, 512, 20),
         (50, 48, 5),
+        (40, 576, 3),
+        (24, 1536, 12),
     ];
     for f in FORMATS {
         for (si, &(n, k, t)) in shapes.iter().enumerate() {
