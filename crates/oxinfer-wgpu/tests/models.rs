@@ -186,3 +186,72 @@ fn smollm2_logit_rows_vs_cpu() {
         println!("row {r}: {d:.3e}");
     }
 }
+
+/// Diagnostic for the SmolLM2 discrepancy: layer 0's k projection of the normed embeddings,
+/// three ways: the layer's own CPU forward, `oxinfer_kernels::matmul` on its matrix, and the
+/// device. Prints the relative differences.
+#[test]
+#[ignore = "diagnostic; prints only"]
+fn smollm2_layer0_projection_vs_cpu() {
+    use oxinfer::backend::{Backend, Job};
+    use oxinfer::plan::Mixer;
+    let Some(b) = device::backend() else { return };
+    let Some(path) = real_model("SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let model = Model::load(&path).expect("load");
+    let lm = model.lm();
+    let plan = lm.plan();
+    let ids: Vec<u32> = vec![504, 3575, 282, 4649, 314];
+    let x = plan.embed.forward(&ids).expect("embed");
+    let l = &plan.layers[0];
+    let h = l.mixer_norm.forward(&x);
+    let Mixer::Attention { op, .. } = &l.mixer else {
+        panic!("attention")
+    };
+    let p = op.parts();
+    for (name, proj) in [("q", p.q), ("k", p.k.expect("k")), ("v", p.v.expect("v"))] {
+        let w = proj.matrix();
+        let t = ids.len();
+        let own = {
+            let _c = backend::cpu_only();
+            proj.forward(&h, t)
+        };
+        let mut kern = vec![0f32; t * w.rows];
+        oxinfer_kernels::matmul(&w, &h, t, &mut kern);
+        let dev_w = b.upload(&w).expect("upload");
+        let mut dev = vec![0f32; t * w.rows];
+        let job = Job {
+            w,
+            dev: &dev_w,
+            y: &mut dev,
+        };
+        assert!(b.matmul(&h, t, w.cols, &mut [job]));
+        println!(
+            "{name} ({}, {}x{}): own vs kernels {:.2e}, device vs kernels {:.2e}, device vs own {:.2e}",
+            w.format,
+            w.rows,
+            w.cols,
+            device::rel_err(&own, &kern),
+            device::rel_err(&dev, &kern),
+            device::rel_err(&dev, &own)
+        );
+    }
+    let rope = plan.ropes[0];
+    let (t, hd) = (ids.len(), p.head_dim);
+    let half = rope.dim() / 2;
+    let k = p.k.expect("k").forward(&h, t);
+    let mut cpu = k.clone();
+    rope.apply(&mut cpu, t, p.n_kv_heads, hd, 0);
+    let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
+    rope.tables(0, t, &mut cos, &mut sin);
+    let dev = b
+        .rope(&k, (t, p.n_kv_heads, hd), &cos, &sin, rope.interleaved())
+        .expect("rope");
+    println!(
+        "rope dim {} of head {hd}, interleaved {}: device vs CPU apply {:.2e}",
+        rope.dim(),
+        rope.interleaved(),
+        device::rel_err(&dev, &cpu)
+    );
+}
