@@ -206,6 +206,14 @@ fn smollm2_layer0_projection_vs_cpu() {
     let x = plan.embed.forward(&ids).expect("embed");
     let l = &plan.layers[0];
     let h = l.mixer_norm.forward(&x);
+    let n = l.mixer_norm;
+    let h_dev = b.rms_norm(&x, n.gain(), n.eps()).expect("norm");
+    println!(
+        "norm (eps {:e}): device vs CPU {:.2e}; x max {:.3e}",
+        n.eps(),
+        device::rel_err(&h_dev, &h),
+        x.iter().fold(0f32, |m, v| m.max(v.abs()))
+    );
     let Mixer::Attention { op, .. } = &l.mixer else {
         panic!("attention")
     };
