@@ -22,7 +22,8 @@ pub struct ModelArgs {
     /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
     #[arg(long)]
     pub profile: bool,
-    /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
+    /// Compute device: auto (a GPU when one works, else the CPU), cpu, cuda, or wgpu (aliases
+    /// vulkan, metal).
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
     pub device: oxinfer::backend::DevicePref,
     /// llama.cpp's -ngl: more than 0 asks for the GPU (all layers that run there do; without a
@@ -84,7 +85,7 @@ impl ModelArgs {
         match self.n_gpu_layers {
             Some(0) => (DevicePref::Cpu, false),
             Some(_) => (DevicePref::Auto, true),
-            None => (self.device, self.device == DevicePref::Cuda),
+            None => (self.device, self.device.is_gpu()),
         }
     }
 

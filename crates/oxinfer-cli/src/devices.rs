@@ -9,6 +9,8 @@ pub fn providers() -> Vec<&'static dyn Provider> {
     vec![
         #[cfg(feature = "cuda")]
         &oxinfer_cuda::CudaProvider,
+        #[cfg(feature = "wgpu")]
+        &oxinfer_wgpu::WgpuProvider,
     ]
 }
 

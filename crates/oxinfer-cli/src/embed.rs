@@ -45,7 +45,8 @@ pub struct EmbedArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Compute device: auto (a GPU when one works, else the CPU), cpu, or cuda.
+    /// Compute device: auto (a GPU when one works, else the CPU), cpu, cuda, or wgpu (aliases
+    /// vulkan, metal).
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Cpu)]
     pub device: oxinfer::backend::DevicePref,
     /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
@@ -99,7 +100,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
     }
-    crate::devices::select(a.device, a.device == oxinfer::backend::DevicePref::Cuda)?;
+    crate::devices::select(a.device, a.device.is_gpu())?;
     oxinfer_kernels::profile::enable(a.profile);
     let spec = a.model.as_deref().unwrap_or(DEFAULT_EMBED_MODEL);
     let mut progress = crate::progress::Bars::new();

@@ -24,6 +24,8 @@ pub enum DevicePref {
     Cpu,
     /// The first CUDA GPU; an error when none works.
     Cuda,
+    /// The first wgpu adapter (Vulkan, Metal, DX12); an error when none works.
+    Wgpu,
 }
 
 impl FromStr for DevicePref {
@@ -33,7 +35,10 @@ impl FromStr for DevicePref {
             "auto" => Ok(Self::Auto),
             "cpu" => Ok(Self::Cpu),
             "cuda" | "gpu" => Ok(Self::Cuda),
-            _ => Err(format!("unknown device {s:?} (expected auto, cpu or cuda)")),
+            "wgpu" | "vulkan" | "metal" | "dx12" => Ok(Self::Wgpu),
+            _ => Err(format!(
+                "unknown device {s:?} (expected auto, cpu, cuda or wgpu/vulkan/metal)"
+            )),
         }
     }
 }
@@ -44,7 +49,15 @@ impl fmt::Display for DevicePref {
             Self::Auto => "auto",
             Self::Cpu => "cpu",
             Self::Cuda => "cuda",
+            Self::Wgpu => "wgpu",
         })
+    }
+}
+
+impl DevicePref {
+    /// Whether this names a GPU (the device line is then printed even on failure).
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Self::Cuda | Self::Wgpu)
     }
 }
 
@@ -53,6 +66,8 @@ impl fmt::Display for DevicePref {
 pub enum DeviceKind {
     /// NVIDIA GPUs through the CUDA driver API.
     Cuda,
+    /// Any GPU through wgpu (Vulkan, Metal, DX12).
+    Wgpu,
 }
 
 impl DeviceKind {
@@ -60,6 +75,7 @@ impl DeviceKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Cuda => "cuda",
+            Self::Wgpu => "wgpu",
         }
     }
 }
@@ -88,6 +104,10 @@ pub trait Provider: Send + Sync {
     fn probe(&self) -> Result<Vec<GpuInfo>, String>;
     /// Starts a backend on device `index` (loads libraries, compiles kernels).
     fn open(&self, index: usize) -> Result<Box<dyn Backend>, String>;
+    /// Whether `--device auto` may pick this provider (else only its explicit name does).
+    fn auto(&self) -> bool {
+        true
+    }
 }
 
 /// An explicitly requested device that could not be used.
@@ -181,12 +201,13 @@ pub fn init(providers: &[&dyn Provider], pref: DevicePref) -> Result<DeviceChoic
         }
         DevicePref::Auto => None,
         DevicePref::Cuda => Some(DeviceKind::Cuda),
+        DevicePref::Wgpu => Some(DeviceKind::Wgpu),
     };
     let fail = |reason: String| BackendError::Unavailable { pref, reason };
     let mut why = Vec::new();
     let candidates = providers
         .iter()
-        .filter(|p| want.is_none_or(|k| p.kind() == k));
+        .filter(|p| want.map_or(p.auto(), |k| p.kind() == k));
     let mut tried = false;
     for p in candidates {
         tried = true;

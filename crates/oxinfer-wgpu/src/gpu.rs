@@ -1,0 +1,315 @@
+//! One wgpu device: adapter discovery, the device and queue, compiled kernels, buffers, and
+//! [`Gpu::run`], which records a list of [`Dispatch`]es into one compute pass, submits it and
+//! reads results back.
+//!
+//! Every kernel takes its parameters as 16 `u32` words in a uniform buffer (floats as bits):
+//! WebGPU has no push constants, so one uniform buffer per submission holds every dispatch's
+//! words at 256-byte steps. Storage bindings follow one convention across the shaders
+//! (`shaders/common.wgsl`): 1 the activations (`A`), 2 a second f32 buffer (`B`: a KV cache or
+//! the activations again), 3 weight bytes, 4 split-format scales, 5 per-pass constants (norm
+//! gains, biases, RoPE tables, row indices).
+
+use crate::kernels::{Dispatch, Kernel};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// Bytes between two dispatches' parameter words (the uniform offset alignment).
+const PARAM_STEP: u64 = 256;
+/// Most workgroups along one dispatch dimension.
+const MAX_GROUPS_X: u32 = 65535;
+
+/// A wgpu instance over every native API this build has.
+pub(crate) fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+/// Every adapter of every native API wgpu was built with, hardware first (discrete, then
+/// integrated, virtual, software), narrowed to names containing `WGPU_ADAPTER_NAME` when set.
+pub(crate) fn adapters() -> Vec<wgpu::Adapter> {
+    let mut list = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    if let Ok(want) = std::env::var("WGPU_ADAPTER_NAME") {
+        let want = want.to_lowercase();
+        list.retain(|a| a.get_info().name.to_lowercase().contains(&want));
+    }
+    list.sort_by_key(|a| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    });
+    list
+}
+
+/// An opened device with its kernels.
+pub struct Gpu {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+    /// The first device error since the last check (wgpu reports them out of band).
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &self.info.name)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Opens adapter `index` of [`adapters`] with its best limits.
+    pub(crate) fn open(index: usize) -> Result<Gpu, String> {
+        let adapter = adapters()
+            .into_iter()
+            .nth(index)
+            .ok_or_else(|| format!("no wgpu adapter {index}"))?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("oxinfer"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| format!("{}: request_device: {e}", info.name))?;
+        let error = Arc::new(Mutex::new(None));
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            s.get_or_insert_with(|| e.to_string());
+        }));
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            pipelines: Mutex::new(HashMap::new()),
+            error,
+        })
+    }
+
+    /// The device error reported since the last call, if any.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a storage buffer of `bytes` can be bound.
+    pub(crate) fn fits(&self, bytes: u64) -> bool {
+        bytes <= self.limits.max_buffer_size && bytes <= self.limits.max_storage_buffer_binding_size
+    }
+
+    /// A storage buffer holding `data` (padded to 4 bytes).
+    pub(crate) fn buffer_init(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let mut padded;
+        let contents = if data.len().is_multiple_of(4) && !data.is_empty() {
+            data
+        } else {
+            padded = data.to_vec();
+            padded.resize(data.len().next_multiple_of(4).max(4), 0);
+            &padded
+        };
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+            })
+    }
+
+    /// An uninitialized storage buffer of `bytes` (at least 4).
+    pub(crate) fn buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Queues `data` into `buf` at element `at` (written before the next submission runs).
+    pub(crate) fn write(&self, buf: &wgpu::Buffer, at: usize, data: &[f32]) {
+        if !data.is_empty() {
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.queue.write_buffer(buf, (at * 4) as u64, &bytes);
+        }
+    }
+
+    fn pipeline(&self, k: Kernel) -> Result<wgpu::ComputePipeline, String> {
+        let mut cache = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = cache.get(&k) {
+            return Ok(p.clone());
+        }
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(k.entry()),
+                source: wgpu::ShaderSource::Wgsl(k.source().into()),
+            });
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(k.entry()),
+                layout: None,
+                module: &module,
+                entry_point: Some(k.entry()),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        self.check()
+            .map_err(|e| format!("compiling kernel {k:?}: {e}"))?;
+        cache.insert(k, p.clone());
+        Ok(p)
+    }
+
+    /// Runs `items` in order in one compute pass, then copies each `(buffer, first element,
+    /// destination)` of `reads` back to the host (waiting for the device when there are any).
+    pub(crate) fn run(
+        &self,
+        items: &[Dispatch],
+        reads: &mut [(&wgpu::Buffer, usize, &mut [f32])],
+    ) -> Result<(), String> {
+        let pipelines = items
+            .iter()
+            .map(|d| self.pipeline(d.kernel))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut param_bytes = vec![0u8; items.len().max(1) * PARAM_STEP as usize];
+        for (i, d) in items.iter().enumerate() {
+            let at = i * PARAM_STEP as usize;
+            for (j, w) in d.params.iter().enumerate() {
+                param_bytes[at + 4 * j..at + 4 * j + 4].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        let params = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: &param_bytes,
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        let groups: Vec<wgpu::BindGroup> = items
+            .iter()
+            .zip(&pipelines)
+            .enumerate()
+            .map(|(i, (d, p))| {
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &params,
+                        offset: i as u64 * PARAM_STEP,
+                        size: wgpu::BufferSize::new(64),
+                    }),
+                }];
+                entries.extend(d.bufs.iter().map(|(b, buf)| wgpu::BindGroupEntry {
+                    binding: *b,
+                    resource: buf.as_entire_binding(),
+                }));
+                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &p.get_bind_group_layout(0),
+                    entries: &entries,
+                })
+            })
+            .collect();
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for ((d, p), g) in items.iter().zip(&pipelines).zip(&groups) {
+                if d.groups == 0 {
+                    continue;
+                }
+                let x = d.groups.min(MAX_GROUPS_X);
+                pass.set_pipeline(p);
+                pass.set_bind_group(0, g, &[]);
+                pass.dispatch_workgroups(x, d.groups.div_ceil(x), 1);
+            }
+        }
+        let total: u64 = reads.iter().map(|r| r.2.len() as u64 * 4).sum();
+        let staging = (total > 0).then(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: total,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        if let Some(st) = &staging {
+            let mut at = 0u64;
+            for (buf, first, dst) in reads.iter() {
+                let n = dst.len() as u64 * 4;
+                if n > 0 {
+                    enc.copy_buffer_to_buffer(buf, *first as u64 * 4, st, at, n);
+                }
+                at += n;
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.check()?;
+        let Some(st) = staging else {
+            return self.wait();
+        };
+        let slice = st.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        rx.recv()
+            .map_err(|e| format!("readback: {e}"))?
+            .map_err(|e| format!("readback: {e}"))?;
+        {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| format!("readback: {e}"))?;
+            let mut at = 0usize;
+            for (_, _, dst) in reads.iter_mut() {
+                let n = dst.len() * 4;
+                for (v, b) in dst.iter_mut().zip(view[at..at + n].chunks_exact(4)) {
+                    *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+                at += n;
+            }
+        }
+        st.unmap();
+        Ok(())
+    }
+
+    /// Blocks until the queue drained; reports any device error.
+    pub(crate) fn wait(&self) -> Result<(), String> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| format!("device poll: {e}"))?;
+        self.check()
+    }
+
+    /// Copies `bytes` from `src` at byte `from` to `dst` at byte `to` and waits.
+    pub(crate) fn copy(
+        &self,
+        src: &wgpu::Buffer,
+        from: u64,
+        dst: &wgpu::Buffer,
+        to: u64,
+        bytes: u64,
+    ) -> Result<(), String> {
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        enc.copy_buffer_to_buffer(src, from, dst, to, bytes);
+        self.queue.submit([enc.finish()]);
+        self.wait()
+    }
+}

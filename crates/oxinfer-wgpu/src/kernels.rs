@@ -1,0 +1,332 @@
+//! The WGSL kernels: their sources (`shaders/`, assembled per kernel), entry points, and one
+//! builder per kernel that turns offsets and sizes into a [`Dispatch`] (the only place that
+//! knows each kernel's parameter words and bindings).
+
+use oxinfer_kernels::act::GateAct;
+use oxinfer_kernels::WeightFormat;
+
+const COMMON: &str = include_str!("shaders/common.wgsl");
+const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+const DECODE: &str = include_str!("shaders/decode.wgsl");
+const QUANT: &str = include_str!("shaders/quant.wgsl");
+const NORM: &str = include_str!("shaders/norm.wgsl");
+const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
+const ROWS: &str = include_str!("shaders/rows.wgsl");
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const COPY: &str = include_str!("shaders/copy.wgsl");
+
+/// One kernel launch: parameters, storage buffers by binding, workgroup count.
+pub(crate) struct Dispatch {
+    pub kernel: Kernel,
+    pub params: [u32; 16],
+    pub bufs: Vec<(u32, wgpu::Buffer)>,
+    /// Workgroups, flat (split over x and y at launch).
+    pub groups: u32,
+}
+
+/// The parameter words from a list of `u32`s (the rest zero).
+pub(crate) fn words(v: &[u32]) -> [u32; 16] {
+    let mut p = [0u32; 16];
+    p[..v.len()].copy_from_slice(v);
+    p
+}
+
+/// `decode32` of the float formats, from their one-weight `wval`.
+const FLOAT_DECODE: &str = "
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    for (var j = 0u; j < 32u; j++) { (*out)[j] = wval(n, g * 32u + j); }
+}
+";
+
+/// The columns past the last whole group of 32 (float formats: rows of any width).
+const FLOAT_TAIL: &str = "
+    for (var i = groups * 32u + lane; i < k; i += LANES) {
+        let w = wval(n, i);
+        for (var j = 0u; j < rows; j++) { acc[j] += w * A[pu(0u) + (t0 + j) * k + i]; }
+    }
+";
+
+/// Activation rows one matmul workgroup multiplies (`ROWS` in `matmul.wgsl`).
+pub(crate) const MATMUL_ROWS: usize = 8;
+
+/// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
+pub(crate) const MATMUL_OUT_ROWS: usize = 4;
+
+/// Widest attention head the kernel takes (`qv` in `attention.wgsl`).
+pub(crate) const MAX_HEAD_DIM: usize = 256;
+
+/// The weight formats the matmul kernel decodes.
+pub const FORMATS: [WeightFormat; 12] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::BF16,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4K,
+    WeightFormat::Q6K,
+    WeightFormat::Q8,
+    WeightFormat::Q4,
+];
+
+/// One compute kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Matmul(WeightFormat),
+    Quant,
+    RmsNorm,
+    Add,
+    GatedAct,
+    Softcap,
+    AddBias,
+    GatherRows,
+    Rope,
+    Attention,
+    Copy,
+}
+
+impl Kernel {
+    /// Entry point name.
+    pub(crate) fn entry(self) -> &'static str {
+        match self {
+            Kernel::RmsNorm => "rms_norm",
+            Kernel::Add => "add",
+            Kernel::GatedAct => "gated_act",
+            Kernel::Softcap => "softcap",
+            Kernel::AddBias => "add_bias",
+            Kernel::GatherRows => "gather_rows",
+            Kernel::Rope => "rope",
+            Kernel::Matmul(_) | Kernel::Quant | Kernel::Attention | Kernel::Copy => "main",
+        }
+    }
+
+    /// The WGSL module: the common prelude and the kernel's file (for a matmul, with its
+    /// format's `decode32` and, for split formats, the scales binding spliced in).
+    pub(crate) fn source(self) -> String {
+        let body = match self {
+            Kernel::Matmul(f) => {
+                let scales = if WeightFormat::SPLIT.contains(&f) {
+                    "@group(0) @binding(4) var<storage, read> S: array<u32>;"
+                } else {
+                    ""
+                };
+                let float = matches!(
+                    f,
+                    WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16
+                );
+                let (decode, tail) = if float {
+                    (format!("{}{FLOAT_DECODE}", decoder(f)), FLOAT_TAIL)
+                } else {
+                    (decoder(f).to_string(), "")
+                };
+                MATMUL
+                    .replace("//SCALES", scales)
+                    .replace("//DECODE", &decode)
+                    .replace("//TAIL", tail)
+            }
+            Kernel::Quant => QUANT.to_string(),
+            Kernel::RmsNorm => NORM.to_string(),
+            Kernel::Add | Kernel::GatedAct | Kernel::Softcap => ELEMENTWISE.to_string(),
+            Kernel::AddBias | Kernel::GatherRows | Kernel::Rope => ROWS.to_string(),
+            Kernel::Attention => ATTENTION.to_string(),
+            Kernel::Copy => COPY.to_string(),
+        };
+        format!("{COMMON}\n{body}")
+    }
+}
+
+/// Format `f`'s `decode32` out of `decode.wgsl` (between `//@NAME` and `//@END`).
+fn decoder(f: WeightFormat) -> &'static str {
+    let tag = format!("//@{f:?}\n");
+    let start = DECODE.find(&tag).map(|i| i + tag.len());
+    let body = start.and_then(|s| DECODE[s..].find("//@END").map(|e| &DECODE[s..s + e]));
+    body.unwrap_or("")
+}
+
+/// Flat workgroups for `n` threads of 64.
+fn threads(n: usize) -> u32 {
+    n.div_ceil(64) as u32
+}
+
+/// A size or offset as a parameter word.
+pub(crate) fn u(v: usize) -> u32 {
+    v as u32
+}
+
+/// A device buffer.
+pub(crate) type Buf = wgpu::Buffer;
+
+/// Rounds `blocks` blocks of `size` activations at `src` through int8 into `dst`.
+pub(crate) fn quant(a: &Buf, src: usize, dst: usize, blocks: usize, size: usize) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::Quant,
+        params: words(&[u(src), u(dst), u(blocks), u(size)]),
+        bufs: vec![(1, a.clone())],
+        groups: threads(blocks),
+    }
+}
+
+/// RMSNorm of `rows` rows of `w` at `x` into `y` with the gain at `gain` in `c`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rms_norm(
+    a: &Buf,
+    c: &Buf,
+    x: usize,
+    y: usize,
+    w: usize,
+    rows: usize,
+    gain: usize,
+    eps: f32,
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::RmsNorm,
+        params: words(&[u(x), u(y), u(w), u(gain), eps.to_bits(), u(rows)]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: u(rows),
+    }
+}
+
+/// `a[y + i] += a[x + i]` for `i < n`.
+pub(crate) fn add(a: &Buf, x: usize, y: usize, n: usize) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::Add,
+        params: words(&[u(x), u(y), u(n)]),
+        bufs: vec![(1, a.clone())],
+        groups: threads(n),
+    }
+}
+
+/// `g = act(g) · u` over `n` values.
+pub(crate) fn gated_act(a: &Buf, g: usize, up: usize, n: usize, act: GateAct) -> Dispatch {
+    let act = match act {
+        GateAct::Silu => 0,
+        GateAct::GeluTanh => 1,
+    };
+    Dispatch {
+        kernel: Kernel::GatedAct,
+        params: words(&[u(g), u(up), u(n), act]),
+        bufs: vec![(1, a.clone())],
+        groups: threads(n),
+    }
+}
+
+/// `x = cap · tanh(x / cap)` over `n` values.
+pub(crate) fn softcap(a: &Buf, x: usize, n: usize, cap: f32) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::Softcap,
+        params: words(&[u(x), 0, u(n), cap.to_bits()]),
+        bufs: vec![(1, a.clone())],
+        groups: threads(n),
+    }
+}
+
+/// Adds the bias at `b` in `c` to `rows` rows of `w` at `y`.
+pub(crate) fn add_bias(a: &Buf, c: &Buf, y: usize, b: usize, w: usize, rows: usize) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::AddBias,
+        params: words(&[u(y), u(b), u(w), u(rows)]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(w * rows),
+    }
+}
+
+/// Rows `idx` (u32 bits at `idx` in `c`, `rows` of them) of width `w` at `src` into `dst`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_rows(
+    a: &Buf,
+    c: &Buf,
+    src: usize,
+    dst: usize,
+    w: usize,
+    rows: usize,
+    idx: usize,
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::GatherRows,
+        params: words(&[u(src), u(dst), u(w), u(rows), u(idx)]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(w * rows),
+    }
+}
+
+/// Where a RoPE's tables lie in the constants and how it pairs dimensions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RopeAt {
+    pub cos: usize,
+    pub sin: usize,
+    pub half: usize,
+    pub interleaved: bool,
+}
+
+/// Rotates `t` rows of `heads` heads of `head_dim` at `x`.
+pub(crate) fn rope(
+    a: &Buf,
+    c: &Buf,
+    x: usize,
+    t: usize,
+    heads: usize,
+    head_dim: usize,
+    r: RopeAt,
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::Rope,
+        params: words(&[
+            u(x),
+            u(t),
+            u(heads),
+            u(head_dim),
+            u(r.half),
+            u32::from(r.interleaved),
+            u(r.cos),
+            u(r.sin),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(t * heads * r.half),
+    }
+}
+
+/// Attention of the queries at `q` (in `a`) over keys at `k` and values at `v` (in `kv`,
+/// rows of `n_kv_heads · head_dim`) into `out` (in `a`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    a: &Buf,
+    kv: &Buf,
+    q: usize,
+    out: usize,
+    k: usize,
+    v: usize,
+    g: &oxinfer::backend::AttentionGeom,
+) -> Dispatch {
+    let s = &g.shape;
+    Dispatch {
+        kernel: Kernel::Attention,
+        params: words(&[
+            u(q),
+            u(out),
+            u(k),
+            u(v),
+            u(g.t),
+            u(g.pos0),
+            u(s.n_heads),
+            u(s.n_kv_heads),
+            u(s.head_dim),
+            s.scale.to_bits(),
+            u(s.window.unwrap_or(0)),
+            s.softcap.unwrap_or(0.0).to_bits(),
+        ]),
+        bufs: vec![(1, a.clone()), (2, kv.clone())],
+        groups: u(g.t * s.n_heads),
+    }
+}
+
+/// `dst[to + i] = a[from + i]` for `i < n`.
+pub(crate) fn copy(a: &Buf, from: usize, dst: &Buf, to: usize, n: usize) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::Copy,
+        params: words(&[u(from), u(to), u(n)]),
+        bufs: vec![(1, a.clone()), (2, dst.clone())],
+        groups: threads(n),
+    }
+}

@@ -1,0 +1,37 @@
+//! Portable GPU backend for oxinfer on wgpu: Vulkan (Linux, Windows, Android; Mesa's lavapipe
+//! in CI), Metal (macOS), DX12 (Windows), with WGSL compute shaders.
+//!
+//! What runs on the device ([`WgpuBackend`]):
+//! - matmuls reading the weights in their storage format: F32, F16, BF16, GGUF Q4_0, Q4_1,
+//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and oxinfer's split Q8/Q4 (`shaders/decode.wgsl`); inputs of
+//!   quantized formats are first rounded through int8 blocks exactly as the CPU kernels do
+//!   (`shaders/quant.wgsl`), so device and CPU agree to f32 summation order;
+//! - flash-style attention with causal mask, GQA, sliding window and logit soft-cap (key tiles
+//!   and their probabilities in workgroup memory, online softmax);
+//! - the gated MLP, and whole model plans with the hidden state and each sequence's KV cache
+//!   resident on the device (`stack.rs` reads the plan's layer description, `stack_run.rs`
+//!   records one submission per pass, `kv.rs` holds the caches): RMSNorm (pre, post, per-head),
+//!   biases, RoPE (interleaved or halves), residual adds, SiLU/tanh-GELU gates, final soft-cap.
+//!
+//! Plain WGSL only (no `shader-f16`, no subgroups): every adapter runs the same kernels. The
+//! kernels favour correctness over speed (one workgroup per output row, up to 8 activation
+//! rows per weight read).
+//!
+//! Modules, each importing only those before it: `kernels` (WGSL sources and one dispatch
+//! builder per kernel), `gpu` (device, buffers, submission), `matrix` (uploaded weights and the
+//! matmul), `kv`, `stack`, `stack_run`, `backend`, `probe`.
+
+mod backend;
+mod gpu;
+mod kernels;
+mod kv;
+mod matrix;
+mod probe;
+mod single;
+mod stack;
+mod stack_run;
+
+pub use backend::WgpuBackend;
+pub use kernels::FORMATS;
+pub use probe::{probe, WgpuProvider};
+pub use stack::unsupported_op;

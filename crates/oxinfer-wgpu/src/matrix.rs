@@ -1,0 +1,128 @@
+//! [`DeviceMatrix`]: a weight matrix uploaded once, kept in its storage format (GGUF blocks,
+//! split quants and scales, or floats), and the matmul built on it ([`linear`]).
+
+use crate::gpu::Gpu;
+use crate::kernels::{
+    self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS,
+};
+use oxinfer_kernels::vecdot::{act_kind, ActKind};
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+
+/// A `[rows, cols]` weight on the device.
+#[derive(Debug)]
+pub struct DeviceMatrix {
+    pub(crate) format: WeightFormat,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// Bytes of one row in `w`.
+    pub(crate) row_bytes: usize,
+    /// Bytes of one row's scales in `s` (split formats; else 0).
+    pub(crate) scale_row_bytes: usize,
+    pub(crate) w: wgpu::Buffer,
+    pub(crate) s: Option<wgpu::Buffer>,
+}
+
+impl DeviceMatrix {
+    /// Uploads `m`; `None` when the kernels do not decode its format or it exceeds the
+    /// device's buffer limits. (Block formats have whole blocks per row; float rows may have
+    /// any width.)
+    pub(crate) fn upload(g: &Gpu, m: &WeightMatrix) -> Option<DeviceMatrix> {
+        let fits = FORMATS.contains(&m.format)
+            && m.rows > 0
+            && g.fits(m.data.len() as u64)
+            && g.fits(m.scales.len() as u64);
+        if !fits {
+            return None;
+        }
+        let s = (!m.scales.is_empty()).then(|| g.buffer_init("scales", m.scales));
+        Some(DeviceMatrix {
+            format: m.format,
+            rows: m.rows,
+            cols: m.cols,
+            row_bytes: m.row_bytes(),
+            scale_row_bytes: m.row_scale_bytes(),
+            w: g.buffer_init("weights", m.data),
+            s,
+        })
+    }
+
+    /// Activation values per int8 block the CPU rounds this format's inputs through (`None`:
+    /// f32 inputs).
+    pub(crate) fn act_block(&self) -> Option<usize> {
+        match act_kind(self.format) {
+            ActKind::F32 => None,
+            ActKind::Q8 => Some(32),
+            ActKind::Q8K => Some(256),
+        }
+    }
+}
+
+/// `y[t][n] (row stride ld) = x[t][k] · Wᵀ` with `x` at `x` in `a`, `y` at `y` in `out`.
+#[allow(clippy::too_many_arguments)]
+fn matmul_dispatch(
+    m: &DeviceMatrix,
+    a: &Buf,
+    x: usize,
+    out: &Buf,
+    y: usize,
+    ld: usize,
+    t: usize,
+) -> Dispatch {
+    let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, m.w.clone())];
+    if let Some(s) = &m.s {
+        bufs.push((4, s.clone()));
+    }
+    Dispatch {
+        kernel: Kernel::Matmul(m.format),
+        params: words(&[
+            u(x),
+            u(y),
+            u(m.rows),
+            u(m.cols),
+            u(t),
+            u(m.row_bytes),
+            u(m.scale_row_bytes),
+            u(ld),
+        ]),
+        bufs,
+        groups: u(m.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS)),
+    }
+}
+
+/// Where a [`linear`] reads, writes and stages.
+pub(crate) struct LinearIo<'a> {
+    /// The activations (inputs and the int8-rounded copy).
+    pub a: &'a Buf,
+    /// Input `[t, cols]` at this offset of `a`.
+    pub x: usize,
+    /// Room for `t · cols` rounded activations in `a`.
+    pub xq: usize,
+    /// Output buffer and offset, rows `ld` apart.
+    pub out: &'a Buf,
+    pub y: usize,
+    pub ld: usize,
+}
+
+/// `y = x · Wᵀ` for `t` rows as the CPU computes it: inputs of quantized formats rounded
+/// through int8 blocks first, then the weights decoded in their blocks. `ready` names the
+/// input and block size whose rounding already lies in `io.xq` (products of one input share
+/// it; the caller clears it when the input changes).
+pub(crate) fn linear(
+    m: &DeviceMatrix,
+    io: &LinearIo,
+    t: usize,
+    ready: &mut Option<(usize, usize)>,
+    out: &mut Vec<Dispatch>,
+) {
+    let x = match m.act_block() {
+        Some(size) => {
+            if *ready != Some((io.x, size)) {
+                out.push(kernels::quant(io.a, io.x, io.xq, t * m.cols / size, size));
+                *ready = Some((io.x, size));
+            }
+            io.xq
+        }
+        None => io.x,
+    };
+    out.push(matmul_dispatch(m, io.a, x, io.out, io.y, io.ld, t));
+}

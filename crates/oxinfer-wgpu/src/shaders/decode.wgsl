@@ -1,0 +1,138 @@
+// decode32 per weight format: the 32 weights of group g of row n, as the CPU dequantizes them
+// (oxinfer_kernels::dequant). Each block is marked `//@FORMAT` … `//@END`. Float formats
+// define `wval` (one weight, rows of any width) instead; `FLOAT` in kernels.rs builds their
+// `decode32` and the tail loop from it.
+//@F32
+fn wval(n: u32, i: u32) -> f32 { return bitcast<f32>(W[n * pu(3u) + i]); }
+//@END
+//@F16
+fn wval(n: u32, i: u32) -> f32 {
+    let e = n * pu(3u) + i;
+    return unpack2x16float(W[e >> 1u] >> (16u * (e & 1u))).x;
+}
+//@END
+//@BF16
+fn wval(n: u32, i: u32) -> f32 {
+    let e = n * pu(3u) + i;
+    return bitcast<f32>(((W[e >> 1u] >> (16u * (e & 1u))) & 0xffffu) << 16u);
+}
+//@END
+//@Q4_0
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 18u;
+    let d = wf16(b);
+    for (var j = 0u; j < 16u; j++) {
+        let q = wbyte(b + 2u + j);
+        (*out)[j] = d * (f32(q & 15u) - 8.0);
+        (*out)[j + 16u] = d * (f32(q >> 4u) - 8.0);
+    }
+}
+//@END
+//@Q4_1
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 20u;
+    let d = wf16(b);
+    let m = wf16(b + 2u);
+    for (var j = 0u; j < 16u; j++) {
+        let q = wbyte(b + 4u + j);
+        (*out)[j] = d * f32(q & 15u) + m;
+        (*out)[j + 16u] = d * f32(q >> 4u) + m;
+    }
+}
+//@END
+//@Q5_0
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 22u;
+    let d = wf16(b);
+    let qh = wbyte(b + 2u) | (wbyte(b + 3u) << 8u) | (wbyte(b + 4u) << 16u) | (wbyte(b + 5u) << 24u);
+    for (var j = 0u; j < 16u; j++) {
+        let q = wbyte(b + 6u + j);
+        (*out)[j] = d * (f32((q & 15u) | (((qh >> j) & 1u) << 4u)) - 16.0);
+        (*out)[j + 16u] = d * (f32((q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) - 16.0);
+    }
+}
+//@END
+//@Q5_1
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 24u;
+    let d = wf16(b);
+    let m = wf16(b + 2u);
+    let qh = wbyte(b + 4u) | (wbyte(b + 5u) << 8u) | (wbyte(b + 6u) << 16u) | (wbyte(b + 7u) << 24u);
+    for (var j = 0u; j < 16u; j++) {
+        let q = wbyte(b + 8u + j);
+        (*out)[j] = d * f32((q & 15u) | (((qh >> j) & 1u) << 4u)) + m;
+        (*out)[j + 16u] = d * f32((q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) + m;
+    }
+}
+//@END
+//@Q8_0
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 34u;
+    let d = wf16(b);
+    for (var j = 0u; j < 32u; j++) { (*out)[j] = d * i8f(wbyte(b + 2u + j)); }
+}
+//@END
+//@Q4K
+// 6-bit scale and min of sub-block j of a K-quant's 12 scale bytes at s (get_scale_min_k4).
+fn scale_min_k4(j: u32, s: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(wbyte(s + j) & 63u), f32(wbyte(s + j + 4u) & 63u));
+    }
+    let sc = (wbyte(s + j + 4u) & 15u) | ((wbyte(s + j - 4u) >> 6u) << 4u);
+    let mn = (wbyte(s + j + 4u) >> 4u) | ((wbyte(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(mn));
+}
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + (g / 8u) * 144u;
+    let sub = g % 8u;
+    let d = wf16(b);
+    let dmin = wf16(b + 2u);
+    let sm = scale_min_k4(sub, b + 4u);
+    let d1 = d * sm.x;
+    let m1 = dmin * sm.y;
+    let qs = b + 16u + 32u * (sub / 2u);
+    let shift = 4u * (sub & 1u);
+    for (var l = 0u; l < 32u; l++) {
+        (*out)[l] = d1 * f32((wbyte(qs + l) >> shift) & 15u) - m1;
+    }
+}
+//@END
+//@Q6K
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + (g / 8u) * 210u;
+    let sub = g % 8u;
+    let half = sub / 4u;
+    let gg = sub % 4u;
+    let ql = b + 64u * half + 32u * (gg & 1u);
+    let qh = b + 128u + 32u * half;
+    let sc = b + 192u + 8u * half + 2u * gg;
+    let d = wf16(b + 208u);
+    let lo_shift = 4u * (gg / 2u);
+    for (var l = 0u; l < 32u; l++) {
+        let lo = (wbyte(ql + l) >> lo_shift) & 15u;
+        let hi = (wbyte(qh + l) >> (2u * gg)) & 3u;
+        let q = f32(i32(lo | (hi << 4u)) - 32);
+        (*out)[l] = d * i8f(wbyte(sc + l / 16u)) * q;
+    }
+}
+//@END
+//@Q8
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 32u;
+    let d = bitcast<f32>(S[(n * pu(6u)) / 4u + g]);
+    for (var j = 0u; j < 32u; j++) { (*out)[j] = d * i8f(wbyte(b + j)); }
+}
+//@END
+//@Q4
+fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
+    let b = n * pu(5u) + g * 16u;
+    let so = n * pu(6u) + 2u * g;
+    let sw = S[so / 4u] >> (8u * (so & 3u));
+    let d = unpack2x16float(sw & 0xffffu).x;
+    for (var j = 0u; j < 16u; j++) {
+        let q = wbyte(b + j);
+        (*out)[j] = d * (f32(q & 15u) - 8.0);
+        (*out)[j + 16u] = d * (f32(q >> 4u) - 8.0);
+    }
+}
+//@END
