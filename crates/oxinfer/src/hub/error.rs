@@ -63,8 +63,11 @@ pub enum HubError {
         status: u16,
     },
 
-    /// The Hub answered 404 for a repository, revision or file.
-    #[error("{url}: HTTP 404: {what} was not found on the Hub (check the spelling and revision)")]
+    /// The Hub answered 404 (or 401 `RepoNotFound`) for a repository, revision or file.
+    #[error(
+        "{url}: {what} was not found on the Hub (check the spelling and the revision; a private \
+         repository also needs HF_TOKEN)"
+    )]
     NotOnHub { what: String, url: String },
 
     /// The model is not in the local Hugging Face cache, and the Hub may not or cannot be asked.

@@ -131,15 +131,27 @@ impl HfClient {
     }
 
     /// Maps an error status to the error the user should see; `what` names what was asked for.
-    fn status_error(&self, repo: &str, url: &str, status: u16, what: &str) -> HubError {
+    /// `code` is the Hub's `X-Error-Code` (`GatedRepo`, `RepoNotFound`, `EntryNotFound`, …):
+    /// the Hub answers 401 for a repository that does not exist too, so only `GatedRepo` and
+    /// 403 mean access is restricted.
+    fn status_error(
+        &self,
+        resp: &ureq::http::Response<ureq::Body>,
+        repo: &str,
+        url: &str,
+        what: &str,
+    ) -> HubError {
+        let status = resp.status().as_u16();
+        let code = header(resp, "X-Error-Code").unwrap_or_default();
+        let restricted = code == "GatedRepo" || status == 403 || (status == 401 && code.is_empty());
         match status {
-            401 | 403 => HubError::Gated {
+            401 | 403 if restricted => HubError::Gated {
                 repo: repo.to_string(),
                 url: url.to_string(),
                 endpoint: self.cfg.endpoint.clone(),
                 status,
             },
-            404 => HubError::NotOnHub {
+            401 | 404 => HubError::NotOnHub {
                 what: what.to_string(),
                 url: url.to_string(),
             },
@@ -161,7 +173,7 @@ impl HfClient {
         let status = resp.status().as_u16();
         if status != 200 {
             let what = format!("repository {repo} at revision {revision}");
-            return Err(self.status_error(repo, &url, status, &what));
+            return Err(self.status_error(&resp, repo, &url, &what));
         }
         let bad = |reason: String| HubError::Http {
             url: url.clone(),
@@ -213,7 +225,7 @@ impl HfClient {
                 }
             } else if status != 200 {
                 let what = format!("file {file} of {repo} at revision {revision}");
-                return Err(self.status_error(repo, &url, status, &what));
+                return Err(self.status_error(&resp, repo, &url, &what));
             }
             let missing = |h: &str| HubError::Http {
                 url: url.clone(),
@@ -270,7 +282,7 @@ impl HfClient {
                     Some(l) => url = join_url(&url, &l),
                     None => break,
                 },
-                _ => return Err(self.status_error(repo, &url, status, &url.to_string())),
+                _ => return Err(self.status_error(&resp, repo, &url, &url.to_string())),
             }
         }
         Err(HubError::Http {
