@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python venv the server tests use: the official `openai` client, pytest and
-# jsonschema (crates/oxinfer-server/tests/python). Idempotent: an existing venv with the
+# jsonschema (crates/oxinfer-server/tests/python), and huggingface_hub (the hub tests check
+# that its cache and ours are shared: crates/oxinfer/tests/hub_fake.rs). Idempotent: an existing venv with the
 # packages importable is kept. rfc3339-validator, fqdn and rfc3986-validator let jsonschema
 # check the date-time/time, hostname and uri formats (without them it skips those formats).
 #
@@ -10,9 +11,9 @@
 set -euo pipefail
 
 VENV="${OXINFER_SERVER_VENV:-$HOME/.cache/oxinfer/servervenv}"
-PACKAGES=(openai pytest jsonschema rfc3339-validator fqdn rfc3986-validator)
+PACKAGES=(openai pytest jsonschema rfc3339-validator fqdn rfc3986-validator huggingface_hub)
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openai, pytest, jsonschema, rfc3339_validator, fqdn, rfc3986_validator" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openai, pytest, jsonschema, rfc3339_validator, fqdn, rfc3986_validator, huggingface_hub" 2>/dev/null; then
   echo "server test venv: $VENV (ready)"
   exit 0
 fi

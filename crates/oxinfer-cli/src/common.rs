@@ -13,7 +13,8 @@ use std::path::PathBuf;
 /// Model selection, threads and the compute device (shared by every command that loads a model).
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelArgs {
-    /// A GGUF file, a safetensors folder, or a model name (default: smollm2-135m-instruct).
+    /// A GGUF file, a safetensors folder, a model name (default: smollm2-135m-instruct),
+    /// org/repo[:QUANT], org/repo/file.gguf, hf://org/repo@rev or ollama:name[:tag].
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
     /// Worker threads (default: one per core).
@@ -107,6 +108,7 @@ impl ModelArgs {
         announce_fetch(self.model.as_deref());
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
+        oxinfer::hub::ensure_single_file(&path)?;
         if self.verbose {
             eprintln!("model: {}", path.display());
         }

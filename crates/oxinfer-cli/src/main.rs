@@ -13,12 +13,15 @@ mod info;
 mod interrupt;
 mod kl;
 mod line_input;
+mod list;
 mod npy;
 mod perplexity;
 mod positional;
 mod progress;
+mod pull;
 mod quantize;
 mod rerank;
+mod rm;
 mod run;
 #[cfg(feature = "server")]
 mod serve;
@@ -64,6 +67,12 @@ enum Command {
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
     #[cfg(feature = "server")]
     Serve(serve::ServeArgs),
+    /// Fetch a model (name, org/repo[:QUANT], org/repo/file.gguf) into its cache; print its path.
+    Pull(pull::PullArgs),
+    /// Models on this machine: oxinfer's cache, the Hugging Face cache, Ollama's store.
+    List(list::ListArgs),
+    /// Delete a model from oxinfer's cache or the Hugging Face cache.
+    Rm(rm::RmArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +105,9 @@ fn main() -> ExitCode {
         Command::Embed(a) => embed::run(a),
         Command::Rerank(a) => rerank::run(a),
         Command::Image(a) => image::run(a),
+        Command::Pull(a) => pull::run(a),
+        Command::List(a) => list::run(a),
+        Command::Rm(a) => rm::run(a),
     };
     if let Some(r) = oxinfer::backend::check_report() {
         eprint!("{r}");

@@ -79,7 +79,8 @@ fn names_a_model(word: &str) -> bool {
         return false;
     }
     let lower = word.to_ascii_lowercase();
-    word.contains('/')
+    lower.starts_with("ollama:")
+        || word.contains('/')
         || word.starts_with('.')
         || word.starts_with('~')
         || lower.ends_with(".gguf")

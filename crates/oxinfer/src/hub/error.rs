@@ -11,7 +11,8 @@ pub enum HubError {
     /// `-m NAME` is neither an existing path nor a known model name.
     #[error(
         "unknown model '{name}': no such file or folder, and not a known model name \
-         (known models: {known}); pass -m PATH to a GGUF file or a model folder, or one of those names"
+         (known models: {known}); pass -m PATH to a GGUF file or a model folder, one of those names, \
+         a Hugging Face repository (org/repo, org/repo:QUANT) or ollama:name[:tag]"
     )]
     UnknownModel { name: String, known: String },
 
@@ -22,6 +23,91 @@ pub enum HubError {
         path.display()
     )]
     MissingPath { path: PathBuf, known: String },
+
+    /// A model reference that does not parse (`org/`, `a/b:`, `ollama:`).
+    #[error("model reference '{spec}': {reason}")]
+    BadReference { spec: String, reason: String },
+
+    /// A Hugging Face repository has no GGUF file with the quant tag asked for.
+    #[error(
+        "{repo} has no GGUF file with quant tag {quant} (available: {}); pass {repo}:TAG with one \
+         of those, or {repo}/FILE.gguf",
+        if available.is_empty() { "none".to_string() } else { available.join(", ") }
+    )]
+    QuantNotFound {
+        repo: String,
+        quant: String,
+        available: Vec<String>,
+    },
+
+    /// A Hugging Face repository holds no model weights oxinfer can load.
+    #[error(
+        "{repo}@{revision} has no model weights (looked for *.safetensors and *.gguf; it holds: \
+         {})", if files.is_empty() { "no files".to_string() } else { files.join(", ") }
+    )]
+    NoWeights {
+        repo: String,
+        revision: String,
+        files: Vec<String>,
+    },
+
+    /// The Hub refused access (401/403): a gated or private repository.
+    #[error(
+        "{url}: HTTP {status}: access to {repo} is restricted. Accept the licence at \
+         {endpoint}/{repo}, then set HF_TOKEN (or write the token to $HF_HOME/token)"
+    )]
+    Gated {
+        repo: String,
+        url: String,
+        endpoint: String,
+        status: u16,
+    },
+
+    /// The Hub answered 404 (or 401 `RepoNotFound`) for a repository, revision or file.
+    #[error(
+        "{url}: {what} was not found on the Hub (check the spelling and the revision; a private \
+         repository also needs HF_TOKEN)"
+    )]
+    NotOnHub { what: String, url: String },
+
+    /// The model is not in the local Hugging Face cache, and the Hub may not or cannot be asked.
+    #[error(
+        "{reference} is not in the Hugging Face cache ({}) and {reason}",
+        cache.display()
+    )]
+    NotCached {
+        reference: String,
+        cache: PathBuf,
+        reason: String,
+    },
+
+    /// An Ollama model was not found in Ollama's store, or its manifest is unusable.
+    #[error("{reference}: {reason} (Ollama's store: {})", store.display())]
+    Ollama {
+        reference: String,
+        store: PathBuf,
+        reason: String,
+    },
+
+    /// Not enough free disk space for a download (checked before it starts).
+    #[error(
+        "not enough disk space in {}: {needed} bytes are needed, {available} are free; free some \
+         space or point HF_HOME (or HF_HUB_CACHE) at a larger disk",
+        dir.display()
+    )]
+    DiskFull {
+        dir: PathBuf,
+        needed: u64,
+        available: u64,
+    },
+
+    /// A GGUF split into several files: fetched whole, but the loader reads single files.
+    #[error(
+        "{} is part 1 of a GGUF split into {parts} files; oxinfer loads single-file GGUFs only: \
+         join them with `llama-gguf-split --merge {} merged.gguf` and pass -m merged.gguf",
+        path.display(), path.display()
+    )]
+    SplitGguf { path: PathBuf, parts: u32 },
 
     /// A file-system operation failed.
     #[error("{what}: {source}")]

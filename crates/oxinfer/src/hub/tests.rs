@@ -36,8 +36,8 @@ fn known_models_are_consistent() {
         assert!(!m.wheel_parts.is_empty());
         assert!(m.urls.iter().all(|u| u.starts_with("https://")));
         assert!(
-            !looks_like_path(m.name),
-            "{} must not read as a path",
+            matches!(parse_reference(m.name), Ok(ModelRef::Known(_))),
+            "{} must read as a model name",
             m.name
         );
         for part in m.wheel_parts {

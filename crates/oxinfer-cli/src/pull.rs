@@ -1,0 +1,19 @@
+//! `oxinfer pull REF`: fetch a model into its cache without running it, then print its path.
+
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// What to fetch: a model name, org/repo, org/repo:QUANT, org/repo/file.gguf,
+    /// hf://org/repo@revision (an ollama:name[:tag] is only looked up).
+    #[arg(value_name = "REF")]
+    pub reference: String,
+}
+
+pub fn run(a: PullArgs) -> Result<()> {
+    let mut progress = crate::progress::Bars::new();
+    let path = oxinfer::hub::resolve_model(Some(&a.reference), &mut progress)?;
+    println!("{}", path.display());
+    Ok(())
+}
