@@ -38,6 +38,8 @@ pub struct ChatArgs {
     /// dimmed on a terminal (to stderr otherwise) and kept out of the history.
     #[arg(long)]
     pub think: bool,
+    #[command(flatten)]
+    pub media: crate::media_args::MediaArgs,
 }
 
 /// Why a model without a chat template cannot chat, and what to do instead.
@@ -86,6 +88,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
         crate::interrupt::catch();
     }
     let mut params = a.sampling.params();
+    let mut media = crate::media_args::ChatMedia::default();
+    for (kind, path) in a.media.inputs() {
+        media.attach(&model, kind, &path)?;
+    }
     loop {
         let line = match input.read("> ")? {
             Read::Line(l) => l,
@@ -102,15 +108,24 @@ pub fn run(a: ChatArgs) -> Result<()> {
             "/clear" => {
                 messages = start.clone();
                 session.clear();
+                media.clear();
                 eprintln!("(history cleared)");
                 continue;
             }
-            _ => {}
+            t => match media.command(&model, t) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    continue;
+                }
+            },
         }
-        messages.push(ChatMessage::new("user", input_text));
+        messages.push(media.user_message(input_text));
         let extra = serde_json::json!({ "enable_thinking": a.think });
         let rendered = model.render_chat(&messages, true, &extra)?;
-        let prompt = model.tokenize(&rendered, model.adds_bos())?;
+        let (prompt, turn_media) =
+            media.place(&model, model.tokenize(&rendered, model.adds_bos())?)?;
         let terminal = std::io::stdout().is_terminal();
         let mut printer = TracePrinter::new(prompt_opens_think(&rendered), terminal);
         let mut trace: Box<dyn Write> = if terminal {
@@ -121,6 +136,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let opts = GenerateOptions {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
+            media: turn_media,
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();
@@ -133,6 +149,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Ok(g) => g,
             Err(e) => {
                 messages.pop();
+                media.drop_last_turn();
                 eprintln!("error: {e}");
                 continue;
             }
@@ -142,6 +159,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         if g.stop_reason == StopReason::Cancelled || crate::interrupt::take() {
             // The question and the partial reply are forgotten; the next turn starts clean.
             messages.pop();
+            media.drop_last_turn();
             eprintln!("(reply cancelled)");
             continue;
         }

@@ -11,6 +11,7 @@ mod info;
 mod interrupt;
 mod kl;
 mod line_input;
+mod media_args;
 mod npy;
 mod perplexity;
 mod positional;

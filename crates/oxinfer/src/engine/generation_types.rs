@@ -31,6 +31,9 @@ pub struct GenerateOptions {
     pub logprobs: Option<usize>,
     /// Constrain the output to documents of this JSON grammar (needs the model's tokenizer).
     pub grammar: Option<Arc<Grammar>>,
+    /// Soft tokens of the prompt's media inputs (images, audio) at their placeholder
+    /// positions ([`crate::engine::media`]).
+    pub media: Option<Arc<crate::plan::media::MediaEmbeds>>,
 }
 
 impl Default for GenerateOptions {
@@ -44,6 +47,7 @@ impl Default for GenerateOptions {
             keep_prompt_logits: false,
             logprobs: None,
             grammar: None,
+            media: None,
         }
     }
 }

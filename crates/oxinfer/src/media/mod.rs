@@ -6,9 +6,11 @@
 pub mod audio;
 pub mod data_url;
 pub mod image;
+pub mod resize;
 
 pub use self::audio::{decode_audio, Waveform, AUDIO_RATE};
 pub use self::image::{decode_image, RgbImage};
+pub use self::resize::resize_bicubic;
 pub use data_url::{parse_data_url, DataUrl};
 
 /// What a media input may be at most.

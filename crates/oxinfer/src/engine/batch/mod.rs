@@ -44,6 +44,7 @@ use crate::arch::CausalLm;
 use crate::engine::grammar::Vocabulary;
 use crate::error::{Error, Result};
 use crate::nn::KvCache;
+use crate::plan::media::MediaEmbeds;
 use crate::tokenizer::Tokenizer;
 use sequence::Sequence;
 use std::sync::Arc;
@@ -106,6 +107,8 @@ struct Slot<'m, T> {
     cache: KvCache,
     /// The tokens whose keys and values `cache` holds, in order.
     cached: Vec<u32>,
+    /// The media whose soft tokens sit among `cached`.
+    media: Option<Arc<MediaEmbeds>>,
     active: Option<(Sequence<'m>, T)>,
     last_used: Instant,
 }
@@ -130,6 +133,7 @@ impl<'m, T> BatchGenerator<'m, T> {
             .map(|_| Slot {
                 cache: lm.new_cache(cfg.ctx),
                 cached: Vec::new(),
+                media: None,
                 active: None,
                 last_used: Instant::now(),
             })
@@ -189,6 +193,10 @@ impl<'m, T> BatchGenerator<'m, T> {
         let vocab = sequence::grammar_vocabulary(&req, self.tokenizer, n_logits, &mut self.vocab);
         let slot = &mut self.slots[i];
         let mut common = common_prefix(&slot.cached, &req.prompt);
+        // Equal placeholder ids hold the same rows only where the same media sit.
+        common =
+            MediaEmbeds::agreed_prefix(req.opts.media.as_deref(), slot.media.as_deref(), common);
+        slot.media = req.opts.media.clone();
         // At least one prompt token must run to produce logits.
         common = common.min(req.prompt.len() - 1);
         slot.cache.truncate(common);
