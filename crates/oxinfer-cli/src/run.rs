@@ -91,6 +91,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;
     }
+    if !a.media.is_empty() {
+        crate::media_args::towers(&model)?;
+    }
     let mut in_think = false;
     let vocab = model.config().vocab_size;
     let prompt: Vec<u32> = match (&a.tokens, text) {
