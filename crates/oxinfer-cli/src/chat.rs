@@ -44,6 +44,8 @@ pub struct ChatArgs {
     /// the oldest turns after the system prompt.
     #[arg(long)]
     pub no_context_shift: bool,
+    #[command(flatten)]
+    pub media: crate::media_args::MediaArgs,
 }
 
 /// Why a model without a chat template cannot chat, and what to do instead.
@@ -96,6 +98,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
         crate::interrupt::catch();
     }
     let mut params = a.sampling.params();
+    let mut media = crate::media_args::ChatMedia::default();
+    for (kind, path) in a.media.inputs() {
+        media.attach(&model, kind, &path)?;
+    }
     loop {
         let line = match input.read("> ")? {
             Read::Line(l) => l,
@@ -112,12 +118,20 @@ pub fn run(a: ChatArgs) -> Result<()> {
             "/clear" => {
                 messages = start.clone();
                 session.clear();
+                media.clear();
                 eprintln!("(history cleared)");
                 continue;
             }
-            _ => {}
+            t => match media.command(&model, t) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    continue;
+                }
+            },
         }
-        messages.push(ChatMessage::new("user", input_text));
+        messages.push(media.user_message(input_text));
         let extra = serde_json::json!({ "enable_thinking": a.think });
         let mut rendered = String::new();
         let ctx = session.capacity();
@@ -146,6 +160,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 continue;
             }
         };
+        // Images and audio expand their placeholders here, after the fit: the shift does not
+        // count their soft tokens against the context.
+        let (prompt, turn_media) = media.place(&model, prompt)?;
         let terminal = std::io::stdout().is_terminal();
         let mut printer = TracePrinter::new(prompt_opens_think(&rendered), terminal);
         let mut trace: Box<dyn Write> = if terminal {
@@ -157,6 +174,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
             speculation: a.spec.speculation(),
+            media: turn_media,
             ..GenerateOptions::default()
         };
         let stdout = std::io::stdout();
@@ -169,6 +187,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Ok(g) => g,
             Err(e) => {
                 messages.pop();
+                media.drop_last_turn();
                 eprintln!("error: {e}");
                 continue;
             }
@@ -178,6 +197,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         if g.stop_reason == StopReason::Cancelled || crate::interrupt::take() {
             // The question and the partial reply are forgotten; the next turn starts clean.
             messages.pop();
+            media.drop_last_turn();
             eprintln!("(reply cancelled)");
             continue;
         }

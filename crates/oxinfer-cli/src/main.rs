@@ -14,6 +14,7 @@ mod interrupt;
 mod kl;
 mod line_input;
 mod list;
+mod media_args;
 mod npy;
 mod perplexity;
 mod positional;

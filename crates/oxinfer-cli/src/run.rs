@@ -69,6 +69,8 @@ pub struct RunArgs {
     /// pre-quantized checkpoint in this folder, then run as usual.
     #[arg(long, value_name = "DIR")]
     pub save_quantized: Option<PathBuf>,
+    #[command(flatten)]
+    pub media: crate::media_args::MediaArgs,
 }
 
 pub fn run(mut a: RunArgs) -> Result<()> {
@@ -91,6 +93,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let draft = a.spec.load_draft(&a.model)?;
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;
+    }
+    if !a.media.is_empty() {
+        crate::media_args::towers(&model)?;
     }
     let mut in_think = false;
     let vocab = model.config().vocab_size;
@@ -117,7 +122,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
                 if let Some(s) = &a.system {
                     messages.push(ChatMessage::new("system", s));
                 }
-                messages.push(ChatMessage::new("user", &text));
+                let kinds: Vec<_> = a.media.inputs().into_iter().map(|(k, _)| k).collect();
+                messages.push(crate::media_args::user_message(&text, &kinds));
                 let extra = serde_json::json!({ "enable_thinking": a.think });
                 let rendered = model.render_chat(&messages, true, &extra)?;
                 in_think = prompt_opens_think(&rendered);
@@ -129,6 +135,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         }
         (None, None) => unreachable!("text is read whenever no ids are given"),
     };
+    let raw = a.raw || model.chat_template().is_none();
+    let (prompt, media) =
+        crate::media_args::place(&model, &a.media, prompt, a.tokens.is_some(), raw)?;
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
@@ -147,6 +156,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         stop: a.stop.clone(),
         keep_prompt_logits: a.dump_logits.is_some(),
         speculation: a.spec.speculation(),
+        media,
         ..GenerateOptions::default()
     };
     let mut session = model.session(a.ctx.ctx);

@@ -17,6 +17,7 @@ pub mod gguf;
 pub mod hub;
 pub mod loader;
 pub mod mapped;
+pub mod media;
 pub mod nn;
 pub mod plan;
 pub mod quant;

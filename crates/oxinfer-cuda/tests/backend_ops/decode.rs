@@ -32,6 +32,7 @@ pub(crate) fn decode_case(
                 tokens: t,
                 cache: c,
                 all_logits: false,
+                media: None,
             })
             .collect();
         let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");

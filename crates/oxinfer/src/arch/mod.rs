@@ -11,6 +11,7 @@ pub mod encoder_attention;
 pub mod encoder_linear;
 pub mod gemma;
 pub mod llama;
+pub mod multimodal;
 pub mod names;
 pub mod qwen35;
 
@@ -33,6 +34,11 @@ pub trait CausalLm: Send + Sync {
     /// The model's one description, which the CPU and every backend execute.
     fn plan(&self) -> Plan<'_>;
 
+    /// The vision/audio towers, for a multimodal checkpoint that has them.
+    fn media(&self) -> Option<&dyn multimodal::MediaTowers> {
+        None
+    }
+
     /// Runs every sequence of `batch` (each `tokens` at positions `cache.len() ..`, appended to
     /// its cache) in one pass. Returns, per sequence, its logits `[n, vocab]`: of every new
     /// position when `all_logits`, else of the last one (`n = 1`).
@@ -47,6 +53,7 @@ pub trait CausalLm: Send + Sync {
             tokens,
             cache,
             all_logits,
+            media: None,
         }];
         Ok(self.forward_batch(&mut batch)?.pop().unwrap_or_default())
     }
@@ -72,8 +79,11 @@ pub fn load(
 /// Runs `plan` over `batch` (see [`CausalLm::forward_batch`]): on the installed backend when it
 /// takes the whole plan, else on the CPU.
 pub fn run_plan(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-    let (ids, mut seqs) = plan::batch::layout(batch)?;
-    let x = plan.embed.forward(&ids)?;
+    let media = plan::media::collect(batch);
+    let (mut ids, mut seqs) = plan::batch::layout(batch)?;
+    plan::media::substitute_ids(&media, &mut ids);
+    let mut x = plan.embed.forward(&ids)?;
+    plan::media::overwrite_rows(&media, &mut x, plan.dim);
     if let Some(b) = crate::backend::active() {
         if let Some(r) = crate::backend::plan_run::run(b, plan, &ids, &x, &mut seqs) {
             return r;

@@ -51,6 +51,11 @@ pub struct ChatMessage {
     /// value}` (`message.tool_responses`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_responses: Option<Vec<serde_json::Value>>,
+    /// A multimodal turn's content as parts (`{"type": "text", "text": …}`, `{"type":
+    /// "image"}`, `{"type": "audio"}`), which templates see as `message.content` instead of
+    /// the text.
+    #[serde(skip)]
+    pub parts: Option<Vec<serde_json::Value>>,
 }
 
 fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -193,6 +198,25 @@ fn strftime_now(format: String) -> String {
     strftime::DateTime::now().format(&format)
 }
 
+/// `messages` as templates see them: a turn with [`ChatMessage::parts`] has them as its
+/// content.
+fn messages_value(messages: &[ChatMessage]) -> Value {
+    if messages.iter().all(|m| m.parts.is_none()) {
+        return Value::from_serialize(messages);
+    }
+    let list: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            let mut v = serde_json::to_value(m).unwrap_or_default();
+            if let (Some(parts), Some(obj)) = (&m.parts, v.as_object_mut()) {
+                obj.insert("content".into(), serde_json::Value::from(parts.clone()));
+            }
+            v
+        })
+        .collect();
+    Value::from_serialize(&list)
+}
+
 /// Maps a render error to [`TemplateError`], finding `raise_exception` messages in the chain.
 fn render_error(err: Error) -> TemplateError {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&err);
@@ -250,7 +274,7 @@ impl ChatTemplate {
         extra: &serde_json::Value,
     ) -> Result<String, TemplateError> {
         let mut ctx: Vec<(String, Value)> = vec![
-            ("messages".into(), Value::from_serialize(messages)),
+            ("messages".into(), messages_value(messages)),
             ("tools".into(), Value::from(())),
             ("documents".into(), Value::from(())),
             (

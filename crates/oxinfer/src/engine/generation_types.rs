@@ -35,6 +35,9 @@ pub struct GenerateOptions {
     /// Draft tokens ahead and verify them in one pass (output unchanged; see
     /// [`super::speculative`]).
     pub speculation: Speculation,
+    /// Soft tokens of the prompt's media inputs (images, audio) at their placeholder
+    /// positions ([`crate::engine::media`]).
+    pub media: Option<Arc<crate::plan::media::MediaEmbeds>>,
 }
 
 impl Default for GenerateOptions {
@@ -49,6 +52,7 @@ impl Default for GenerateOptions {
             logprobs: None,
             grammar: None,
             speculation: Speculation::default(),
+            media: None,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod generate;
 mod generation_types;
 pub mod grammar;
 pub mod kl;
+pub mod media;
 mod model;
 pub mod perplexity;
 pub mod sampler;

@@ -11,6 +11,8 @@ pub struct SeqBatch<'a> {
     pub cache: &'a mut KvCache,
     /// Logits of every new position (else of the last one only).
     pub all_logits: bool,
+    /// Soft tokens of media inputs replacing the embeddings at their positions.
+    pub media: Option<std::sync::Arc<super::media::MediaEmbeds>>,
 }
 
 /// One sequence's rows in a stacked pass `[total, dim]` and the cache they extend. The cache

@@ -15,6 +15,7 @@ pub mod batch;
 pub mod cpu;
 pub mod kv_cache;
 pub mod kv_mirror;
+pub mod media;
 pub mod ops;
 
 pub use batch::{SeqBatch, SeqRows};

@@ -137,11 +137,13 @@ pub fn forward_two(
             tokens: t0,
             cache: c0,
             all_logits,
+            media: None,
         },
         SeqBatch {
             tokens: t1,
             cache: c1,
             all_logits,
+            media: None,
         },
     ];
     model

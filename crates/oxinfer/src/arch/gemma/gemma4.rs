@@ -8,6 +8,7 @@
 
 use super::gemma4_block::{Attention, FeedForward, PleBlock};
 use super::gemma4_config::Gemma4Params;
+use super::gemma4_media::Gemma4Media;
 use super::{LayerKind, Names};
 use crate::arch::CausalLm;
 use crate::config::{ConfigSource, ModelConfig};
@@ -73,6 +74,8 @@ pub struct Gemma4 {
     head: Linear,
     local_rope: Rope,
     global_rope: Rope,
+    /// The vision tower of a multimodal checkpoint.
+    media: Option<Gemma4Media>,
 }
 
 impl Gemma4 {
@@ -183,6 +186,7 @@ impl Gemma4 {
             head,
             local_rope: Rope::new(&params.local_rope, None),
             global_rope: Rope::new(&params.global_rope, freq_factors.as_deref()),
+            media: Gemma4Media::load(store, src, d)?,
             params,
         })
     }
@@ -203,6 +207,10 @@ impl Gemma4 {
 impl CausalLm for Gemma4 {
     fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    fn media(&self) -> Option<&dyn crate::arch::multimodal::MediaTowers> {
+        self.media.as_ref().map(|m| m as _)
     }
 
     /// Sliding layers keep only about two windows of positions; each layer's rows have its own

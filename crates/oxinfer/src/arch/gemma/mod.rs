@@ -3,10 +3,14 @@
 //! transformers, as `1 + w` by llama.cpp's converter), embedding scaling by √hidden, the tied
 //! output head and logit soft-capping.
 
+pub mod clipped;
 pub mod gemma3;
 pub mod gemma4;
 pub mod gemma4_block;
 pub mod gemma4_config;
+pub mod gemma4_media;
+pub mod image_processor;
+pub mod vision;
 
 use super::names::{hf_layer_part, GEMMA_LAYER};
 use crate::config::ConfigSource;

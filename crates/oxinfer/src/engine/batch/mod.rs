@@ -45,6 +45,7 @@ use crate::engine::grammar::Vocabulary;
 use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::error::{Error, Result};
 use crate::nn::KvCache;
+use crate::plan::media::MediaEmbeds;
 use crate::tokenizer::Tokenizer;
 use sequence::Sequence;
 use std::sync::Arc;
@@ -107,6 +108,8 @@ struct Slot<'m, T> {
     cache: KvCache,
     /// The tokens whose keys and values `cache` holds, in order.
     cached: Vec<u32>,
+    /// The media whose soft tokens sit among `cached`.
+    media: Option<Arc<MediaEmbeds>>,
     active: Option<(Sequence<'m>, T)>,
     last_used: Instant,
     /// The draft model's cache for this slot, when the generator has a draft model.
@@ -135,6 +138,7 @@ impl<'m, T> BatchGenerator<'m, T> {
             .map(|_| Slot {
                 cache: lm.new_cache(cfg.ctx),
                 cached: Vec::new(),
+                media: None,
                 active: None,
                 last_used: Instant::now(),
                 draft: None,
@@ -210,6 +214,10 @@ impl<'m, T> BatchGenerator<'m, T> {
         let vocab = sequence::grammar_vocabulary(&req, self.tokenizer, n_logits, &mut self.vocab);
         let slot = &mut self.slots[i];
         let mut common = common_prefix(&slot.cached, &req.prompt);
+        // Equal placeholder ids hold the same rows only where the same media sit.
+        common =
+            MediaEmbeds::agreed_prefix(req.opts.media.as_deref(), slot.media.as_deref(), common);
+        slot.media = req.opts.media.clone();
         // At least one prompt token must run to produce logits.
         common = common.min(req.prompt.len() - 1);
         slot.cache.truncate(common);

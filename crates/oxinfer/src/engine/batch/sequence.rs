@@ -176,6 +176,10 @@ impl<'m> Sequence<'m> {
     }
 
     /// Most prompt tokens this sequence runs in one pass.
+    pub(super) fn media(&self) -> Option<Arc<crate::plan::media::MediaEmbeds>> {
+        self.opts.media.clone()
+    }
+
     pub(super) fn chunk_cap(&self) -> usize {
         self.opts.prefill_chunk.max(1)
     }

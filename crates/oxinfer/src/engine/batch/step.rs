@@ -80,6 +80,7 @@ pub(super) fn run_step(
                 tokens: lane.seq.input(n),
                 all_logits: lane.seq.wants_all_logits(),
                 cache: &mut *lane.cache,
+                media: lane.seq.media(),
             });
         }
     }

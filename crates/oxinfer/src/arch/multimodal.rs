@@ -1,0 +1,61 @@
+//! What a model with media towers offers the engine and the front ends: how many soft tokens
+//! an input becomes, the token ids that stand for it in a prompt, and its encoding into rows
+//! of the text model's embedding space.
+
+use crate::media::{RgbImage, Waveform};
+
+/// A kind of media input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MediaKind {
+    Image,
+    Audio,
+}
+
+impl MediaKind {
+    /// `image` or `audio`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            MediaKind::Image => "image",
+            MediaKind::Audio => "audio",
+        }
+    }
+}
+
+/// The ids that stand for one input in a prompt: `start`, `count` × `placeholder`, `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MediaTokens {
+    pub start: Option<u32>,
+    pub placeholder: u32,
+    pub end: Option<u32>,
+}
+
+/// The media towers of a multimodal model.
+pub trait MediaTowers: Send + Sync {
+    /// Whether inputs of `kind` can be encoded.
+    fn accepts(&self, kind: MediaKind) -> bool;
+
+    /// The token ids of an input of `kind`.
+    fn tokens(&self, kind: MediaKind) -> MediaTokens;
+
+    /// The text the chat template writes where an input of `kind` goes (Gemma 4:
+    /// `<|image|>`), which the prompt builder replaces by the expanded ids.
+    fn template_marker(&self, kind: MediaKind) -> &str;
+
+    /// The id fed to the token-indexed inputs (embedding lookup, per-layer embeddings) at
+    /// placeholder positions; their embeddings are then replaced by the soft tokens.
+    fn input_id(&self) -> u32;
+
+    /// Ids that read as [`Self::input_id`] wherever they appear, generated ones included.
+    fn mapped_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// Encodes an image: soft tokens `[n, hidden]` of the text model.
+    fn encode_image(&self, img: &RgbImage) -> Result<Vec<f32>, String>;
+
+    /// Encodes 16 kHz mono audio: soft tokens `[n, hidden]`.
+    fn encode_audio(&self, audio: &Waveform) -> Result<Vec<f32>, String> {
+        let _ = audio;
+        Err("this model has no audio tower".into())
+    }
+}
