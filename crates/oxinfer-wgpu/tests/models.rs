@@ -377,6 +377,7 @@ fn smollm2_truncated_plans_vs_cpu() {
                 tokens: &ids,
                 cache: &mut cache,
                 all_logits: true,
+                media: None,
             }];
             let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");
             let x = plan.embed.forward(&ids).expect("embed");
