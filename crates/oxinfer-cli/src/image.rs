@@ -202,6 +202,7 @@ pub fn run(a: ImageArgs) -> Result<()> {
 }
 
 /// The diffusers folder `-m` names, when it names one (`model_index.json` inside).
+#[cfg(feature = "server")]
 pub fn pipeline_folder(spec: Option<&str>) -> Option<PathBuf> {
     let dir = PathBuf::from(spec?);
     dir.join("model_index.json").is_file().then_some(dir)
@@ -209,6 +210,7 @@ pub fn pipeline_folder(spec: Option<&str>) -> Option<PathBuf> {
 
 /// `oxinfer serve` on a Stable Diffusion folder: `/v1/images/generations` only;
 /// `config(model_id)` makes the server settings from the command line.
+#[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
     dir: &std::path::Path,

@@ -69,6 +69,7 @@ pub fn run(a: RerankArgs) -> Result<()> {
 }
 
 /// `oxinfer serve` on a reranker (threads and device already set): `/v1/rerank` only.
+#[cfg(feature = "server")]
 pub fn serve(
     path: &std::path::Path,
     listener: std::net::TcpListener,

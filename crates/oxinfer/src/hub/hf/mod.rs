@@ -7,16 +7,21 @@
 //! sequence is documented in [`client`].
 
 pub mod cache;
+#[cfg(feature = "download")]
 pub mod client;
 pub mod config;
+#[cfg(feature = "download")]
 pub mod download;
 pub mod select;
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "download")]
 use std::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(feature = "download")]
 use std::sync::mpsc;
 
 use cache::RepoCache;
+#[cfg(feature = "download")]
 use client::{FileMeta, HfClient};
 use config::HfConfig;
 use select::{select, Selection};
@@ -25,6 +30,7 @@ use super::reference::HfRef;
 use super::{HubError, Progress};
 
 /// Downloads running at once for a model of several files (shards, split GGUF parts).
+#[cfg(feature = "download")]
 const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The local path of the model `r` names: a GGUF file, or the snapshot folder of a safetensors
@@ -40,12 +46,34 @@ pub fn resolve(
     if cfg.offline {
         return from_cache(r, &cache, "HF_HUB_OFFLINE is set, so the Hub was not asked");
     }
+    #[cfg(not(feature = "download"))]
+    {
+        let _ = progress;
+        from_cache(
+            r,
+            &cache,
+            "this build has no HTTP client (built without the `download` feature), so the Hub \
+             was not asked",
+        )
+    }
+    #[cfg(feature = "download")]
+    resolve_online(r, cfg, &cache, progress)
+}
+
+/// [`resolve`] when the Hub may be asked.
+#[cfg(feature = "download")]
+fn resolve_online(
+    r: &HfRef,
+    cfg: &HfConfig,
+    cache: &RepoCache,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, HubError> {
     let client = HfClient::new(cfg.clone());
     let info = match client.repo_info(&r.repo, &r.revision) {
         Ok(info) => info,
         Err(e @ HubError::Http { .. }) => {
             let reason = format!("the Hub could not be reached ({e})");
-            return match from_cache(r, &cache, &reason) {
+            return match from_cache(r, cache, &reason) {
                 Ok(path) => {
                     progress.note(&format!("{reason}; using the cached {r}"));
                     Ok(path)
@@ -56,7 +84,7 @@ pub fn resolve(
         Err(e) => return Err(e),
     };
     let selection = select(&info.files, r)?;
-    fetch_selection(&client, r, &info.commit, &selection, &cache, progress)?;
+    fetch_selection(&client, r, &info.commit, &selection, cache, progress)?;
     cache.write_ref(&r.revision, &info.commit)?;
     Ok(entry_path(&cache.snapshot(&info.commit), &selection))
 }
@@ -86,6 +114,7 @@ pub fn from_cache(r: &HfRef, cache: &RepoCache, reason: &str) -> Result<PathBuf,
 /// Fetches every file of `selection` at `commit` that the snapshot lacks: metadata first (so the
 /// disk-space check knows the total), then up to [`PARALLEL_DOWNLOADS`] downloads at once, one
 /// progress bar for all.
+#[cfg(feature = "download")]
 fn fetch_selection(
     client: &HfClient,
     r: &HfRef,
@@ -135,6 +164,7 @@ fn fetch_selection(
     Ok(())
 }
 
+#[cfg(feature = "download")]
 enum Event {
     Bytes(u64),
     Note(String),
@@ -142,6 +172,7 @@ enum Event {
 
 /// Downloads `wanted` on up to [`PARALLEL_DOWNLOADS`] threads, forwarding their progress to
 /// `progress` on this thread. Returns the first error.
+#[cfg(feature = "download")]
 fn download_parallel(
     client: &HfClient,
     r: &HfRef,
