@@ -117,8 +117,17 @@ def test_bad_input_gets_a_clear_400(client):
         client.embeddings.create(model="bert-tiny", input=[[999999]])
     with pytest.raises(openai.BadRequestError, match="encoding_format"):
         client.embeddings.create(model="bert-tiny", input="x", encoding_format="int8")
-    with pytest.raises(openai.NotFoundError):
-        client.embeddings.create(model="gpt-4", input="x")
+    # Any model name is answered by the one model (as the chat server does), unless the server
+    # was started with --strict-model-names.
+    assert client.embeddings.create(model="text-embedding-3-small", input="x").model == "bert-tiny"
+    strict = EmbedServer("--strict-model-names")
+    try:
+        c = openai.OpenAI(base_url=strict.url + "/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            c.embeddings.create(model="gpt-4", input="x")
+        assert c.embeddings.create(model="bert-tiny", input="x").data
+    finally:
+        strict.stop()
 
 
 def test_generation_endpoints_say_they_are_unavailable(client):
