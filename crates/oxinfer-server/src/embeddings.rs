@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::Router;
 use base64::Engine;
 use oxinfer::embed::{EmbedOptions, Embedder, Encoded};
@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::{off_worker, unix_now, ServerConfig};
+use crate::{off_worker, ServerConfig};
 
 /// Most inputs one request may carry (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
@@ -34,7 +34,6 @@ struct EmbedState {
     /// One request computes at a time (each pass already uses every core).
     busy: Mutex<()>,
     cfg: ServerConfig,
-    created: u64,
 }
 
 /// The body of `POST /v1/embeddings`.
@@ -185,23 +184,6 @@ async fn run(
     .into_response())
 }
 
-async fn models(State(st): State<Arc<EmbedState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.cfg.model_id,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "oxinfer",
-            "meta": {
-                "kind": "embedding",
-                "dimensions": st.embedder.dim(),
-                "max_tokens": st.embedder.max_tokens(),
-            },
-        }],
-    }))
-}
-
 /// The 400 of a generation endpoint on an embedding server.
 async fn generation_unavailable(State(st): State<Arc<EmbedState>>, req: Request) -> ApiError {
     crate::endpoint_unavailable(&st.cfg, "embedding", req.uri().path(), "/v1/embeddings")
@@ -226,24 +208,27 @@ pub(crate) async fn not_an_embedding_model(State(st): State<Arc<crate::AppState>
 /// The router of a server on an embedding model, behind the same key, body, JSON,
 /// `Host`/`Origin` and logging layers as a generation server ([`crate::protect`]).
 pub fn embeddings_router(embedder: Arc<Embedder>, cfg: ServerConfig) -> Router {
-    let key = crate::KeyCheck {
-        key: cfg.api_key.clone(),
-        metrics: None,
-    };
+    let meta = json!({
+        "kind": "embedding",
+        "dimensions": embedder.dim(),
+        "max_tokens": embedder.max_tokens(),
+    });
     let state = Arc::new(EmbedState {
         embedder,
         busy: Mutex::new(()),
         cfg,
-        created: unix_now(),
     });
-    let api = Router::new()
+    let own = Router::new()
         .route("/v1/embeddings", post(handle))
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(generation_unavailable))
-        .route("/v1/completions", post(generation_unavailable))
-        .route("/v1/rerank", post(not_a_reranker))
-        .route("/v1/images/generations", post(generation_unavailable));
-    crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
+        .route("/v1/rerank", post(not_a_reranker));
+    crate::single_task_router(
+        own,
+        &["/v1/embeddings", "/v1/rerank"],
+        post(generation_unavailable),
+        meta,
+        &state.cfg,
+        state.clone(),
+    )
 }
 
 /// Serves an embedding model on `listener` (from [`crate::bind`]) until Ctrl-C (or SIGTERM).

@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::Router;
 use base64::Engine;
 use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion};
@@ -40,7 +40,6 @@ struct ImageState {
     /// Requests computing or waiting for `busy`.
     pending: AtomicUsize,
     cfg: ServerConfig,
-    created: u64,
 }
 
 /// The body of `POST /v1/images/generations`.
@@ -234,19 +233,6 @@ async fn run(
     Ok(axum::Json(json!({"created": unix_now(), "data": images})).into_response())
 }
 
-async fn models(State(st): State<Arc<ImageState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.cfg.model_id,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "oxinfer",
-            "meta": {"kind": "image", "native_size": st.sd.native_size()},
-        }],
-    }))
-}
-
 /// The 400 of a text endpoint on an image server.
 async fn text_unavailable(State(st): State<Arc<ImageState>>, req: Request) -> ApiError {
     crate::endpoint_unavailable(&st.cfg, "image", req.uri().path(), "/v1/images/generations")
@@ -266,25 +252,22 @@ pub(crate) async fn not_an_image_model(State(st): State<Arc<crate::AppState>>) -
 /// The router of a server on an image model, behind the same key, body, JSON, `Host`/`Origin`
 /// and logging layers as a generation server ([`crate::protect`]).
 pub fn images_router(sd: Arc<StableDiffusion>, cfg: ServerConfig) -> Router {
-    let key = crate::KeyCheck {
-        key: cfg.api_key.clone(),
-        metrics: None,
-    };
+    let meta = json!({"kind": "image", "native_size": sd.native_size()});
     let state = Arc::new(ImageState {
         sd,
         busy: Mutex::new(()),
         pending: AtomicUsize::new(0),
         cfg,
-        created: unix_now(),
     });
-    let api = Router::new()
-        .route("/v1/images/generations", post(handle))
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(text_unavailable))
-        .route("/v1/completions", post(text_unavailable))
-        .route("/v1/embeddings", post(text_unavailable))
-        .route("/v1/rerank", post(text_unavailable));
-    crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
+    let own = Router::new().route("/v1/images/generations", post(handle));
+    crate::single_task_router(
+        own,
+        &["/v1/images/generations"],
+        post(text_unavailable),
+        meta,
+        &state.cfg,
+        state.clone(),
+    )
 }
 
 /// Serves an image model on `listener` (from [`crate::bind`]) until Ctrl-C (or SIGTERM).

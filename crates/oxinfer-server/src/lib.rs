@@ -226,6 +226,51 @@ pub(crate) struct KeyCheck {
     pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
+/// The task endpoints a server may offer; a single-task server answers the others with a 400.
+const TASK_ENDPOINTS: [&str; 5] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/v1/images/generations",
+];
+
+/// The router of a server on a model that does one task (embeddings, reranking, images):
+/// `own` holds its routes (paths `own_paths`); `/v1/models` lists the one model with `meta`;
+/// every other task endpoint answers through `unavailable`; all behind [`protect`]'s layers
+/// with the plain `/health`.
+pub(crate) fn single_task_router<S: Send + Sync + 'static>(
+    own: Router<Arc<S>>,
+    own_paths: &[&str],
+    unavailable: axum::routing::MethodRouter<Arc<S>>,
+    meta: serde_json::Value,
+    cfg: &ServerConfig,
+    state: Arc<S>,
+) -> Router {
+    let key = KeyCheck {
+        key: cfg.api_key.clone(),
+        metrics: None,
+    };
+    let listing = serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": cfg.model_id,
+            "object": "model",
+            "created": unix_now(),
+            "owned_by": "oxinfer",
+            "meta": meta,
+        }],
+    });
+    let mut api = own.route(
+        "/v1/models",
+        get(move || std::future::ready(axum::Json(listing))),
+    );
+    for path in TASK_ENDPOINTS.iter().filter(|p| !own_paths.contains(p)) {
+        api = api.route(path, unavailable.clone());
+    }
+    protect(api, get(plain_health), key, cfg).with_state(state)
+}
+
 /// The layers every server shares, around `api` (the routes behind the key): the body reader
 /// (size and time limits), the JSON content-type check and the API key; then `/health`
 /// (outside the key), the `Host`/`Origin` check and the request log around everything.

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::Router;
 use oxinfer::embed::rerank::rank;
 use oxinfer::embed::{CrossEncoder, Encoded};
@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::{off_worker, unix_now, ServerConfig};
+use crate::{off_worker, ServerConfig};
 
 /// Most documents one request may carry.
 pub const MAX_DOCUMENTS: usize = 2048;
@@ -30,7 +30,6 @@ struct RerankState {
     /// One request computes at a time (each pass already uses every core).
     busy: Mutex<()>,
     cfg: ServerConfig,
-    created: u64,
 }
 
 /// The body of `POST /v1/rerank`.
@@ -143,19 +142,6 @@ async fn run(
     .into_response())
 }
 
-async fn models(State(st): State<Arc<RerankState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.cfg.model_id,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "oxinfer",
-            "meta": {"kind": "reranker", "max_tokens": st.model.max_tokens()},
-        }],
-    }))
-}
-
 /// The 400 of the other endpoints on a reranker server.
 async fn unavailable(State(st): State<Arc<RerankState>>, req: Request) -> ApiError {
     crate::endpoint_unavailable(&st.cfg, "reranker", req.uri().path(), "/v1/rerank")
@@ -181,25 +167,23 @@ pub(crate) async fn chat_model_is_not_a_reranker(
 /// The router of a server on a reranker, behind the same key, body, JSON, `Host`/`Origin`
 /// and logging layers as a generation server.
 pub fn rerank_router(model: Arc<CrossEncoder>, cfg: ServerConfig) -> Router {
-    let key = crate::KeyCheck {
-        key: cfg.api_key.clone(),
-        metrics: None,
-    };
+    let meta = json!({"kind": "reranker", "max_tokens": model.max_tokens()});
     let state = Arc::new(RerankState {
         model,
         busy: Mutex::new(()),
         cfg,
-        created: unix_now(),
     });
-    let api = Router::new()
+    let own = Router::new()
         .route("/v1/rerank", post(handle))
-        .route("/rerank", post(handle))
-        .route("/v1/models", get(models))
-        .route("/v1/embeddings", post(unavailable))
-        .route("/v1/chat/completions", post(unavailable))
-        .route("/v1/completions", post(unavailable))
-        .route("/v1/images/generations", post(unavailable));
-    crate::protect(api, get(crate::plain_health), key, &state.cfg).with_state(state)
+        .route("/rerank", post(handle));
+    crate::single_task_router(
+        own,
+        &["/v1/rerank"],
+        post(unavailable),
+        meta,
+        &state.cfg,
+        state.clone(),
+    )
 }
 
 /// Serves a reranker on `listener` (from [`crate::bind`]) until Ctrl-C (or SIGTERM).
