@@ -142,6 +142,8 @@ pub(crate) struct Gpu {
     rec: RefCell<Recorder>,
     /// The graphs of recent decode steps.
     pub graphs: Graphs,
+    /// Streaming multiprocessors of the device (sizes the int8 GEMV's grid, [`crate::ops`]).
+    pub sm_count: usize,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -222,6 +224,10 @@ impl Gpu {
         unsafe { blas::set_stream(handle, stream as _) }
             .map_err(|e| format!("cublasSetStream: {e:?}"))?;
         let k = Kernels::compile(&ctx, major, minor)?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| format!("multiprocessor count: {e:?}"))?
+            .max(1) as usize;
         Ok(Gpu {
             ctx,
             stream,
@@ -232,6 +238,7 @@ impl Gpu {
             params_host: Vec::new(),
             rec: RefCell::default(),
             graphs: Graphs::default(),
+            sm_count,
         })
     }
 

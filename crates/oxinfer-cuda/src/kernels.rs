@@ -61,7 +61,7 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
 ];
 
 /// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
-/// an output row, the int8 GEMV splits one output row over them.
+/// an output row; the int8 GEMV either does too or splits one output row over them.
 pub(crate) const GEMV_WARPS: usize = 4;
 
 /// Tile of the quantized GEMM (weight rows x tokens), as compiled (`BM`/`BN` in gemm.cu).

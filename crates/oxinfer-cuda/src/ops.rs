@@ -190,7 +190,8 @@ pub(crate) fn quant_act_i8(
 
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
 /// the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols / block]`, from
-/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]; one block of four warps per output row. With
+/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four warps of a
+/// block per row when the matrices have too few rows to fill the device ([`gemv_split`]). With
 /// `second` = `(w2, y2)` (same format and width as `w`, any number of rows), also
 /// `y2 = x · W2ᵀ` in the same launch.
 #[allow(clippy::too_many_arguments)]
@@ -209,10 +210,12 @@ pub(crate) fn gemv_i8(
     let wp = w.buf.ptr();
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let rb = w.row_bytes as i64;
-    let [rows, rows2, cols, t_i] = [w.rows, n2, w.cols, t].map(|v| v as i32);
+    let total = w.rows + n2;
+    let split = gemv_split(total, g.sm_count);
+    let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
     g.launch(
         f,
-        ((w.rows + n2) as u32, 1, 1),
+        (total.div_ceil(GEMV_WARPS / split) as u32, 1, 1),
         ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
@@ -226,8 +229,28 @@ pub(crate) fn gemv_i8(
             arg(&rows2),
             arg(&cols),
             arg(&t_i),
+            arg(&split_i),
         ],
     )
+}
+
+/// Warps that share one output row of the int8 GEMV for a grid of `rows` output rows on a
+/// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
+/// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
+/// 32 warps per multiprocessor, then [`GEMV_WARPS`] (the row's blocks split over a block's
+/// warps). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one or the other (for measuring).
+fn gemv_split(rows: usize, sm_count: usize) -> usize {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    if forced.unwrap_or(rows < 32 * sm_count) {
+        GEMV_WARPS
+    } else {
+        1
+    }
 }
 
 /// The kernels' id of a gated activation (0 SiLU, 1 tanh-GELU).

@@ -267,6 +267,10 @@ fn gemv_matches_cpu_twin() {
         (77, 768, 5),
         (512, 2048, 8),
         (1000, 4096, 1),
+        // Enough rows for the int8 GEMV's warp-per-row grid (the smaller ones split a row over
+        // a block's warps; ops::gemv_split).
+        (9000, 512, 1),
+        (9000, 256, 4),
     ];
     for f in FORMATS.into_iter().filter(|f| f.is_quantized()) {
         for &(n, k, t) in &shapes {

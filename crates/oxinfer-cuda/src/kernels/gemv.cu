@@ -90,10 +90,10 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
     return (int)((u32)h[0] | ((u32)h[1] << 16));
 }
 
-// The int8 GEMV bodies below add, for each activation row r < t, warp `warp`'s share of one
-// weight row wr (cols weights; the GEMV_WARPS warps of a block split the row's blocks) times
-// the int8 activations xq [t, cols] with their block scales xd into acc[r] (lane `lane`; the
-// caller sums over the lanes and warps).
+// The int8 GEMV bodies below add, for each activation row r < t, share `share` of `split` of
+// one weight row wr (cols weights; the `split` warps given one row take interleaved runs of its
+// blocks) times the int8 activations xq [t, cols] with their block scales xd into acc[r] (lane
+// `lane`; the caller sums over the lanes and the row's warps).
 
 // Q4_K on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
 // activations are int8 values with one scale per 256 ([t, cols / 256]), exactly the CPU's Q8_K
@@ -105,10 +105,10 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 template <int T>
 __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int warp, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&acc)[T]) {
     int nb = cols >> 8;
     int j = lane & 7, c = j >> 1, half = j & 1;
-    for (int b = (lane >> 3) + 4 * warp; b < nb; b += 4 * GEMV_WARPS) {
+    for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
         const u8* blk = wr + (long)b * 144;
         u32 dm = *(const u32*)blk;
         float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
@@ -150,10 +150,10 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8*
 template <int T>
 __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int warp, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&acc)[T]) {
     int nb = cols >> 8;
     int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
-    for (int b = (lane >> 3) + 4 * warp; b < nb; b += 4 * GEMV_WARPS) {
+    for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
         const u8* blk = wr + (long)b * 210;
         float d = h2f(*(const u16*)(blk + 208));
         const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
@@ -242,9 +242,9 @@ template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, c
 template <int F, int T>
 __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int warp, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&acc)[T]) {
     int nb = cols >> 5;
-    for (int b = lane + 32 * warp; b < nb; b += 32 * GEMV_WARPS) {
+    for (int b = lane + 32 * share; b < nb; b += 32 * split) {
         const u8* blk = wr + (long)b * Fmt<F>::BYTES;
         #pragma unroll
         for (int r = 0; r < T; r++) {
@@ -258,18 +258,23 @@ __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ wr, const i8*
     }
 }
 
-// GEMV on int8 activations for format F and up to T rows: one block of GEMV_WARPS warps per
-// output row (a block per row, not a warp, keeps the last wave of the grid short), its warps
-// splitting the row's blocks and their partial sums added in a fixed order. With a second
-// matrix w2 (same format and width, rows2 rows; 0 for none), blocks rows .. rows + rows2 - 1
-// multiply w2 into y2 (two projections of one input in one launch).
+// GEMV on int8 activations for format F and up to T rows. `split` is 1 or GEMV_WARPS: with 1,
+// each warp of a block computes one output row (the fastest when the grid has several waves of
+// warps); with GEMV_WARPS, the block's warps split one row's blocks and add their partial sums in
+// a fixed order (more warps in flight for matrices of few rows: the host picks, ops.rs). With a
+// second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
+// of the grid multiply w2 into y2 (two projections of one input in one launch).
 template <int F, int T>
 __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
                                         long row_bytes, const i8* __restrict__ xq,
                                         const float* __restrict__ xd, float* __restrict__ y,
                                         float* __restrict__ y2, int rows, int rows2, int cols,
-                                        int t) {
-    int row = blockIdx.x;
+                                        int t, int split) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Uniform over the block when split == GEMV_WARPS (one row per block), so the early
+    // returns below never skip the __syncthreads of that case.
+    int row = blockIdx.x * (GEMV_WARPS / split) + warp / split;
+    int share = warp % split;
     if (row >= rows) {
         if (w2 == 0) return;
         row -= rows;
@@ -278,27 +283,30 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         rows = rows2;
         if (row >= rows) return;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u8* wr = w + (long)row * row_bytes;
     float acc[T];
     #pragma unroll
     for (int r = 0; r < T; r++) acc[r] = 0.f;
-    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T>(wr, xq, xd, cols, t, lane, warp, acc);
-    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T>(wr, xq, xd, cols, t, lane, warp, acc);
-    else b32_i8_rows<F, T>(wr, xq, xd, cols, t, lane, warp, acc);
-    __shared__ float part[GEMV_WARPS][T];
+    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T>(wr, xq, xd, cols, t, lane, share, split, acc);
+    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T>(wr, xq, xd, cols, t, lane, share, split, acc);
+    else b32_i8_rows<F, T>(wr, xq, xd, cols, t, lane, share, split, acc);
+    if (split == 1) {
+        gemv_store<T>(acc, y, rows, row, t);
+        return;
+    }
+    __shared__ float partial[GEMV_WARPS][T];
     #pragma unroll
     for (int r = 0; r < T; r++) {
         float v = acc[r];
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) part[warp][r] = v;
+        if (lane == 0) partial[warp][r] = v;
     }
     __syncthreads();
     if (threadIdx.x < T && threadIdx.x < t) {
         float v = 0.f;
         #pragma unroll
-        for (int k = 0; k < GEMV_WARPS; k++) v += part[k][threadIdx.x];
+        for (int k = 0; k < GEMV_WARPS; k++) v += partial[k][threadIdx.x];
         y[(long)threadIdx.x * rows + row] = v;
     }
 }
@@ -306,8 +314,8 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
 #define GEMV_I8_KERNEL(F, NAME, T)                                                             \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_##T(         \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t) {                                     \
-        gemv_i8<F, T>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t);                   \
+        float* y2, int rows, int rows2, int cols, int t, int split) {                          \
+        gemv_i8<F, T>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split);            \
     }
 #define GEMV_I8(F, NAME) GEMV_I8_KERNEL(F, NAME, 1) GEMV_I8_KERNEL(F, NAME, 4) GEMV_I8_KERNEL(F, NAME, 8)
 
