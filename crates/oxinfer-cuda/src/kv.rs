@@ -8,35 +8,24 @@
 
 use crate::gpu::{DevBuf, Gpu};
 use cudarc::driver::sys::CUdeviceptr;
-use oxinfer::plan::DeviceKv;
+use oxinfer::plan::{DeviceKv, MirrorRows};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
-
-/// Rows allocated per layer before the first growth.
-const FIRST_CAP: usize = 256;
 
 /// Keys and values of one sequence on one GPU.
 pub(crate) struct DeviceKvCache {
     /// The backend's device state (reads lock it; the stack pass passes its guard instead).
     gpu: Arc<Mutex<Gpu>>,
-    layers: usize,
-    kv_row: usize,
-    /// Positions the cache may ever hold (the host cache's capacity).
-    capacity: usize,
-    /// Rows allocated per layer.
-    cap: usize,
+    /// Geometry, rows allocated per layer, positions stored.
+    rows: MirrorRows,
     k: Option<DevBuf>,
     v: Option<DevBuf>,
-    len: usize,
 }
 
 impl std::fmt::Debug for DeviceKvCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceKvCache")
-            .field("layers", &self.layers)
-            .field("kv_row", &self.kv_row)
-            .field("cap", &self.cap)
-            .field("len", &self.len)
+            .field("rows", &self.rows)
             .finish()
     }
 }
@@ -47,37 +36,36 @@ impl DeviceKvCache {
     pub fn new(gpu: Arc<Mutex<Gpu>>, layers: usize, kv_row: usize, capacity: usize) -> Self {
         DeviceKvCache {
             gpu,
-            layers,
-            kv_row,
-            capacity,
-            cap: 0,
+            rows: MirrorRows::new(layers, kv_row, capacity),
             k: None,
             v: None,
-            len: 0,
         }
     }
 
     /// Whether this mirror belongs to the backend of `gpu` and has this geometry.
     pub fn fits(&self, gpu: &Arc<Mutex<Gpu>>, layers: usize, kv_row: usize) -> bool {
-        Arc::ptr_eq(&self.gpu, gpu) && self.layers == layers && self.kv_row == kv_row
+        Arc::ptr_eq(&self.gpu, gpu) && self.rows.fits(layers, kv_row)
     }
 
     /// Makes room for `rows` positions per layer, keeping the stored ones (device copies on
     /// the stream; the old buffers are freed after the stream drained).
     pub fn reserve(&mut self, g: &Gpu, rows: usize) -> Result<(), String> {
-        if rows <= self.cap {
+        let Some(cap) = self.rows.grown_cap(rows) else {
             return Ok(());
-        }
-        let cap = rows
-            .max(2 * self.cap)
-            .max(FIRST_CAP)
-            .min(self.capacity.max(rows));
-        let bytes = self.layers * cap * self.kv_row * 4;
+        };
+        let MirrorRows {
+            layers,
+            kv_row,
+            cap: old_cap,
+            len,
+            ..
+        } = self.rows;
+        let bytes = layers * cap * kv_row * 4;
         let (k, v) = (DevBuf::new(&g.ctx, bytes)?, DevBuf::new(&g.ctx, bytes)?);
         if let (Some(ok), Some(ov)) = (&self.k, &self.v) {
-            let n = self.len * self.kv_row * 4;
-            for l in 0..self.layers {
-                let (src, dst) = (l * self.cap * self.kv_row * 4, l * cap * self.kv_row * 4);
+            let n = len * kv_row * 4;
+            for l in 0..layers {
+                let (src, dst) = (l * old_cap * kv_row * 4, l * cap * kv_row * 4);
                 if n > 0 {
                     g.copy(k.ptr() + dst as u64, ok.ptr() + src as u64, n)?;
                     g.copy(v.ptr() + dst as u64, ov.ptr() + src as u64, n)?;
@@ -87,40 +75,34 @@ impl DeviceKvCache {
         }
         self.k = Some(k);
         self.v = Some(v);
-        self.cap = cap;
+        self.rows.cap = cap;
         Ok(())
     }
 
     /// Device addresses of layer `layer`'s keys and values, row 0 (after [`Self::reserve`]).
     pub fn layer(&self, layer: usize) -> (CUdeviceptr, CUdeviceptr) {
-        let off = (layer * self.cap * self.kv_row * 4) as CUdeviceptr;
+        let off = (layer * self.rows.cap * self.rows.kv_row * 4) as CUdeviceptr;
         let base = |b: &Option<DevBuf>| b.as_ref().map_or(0, |b| b.ptr()) + off;
         (base(&self.k), base(&self.v))
     }
 
     /// Records that positions up to `len` are stored (after the pass that wrote them).
     pub fn set_len(&mut self, len: usize) {
-        self.len = len;
+        self.rows.len = len;
     }
 }
 
 impl DeviceKv for DeviceKvCache {
     fn len(&self) -> usize {
-        self.len
+        self.rows.len
     }
 
     fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.rows.truncate(len);
     }
 
     fn read(&self, layer: usize, from: usize, to: usize) -> Result<(Vec<f32>, Vec<f32>), String> {
-        if layer >= self.layers || from > to || to > self.len {
-            return Err(format!(
-                "rows {from}..{to} of layer {layer}: the device KV cache holds {} rows of {} layers",
-                self.len, self.layers
-            ));
-        }
-        let n = (to - from) * self.kv_row;
+        let n = self.rows.read_len(layer, from, to)?;
         let (mut k, mut v) = (vec![0f32; n], vec![0f32; n]);
         if n == 0 {
             return Ok((k, v));
@@ -128,7 +110,7 @@ impl DeviceKv for DeviceKvCache {
         let mut g = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
         g.bind()?;
         let (kp, vp) = self.layer(layer);
-        let at = (from * self.kv_row * 4) as CUdeviceptr;
+        let at = (from * self.rows.kv_row * 4) as CUdeviceptr;
         g.download(&mut k, kp + at)?;
         g.download(&mut v, vp + at)?;
         Ok((k, v))

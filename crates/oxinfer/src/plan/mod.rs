@@ -20,7 +20,7 @@ pub mod ops;
 
 pub use batch::{SeqBatch, SeqRows};
 pub use kv_cache::{KvCache, LayerCache, Past, RecurrentState};
-pub use kv_mirror::DeviceKv;
+pub use kv_mirror::{DeviceKv, MirrorRows};
 pub use ops::{
     AttentionOp, AttentionParts, AttnSpec, DeviceWeight, EmbedOp, MlpOp, MlpParts, NormOp,
     PleInputsOp, PleOp, ProjOp, RecurrentOp, RopeOp, RowsOp,
