@@ -241,11 +241,14 @@ pub(crate) fn gemv_i8(
 /// warps). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one or the other (for measuring).
 fn gemv_split(rows: usize, sm_count: usize) -> usize {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
-    });
+    let forced =
+        *FORCED.get_or_init(
+            || match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
+                Ok("0") => Some(false),
+                Ok("1") => Some(true),
+                _ => None,
+            },
+        );
     if forced.unwrap_or(rows < 32 * sm_count) {
         GEMV_WARPS
     } else {
