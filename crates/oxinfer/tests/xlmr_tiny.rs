@@ -2,9 +2,10 @@
 //! tools/ref/make_tiny_xlmr.py) against the `tokenizers` package and transformers /
 //! sentence-transformers float32: Unigram (SentencePiece, precompiled charsmap) ids of the
 //! tokenizer corpus (non-Latin scripts, emoji, special-token strings) and of pairs, last hidden
-//! states (≤ 1e-4, including a `<pad>` written in the text, which keeps its own position), CLS
-//! + Normalize embeddings with and without the `query` prompt (≤ 1e-5), one batch equal to
-//! one-by-one runs, and the bge-reranker-style cross-encoder's logits, scores and order.
+//! states (≤ 1e-4, including a `<pad>` written in the text, which keeps its own position),
+//! CLS-pooled, normalized embeddings with and without the `query` prompt (≤ 1e-5), one batch
+//! equal to one-by-one runs, and the bge-reranker-style cross-encoder's logits, scores and
+//! order.
 
 mod common;
 

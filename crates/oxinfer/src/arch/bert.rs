@@ -150,27 +150,28 @@ impl BertConfig {
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or("bert");
-        let positions =
-            match model_type {
-                "bert" => PositionIds::FromZero,
-                "xlm-roberta" => PositionIds::AfterPad {
-                    pad: v
-                        .get("pad_token_id")
-                        .and_then(Value::as_u64)
-                        .ok_or_else(|| {
-                            LoadError::field(path, "xlm-roberta needs an integer 'pad_token_id'")
-                        })? as u32,
-                },
-                "nomic_bert" => PositionIds::Rotary {
-                    theta: nomic_rope_theta(path, v)?,
-                },
-                other => return Err(LoadError::field(
+        let positions = match model_type {
+            "bert" => PositionIds::FromZero,
+            "xlm-roberta" => PositionIds::AfterPad {
+                pad: v
+                    .get("pad_token_id")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| {
+                        LoadError::field(path, "xlm-roberta needs an integer 'pad_token_id'")
+                    })? as u32,
+            },
+            "nomic_bert" => PositionIds::Rotary {
+                theta: nomic_rope_theta(path, v)?,
+            },
+            other => {
+                return Err(LoadError::field(
                     path,
                     format!(
                         "model_type '{other}' is not an encoder (bert, xlm-roberta, nomic_bert)"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let default_act = match positions {
             PositionIds::Rotary { .. } => "silu",
             _ => "gelu",
@@ -384,15 +385,15 @@ fn fused_qkv(
     stem: &str,
     d: usize,
 ) -> Result<[EncoderLinear; 3], LoadError> {
-    let name = format!("{stem}.weight");
-    if store.get(&format!("{stem}.bias")).is_some() {
+    let bias = format!("{stem}.bias");
+    if store.get(&bias).is_some() {
         return Err(LoadError::tensor(
             store.path(),
-            &format!("{stem}.bias"),
+            bias,
             "a bias on the fused query/key/value projection is not supported",
         ));
     }
-    let fused = store.require_shape(&name, &[3 * d, d])?;
+    let fused = store.require_shape(&format!("{stem}.weight"), &[3 * d, d])?;
     // One "expert" of 3d rows: `expert_rows` borrows a row range of it.
     let stacked = TensorView {
         shape: vec![1, 3 * d, d],

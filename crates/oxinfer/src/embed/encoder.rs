@@ -18,7 +18,7 @@ pub const DECODER_MODEL_TYPES: [&str; 1] = ["qwen3"];
 /// A network that gives every token of a batch of sequences a hidden state.
 pub enum TextEncoder {
     /// A bidirectional BERT-style encoder.
-    Bert(Bert),
+    Bert(Box<Bert>),
     /// A causal decoder's final-normed hidden states.
     Decoder(DecoderStates),
 }
@@ -40,11 +40,11 @@ impl TextEncoder {
         if ENCODER_MODEL_TYPES.contains(&model_type) {
             let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
             let store = SafetensorsModel::open(dir)?;
-            return Ok(TextEncoder::Bert(Bert::load(
+            return Ok(TextEncoder::Bert(Box::new(Bert::load(
                 &cfg,
                 &store,
                 tensor_prefix(&store),
-            )?));
+            )?)));
         }
         if DECODER_MODEL_TYPES.contains(&model_type) {
             return Ok(TextEncoder::Decoder(DecoderStates::load(
