@@ -130,4 +130,17 @@ fn too_long_without_truncation_is_an_error() {
         "{err}"
     );
     assert!(oxinfer::embed::is_embedding_model(&dir()));
+    // The same decoder without modules.json is a chat model, not an embedder.
+    let bare = common::scratch_dir("qwen3-embedding-bare");
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(dir().join(f), bare.join(f)).unwrap();
+    }
+    assert!(!oxinfer::embed::is_embedding_model(&bare));
+    let err = Embedder::load(&bare).unwrap_err().to_string();
+    assert!(err.contains("modules.json"), "{err}");
 }

@@ -134,6 +134,13 @@ impl Embedder {
         let layout = SentenceLayout::load(dir)?;
         let enc_dir = layout.encoder_dir.clone();
         let encoder = TextEncoder::load(&enc_dir)?;
+        if matches!(encoder, TextEncoder::Decoder(_)) && !dir.join("modules.json").is_file() {
+            return Err(LoadError::malformed(
+                dir,
+                "a decoder (qwen3) is an embedding model only with its sentence-transformers \
+                 modules.json (pooling, normalization); without one this is a chat model",
+            ));
+        }
         let (tokenizer, template, model_max) = load_tokenizer(&enc_dir)?;
         let max_tokens = layout
             .max_seq_length
