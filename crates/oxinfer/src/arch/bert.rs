@@ -1,6 +1,12 @@
-//! BERT-style encoder (BERT, MiniLM, the sentence-transformers BERT checkpoints): word +
-//! absolute position + token-type embeddings → LayerNorm, then post-norm blocks of
-//! bidirectional attention → residual → LayerNorm and GELU MLP → residual → LayerNorm.
+//! BERT-style encoders: word + position + token-type embeddings → LayerNorm, then post-norm
+//! blocks of bidirectional attention → residual → LayerNorm and MLP → residual → LayerNorm.
+//! Three families share that shape ([`PositionIds`] says how each places tokens):
+//! * BERT (MiniLM, the sentence-transformers BERT checkpoints): absolute positions from 0,
+//!   biased projections, GELU MLP;
+//! * XLM-RoBERTa (BGE-M3, multilingual-e5, bge-reranker-v2-m3): the same, with positions
+//!   numbered from `pad_token_id + 1` and one token type;
+//! * NomicBERT (nomic-embed-text, transformers' `NomicBertModel`): no position table but
+//!   rotary embeddings on queries and keys, no biases, a gated MLP `down(act(gate(x)) · up(x))`.
 //!
 //! Several sequences of different lengths run in one pass without padding: their tokens are
 //! concatenated, every projection runs once over all of them, and attention runs per sequence
@@ -12,9 +18,11 @@ use serde_json::Value;
 
 use super::encoder_attention::{encoder_attention, EncoderHeads};
 use super::encoder_linear::EncoderLinear;
+use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
-use crate::loader::TensorStore;
-use crate::nn::{Embedding, LayerNorm};
+use crate::loader::{TensorStore, TensorView};
+use crate::nn::moe::expert_rows;
+use crate::nn::{Embedding, LayerNorm, Linear, Rope};
 
 /// The activation of the MLP (`hidden_act`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +33,8 @@ pub enum EncoderAct {
     GeluTanh,
     /// `relu`.
     Relu,
+    /// `silu` (`x · sigmoid(x)`).
+    Silu,
 }
 
 impl EncoderAct {
@@ -35,11 +45,64 @@ impl EncoderAct {
             }
             EncoderAct::GeluTanh => oxinfer_kernels::act::GateAct::GeluTanh.apply(x),
             EncoderAct::Relu => x.max(0.0),
+            EncoderAct::Silu => x / (1.0 + (-x).exp()),
         }
     }
 }
 
-/// The fields of a BERT `config.json` the encoder needs.
+/// The `model_type`s of `config.json` this encoder reads.
+pub const ENCODER_MODEL_TYPES: [&str; 3] = ["bert", "xlm-roberta", "nomic_bert"];
+
+/// How position ids are numbered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PositionIds {
+    /// BERT: `0, 1, 2, …`.
+    FromZero,
+    /// RoBERTa / XLM-RoBERTa (transformers' `create_position_ids_from_input_ids`): a token
+    /// equal to `pad` (`pad_token_id`, the `padding_idx`) has position `pad`; every other
+    /// token has `pad + 1 +` the number of non-pad tokens before it.
+    AfterPad {
+        /// `pad_token_id`.
+        pad: u32,
+    },
+    /// NomicBERT: no position table; queries and keys are rotated (transformers'
+    /// `rotate_half` layout over the whole head) at positions `0, 1, 2, …`.
+    Rotary {
+        /// `rope_theta`.
+        theta: f32,
+    },
+}
+
+impl PositionIds {
+    /// Positions of `ids`, appended to `out`.
+    fn extend(self, ids: &[u32], out: &mut Vec<u32>) {
+        match self {
+            PositionIds::FromZero | PositionIds::Rotary { .. } => out.extend(0..ids.len() as u32),
+            PositionIds::AfterPad { pad } => {
+                let mut seen = 0;
+                out.extend(ids.iter().map(|&id| {
+                    if id == pad {
+                        pad
+                    } else {
+                        seen += 1;
+                        pad + seen
+                    }
+                }));
+            }
+        }
+    }
+
+    /// Rows of the position table an input of `n` tokens may need beyond `n` (the offset of
+    /// the first position).
+    fn offset(self) -> usize {
+        match self {
+            PositionIds::FromZero | PositionIds::Rotary { .. } => 0,
+            PositionIds::AfterPad { pad } => pad as usize + 1,
+        }
+    }
+}
+
+/// The fields of a BERT, XLM-RoBERTa or NomicBERT `config.json` the encoder needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
     /// Rows of the word-embedding table.
@@ -52,8 +115,11 @@ pub struct BertConfig {
     pub n_heads: usize,
     /// Width of the MLP.
     pub intermediate_size: usize,
-    /// Rows of the position table: the longest sequence, in tokens.
+    /// Rows of the position table (`max_position_embeddings`); for rotary positions, the
+    /// longest sequence.
     pub max_positions: usize,
+    /// How positions are numbered (by `model_type`).
+    pub positions: PositionIds,
     /// Rows of the token-type table (0: the model has none).
     pub type_vocab_size: usize,
     /// LayerNorm epsilon.
@@ -63,7 +129,8 @@ pub struct BertConfig {
 }
 
 impl BertConfig {
-    /// Parses a BERT `config.json` (`model_type` `bert`; absolute positions only).
+    /// Parses a BERT, XLM-RoBERTa or NomicBERT `config.json` (`model_type` `bert`,
+    /// `xlm-roberta` or `nomic_bert` as transformers writes them, see [`ENCODER_MODEL_TYPES`]).
     pub fn from_json(path: &Path, v: &Value) -> Result<Self, LoadError> {
         let usize_field = |k: &str| -> Result<usize, LoadError> {
             v.get(k)
@@ -79,18 +146,49 @@ impl BertConfig {
                 ));
             }
         }
+        let model_type = v
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("bert");
+        let positions = match model_type {
+            "bert" => PositionIds::FromZero,
+            "xlm-roberta" => PositionIds::AfterPad {
+                pad: v
+                    .get("pad_token_id")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| {
+                        LoadError::field(path, "xlm-roberta needs an integer 'pad_token_id'")
+                    })? as u32,
+            },
+            "nomic_bert" => PositionIds::Rotary {
+                theta: nomic_rope_theta(path, v)?,
+            },
+            other => {
+                return Err(LoadError::field(
+                    path,
+                    format!(
+                        "model_type '{other}' is not an encoder (bert, xlm-roberta, nomic_bert)"
+                    ),
+                ))
+            }
+        };
+        let default_act = match positions {
+            PositionIds::Rotary { .. } => "silu",
+            _ => "gelu",
+        };
         let act = match v
             .get("hidden_act")
             .and_then(Value::as_str)
-            .unwrap_or("gelu")
+            .unwrap_or(default_act)
         {
             "gelu" => EncoderAct::GeluErf,
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => EncoderAct::GeluTanh,
             "relu" => EncoderAct::Relu,
+            "silu" | "swish" => EncoderAct::Silu,
             other => {
                 return Err(LoadError::field(
                     path,
-                    format!("hidden_act '{other}' is not supported (gelu, gelu_new, relu)"),
+                    format!("hidden_act '{other}' is not supported (gelu, gelu_new, relu, silu)"),
                 ))
             }
         };
@@ -100,7 +198,14 @@ impl BertConfig {
             n_layers: usize_field("num_hidden_layers")?,
             n_heads: usize_field("num_attention_heads")?,
             intermediate_size: usize_field("intermediate_size")?,
-            max_positions: usize_field("max_position_embeddings")?,
+            max_positions: match positions {
+                PositionIds::Rotary { .. } => v
+                    .get("max_position_embeddings")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(2048) as usize,
+                _ => usize_field("max_position_embeddings")?,
+            },
+            positions,
             type_vocab_size: v
                 .get("type_vocab_size")
                 .and_then(Value::as_u64)
@@ -111,6 +216,14 @@ impl BertConfig {
                 .unwrap_or(1e-12) as f32,
             act,
         };
+        if let Some(hd) = v.get("head_dim").and_then(Value::as_u64) {
+            if cfg.n_heads as u64 * hd != cfg.hidden_size as u64 {
+                return Err(LoadError::field(
+                    path,
+                    format!("head_dim {hd} × {} heads is not hidden_size", cfg.n_heads),
+                ));
+            }
+        }
         if cfg.n_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.n_heads) {
             return Err(LoadError::field(
                 path,
@@ -120,8 +233,44 @@ impl BertConfig {
                 ),
             ));
         }
+        if cfg.max_tokens() == 0 {
+            return Err(LoadError::field(
+                path,
+                format!(
+                    "max_position_embeddings {} leaves no position for a token",
+                    cfg.max_positions
+                ),
+            ));
+        }
         Ok(cfg)
     }
+
+    /// The longest input the position table allows, in tokens.
+    pub fn max_tokens(&self) -> usize {
+        self.max_positions.saturating_sub(self.positions.offset())
+    }
+}
+
+/// NomicBERT's `rope_parameters` (transformers 5) or `rope_theta`: only the default RoPE type;
+/// θ defaults to 1000, as `NomicBertConfig`'s.
+fn nomic_rope_theta(path: &Path, v: &Value) -> Result<f32, LoadError> {
+    let params = v.get("rope_parameters").filter(|p| !p.is_null());
+    if let Some(t) = params
+        .and_then(|p| p.get("rope_type"))
+        .and_then(Value::as_str)
+    {
+        if t != "default" {
+            return Err(LoadError::field(
+                path,
+                format!("rope_type '{t}' is not supported for nomic_bert (default only)"),
+            ));
+        }
+    }
+    Ok(params
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_theta"))
+        .and_then(Value::as_f64)
+        .unwrap_or(1000.0) as f32)
 }
 
 /// One sequence of an encoder batch: token ids and their token types (segment ids).
@@ -139,25 +288,143 @@ struct Block {
     v: EncoderLinear,
     o: EncoderLinear,
     attn_norm: LayerNorm,
+    /// The gate of a gated MLP (NomicBERT).
+    gate: Option<EncoderLinear>,
     up: EncoderLinear,
     down: EncoderLinear,
     ffn_norm: LayerNorm,
 }
 
-/// A loaded BERT encoder.
+/// Where a block's query, key and value projections are stored.
+enum QkvNames {
+    /// Three matrices `[d, d]` (with biases when present).
+    Separate([&'static str; 3]),
+    /// One `[3d, d]` matrix, query rows first, then key, then value (NomicBERT's `Wqkv`), no
+    /// bias.
+    Fused(&'static str),
+}
+
+/// The names of one block's tensors as the checkpoint stores them, under `stem` (matrices
+/// `{stem}{part}.weight`; norms `{stem}{part}.weight` / `.bias`).
+struct BlockNames {
+    stem: String,
+    qkv: QkvNames,
+    o: &'static str,
+    attn_norm: &'static str,
+    gate: Option<&'static str>,
+    up: &'static str,
+    down: &'static str,
+    ffn_norm: &'static str,
+}
+
+impl BlockNames {
+    /// The names of block `i` of the family `positions` stands for, under `prefix`. NomicBERT
+    /// files (the hub's, and transformers' saves of `NomicBertModel`) keep nomic's original
+    /// names: `attn.Wqkv`, `attn.out_proj`, `norm1`, `mlp.fc11` (up), `mlp.fc12` (gate),
+    /// `mlp.fc2` (down), `norm2`.
+    fn of(positions: PositionIds, prefix: &str, i: usize) -> Self {
+        match positions {
+            PositionIds::Rotary { .. } => BlockNames {
+                stem: format!("{prefix}encoder.layers.{i}."),
+                qkv: QkvNames::Fused("attn.Wqkv"),
+                o: "attn.out_proj",
+                attn_norm: "norm1",
+                gate: Some("mlp.fc12"),
+                up: "mlp.fc11",
+                down: "mlp.fc2",
+                ffn_norm: "norm2",
+            },
+            _ => BlockNames {
+                stem: format!("{prefix}encoder.layer.{i}."),
+                qkv: QkvNames::Separate([
+                    "attention.self.query",
+                    "attention.self.key",
+                    "attention.self.value",
+                ]),
+                o: "attention.output.dense",
+                attn_norm: "attention.output.LayerNorm",
+                gate: None,
+                up: "intermediate.dense",
+                down: "output.dense",
+                ffn_norm: "output.LayerNorm",
+            },
+        }
+    }
+
+    /// Loads the block from `store`.
+    fn load(&self, store: &dyn TensorStore, cfg: &BertConfig) -> Result<Block, LoadError> {
+        let (d, ff) = (cfg.hidden_size, cfg.intermediate_size);
+        let stem = &self.stem;
+        let linear = |part: &str, n_out: usize, n_in: usize| {
+            EncoderLinear::load(store, &format!("{stem}{part}.weight"), n_out, n_in)
+        };
+        let norm =
+            |part: &str| LayerNorm::load(store, &format!("{stem}{part}"), d, cfg.layer_norm_eps);
+        let [q, k, v] = match self.qkv {
+            QkvNames::Separate([q, k, v]) => [linear(q, d, d)?, linear(k, d, d)?, linear(v, d, d)?],
+            QkvNames::Fused(part) => fused_qkv(store, &format!("{stem}{part}"), d)?,
+        };
+        Ok(Block {
+            q,
+            k,
+            v,
+            o: linear(self.o, d, d)?,
+            attn_norm: norm(self.attn_norm)?,
+            gate: self.gate.map(|g| linear(g, ff, d)).transpose()?,
+            up: linear(self.up, ff, d)?,
+            down: linear(self.down, d, ff)?,
+            ffn_norm: norm(self.ffn_norm)?,
+        })
+    }
+}
+
+/// The query, key and value projections of the fused `{stem}.weight` (`[3d, d]`), each
+/// borrowing its third of the rows.
+fn fused_qkv(
+    store: &dyn TensorStore,
+    stem: &str,
+    d: usize,
+) -> Result<[EncoderLinear; 3], LoadError> {
+    let bias = format!("{stem}.bias");
+    if store.get(&bias).is_some() {
+        return Err(LoadError::tensor(
+            store.path(),
+            bias,
+            "a bias on the fused query/key/value projection is not supported",
+        ));
+    }
+    let fused = store.require_shape(&format!("{stem}.weight"), &[3 * d, d])?;
+    // One "expert" of 3d rows: `expert_rows` borrows a row range of it.
+    let stacked = TensorView {
+        shape: vec![1, 3 * d, d],
+        ..fused
+    };
+    let third = |i: usize| -> Result<EncoderLinear, LoadError> {
+        let view = expert_rows(&stacked, 0, i * d, d)?;
+        Ok(EncoderLinear::from_linear(Linear::from_view(view, None)?))
+    };
+    Ok([third(0)?, third(1)?, third(2)?])
+}
+
+/// A loaded BERT-style encoder.
 pub struct Bert {
     cfg: BertConfig,
     words: Embedding,
-    positions: Embedding,
+    /// The absolute position table (none with rotary positions).
+    positions: Option<Embedding>,
+    /// Rotary embeddings of queries and keys (NomicBERT).
+    rope: Option<Rope>,
     types: Option<Embedding>,
     embed_norm: LayerNorm,
     blocks: Vec<Block>,
 }
 
-/// The prefix of the encoder's tensor names in `store`: `""` for `BertModel` checkpoints,
-/// `"bert."` for task-head checkpoints (`BertForSequenceClassification`, ...).
+/// The prefix of the encoder's tensor names in `store`: `""` for `BertModel` /
+/// `XLMRobertaModel` / `NomicBertModel` checkpoints, `"bert."` / `"roberta."` /
+/// `"nomic_bert."` for task-head checkpoints (`BertForSequenceClassification`,
+/// `XLMRobertaForSequenceClassification`, ...).
 pub fn tensor_prefix(store: &dyn TensorStore) -> &'static str {
-    ["", "bert.", "model."]
+    ["", "bert.", "roberta.", "nomic_bert.", "model."]
         .into_iter()
         .find(|p| {
             store
@@ -168,13 +435,14 @@ pub fn tensor_prefix(store: &dyn TensorStore) -> &'static str {
 }
 
 impl Bert {
-    /// Loads the encoder's tensors (HF `BertModel` names under `prefix`) from `store`.
+    /// Loads the encoder's tensors (transformers' `BertModel` / `XLMRobertaModel` /
+    /// `NomicBertModel` names under `prefix`) from `store`.
     pub fn load(
         cfg: &BertConfig,
         store: &dyn TensorStore,
         prefix: &str,
     ) -> Result<Self, LoadError> {
-        let (d, ff) = (cfg.hidden_size, cfg.intermediate_size);
+        let d = cfg.hidden_size;
         let table = |name: &str, rows: usize| -> Result<Embedding, LoadError> {
             Embedding::new(
                 store.require_shape(&format!("{prefix}embeddings.{name}.weight"), &[rows, d])?,
@@ -185,39 +453,34 @@ impl Bert {
             0 => None,
             n => Some(table("token_type_embeddings", n)?),
         };
-        let mut blocks = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
-            let l = format!("{prefix}encoder.layer.{i}.");
-            let linear = |part: &str, n_out: usize, n_in: usize| {
-                EncoderLinear::load(store, &format!("{l}{part}.weight"), n_out, n_in)
-            };
-            let norm = |part: &str| {
-                LayerNorm::load(
-                    store,
-                    &format!("{l}{part}.LayerNorm"),
-                    d,
-                    cfg.layer_norm_eps,
-                )
-            };
-            blocks.push(Block {
-                q: linear("attention.self.query", d, d)?,
-                k: linear("attention.self.key", d, d)?,
-                v: linear("attention.self.value", d, d)?,
-                o: linear("attention.output.dense", d, d)?,
-                attn_norm: norm("attention.output")?,
-                up: linear("intermediate.dense", ff, d)?,
-                down: linear("output.dense", d, ff)?,
-                ffn_norm: norm("output")?,
-            });
-        }
+        let (positions, rope) = match cfg.positions {
+            PositionIds::Rotary { theta } => {
+                let head_dim = d / cfg.n_heads;
+                let rope = RopeConfig {
+                    theta,
+                    dim: head_dim,
+                    style: RopeStyle::Half,
+                    scaling: RopeScaling::None,
+                };
+                (None, Some(Rope::new(&rope, None)))
+            }
+            _ => (Some(table("position_embeddings", cfg.max_positions)?), None),
+        };
+        let blocks = (0..cfg.n_layers)
+            .map(|i| BlockNames::of(cfg.positions, prefix, i).load(store, cfg))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Bert {
             cfg: cfg.clone(),
             words: table("word_embeddings", cfg.vocab_size)?,
-            positions: table("position_embeddings", cfg.max_positions)?,
+            positions,
+            rope,
             types,
             embed_norm: LayerNorm::load(
                 store,
-                &format!("{prefix}embeddings.LayerNorm"),
+                &match cfg.positions {
+                    PositionIds::Rotary { .. } => format!("{prefix}emb_ln"),
+                    _ => format!("{prefix}embeddings.LayerNorm"),
+                },
                 d,
                 cfg.layer_norm_eps,
             )?,
@@ -243,11 +506,27 @@ impl Bert {
             scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
         };
         for b in &self.blocks {
-            let qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
+            let mut qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
+            if let Some(rope) = &self.rope {
+                for m in &mut qkv[..2] {
+                    rotate_each_sequence(rope, m, &lens, &heads);
+                }
+            }
             let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
             residual_norm(&mut x, &b.o.forward(&mixed, total), &b.attn_norm);
-            let mut h = b.up.forward(&x, total);
-            self.activate(&mut h);
+            let h = match &b.gate {
+                None => {
+                    let mut h = b.up.forward(&x, total);
+                    self.activate(&mut h, None);
+                    h
+                }
+                Some(gate) => {
+                    let gu = EncoderLinear::forward_shared(&[gate, &b.up], &x, total);
+                    let [mut g, u]: [Vec<f32>; 2] = gu.try_into().expect("two projections");
+                    self.activate(&mut g, Some(&u[..]));
+                    g
+                }
+            };
             residual_norm(&mut x, &b.down.forward(&h, total), &b.ffn_norm);
         }
         Ok(x)
@@ -259,11 +538,11 @@ impl Bert {
         let mut positions = Vec::new();
         let mut types = Vec::new();
         for (i, s) in batch.iter().enumerate() {
-            if s.ids.len() > self.cfg.max_positions {
+            if s.ids.len() > self.cfg.max_tokens() {
                 return Err(Error::Request(format!(
                     "input {i} has {} tokens, more than the model's {} positions",
                     s.ids.len(),
-                    self.cfg.max_positions
+                    self.cfg.max_tokens()
                 )));
             }
             if !s.type_ids.is_empty() && s.type_ids.len() != s.ids.len() {
@@ -274,7 +553,7 @@ impl Bert {
                 )));
             }
             ids.extend_from_slice(s.ids);
-            positions.extend(0..s.ids.len() as u32);
+            self.cfg.positions.extend(s.ids, &mut positions);
             if s.type_ids.is_empty() {
                 types.extend(std::iter::repeat_n(0, s.ids.len()));
             } else {
@@ -282,8 +561,10 @@ impl Bert {
             }
         }
         let mut x = self.words.forward(&ids)?;
-        let p = self.positions.forward(&positions)?;
-        x.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
+        if let Some(table) = &self.positions {
+            let p = table.forward(&positions)?;
+            x.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
+        }
         if let Some(table) = &self.types {
             let t = table.forward(&types).map_err(|_| {
                 Error::Request(format!(
@@ -297,14 +578,36 @@ impl Bert {
         Ok(x)
     }
 
-    /// The MLP activation over `h` in place, in parallel parts.
-    fn activate(&self, h: &mut [f32]) {
+    /// The MLP activation over `h` in place (times `up`, elementwise, for a gated MLP), in
+    /// parallel parts.
+    fn activate(&self, h: &mut [f32], up: Option<&[f32]>) {
         let act = self.cfg.act;
         const PART: usize = 16 * 1024;
         let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut parts, |_, part| {
-            part.iter_mut().for_each(|v| *v = act.apply(*v));
+        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| match up {
+            None => part.iter_mut().for_each(|v| *v = act.apply(*v)),
+            Some(u) => part
+                .iter_mut()
+                .zip(&u[i * PART..])
+                .for_each(|(v, &u)| *v = act.apply(*v) * u),
         });
+    }
+}
+
+/// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated) with each sequence's
+/// positions starting at 0.
+fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
+    let width = h.n_heads * h.head_dim;
+    let mut first = 0;
+    for &n in lens {
+        rope.apply(
+            &mut m[first * width..(first + n) * width],
+            n,
+            h.n_heads,
+            h.head_dim,
+            0,
+        );
+        first += n;
     }
 }
 

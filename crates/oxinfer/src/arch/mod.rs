@@ -46,6 +46,13 @@ pub trait CausalLm: Send + Sync {
         run_plan(&self.plan(), batch)
     }
 
+    /// Runs every sequence of `batch` as [`forward_batch`](Self::forward_batch) does but returns
+    /// the final-normed hidden state of every new position instead of logits, stacked:
+    /// `[Σ tokens, hidden]` ([`run_plan_hidden`]; on the CPU).
+    fn forward_hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<f32>> {
+        run_plan_hidden(&self.plan(), batch)
+    }
+
     /// One sequence: `tokens` at positions `cache.len() ..`; logits of every new position when
     /// `all_logits`, else of the last one.
     fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_logits: bool) -> Result<Vec<f32>> {
@@ -79,17 +86,37 @@ pub fn load(
 /// Runs `plan` over `batch` (see [`CausalLm::forward_batch`]): on the installed backend when it
 /// takes the whole plan, else on the CPU.
 pub fn run_plan(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
-    let media = plan::media::collect(batch);
-    let (mut ids, mut seqs) = plan::batch::layout(batch)?;
-    plan::media::substitute_ids(&media, &mut ids);
-    let mut x = plan.embed.forward(&ids)?;
-    plan::media::overwrite_rows(&media, &mut x, plan.dim);
+    let (ids, x, mut seqs) = embed_batch(plan, batch)?;
     if let Some(b) = crate::backend::active() {
         if let Some(r) = crate::backend::plan_run::run(b, plan, &ids, &x, &mut seqs) {
             return r;
         }
     }
     plan::cpu::forward(plan, &ids, x, &mut seqs)
+}
+
+/// Runs `plan` over `batch` on the CPU and returns, instead of logits, the hidden state of every
+/// new row after the final norm (transformers' `last_hidden_state`), stacked in batch order:
+/// `[Σ tokens, dim]`. The keys/values are appended to the caches, which are not advanced. What
+/// decoder-based embedding models pool ([`crate::embed`]).
+pub fn run_plan_hidden(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<f32>> {
+    let (ids, x, mut seqs) = embed_batch(plan, batch)?;
+    let h = plan::cpu::hidden(plan, &ids, x, &mut seqs)?;
+    Ok(plan.final_norm.forward(&h))
+}
+
+/// The stacked token ids of `batch`, their embeddings (media rows substituted) `[t, dim]`, and
+/// each sequence's rows.
+fn embed_batch<'a>(
+    plan: &Plan,
+    batch: &'a mut [SeqBatch<'_>],
+) -> Result<(Vec<u32>, Vec<f32>, Vec<plan::SeqRows<'a>>)> {
+    let media = plan::media::collect(batch);
+    let (mut ids, seqs) = plan::batch::layout(batch)?;
+    plan::media::substitute_ids(&media, &mut ids);
+    let mut x = plan.embed.forward(&ids)?;
+    plan::media::overwrite_rows(&media, &mut x, plan.dim);
+    Ok((ids, x, seqs))
 }
 
 /// The embedding table `embed` (`[vocab, dim]`, looked-up rows × `scale`) and the output head:

@@ -1,4 +1,5 @@
-//! Sentence embeddings: an encoder ([`crate::arch::bert`]) with its tokenizer, input template
+//! Sentence embeddings: an encoder ([`crate::arch::bert`]: BERT, XLM-RoBERTa) or a decoder
+//! read at its hidden states ([`decoder`]: Qwen3-Embedding), with its tokenizer, input template
 //! and sentence-transformers layout (pooling, dense projections, normalization, prompts), as
 //! one [`Embedder`] that turns texts into vectors.
 //!
@@ -11,6 +12,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod decoder;
+pub mod encoder;
 pub mod layout;
 pub mod pooling;
 pub mod rerank;
@@ -18,10 +21,10 @@ pub mod template;
 
 use std::path::{Path, PathBuf};
 
-use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput};
+use crate::arch::bert::EncoderInput;
 use crate::error::{Error, LoadError, Result};
-use crate::loader::safetensors::SafetensorsModel;
 use crate::tokenizer::Tokenizer;
+pub use encoder::TextEncoder;
 use layout::{read_json, SentenceLayout};
 pub use pooling::{PoolMode, Pooling};
 pub use rerank::{is_reranker_model, CrossEncoder};
@@ -55,7 +58,7 @@ impl Default for EmbedOptions {
 
 /// A sentence-embedding model: encoder, tokenizer and sentence-transformers layout.
 pub struct Embedder {
-    encoder: Bert,
+    encoder: TextEncoder,
     tokenizer: Tokenizer,
     template: InputTemplate,
     layout: SentenceLayout,
@@ -74,8 +77,8 @@ impl std::fmt::Debug for Embedder {
 }
 
 /// Whether the folder `dir` holds an embedding model [`Embedder::load`] can read: a
-/// sentence-transformers layout (`modules.json`) or a BERT `config.json` (and not a reranker,
-/// [`is_reranker_model`]).
+/// sentence-transformers layout (`modules.json`) or a BERT / XLM-RoBERTa `config.json` (and not
+/// a reranker, [`is_reranker_model`]).
 pub fn is_embedding_model(dir: &Path) -> bool {
     if !dir.is_dir() || is_reranker_model(dir) {
         return false;
@@ -85,7 +88,10 @@ pub fn is_embedding_model(dir: &Path) -> bool {
     }
     read_json(&dir.join("config.json"))
         .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(|t| t == "bert"))
+        .and_then(|v| {
+            let t = v.get("model_type")?.as_str()?;
+            Some(crate::arch::bert::ENCODER_MODEL_TYPES.contains(&t))
+        })
         .unwrap_or(false)
 }
 
@@ -108,13 +114,15 @@ pub(crate) fn load_tokenizer(
 }
 
 impl Embedder {
-    /// Loads the model folder `dir`: a sentence-transformers folder or a plain HF BERT folder.
+    /// Loads the model folder `dir`: a sentence-transformers folder (BERT, XLM-RoBERTa or
+    /// Qwen3 inside) or a plain HF BERT / XLM-RoBERTa folder.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
         if !dir.is_dir() {
             return Err(LoadError::malformed(
                 dir,
                 "not an embedding model: expected a sentence-transformers or BERT folder \
-                 (modules.json, config.json with model_type bert, model.safetensors, tokenizer.json)",
+                 (modules.json, config.json with model_type bert, xlm-roberta or qwen3, \
+                 model.safetensors, tokenizer.json)",
             ));
         }
         if rerank::is_reranker_model(dir) {
@@ -125,30 +133,21 @@ impl Embedder {
         }
         let layout = SentenceLayout::load(dir)?;
         let enc_dir = layout.encoder_dir.clone();
-        let cfg_path = enc_dir.join("config.json");
-        let cfg_json = read_json(&cfg_path)?;
-        let model_type = cfg_json
-            .get("model_type")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default();
-        if model_type != "bert" {
-            return Err(LoadError::UnsupportedArch {
-                path: cfg_path,
-                arch: model_type.to_string(),
-                supported: "bert (embedding models)".to_string(),
-            });
+        let encoder = TextEncoder::load(&enc_dir)?;
+        if matches!(encoder, TextEncoder::Decoder(_)) && !dir.join("modules.json").is_file() {
+            return Err(LoadError::malformed(
+                dir,
+                "a decoder (qwen3) is an embedding model only with its sentence-transformers \
+                 modules.json (pooling, normalization); without one this is a chat model",
+            ));
         }
-        let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
-        let store = SafetensorsModel::open(&enc_dir)?;
-        let encoder = Bert::load(&cfg, &store, tensor_prefix(&store))?;
-
         let (tokenizer, template, model_max) = load_tokenizer(&enc_dir)?;
         let max_tokens = layout
             .max_seq_length
             .or(model_max)
-            .unwrap_or(cfg.max_positions)
-            .min(cfg.max_positions);
-        let mut dim = layout.pooling.out_dim(cfg.hidden_size);
+            .unwrap_or(encoder.max_tokens())
+            .min(encoder.max_tokens());
+        let mut dim = layout.pooling.out_dim(encoder.hidden_size());
         for (i, d) in layout.dense.iter().enumerate() {
             if d.linear.n_in != dim {
                 return Err(LoadError::field(
@@ -175,10 +174,7 @@ impl Embedder {
     pub fn dim(&self) -> usize {
         match self.layout.dense.last() {
             Some(d) => d.linear.n_out,
-            None => self
-                .layout
-                .pooling
-                .out_dim(self.encoder.config().hidden_size),
+            None => self.layout.pooling.out_dim(self.encoder.hidden_size()),
         }
     }
 
@@ -198,7 +194,7 @@ impl Embedder {
     }
 
     /// The encoder.
-    pub fn encoder(&self) -> &Bert {
+    pub fn encoder(&self) -> &TextEncoder {
         &self.encoder
     }
 
@@ -246,7 +242,7 @@ impl Embedder {
                 self.max_tokens
             )));
         }
-        let vocab = self.encoder.config().vocab_size;
+        let vocab = self.encoder.vocab_size();
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
             return Err(Error::Request(format!(
                 "input {index}: token id {bad} is outside the vocabulary (size {vocab})"
@@ -279,7 +275,7 @@ impl Embedder {
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(opts.batch_size.max(1)) {
             let hidden = self.hidden_states(chunk)?;
-            let d = self.encoder.config().hidden_size;
+            let d = self.encoder.hidden_size();
             let mut row = 0;
             let mut pooled = Vec::with_capacity(chunk.len() * self.layout.pooling.out_dim(d));
             for e in chunk {

@@ -1,10 +1,12 @@
-//! Rerankers: BERT cross-encoders (`BertForSequenceClassification` with one label, the
-//! ms-marco-MiniLM layout) that score how well a document answers a query. Each (query,
-//! document) pair is one input `[CLS] query [SEP] document [SEP]` (token types 0 then 1, cut
-//! `longest_first` to the model's limit); the score is the classifier over the tanh pooler of
-//! `[CLS]`, passed through the model's activation as sentence-transformers' `CrossEncoder`
-//! applies it (`activation_fn` of `config_sentence_transformers.json` / `config.json`;
-//! default sigmoid).
+//! Rerankers: cross-encoders that score how well a document answers a query, with one label:
+//! `BertForSequenceClassification` (the ms-marco-MiniLM layout) and
+//! `XLMRobertaForSequenceClassification` (the bge-reranker-v2-m3 layout). Each (query,
+//! document) pair is one input, `[CLS] query [SEP] document [SEP]` (token types 0 then 1) or
+//! `<s> query </s></s> document </s>`, as the tokenizer's post-processor says, cut
+//! `longest_first` to the model's limit; the score is the classification head over the first
+//! token ([`ClassifierHead`]), passed through the model's activation as sentence-transformers'
+//! `CrossEncoder` applies it (`activation_fn` of `config_sentence_transformers.json` /
+//! `config.json`; default sigmoid).
 
 use std::path::{Path, PathBuf};
 
@@ -12,10 +14,11 @@ use serde_json::Value;
 
 use super::layout::read_json;
 use super::template::{Encoded, InputTemplate};
-use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput};
+use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
 use crate::arch::encoder_linear::EncoderLinear;
 use crate::error::{Error, LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
+use crate::loader::TensorStore;
 use crate::tokenizer::Tokenizer;
 
 /// Pairs per encoder pass.
@@ -73,11 +76,47 @@ impl ScoreActivation {
     }
 }
 
+/// The one-label classification head over the first token's state `h₀`:
+/// `out(tanh(dense(h₀)))`. BERT names `dense` `{prefix}pooler.dense` and `out` `classifier`;
+/// XLM-RoBERTa `classifier.dense` and `classifier.out_proj`.
+struct ClassifierHead {
+    dense: EncoderLinear,
+    out: EncoderLinear,
+}
+
+impl ClassifierHead {
+    /// Loads the head of the encoder (width `d`, tensors under `prefix`) from `store`.
+    fn load(store: &dyn TensorStore, prefix: &str, d: usize) -> Result<Self, LoadError> {
+        let (dense, out) = if store.get("classifier.out_proj.weight").is_some() {
+            (
+                "classifier.dense.weight".to_string(),
+                "classifier.out_proj.weight",
+            )
+        } else {
+            (format!("{prefix}pooler.dense.weight"), "classifier.weight")
+        };
+        let dense = EncoderLinear::load(store, &dense, d, d)?;
+        let out = EncoderLinear::load(store, out, 1, d).map_err(|e| {
+            LoadError::malformed(
+                store.path(),
+                format!("a reranker needs a one-label {out} [1, {d}]: {e}"),
+            )
+        })?;
+        Ok(ClassifierHead { dense, out })
+    }
+
+    /// Logits of the first-token states `h0` (`[n, d]`): `[n]`.
+    fn forward(&self, h0: &[f32], n: usize) -> Vec<f32> {
+        let mut pooled = self.dense.forward(h0, n);
+        pooled.iter_mut().for_each(|v| *v = v.tanh());
+        self.out.forward(&pooled, n)
+    }
+}
+
 /// A loaded cross-encoder with its tokenizer.
 pub struct CrossEncoder {
     encoder: Bert,
-    pooler: EncoderLinear,
-    classifier: EncoderLinear,
+    head: ClassifierHead,
     activation: ScoreActivation,
     tokenizer: Tokenizer,
     template: InputTemplate,
@@ -105,8 +144,8 @@ pub struct Ranked {
 }
 
 impl CrossEncoder {
-    /// Loads the cross-encoder folder `dir` (`config.json` with `BertForSequenceClassification`,
-    /// `model.safetensors`, `tokenizer.json`).
+    /// Loads the cross-encoder folder `dir` (`config.json` with `BertForSequenceClassification`
+    /// or `XLMRobertaForSequenceClassification`, `model.safetensors`, `tokenizer.json`).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
         if !is_reranker_model(dir) {
             return Err(LoadError::malformed(
@@ -121,25 +160,18 @@ impl CrossEncoder {
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if model_type != "bert" {
+        if !ENCODER_MODEL_TYPES.contains(&model_type) {
             return Err(LoadError::UnsupportedArch {
                 path: cfg_path,
                 arch: model_type.to_string(),
-                supported: "bert (rerankers)".to_string(),
+                supported: "bert, xlm-roberta (rerankers)".to_string(),
             });
         }
         let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
         let store = SafetensorsModel::open(dir)?;
         let prefix = tensor_prefix(&store);
         let encoder = Bert::load(&cfg, &store, prefix)?;
-        let d = cfg.hidden_size;
-        let pooler = EncoderLinear::load(&store, &format!("{prefix}pooler.dense.weight"), d, d)?;
-        let classifier = EncoderLinear::load(&store, "classifier.weight", 1, d).map_err(|e| {
-            LoadError::malformed(
-                dir,
-                format!("a reranker needs a one-label classifier.weight [1, {d}]: {e}"),
-            )
-        })?;
+        let head = ClassifierHead::load(&store, prefix, cfg.hidden_size)?;
         let st_path = dir.join("config_sentence_transformers.json");
         let named = read_json(&st_path)
             .ok()
@@ -160,13 +192,10 @@ impl CrossEncoder {
             None => ScoreActivation::Sigmoid,
         };
         let (tokenizer, template, model_max) = super::load_tokenizer(dir)?;
-        let max_tokens = model_max
-            .unwrap_or(cfg.max_positions)
-            .min(cfg.max_positions);
+        let max_tokens = model_max.unwrap_or(cfg.max_tokens()).min(cfg.max_tokens());
         Ok(CrossEncoder {
             encoder,
-            pooler,
-            classifier,
+            head,
             activation,
             tokenizer,
             template,
@@ -244,9 +273,7 @@ impl CrossEncoder {
                 cls.extend_from_slice(&hidden[row * d..(row + 1) * d]);
                 row += e.ids.len();
             }
-            let mut pooled = self.pooler.forward(&cls, chunk.len());
-            pooled.iter_mut().for_each(|v| *v = v.tanh());
-            out.extend(self.classifier.forward(&pooled, chunk.len()));
+            out.extend(self.head.forward(&cls, chunk.len()));
         }
         Ok(out)
     }

@@ -161,11 +161,16 @@ pub(crate) fn from_files(
     tokenizer_config_json: Option<&Path>,
 ) -> Result<Tokenizer, TokenizerError> {
     let json = read_json(tokenizer_json)?;
-    let hf =
-        tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| TokenizerError::File {
-            path: tokenizer_json.to_path_buf(),
-            what: format!("the tokenizers crate cannot load it: {e}"),
-        })?;
+    let cannot_load = |e: tokenizers::Error| TokenizerError::File {
+        path: tokenizer_json.to_path_buf(),
+        what: format!("the tokenizers crate cannot load it: {e}"),
+    };
+    let mut hf = tokenizers::Tokenizer::from_file(tokenizer_json).map_err(cannot_load)?;
+    // A `truncation` or `padding` block saved in tokenizer.json (common in XLM-R / BGE-M3
+    // files) would cut or pad every encoding here; limits are applied by the callers, after
+    // special tokens are placed, as transformers does.
+    hf.with_truncation(None).map_err(cannot_load)?;
+    hf.with_padding(None);
     let config = match tokenizer_config_json {
         Some(p) => Some(read_json(p)?),
         None => None,

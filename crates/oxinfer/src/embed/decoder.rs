@@ -1,0 +1,104 @@
+//! Decoder embedders (Qwen3-Embedding): the engine's own causal decoder ([`crate::arch`]), run
+//! without its output head, gives every token its final-normed hidden state; the embedder pools
+//! them (Qwen3-Embedding: the last token, which its tokenizer's post-processor makes
+//! `<|endoftext|>`).
+//!
+//! Sequences of a batch run in one pass, each with its own KV cache, so nothing is padded and a
+//! batch gives the rows of one-by-one runs (left or right padding, which the reference
+//! implementations must choose between for last-token pooling, does not arise).
+//!
+//! Checkpoints saved from the bare `Qwen3Model` (Qwen3-Embedding's own files, and
+//! sentence-transformers saves) name their tensors without the `model.` prefix and have no
+//! `lm_head`; both spellings load.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::arch::bert::EncoderInput;
+use crate::arch::{CausalLm, SeqBatch};
+use crate::config::{Arch, ConfigSource, ModelConfig};
+use crate::error::{Error, LoadError, Result};
+use crate::loader::safetensors::SafetensorsModel;
+use crate::loader::{Naming, TensorStore, TensorView};
+
+/// A loaded causal decoder used for its hidden states.
+pub struct DecoderStates {
+    lm: Box<dyn CausalLm>,
+}
+
+/// `inner`'s tensors, also under the `model.` prefix transformers' causal-LM names carry when
+/// the file was saved from the bare model.
+struct BareModelNames<'a> {
+    inner: &'a dyn TensorStore,
+}
+
+impl TensorStore for BareModelNames<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    fn get(&self, name: &str) -> Option<Result<TensorView, LoadError>> {
+        self.inner
+            .get(name)
+            .or_else(|| self.inner.get(name.strip_prefix("model.")?))
+    }
+}
+
+impl DecoderStates {
+    /// Loads the decoder of the folder `dir` (`config.json` at `cfg_path`, parsed as
+    /// `cfg_json`; safetensors weights). Only Qwen3 is accepted: the family whose embedding
+    /// checkpoints are checked against sentence-transformers.
+    pub fn load(dir: &Path, cfg_path: &Path, cfg_json: &Value) -> Result<Self, LoadError> {
+        crate::tuning::ensure();
+        let cfg = ModelConfig::from_config_value(cfg_path, cfg_json)?;
+        if cfg.arch != Arch::Qwen3 {
+            return Err(LoadError::UnsupportedArch {
+                path: cfg_path.to_path_buf(),
+                arch: cfg.arch.name().to_string(),
+                supported: "qwen3 (decoder embedding models)".to_string(),
+            });
+        }
+        let st = SafetensorsModel::open(dir)?;
+        let store = BareModelNames { inner: &st };
+        let src = ConfigSource::Json {
+            path: cfg_path,
+            json: cfg_json,
+        };
+        let lm = crate::arch::load(&cfg, &store, Naming::Hf, &src)?;
+        Ok(DecoderStates { lm })
+    }
+
+    /// The decoder's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        self.lm.config()
+    }
+
+    /// The final-normed hidden states of every sequence of `batch` (causal attention within
+    /// each sequence, positions from 0), concatenated: `[Σ tᵢ, hidden]`. Token types are
+    /// ignored.
+    pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
+        let max = self.config().context_length;
+        if let Some((i, s)) = batch.iter().enumerate().find(|(_, s)| s.ids.len() > max) {
+            return Err(Error::Request(format!(
+                "input {i} has {} tokens, more than the model's context of {max}",
+                s.ids.len()
+            )));
+        }
+        let mut caches: Vec<_> = batch
+            .iter()
+            .map(|s| self.lm.new_cache(s.ids.len()))
+            .collect();
+        let mut seqs: Vec<SeqBatch<'_>> = batch
+            .iter()
+            .zip(caches.iter_mut())
+            .map(|(s, cache)| SeqBatch {
+                tokens: s.ids,
+                cache,
+                all_logits: true,
+                media: None,
+            })
+            .collect();
+        self.lm.forward_hidden(&mut seqs)
+    }
+}

@@ -1,0 +1,93 @@
+//! The network under an [`Embedder`](super::Embedder): a bidirectional BERT-style encoder
+//! ([`Bert`]: BERT, XLM-RoBERTa) or a causal decoder read at its last hidden states
+//! ([`DecoderStates`]: Qwen3-Embedding). Both turn a batch of token sequences into one hidden
+//! state per token.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::decoder::DecoderStates;
+use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
+use crate::error::{LoadError, Result};
+use crate::loader::safetensors::SafetensorsModel;
+
+/// The `model_type`s a decoder embedder may have.
+pub const DECODER_MODEL_TYPES: [&str; 1] = ["qwen3"];
+
+/// A network that gives every token of a batch of sequences a hidden state.
+pub enum TextEncoder {
+    /// A bidirectional BERT-style encoder.
+    Bert(Box<Bert>),
+    /// A causal decoder's final-normed hidden states.
+    Decoder(DecoderStates),
+}
+
+/// Whether `model_type` (of `config.json`) is one [`TextEncoder::load`] reads.
+pub fn is_text_encoder_type(model_type: &str) -> bool {
+    ENCODER_MODEL_TYPES.contains(&model_type) || DECODER_MODEL_TYPES.contains(&model_type)
+}
+
+impl TextEncoder {
+    /// Loads the model folder `dir` (`config.json`, safetensors weights) by its `model_type`.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        let cfg_path = dir.join("config.json");
+        let cfg_json = super::layout::read_json(&cfg_path)?;
+        let model_type = cfg_json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if ENCODER_MODEL_TYPES.contains(&model_type) {
+            let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
+            let store = SafetensorsModel::open(dir)?;
+            return Ok(TextEncoder::Bert(Box::new(Bert::load(
+                &cfg,
+                &store,
+                tensor_prefix(&store),
+            )?)));
+        }
+        if DECODER_MODEL_TYPES.contains(&model_type) {
+            return Ok(TextEncoder::Decoder(DecoderStates::load(
+                dir, &cfg_path, &cfg_json,
+            )?));
+        }
+        Err(LoadError::UnsupportedArch {
+            path: cfg_path,
+            arch: model_type.to_string(),
+            supported: "bert, xlm-roberta, qwen3 (embedding models)".to_string(),
+        })
+    }
+
+    /// The hidden states of every sequence of `batch`, concatenated: `[Σ tᵢ, hidden]`, the rows
+    /// of sequence `i` after those of sequences `0 .. i`. A decoder ignores token types.
+    pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
+        match self {
+            TextEncoder::Bert(b) => b.forward(batch),
+            TextEncoder::Decoder(d) => d.forward(batch),
+        }
+    }
+
+    /// Width of a hidden state.
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            TextEncoder::Bert(b) => b.config().hidden_size,
+            TextEncoder::Decoder(d) => d.config().hidden_size,
+        }
+    }
+
+    /// Rows of the token-embedding table (ids must be below it).
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            TextEncoder::Bert(b) => b.config().vocab_size,
+            TextEncoder::Decoder(d) => d.config().vocab_size,
+        }
+    }
+
+    /// The longest sequence the position table allows, in tokens.
+    pub fn max_tokens(&self) -> usize {
+        match self {
+            TextEncoder::Bert(b) => b.config().max_tokens(),
+            TextEncoder::Decoder(d) => d.config().context_length,
+        }
+    }
+}

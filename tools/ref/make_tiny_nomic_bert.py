@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Make the tiny random NomicBERT sentence-transformers fixture in tests/fixtures/nomic-bert-tiny/.
+
+The model: transformers' ``NomicBertModel`` (the nomic-embed-text architecture: post-norm blocks,
+rotary positions over the whole head in ``rotate_half`` layout, θ 1000, no biases in the
+projections, gated SiLU MLP ``down(silu(gate(x)) · up(x))``, two token types) with 2 layers,
+hidden 32, 4 heads, MLP 48, random weights (LayerNorm gains and biases random too), the trimmed
+WordPiece tokenizer of tests/fixtures/bert-tiny (nomic-embed-text uses bert-base-uncased's), saved
+by sentence-transformers as Transformer (max_seq_length 24) → Pooling (mean) → Normalize with
+nomic-embed's ``search_query: `` / ``search_document: `` prompts.
+
+References (``reference.json`` + ``.npy``), float32 from transformers / sentence-transformers:
+per text the input ids and ``last_hidden_state`` rows (``hidden.npy``), ``encode`` output without
+and with ``prompt_name="query"`` (``embeddings.npy``, ``embeddings_query.npy``), and a pair
+(token types 0 and 1) through the model (``hidden_pair.npy``).
+
+Run with the reference venv (needs the bert-tiny fixture):
+    /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_nomic_bert.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import sentence_transformers
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer, models
+from transformers import AutoTokenizer, NomicBertConfig, NomicBertModel
+
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "tests" / "fixtures" / "bert-tiny"
+OUT = REPO / "tests" / "fixtures" / "nomic-bert-tiny"
+MAX_SEQ = 24
+
+TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "a",
+    "",
+    "Café naïve résumé — Größe!",
+    "你好，世界",
+    "This text is long enough that the twenty-four token limit of the tiny model cuts it off "
+    "somewhere in the middle of the second half of the sentence.",
+    "🤗 emoji",
+]
+PAIR = ("what is the answer?", "the answer is forty two.")
+
+
+def main() -> None:
+    torch.manual_seed(25)
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    hf = OUT / "hf"
+    hf.mkdir(parents=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(SRC / f, hf / f)
+    vocab = len(json.loads((SRC / "tokenizer.json").read_text())["model"]["vocab"])
+    cfg = NomicBertConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=64, type_vocab_size=2,
+        hidden_act="silu", initializer_range=0.2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model = NomicBertModel(cfg, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layernorm.weight" in name.lower():
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.2 * torch.randn_like(p))
+    model.save_pretrained(hf, safe_serialization=True)
+    st = SentenceTransformer(
+        modules=[models.Transformer(str(hf), max_seq_length=MAX_SEQ),
+                 models.Pooling(32, pooling_mode="mean"), models.Normalize()],
+        prompts={"query": "search_query: ", "document": "search_document: "}, device="cpu")
+    st.save(str(OUT), safe_serialization=True)
+    shutil.rmtree(hf)
+    (OUT / "README.md").unlink(missing_ok=True)
+
+    st = SentenceTransformer(str(OUT), device="cpu")
+    tok = AutoTokenizer.from_pretrained(str(OUT))
+    model = st[0].auto_model.eval()
+    refs = {
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "torch": torch.__version__,
+        "max_seq_length": MAX_SEQ,
+        "texts": [],
+    }
+    hidden = []
+    with torch.no_grad():
+        for t in TEXTS:
+            enc = tok(t, truncation=True, max_length=MAX_SEQ, return_tensors="pt")
+            hidden.append(model(**enc).last_hidden_state[0].numpy())
+            refs["texts"].append({"text": t, "ids": enc["input_ids"][0].tolist()})
+        emb = st.encode(TEXTS, convert_to_numpy=True, batch_size=3)
+        emb_q = st.encode(TEXTS, prompt_name="query", convert_to_numpy=True, batch_size=3)
+        pair = tok(*PAIR, return_tensors="pt")
+        hp = model(**pair).last_hidden_state[0].numpy()
+    refs["pair"] = {"a": PAIR[0], "b": PAIR[1], "ids": pair["input_ids"][0].tolist(),
+                    "type_ids": pair["token_type_ids"][0].tolist()}
+    np.save(OUT / "hidden.npy", np.concatenate(hidden).astype(np.float32))
+    np.save(OUT / "embeddings.npy", emb.astype(np.float32))
+    np.save(OUT / "embeddings_query.npy", emb_q.astype(np.float32))
+    np.save(OUT / "hidden_pair.npy", hp.astype(np.float32))
+    (OUT / "reference.json").write_text(json.dumps(refs, ensure_ascii=False, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    print(f"wrote {OUT} ({size} bytes, vocab {vocab})")
+
+
+if __name__ == "__main__":
+    main()
