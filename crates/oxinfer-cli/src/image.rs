@@ -6,7 +6,9 @@ use crate::progress::stderr_is_tty;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxinfer::arch::diffusion::ldm_config::Family;
-use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion, VaeTiling};
+use oxinfer::arch::diffusion::{
+    GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
+};
 use std::path::PathBuf;
 
 /// Arguments of `oxinfer image`.
@@ -75,6 +77,10 @@ pub struct ImageArgs {
     /// Write the VAE's raw output (about [-1, 1]), NCHW float32.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
+    /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
+    /// scale; q4; bf16).
+    #[arg(long, value_name = "q8|q4|bf16")]
+    pub quant: Option<oxinfer::quant::Precision>,
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -152,14 +158,16 @@ pub fn run(a: ImageArgs) -> Result<()> {
         None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
     };
     let t0 = std::time::Instant::now();
-    let sd = if a.model.is_file() {
+    let source = if a.model.is_file() {
         match (&a.config, &a.tokenizer) {
-            (Some(dir), _) => StableDiffusion::load_single_file(&a.model, dir)?,
-            (None, Some(tok)) => {
-                let (sd, family) = StableDiffusion::load_single_file_inferred(&a.model, tok)?;
-                eprintln!("{}", inferred_note(family));
-                sd
-            }
+            (Some(config), _) => PipelineSource::SingleFile {
+                file: &a.model,
+                config,
+            },
+            (None, Some(tokenizer)) => PipelineSource::SingleFileInferred {
+                file: &a.model,
+                tokenizer,
+            },
             (None, None) => bail!(
                 "{} is a single file: give --config DIR (a diffusers folder for its configs) or \
                  --tokenizer DIR (a CLIP tokenizer folder; the configs are then inferred)",
@@ -167,8 +175,12 @@ pub fn run(a: ImageArgs) -> Result<()> {
             ),
         }
     } else {
-        StableDiffusion::load(&a.model)?
+        PipelineSource::Folder(&a.model)
     };
+    let (sd, family) = StableDiffusion::open(source, a.quant)?;
+    if let Some(family) = family {
+        eprintln!("{}", inferred_note(family));
+    }
     if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
         eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
     }

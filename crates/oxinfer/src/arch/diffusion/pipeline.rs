@@ -9,6 +9,7 @@ use super::config::JsonConfig;
 use super::layers::{guidance_embedding, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config::{self, Family};
+use super::quant_store::QuantizedStore;
 use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
@@ -17,6 +18,7 @@ use super::vae_tiling::{decode_tiled, VaeTiling, AUTO_TILE_PIXELS};
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
+use crate::quant::Precision;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -161,6 +163,17 @@ fn weights(dir: &Path) -> Result<SafetensorsModel, DiffusionError> {
     })
 }
 
+/// Where [`StableDiffusion::open`] loads a pipeline from.
+#[derive(Clone, Copy, Debug)]
+pub enum PipelineSource<'a> {
+    /// A diffusers folder.
+    Folder(&'a Path),
+    /// An LDM single file with the configs, tokenizer and scheduler of a diffusers folder.
+    SingleFile { file: &'a Path, config: &'a Path },
+    /// An LDM single file with its configs inferred, and a CLIP tokenizer folder.
+    SingleFileInferred { file: &'a Path, tokenizer: &'a Path },
+}
+
 /// Where a pipeline's configs and tokenizer come from: a diffusers folder, or configs inferred
 /// from a single file.
 struct Sources {
@@ -175,9 +188,35 @@ struct Sources {
     text_part: LdmPart,
     /// The `text_encoder/`, `unet/` and `vae/` folders holding the weights, for a folder.
     folders: Option<[PathBuf; 3]>,
+    /// On-load quantization of the UNet's matrices and kernels.
+    unet_quant: Option<Precision>,
 }
 
 impl Sources {
+    /// Configs inferred from the LDM file `model` (at `file`), the tokenizer from
+    /// `tokenizer_dir` with the family's pad token.
+    fn inferred(
+        file: &Path,
+        model: &SafetensorsModel,
+        tokenizer_dir: &Path,
+    ) -> Result<(Self, Family), DiffusionError> {
+        let inferred = ldm_config::infer(model)?;
+        let family = inferred.family;
+        let cfg = |v: Value| JsonConfig::from_value(file, v);
+        let sources = Sources {
+            dir: file.to_path_buf(),
+            tokenizer: ClipTokenizer::load_with_pad(tokenizer_dir, Some(family.pad_token()))?,
+            text_encoder: cfg(inferred.text_encoder),
+            unet: cfg(inferred.unet),
+            vae: cfg(inferred.vae),
+            scheduler: cfg(inferred.scheduler),
+            text_part: inferred.text_part,
+            folders: None,
+            unet_quant: None,
+        };
+        Ok((sources, family))
+    }
+
     /// The configs and tokenizer of the diffusers folder `dir` (checks `model_index.json`).
     fn folder(dir: &Path) -> Result<Self, DiffusionError> {
         let index = JsonConfig::read(&dir.join("model_index.json"))?;
@@ -204,6 +243,7 @@ impl Sources {
             scheduler: JsonConfig::read(&sched_dir.join("scheduler_config.json"))?,
             text_part: LdmPart::TextEncoder,
             folders: Some([te_dir, unet_dir, vae_dir]),
+            unet_quant: None,
         })
     }
 }
@@ -269,6 +309,38 @@ impl StableDiffusion {
         Self::assemble(Sources::folder(dir)?, None)
     }
 
+    /// Loads from `source` with the UNet's linear and convolution weights quantized on load to
+    /// `unet_quant` when given (rows that are not whole blocks of 32 stay as stored); returns
+    /// the family inferred for [`PipelineSource::SingleFileInferred`].
+    ///
+    /// # Errors
+    /// As the loader of `source`.
+    pub fn open(
+        source: PipelineSource,
+        unet_quant: Option<Precision>,
+    ) -> Result<(Self, Option<Family>), DiffusionError> {
+        let (mut sources, model, family) = match source {
+            PipelineSource::Folder(dir) => (Sources::folder(dir)?, None, None),
+            PipelineSource::SingleFile { file, config } => {
+                let model = open_ldm(file)?;
+                let mut s = Sources::folder(config)?;
+                if ldm_config::has_open_clip(&model) {
+                    s.text_part = LdmPart::OpenClipText {
+                        width: s.text_encoder.usize("hidden_size")?,
+                    };
+                }
+                (s, Some(model), None)
+            }
+            PipelineSource::SingleFileInferred { file, tokenizer } => {
+                let model = open_ldm(file)?;
+                let (s, family) = Sources::inferred(file, &model, tokenizer)?;
+                (s, Some(model), Some(family))
+            }
+        };
+        sources.unet_quant = unet_quant;
+        Ok((Self::assemble(sources, model.as_ref())?, family))
+    }
+
     /// Loads a single-file checkpoint in the original LDM layout (`model.diffusion_model.*`,
     /// `first_stage_model.*`, and `cond_stage_model.transformer.*` (SD 1.x's CLIP text encoder)
     /// or `cond_stage_model.model.*` (SD 2.x's OpenCLIP)), taking the configs, tokenizer and
@@ -277,14 +349,11 @@ impl StableDiffusion {
     /// # Errors
     /// As [`Self::load`], plus a file that is not an LDM checkpoint.
     pub fn load_single_file(file: &Path, config_dir: &Path) -> Result<Self, DiffusionError> {
-        let model = open_ldm(file)?;
-        let mut sources = Sources::folder(config_dir)?;
-        if ldm_config::has_open_clip(&model) {
-            sources.text_part = LdmPart::OpenClipText {
-                width: sources.text_encoder.usize("hidden_size")?,
-            };
-        }
-        Self::assemble(sources, Some(&model))
+        let source = PipelineSource::SingleFile {
+            file,
+            config: config_dir,
+        };
+        Ok(Self::open(source, None)?.0)
     }
 
     /// Loads a single-file LDM checkpoint of SD 1.x or SD 2.x (OpenCLIP text encoder) with its
@@ -299,21 +368,12 @@ impl StableDiffusion {
         file: &Path,
         tokenizer_dir: &Path,
     ) -> Result<(Self, Family), DiffusionError> {
-        let model = open_ldm(file)?;
-        let inferred = ldm_config::infer(&model)?;
-        let family = inferred.family;
-        let cfg = |v: Value| JsonConfig::from_value(file, v);
-        let sources = Sources {
-            dir: file.to_path_buf(),
-            tokenizer: ClipTokenizer::load_with_pad(tokenizer_dir, Some(family.pad_token()))?,
-            text_encoder: cfg(inferred.text_encoder),
-            unet: cfg(inferred.unet),
-            vae: cfg(inferred.vae),
-            scheduler: cfg(inferred.scheduler),
-            text_part: inferred.text_part,
-            folders: None,
+        let source = PipelineSource::SingleFileInferred {
+            file,
+            tokenizer: tokenizer_dir,
         };
-        Ok((Self::assemble(sources, Some(&model))?, family))
+        let (sd, family) = Self::open(source, None)?;
+        Ok((sd, family.unwrap_or(Family::Sd1)))
     }
 
     /// Builds the pipeline from `src`'s configs, with the weights of every component taken from
@@ -335,7 +395,17 @@ impl StableDiffusion {
             layers_per_block: unet_cfg.layers_per_block,
             up_attn: unet_cfg.up_attn.clone(),
         };
-        let unet = UNet::load(unet_cfg, &*store(1, part)?)?;
+        let unet_store = store(1, part)?;
+        let unet = match src.unet_quant {
+            Some(precision) => UNet::load(
+                unet_cfg,
+                &QuantizedStore {
+                    base: &*unet_store,
+                    precision,
+                },
+            )?,
+            None => UNet::load(unet_cfg, &*unet_store)?,
+        };
         let vae_cfg = VaeConfig::parse(&src.vae)?;
         let blocks = vae_cfg.block_out_channels.len();
         let vae_store = store(2, LdmPart::Vae { blocks })?;
