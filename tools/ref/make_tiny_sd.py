@@ -31,8 +31,9 @@ import torch
 import diffusers
 import transformers
 from diffusers import (AutoencoderKL, DDIMScheduler, DPMSolverMultistepScheduler,
-                       EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
-                       StableDiffusionPipeline, UNet2DConditionModel)
+                       EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, LCMScheduler,
+                       LatentConsistencyModelPipeline, StableDiffusionPipeline,
+                       UNet2DConditionModel)
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,10 +161,15 @@ def scheduler_refs(shapes: dict) -> dict:
         "dpmpp2m": (DPMSolverMultistepScheduler, dict(timestep_spacing="linspace")),
         "dpmpp2m_karras": (DPMSolverMultistepScheduler, dict(timestep_spacing="linspace",
                                                              use_karras_sigmas=True)),
+        "lcm": (LCMScheduler, dict(original_inference_steps=50, steps_offset=1)),
+        "lcm_v_clip": (LCMScheduler, dict(original_inference_steps=100, prediction_type="v_prediction",
+                                          clip_sample=True, clip_sample_range=1.5,
+                                          timestep_scaling=5.0)),
     }
     steps = 6
     out = {}
     import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+    import diffusers.schedulers.scheduling_lcm as lcm_mod
     for name, (cls, extra) in cases.items():
         sched = cls(**base, **extra)
         sched.set_timesteps(steps)
@@ -175,6 +181,7 @@ def scheduler_refs(shapes: dict) -> dict:
             model_out = torch.randn(shape, generator=g)
             noise = torch.randn(shape, generator=g)
             ea.randn_tensor = lambda *a, _n=noise, **k: _n.clone()
+            lcm_mod.randn_tensor = ea.randn_tensor
             scaled = sched.scale_model_input(sample, t)
             prev = sched.step(model_out, t, sample).prev_sample
             outs_in.append(sample.clone()); outs_model.append(model_out); outs_noise.append(noise)
@@ -340,6 +347,272 @@ def write_single_file(out: Path, pipe, path: Path):
     save_file(ldm, path)
 
 
+def run_recorded(pipe, steps: int, guidance: float, noise, step_noise, shapes: dict, prefix: str,
+                 **kw):
+    """Runs `pipe` with the given initial noise and per-step noise (Euler ancestral's and
+    LCM's draws), recording every UNet call and the latents after every step as
+    `{prefix}unet_in`, `{prefix}unet_out`, `{prefix}step_latents`; returns the final latents
+    and the UNet's timesteps."""
+    import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+    import diffusers.schedulers.scheduling_lcm as lcm_mod
+    queue = list(step_noise)
+    ea.randn_tensor = lcm_mod.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+    records, lat_steps = [], []
+    hook = pipe.unet.register_forward_hook(
+        lambda m, args, kwargs, out: records.append(
+            (args[0].clone(), float(args[1]), out[0].clone())), with_kwargs=True)
+
+    def on_step(p, i, t, kw):
+        lat_steps.append(kw["latents"].clone())
+        return kw
+    latents = pipe(PROMPT, num_inference_steps=steps, guidance_scale=guidance,
+                   latents=noise.clone(), output_type="latent", callback_on_step_end=on_step,
+                   **kw).images
+    hook.remove()
+    save(f"{prefix}unet_in", torch.stack([r[0] for r in records]), shapes)
+    save(f"{prefix}unet_out", torch.stack([r[2] for r in records]), shapes)
+    save(f"{prefix}step_latents", torch.stack(lat_steps), shapes)
+    return latents, [r[1] for r in records]
+
+
+def tiled_vae_refs(pipe, shapes: dict):
+    """diffusers' tiled VAE decode (tiles of 64 image / 8 latent pixels here, stride 6, blended
+    over 16 pixels) of [1, 4, 10, 13] latents: 2 x 3 tiles, the last row 4 and the last column 1
+    latent pixel(s) high/wide."""
+    z = torch.randn((1, 4, 10, 13), generator=torch.Generator().manual_seed(14))
+    with torch.no_grad():
+        plain = pipe.vae.decode(z).sample
+        pipe.vae.enable_tiling()
+        tiled = pipe.vae.decode(z).sample
+        pipe.vae.disable_tiling()
+    assert tiled.shape == plain.shape and (tiled - plain).abs().max() > 1e-2
+    save("vae_tiled_in", z, shapes)
+    save("vae_tiled_out", tiled, shapes)
+
+
+def turbo_refs(pipe, height: int, width: int, ref: dict, shapes: dict):
+    """SD-Turbo-style runs: guidance 0 (one UNet pass per step, no negative prompt) with
+    `trailing` timesteps, Euler in 1 step and Euler ancestral in 4 (recorded noise)."""
+    saved = pipe.scheduler
+    noise = torch.from_numpy(np.load(REF / "init_noise.npy"))
+    lat = (1, 4, height // 8, width // 8)
+    ref["turbo"] = {}
+    for name, cls, steps in (("euler_trailing_1", EulerDiscreteScheduler, 1),
+                             ("euler_a_trailing_4", EulerAncestralDiscreteScheduler, 4)):
+        pipe.scheduler = cls.from_config(saved.config, timestep_spacing="trailing")
+        step_noise = torch.randn((steps,) + lat, generator=torch.Generator().manual_seed(10))
+        save(f"turbo_{name}_step_noise", step_noise, shapes)
+        with torch.no_grad():
+            _, ts = run_recorded(pipe, steps, 0.0, noise, step_noise, shapes, f"turbo_{name}_")
+        config = {k: v for k, v in dict(pipe.scheduler.config).items() if not k.startswith("_")}
+        config["_class_name"] = cls.__name__
+        ref["turbo"][name] = dict(config=config, steps=steps, guidance_scale=0.0,
+                                  timesteps=[float(t) for t in pipe.scheduler.timesteps],
+                                  unet_timesteps=ts)
+    pipe.scheduler = saved
+
+
+def make_lcm():
+    """tests/fixtures/tiny_lcm: tiny_sd1's text encoder, tokenizer and VAE with an LCM-distilled
+    style UNet (`time_cond_proj_dim` 32: the guidance scale's embedding enters the timestep
+    embedding) and an LCMScheduler, as a LatentConsistencyModelPipeline; references of a 4-step
+    run at guidance 8.5 with recorded noise."""
+    global OUT, REF
+    src = ROOT / "tests" / "fixtures" / "tiny_sd1"
+    OUT = ROOT / "tests" / "fixtures" / "tiny_lcm"
+    REF = OUT / "reference"
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    REF.mkdir(parents=True)
+    base = StableDiffusionPipeline.from_pretrained(src, torch_dtype=torch.float32)
+    ucfg = {k: v for k, v in dict(base.unet.config).items() if not k.startswith("_")}
+    ucfg["time_cond_proj_dim"] = 32
+    torch.manual_seed(11)
+    unet = UNet2DConditionModel(**ucfg)
+    g = torch.Generator().manual_seed(12)
+    with torch.no_grad():
+        for p in unet.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    sched = LCMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                         beta_schedule="scaled_linear", original_inference_steps=50,
+                         set_alpha_to_one=True, steps_offset=1, clip_sample=False,
+                         timestep_scaling=10.0)
+    pipe = LatentConsistencyModelPipeline(
+        vae=base.vae, text_encoder=base.text_encoder, tokenizer=base.tokenizer, unet=unet,
+        scheduler=sched, safety_checker=None, feature_extractor=None,
+        requires_safety_checker=False)
+    pipe.save_pretrained(OUT, safe_serialization=True)
+    # transformers saves tokenizer.json only: ship tiny_sd1's vocab.json + merges.txt instead.
+    shutil.rmtree(OUT / "tokenizer")
+    shutil.copytree(src / "tokenizer", OUT / "tokenizer")
+    pipe = LatentConsistencyModelPipeline.from_pretrained(OUT, torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    height = width = 64
+    steps, guidance = 4, 8.5
+    shapes: dict = {}
+    ref: dict = dict(
+        versions=dict(diffusers=diffusers.__version__, transformers=transformers.__version__,
+                      torch=torch.__version__),
+        prompt=PROMPT, steps=steps, guidance_scale=guidance, height=height, width=width,
+        files=shapes)
+    lat = (1, 4, height // 8, width // 8)
+    noise = torch.randn(lat, generator=torch.Generator().manual_seed(5))
+    step_noise = torch.randn((steps,) + lat, generator=torch.Generator().manual_seed(8))
+    save("init_noise", noise, shapes)
+    save("step_noise", step_noise, shapes)
+    with torch.no_grad():
+        w = torch.tensor([guidance - 1.0])
+        save("w_embedding", pipe.get_guidance_scale_embedding(w, embedding_dim=32)[0], shapes)
+        latents, ts = run_recorded(pipe, steps, guidance, noise, step_noise, shapes, "")
+        ref["unet_timesteps"] = ts
+        ref["timesteps"] = [float(t) for t in pipe.scheduler.timesteps]
+        save("final_latents", latents, shapes)
+        save("image", pipe.vae.decode(latents / pipe.vae.config.scaling_factor).sample, shapes)
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
+    print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
+
+
+SINGLE = {
+    # Geometries that follow the families' fixed values the single-file loader assumes (32 norm
+    # groups; SD 1.x: 8 UNet heads, epsilon; SD 2.x: 64-wide UNet heads, v-prediction; 64-wide
+    # text heads), small otherwise: a 2-level VAE (latents 1/2 of the image).
+    # SD 2.x's 64-wide heads need 64 channels: one UNet level (no down/up sampling) keeps it small.
+    "sd1": dict(act="quick_gelu", tokenizer="tiny_sd1", unet_ch=(32, 32), heads=8, linear_proj=False,
+                prediction="epsilon", open_clip=False,
+                down=("CrossAttnDownBlock2D", "DownBlock2D"), up=("UpBlock2D", "CrossAttnUpBlock2D")),
+    "sd2": dict(act="gelu", tokenizer="tiny_sd2", unet_ch=(64,), heads=1, linear_proj=True,
+                prediction="v_prediction", open_clip=True,
+                down=("DownBlock2D",), up=("UpBlock2D",)),
+}
+
+
+def open_clip_ldm(te, g) -> dict:
+    """transformers' CLIP text model under OpenCLIP's LDM names (cond_stage_model.model.*), q/k/v
+    fused into in_proj, plus what SD 2.x files also carry and diffusers drops: one more (last)
+    residual block, whose output SD 2.x does not use, and a text projection."""
+    sd = {k.removeprefix("text_model."): t for k, t in te.state_dict().items()}
+    out = {"token_embedding.weight": sd["embeddings.token_embedding.weight"],
+           "positional_embedding": sd["embeddings.position_embedding.weight"],
+           "ln_final.weight": sd["final_layer_norm.weight"], "ln_final.bias": sd["final_layer_norm.bias"]}
+    n = te.config.num_hidden_layers
+    for i in range(n + 1):
+        def get(name):
+            key = f"encoder.layers.{i}.{name}"
+            if i < n:
+                return sd[key]
+            ref = sd[f"encoder.layers.0.{name}"]
+            return torch.randn(ref.shape, generator=g) * 0.1
+        b = f"transformer.resblocks.{i}."
+        for t in ("weight", "bias"):
+            out[b + f"ln_1.{t}"] = get(f"layer_norm1.{t}")
+            out[b + f"ln_2.{t}"] = get(f"layer_norm2.{t}")
+            out[b + f"attn.in_proj_{t}"] = torch.cat([get(f"self_attn.{p}_proj.{t}") for p in "qkv"])
+            out[b + f"attn.out_proj.{t}"] = get(f"self_attn.out_proj.{t}")
+            out[b + f"mlp.c_fc.{t}"] = get(f"mlp.fc1.{t}")
+            out[b + f"mlp.c_proj.{t}"] = get(f"mlp.fc2.{t}")
+    d = te.config.hidden_size
+    out["text_projection"] = torch.randn((d, d), generator=g) * 0.1
+    return {"cond_stage_model.model." + k: t for k, t in out.items()}
+
+
+def make_single_files():
+    """tests/fixtures/tiny_sd_single/{sd1,sd2}.safetensors: tiny pipelines saved only as LDM
+    single files in float16 (weights rounded to float16 first, so the float32 references see the
+    same values), SD 1.x with CLIP's layout and SD 2.x with OpenCLIP's (fused in_proj, an extra
+    last block), each checked by diffusers' own converters; references of a 2-step Euler run
+    (16 x 24 image, guidance 7.5) with the default scheduler the family's single files get."""
+    from safetensors.torch import save_file
+    from diffusers.loaders.single_file_utils import (convert_ldm_unet_checkpoint,
+                                                     convert_ldm_vae_checkpoint,
+                                                     convert_open_clip_checkpoint)
+    out_dir = ROOT / "tests" / "fixtures" / "tiny_sd_single"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    ref_dir = out_dir / "reference"
+    ref_dir.mkdir(parents=True)
+    global REF
+    REF = ref_dir
+    shapes: dict = {}
+    ref: dict = dict(versions=dict(diffusers=diffusers.__version__,
+                                   transformers=transformers.__version__, torch=torch.__version__),
+                     prompt=PROMPT, negative_prompt=NEGATIVE, steps=2, guidance_scale=GUIDANCE,
+                     height=16, width=24, files=shapes)
+    for fam, v in SINGLE.items():
+        tok = CLIPTokenizer.from_pretrained(ROOT / "tests" / "fixtures" / v["tokenizer"] / "tokenizer")
+        torch.manual_seed(20)
+        te = CLIPTextModel(CLIPTextConfig(
+            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=1, max_position_embeddings=77, hidden_act=v["act"],
+            layer_norm_eps=1e-5, projection_dim=64, bos_token_id=len(tok) - 2,
+            eos_token_id=len(tok) - 1, pad_token_id=len(tok) - 1))
+        torch.manual_seed(21)
+        unet = UNet2DConditionModel(
+            sample_size=8, in_channels=4, out_channels=4, block_out_channels=v["unet_ch"],
+            layers_per_block=1, norm_num_groups=32, cross_attention_dim=64,
+            attention_head_dim=v["heads"], down_block_types=v["down"], up_block_types=v["up"],
+            use_linear_projection=v["linear_proj"])
+        torch.manual_seed(22)
+        vae = AutoencoderKL(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(32, 32),
+            down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+            layers_per_block=1, norm_num_groups=32, sample_size=32)
+        g = torch.Generator().manual_seed(23)
+        with torch.no_grad():
+            for m in (te, unet, vae):
+                for p in m.parameters():
+                    p.add_(torch.randn(p.shape, generator=g) * 0.05)
+                    p.copy_(p.half().float())
+        sched = EulerDiscreteScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                                       beta_schedule="scaled_linear", steps_offset=1,
+                                       prediction_type=v["prediction"], timestep_spacing="linspace")
+        pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+                                       scheduler=sched, safety_checker=None, feature_extractor=None,
+                                       requires_safety_checker=False)
+        pipe.set_progress_bar_config(disable=True)
+        ucfg, vcfg = dict(unet.config), dict(vae.config)
+        ldm = {}
+        for k, t in unet.state_dict().items():
+            ldm["model.diffusion_model." + unet_key_to_ldm(k, ucfg)] = t
+        for k, t in vae.state_dict().items():
+            lk = vae_key_to_ldm(k, vcfg)
+            if ".mid.attn_1." in lk and t.dim() == 2:
+                t = t[:, :, None, None]
+            ldm["first_stage_model." + lk] = t
+        if v["open_clip"]:
+            ldm.update(open_clip_ldm(te, g))
+            strip = lambda d: {k.removeprefix("text_model."): t for k, t in d.items()}
+            back = strip(convert_open_clip_checkpoint(te, ldm))
+            te_sd = strip(te.state_dict())
+            extra = {k for k in back if k not in te_sd}
+            assert all(f"layers.{te.config.num_hidden_layers}." in k for k in extra), extra
+            assert all(torch.equal(back[k], te_sd[k]) for k in te_sd), "open_clip round trip"
+        else:
+            for k, t in te.state_dict().items():
+                ldm["cond_stage_model.transformer.text_model." + k.removeprefix("text_model.")] = t
+        back_u = convert_ldm_unet_checkpoint(ldm, ucfg)
+        assert all(torch.equal(back_u[k], t) for k, t in unet.state_dict().items())
+        back_v = convert_ldm_vae_checkpoint(ldm, vcfg)
+        assert all(torch.equal(back_v[k].reshape(t.shape), t) for k, t in vae.state_dict().items())
+        save_file({k: t.half().contiguous() for k, t in ldm.items()}, out_dir / f"{fam}.safetensors")
+        h, w = ref["height"], ref["width"]
+        noise = torch.randn((1, 4, h // 2, w // 2), generator=torch.Generator().manual_seed(24))
+        save(f"{fam}_init_noise", noise, shapes)
+        with torch.no_grad():
+            ids = tok([PROMPT], padding="max_length", max_length=77, truncation=True,
+                      return_tensors="pt").input_ids
+            save(f"{fam}_text_embeddings", te(ids)[0], shapes)
+            lat = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=2,
+                       guidance_scale=GUIDANCE, height=h, width=w, latents=noise.clone(),
+                       output_type="latent").images
+            save(f"{fam}_final_latents", lat, shapes)
+            save(f"{fam}_image", vae.decode(lat / vae.config.scaling_factor).sample, shapes)
+        ref[fam] = dict(unet=ucfg["block_out_channels"], timesteps=[float(t) for t in sched.timesteps])
+    (ref_dir / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False, default=list))
+    total = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
+    print(f"wrote {out_dir} ({total / 1e6:.2f} MB)")
+
+
 def make(name: str, v: dict):
     global OUT, REF
     OUT = ROOT / "tests" / "fixtures" / name
@@ -450,8 +723,15 @@ def make(name: str, v: dict):
         # loading against the float32 references.
         UNet2DConditionModel.from_pretrained(OUT / "unet").to(torch.float16).save_pretrained(
             REF / "unet_fp16", variant="fp16")
+        # No machine-specific path in the fixture.
+        cfg_path = REF / "unet_fp16" / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg.pop("_name_or_path", None)
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     if name == "tiny_sd1":
+        tiled_vae_refs(pipe, shapes)
         ref["schedulers"] = scheduler_refs(shapes)
+        turbo_refs(pipe, HEIGHT, WIDTH, ref, shapes)
     (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
@@ -460,3 +740,5 @@ def make(name: str, v: dict):
 if __name__ == "__main__":
     for name, v in VARIANTS.items():
         make(name, v)
+    make_lcm()
+    make_single_files()

@@ -5,36 +5,48 @@ use crate::npy;
 use crate::progress::stderr_is_tty;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion};
+use oxinfer::arch::diffusion::ldm_config::Family;
+use oxinfer::arch::diffusion::{
+    GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
+};
 use std::path::PathBuf;
 
 /// Arguments of `oxinfer image`.
 #[derive(Args, Debug)]
 pub struct ImageArgs {
     /// A diffusers Stable Diffusion folder (model_index.json, text_encoder/, tokenizer/, unet/,
-    /// vae/, scheduler/), or a single-file SD 1.x checkpoint in the original LDM layout (then
-    /// give --config).
+    /// vae/, scheduler/), or a single-file SD 1.x / 2.x checkpoint in the original LDM layout
+    /// (then give --config or --tokenizer).
     #[arg(short = 'm', long = "model")]
     pub model: PathBuf,
     /// With a single-file checkpoint: a diffusers folder of the same architecture whose configs,
     /// tokenizer and scheduler are used (its weights are not read).
     #[arg(long, value_name = "DIR")]
     pub config: Option<PathBuf>,
+    /// With a single-file checkpoint and no --config: a CLIP tokenizer folder (vocab.json,
+    /// merges.txt); the configs are inferred from the file's tensors (SD 1.x or 2.x).
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    pub tokenizer: Option<PathBuf>,
     /// What to draw.
     #[arg(short = 'p', long)]
     pub prompt: String,
     /// What to steer away from (classifier-free guidance's negative prompt).
     #[arg(short = 'n', long = "negative", default_value = "")]
     pub negative: String,
-    /// Denoising steps.
-    #[arg(long, default_value_t = 20)]
-    pub steps: usize,
-    /// Guidance scale; 1 or less turns guidance off (one UNet pass per step).
-    #[arg(long, default_value_t = 7.5)]
-    pub cfg: f32,
-    /// euler, euler-a, ddim or dpm++2m (default: the one scheduler_config.json names).
-    #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m")]
+    /// Denoising steps (default 20; 4 when the model's scheduler is LCM's).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Guidance scale; 1 or less turns guidance off (one UNet pass per step; SD-Turbo: 0). An
+    /// LCM-distilled UNet takes it as an embedding instead (default 7.5; 8.5 for those).
+    #[arg(long)]
+    pub cfg: Option<f32>,
+    /// euler, euler-a, ddim, dpm++2m or lcm (default: the one scheduler_config.json names).
+    #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m|lcm")]
     pub scheduler: Option<String>,
+    /// Decode the latents in tiles as diffusers' enable_vae_tiling(): auto (above 1024x1024
+    /// pixels), on (when larger than one tile, the VAE's sample_size) or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub vae_tiling: String,
     /// Image width in pixels, a multiple of 8 (default 512, or the --init image's).
     #[arg(long)]
     pub width: Option<usize>,
@@ -65,6 +77,10 @@ pub struct ImageArgs {
     /// Write the VAE's raw output (about [-1, 1]), NCHW float32.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
+    /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
+    /// scale; q4; bf16).
+    #[arg(long, value_name = "q8|q4|bf16")]
+    pub quant: Option<oxinfer::quant::Precision>,
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -98,6 +114,21 @@ fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
     Ok((chw, w, h))
 }
 
+/// What a front end says about configs inferred for `family`.
+fn inferred_note(family: Family) -> &'static str {
+    match family {
+        Family::Sd1 => {
+            "note: configs inferred from the tensors: SD 1.x (CLIP text encoder, epsilon, 512x512, \
+             Euler); give --config DIR for another variant"
+        }
+        Family::Sd2 => {
+            "note: configs inferred from the tensors: SD 2.x (OpenCLIP text encoder, v-prediction, \
+             768x768, Euler, as stable-diffusion-2-1); give --config DIR for an epsilon variant \
+             (SD 2.x base, SD-Turbo)"
+        }
+    }
+}
+
 /// Runs `oxinfer image`.
 pub fn run(a: ImageArgs) -> Result<()> {
     if let Some(n) = a.threads {
@@ -106,9 +137,10 @@ pub fn run(a: ImageArgs) -> Result<()> {
     }
     let scheduler = match &a.scheduler {
         None => None,
-        Some(s) => Some(SchedulerKind::parse(s).with_context(|| {
-            format!("--scheduler {s}: unknown (euler, euler-a, ddim, dpm++2m)")
-        })?),
+        Some(s) => Some(
+            SchedulerKind::parse(s)
+                .with_context(|| format!("--scheduler {s}: unknown ({})", SchedulerKind::NAMES))?,
+        ),
     };
     let init = a.init.as_deref().map(read_init).transpose()?;
     let (width, height) = match &init {
@@ -126,39 +158,57 @@ pub fn run(a: ImageArgs) -> Result<()> {
         None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
     };
     let t0 = std::time::Instant::now();
-    let sd = if a.model.is_file() {
-        let dir = a.config.as_deref().with_context(|| {
-            format!(
-                "{} is a single file: give --config DIR (a diffusers folder for its configs)",
+    let source = if a.model.is_file() {
+        match (&a.config, &a.tokenizer) {
+            (Some(config), _) => PipelineSource::SingleFile {
+                file: &a.model,
+                config,
+            },
+            (None, Some(tokenizer)) => PipelineSource::SingleFileInferred {
+                file: &a.model,
+                tokenizer,
+            },
+            (None, None) => bail!(
+                "{} is a single file: give --config DIR (a diffusers folder for its configs) or \
+                 --tokenizer DIR (a CLIP tokenizer folder; the configs are then inferred)",
                 a.model.display()
-            )
-        })?;
-        StableDiffusion::load_single_file(&a.model, dir)?
+            ),
+        }
     } else {
-        StableDiffusion::load(&a.model)?
+        PipelineSource::Folder(&a.model)
     };
+    let (sd, family) = StableDiffusion::open(source, a.quant)?;
+    if let Some(family) = family {
+        eprintln!("{}", inferred_note(family));
+    }
     if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
         eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
     }
     let (c, h, w) = sd.latent_shape(width, height)?;
+    let steps = a.steps.unwrap_or_else(|| sd.default_steps());
     let req = GenerateRequest {
         prompt: a.prompt.clone(),
         negative_prompt: a.negative.clone(),
-        steps: a.steps,
-        guidance_scale: a.cfg,
+        steps,
+        guidance_scale: a.cfg.unwrap_or_else(|| sd.default_guidance()),
         width,
         height,
         scheduler,
         seed: a.seed,
         init_noise: noise(&a.init_noise, &[1, c, h, w], "init-noise")?,
-        step_noise: noise(&a.step_noise, &[a.steps, 1, c, h, w], "step-noise")?,
+        step_noise: noise(&a.step_noise, &[steps, 1, c, h, w], "step-noise")?,
         init_image: init.map(|(img, _, _)| img),
         strength: a.strength,
         encode_noise: None,
+        vae_tiling: match a.vae_tiling.as_str() {
+            "on" => VaeTiling::On,
+            "off" => VaeTiling::Off,
+            _ => VaeTiling::Auto,
+        },
     };
     let loaded = t0.elapsed();
     let bar = stderr_is_tty().then(|| {
-        indicatif::ProgressBar::new(a.steps as u64).with_style(
+        indicatif::ProgressBar::new(steps as u64).with_style(
             indicatif::ProgressStyle::with_template(
                 "steps [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
             )
@@ -193,10 +243,10 @@ pub fn run(a: ImageArgs) -> Result<()> {
         a.output.display(),
         width,
         height,
-        a.steps,
+        steps,
         loaded.as_secs_f64(),
         took.as_secs_f64(),
-        took.as_secs_f64() / a.steps.max(1) as f64
+        took.as_secs_f64() / steps.max(1) as f64
     );
     Ok(())
 }

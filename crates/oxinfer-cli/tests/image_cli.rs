@@ -172,3 +172,104 @@ fn image_to_image_from_a_png() {
     assert_fails_with(&o, &["--width 32", "--init image's 64"]);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// The path of `rel` under the fixtures, as a string argument.
+fn fx(rel: &str) -> String {
+    fixtures().join(rel).display().to_string()
+}
+
+/// An SD 2.x single file without --config (configs inferred, tokenizer given) and an LCM
+/// folder with its defaults (4 steps, guidance 8.5 as a w-embedding) write what diffusers
+/// computed; tiled decoding runs from the command line.
+#[test]
+fn single_file_lcm_and_tiling_from_the_command_line() {
+    let tmp = scratch_dir("image-cli-sd2-lcm");
+    let r = common::reference(&fixtures().join("tiny_sd_single/reference"));
+    let img = tmp.join("sd2.npy").display().to_string();
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &fx("tiny_sd_single/sd2.safetensors"),
+        "--tokenizer",
+        &fx("tiny_sd1/tokenizer"),
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "2",
+        "--width",
+        "24",
+        "--height",
+        "16",
+        "--init-noise",
+        &fx("tiny_sd_single/reference/sd2_init_noise.npy"),
+        "--dump-image",
+        &img,
+        "-o",
+        &tmp.join("sd2.png").display().to_string(),
+    ]));
+    assert!(
+        err.contains("SD 2.x") && err.contains("v-prediction"),
+        "{err}"
+    );
+    let want = read_npy_f32(&fixtures().join("tiny_sd_single/reference/sd2_image.npy")).1;
+    let d = max_abs_diff(&read_npy_f32(std::path::Path::new(&img)).1, &want);
+    assert!(d < 1e-4, "sd2 single file image: {d:e}");
+
+    let lat = tmp.join("lcm.npy").display().to_string();
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &fx("tiny_lcm"),
+        "-p",
+        "a photo of an astronaut riding a horse on the moon",
+        "--width",
+        "64",
+        "--height",
+        "64",
+        "--init-noise",
+        &fx("tiny_lcm/reference/init_noise.npy"),
+        "--step-noise",
+        &fx("tiny_lcm/reference/step_noise.npy"),
+        "--dump-latents",
+        &lat,
+        "-o",
+        &tmp.join("lcm.png").display().to_string(),
+    ]));
+    assert!(err.contains("4 steps"), "{err}");
+    let want = read_npy_f32(&fixtures().join("tiny_lcm/reference/final_latents.npy")).1;
+    let d = max_abs_diff(&read_npy_f32(std::path::Path::new(&lat)).1, &want);
+    assert!(d < 1e-4 * 10.0, "LCM latents: {d:e}");
+
+    // Tiled and whole decodes of the same latents differ only near the seams.
+    let d = fx("tiny_sd1");
+    let run = |tiling: &str| {
+        let out = tmp.join(format!("t-{tiling}.npy"));
+        let o = out.display().to_string();
+        ok(oxinfer(&[
+            "image",
+            "-m",
+            &d,
+            "-p",
+            "a cat",
+            "--steps",
+            "1",
+            "--width",
+            "104",
+            "--height",
+            "80",
+            "--vae-tiling",
+            tiling,
+            "--dump-image",
+            &o,
+            "-o",
+            "/dev/null",
+        ]));
+        read_npy_f32(&out).1
+    };
+    let (tiled, whole) = (run("on"), run("off"));
+    assert_eq!(tiled.len(), 3 * 104 * 80);
+    assert!(max_abs_diff(&tiled, &whole) > 1e-3);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -55,11 +55,12 @@ struct ImageRequest {
     user: Option<String>,
     /// Not OpenAI: what to steer away from.
     negative_prompt: Option<String>,
-    /// Not OpenAI: denoising steps (default 20).
+    /// Not OpenAI: denoising steps (default 20; 4 for an LCM model).
     steps: Option<usize>,
-    /// Not OpenAI: classifier-free guidance scale (default 7.5; 1 or less turns it off).
+    /// Not OpenAI: classifier-free guidance scale (default 7.5, 8.5 for an LCM UNet; 1 or less
+    /// turns it off).
     guidance_scale: Option<f32>,
-    /// Not OpenAI: euler, euler-a, ddim or dpm++2m (default: the model's).
+    /// Not OpenAI: euler, euler-a, ddim, dpm++2m or lcm (default: the model's).
     scheduler: Option<String>,
     /// Not OpenAI: the first image's seed.
     seed: Option<u64>,
@@ -105,8 +106,9 @@ fn fresh_seed() -> u64 {
 /// The checked request as the pipeline's, with the image count and first seed.
 fn pipeline_request(
     req: &ImageRequest,
-    native: usize,
+    sd: &StableDiffusion,
 ) -> Result<(GenerateRequest, usize), ApiError> {
+    let native = sd.native_size();
     match req.response_format.as_deref() {
         None | Some("b64_json") => {}
         Some(other) => {
@@ -126,14 +128,14 @@ fn pipeline_request(
             ApiError::bad_request(format!("n = {n}: between 1 and {MAX_IMAGES}")).with_param("n"),
         );
     }
-    let steps = req.steps.unwrap_or(20);
+    let steps = req.steps.unwrap_or_else(|| sd.default_steps());
     if !(1..=MAX_STEPS).contains(&steps) {
         return Err(
             ApiError::bad_request(format!("steps = {steps}: between 1 and {MAX_STEPS}"))
                 .with_param("steps"),
         );
     }
-    let guidance_scale = req.guidance_scale.unwrap_or(7.5);
+    let guidance_scale = req.guidance_scale.unwrap_or_else(|| sd.default_guidance());
     if !guidance_scale.is_finite() || !(0.0..=50.0).contains(&guidance_scale) {
         return Err(ApiError::bad_request(format!(
             "guidance_scale = {guidance_scale}: between 0 and 50"
@@ -144,7 +146,8 @@ fn pipeline_request(
         None => None,
         Some(s) => Some(SchedulerKind::parse(s).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "scheduler '{s}' is not known (euler, euler-a, ddim, dpm++2m)"
+                "scheduler '{s}' is not known ({})",
+                SchedulerKind::NAMES
             ))
             .with_param("scheduler")
         })?),
@@ -199,7 +202,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let req: ImageRequest = crate::gen::parse_body(body)?;
     st.cfg.check_model(req.model.as_deref())?;
-    let (first, n) = pipeline_request(&req, st.sd.native_size())?;
+    let (first, n) = pipeline_request(&req, &st.sd)?;
     // One computing plus `queue` waiting.
     let ahead = st.pending.fetch_add(1, Ordering::SeqCst);
     if ahead > st.cfg.queue {

@@ -4,8 +4,8 @@
 //! per-block heads, v-prediction, Euler ancestral with `leading` spacing and recorded noise).
 //! Checked: tokenizer ids, text embeddings, every UNet call, the VAE decoder, the whole pipeline's
 //! step latents, final latents and image; and the scheduler maths of Euler, Euler ancestral,
-//! DDIM and DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing spacings; epsilon
-//! and v-prediction).
+//! DDIM, DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing spacings; epsilon
+//! and v-prediction) and LCM (epsilon; v-prediction with clipping).
 
 mod common;
 
@@ -308,6 +308,7 @@ fn schedulers_match_diffusers() {
             "euler" => SchedulerKind::Euler,
             "ddim" => SchedulerKind::Ddim,
             "dpmpp2m" => SchedulerKind::DpmPp2m,
+            "lcm" => SchedulerKind::Lcm,
             other => panic!("{other} {class:?}"),
         };
         let steps = case["steps"].as_u64().unwrap() as usize;

@@ -51,6 +51,15 @@ impl ClipTokenizer {
     /// # Errors
     /// A missing or malformed file, a special token absent from the vocabulary.
     pub fn load(dir: &Path) -> Result<Self, DiffusionError> {
+        Self::load_with_pad(dir, None)
+    }
+
+    /// [`Self::load`] with the pad token `pad` instead of the folder's (a pipeline's variant:
+    /// `<|endoftext|>` for SD 1.x, `!` for SD 2.x).
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    pub fn load_with_pad(dir: &Path, pad: Option<&str>) -> Result<Self, DiffusionError> {
         let read = |name: &str| -> Result<String, DiffusionError> {
             let p = dir.join(name);
             if !p.is_file() {
@@ -95,7 +104,10 @@ impl ClipTokenizer {
         let cfgs = [&tc, &sm];
         let bos_t = special(&cfgs, "bos_token", "<|startoftext|>");
         let eos_t = special(&cfgs, "eos_token", "<|endoftext|>");
-        let pad_t = special(&cfgs, "pad_token", &eos_t);
+        let pad_t = match pad {
+            Some(p) => p.to_string(),
+            None => special(&cfgs, "pad_token", &eos_t),
+        };
         let unk_t = special(&cfgs, "unk_token", &eos_t);
         let id_of = |t: &str| -> Result<u32, DiffusionError> {
             vocab

@@ -157,8 +157,9 @@ pub struct Conv2d {
 }
 
 impl Conv2d {
-    /// Loads `{name}.weight` (`[cout, cin, k, k]`, or `[cout, cin]` for a linear layer used as a
-    /// 1 × 1 convolution) and `{name}.bias` (`[cout]`).
+    /// Loads `{name}.weight` (`[cout, cin, k, k]`, `[cout, cin]` for a linear layer used as a
+    /// 1 × 1 convolution, or already unfolded `[cout, k · k · cin]` in any format, as an
+    /// on-load quantizing store gives it) and `{name}.bias` (`[cout]`).
     pub fn load(
         w: Weights,
         name: &str,
@@ -169,47 +170,19 @@ impl Conv2d {
     ) -> Result<Self, DiffusionError> {
         let full = w.name(&format!("{name}.weight"));
         let t = w.store.require(&full)?;
-        let ok = t.shape == [cout, cin, k, k] || (k == 1 && t.shape == [cout, cin]);
-        if !ok {
+        let weight = if t.shape == [cout, k * k * cin] {
+            t
+        } else if t.shape == [cout, cin, k, k] {
+            unfold_conv_weight(&t)?
+        } else {
             return Err(crate::error::LoadError::tensor(
                 w.store.path(),
                 &full,
                 format!("shape {:?}, expected {:?}", t.shape, [cout, cin, k, k]),
             )
             .into());
-        }
-        // Rearranged element by element in the stored float format (f16 and bf16 stay half the
-        // size; the CPU kernels multiply them directly); other formats are converted to f32.
-        let (format, src): (WeightFormat, std::borrow::Cow<[u8]>) = match t.format {
-            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
-                (t.format, std::borrow::Cow::Borrowed(t.bytes()))
-            }
-            _ => (
-                WeightFormat::F32,
-                std::borrow::Cow::Owned(t.to_f32()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            ),
         };
-        let e = src.len() / (cout * cin * k * k).max(1);
-        let mut bytes = vec![0u8; src.len()];
-        for o in 0..cout {
-            for ci in 0..cin {
-                for ky in 0..k {
-                    for kx in 0..k {
-                        let d = (((o * k + ky) * k + kx) * cin + ci) * e;
-                        let s = (((o * cin + ci) * k + ky) * k + kx) * e;
-                        bytes[d..d + e].copy_from_slice(&src[s..s + e]);
-                    }
-                }
-            }
-        }
-        let weight = TensorView::from_owned(
-            w.store.path(),
-            &full,
-            format,
-            vec![cout, k * k * cin],
-            bytes,
-            Vec::new(),
-        );
+        weight.matrix()?;
         let bias = w.vector(&format!("{name}.bias"), &[cout])?;
         Ok(Conv2d {
             weight,
@@ -249,6 +222,53 @@ impl Conv2d {
             data: y,
         })
     }
+}
+
+/// A convolution kernel `t` `[cout, cin, k, k]` rearranged element by element to the unfolded
+/// layout `[cout][ky][kx][cin]` (shape `[cout, k · k · cin]`) of [`crate::nn::conv2d`], in its
+/// stored float format (f16 and bf16 stay half the size; the CPU kernels multiply them
+/// directly); other formats are converted to f32.
+///
+/// # Errors
+/// `t` is not 4-D, or cannot be read.
+pub fn unfold_conv_weight(t: &TensorView) -> Result<TensorView, crate::error::LoadError> {
+    let [cout, cin, k, k2] = t.shape[..] else {
+        return Err(crate::error::LoadError::tensor(
+            t.path(),
+            &t.name,
+            format!("shape {:?}, expected a [out, in, k, k] kernel", t.shape),
+        ));
+    };
+    let (format, src): (WeightFormat, std::borrow::Cow<[u8]>) = match t.format {
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
+            (t.format, std::borrow::Cow::Borrowed(t.bytes()))
+        }
+        _ => (
+            WeightFormat::F32,
+            std::borrow::Cow::Owned(t.to_f32()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        ),
+    };
+    let e = src.len() / (cout * cin * k * k2).max(1);
+    let mut bytes = vec![0u8; src.len()];
+    for o in 0..cout {
+        for ci in 0..cin {
+            for ky in 0..k {
+                for kx in 0..k2 {
+                    let d = (((o * k + ky) * k2 + kx) * cin + ci) * e;
+                    let s = (((o * cin + ci) * k + ky) * k2 + kx) * e;
+                    bytes[d..d + e].copy_from_slice(&src[s..s + e]);
+                }
+            }
+        }
+    }
+    Ok(TensorView::from_owned(
+        t.path(),
+        &t.name,
+        format,
+        vec![cout, k * k2 * cin],
+        bytes,
+        Vec::new(),
+    ))
 }
 
 /// GroupNorm or LayerNorm with an affine `gamma`, `beta`, optionally followed by SiLU.
@@ -367,6 +387,20 @@ pub fn timestep_embedding(t: f32, dim: usize, flip_sin_to_cos: bool, shift: f32)
     } else {
         [sin, cos].concat()
     };
+    out.resize(dim, 0.0);
+    out
+}
+
+/// The embedding `[dim]` of a guidance scale `w` (LCM's `w = guidance_scale − 1`), as
+/// diffusers' `get_guidance_scale_embedding`, in f32 like torch: `a_i = 1000 w · exp(−i ·
+/// ln(10000) / (dim/2 − 1))`, then `[sin a, cos a]`, zero-padded to an odd `dim`.
+pub fn guidance_embedding(w: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let step = 10000f32.ln() / (half as f32 - 1.0);
+    let w = w * 1000.0;
+    let args: Vec<f32> = (0..half).map(|i| w * (i as f32 * -step).exp()).collect();
+    let mut out: Vec<f32> = args.iter().map(|a| a.sin()).collect();
+    out.extend(args.iter().map(|a| a.cos()));
     out.resize(dim, 0.0);
     out
 }

@@ -1,9 +1,12 @@
 //! Single-file checkpoints in the original latent-diffusion (LDM) layout, as most Stable
-//! Diffusion 1.x files are distributed: one safetensors file with `model.diffusion_model.*`
-//! (UNet), `first_stage_model.*` (VAE) and `cond_stage_model.transformer.*` (CLIP text
-//! encoder). [`LdmStore`] shows one component under diffusers' tensor names, mapping each name to
-//! its LDM name (the inverse of diffusers' `convert_ldm_*_checkpoint`) and the VAE attention's
-//! 1 × 1 conv weights `[c, c, 1, 1]` to the `[c, c]` matrices of diffusers.
+//! Diffusion 1.x / 2.x files are distributed: one safetensors file with `model.diffusion_model.*`
+//! (UNet), `first_stage_model.*` (VAE) and `cond_stage_model.transformer.*` (SD 1.x's CLIP text
+//! encoder) or `cond_stage_model.model.*` (SD 2.x's OpenCLIP). [`LdmStore`] shows one component
+//! under diffusers' tensor names, mapping each name to its LDM name (the inverse of diffusers'
+//! `convert_ldm_*_checkpoint` / `convert_open_clip_checkpoint`), the VAE attention's 1 × 1 conv
+//! weights `[c, c, 1, 1]` to the `[c, c]` matrices of diffusers, and OpenCLIP's fused
+//! `in_proj_weight` `[3d, d]` / `in_proj_bias` `[3d]` to the rows of `q_proj`, `k_proj`,
+//! `v_proj` (borrowed, not copied).
 
 use crate::error::LoadError;
 use crate::loader::safetensors::SafetensorsModel;
@@ -22,6 +25,8 @@ pub enum LdmPart {
     },
     /// The VAE: its number of blocks.
     Vae { blocks: usize },
+    /// SD 2.x's OpenCLIP text encoder (`cond_stage_model.model.*`) of `width` features.
+    OpenClipText { width: usize },
 }
 
 /// One component of an LDM checkpoint seen under diffusers' names.
@@ -152,10 +157,70 @@ fn vae_name(k: &str, blocks: usize) -> Option<String> {
     })
 }
 
+/// OpenCLIP's name of transformers' CLIP text model tensor `k` (`text_model.` prefix optional),
+/// and for `q_proj` / `k_proj` / `v_proj` which third (0, 1, 2) of the fused `in_proj` it is.
+fn open_clip_name(k: &str) -> Option<(String, Option<usize>)> {
+    let k = k.strip_prefix("text_model.").unwrap_or(k);
+    let p: Vec<&str> = k.split('.').collect();
+    let (name, third) = match p[..] {
+        ["embeddings", "token_embedding", "weight"] => ("token_embedding.weight".into(), None),
+        ["embeddings", "position_embedding", "weight"] => ("positional_embedding".into(), None),
+        ["final_layer_norm", t] => (format!("ln_final.{t}"), None),
+        ["encoder", "layers", i, ref rest @ ..] => {
+            let block = format!("transformer.resblocks.{i}");
+            match rest {
+                ["layer_norm1", t] => (format!("{block}.ln_1.{t}"), None),
+                ["layer_norm2", t] => (format!("{block}.ln_2.{t}"), None),
+                ["self_attn", "out_proj", t] => (format!("{block}.attn.out_proj.{t}"), None),
+                ["self_attn", qkv, t] => {
+                    let third = ["q_proj", "k_proj", "v_proj"]
+                        .iter()
+                        .position(|x| x == qkv)?;
+                    (format!("{block}.attn.in_proj_{t}"), Some(third))
+                }
+                ["mlp", "fc1", t] => (format!("{block}.mlp.c_fc.{t}"), None),
+                ["mlp", "fc2", t] => (format!("{block}.mlp.c_proj.{t}"), None),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some((format!("cond_stage_model.model.{name}"), third))
+}
+
+/// Rows `[third · width, (third + 1) · width)` of the fused `t` (`[3 · width, …]` or
+/// `[3 · width]`), sharing its bytes.
+fn fused_third(t: TensorView, third: usize, width: usize) -> Result<TensorView, LoadError> {
+    let rows = t.shape.first().copied().unwrap_or(0);
+    if rows != 3 * width || t.format.is_split() {
+        return Err(LoadError::tensor(
+            t.path(),
+            &t.name,
+            format!(
+                "shape {:?} ({}): expected a fused [{}, ...] float tensor",
+                t.shape,
+                t.format.name(),
+                3 * width
+            ),
+        ));
+    }
+    let row_bytes = t.size / rows;
+    let mut shape = t.shape.clone();
+    shape[0] = width;
+    Ok(TensorView {
+        offset: t.offset + third * width * row_bytes,
+        size: width * row_bytes,
+        shape,
+        ..t
+    })
+}
+
 impl LdmStore<'_> {
-    /// The LDM name of diffusers' tensor `name` in this component, `None` when it has none.
+    /// The LDM name of diffusers' tensor `name` in this component, `None` when it has none (for
+    /// OpenCLIP's `q_proj` / `k_proj` / `v_proj`: the fused `in_proj` they are rows of).
     pub fn ldm_name(&self, name: &str) -> Option<String> {
         match &self.part {
+            LdmPart::OpenClipText { .. } => open_clip_name(name).map(|(n, _)| n),
             LdmPart::TextEncoder => Some(format!(
                 "cond_stage_model.transformer.text_model.{}",
                 name.strip_prefix("text_model.").unwrap_or(name)
@@ -184,6 +249,14 @@ impl TensorStore for LdmStore<'_> {
     }
 
     fn get(&self, name: &str) -> Option<Result<TensorView, LoadError>> {
+        if let LdmPart::OpenClipText { width } = self.part {
+            let (ldm, third) = open_clip_name(name)?;
+            let t = self.file.get(&ldm)?;
+            return Some(match third {
+                Some(third) => t.and_then(|t| fused_third(t, third, width)),
+                None => t,
+            });
+        }
         let ldm = self.ldm_name(name)?;
         let mut t = match self.file.get(&ldm)? {
             Ok(t) => t,

@@ -6,15 +6,20 @@
 use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
 use super::config::JsonConfig;
-use super::layers::FeatureMap;
+use super::layers::{guidance_embedding, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
+use super::ldm_config::{self, Family};
+use super::quant_store::QuantizedStore;
 use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
 use super::vae_encoder::VaeEncoder;
+use super::vae_tiling::{decode_tiled, VaeTiling, AUTO_TILE_PIXELS};
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
+use crate::quant::Precision;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// One text-to-image request.
@@ -24,7 +29,9 @@ pub struct GenerateRequest {
     /// Empty for none (the unconditional embedding of "").
     pub negative_prompt: String,
     pub steps: usize,
-    /// Classifier-free guidance scale; guidance runs only above 1 (as diffusers).
+    /// Classifier-free guidance scale; guidance runs only above 1 (as diffusers). A UNet with
+    /// `time_cond_proj_dim` (LCM) takes the embedding of `guidance_scale − 1` instead and runs
+    /// once per step.
     pub guidance_scale: f32,
     /// Image width in pixels, a multiple of the VAE's scale (8).
     pub width: usize,
@@ -45,6 +52,8 @@ pub struct GenerateRequest {
     pub strength: f32,
     /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]`.
     pub encode_noise: Option<Vec<f32>>,
+    /// Whether the VAE decodes in tiles.
+    pub vae_tiling: VaeTiling,
 }
 
 impl Default for GenerateRequest {
@@ -64,6 +73,7 @@ impl Default for GenerateRequest {
             init_image: None,
             strength: 0.8,
             encode_noise: None,
+            vae_tiling: VaeTiling::Auto,
         }
     }
 }
@@ -111,6 +121,15 @@ pub struct StableDiffusion {
     pub path: PathBuf,
 }
 
+/// The `model_index.json` classes that load: Stable Diffusion 1.x / 2.x pipelines (SD-Turbo is
+/// one) and latent consistency models.
+const PIPELINE_CLASSES: [&str; 4] = [
+    "StableDiffusionPipeline",
+    "StableDiffusionImg2ImgPipeline",
+    "LatentConsistencyModelPipeline",
+    "LatentConsistencyModelImg2ImgPipeline",
+];
+
 /// `dir/name`, or an error naming the component when it is not a folder.
 fn component(dir: &Path, name: &str) -> Result<PathBuf, DiffusionError> {
     let p = dir.join(name);
@@ -142,6 +161,103 @@ fn weights(dir: &Path) -> Result<SafetensorsModel, DiffusionError> {
         path: dir.to_path_buf(),
         what: "weights (diffusion_pytorch_model.safetensors or model.safetensors)".into(),
     })
+}
+
+/// Where [`StableDiffusion::open`] loads a pipeline from.
+#[derive(Clone, Copy, Debug)]
+pub enum PipelineSource<'a> {
+    /// A diffusers folder.
+    Folder(&'a Path),
+    /// An LDM single file with the configs, tokenizer and scheduler of a diffusers folder.
+    SingleFile { file: &'a Path, config: &'a Path },
+    /// An LDM single file with its configs inferred, and a CLIP tokenizer folder.
+    SingleFileInferred { file: &'a Path, tokenizer: &'a Path },
+}
+
+/// Where a pipeline's configs and tokenizer come from: a diffusers folder, or configs inferred
+/// from a single file.
+struct Sources {
+    /// The folder (or file), for [`StableDiffusion::path`].
+    dir: PathBuf,
+    tokenizer: ClipTokenizer,
+    text_encoder: JsonConfig,
+    unet: JsonConfig,
+    vae: JsonConfig,
+    scheduler: JsonConfig,
+    /// How the text encoder's tensors are named in a single file.
+    text_part: LdmPart,
+    /// The `text_encoder/`, `unet/` and `vae/` folders holding the weights, for a folder.
+    folders: Option<[PathBuf; 3]>,
+    /// On-load quantization of the UNet's matrices and kernels.
+    unet_quant: Option<Precision>,
+}
+
+impl Sources {
+    /// Configs inferred from the LDM file `model` (at `file`), the tokenizer from
+    /// `tokenizer_dir` with the family's pad token.
+    fn inferred(
+        file: &Path,
+        model: &SafetensorsModel,
+        tokenizer_dir: &Path,
+    ) -> Result<(Self, Family), DiffusionError> {
+        let inferred = ldm_config::infer(model)?;
+        let family = inferred.family;
+        let cfg = |v: Value| JsonConfig::from_value(file, v);
+        let sources = Sources {
+            dir: file.to_path_buf(),
+            tokenizer: ClipTokenizer::load_with_pad(tokenizer_dir, Some(family.pad_token()))?,
+            text_encoder: cfg(inferred.text_encoder),
+            unet: cfg(inferred.unet),
+            vae: cfg(inferred.vae),
+            scheduler: cfg(inferred.scheduler),
+            text_part: inferred.text_part,
+            folders: None,
+            unet_quant: None,
+        };
+        Ok((sources, family))
+    }
+
+    /// The configs and tokenizer of the diffusers folder `dir` (checks `model_index.json`).
+    fn folder(dir: &Path) -> Result<Self, DiffusionError> {
+        let index = JsonConfig::read(&dir.join("model_index.json"))?;
+        let class = index.str_or("_class_name", "StableDiffusionPipeline")?;
+        if !PIPELINE_CLASSES.contains(&class) {
+            return Err(DiffusionError::config(
+                &index.path,
+                format!(
+                    "field '_class_name': '{class}' is not supported ({})",
+                    PIPELINE_CLASSES.join(", ")
+                ),
+            ));
+        }
+        let te_dir = component(dir, "text_encoder")?;
+        let unet_dir = component(dir, "unet")?;
+        let vae_dir = component(dir, "vae")?;
+        let sched_dir = component(dir, "scheduler")?;
+        Ok(Sources {
+            dir: dir.to_path_buf(),
+            tokenizer: ClipTokenizer::load(&component(dir, "tokenizer")?)?,
+            text_encoder: JsonConfig::read(&te_dir.join("config.json"))?,
+            unet: JsonConfig::read(&unet_dir.join("config.json"))?,
+            vae: JsonConfig::read(&vae_dir.join("config.json"))?,
+            scheduler: JsonConfig::read(&sched_dir.join("scheduler_config.json"))?,
+            text_part: LdmPart::TextEncoder,
+            folders: Some([te_dir, unet_dir, vae_dir]),
+            unet_quant: None,
+        })
+    }
+}
+
+/// Opens `file` and checks that it is an LDM checkpoint.
+fn open_ldm(file: &Path) -> Result<SafetensorsModel, DiffusionError> {
+    let model = SafetensorsModel::open(file)?;
+    if !LdmStore::is_ldm(&model) {
+        return Err(DiffusionError::config(
+            file,
+            "not an LDM checkpoint: no model.diffusion_model.* tensors",
+        ));
+    }
+    Ok(model)
 }
 
 /// `v` when its length is `n`; an error naming `what` and `shape` otherwise.
@@ -190,73 +306,116 @@ impl StableDiffusion {
     /// A missing `model_index.json`, component folder, config or weight file; an unsupported
     /// configuration; a missing or misshapen tensor. Each names the file and field or tensor.
     pub fn load(dir: &Path) -> Result<Self, DiffusionError> {
-        Self::load_from(dir, None)
+        Self::assemble(Sources::folder(dir)?, None)
+    }
+
+    /// Loads from `source` with the UNet's linear and convolution weights quantized on load to
+    /// `unet_quant` when given (rows that are not whole blocks of 32 stay as stored); returns
+    /// the family inferred for [`PipelineSource::SingleFileInferred`].
+    ///
+    /// # Errors
+    /// As the loader of `source`.
+    pub fn open(
+        source: PipelineSource,
+        unet_quant: Option<Precision>,
+    ) -> Result<(Self, Option<Family>), DiffusionError> {
+        let (mut sources, model, family) = match source {
+            PipelineSource::Folder(dir) => (Sources::folder(dir)?, None, None),
+            PipelineSource::SingleFile { file, config } => {
+                let model = open_ldm(file)?;
+                let mut s = Sources::folder(config)?;
+                if ldm_config::has_open_clip(&model) {
+                    s.text_part = LdmPart::OpenClipText {
+                        width: s.text_encoder.usize("hidden_size")?,
+                    };
+                }
+                (s, Some(model), None)
+            }
+            PipelineSource::SingleFileInferred { file, tokenizer } => {
+                let model = open_ldm(file)?;
+                let (s, family) = Sources::inferred(file, &model, tokenizer)?;
+                (s, Some(model), Some(family))
+            }
+        };
+        sources.unet_quant = unet_quant;
+        Ok((Self::assemble(sources, model.as_ref())?, family))
     }
 
     /// Loads a single-file checkpoint in the original LDM layout (`model.diffusion_model.*`,
-    /// `first_stage_model.*`, `cond_stage_model.transformer.*`; SD 1.x's CLIP text encoder),
-    /// taking the configs, tokenizer and scheduler from the diffusers folder `config_dir` (its
-    /// weight files are not read).
+    /// `first_stage_model.*`, and `cond_stage_model.transformer.*` (SD 1.x's CLIP text encoder)
+    /// or `cond_stage_model.model.*` (SD 2.x's OpenCLIP)), taking the configs, tokenizer and
+    /// scheduler from the diffusers folder `config_dir` (its weight files are not read).
     ///
     /// # Errors
     /// As [`Self::load`], plus a file that is not an LDM checkpoint.
     pub fn load_single_file(file: &Path, config_dir: &Path) -> Result<Self, DiffusionError> {
-        let model = SafetensorsModel::open(file)?;
-        if !LdmStore::is_ldm(&model) {
-            return Err(DiffusionError::config(
-                file,
-                "not an LDM checkpoint: no model.diffusion_model.* tensors",
-            ));
-        }
-        Self::load_from(config_dir, Some(&model))
+        let source = PipelineSource::SingleFile {
+            file,
+            config: config_dir,
+        };
+        Ok(Self::open(source, None)?.0)
     }
 
-    /// [`Self::load`] with the weights of every component taken from `single` when given.
-    fn load_from(dir: &Path, single: Option<&SafetensorsModel>) -> Result<Self, DiffusionError> {
+    /// Loads a single-file LDM checkpoint of SD 1.x or SD 2.x (OpenCLIP text encoder) with its
+    /// configs inferred from its tensors ([`ldm_config::infer`]); the vocabulary and merges
+    /// come from `tokenizer_dir` (single files carry none; any CLIP tokenizer folder), with the
+    /// family's pad token. Returns the family found, for front ends to report.
+    ///
+    /// # Errors
+    /// As [`Self::load_single_file`], plus a file whose configs cannot be inferred (names the
+    /// tensor).
+    pub fn load_single_file_inferred(
+        file: &Path,
+        tokenizer_dir: &Path,
+    ) -> Result<(Self, Family), DiffusionError> {
+        let source = PipelineSource::SingleFileInferred {
+            file,
+            tokenizer: tokenizer_dir,
+        };
+        let (sd, family) = Self::open(source, None)?;
+        Ok((sd, family.unwrap_or(Family::Sd1)))
+    }
+
+    /// Builds the pipeline from `src`'s configs, with the weights of every component taken from
+    /// `single` when given, else from the component folders.
+    fn assemble(src: Sources, single: Option<&SafetensorsModel>) -> Result<Self, DiffusionError> {
         // The weights of one component: its folder's file, or its part of the single file.
         let store =
-            |sub: &Path, part: LdmPart| -> Result<Box<dyn TensorStore + '_>, DiffusionError> {
-                Ok(match single {
-                    Some(file) => Box::new(LdmStore { file, part }),
-                    None => Box::new(weights(sub)?),
+            |i: usize, part: LdmPart| -> Result<Box<dyn TensorStore + '_>, DiffusionError> {
+                Ok(match (single, &src.folders) {
+                    (Some(file), _) => Box::new(LdmStore { file, part }),
+                    (None, Some(dirs)) => Box::new(weights(&dirs[i])?),
+                    (None, None) => unreachable!("inferred configs come with a single file"),
                 })
             };
-        let index = JsonConfig::read(&dir.join("model_index.json"))?;
-        let class = index.str_or("_class_name", "StableDiffusionPipeline")?;
-        if !matches!(
-            class,
-            "StableDiffusionPipeline" | "StableDiffusionImg2ImgPipeline"
-        ) {
-            return Err(DiffusionError::config(
-                &index.path,
-                format!(
-                    "field '_class_name': '{class}' is not supported (StableDiffusionPipeline)"
-                ),
-            ));
-        }
-        let te_dir = component(dir, "text_encoder")?;
-        let unet_dir = component(dir, "unet")?;
-        let vae_dir = component(dir, "vae")?;
-        let sched_dir = component(dir, "scheduler")?;
-        let tokenizer = ClipTokenizer::load(&component(dir, "tokenizer")?)?;
-        let te_cfg = ClipTextConfig::parse(&JsonConfig::read(&te_dir.join("config.json"))?)?;
-        let text_encoder = ClipTextModel::load(te_cfg, &*store(&te_dir, LdmPart::TextEncoder)?)?;
-        let unet_cfg = UNetConfig::parse(&JsonConfig::read(&unet_dir.join("config.json"))?)?;
+        let te_cfg = ClipTextConfig::parse(&src.text_encoder)?;
+        let text_encoder = ClipTextModel::load(te_cfg, &*store(0, src.text_part.clone())?)?;
+        let unet_cfg = UNetConfig::parse(&src.unet)?;
         let part = LdmPart::Unet {
             layers_per_block: unet_cfg.layers_per_block,
             up_attn: unet_cfg.up_attn.clone(),
         };
-        let unet = UNet::load(unet_cfg, &*store(&unet_dir, part)?)?;
-        let vae_cfg = VaeConfig::parse(&JsonConfig::read(&vae_dir.join("config.json"))?)?;
+        let unet_store = store(1, part)?;
+        let unet = match src.unet_quant {
+            Some(precision) => UNet::load(
+                unet_cfg,
+                &QuantizedStore {
+                    base: &*unet_store,
+                    precision,
+                },
+            )?,
+            None => UNet::load(unet_cfg, &*unet_store)?,
+        };
+        let vae_cfg = VaeConfig::parse(&src.vae)?;
         let blocks = vae_cfg.block_out_channels.len();
-        let vae_store = store(&vae_dir, LdmPart::Vae { blocks })?;
+        let vae_store = store(2, LdmPart::Vae { blocks })?;
         let vae_encoder = match vae_store.get("encoder.conv_in.weight") {
             Some(_) => Some(VaeEncoder::load(&vae_cfg, &*vae_store)?),
             None => None,
         };
         let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
-        let sc = JsonConfig::read(&sched_dir.join("scheduler_config.json"))?;
-        let schedule = ScheduleConfig::parse(&sc)?;
+        let sc = &src.scheduler;
+        let schedule = ScheduleConfig::parse(sc)?;
         let class = sc.str_or("_class_name", "EulerDiscreteScheduler")?;
         let unsupported_scheduler = SchedulerKind::parse(class)
             .is_none()
@@ -264,7 +423,7 @@ impl StableDiffusion {
         let default_scheduler = SchedulerKind::parse(class).unwrap_or(SchedulerKind::Euler);
         if text_encoder.config.hidden_size != unet.config.cross_attention_dim {
             return Err(DiffusionError::config(
-                unet_dir.join("config.json"),
+                &src.unet.path,
                 format!(
                     "field 'cross_attention_dim' = {} does not match the text encoder's hidden_size = {}",
                     unet.config.cross_attention_dim, text_encoder.config.hidden_size
@@ -272,7 +431,7 @@ impl StableDiffusion {
             ));
         }
         Ok(StableDiffusion {
-            tokenizer,
+            tokenizer: src.tokenizer,
             text_encoder,
             unet,
             vae,
@@ -280,7 +439,7 @@ impl StableDiffusion {
             schedule,
             default_scheduler,
             unsupported_scheduler,
-            path: dir.to_path_buf(),
+            path: src.dir,
         })
     }
 
@@ -288,6 +447,26 @@ impl StableDiffusion {
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<f32>, DiffusionError> {
         let ids = self.tokenizer.encode_padded(text)?;
         self.text_encoder.forward(&ids)
+    }
+
+    /// The steps a request runs by default: 4 with the LCM scheduler (diffusers' LCM
+    /// pipeline's default), 20 otherwise.
+    pub fn default_steps(&self) -> usize {
+        if self.default_scheduler == SchedulerKind::Lcm {
+            4
+        } else {
+            20
+        }
+    }
+
+    /// The guidance scale of a request by default: 8.5 for a UNet with `time_cond_proj_dim`
+    /// (diffusers' LCM pipeline's default), 7.5 otherwise.
+    pub fn default_guidance(&self) -> f32 {
+        if self.unet.config.time_cond_proj_dim.is_some() {
+            8.5
+        } else {
+            7.5
+        }
     }
 
     /// The image side, in pixels, the model was trained at (the UNet's `sample_size` times the
@@ -346,6 +525,13 @@ impl StableDiffusion {
                 let sigma0 = sched.init_noise_sigma();
                 (0, noise.iter().map(|v| v * sigma0).collect::<Vec<f32>>())
             }
+            Some(_) if kind == SchedulerKind::Lcm => {
+                return Err(DiffusionError::Argument(
+                    "image to image with the LCM scheduler is not implemented (choose another \
+                     --scheduler)"
+                        .into(),
+                ))
+            }
             Some(image) => {
                 let run = ((req.steps as f64 * f64::from(req.strength)) as usize).min(req.steps);
                 if !(0.0..=1.0).contains(&req.strength) || run == 0 {
@@ -360,7 +546,14 @@ impl StableDiffusion {
                 (start, sched.add_noise(&z, &noise, start))
             }
         };
-        let cfg = req.guidance_scale > 1.0;
+        // LCM-distilled UNets take the guidance scale as an embedding, without a second pass.
+        let w_emb = self
+            .unet
+            .config
+            .time_cond_proj_dim
+            .map(|d| guidance_embedding(req.guidance_scale - 1.0, d));
+        let w_emb = w_emb.as_deref();
+        let cfg = req.guidance_scale > 1.0 && w_emb.is_none();
         let cond = self.encode_prompt(&req.prompt)?;
         let uncond = if cfg {
             Some(self.encode_prompt(&req.negative_prompt)?)
@@ -372,10 +565,10 @@ impl StableDiffusion {
             sched.scale_model_input(&mut x, i);
             let xm = FeatureMap::from_chw(&x, c, h, w);
             let t = sched.timesteps[i];
-            let pred_c = self.unet.forward(&xm, t, &cond)?.to_chw();
+            let pred_c = self.unet.forward_cond(&xm, t, &cond, w_emb)?.to_chw();
             let pred = match &uncond {
                 Some(u) => {
-                    let pred_u = self.unet.forward(&xm, t, u)?.to_chw();
+                    let pred_u = self.unet.forward_cond(&xm, t, u, w_emb)?.to_chw();
                     pred_u
                         .iter()
                         .zip(&pred_c)
@@ -389,7 +582,7 @@ impl StableDiffusion {
             latents = sched.step(&pred, i, &latents, sn)?;
             on_step(i, sched.len(), &latents);
         }
-        let image = self.decode(&latents, c, h, w)?;
+        let image = self.decode(&latents, c, h, w, req.vae_tiling)?;
         Ok(Generated {
             latents,
             image,
@@ -435,19 +628,37 @@ impl StableDiffusion {
     }
 
     /// The VAE's image NCHW `[1, 3, H, W]` of latents NCHW `[1, c, h, w]` (divided by the
-    /// scaling factor first).
+    /// scaling factor first), decoded in tiles as `tiling` says ([`Self::tiles_decode`]).
     pub fn decode(
         &self,
         latents: &[f32],
         c: usize,
         h: usize,
         w: usize,
+        tiling: VaeTiling,
     ) -> Result<Vec<f32>, DiffusionError> {
         let k = self.vae.config.scaling_factor;
         let z: Vec<f32> = latents.iter().map(|v| v / k).collect();
-        Ok(self
-            .vae
-            .decode(&FeatureMap::from_chw(&z, c, h, w))?
-            .to_chw())
+        let z = FeatureMap::from_chw(&z, c, h, w);
+        let out = if self.tiles_decode(h, w, tiling) {
+            decode_tiled(&self.vae, &z, self.vae.config.tiles())?
+        } else {
+            self.vae.decode(&z)?
+        };
+        Ok(out.to_chw())
+    }
+
+    /// Whether latents of `h × w` are decoded in tiles under `tiling`: never with
+    /// [`VaeTiling::Off`]; with [`VaeTiling::On`] when they are larger than one tile (the VAE's
+    /// `sample_size` / 8); with [`VaeTiling::Auto`] when, also, the image has more than
+    /// [`AUTO_TILE_PIXELS`] pixels.
+    pub fn tiles_decode(&self, h: usize, w: usize, tiling: VaeTiling) -> bool {
+        let larger = self.vae.config.tiles().needs_tiles(h, w);
+        let s = self.vae.config.scale();
+        match tiling {
+            VaeTiling::Off => false,
+            VaeTiling::On => larger,
+            VaeTiling::Auto => larger && h * s * w * s > AUTO_TILE_PIXELS,
+        }
     }
 }

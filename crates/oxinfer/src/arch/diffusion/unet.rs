@@ -36,12 +36,14 @@ pub struct UNetConfig {
     /// The latent side the model was trained at (`sample_size`: 64 for SD 1.x, 96 for SD 2.x
     /// 768-v); times the VAE's scale it is the default image side.
     pub sample_size: usize,
+    /// Width of the timestep condition (`time_cond_proj_dim`: LCM-distilled UNets take the
+    /// guidance scale's embedding there), `None` for plain SD UNets.
+    pub time_cond_proj_dim: Option<usize>,
 }
 
 impl UNetConfig {
     /// Parses and checks `config.json`; configurations this UNet does not implement (class or
-    /// added embeddings, LCM's timestep condition, scale-shift time embedding) are errors naming
-    /// the field.
+    /// added embeddings, scale-shift time embedding, ...) are errors naming the field.
     pub fn parse(c: &JsonConfig) -> Result<Self, DiffusionError> {
         let block_out_channels = c.usizes("block_out_channels")?;
         let n = block_out_channels.len();
@@ -51,12 +53,7 @@ impl UNetConfig {
                 "field 'block_out_channels' is empty",
             ));
         }
-        for key in [
-            "class_embed_type",
-            "addition_embed_type",
-            "time_cond_proj_dim",
-            "encoder_hid_dim",
-        ] {
+        for key in ["class_embed_type", "addition_embed_type", "encoder_hid_dim"] {
             if c.has(key) {
                 return Err(DiffusionError::config(
                     &c.path,
@@ -154,6 +151,11 @@ impl UNetConfig {
             flip_sin_to_cos: c.bool_or("flip_sin_to_cos", true)?,
             freq_shift: c.f64_or("freq_shift", 0.0)? as f32,
             sample_size: c.usize_or("sample_size", 64)?,
+            time_cond_proj_dim: if c.has("time_cond_proj_dim") {
+                Some(c.usize("time_cond_proj_dim")?)
+            } else {
+                None
+            },
             block_out_channels,
         })
     }
@@ -178,6 +180,8 @@ pub struct UNet {
     pub config: UNetConfig,
     time_1: Linear,
     time_2: Linear,
+    /// `time_embedding.cond_proj` (no bias), with `time_cond_proj_dim`.
+    time_cond: Option<Linear>,
     conv_in: Conv2d,
     down: Vec<Block>,
     mid_res: [ResnetBlock; 2],
@@ -278,6 +282,10 @@ impl UNet {
         Ok(UNet {
             time_1: Linear::load(store, "time_embedding.linear_1.weight", temb, ch[0])?,
             time_2: Linear::load(store, "time_embedding.linear_2.weight", temb, temb)?,
+            time_cond: cfg
+                .time_cond_proj_dim
+                .map(|d| Linear::load(store, "time_embedding.cond_proj.weight", ch[0], d))
+                .transpose()?,
             conv_in: Conv2d::load(root, "conv_in", cfg.in_channels, ch[0], 3, 1)?,
             down,
             mid_res: [
@@ -299,10 +307,16 @@ impl UNet {
         })
     }
 
-    /// The timestep embedding `[4 · block_out_channels[0]]` of timestep `t`.
-    fn time_embedding(&self, t: f32) -> Vec<f32> {
+    /// The timestep embedding `[4 · block_out_channels[0]]` of timestep `t`, with the
+    /// timestep condition projected and added to the sinusoids first when given.
+    fn time_embedding(&self, t: f32, cond: Option<&[f32]>) -> Vec<f32> {
         let c = &self.config;
-        let e = timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift);
+        let mut e = timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift);
+        if let (Some(p), Some(cond)) = (&self.time_cond, cond) {
+            e.iter_mut()
+                .zip(p.forward(cond, 1))
+                .for_each(|(v, d)| *v += d);
+        }
         let h: Vec<f32> = self.time_1.forward(&e, 1).into_iter().map(silu).collect();
         self.time_2.forward(&h, 1)
     }
@@ -311,14 +325,39 @@ impl UNet {
     /// timestep `t`, conditioned on text embeddings `ctx` (`[m, cross_attention_dim]`).
     ///
     /// # Errors
-    /// `x` with the wrong channel count, `ctx` not a whole number of rows.
+    /// `x` with the wrong channel count, `ctx` not a whole number of rows; a UNet with
+    /// `time_cond_proj_dim` (use [`Self::forward_cond`]).
     pub fn forward(
         &self,
         x: &FeatureMap,
         t: f32,
         ctx: &[f32],
     ) -> Result<FeatureMap, DiffusionError> {
+        self.forward_cond(x, t, ctx, None)
+    }
+
+    /// [`Self::forward`] with the timestep condition `cond` (`[time_cond_proj_dim]`, the
+    /// guidance-scale embedding of LCM-distilled UNets; see
+    /// [`super::layers::guidance_embedding`]).
+    ///
+    /// # Errors
+    /// As [`Self::forward`]; `cond` missing or of the wrong length for this UNet's
+    /// `time_cond_proj_dim`, or given to a UNet without one.
+    pub fn forward_cond(
+        &self,
+        x: &FeatureMap,
+        t: f32,
+        ctx: &[f32],
+        cond: Option<&[f32]>,
+    ) -> Result<FeatureMap, DiffusionError> {
         let cfg = &self.config;
+        if cfg.time_cond_proj_dim != cond.map(<[f32]>::len) {
+            return Err(DiffusionError::Argument(format!(
+                "UNet timestep condition: the config says time_cond_proj_dim = {:?}, given {:?} values",
+                cfg.time_cond_proj_dim,
+                cond.map(<[f32]>::len)
+            )));
+        }
         if x.c != cfg.in_channels {
             return Err(DiffusionError::Argument(format!(
                 "UNet input has {} channels, the config says in_channels = {}",
@@ -333,7 +372,7 @@ impl UNet {
             )));
         }
         let m = ctx.len() / d;
-        let temb = self.time_embedding(t);
+        let temb = self.time_embedding(t, cond);
         let mut h = self.conv_in.forward(x, None)?;
         let mut skips = vec![h.clone()];
         for blk in &self.down {

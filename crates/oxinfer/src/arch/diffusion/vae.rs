@@ -7,6 +7,7 @@ use super::attention::VaeAttention;
 use super::config::JsonConfig;
 use super::layers::{Conv2d, FeatureMap, Norm, Weights};
 use super::resnet::{ResnetBlock, Upsample};
+use super::vae_tiling::TileGeometry;
 use super::DiffusionError;
 use crate::backend::NormKind;
 use crate::loader::TensorStore;
@@ -29,6 +30,9 @@ pub struct VaeConfig {
     /// Image channels the encoder takes.
     pub in_channels: usize,
     pub mid_block_add_attention: bool,
+    /// The image side it was trained at (`sample_size`; the first value of a list): the tile
+    /// side of tiled decoding.
+    pub sample_size: usize,
 }
 
 impl VaeConfig {
@@ -65,6 +69,12 @@ impl VaeConfig {
             use_quant_conv: c.bool_or("use_quant_conv", true)?,
             in_channels: c.usize_or("in_channels", 3)?,
             mid_block_add_attention: c.bool_or("mid_block_add_attention", true)?,
+            sample_size: match c.json.get("sample_size") {
+                Some(serde_json::Value::Array(_)) => {
+                    c.usizes("sample_size")?.first().copied().unwrap_or(32)
+                }
+                _ => c.usize_or("sample_size", 32)?,
+            },
             block_out_channels,
         })
     }
@@ -72,6 +82,15 @@ impl VaeConfig {
     /// Image pixels per latent pixel, per side (`2^(blocks − 1)`, 8 for SD).
     pub fn scale(&self) -> usize {
         1 << (self.block_out_channels.len() - 1)
+    }
+
+    /// The tiles of tiled decoding: `sample_size` image pixels, `sample_size / scale` latent
+    /// pixels (diffusers' `tile_sample_min_size`, `tile_latent_min_size`).
+    pub fn tiles(&self) -> TileGeometry {
+        TileGeometry {
+            sample: self.sample_size,
+            latent: self.sample_size / self.scale(),
+        }
     }
 }
 

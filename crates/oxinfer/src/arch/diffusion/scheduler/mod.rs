@@ -1,7 +1,7 @@
 //! Noise schedulers with diffusers' exact maths: the training noise schedule (`alphas_cumprod`),
 //! timestep spacings (`linspace`, `leading`, `trailing`), and the update rules of Euler, Euler
-//! ancestral ([`euler`]), DDIM ([`ddim`]) and DPM-Solver++ 2M with optional Karras sigmas
-//! ([`dpm`]). Epsilon and v-prediction.
+//! ancestral ([`euler`]), DDIM ([`ddim`]), DPM-Solver++ 2M with optional Karras sigmas
+//! ([`dpm`]) and the latent consistency model scheduler ([`lcm`]). Epsilon and v-prediction.
 //!
 //! Arrays (`sample`, `model_output`, `noise`) are flat `f32` slices of any layout, the same for
 //! all three: every update is element-wise.
@@ -9,6 +9,7 @@
 pub mod ddim;
 pub mod dpm;
 pub mod euler;
+pub mod lcm;
 
 use super::config::JsonConfig;
 use super::DiffusionError;
@@ -24,10 +25,15 @@ pub enum SchedulerKind {
     Ddim,
     /// `DPMSolverMultistepScheduler`, DPM-Solver++ second order, midpoint.
     DpmPp2m,
+    /// `LCMScheduler` (latent consistency models; fresh noise between steps).
+    Lcm,
 }
 
 impl SchedulerKind {
-    /// Parses a CLI name (`euler`, `euler-a`, `ddim`, `dpm++2m`) or a diffusers class name.
+    /// The CLI names, as [`Self::parse`] takes them.
+    pub const NAMES: &'static str = "euler, euler-a, ddim, dpm++2m, lcm";
+
+    /// Parses a CLI name (one of [`Self::NAMES`]) or a diffusers class name.
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "euler" | "EulerDiscreteScheduler" => SchedulerKind::Euler,
@@ -36,6 +42,7 @@ impl SchedulerKind {
             }
             "ddim" | "DDIMScheduler" => SchedulerKind::Ddim,
             "dpm++2m" | "dpmpp2m" | "DPMSolverMultistepScheduler" => SchedulerKind::DpmPp2m,
+            "lcm" | "LCMScheduler" => SchedulerKind::Lcm,
             _ => return None,
         })
     }
@@ -73,6 +80,13 @@ pub struct ScheduleConfig {
     pub set_alpha_to_one: bool,
     /// DPM-Solver++: Karras sigmas.
     pub karras: bool,
+    /// LCM: the length of the distillation schedule the timesteps are picked from.
+    pub original_inference_steps: usize,
+    /// LCM: what timesteps are multiplied by in the boundary condition (`timestep_scaling`).
+    pub timestep_scaling: f64,
+    /// LCM: the predicted clean sample is clamped to `[-r, r]` (`clip_sample`,
+    /// `clip_sample_range`) when set.
+    pub clip_sample: Option<f64>,
 }
 
 impl ScheduleConfig {
@@ -89,6 +103,12 @@ impl ScheduleConfig {
             return Err(DiffusionError::config(
                 &c.path,
                 "field 'rescale_betas_zero_snr': not supported",
+            ));
+        }
+        if c.bool_or("thresholding", false)? {
+            return Err(DiffusionError::config(
+                &c.path,
+                "field 'thresholding': not supported",
             ));
         }
         if c.has("trained_betas") {
@@ -121,6 +141,15 @@ impl ScheduleConfig {
             steps_offset: c.usize_or("steps_offset", 0)?,
             set_alpha_to_one: c.bool_or("set_alpha_to_one", true)?,
             karras: c.bool_or("use_karras_sigmas", false)?,
+            original_inference_steps: c.usize_or("original_inference_steps", 50)?,
+            timestep_scaling: c.f64_or("timestep_scaling", 10.0)?,
+            clip_sample: if c.str_or("_class_name", "")? == "LCMScheduler"
+                && c.bool_or("clip_sample", false)?
+            {
+                Some(c.f64_or("clip_sample_range", 1.0)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -268,6 +297,10 @@ impl Scheduler {
             SchedulerKind::Euler | SchedulerKind::EulerAncestral => euler::schedule(&config, steps),
             SchedulerKind::Ddim => (ddim::timesteps(&config, steps), Vec::new()),
             SchedulerKind::DpmPp2m => dpm::schedule(&config, steps),
+            SchedulerKind::Lcm => (
+                lcm::timesteps(&config, steps).map_err(DiffusionError::Argument)?,
+                Vec::new(),
+            ),
         };
         Ok(Scheduler {
             kind,
@@ -299,9 +332,12 @@ impl Scheduler {
         }
     }
 
-    /// Whether [`Self::step`] needs fresh noise (ancestral sampling).
+    /// Whether [`Self::step`] needs fresh noise (ancestral sampling, LCM).
     pub fn needs_noise(&self) -> bool {
-        self.kind == SchedulerKind::EulerAncestral
+        matches!(
+            self.kind,
+            SchedulerKind::EulerAncestral | SchedulerKind::Lcm
+        )
     }
 
     /// The UNet input of step `i`: `sample` scaled in place (`/ √(σ² + 1)` for Euler-style).
@@ -318,7 +354,7 @@ impl Scheduler {
 
     /// `original` noised to the level of step `i` with `noise` (image-to-image's start):
     /// `x + σ_i · n` for Euler-style schedulers, `α_i · x + σ_i · n` with
-    /// `α = 1/√(σ² + 1)` for DPM-Solver++, `√ᾱ_t · x + √(1 − ᾱ_t) · n` for DDIM.
+    /// `α = 1/√(σ² + 1)` for DPM-Solver++, `√ᾱ_t · x + √(1 − ᾱ_t) · n` for DDIM and LCM.
     pub fn add_noise(&self, original: &[f32], noise: &[f32], i: usize) -> Vec<f32> {
         let (a, b) = match self.kind {
             SchedulerKind::Euler | SchedulerKind::EulerAncestral => (1.0, self.sigmas[i]),
@@ -327,7 +363,7 @@ impl Scheduler {
                 let a = 1.0 / (s * s + 1.0).sqrt();
                 (a, s * a)
             }
-            SchedulerKind::Ddim => {
+            SchedulerKind::Ddim | SchedulerKind::Lcm => {
                 let ac = self.alphas_cumprod[self.timesteps[i] as usize];
                 (ac.sqrt(), (1.0 - ac).sqrt())
             }
@@ -340,7 +376,7 @@ impl Scheduler {
     }
 
     /// The sample after step `i`, from the model's output at that step. `noise` (same length)
-    /// is required by Euler ancestral and ignored otherwise.
+    /// is required by Euler ancestral and by LCM (but on its last step), ignored otherwise.
     ///
     /// # Errors
     /// Lengths that differ, `i` past the last step, missing noise.
@@ -372,6 +408,14 @@ impl Scheduler {
             }
             SchedulerKind::Ddim => ddim::step(self, model_output, i, sample),
             SchedulerKind::DpmPp2m => dpm::step(self, model_output, i, sample),
+            SchedulerKind::Lcm => {
+                if noise.is_none() && i + 1 < self.len() {
+                    return Err(DiffusionError::Argument(
+                        "LCM needs noise for every step but the last".into(),
+                    ));
+                }
+                lcm::step(self, model_output, i, sample, noise)
+            }
         })
     }
 }
