@@ -82,10 +82,7 @@ pub async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse 
         .store(st.sched.waiting(), Ordering::Relaxed);
     let mut text = st.metrics.render();
     crate::media_parts::render_metrics(&st.media_cache, &mut text);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 /// `GET /`: a plain HTML page (no scripts, no external assets) with the model, the endpoints,

@@ -69,8 +69,9 @@ fn part_kind(p: &Part, i: usize, j: usize) -> Result<Option<MediaKind>, ApiError
     let param = format!("messages[{i}].content[{j}]");
     match p.kind.as_str() {
         "text" if p.text.is_some() => Ok(None),
-        "text" => Err(ApiError::bad_request(format!("{param}: a text part needs 'text'"))
-            .with_param(param)),
+        "text" => Err(
+            ApiError::bad_request(format!("{param}: a text part needs 'text'")).with_param(param),
+        ),
         "image_url" => Ok(Some(MediaKind::Image)),
         "input_audio" => Ok(Some(MediaKind::Audio)),
         other => Err(ApiError::bad_request(format!(
@@ -113,9 +114,7 @@ pub fn media_inputs(msgs: &[Message]) -> Result<Vec<MediaInput>, ApiError> {
                              (data:image/png;base64,...)"
                             .into()));
                     }
-                    parse_data_url(url, &name)
-                        .map_err(|e| bad(e.what))?
-                        .bytes
+                    parse_data_url(url, &name).map_err(|e| bad(e.what))?.bytes
                 }
                 MediaKind::Audio => {
                     let a = p.input_audio.as_ref();
@@ -164,8 +163,15 @@ pub fn encode(
                 .with_code("model_not_supported"));
             }
         };
-        let e = encode_media(t, m.kind, &m.bytes, &m.name, &Limits::default(), Some(cache))
-            .map_err(|e| ApiError::bad_request(e.to_string()).with_param(m.name.clone()))?;
+        let e = encode_media(
+            t,
+            m.kind,
+            &m.bytes,
+            &m.name,
+            &Limits::default(),
+            Some(cache),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()).with_param(m.name.clone()))?;
         encoded.push(e);
     }
     Ok(encoded)
@@ -178,9 +184,10 @@ pub fn place(
     encoded: &[EncodedMedia],
     ids: &[u32],
 ) -> Result<(Vec<u32>, Arc<MediaEmbeds>), ApiError> {
-    let towers = model.lm().media().ok_or_else(|| {
-        ApiError::internal("media were encoded for a model without towers")
-    })?;
+    let towers = model
+        .lm()
+        .media()
+        .ok_or_else(|| ApiError::internal("media were encoded for a model without towers"))?;
     let dim = model.config().hidden_size;
     let (ids, embeds) = expand_markers(ids, towers, encoded, dim)
         .map_err(|e| ApiError::bad_request(e.to_string()).with_param("messages"))?;
@@ -239,8 +246,14 @@ mod tests {
         );
         let inputs = media_inputs(&m).unwrap();
         assert_eq!(inputs.len(), 2);
-        assert_eq!((inputs[0].kind, &inputs[0].bytes[..]), (MediaKind::Image, &b"hi"[..]));
-        assert_eq!((inputs[1].kind, &inputs[1].bytes[..]), (MediaKind::Audio, &b"hey"[..]));
+        assert_eq!(
+            (inputs[0].kind, &inputs[0].bytes[..]),
+            (MediaKind::Image, &b"hi"[..])
+        );
+        assert_eq!(
+            (inputs[1].kind, &inputs[1].bytes[..]),
+            (MediaKind::Audio, &b"hey"[..])
+        );
         assert_eq!(inputs[1].name, "messages[0].content[2]");
     }
 
@@ -248,7 +261,10 @@ mod tests {
     fn text_only_parts_stay_one_string() {
         let m = msgs(json!([{"role": "user", "content": [
             {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]));
-        assert_eq!(template_content(m[0].content.as_ref(), 0).unwrap(), json!("ab"));
+        assert_eq!(
+            template_content(m[0].content.as_ref(), 0).unwrap(),
+            json!("ab")
+        );
     }
 
     #[test]
@@ -259,11 +275,15 @@ mod tests {
                 .message
         };
         let e = one(json!({"type": "image_url", "image_url": {"url": "https://x.org/a.png"}}));
-        assert!(e.contains("messages[0].content[0]: remote image URLs are refused"), "{e}");
+        assert!(
+            e.contains("messages[0].content[0]: remote image URLs are refused"),
+            "{e}"
+        );
         assert!(e.contains("no network fetches"), "{e}");
         let e = one(json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}));
         assert!(e.contains("bad base64"), "{e}");
-        let e = one(json!({"type": "input_audio", "input_audio": {"data": "aGk=", "format": "mp3"}}));
+        let e =
+            one(json!({"type": "input_audio", "input_audio": {"data": "aGk=", "format": "mp3"}}));
         assert!(e.contains("audio format 'mp3' is not supported"), "{e}");
         let e = one(json!({"type": "image_url"}));
         assert!(e.contains("needs image_url.url"), "{e}");

@@ -52,7 +52,10 @@ fn encoded(model: &Model) -> EncodedMedia {
 fn mel_features_match_the_extractor() {
     let r = json("reference_audio.json");
     let wave = decode_audio(&speech(), "speech.wav", &Limits::default()).unwrap();
-    assert_eq!(wave.samples.len() as u64, r["speech"]["samples"].as_u64().unwrap());
+    assert_eq!(
+        wave.samples.len() as u64,
+        r["speech"]["samples"].as_u64().unwrap()
+    );
     let mel = extractor().extract(&wave.samples).unwrap();
     let (shape, want) = read_npy_f32(&dir().join("mel_speech.npy"));
     assert_eq!([mel.valid.len(), mel.n_mel], [shape[0], shape[1]]);

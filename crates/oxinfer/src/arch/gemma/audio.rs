@@ -120,7 +120,12 @@ struct SubsampleLayer {
 }
 
 impl SubsampleLayer {
-    fn load(store: &dyn TensorStore, stem: &str, cin: usize, cout: usize) -> Result<Self, LoadError> {
+    fn load(
+        store: &dyn TensorStore,
+        stem: &str,
+        cin: usize,
+        cout: usize,
+    ) -> Result<Self, LoadError> {
         let name = format!("{stem}.conv.weight");
         let w = store.require_shape(&name, &[cout, cin, 3, 3])?.to_f32()?;
         let mut taps = vec![0f32; w.len()];

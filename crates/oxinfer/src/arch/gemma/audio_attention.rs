@@ -124,9 +124,7 @@ impl LocalAttention {
         let mut k = self.k.forward(x, n);
         let v = self.v.forward(x, n);
         for row in q.chunks_exact_mut(hd) {
-            row.iter_mut()
-                .zip(&self.q_scale)
-                .for_each(|(v, s)| *v *= s);
+            row.iter_mut().zip(&self.q_scale).for_each(|(v, s)| *v *= s);
         }
         let k_scale = (1.0 + std::f32::consts::E).ln() / std::f32::consts::LN_2;
         k.iter_mut().for_each(|v| *v *= k_scale);

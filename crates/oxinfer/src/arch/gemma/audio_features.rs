@@ -100,9 +100,7 @@ impl AudioFeatureExtractor {
         let f = |k: &str, d: f64| j.get(k).and_then(Value::as_f64).unwrap_or(d);
         let rate = f("sampling_rate", 16000.0);
         if rate != 16000.0 {
-            return Err(format!(
-                "sampling_rate {rate} is not supported (16000 is)"
-            ));
+            return Err(format!("sampling_rate {rate} is not supported (16000 is)"));
         }
         if f("dither", 0.0) != 0.0 {
             return Err("dither (random noise added to the input) is not supported".into());

@@ -130,9 +130,7 @@ impl Gemma4Media {
         let cfg = VisionConfig::from_json(vcfg, &err)?;
         let pre = first_json(dir, &["preprocessor_config.json", "processor_config.json"])?;
         let processor = ImageProcessor::from_json(pre.as_ref().map(|p| &p.1), cfg.patch, cfg.pool)
-            .map_err(|e| {
-                LoadError::field(pre.as_ref().map_or(path, |p| p.0.as_path()), e)
-            })?;
+            .map_err(|e| LoadError::field(pre.as_ref().map_or(path, |p| p.0.as_path()), e))?;
         if processor.patch != cfg.patch || processor.pool != cfg.pool {
             return Err(err(format!(
                 "the image processor's patch {} / pooling {} differ from the vision tower's {} / {}",
@@ -159,7 +157,9 @@ impl Gemma4Media {
         };
         let prefix = "model.audio_tower.";
         if store
-            .get(&format!("{prefix}subsample_conv_projection.input_proj_linear.weight"))
+            .get(&format!(
+                "{prefix}subsample_conv_projection.input_proj_linear.weight"
+            ))
             .is_none()
         {
             return Ok(None);
@@ -178,9 +178,7 @@ impl Gemma4Media {
             }
         }
         let features = AudioFeatureExtractor::from_json(fe_json.as_ref().map(|f| &f.1))
-            .map_err(|e| {
-                LoadError::field(fe_json.as_ref().map_or(path, |f| f.0.as_path()), e)
-            })?;
+            .map_err(|e| LoadError::field(fe_json.as_ref().map_or(path, |f| f.0.as_path()), e))?;
         let tower = AudioTower::load(
             store,
             cfg,
@@ -241,7 +239,10 @@ impl MediaTowers for Gemma4Media {
                         (use_bidirectional_attention: vision), which is not supported yet"
                 .into());
         }
-        let v = self.vision.as_ref().ok_or("this model has no vision tower")?;
+        let v = self
+            .vision
+            .as_ref()
+            .ok_or("this model has no vision tower")?;
         let patches = v.processor.preprocess(img)?;
         v.tower.encode(&patches)
     }
