@@ -207,7 +207,7 @@ impl AudioFeatureExtractor {
                 continue;
             }
             input.fill(0.0);
-            for k in 0..self.frame {
+            for (k, slot) in input.iter_mut().enumerate().take(self.frame) {
                 let x = if self.preemphasis > 0.0 {
                     let (cur, next) = (at(start + k), at(start + k + 1));
                     if self.preemphasis_htk {
@@ -222,7 +222,7 @@ impl AudioFeatureExtractor {
                 } else {
                     at(start + k)
                 };
-                input[k] = (x * self.window[k]) as f64;
+                *slot = (x * self.window[k]) as f64;
             }
             rfft.process_with_scratch(&mut input, &mut spectrum, &mut scratch)
                 .map_err(|e| format!("FFT: {e}"))?;
