@@ -24,8 +24,10 @@ Writes tests/fixtures/tiny_gemma4_mm/:
                                      counts, the prompt ids (placeholders expanded), 32 greedy ids
                                      (transformers generate, KV cache), the chat template text.
 
-Run (from the repository root):
+Run (from the repository root), then make_tiny_gemma4_audio.py (this script rebuilds the folder,
+and that one adds the audio references):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_gemma4_mm.py
+  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_gemma4_audio.py
 """
 from __future__ import annotations
 

@@ -137,7 +137,8 @@ pub struct Message {
     pub name: Option<String>,
 }
 
-/// Message content: a string or a list of parts (only text parts are supported).
+/// Message content: a string or a list of parts (`text`, and for a model with media towers
+/// `image_url` and `input_audio`: see [`crate::media_parts`]).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
@@ -151,9 +152,18 @@ pub struct Part {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    /// `{"url": "data:image/png;base64,..."}` of an `image_url` part.
+    pub image_url: Option<Value>,
+    /// `{"data": "<base64>", "format": "wav"}` of an `input_audio` part.
+    pub input_audio: Option<Value>,
 }
 
 impl Content {
+    /// Whether a part carries an image or audio clip.
+    pub fn has_media(&self) -> bool {
+        matches!(self, Content::Parts(p) if p.iter().any(|p| p.kind != "text"))
+    }
+
     /// The text of the content; an error names a part that is not text.
     pub fn text(&self) -> Result<String, String> {
         match self {

@@ -7,6 +7,7 @@
 use crate::api::{ChatRequest, Tool, MAX_CONSTRAINED_TOP_K};
 use crate::error::ApiError;
 use crate::gen::{self, Job};
+use crate::media_parts;
 use crate::prompt;
 use crate::reply::{Delta, ReplyParser, ToolMode};
 use crate::reqlog::Tally;
@@ -162,6 +163,7 @@ fn call_id(format: ToolFormat) -> String {
 /// What a request becomes before it is queued: prompt tokens, grammar, how replies are read.
 struct Prepared {
     ids: Vec<u32>,
+    media: Option<Arc<oxinfer::plan::media::MediaEmbeds>>,
     grammar: Option<Arc<Grammar>>,
     reading: Reading,
 }
@@ -170,6 +172,8 @@ struct Prepared {
 /// controls: run off the async workers, see [`crate::off_worker`]).
 fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
     let (mode, tools) = tool_setup(req)?;
+    let media = media_parts::media_inputs(&req.messages)?;
+    let media = media_parts::encode(&st.model, &st.media_cache, &media)?;
     let mut grammar = response_grammar(req.response_format.as_ref())?;
     if mode == ToolMode::Forced {
         grammar = Some(
@@ -199,8 +203,15 @@ fn prepare(st: &AppState, req: &ChatRequest) -> Result<Prepared, ApiError> {
         .model
         .tokenize_prompt(&prompt, st.model.adds_bos())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (ids, media) = if media.is_empty() {
+        (ids, None)
+    } else {
+        let (ids, m) = media_parts::place(&st.model, &media, &ids)?;
+        (ids, Some(m))
+    };
     Ok(Prepared {
         ids,
+        media,
         grammar: grammar.map(Arc::new),
         reading,
     })
@@ -265,6 +276,7 @@ async fn run(
     };
     let Prepared {
         ids,
+        media,
         grammar,
         reading,
     } = prepared?;
@@ -287,6 +299,7 @@ async fn run(
                 logprobs,
                 grammar: grammar.clone(),
                 speculation,
+                media: media.clone(),
             }
         })
         .collect();

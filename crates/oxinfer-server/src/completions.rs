@@ -103,6 +103,7 @@ async fn run(
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
         speculation: gen::speculation(&req.gen, st.cfg.speculation)?,
+        media: None,
     };
     let rx = gen::submit(st, vec![job], tally)?.remove(0);
     // The name of what served the request, whichever name the request used.

@@ -140,6 +140,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     pub grammar: Option<Arc<Grammar>>,
     pub speculation: Speculation,
+    /// Soft tokens of the prompt's images and audio ([`crate::media_parts`]).
+    pub media: Option<Arc<oxinfer::plan::media::MediaEmbeds>>,
 }
 
 /// Queues `jobs` (the `n` choices of one request) all together or not at all: 503 with
@@ -162,6 +164,7 @@ pub fn submit(
             logprobs: job.logprobs,
             grammar: job.grammar,
             speculation: job.speculation,
+            media: job.media,
             ..GenerateOptions::default()
         };
         let seq = SeqRequest {

@@ -80,10 +80,9 @@ pub async fn metrics_text(State(st): State<Arc<AppState>>) -> impl IntoResponse 
     st.metrics
         .queue_length
         .store(st.sched.waiting(), Ordering::Relaxed);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(),
-    )
+    let mut text = st.metrics.render();
+    crate::media_parts::render_metrics(&st.media_cache, &mut text);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 /// `GET /`: a plain HTML page (no scripts, no external assets) with the model, the endpoints,

@@ -19,6 +19,7 @@ pub mod histogram;
 mod images;
 mod info;
 pub mod listen;
+pub mod media_parts;
 pub mod metrics;
 pub mod prompt;
 mod reply;
@@ -94,6 +95,8 @@ pub(crate) struct AppState {
     /// Where grammars are compiled (a bounded set of threads).
     pub compiler: compiler::Compiler,
     pub metrics: Arc<Metrics>,
+    /// Encoder outputs of recent images and audio, by content hash.
+    pub media_cache: oxinfer::engine::media::MediaCache,
     pub cfg: ServerConfig,
     pub created: u64,
     pub started: Instant,
@@ -199,6 +202,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         sched,
         compiler: compiler::Compiler::start(),
         metrics,
+        media_cache: oxinfer::engine::media::MediaCache::new(media_parts::MEDIA_CACHE_ENTRIES),
         cfg,
         created: unix_now(),
         started: Instant::now(),

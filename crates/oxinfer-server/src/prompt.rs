@@ -157,7 +157,10 @@ fn native_messages(msgs: &[Message]) -> Result<Vec<Value>, ApiError> {
         };
         let mut o = Map::new();
         o.insert("role".into(), json!(role));
-        o.insert("content".into(), json!(content_of(m, i)?));
+        o.insert(
+            "content".into(),
+            crate::media_parts::template_content(m.content.as_ref(), i)?,
+        );
         if let Some(calls) = &m.tool_calls {
             let calls: Vec<Value> = calls
                 .iter()

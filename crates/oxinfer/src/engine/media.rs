@@ -10,6 +10,7 @@ use crate::media::{decode_audio, decode_image, Limits};
 use crate::plan::media::{MediaEmbeds, MediaSpan};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One media input encoded: its soft tokens `[n, dim]` and the hash of its bytes.
@@ -34,6 +35,9 @@ pub fn media_key(kind: MediaKind, bytes: &[u8]) -> u64 {
 pub struct MediaCache {
     cap: usize,
     map: Mutex<Lru>,
+    /// Lookups answered from the cache, and inputs encoded through it.
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 /// Rows by key, and the keys from least to most recently used.
@@ -45,7 +49,19 @@ impl MediaCache {
         MediaCache {
             cap,
             map: Mutex::new((HashMap::new(), VecDeque::new())),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
+    }
+
+    /// Inputs served from the cache (not encoded again) so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Inputs encoded through the cache (not found in it) so far.
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
     }
 
     /// Inputs held.
@@ -98,8 +114,12 @@ pub fn encode_media(
         )));
     }
     let key = media_key(kind, bytes);
-    if let Some(rows) = cache.and_then(|c| c.get(key)) {
-        return Ok(EncodedMedia { kind, rows, key });
+    if let Some(c) = cache {
+        if let Some(rows) = c.get(key) {
+            c.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(EncodedMedia { kind, rows, key });
+        }
+        c.misses.fetch_add(1, Ordering::Relaxed);
     }
     let rows = match kind {
         MediaKind::Image => towers.encode_image(&decode_image(bytes, name, limits)?),

@@ -1,21 +1,38 @@
 //! The media side of a multimodal Gemma 4 checkpoint (`Gemma4ForConditionalGeneration`): the
-//! vision tower with its image processor, the image token ids of `config.json`, and the pad id
-//! that token-indexed inputs read at placeholder positions (as transformers does).
+//! vision tower with its image processor, the audio tower with its log-mel feature extractor,
+//! the image and audio token ids of `config.json`, and the pad id that token-indexed inputs
+//! read at placeholder positions (as transformers does).
 
+use super::audio::{AudioConfig, AudioTower};
+use super::audio_features::AudioFeatureExtractor;
 use super::image_processor::ImageProcessor;
 use super::vision::{VisionConfig, VisionTower};
 use crate::arch::multimodal::{MediaKind, MediaTokens, MediaTowers};
 use crate::config::ConfigSource;
 use crate::error::LoadError;
 use crate::loader::TensorStore;
-use crate::media::RgbImage;
+use crate::media::{RgbImage, Waveform};
 use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The vision tower and the processor that makes its patches.
+pub struct Gemma4Vision {
+    pub tower: VisionTower,
+    pub processor: ImageProcessor,
+}
+
+/// The audio tower and the extractor that makes its log-mel frames.
+pub struct Gemma4Audio {
+    pub tower: AudioTower,
+    pub features: AudioFeatureExtractor,
+}
 
 /// Gemma 4's towers and their prompt tokens.
 pub struct Gemma4Media {
-    vision: VisionTower,
-    processor: ImageProcessor,
+    vision: Option<Gemma4Vision>,
+    audio: Option<Gemma4Audio>,
     image: MediaTokens,
+    audio_tokens: MediaTokens,
     /// Image, audio and video placeholder ids.
     placeholders: Vec<u32>,
     pad_id: u32,
@@ -31,9 +48,20 @@ fn id(json: &Value, key: &str, default: u32) -> u32 {
         .map_or(default, |v| v as u32)
 }
 
+/// The first of `names` in `dir` that exists, read as JSON.
+fn first_json(dir: &Path, names: &[&str]) -> Result<Option<(PathBuf, Value)>, LoadError> {
+    match names.iter().map(|n| dir.join(n)).find(|p| p.is_file()) {
+        Some(p) => {
+            let j = crate::config::read_config_json(&p)?;
+            Ok(Some((p, j)))
+        }
+        None => Ok(None),
+    }
+}
+
 impl Gemma4Media {
-    /// Loads the towers when `config.json` has a `vision_config` and the checkpoint its
-    /// tensors; `None` for a text-only checkpoint (or a GGUF file).
+    /// Loads the towers whose `config.json` section (`vision_config`, `audio_config`) and
+    /// tensors the checkpoint has; `None` for a text-only checkpoint (or a GGUF file).
     pub fn load(
         store: &dyn TensorStore,
         src: &ConfigSource<'_>,
@@ -42,47 +70,34 @@ impl Gemma4Media {
         let ConfigSource::Json { path, json } = src else {
             return Ok(None);
         };
-        let Some(vcfg) = json.get("vision_config").filter(|v| v.is_object()) else {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let vision = Self::load_vision(store, path, json, dir, text_hidden)?;
+        let audio = Self::load_audio(store, path, json, dir, text_hidden)?;
+        if vision.is_none() && audio.is_none() {
             return Ok(None);
-        };
-        let prefix = "model.vision_tower.";
-        if store
-            .get(&format!("{prefix}patch_embedder.input_proj.weight"))
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let err = |what: String| LoadError::field(*path, what);
-        let cfg = VisionConfig::from_json(vcfg, &err)?;
-        let dir = path.parent().unwrap_or(std::path::Path::new("."));
-        let pre = ["preprocessor_config.json", "processor_config.json"]
-            .iter()
-            .map(|n| dir.join(n))
-            .find(|p| p.is_file());
-        let pre_json = match &pre {
-            Some(p) => Some(crate::config::read_config_json(p)?),
-            None => None,
-        };
-        let processor = ImageProcessor::from_json(pre_json.as_ref(), cfg.patch, cfg.pool)
-            .map_err(|e| LoadError::field(pre.clone().unwrap_or_else(|| path.to_path_buf()), e))?;
-        if processor.patch != cfg.patch || processor.pool != cfg.pool {
-            return Err(err(format!(
-                "the image processor's patch {} / pooling {} differ from the vision tower's {} / {}",
-                processor.patch, processor.pool, cfg.patch, cfg.pool
-            )));
         }
         let text = json.get("text_config").unwrap_or(json);
         let bidirectional = text
             .get("use_bidirectional_attention")
             .and_then(Value::as_str)
             == Some("vision");
+        // transformers spells it `eoa_token_index`.
+        let eoa = ["eoa_token_index", "eoa_token_id"]
+            .iter()
+            .find_map(|k| json.get(*k).and_then(Value::as_u64))
+            .map_or(258_883, |v| v as u32);
         Ok(Some(Gemma4Media {
-            vision: VisionTower::load(store, cfg, prefix, "model.embed_vision", text_hidden)?,
-            processor,
+            vision,
+            audio,
             image: MediaTokens {
                 start: Some(id(json, "boi_token_id", 255_999)),
                 placeholder: id(json, "image_token_id", 258_880),
                 end: Some(id(json, "eoi_token_id", 258_882)),
+            },
+            audio_tokens: MediaTokens {
+                start: Some(id(json, "boa_token_id", 256_000)),
+                placeholder: id(json, "audio_token_id", 258_881),
+                end: Some(eoa),
             },
             placeholders: vec![
                 id(json, "image_token_id", 258_880),
@@ -94,30 +109,118 @@ impl Gemma4Media {
         }))
     }
 
-    /// The image processor in use.
-    pub fn processor(&self) -> &ImageProcessor {
-        &self.processor
+    fn load_vision(
+        store: &dyn TensorStore,
+        path: &Path,
+        json: &Value,
+        dir: &Path,
+        text_hidden: usize,
+    ) -> Result<Option<Gemma4Vision>, LoadError> {
+        let Some(vcfg) = json.get("vision_config").filter(|v| v.is_object()) else {
+            return Ok(None);
+        };
+        let prefix = "model.vision_tower.";
+        if store
+            .get(&format!("{prefix}patch_embedder.input_proj.weight"))
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let err = |what: String| LoadError::field(path, what);
+        let cfg = VisionConfig::from_json(vcfg, &err)?;
+        let pre = first_json(dir, &["preprocessor_config.json", "processor_config.json"])?;
+        let processor = ImageProcessor::from_json(pre.as_ref().map(|p| &p.1), cfg.patch, cfg.pool)
+            .map_err(|e| LoadError::field(pre.as_ref().map_or(path, |p| p.0.as_path()), e))?;
+        if processor.patch != cfg.patch || processor.pool != cfg.pool {
+            return Err(err(format!(
+                "the image processor's patch {} / pooling {} differ from the vision tower's {} / {}",
+                processor.patch, processor.pool, cfg.patch, cfg.pool
+            )));
+        }
+        Ok(Some(Gemma4Vision {
+            tower: VisionTower::load(store, cfg, prefix, "model.embed_vision", text_hidden)?,
+            processor,
+        }))
     }
 
-    /// The vision tower.
-    pub fn vision(&self) -> &VisionTower {
-        &self.vision
+    /// The audio tower, with the extractor settings of `processor_config.json`'s
+    /// `feature_extractor` (or of a `preprocessor_config.json` that describes the extractor).
+    fn load_audio(
+        store: &dyn TensorStore,
+        path: &Path,
+        json: &Value,
+        dir: &Path,
+        text_hidden: usize,
+    ) -> Result<Option<Gemma4Audio>, LoadError> {
+        let Some(acfg) = json.get("audio_config").filter(|v| v.is_object()) else {
+            return Ok(None);
+        };
+        let prefix = "model.audio_tower.";
+        if store
+            .get(&format!(
+                "{prefix}subsample_conv_projection.input_proj_linear.weight"
+            ))
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let err = |what: String| LoadError::field(path, what);
+        let cfg = AudioConfig::from_json(acfg, &err)?;
+        let mut fe_json = None;
+        for name in ["processor_config.json", "preprocessor_config.json"] {
+            if let Some((p, j)) = first_json(dir, &[name])? {
+                let section = j.get("feature_extractor").cloned();
+                let own = j.get("feature_size").is_some().then(|| j.clone());
+                if let Some(v) = section.or(own) {
+                    fe_json = Some((p, v));
+                    break;
+                }
+            }
+        }
+        let features = AudioFeatureExtractor::from_json(fe_json.as_ref().map(|f| &f.1))
+            .map_err(|e| LoadError::field(fe_json.as_ref().map_or(path, |f| f.0.as_path()), e))?;
+        let tower = AudioTower::load(
+            store,
+            cfg,
+            prefix,
+            "model.embed_audio",
+            text_hidden,
+            features.n_mel,
+        )?;
+        Ok(Some(Gemma4Audio { tower, features }))
+    }
+
+    /// The vision tower and its image processor, when loaded.
+    pub fn vision(&self) -> Option<&Gemma4Vision> {
+        self.vision.as_ref()
+    }
+
+    /// The audio tower and its feature extractor, when loaded.
+    pub fn audio(&self) -> Option<&Gemma4Audio> {
+        self.audio.as_ref()
     }
 }
 
 impl MediaTowers for Gemma4Media {
     fn accepts(&self, kind: MediaKind) -> bool {
-        kind == MediaKind::Image
+        match kind {
+            MediaKind::Image => self.vision.is_some(),
+            MediaKind::Audio => self.audio.is_some(),
+        }
     }
 
     fn tokens(&self, kind: MediaKind) -> MediaTokens {
         match kind {
-            MediaKind::Image | MediaKind::Audio => self.image,
+            MediaKind::Image => self.image,
+            MediaKind::Audio => self.audio_tokens,
         }
     }
 
-    fn template_marker(&self, _kind: MediaKind) -> &str {
-        "<|image|>"
+    fn template_marker(&self, kind: MediaKind) -> &str {
+        match kind {
+            MediaKind::Image => "<|image|>",
+            MediaKind::Audio => "<|audio|>",
+        }
     }
 
     fn input_id(&self) -> u32 {
@@ -136,7 +239,17 @@ impl MediaTowers for Gemma4Media {
                         (use_bidirectional_attention: vision), which is not supported yet"
                 .into());
         }
-        let patches = self.processor.preprocess(img)?;
-        self.vision.encode(&patches)
+        let v = self
+            .vision
+            .as_ref()
+            .ok_or("this model has no vision tower")?;
+        let patches = v.processor.preprocess(img)?;
+        v.tower.encode(&patches)
+    }
+
+    fn encode_audio(&self, audio: &Waveform) -> Result<Vec<f32>, String> {
+        let a = self.audio.as_ref().ok_or("this model has no audio tower")?;
+        let mel = a.features.extract(&audio.samples)?;
+        a.tower.encode(&mel)
     }
 }

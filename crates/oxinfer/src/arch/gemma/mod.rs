@@ -3,6 +3,9 @@
 //! transformers, as `1 + w` by llama.cpp's converter), embedding scaling by √hidden, the tied
 //! output head and logit soft-capping.
 
+pub mod audio;
+pub mod audio_attention;
+pub mod audio_features;
 pub mod clipped;
 pub mod gemma3;
 pub mod gemma4;
