@@ -4,11 +4,15 @@ import { Oxinfer } from "./oxinfer.js";
 
 const $ = (id) => document.getElementById(id);
 const ox = new Oxinfer();
+const params = new URLSearchParams(location.search);
+// `?kernels=scalar`: the reference kernels (as OXINFER_KERNELS=scalar natively), for tests.
+const kernelsChosen = params.get("kernels") ? ox.setKernels(params.get("kernels")) : Promise.resolve();
 const history = [];
 let busy = false;
 
-// For scripts and tests (web/tests/drive_browser.py): the client, and a promise per chat turn.
-window.oxinferApp = { ox, history, lastTurn: null };
+// For scripts and tests (web/tests/drive_browser.py): the client (and its class, for a second
+// worker), and a promise per chat turn.
+window.oxinferApp = { ox, history, lastTurn: null, Oxinfer };
 
 async function load(source, label) {
   setBusy(true);
@@ -17,6 +21,7 @@ async function load(source, label) {
   bar.hidden = false;
   bar.value = 0;
   try {
+    await kernelsChosen;
     const info = await ox.load(source, {
       onProgress: (received, total) => {
         if (total) bar.value = received / total;
@@ -27,7 +32,8 @@ async function load(source, label) {
     $("log").replaceChildren();
     $("status").textContent =
       `${info.name}: ${info.architecture}, ${(info.parameters / 1e6).toFixed(0)} M parameters, ` +
-      `context ${info.capacity}, parsed in ${(info.loadMs / 1000).toFixed(1)} s, kernels ${info.isa}` +
+      `context ${info.capacity}, parsed in ${(info.loadMs / 1000).toFixed(1)} s, ` +
+      `kernels ${info.kernels === "scalar" ? "scalar" : info.isa}` +
       (info.hasChatTemplate ? "" : " (no chat template: cannot chat)");
     $("status").dataset.state = "ready";
     $("prompt").disabled = !info.hasChatTemplate;
@@ -138,7 +144,6 @@ $("new-chat").onclick = () => {
   $("log").replaceChildren();
   $("stats").textContent = "";
 };
-const params = new URLSearchParams(location.search);
 if (params.get("model")) {
   $("url").value = params.get("model");
   load({ url: params.get("model") }, params.get("model"));

@@ -11,6 +11,7 @@
 //   for await (const tok of ox.stream(messages, options)) { ... }   // the same, as an iterator
 //   ox.cancel();                                                      // stops a generation
 //   const row = await ox.lastLogits([1, 504, 3575]);                  // Float32Array(vocab)
+//   await new Oxinfer().setKernels("scalar");   // before its first load: the reference kernels
 //
 // A source is {url} (same origin, streamed), {blob} (a File from a picker or a drop, read in
 // 16 MiB slices) or {bytes} (an ArrayBuffer). Options are those of crates/oxinfer-web
@@ -25,6 +26,14 @@ export class Oxinfer {
     this.pending = new Map();
     this.worker.onmessage = (e) => this.#receive(e.data);
     this.worker.onerror = (e) => this.#failAll(e.message || "the worker failed to start");
+  }
+
+  /**
+   * Chooses the kernels, "auto" (SIMD128, the default) or "scalar" (the reference kernels, as
+   * OXINFER_KERNELS=scalar natively); only before the first load of this worker.
+   */
+  setKernels(name) {
+    return this.#call({ op: "kernels", name });
   }
 
   /** Loads a GGUF model; resolves to its info (name, architecture, vocabSize, isa, …). */

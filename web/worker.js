@@ -6,7 +6,7 @@
 // Requests: {id, op, ...}. Replies: {id, type: "result", value}, {id, type: "error", message},
 // and while an op runs {id, type: "progress", received, total} (load) or {id, type: "token",
 // token: {id, text}} (generate).
-import init, { Model, ModelLoader, lastPanic, kernelIsa } from "./pkg/oxinfer_web.js";
+import init, { ModelLoader, lastPanic, setKernels } from "./pkg/oxinfer_web.js";
 
 const ready = init();
 let model = null;
@@ -56,6 +56,13 @@ function requireModel() {
 }
 
 const OPS = {
+  async kernels(req) {
+    const inEffect = setKernels(req.name);
+    if (inEffect !== req.name) {
+      throw new Error(`the kernels are already '${inEffect}' in this worker (chosen once, before the first load); use a new Oxinfer`);
+    }
+    return inEffect;
+  },
   async load(req) {
     if (model) {
       model.free();
@@ -65,7 +72,7 @@ const OPS = {
       self.postMessage({ id: req.id, type: "progress", received, total });
     const loader = await readSource(req.source, post);
     model = loader.finish(req.context ?? undefined);
-    return { ...JSON.parse(model.info()), isa: kernelIsa() };
+    return JSON.parse(model.info());
   },
   async tokenize(req) {
     return requireModel().tokenize(req.text, req.addBos ?? true);

@@ -5,14 +5,19 @@ crates/oxinfer-cli/tests/web_browser.rs runs it and compares the results with th
 `--bench` measures speed instead (docs/wasm.md).
 
 It serves ROOT (which must hold web/ with web/pkg built by scripts/build-web.sh, and the model
-files) with Python's http.server on 127.0.0.1, opens http://127.0.0.1:PORT/web/index.html, and:
+files) with Python's http.server on 127.0.0.1, opens
+http://127.0.0.1:PORT/web/index.html?kernels=scalar (the reference kernels, to compare with
+`OXINFER_KERNELS=scalar` natively token for token), and:
 
 1. loads BAD (a broken GGUF) through the page's URL box: the status line must show an error,
    the page and its worker must keep working;
-2. loads MODEL through the URL box, sends PROMPT in the chat box with temperature 0 and
-   N tokens, and records the streamed text and the generated ids;
-3. through the page's client (window.oxinferApp.ox): greedy ids after TOKENS, and the last row
-   of logits after TOKENS.
+2. loads MODEL through the URL box, sends the first PROMPT in the chat box with temperature 0
+   and N tokens, and records the streamed text and the generated ids;
+3. through the page's client (window.oxinferApp.ox): greedy ids for the other prompts, each a
+   new conversation, greedy ids after TOKENS, the last row of logits after TOKENS, and the
+   error for an id outside the vocabulary;
+4. in a second client (a second worker) on the default SIMD128 kernels: the same ids after
+   TOKENS and logits.
 
 Needs: chromium (Debian package; $CHROMIUM overrides), websocket-client (scripts/setup-web.sh
 installs it in ~/.cache/oxinfer/webvenv).
@@ -31,6 +36,13 @@ import time
 import urllib.request
 
 import websocket  # websocket-client
+
+
+DEFAULT_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three prime numbers.",
+]
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -156,35 +168,57 @@ def chat_via_ui(page, prompt, n):
     }})()""")
 
 
+def client_checks(page, client, a, prompts):
+    """Through `client` (a JS expression naming an Oxinfer with the model loaded): greedy ids
+    of each prompt (a new conversation each) and after TOKENS, and the logits after TOKENS."""
+    ids = [int(x) for x in a.tokens.split(",")]
+    greedy = f"{{maxTokens: {a.n}, temperature: 0}}"
+    # Each from an empty cache, as `oxinfer run` starts.
+    return {
+        "prompts": [
+            page.eval(f"""{client}.reset().then(() => {client}.generate(
+                [{{role: 'user', content: {json.dumps(p)}}}], {greedy}))""")
+            for p in prompts
+        ],
+        "tokens": page.eval(f"{client}.reset().then(() => {client}.generate({json.dumps(ids)}, {greedy}))"),
+        "logits": page.eval(f"{client}.lastLogits({json.dumps(ids)}).then(Array.from)"),
+    }
+
+
 def run_checks(page, a):
-    out = {}
-    out["bad"] = load_via_ui(page, a.bad)
-    out["load"] = load_via_ui(page, a.model)
+    """The page runs on the scalar kernels (?kernels=scalar); a second client in the same page
+    on the default SIMD128 kernels."""
+    prompts = a.prompt or DEFAULT_PROMPTS
+    out = {"bad": load_via_ui(page, a.bad), "load": load_via_ui(page, a.model)}
     if out["load"]["state"] != "ready":
         return out
-    out["chat"] = chat_via_ui(page, a.prompt, a.n)
+    out["chat"] = chat_via_ui(page, prompts[0], a.n)
     if a.screenshot:
         import base64
 
         shot = page.call("Page.captureScreenshot", format="png")
         open(a.screenshot, "wb").write(base64.b64decode(shot["data"]))
-    ids = [int(x) for x in a.tokens.split(",")]
-    # From an empty cache, as `oxinfer run --tokens` starts.
-    out["tokens"] = page.eval(f"""window.oxinferApp.ox.reset().then(() =>
-        window.oxinferApp.ox.generate({json.dumps(ids)}, {{maxTokens: {a.n}, temperature: 0}}))""")
-    out["logits"] = page.eval(f"window.oxinferApp.ox.lastLogits({json.dumps(ids)}).then(Array.from)")
+    out["scalar"] = client_checks(page, "window.oxinferApp.ox", a, prompts[1:])
     out["badIds"] = page.eval(
         "window.oxinferApp.ox.lastLogits([1, 1e9]).then(() => 'no error', e => e.message)")
+    page.eval(f"""(async () => {{
+        window.simd = new window.oxinferApp.Oxinfer();
+        window.simdInfo = await window.simd.load({{url: {json.dumps(a.model)}}});
+    }})()""")
+    out["simd"] = client_checks(page, "window.simd", a, [])
+    out["simd"]["info"] = page.eval("window.simdInfo")
+    page.eval("window.simd.terminate()")
     return out
 
 
 def run_bench(page, a):
     """Prefill and decode speed of `a.n` greedy tokens after the chat prompt, `a.reps` times."""
     load = load_via_ui(page, a.model)
+    prompt = (a.prompt or ["Write a long story about a dragon who learns to fly."])[0]
     runs = []
     for _ in range(a.reps):
         s = page.eval(f"""window.oxinferApp.ox.reset().then(() => window.oxinferApp.ox.generate(
-            [{{role: 'user', content: {json.dumps(a.prompt)}}}],
+            [{{role: 'user', content: {json.dumps(prompt)}}}],
             {{maxTokens: {a.n}, temperature: 0}}))""")
         runs.append({k: s[k] for k in ("prefillTokens", "prefillMs", "decodeTokens", "decodeMs", "reason")})
     return {"load": load, "runs": runs}
@@ -195,7 +229,8 @@ def main():
     ap.add_argument("--root", required=True, help="folder served: holds web/ and the models")
     ap.add_argument("--model", required=True, help="the model's URL path under ROOT")
     ap.add_argument("--bad", help="a broken GGUF's URL path under ROOT")
-    ap.add_argument("--prompt", default="What is the capital of France?")
+    ap.add_argument("--prompt", action="append", help="chat prompt (repeatable; the first goes "
+                    "through the chat box); default: three fixed prompts")
     ap.add_argument("--tokens", default="1,504,3575,282,4649,314,7042,30")
     ap.add_argument("-n", type=int, default=16)
     ap.add_argument("--screenshot", help="write a PNG of the page after the chat turn here")
@@ -210,7 +245,8 @@ def main():
     try:
         page = Page(port)
         page.call("Emulation.setDeviceMetricsOverride", width=900, height=640, deviceScaleFactor=1, mobile=False)
-        page.call("Page.navigate", url=f"http://127.0.0.1:{server.server_port}/web/index.html")
+        query = "" if a.bench else "?kernels=scalar"
+        page.call("Page.navigate", url=f"http://127.0.0.1:{server.server_port}/web/index.html{query}")
         page.wait_for("document.readyState === 'complete' && window.oxinferApp !== undefined", 60)
         result = run_bench(page, a) if a.bench else run_checks(page, a)
         result["userAgent"] = page.eval("navigator.userAgent")

@@ -8,6 +8,7 @@ use crate::error::WebError;
 use crate::options::GenerateSettings;
 use crate::session::ChatEngine;
 use oxinfer::{ChatMessage, Model};
+use oxinfer_kernels::dispatch::{self, KernelSet};
 use std::sync::Mutex;
 use wasm_bindgen::prelude::*;
 
@@ -35,6 +36,20 @@ pub fn last_panic() -> Option<String> {
 #[wasm_bindgen(js_name = kernelIsa)]
 pub fn kernel_isa() -> String {
     oxinfer_kernels::dispatch::detected_isa().name().to_string()
+}
+
+/// Chooses the kernels of this module instance, `"auto"` (SIMD128, the default) or `"scalar"`
+/// (the plain reference kernels: `OXINFER_KERNELS=scalar`, for comparing with a native run
+/// token for token). The choice is made once, before the first model loads; returns the set
+/// in effect, which differs from the one asked for when it was made already.
+#[wasm_bindgen(js_name = setKernels)]
+pub fn set_kernels(name: &str) -> Result<String, JsError> {
+    let set = KernelSet::parse(name).ok_or_else(|| {
+        JsError::new(&format!(
+            "kernels: unknown set {name:?} (expected \"auto\" or \"scalar\")"
+        ))
+    })?;
+    Ok(dispatch::set_kernel_set(set).name().to_string())
 }
 
 fn js(e: WebError) -> JsError {
@@ -102,7 +117,7 @@ impl WebModel {
 
     /// A JSON object describing the model: `name`, `architecture`, `parameters`,
     /// `vocabSize`, `contextLength`, `capacity` (positions of the cache), `hasChatTemplate`,
-    /// `loadMs`, `isa`.
+    /// `loadMs`, `isa`, `kernels` (`auto` or `scalar`).
     pub fn info(&self) -> String {
         let m = self.engine.model();
         let i = m.info();
@@ -116,6 +131,7 @@ impl WebModel {
             "hasChatTemplate": i.has_chat_template,
             "loadMs": m.load_time().as_secs_f64() * 1e3,
             "isa": kernel_isa(),
+            "kernels": oxinfer_kernels::kernel_set().name(),
         })
         .to_string()
     }
