@@ -102,8 +102,8 @@ fn drive(python: &Path, root: &Path) -> Value {
     let out = Command::new(python)
         .arg(repo().join("web/tests/drive_browser.py"))
         .args(["--root", root.to_str().unwrap()])
-        .args(["--model", &format!("models/{MODEL}")])
-        .args(["--bad", "bad/truncated.gguf"])
+        .args(["--model", &format!("/models/{MODEL}")])
+        .args(["--bad", "/bad/truncated.gguf"])
         .args(["--tokens", TOKENS, "-n", N])
         .output()
         .expect("run the browser driver");
@@ -168,7 +168,10 @@ fn browser_matches_native_cli_on_smollm2() {
     // A broken file: one error naming it, shown by the page; the worker survives it.
     let bad = r["bad"]["text"].as_str().unwrap_or_default();
     assert_eq!(r["bad"]["state"], "error", "truncated GGUF: {bad}");
-    assert!(bad.contains("truncated.gguf"), "{bad}");
+    assert!(
+        bad.contains("truncated.gguf: tensor") && bad.contains("past the end of the file"),
+        "{bad}"
+    );
     assert!(
         !bad.contains("engine stopped"),
         "a panic, not an error: {bad}"
