@@ -186,18 +186,37 @@ fn browser_matches_native_cli_on_smollm2() {
     let turns = std::iter::once(chat).chain(scalar["prompts"].as_array().unwrap());
     for (prompt, turn) in PROMPTS.iter().zip(turns) {
         let want = ids_of(&native(
-            &[&["run", "-m", m, "-p", prompt, "--show-tokens"][..], &greedy].concat(),
+            &[
+                &["run", "-m", m, "-p", prompt, "--show-tokens"][..],
+                &greedy,
+            ]
+            .concat(),
             SCALAR,
         ));
-        assert_eq!(ids(&turn["tokens"]), want, "{prompt:?}: browser vs native greedy ids");
+        assert_eq!(
+            ids(&turn["tokens"]),
+            want,
+            "{prompt:?}: browser vs native greedy ids"
+        );
     }
-    let want_text = native(&[&["run", "-m", m, "-p", PROMPTS[0]][..], &greedy].concat(), SCALAR);
+    let want_text = native(
+        &[&["run", "-m", m, "-p", PROMPTS[0]][..], &greedy].concat(),
+        SCALAR,
+    );
     assert_eq!(chat["shown"].as_str().unwrap().trim(), want_text.trim());
     let stats = chat["stats"].as_str().unwrap_or_default();
     assert!(stats.contains("tok/s"), "the page shows no speed: {stats}");
-    let tokens_args = [&["run", "-m", m, "--tokens", TOKENS, "--show-tokens"][..], &greedy].concat();
+    let tokens_args = [
+        &["run", "-m", m, "--tokens", TOKENS, "--show-tokens"][..],
+        &greedy,
+    ]
+    .concat();
     let want = ids_of(&native(&tokens_args, SCALAR));
-    assert_eq!(ids(&scalar["tokens"]["tokens"]), want, "--tokens: scalar kernels");
+    assert_eq!(
+        ids(&scalar["tokens"]["tokens"]),
+        want,
+        "--tokens: scalar kernels"
+    );
 
     // On SIMD128, what users run: the same ids after TOKENS as native's default kernels.
     let simd = &r["simd"];
@@ -219,7 +238,10 @@ fn browser_matches_native_cli_on_smollm2() {
     let row_major = native_last_logits(m, &out, "row-major.npy", &[("OXINFER_PACKED", "0")]);
     assert_eq!(b_scalar.len(), n_scalar.len(), "vocabulary size");
     let d_scalar = max_abs_diff(&b_scalar, &n_scalar);
-    let (d_simd, spread) = (max_abs_diff(&b_simd, &n_simd), max_abs_diff(&row_major, &n_simd));
+    let (d_simd, spread) = (
+        max_abs_diff(&b_simd, &n_simd),
+        max_abs_diff(&row_major, &n_simd),
+    );
     let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
     visible_line(&format!(
         "browser ({}) vs native logits: scalar kernels max |diff| {d_scalar:.2e}; SIMD128 vs \
@@ -227,8 +249,14 @@ fn browser_matches_native_cli_on_smollm2() {
          scalar kernels: {stats}",
         r["userAgent"].as_str().unwrap_or("?"),
     ));
-    assert!(d_scalar <= SCALAR_TOL, "browser vs native scalar logits: {d_scalar}");
-    assert!(d_simd <= 2.0 * spread + 1e-3, "browser {d_simd} vs native spread {spread}");
+    assert!(
+        d_scalar <= SCALAR_TOL,
+        "browser vs native scalar logits: {d_scalar}"
+    );
+    assert!(
+        d_simd <= 2.0 * spread + 1e-3,
+        "browser {d_simd} vs native spread {spread}"
+    );
     assert_eq!(argmax(&b_simd), argmax(&n_simd), "argmax of the logits row");
 
     let bad_ids = r["badIds"].as_str().unwrap_or_default();

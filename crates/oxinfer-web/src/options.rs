@@ -52,8 +52,14 @@ impl GenerateSettings {
         if json.trim().is_empty() || json.trim() == "null" {
             return Ok(Self::default());
         }
-        serde_json::from_str(json)
-            .map_err(|e| WebError::request(format!("generation options: {e}")))
+        let bad = |e: String| WebError::request(format!("generation options: {e}"));
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+        if !value.is_object() {
+            // serde would read an array as the fields in order.
+            return Err(bad(format!("expected a JSON object, got {value}")));
+        }
+        serde_json::from_value(value).map_err(|e| bad(e.to_string()))
     }
 
     /// The engine's options; the sampling values are checked by the engine when the
