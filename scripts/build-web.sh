@@ -9,7 +9,8 @@ CACHE="${OXINFER_CACHE:-$HOME/.cache/oxinfer}"
 version="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)"
 bindgen="${WASM_BINDGEN:-$CACHE/wasm-bindgen-$version/bin/wasm-bindgen}"
 [ -x "$bindgen" ] || { echo "build-web: no $bindgen: run scripts/setup-web.sh" >&2; exit 1; }
-# No debug info: wasm-bindgen drops it from the module anyway, and it slows the build.
-CARGO_PROFILE_RELEASE_DEBUG=0 cargo build --release -p oxinfer-web --target wasm32-unknown-unknown
+# The release profile as it is (with line tables, which wasm-bindgen drops from the module):
+# the host build scripts and proc macros are then shared with the other release builds.
+cargo build --release -p oxinfer-web --target wasm32-unknown-unknown
 "$bindgen" --target web --out-dir web/pkg target/wasm32-unknown-unknown/release/oxinfer_web.wasm
 ls -l web/pkg/oxinfer_web_bg.wasm
