@@ -93,17 +93,27 @@ fn switched_off(value: Option<&str>) -> bool {
     value.is_some_and(|v| v.trim() == "0")
 }
 
+/// The kernel set of this process, once chosen.
+static KERNEL_SET: OnceLock<KernelSet> = OnceLock::new();
+
 /// The kernel set of this process, read once from `OXINFER_KERNELS` (default `auto`; an
-/// unknown value prints one warning line to stderr and selects `auto`).
+/// unknown value prints one warning line to stderr and selects `auto`) unless
+/// [`set_kernel_set`] chose it first.
 pub fn kernel_set() -> KernelSet {
-    static SET: OnceLock<KernelSet> = OnceLock::new();
-    *SET.get_or_init(|| {
+    *KERNEL_SET.get_or_init(|| {
         let (set, warning) = KernelSet::from_env_value(env_value(KERNELS_VAR).as_deref());
         if let Some(w) = warning {
             eprintln!("{w}");
         }
         set
     })
+}
+
+/// Chooses the kernel set of this process instead of `OXINFER_KERNELS`, for hosts without
+/// environment variables (the browser). It must come before the first kernel runs: the set is
+/// chosen once. Returns the set in effect (`set`, or the one chosen earlier).
+pub fn set_kernel_set(set: KernelSet) -> KernelSet {
+    *KERNEL_SET.get_or_init(|| set)
 }
 
 /// Whether weights may be repacked for the packed kernels: `OXINFER_PACKED` is not `0` (read

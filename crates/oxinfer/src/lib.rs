@@ -9,6 +9,7 @@
 pub mod arch;
 pub mod backend;
 pub mod chat_template;
+pub mod clock;
 pub mod config;
 pub mod embed;
 pub mod engine;

@@ -1,7 +1,7 @@
 //! `strftime_now(format)` for templates (Llama 3.x writes today's date into the system prompt).
 //! The time is UTC: the engine has no time-zone database.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use crate::clock::{SystemTime, UNIX_EPOCH};
 
 const MONTHS: [&str; 12] = [
     "January",

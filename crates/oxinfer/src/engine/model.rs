@@ -3,6 +3,7 @@
 
 use crate::arch::{self, CausalLm};
 use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::clock::Instant;
 use crate::config::{ConfigSource, ModelConfig};
 use crate::error::{Error, LoadError, Result};
 use crate::gguf::GgufFile;
@@ -12,7 +13,7 @@ use crate::quant::{self, Converted, Overlay, Precision, QuantReport};
 use crate::tokenizer::{GuardedPrompt, Tokenizer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A model ready to run.
 pub struct Model {
@@ -132,7 +133,23 @@ impl Model {
             )
             .into());
         }
-        let g = GgufFile::open(path)?;
+        Self::from_gguf(GgufFile::open(path)?)
+    }
+
+    /// Loads a GGUF file whose bytes are already in memory (a browser's `ArrayBuffer`, bytes
+    /// made in a test); `name` stands for its path in messages and in [`Model::path`].
+    pub fn load_gguf_bytes(name: &str, bytes: Vec<u8>) -> Result<Model> {
+        let t0 = Instant::now();
+        crate::tuning::ensure();
+        let map = std::sync::Arc::new(crate::mapped::MappedFile::from_bytes(name, bytes));
+        let mut model = Self::from_gguf(GgufFile::parse(Path::new(name), map)?)?;
+        model.load_time = t0.elapsed();
+        Ok(model)
+    }
+
+    /// The model of a parsed GGUF file: its configuration, network, tokenizer and template.
+    fn from_gguf(g: GgufFile) -> Result<Model> {
+        let path = g.path().to_path_buf();
         let config = ModelConfig::from_gguf(&g)?;
         let lm = arch::load(&config, &g, Naming::Gguf, &ConfigSource::Gguf(&g))?;
         let tokenizer = if g.get("tokenizer.ggml.tokens").is_some() {
@@ -144,11 +161,11 @@ impl Model {
             None
         };
         let template = match tokenizer.as_ref().and_then(|t| t.chat_template()) {
-            Some(src) => Some(Self::template(path, src, tokenizer.as_ref())?),
+            Some(src) => Some(Self::template(&path, src, tokenizer.as_ref())?),
             None => None,
         };
         Ok(Model {
-            path: path.to_path_buf(),
+            path,
             config,
             lm,
             tokenizer,

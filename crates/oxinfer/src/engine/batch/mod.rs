@@ -41,6 +41,7 @@ pub use sequence::{Finished, SeqEvent, SeqRequest};
 pub use step::{PrefillBudget, StepReport};
 
 use crate::arch::CausalLm;
+use crate::clock::Instant;
 use crate::engine::grammar::Vocabulary;
 use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::error::{Error, Result};
@@ -49,7 +50,6 @@ use crate::plan::media::MediaEmbeds;
 use crate::tokenizer::Tokenizer;
 use sequence::Sequence;
 use std::sync::Arc;
-use std::time::Instant;
 use step::{run_step, Lane};
 
 /// Shape of a [`BatchGenerator`].

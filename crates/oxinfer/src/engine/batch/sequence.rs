@@ -2,6 +2,7 @@
 //! constraint and streamed text. It turns the logits of each step into [`SeqEvent`]s.
 
 use super::logprobs::{top_logprobs, TokenLogprob};
+use crate::clock::Instant;
 use crate::engine::generation_types::{GenerateOptions, StopReason, Timings};
 use crate::engine::grammar::{Constraint, Vocabulary};
 use crate::engine::sampler::Sampler;
@@ -10,7 +11,6 @@ use crate::engine::stop::StopMatcher;
 use crate::error::{Error, Result};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// One sequence to generate.
 #[derive(Clone, Debug)]

@@ -7,8 +7,9 @@
 //! The budget is shared by `&` reference (interior mutability): the proofs that charge it run
 //! inside closures that only borrow the compiler.
 
+use crate::clock::Instant;
 use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Limits of one compilation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,266 @@
+//! The browser package (crates/oxinfer-web, web/) in headless Chromium against the native
+//! binary on SmolLM2-135M Q4_1 (docs/wasm.md): the demo page, driven over the DevTools
+//! protocol by web/tests/drive_browser.py, loads the model from a local static server through
+//! its URL box and chats; the test checks
+//!
+//! - the 16 greedy ids of three chat prompts (template and tokenizer in the browser; the first
+//!   typed into the chat box) equal `oxinfer run -p PROMPT --temp 0 -n 16`'s, and so does the
+//!   text the page shows;
+//! - the 16 greedy ids after fixed token ids equal `oxinfer run --tokens IDS --temp 0 -n 16`'s;
+//! - the last row of logits after those ids matches `--dump-logits`'s last row;
+//! - a truncated GGUF gives one error naming the file in the page's status line, and the page
+//!   keeps working (the real model loads after it); an id outside the vocabulary is an error.
+//!
+//! The page runs on the scalar kernels (`?kernels=scalar`), so ids and logits can be compared
+//! with native's `OXINFER_KERNELS=scalar`: the same float code on both sides, so the ids must be
+//! identical and the logits within [`SCALAR_TOL`]. A second worker in the page runs the
+//! default SIMD128 kernels (int8 activations, like native's default but in another float
+//! order): its ids after the fixed token ids must equal native's default, and its logits stay
+//! within twice native's own spread between its two int8 kernel paths, with the same argmax.
+//!
+//! Needs the built package (`scripts/build-web.sh`), Chromium and the driver's venv
+//! (`scripts/setup-web.sh`); without them it prints a `skipped:` line, and fails instead when
+//! `OXINFER_WEB_REQUIRED=1` (set by .ci/run, which builds them).
+
+mod cli_process;
+#[path = "../../oxinfer/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cli_process::{oxinfer_env, stderr, stdout};
+use common::{max_abs_diff, read_npy_f32, real_model, scratch_dir, visible_line};
+use serde_json::Value;
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The driver's chat prompts (its default): the first through the page's chat box.
+const PROMPTS: [&str; 3] = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three prime numbers.",
+];
+const TOKENS: &str = "1,504,3575,282,4649,314,7042,30";
+const N: &str = "16";
+const SCALAR: &[(&str, &str)] = &[("OXINFER_KERNELS", "scalar")];
+/// Browser vs native logits, both on the scalar kernels: the same float code compiled for two
+/// targets (measured: see docs/wasm.md).
+const SCALAR_TOL: f32 = 1e-4;
+
+/// The repository's root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Python of the driver's venv, or `None` after a `skipped:` line naming what is missing.
+fn web_setup(what: &str) -> Option<PathBuf> {
+    let required = std::env::var("OXINFER_WEB_REQUIRED").is_ok_and(|v| v == "1");
+    let venv = std::env::var_os("OXINFER_WEB_VENV").map_or_else(
+        || {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            Path::new(&home).join(".cache/oxinfer/webvenv")
+        },
+        PathBuf::from,
+    );
+    let python = venv.join("bin/python");
+    let has = |cmd: &mut Command| cmd.output().is_ok_and(|o| o.status.success());
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let missing = if !repo().join("web/pkg/oxinfer_web_bg.wasm").is_file() {
+        Some("no web/pkg/oxinfer_web_bg.wasm (scripts/build-web.sh builds it)")
+    } else if !has(Command::new(&chromium).arg("--version")) {
+        Some("no chromium (scripts/setup-web.sh installs it)")
+    } else if !has(Command::new(&python).args(["-c", "import websocket"])) {
+        Some("no websocket-client venv (scripts/setup-web.sh makes it)")
+    } else {
+        None
+    };
+    if let Some(reason) = missing {
+        assert!(!required, "{what}: {reason} (OXINFER_WEB_REQUIRED=1)");
+        visible_line(&format!("skipped: {what}: {reason}"));
+        return None;
+    }
+    Some(python)
+}
+
+/// A folder for the static server: `web/` and `models/` linked in, and `bad/truncated.gguf`
+/// (the model's first 8 MiB: header and metadata whole, tensor data cut off).
+fn served_root(model: &Path) -> PathBuf {
+    let root = scratch_dir("web-root");
+    let link = |from: &Path, to: &str| {
+        std::os::unix::fs::symlink(from, root.join(to)).expect("symlink into the served folder")
+    };
+    link(&repo().join("web").canonicalize().unwrap(), "web");
+    link(model.parent().unwrap(), "models");
+    let bytes = std::fs::read(model).expect("read the model");
+    std::fs::create_dir(root.join("bad")).unwrap();
+    std::fs::write(root.join("bad/truncated.gguf"), &bytes[..8 << 20]).unwrap();
+    root
+}
+
+/// Runs the driver; its JSON report.
+fn drive(python: &Path, root: &Path) -> Value {
+    let out = Command::new(python)
+        .arg(repo().join("web/tests/drive_browser.py"))
+        .args(["--root", root.to_str().unwrap()])
+        .args(["--model", &format!("/models/{MODEL}")])
+        .args(["--bad", "/bad/truncated.gguf"])
+        .args(["--tokens", TOKENS, "-n", N])
+        .output()
+        .expect("run the browser driver");
+    assert!(out.status.success(), "driver: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("driver output: {e}"))
+}
+
+/// `oxinfer run ARGS` natively with the variables `env`; its stdout.
+fn native(args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = oxinfer_env(args, env);
+    assert!(o.status.success(), "native {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// A JSON array of token ids.
+fn ids(v: &Value) -> Vec<u64> {
+    nums(v).iter().map(|&x| x as u64).collect()
+}
+
+/// Parses `--show-tokens` output.
+fn ids_of(text: &str) -> Vec<u64> {
+    text.split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect()
+}
+
+/// A JSON array of numbers.
+fn nums(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// The last row of `--dump-logits` after [`TOKENS`] with the variables `env`.
+fn native_last_logits(model: &str, out: &Path, name: &str, env: &[(&str, &str)]) -> Vec<f32> {
+    let path = out.join(name);
+    let args = [
+        "run", "-m", model, "--tokens", TOKENS, "-n", "1", "--temp", "0", "-t", "1",
+    ];
+    let dump = ["--dump-logits", path.to_str().unwrap()];
+    native(&[&args[..], &dump].concat(), env);
+    let (shape, data) = read_npy_f32(&path);
+    data[(shape[0] - 1) * shape[1]..].to_vec()
+}
+
+#[test]
+fn browser_matches_native_cli_on_smollm2() {
+    let what = "browser_matches_native_cli_on_smollm2";
+    let Some(python) = web_setup(what) else {
+        return;
+    };
+    let Some(model) = real_model(MODEL) else {
+        return;
+    };
+    let root = served_root(&model);
+    let r = drive(&python, &root);
+    let m = model.to_str().unwrap();
+    let greedy = ["--temp", "0", "-n", N, "-t", "1"];
+
+    // A broken file: one error naming it, shown by the page; the worker survives it.
+    let bad = r["bad"]["text"].as_str().unwrap_or_default();
+    assert_eq!(r["bad"]["state"], "error", "truncated GGUF: {bad}");
+    assert!(
+        bad.contains("truncated.gguf: tensor") && bad.contains("past the end of the file"),
+        "{bad}"
+    );
+    assert!(
+        !bad.contains("engine stopped"),
+        "a panic, not an error: {bad}"
+    );
+    assert_eq!(r["load"]["state"], "ready", "{}", r["load"]["text"]);
+
+    // On the scalar kernels, exactly native's `OXINFER_KERNELS=scalar`: the chat box (template,
+    // tokenizer and generation in the browser), the other prompts and the ids after TOKENS.
+    let chat = &r["chat"];
+    assert!(chat["error"].is_null(), "chat: {}", chat["error"]);
+    let scalar = &r["scalar"];
+    let turns = std::iter::once(chat).chain(scalar["prompts"].as_array().unwrap());
+    for (prompt, turn) in PROMPTS.iter().zip(turns) {
+        let want = ids_of(&native(
+            &[
+                &["run", "-m", m, "-p", prompt, "--show-tokens"][..],
+                &greedy,
+            ]
+            .concat(),
+            SCALAR,
+        ));
+        assert_eq!(
+            ids(&turn["tokens"]),
+            want,
+            "{prompt:?}: browser vs native greedy ids"
+        );
+    }
+    let want_text = native(
+        &[&["run", "-m", m, "-p", PROMPTS[0]][..], &greedy].concat(),
+        SCALAR,
+    );
+    assert_eq!(chat["shown"].as_str().unwrap().trim(), want_text.trim());
+    let stats = chat["stats"].as_str().unwrap_or_default();
+    assert!(stats.contains("tok/s"), "the page shows no speed: {stats}");
+    let tokens_args = [
+        &["run", "-m", m, "--tokens", TOKENS, "--show-tokens"][..],
+        &greedy,
+    ]
+    .concat();
+    let want = ids_of(&native(&tokens_args, SCALAR));
+    assert_eq!(
+        ids(&scalar["tokens"]["tokens"]),
+        want,
+        "--tokens: scalar kernels"
+    );
+
+    // On SIMD128, what users run: the same ids after TOKENS as native's default kernels.
+    let simd = &r["simd"];
+    assert_eq!(simd["info"]["isa"], "simd128", "{}", simd["info"]);
+    let want = ids_of(&native(&tokens_args, &[]));
+    assert_eq!(
+        ids(&simd["tokens"]["tokens"]),
+        want,
+        "--tokens: browser SIMD128 vs native default kernels (a near-tie flips greedy runs \
+         between float orders: compare the logits line below)"
+    );
+
+    // The logits row.
+    let out = scratch_dir("web-logits");
+    let floats = |v: &Value| -> Vec<f32> { nums(v).iter().map(|&x| x as f32).collect() };
+    let (b_scalar, b_simd) = (floats(&scalar["logits"]), floats(&simd["logits"]));
+    let n_scalar = native_last_logits(m, &out, "scalar.npy", SCALAR);
+    let n_simd = native_last_logits(m, &out, "simd.npy", &[]);
+    let row_major = native_last_logits(m, &out, "row-major.npy", &[("OXINFER_PACKED", "0")]);
+    assert_eq!(b_scalar.len(), n_scalar.len(), "vocabulary size");
+    let d_scalar = max_abs_diff(&b_scalar, &n_scalar);
+    let (d_simd, spread) = (
+        max_abs_diff(&b_simd, &n_simd),
+        max_abs_diff(&row_major, &n_simd),
+    );
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+    visible_line(&format!(
+        "browser ({}) vs native logits: scalar kernels max |diff| {d_scalar:.2e}; SIMD128 vs \
+         native default {d_simd:.3} (native packed vs row-major {spread:.3}); chat turn on \
+         scalar kernels: {stats}",
+        r["userAgent"].as_str().unwrap_or("?"),
+    ));
+    assert!(
+        d_scalar <= SCALAR_TOL,
+        "browser vs native scalar logits: {d_scalar}"
+    );
+    assert!(
+        d_simd <= 2.0 * spread + 1e-3,
+        "browser {d_simd} vs native spread {spread}"
+    );
+    assert_eq!(argmax(&b_simd), argmax(&n_simd), "argmax of the logits row");
+
+    let bad_ids = r["badIds"].as_str().unwrap_or_default();
+    assert!(bad_ids.contains("outside the vocabulary"), "{bad_ids}");
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&out);
+}
