@@ -480,6 +480,7 @@ impl Past<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxinfer_kernels::attention::KvView;
 
     /// The keys a windowed layer holds for a query at `pos`, in position order (read through
     /// the ring the way attention does).
@@ -533,6 +534,47 @@ mod tests {
             assert_eq!(c.len(), 0);
             assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
         }
+    }
+
+    /// A sliding ring of q8_0 rows (widened for a chunk, narrowed back, rewound) holds, for
+    /// every position a query sees, exactly the bytes that position's row quantized to: rows
+    /// move as stored, never re-quantized; the global layer's bytes grow with the positions.
+    #[test]
+    fn stored_type_rings_keep_rows_as_stored() {
+        use oxinfer_kernels::attention::KvType;
+        let (w, width, ty) = (4, 32, KvType::Q8_0);
+        let row = |p: usize| -> Vec<f32> {
+            (0..width)
+                .map(|i| ((p * 31 + i * 7) % 19) as f32 / 3.0 - 3.0)
+                .collect()
+        };
+        let types = KvTypes { k: ty, v: ty };
+        let mut c = KvCache::new(2, width, 100)
+            .with_windows(&[Some(w), None])
+            .with_types(types);
+        let mut p = 0;
+        for chunk in [1usize, 3, 6, 1, 9, 2] {
+            let x: Vec<f32> = (p..p + chunk).flat_map(row).collect();
+            c.append(0, &x, &x);
+            c.append(1, &x, &x);
+            c.advance(chunk);
+            p += chunk;
+            let l = &c.layers[0];
+            let KvView::Packed { data, .. } = l.k.view() else {
+                panic!("q8_0 rows")
+            };
+            let rb = ty.row_bytes(width);
+            for q in p.saturating_sub(w)..p {
+                let mut want = Vec::new();
+                ty.quantize_row(&row(q), &mut want);
+                let r = q % l.ring;
+                assert_eq!(&data[r * rb..(r + 1) * rb], want.as_slice(), "position {q}");
+            }
+            assert_eq!(c.layers[1].k.bytes(), p * rb);
+            assert_eq!(c.bytes_in_use(), 2 * (p + p.min(w)) * rb);
+        }
+        c.truncate(p - 1);
+        assert_eq!(c.len(), p - 1);
     }
 
     /// A device mirror kept in host memory: rows by absolute position per layer.
