@@ -58,7 +58,8 @@ fn dump_logits_with_a_q8_0_cache() {
     let (_, got) = read_npy_f32(&out);
     let (_, want) = read_npy_f32(&dir.join(p["logits_file"].as_str().unwrap()));
     let d = max_abs_diff(&got, &want);
-    assert!(d <= 2e-2, "max abs diff {d}");
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(d <= 0.05 * scale, "max abs diff {d} (max |logit| {scale})");
 }
 
 /// `info` prints K and V bytes per position: per layer and position, one row of
