@@ -13,6 +13,8 @@ const REWRITES: &[(&str, &str)] = &[
     ("-ngl", "--n-gpu-layers"),
     ("-np", "--parallel"),
     ("-sys", "--system"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
 ];
 
 /// llama.cpp flags oxinfer has no equivalent of, with what to do instead.
@@ -28,14 +30,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("-sm", "one GPU runs the model; there is no split mode"),
     ("-ts", "one GPU runs the model; there is no tensor split"),
-    (
-        "-ctk",
-        "the KV cache is f32; there is no cache type to choose",
-    ),
-    (
-        "-ctv",
-        "the KV cache is f32; there is no cache type to choose",
-    ),
     ("-nkvo", "the KV cache stays where the model runs"),
     (
         "-tb",
@@ -124,6 +118,16 @@ mod tests {
         assert_eq!(
             norm(&["oxinfer", "serve", "-ngl=0", "-np", "2"]).unwrap(),
             ["oxinfer", "serve", "--n-gpu-layers=0", "--parallel", "2"]
+        );
+        assert_eq!(
+            norm(&["oxinfer", "perplexity", "-ctk", "q8_0", "-ctv=q4_0"]).unwrap(),
+            [
+                "oxinfer",
+                "perplexity",
+                "--cache-type-k",
+                "q8_0",
+                "--cache-type-v=q4_0"
+            ]
         );
         // After `--` every word is positional, as clap reads it.
         assert_eq!(

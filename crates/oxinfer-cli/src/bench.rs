@@ -1,10 +1,12 @@
 //! `oxinfer bench`: prompt-processing and generation speed like llama-bench (mean ± standard
-//! deviation of tok/s over repetitions, markdown or JSON), and `--memory`: measured read
-//! bandwidth and the decode ceiling it implies for a model.
+//! deviation of tok/s over repetitions, markdown or JSON), optionally at a depth (`-d`: that
+//! many positions already in the KV cache), and `--memory`: measured read bandwidth and the
+//! decode ceiling it implies for a model.
 
 use crate::common::{ModelArgs, ModelPositional};
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
+use oxinfer::nn::KvCache;
 use oxinfer::Model;
 use std::time::Instant;
 
@@ -30,6 +32,18 @@ pub struct BenchArgs {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Positions already in the KV cache when each test starts (llama-bench's -d),
+    /// comma-separated; the cache is filled once per depth and each repetition runs on a copy.
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        visible_alias = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: usize,
@@ -51,6 +65,7 @@ struct Row {
     test: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     samples: Vec<f64>,
 }
 
@@ -78,10 +93,22 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn run_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
+/// A cache of room for `depth + room` positions holding `depth` positions of deterministic
+/// tokens.
+fn prefilled(model: &Model, depth: usize, room: usize) -> Result<KvCache> {
+    let lm = model.lm();
+    let mut cache = lm.new_cache(depth + room);
+    let ids = tokens(depth, model.config().vocab_size, u64::MAX);
+    for chunk in ids.chunks(oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK) {
+        lm.forward(chunk, &mut cache, false)?;
+    }
+    Ok(cache)
+}
+
+fn run_pp(model: &Model, base: &KvCache, n: usize, seed: u64) -> Result<f64> {
     let lm = model.lm();
     let ids = tokens(n, model.config().vocab_size, seed);
-    let mut cache = lm.new_cache(n);
+    let mut cache = base.clone();
     let t0 = Instant::now();
     for chunk in ids.chunks(oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK) {
         lm.forward(chunk, &mut cache, false)?;
@@ -89,10 +116,10 @@ fn run_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
-fn run_tg(model: &Model, n: usize, seed: u64) -> Result<f64> {
+fn run_tg(model: &Model, base: &KvCache, n: usize, seed: u64) -> Result<f64> {
     let lm = model.lm();
     let ids = tokens(n, model.config().vocab_size, seed);
-    let mut cache = lm.new_cache(n + 1);
+    let mut cache = base.clone();
     let t0 = Instant::now();
     for &id in &ids {
         lm.forward(&[id], &mut cache, false)?;
@@ -166,16 +193,33 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let model = a.model.load()?;
+    let model = a.kv.apply(a.model.load()?)?;
     let threads = oxinfer_kernels::pool::pool_threads();
     let mut rows = Vec::new();
-    for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-        if p > model.config().context_length {
-            bail!(
-                "-p {p} exceeds the model's context ({})",
-                model.config().context_length
-            );
+    let ctx = model.config().context_length;
+    let room = a
+        .n_prompt
+        .iter()
+        .chain(&a.n_gen)
+        .max()
+        .copied()
+        .unwrap_or(0);
+    for &d in &a.n_depth {
+        if d + room > ctx {
+            bail!("-d {d} with -p/-n up to {room} exceeds the model's context ({ctx})");
         }
+        let base = prefilled(&model, d, room + 1)?;
+        rows.extend(run_tests(&model, &a, &base)?);
+    }
+    print_rows(&model, &a, &rows, threads)
+}
+
+/// The pp and tg tests of `a`, each starting from a copy of `base`.
+fn run_tests(model: &Model, a: &BenchArgs, base: &KvCache) -> Result<Vec<Row>> {
+    let d = base.len();
+    let at = |t: String| if d > 0 { format!("{t} @ d{d}") } else { t };
+    let mut rows = Vec::new();
+    for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
         // Warm-up. A device backend sizes its pinned and scratch buffers on the first pass of a
         // size and decodes its weights on first use, so it warms up on the full prompt (as
         // llama-bench always does); the CPU needs only a short one.
@@ -184,29 +228,36 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         } else {
             p.min(32)
         };
-        run_pp(&model, warm, 0)?;
+        run_pp(model, base, warm, 0)?;
         let samples = (0..a.reps)
-            .map(|r| run_pp(&model, p, r as u64 + 1))
+            .map(|r| run_pp(model, base, p, r as u64 + 1))
             .collect::<Result<Vec<_>>>()?;
         rows.push(Row {
-            test: format!("pp{p}"),
+            test: at(format!("pp{p}")),
             n_prompt: p,
             n_gen: 0,
+            n_depth: d,
             samples,
         });
     }
     for &n in a.n_gen.iter().filter(|&&n| n > 0) {
-        run_tg(&model, n.min(8), 0)?; // warm-up
+        run_tg(model, base, n.min(8), 0)?; // warm-up
         let samples = (0..a.reps)
-            .map(|r| run_tg(&model, n, r as u64 + 1))
+            .map(|r| run_tg(model, base, n, r as u64 + 1))
             .collect::<Result<Vec<_>>>()?;
         rows.push(Row {
-            test: format!("tg{n}"),
+            test: at(format!("tg{n}")),
             n_prompt: 0,
             n_gen: n,
+            n_depth: d,
             samples,
         });
     }
+    Ok(rows)
+}
+
+/// Prints the table (or JSON) of `rows`, then the profile when asked.
+fn print_rows(model: &Model, a: &BenchArgs, rows: &[Row], threads: usize) -> Result<()> {
     let info = model.info();
     let model_type = format!(
         "{} {:.0}M {}",
@@ -215,10 +266,14 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         info.config.dtype.clone().unwrap_or_default()
     );
     let cpu = format!("CPU ({})", oxinfer_kernels::vecdot::detected_isa().name());
-    let backend = match oxinfer::backend::active() {
+    let mut backend = match oxinfer::backend::active() {
         Some(b) => format!("{} + {cpu}", b.name()),
         None => cpu,
     };
+    let kv = model.kv_types();
+    if !kv.is_f32() {
+        backend = format!("{backend}, KV {}/{}", kv.k, kv.v);
+    }
     let name = model
         .path()
         .file_name()
@@ -228,7 +283,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         Output::Md => {
             println!("| model | size | params | backend | threads | test | t/s |");
             println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
-            for r in &rows {
+            for r in rows {
                 let (m, s) = mean_std(&r.samples);
                 println!(
                     "| {model_type} | {:.2} MiB | {:.2} M | {backend} | {threads} | {} | {m:.2} ± {s:.2} |",
@@ -252,6 +307,9 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
                         "n_threads": threads,
                         "n_prompt": r.n_prompt,
                         "n_gen": r.n_gen,
+                        "n_depth": r.n_depth,
+                        "type_k": kv.k.name(),
+                        "type_v": kv.v.name(),
                         "test": r.test,
                         "avg_ts": m,
                         "stddev_ts": s,

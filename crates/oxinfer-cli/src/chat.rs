@@ -34,6 +34,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub ctx: CtxArgs,
     #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
+    #[command(flatten)]
     pub spec: crate::decode_args::SpecArgs,
     /// Let the model reason first (the chat template's `enable_thinking`); the trace (between
     /// `<think>` and `</think>`, or Gemma 4's `<|channel>thought` and `<channel|>`) is printed
@@ -70,7 +72,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             bail!(cannot_chat(m.name));
         }
     }
-    let model = model_args.load()?;
+    let model = a.kv.apply(model_args.load()?)?;
     if model.chat_template().is_none() {
         bail!(cannot_chat(&crate::run::model_name(&model)));
     }

@@ -1,6 +1,6 @@
 //! `oxinfer info [MODEL]` (or `-m MODEL`): describe a model without running it.
 
-use crate::common::{ModelArgs, ModelPositional};
+use crate::common::{CtxArgs, ModelArgs, ModelPositional};
 use anyhow::Result;
 use clap::Args;
 
@@ -14,6 +14,11 @@ pub struct InfoArgs {
     /// Say more on stderr (where the model comes from).
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    // -c: the context the KV cache line is computed for (default: the model's).
+    #[command(flatten)]
+    pub ctx: CtxArgs,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
 }
 
 pub fn run(a: InfoArgs) -> Result<()> {
@@ -24,7 +29,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         verbose: a.verbose,
         ..Default::default()
     };
-    let model = a.positional.merge_into(args)?.load()?;
+    let model = a.kv.apply(a.positional.merge_into(args)?.load()?)?;
     let i = model.info();
     let c = &i.config;
     let chat = if i.has_chat_template {
@@ -70,5 +75,22 @@ pub fn run(a: InfoArgs) -> Result<()> {
         if i.has_tokenizer { "yes" } else { "no" }
     );
     println!("chat template:   {chat}");
+    let ctx = a.ctx.ctx.unwrap_or(i.context_length);
+    let kv = model.kv_footprint(ctx);
+    let mib = |b: usize| b as f64 / 1048576.0;
+    let sliding = if kv.sliding_per_position > 0 {
+        format!(
+            " + {} bytes in sliding-window layers (up to their window)",
+            kv.sliding_per_position
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "KV cache:        {}: {} bytes per position{sliding}; {:.1} MiB at ctx {ctx}",
+        model.kv_types(),
+        kv.global_per_position,
+        mib(kv.total_at_ctx)
+    );
     Ok(())
 }

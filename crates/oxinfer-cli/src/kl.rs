@@ -24,12 +24,15 @@ pub struct KlArgs {
     pub ref_quant: Option<Precision>,
     #[command(flatten)]
     pub text: ScoredText,
+    /// KV cache types of the model under test (the reference keeps f32).
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
 }
 
 pub fn run(a: KlArgs) -> Result<()> {
     let text = read_text(&a.text.file)?;
     let model_args = a.positional.merge_into(a.model)?;
-    let model = model_args.load()?;
+    let model = a.kv.apply(model_args.load()?)?;
     let reference = ModelArgs {
         model: Some(a.reference.clone()),
         quant: a.ref_quant,

@@ -12,6 +12,7 @@ mod image;
 mod info;
 mod interrupt;
 mod kl;
+mod kv_args;
 mod line_input;
 mod list;
 mod media_args;

@@ -55,11 +55,13 @@ pub struct PerplexityArgs {
     pub positional: ModelPositional,
     #[command(flatten)]
     pub text: ScoredText,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
 }
 
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let text = read_text(&a.text.file)?;
-    let model = a.positional.merge_into(a.model)?.load()?;
+    let model = a.kv.apply(a.positional.merge_into(a.model)?.load()?)?;
     let tokens = model
         .tokenize(&text, model.adds_bos())
         .context("tokenizing the text")?;

@@ -47,6 +47,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub ctx: CtxArgs,
     #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
+    #[command(flatten)]
     pub spec: crate::decode_args::SpecArgs,
     /// Print the rendered prompt (stderr) before generating.
     #[arg(long)]
@@ -89,7 +91,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         (None, None, Some(f)) => Some(read_text(f)?),
         (None, None, None) => Some(read_stdin()?),
     };
-    let model = a.model.load()?;
+    let model = a.kv.apply(a.model.load()?)?;
     let draft = a.spec.load_draft(&a.model)?;
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;

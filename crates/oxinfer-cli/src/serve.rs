@@ -34,6 +34,8 @@ pub struct ServeArgs {
     /// Context positions per slot (default: the model's context length, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
     /// Largest request body in bytes (more are refused with 413).
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
@@ -150,7 +152,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
     }
-    let model = a.model.load()?;
+    let model = a.kv.apply(a.model.load()?)?;
     anyhow::ensure!(
         model.tokenizer().is_some(),
         "{}: the model has no tokenizer; the server needs one",

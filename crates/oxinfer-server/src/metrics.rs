@@ -30,6 +30,8 @@ pub struct Metrics {
     /// Slots generating now, and slots in all.
     pub active_slots: AtomicUsize,
     pub slots: AtomicUsize,
+    /// Bytes the slots' KV caches hold (host memory, keys and values).
+    pub kv_cache_bytes: AtomicUsize,
     /// Forward passes run, and their total time in microseconds.
     pub steps: AtomicU64,
     pub step_micros: AtomicU64,
@@ -152,6 +154,12 @@ impl Metrics {
             "gauge",
             "Slots (--parallel).",
             &plain(g(&self.slots)),
+        );
+        metric(
+            "oxinfer_kv_cache_bytes",
+            "gauge",
+            "Bytes the slots' KV caches hold now (keys and values in the --cache-type-k/-v types; grows with the positions stored, not with --ctx).",
+            &plain(g(&self.kv_cache_bytes)),
         );
         metric(
             "oxinfer_generation_tokens_per_second",

@@ -287,6 +287,9 @@ fn run(
         metrics
             .active_slots
             .store(batch.active(), Ordering::Relaxed);
+        metrics
+            .kv_cache_bytes
+            .store(batch.kv_bytes(), Ordering::Relaxed);
     }
 }
 

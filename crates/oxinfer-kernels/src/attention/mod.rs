@@ -7,9 +7,21 @@
 //! AVX2+FMA where the CPU has it ([`crate::dispatch::detected_isa`]), portable code elsewhere.
 //! The reference (one full softmax per query row) lives in the `oxinfer` crate's nn layer and
 //! is what `OXINFER_KERNELS=scalar` runs; tests compare the two.
+//!
+//! Keys and values may be stored in a [`KvType`] other than f32 (a quantized KV cache,
+//! [`attention_kv`]): each task then decodes the tile of rows it is about to read, one kv
+//! head's slice at a time ([`kv_tile`]), with the SIMD decoders of [`kv_dequant`].
 
 use crate::dispatch::{detected_isa, Isa};
 use crate::pool::parallel_for;
+use kv_tile::HeadTile;
+
+pub mod kv_dequant;
+pub mod kv_tile;
+pub mod kv_type;
+
+pub use kv_tile::KvView;
+pub use kv_type::KvType;
 
 /// Shape and options of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,6 +77,26 @@ pub fn attention(
     attention_isa(q, k, v, t, pos0, 0, s, out, detected_isa());
 }
 
+/// [`attention_ring`] over keys and values in any [`KvType`] (`k` and `v` may differ): rows
+/// of a stored type are decoded tile by tile as the tasks read them. `ring = 0` is the plain
+/// layout (row `p` is position `p`).
+///
+/// # Panics
+/// As [`attention_ring`], and when a view holds fewer rows than the call reads.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_kv(
+    q: &[f32],
+    k: KvView<'_>,
+    v: KvView<'_>,
+    t: usize,
+    pos0: usize,
+    ring: usize,
+    s: &AttnShape,
+    out: &mut [f32],
+) {
+    attention_kv_isa(q, (k, v), t, pos0, ring, s, out, detected_isa());
+}
+
 /// [`attention`] over keys and values kept in a ring buffer of `ring` rows: position `p` lives
 /// in row `p % ring` of `k` and `v` (each `[min(pos0 + t, ring), n_kv_heads * head_dim]`), so
 /// a sliding-window layer stores only its window. Every position a query sees must still be in
@@ -109,6 +141,22 @@ pub(crate) fn attention_isa(
     out: &mut [f32],
     isa: Isa,
 ) {
+    let kv = (KvView::F32(k), KvView::F32(v));
+    attention_kv_isa(q, kv, t, pos0, ring, s, out, isa);
+}
+
+/// [`attention_kv`] with the instruction set given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_kv_isa(
+    q: &[f32],
+    (k, v): (KvView<'_>, KvView<'_>),
+    t: usize,
+    pos0: usize,
+    ring: usize,
+    s: &AttnShape,
+    out: &mut [f32],
+    isa: Isa,
+) {
     // Sizes are checked products: a wrapped one would let the tasks write past `out`.
     let size = |a: usize, b: usize| a.checked_mul(b).expect("attention shape overflows usize");
     let hd = s.head_dim;
@@ -137,7 +185,7 @@ pub(crate) fn attention_isa(
         "q/out too short"
     );
     assert!(
-        k.len() >= size(n_keys, kv_row) && v.len() >= size(n_keys, kv_row),
+        k.rows(kv_row) >= n_keys && v.rows(kv_row) >= n_keys,
         "k/v too short"
     );
     if t == 0 {
@@ -170,7 +218,11 @@ pub(crate) fn attention_isa(
             // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c; buffer
             // lengths were checked above and `o` holds (i1 - i0) * gs rows.
             unsafe {
-                tiled::block(q, (k, v, ring), (i0, i1), pos0, (h0, gs, kvh), s, &mut o);
+                let kv = (
+                    HeadTile::new(k, kv_row, hd, kvh, isa),
+                    HeadTile::new(v, kv_row, hd, kvh, isa),
+                );
+                tiled::block(q, kv, ring, (i0, i1), pos0, (h0, gs), s, &mut o);
             }
             for (r, row) in o.chunks_exact(hd).enumerate() {
                 let (i, h) = (i0 + r / gs, h0 + r % gs);
@@ -184,7 +236,7 @@ pub(crate) fn attention_isa(
         });
         return;
     }
-    let _ = isa; // only x86-64 has a SIMD attention path so far
+    // Only x86-64 has a SIMD tile kernel so far; `isa` still picks the row decoders.
     let n_qb = t.div_ceil(Q_BLOCK);
     parallel_for(s.n_heads * n_qb, &|task| {
         let h = task % s.n_heads;
@@ -193,7 +245,11 @@ pub(crate) fn attention_isa(
         let i1 = (i0 + Q_BLOCK).min(t);
         let kvh = h / group;
         let mut o = vec![0f32; (i1 - i0) * hd];
-        block(q, (k, v, ring), (i0, i1), pos0, h, kvh, s, &mut o);
+        let kv = (
+            HeadTile::new(k, kv_row, hd, kvh, isa),
+            HeadTile::new(v, kv_row, hd, kvh, isa),
+        );
+        block(q, kv, ring, (i0, i1), pos0, h, s, &mut o);
         for (r, i) in (i0..i1).enumerate() {
             // SAFETY: row i, head h of `out` is written by this task only; i < t and
             // (h + 1) * hd <= q_row, so the slice lies inside `out` (checked above).
@@ -212,21 +268,21 @@ fn first_key(pos: usize, window: Option<usize>) -> usize {
     }
 }
 
-/// One query block `rows` of head `h` (kv head `kvh`) → `o` (`[rows, head_dim]`): the portable
+/// One query block `rows` of head `h` (the kv head its tiles read) → `o` (`[rows, head_dim]`): the portable
 /// path (x86-64 with AVX2 takes `tiled::block`).
 #[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
-    (k, v, ring): (&[f32], &[f32], usize),
+    (mut kt, mut vt): (HeadTile<'_>, HeadTile<'_>),
+    ring: usize,
     rows: (usize, usize),
     pos0: usize,
     h: usize,
-    kvh: usize,
     s: &AttnShape,
     o: &mut [f32],
 ) {
     let hd = s.head_dim;
-    let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+    let q_row = s.n_heads * hd;
     let (i0, i1) = rows;
     let n = i1 - i0;
     let mut m = vec![f32::NEG_INFINITY; n];
@@ -237,6 +293,8 @@ fn block(
     let mut j0 = lo;
     while j0 < hi {
         let j1 = (j0 + K_TILE).min(hi);
+        kt.load((j0..j1).map(|j| ring_row(j, ring)));
+        vt.load((j0..j1).map(|j| ring_row(j, ring)));
         for r in 0..n {
             let pos = pos0 + i0 + r;
             let a = first_key(pos, s.window).max(j0);
@@ -245,10 +303,7 @@ fn block(
                 continue;
             }
             let qi = &q[(i0 + r) * q_row + h * hd..(i0 + r) * q_row + (h + 1) * hd];
-            let key = |j: usize| {
-                let r = ring_row(j, ring);
-                &k[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd]
-            };
+            let key = |j: usize| kt.row(j - j0);
             let mut tmax = f32::NEG_INFINITY;
             let mut j = a;
             while j + 4 <= b {
@@ -289,9 +344,7 @@ fn block(
             for j in a..b {
                 let p = (sc[j - j0] - m_new).exp();
                 sum += p;
-                let r = ring_row(j, ring);
-                let vj = &v[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd];
-                axpy(orow, p, vj);
+                axpy(orow, p, vt.row(j - j0));
             }
             l[r] += sum;
         }
@@ -320,6 +373,8 @@ fn scale_in_place(o: &mut [f32], c: f32) {
     o.iter_mut().for_each(|o| *o *= c);
 }
 
+#[cfg(test)]
+mod kv_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]

@@ -41,7 +41,7 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], t: usize, pos0: usize, s: &AttnSha
     out
 }
 
-fn values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+pub(super) fn values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {

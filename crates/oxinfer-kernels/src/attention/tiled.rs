@@ -7,33 +7,35 @@
 
 #![allow(clippy::needless_range_loop)] // register tiles indexed by row and key
 
-use super::{first_key, ring_row, AttnShape, K_TILE};
+use super::{first_key, ring_row, AttnShape, HeadTile, K_TILE};
 use std::arch::x86_64::*;
 
 /// Rows the score and update kernels take at most.
 const MAX_R: usize = 4;
 
-/// One task: queries `i0 .. i1` and query heads `h0 .. h0 + gs` (all reading kv head `kvh`),
+/// One task: queries `i0 .. i1` and query heads `h0 .. h0 + gs` (all reading the kv head of
+/// the key/value tiles),
 /// into `o` (`[(i1 - i0) * gs, head_dim]`, row `r` = query `i0 + r / gs`, head
 /// `h0 + r % gs`).
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA; `q`, `k`, `v` must hold the rows the shape says (checked by
-/// `attention_isa`), and `o` `(i1 - i0) * group * head_dim` values.
+/// The CPU must have AVX2 and FMA; `q` and the views behind the tiles must hold the rows the
+/// shape says (checked by `attention_kv_isa`), and `o` `(i1 - i0) * group * head_dim` values.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn block(
     q: &[f32],
-    (k, v, ring): (&[f32], &[f32], usize),
+    (mut kt, mut vt): (HeadTile<'_>, HeadTile<'_>),
+    ring: usize,
     (i0, i1): (usize, usize),
     pos0: usize,
-    (h0, gs, kvh): (usize, usize, usize),
+    (h0, gs): (usize, usize),
     s: &AttnShape,
     o: &mut [f32],
 ) {
     let hd = s.head_dim;
     let group = gs;
-    let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+    let q_row = s.n_heads * hd;
     let nr = (i1 - i0) * group;
     assert!(o.len() >= nr * hd);
     let qp: Vec<*const f32> = (0..nr)
@@ -54,10 +56,11 @@ pub(super) unsafe fn block(
     while j0 < hi {
         let j1 = (j0 + K_TILE).min(hi);
         let nk = j1 - j0;
+        kt.load((j0..j1).map(|j| ring_row(j, ring)));
+        vt.load((j0..j1).map(|j| ring_row(j, ring)));
         for u in 0..nk {
-            let at = ring_row(j0 + u, ring) * kv_row + kvh * hd;
-            kp[u] = k[at..at + hd].as_ptr();
-            vp[u] = v[at..at + hd].as_ptr();
+            kp[u] = kt.row(u).as_ptr();
+            vp[u] = vt.row(u).as_ptr();
         }
         // Scores.
         let mut r0 = 0;

@@ -7,7 +7,7 @@
 
 mod avx2;
 mod iq_avx2;
-mod neon;
+pub(crate) mod neon;
 mod neon_mm;
 mod scalar;
 mod simd128;

@@ -33,7 +33,7 @@ pub(super) fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t 
 /// Lanes 0..4 of `h` (f16 bits) as f32 (`fcvtl`, base Armv8).
 #[inline]
 #[target_feature(enable = "neon")]
-fn f16x4_lo(h: uint16x8_t) -> float32x4_t {
+pub(crate) fn f16x4_lo(h: uint16x8_t) -> float32x4_t {
     let r: float32x4_t;
     // SAFETY: register-only conversion available on every aarch64 CPU.
     unsafe {
@@ -50,7 +50,7 @@ fn f16x4_lo(h: uint16x8_t) -> float32x4_t {
 /// Lanes 4..8 of `h` (f16 bits) as f32 (`fcvtl2`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn f16x4_hi(h: uint16x8_t) -> float32x4_t {
+pub(crate) fn f16x4_hi(h: uint16x8_t) -> float32x4_t {
     let r: float32x4_t;
     // SAFETY: register-only conversion available on every aarch64 CPU.
     unsafe {

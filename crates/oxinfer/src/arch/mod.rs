@@ -10,6 +10,7 @@ pub mod diffusion;
 pub mod encoder_attention;
 pub mod encoder_linear;
 pub mod gemma;
+pub mod kv_typed;
 pub mod llama;
 pub mod multimodal;
 pub mod names;

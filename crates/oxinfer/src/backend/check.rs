@@ -228,10 +228,15 @@ impl Backend for Checked {
         for li in 0..n {
             for (d, c) in dev_kv.iter().zip(&copies) {
                 let (dev, cpu) = (&d.layers[li], &c.layers[li]);
-                record("plan keys (per layer)".to_string(), &dev.k, &cpu.k);
-                record("plan values (per layer)".to_string(), &dev.v, &cpu.v);
+                let (dk, ck) = (dev.k.to_f32(), cpu.k.to_f32());
+                record("plan keys (per layer)".to_string(), &dk, &ck);
+                record(
+                    "plan values (per layer)".to_string(),
+                    &dev.v.to_f32(),
+                    &cpu.v.to_f32(),
+                );
                 if li == 0 || li + 1 == n {
-                    record(format!("plan keys layer {li}"), &dev.k, &cpu.k);
+                    record(format!("plan keys layer {li}"), &dk, &ck);
                 }
             }
         }

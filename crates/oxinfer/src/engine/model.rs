@@ -28,6 +28,8 @@ pub struct Model {
     /// The precision of the weights when chosen at load or recorded by a pre-quantized file.
     precision: Option<Precision>,
     load_time: Duration,
+    /// Storage types of the keys and values of the caches `lm` makes.
+    kv_types: crate::plan::KvTypes,
 }
 
 /// How to load a model.
@@ -174,6 +176,7 @@ impl Model {
             converted: None,
             precision: None,
             load_time: Duration::ZERO,
+            kv_types: Default::default(),
         })
     }
 
@@ -250,6 +253,7 @@ impl Model {
             precision: opts.quant.or(stored),
             converted,
             load_time: Duration::ZERO,
+            kv_types: Default::default(),
         })
     }
 
@@ -275,6 +279,25 @@ impl Model {
     /// The network itself.
     pub fn lm(&self) -> &dyn CausalLm {
         self.lm.as_ref()
+    }
+
+    /// The model with every KV cache it makes storing keys and values in `types`
+    /// (`--cache-type-k` / `--cache-type-v`; f32 unless asked).
+    pub fn with_kv_types(mut self, types: crate::plan::KvTypes) -> Self {
+        self.lm = arch::kv_typed::KvTyped::wrap(self.lm, types);
+        self.kv_types = types;
+        self
+    }
+
+    /// The types the model's KV caches store keys and values in.
+    pub fn kv_types(&self) -> crate::plan::KvTypes {
+        self.kv_types
+    }
+
+    /// Bytes of the KV cache per position and in total at `ctx` positions, in the model's
+    /// [`Model::kv_types`].
+    pub fn kv_footprint(&self, ctx: usize) -> arch::kv_typed::KvFootprint {
+        arch::kv_typed::kv_footprint(&self.lm.plan(), self.kv_types, ctx)
     }
 
     /// The tokenizer, when the model ships one.

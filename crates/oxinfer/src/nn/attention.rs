@@ -6,7 +6,9 @@
 
 pub use crate::backend::cpu_ref::attention::attention_cpu;
 use crate::backend::{self, AttentionGeom};
-use oxinfer_kernels::attention::AttnShape;
+#[cfg(doc)]
+use oxinfer_kernels::attention::KvType;
+use oxinfer_kernels::attention::{AttnShape, KvView};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
@@ -31,58 +33,52 @@ pub fn attention(
 }
 
 /// [`attention`] over one layer's cached keys and values as [`crate::nn::KvCache`] stores them:
-/// `k`/`v` rows in position order (`ring = 0`) or a sliding layer's ring of `ring` rows
-/// (position `p` in row `p % ring`). The default CPU kernels read the ring in place; the
-/// scalar reference and an installed backend get the visible positions copied out in order.
+/// `k`/`v` rows (f32 or another [`KvType`]) in position order (`ring = 0`) or a sliding
+/// layer's ring of `ring` rows (position `p` in row `p % ring`). The default CPU kernels read
+/// the rows in place (decoding stored types tile by tile); the scalar reference and an
+/// installed backend get the visible positions copied out in order, as f32.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_cached(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: KvView<'_>,
+    v: KvView<'_>,
     ring: usize,
     t: usize,
     pos0: usize,
     p: &AttnShape,
 ) -> Vec<f32> {
-    if ring == 0 || pos0 + t <= ring {
+    let plain = ring == 0 || pos0 + t <= ring;
+    if let (true, KvView::F32(k), KvView::F32(v)) = (plain, k, v) {
         return attention(q, k, v, t, pos0, p);
     }
+    let kv_row = p.n_kv_heads * p.head_dim;
     if backend::active().is_none()
         && oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar
     {
-        let shape = *p;
-        let kv_row = p.n_kv_heads * p.head_dim;
+        let keys = if plain { pos0 + t } else { ring };
+        let stored = keys * (k.ty().row_bytes(kv_row) + v.ty().row_bytes(kv_row));
         let _prof = oxinfer_kernels::profile::scope(
             || "attention".to_string(),
-            (2 * ring * kv_row * 4) as u64,
-            (4 * t * ring * p.n_heads * p.head_dim) as u64,
+            stored as u64,
+            (4 * t * keys * p.n_heads * p.head_dim) as u64,
         );
         let mut out = vec![0f32; t * p.n_heads * p.head_dim];
-        oxinfer_kernels::attention::attention_ring(q, k, v, t, pos0, ring, &shape, &mut out);
+        oxinfer_kernels::attention::attention_kv(q, k, v, t, pos0, ring, p, &mut out);
         return out;
     }
     // The oldest position the first query sees, then every position up to the last new one,
-    // copied out in order; the mask only depends on position differences.
+    // copied out in order as f32; the mask only depends on position differences.
     let first = match p.window {
-        Some(w) => (pos0 + 1).saturating_sub(w),
-        None => 0,
+        Some(w) if !plain => (pos0 + 1).saturating_sub(w),
+        _ => 0,
     };
     assert!(
-        pos0 + t - first <= ring,
+        plain || pos0 + t - first <= ring,
         "a ring of {ring} rows cannot hold positions {first}..{}",
         pos0 + t
     );
-    let kv_row = p.n_kv_heads * p.head_dim;
-    let n = pos0 + t - first;
-    let (mut lk, mut lv) = (
-        Vec::with_capacity(n * kv_row),
-        Vec::with_capacity(n * kv_row),
-    );
-    for pos in first..pos0 + t {
-        let r = (pos % ring) * kv_row;
-        lk.extend_from_slice(&k[r..r + kv_row]);
-        lv.extend_from_slice(&v[r..r + kv_row]);
-    }
+    let rows = || (first..pos0 + t).map(|pos| if plain { pos } else { pos % ring });
+    let (lk, lv) = (k.to_f32(rows(), kv_row), v.to_f32(rows(), kv_row));
     attention(q, &lk, &lv, t, pos0 - first, p)
 }
 

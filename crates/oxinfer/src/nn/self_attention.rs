@@ -128,7 +128,15 @@ impl SelfAttention {
             let sq = &seqs[i];
             let q = &q[sq.row * q_row..(sq.row + sq.len) * q_row];
             let lc = &sq.cache.layers[layer];
-            attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0s[i], params)
+            attention_cached(
+                q,
+                lc.k.view(),
+                lc.v.view(),
+                lc.ring,
+                sq.len,
+                pos0s[i],
+                params,
+            )
         };
         // Each sequence's output rows, in order.
         let mut outs: Vec<(usize, &mut [f32])> = Vec::with_capacity(seqs.len());

@@ -9,16 +9,22 @@
 //! ([`DeviceKv`], [`KvCache::set_device`]); the host layers then lag behind [`KvCache::len`]
 //! until [`KvCache::sync_host`] copies the missing rows down (the ownership rule is in
 //! [`super::kv_mirror`]).
+//!
+//! Keys and values are stored in the cache's [`KvTypes`] ([`KvCache::with_types`]; f32 unless
+//! asked): a row of another type is converted as it is appended, and the attention kernels read
+//! it in place ([`super::kv_rows`]). Device mirrors hold f32 only: a backend declines a cache of
+//! another type ([`KvCache::is_f32`]) and the CPU runs it. Recurrent state is always f32.
 
 use super::kv_mirror::DeviceKv;
+use super::kv_rows::{KvRows, KvTypes};
 
-/// Keys and values of one attention layer, each `[rows, kv_heads * head_dim]` row-major.
-/// Global layers: row `i` holds position `i`. Sliding layers: a ring of [`LayerCache::ring`]
+/// Keys and values of one attention layer, each `[rows, kv_heads * head_dim]` row-major in
+/// the cache's storage types. Global layers: row `i` holds position `i`. Sliding layers: a ring of [`LayerCache::ring`]
 /// rows, position `p` in row `p % ring` (rows fill in order until the ring first wraps).
 #[derive(Clone, Debug, Default)]
 pub struct LayerCache {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvRows,
+    pub v: KvRows,
     /// Oldest position still stored (0 until a sliding layer's ring first overwrites a row).
     pub start: usize,
     /// The layer's sliding window (a query at q sees keys k with q − k < window), if any.
@@ -50,11 +56,11 @@ impl LayerCache {
         let old = self.ring;
         let at = |p: usize| if old == 0 { p } else { p % old };
         let rows = len.min(ring);
-        let (mut k, mut v) = (vec![0f32; rows * row], vec![0f32; rows * row]);
+        let mut k = KvRows::zeroed(self.k.ty(), rows, row);
+        let mut v = KvRows::zeroed(self.v.ty(), rows, row);
         for p in keep_from..len {
-            let (src, dst) = (at(p) * row, (p % ring) * row);
-            k[dst..dst + row].copy_from_slice(&self.k[src..src + row]);
-            v[dst..dst + row].copy_from_slice(&self.v[src..src + row]);
+            k.copy_row(p % ring, &self.k, at(p));
+            v.copy_row(p % ring, &self.v, at(p));
         }
         self.k = k;
         self.v = v;
@@ -64,7 +70,8 @@ impl LayerCache {
 
     /// Rows of keys (or values) stored.
     pub fn stored_rows(&self, row: usize) -> usize {
-        self.k.len() / row.max(1)
+        let _ = row;
+        self.k.rows()
     }
 }
 
@@ -97,6 +104,8 @@ pub struct KvCache {
     /// Extra rows sliding layers keep beyond their window, so that the last `rewind`
     /// positions can be dropped again ([`KvCache::keep_rewind`]).
     rewind: usize,
+    /// Storage types of the keys and values.
+    types: KvTypes,
 }
 
 impl KvCache {
@@ -111,7 +120,41 @@ impl KvCache {
             capacity,
             recurrent: Vec::new(),
             rewind: 0,
+            types: KvTypes::default(),
         }
+    }
+
+    /// Stores keys and values in `types` from now on (an empty cache; f32 by default).
+    ///
+    /// # Panics
+    /// When the cache already holds positions.
+    pub fn with_types(mut self, types: KvTypes) -> Self {
+        assert!(
+            self.is_empty(),
+            "KV cache types are set before the first position"
+        );
+        for l in &mut self.layers {
+            l.k = KvRows::new(types.k);
+            l.v = KvRows::new(types.v);
+        }
+        self.types = types;
+        self
+    }
+
+    /// Storage types of the keys and values.
+    pub fn types(&self) -> KvTypes {
+        self.types
+    }
+
+    /// Whether keys and values are stored as f32 (the only type device mirrors hold).
+    pub fn is_f32(&self) -> bool {
+        self.types.is_f32()
+    }
+
+    /// Bytes the host layers' keys and values take now (they grow with the positions stored,
+    /// up to a sliding layer's ring).
+    pub fn bytes_in_use(&self) -> usize {
+        self.layers.iter().map(|l| l.k.bytes() + l.v.bytes()).sum()
     }
 
     /// Lets the cache drop up to its last `n` positions ([`KvCache::truncate`]) without
@@ -188,8 +231,8 @@ impl KvCache {
         debug_assert_eq!(k.len() % row.max(1), 0);
         let t = k.len() / row.max(1);
         let Some(w) = c.window else {
-            c.k.extend_from_slice(k);
-            c.v.extend_from_slice(v);
+            c.k.push(k, row);
+            c.v.push(v, row);
             return;
         };
         let need = (w - 1 + t).max(w + rewind);
@@ -200,12 +243,12 @@ impl KvCache {
             let p = pos0 + i;
             let r = p % c.ring;
             let src = i * row..(i + 1) * row;
-            if r * row == c.k.len() {
-                c.k.extend_from_slice(&k[src.clone()]);
-                c.v.extend_from_slice(&v[src]);
+            if r == c.k.rows() {
+                c.k.push(&k[src.clone()], row);
+                c.v.push(&v[src], row);
             } else {
-                c.k[r * row..(r + 1) * row].copy_from_slice(&k[src.clone()]);
-                c.v[r * row..(r + 1) * row].copy_from_slice(&v[src]);
+                c.k.write(r, &k[src.clone()], row);
+                c.v.write(r, &v[src], row);
             }
         }
         c.start = c.start.max((pos0 + t).saturating_sub(c.ring));
@@ -268,13 +311,11 @@ impl KvCache {
             return;
         }
         if host_cut {
-            for i in 0..self.layers.len() {
-                let row = self.row_width(i);
-                let l = &mut self.layers[i];
+            for l in &mut self.layers {
                 // Rows of a ring that has wrapped stay (they are overwritten before being read).
                 if l.ring == 0 || self.host_len <= l.ring {
-                    l.k.truncate(len * row);
-                    l.v.truncate(len * row);
+                    l.k.truncate_rows(len);
+                    l.v.truncate_rows(len);
                 }
             }
             self.host_len = len;
@@ -371,20 +412,30 @@ impl KvCache {
 
     /// Layer `layer`'s stored rows in position order: the whole buffer, or, for a ring that
     /// has wrapped, its oldest rows (from `len % ring`) then the rest.
-    /// Reads the host rows (positions before [`KvCache::host_len`]).
+    /// Reads the host rows (positions before [`KvCache::host_len`]) of an f32 cache (device
+    /// backends decline the other types, [`KvCache::is_f32`]).
+    ///
+    /// # Panics
+    /// When the cache stores another type than f32.
     pub fn past(&self, layer: usize) -> Past<'_> {
         let l = &self.layers[layer];
         let row = self.row_width(layer);
+        let (Some(k), Some(v)) = (l.k.as_f32(), l.v.as_f32()) else {
+            panic!(
+                "past() reads f32 caches only; this one stores {}",
+                self.types
+            );
+        };
         if l.ring == 0 || self.host_len <= l.ring {
             return Past {
-                k: [&l.k, &[]],
-                v: [&l.v, &[]],
+                k: [k, &[]],
+                v: [v, &[]],
             };
         }
         let at = (self.host_len % l.ring) * row;
         Past {
-            k: [&l.k[at..], &l.k[..at]],
-            v: [&l.v[at..], &l.v[..at]],
+            k: [&k[at..], &k[..at]],
+            v: [&v[at..], &v[..at]],
         }
     }
 }
@@ -402,6 +453,7 @@ impl Clone for KvCache {
             capacity: self.capacity,
             recurrent: self.recurrent.clone(),
             rewind: self.rewind,
+            types: self.types,
         }
     }
 }
@@ -428,14 +480,16 @@ impl Past<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxinfer_kernels::attention::KvView;
 
     /// The keys a windowed layer holds for a query at `pos`, in position order (read through
     /// the ring the way attention does).
     fn visible(c: &KvCache, layer: usize, pos: usize) -> Vec<f32> {
         let l = &c.layers[layer];
+        let k = l.k.as_f32().unwrap();
         let first = (pos + 1).saturating_sub(l.window.unwrap());
         (first..=pos)
-            .map(|p| l.k[if l.ring == 0 { p } else { p % l.ring }])
+            .map(|p| k[if l.ring == 0 { p } else { p % l.ring }])
             .collect()
     }
 
@@ -480,6 +534,47 @@ mod tests {
             assert_eq!(c.len(), 0);
             assert!(c.layers.iter().all(|l| l.k.is_empty() && l.start == 0));
         }
+    }
+
+    /// A sliding ring of q8_0 rows (widened for a chunk, narrowed back, rewound) holds, for
+    /// every position a query sees, exactly the bytes that position's row quantized to: rows
+    /// move as stored, never re-quantized; the global layer's bytes grow with the positions.
+    #[test]
+    fn stored_type_rings_keep_rows_as_stored() {
+        use oxinfer_kernels::attention::KvType;
+        let (w, width, ty) = (4, 32, KvType::Q8_0);
+        let row = |p: usize| -> Vec<f32> {
+            (0..width)
+                .map(|i| ((p * 31 + i * 7) % 19) as f32 / 3.0 - 3.0)
+                .collect()
+        };
+        let types = KvTypes { k: ty, v: ty };
+        let mut c = KvCache::new(2, width, 100)
+            .with_windows(&[Some(w), None])
+            .with_types(types);
+        let mut p = 0;
+        for chunk in [1usize, 3, 6, 1, 9, 2] {
+            let x: Vec<f32> = (p..p + chunk).flat_map(row).collect();
+            c.append(0, &x, &x);
+            c.append(1, &x, &x);
+            c.advance(chunk);
+            p += chunk;
+            let l = &c.layers[0];
+            let KvView::Packed { data, .. } = l.k.view() else {
+                panic!("q8_0 rows")
+            };
+            let rb = ty.row_bytes(width);
+            for q in p.saturating_sub(w)..p {
+                let mut want = Vec::new();
+                ty.quantize_row(&row(q), &mut want);
+                let r = q % l.ring;
+                assert_eq!(&data[r * rb..(r + 1) * rb], want.as_slice(), "position {q}");
+            }
+            assert_eq!(c.layers[1].k.bytes(), p * rb);
+            assert_eq!(c.bytes_in_use(), 2 * (p + p.min(w)) * rb);
+        }
+        c.truncate(p - 1);
+        assert_eq!(c.len(), p - 1);
     }
 
     /// A device mirror kept in host memory: rows by absolute position per layer.
@@ -556,7 +651,10 @@ mod tests {
         c.sync_host().unwrap();
         assert_eq!(c.host_len(), 9);
         assert_eq!(visible(&c, 0, 8), vec![5.0, 6.0, 7.0, 8.0]);
-        assert_eq!(c.layers[1].k, (0..9).map(|p| p as f32).collect::<Vec<_>>());
+        assert_eq!(
+            c.layers[1].k.as_f32().unwrap(),
+            (0..9).map(|p| p as f32).collect::<Vec<_>>()
+        );
         device_pass(&mut c, 3);
         // The host ring cannot rewind into its window; the mirror can.
         c.truncate(10);
@@ -585,7 +683,7 @@ mod tests {
         c.advance(6);
         c.truncate(2);
         assert_eq!((c.len(), c.layers[0].k.len()), (2, 4));
-        assert_eq!(c.layers[0].k, vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(c.layers[0].k.as_f32().unwrap(), [0.0, 1.0, 2.0, 3.0]);
     }
 
     /// With `keep_rewind(n)`, a wrapped sliding ring drops its last `n` positions and keeps

@@ -8,19 +8,21 @@
 //!
 //! The CPU runs every plan ([`cpu`]); a backend runs the plans whose ops it implements
 //! ([`crate::backend::Backend::run_plan`]) and declines the others, which then run on the CPU.
-//! State lives in [`KvCache`] (keys/values per layer, recurrent state; a backend may keep the
+//! State lives in [`KvCache`] (keys/values per layer in its [`KvTypes`], recurrent state; a backend may keep the
 //! keys/values in a device mirror, [`DeviceKv`]) and sequences of a batch in [`SeqRows`].
 
 pub mod batch;
 pub mod cpu;
 pub mod kv_cache;
 pub mod kv_mirror;
+pub mod kv_rows;
 pub mod media;
 pub mod ops;
 
 pub use batch::{SeqBatch, SeqRows};
 pub use kv_cache::{KvCache, LayerCache, Past, RecurrentState};
 pub use kv_mirror::{DeviceKv, MirrorRows};
+pub use kv_rows::{KvRows, KvType, KvTypes};
 pub use ops::{
     AttentionOp, AttentionParts, AttnSpec, DeviceWeight, EmbedOp, MlpOp, MlpParts, NormOp,
     PleInputsOp, PleOp, ProjOp, RecurrentOp, RopeOp, RowsOp,

@@ -151,7 +151,7 @@ impl AttentionOp for Attention {
                     .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
             }
             let lc = &sq.cache.layers[self.kv_source];
-            let out = attention_cached(q, &lc.k, &lc.v, lc.ring, sq.len, pos0, &params);
+            let out = attention_cached(q, lc.k.view(), lc.v.view(), lc.ring, sq.len, pos0, &params);
             a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
         }
         self.o.forward(&a, t)

@@ -193,6 +193,12 @@ impl<'m, T> BatchGenerator<'m, T> {
         self.active() < self.slots.len()
     }
 
+    /// Bytes the slots' KV caches hold now on the host (keys and values in the caches' types;
+    /// cached prefixes of finished sequences included; draft caches not counted).
+    pub fn kv_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.cache.bytes_in_use()).sum()
+    }
+
     /// The tokens slot `slot`'s cache holds.
     pub fn cached_tokens(&self, slot: usize) -> &[u32] {
         &self.slots[slot].cached
