@@ -281,6 +281,17 @@ impl Model {
         self.template.as_ref()
     }
 
+    /// Takes `source` (a Jinja chat template; `origin` names where it came from in errors) as
+    /// the chat template when the model has none of its own (an Ollama model's template layer
+    /// beside a GGUF without `tokenizer.chat_template`). Returns whether it was taken.
+    pub fn use_chat_template_if_absent(&mut self, origin: &Path, source: &str) -> Result<bool> {
+        if self.template.is_some() {
+            return Ok(false);
+        }
+        self.template = Some(Self::template(origin, source, self.tokenizer.as_ref())?);
+        Ok(true)
+    }
+
     /// The weights' precision when chosen at load (`--quant`) or recorded by a pre-quantized
     /// checkpoint; `None` when they are used as the file stores them without such a record.
     pub fn precision(&self) -> Option<Precision> {
