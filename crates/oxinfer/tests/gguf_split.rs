@@ -90,6 +90,9 @@ fn a_split_model_loads_as_one_with_the_single_files_tensors_and_logits() {
     let (la, lb) = (prompt_logits(&a, &prompt, 3), prompt_logits(&b, &prompt, 3));
     assert!(la == lb, "split logits differ from the single file's");
     assert_eq!(greedy(&a, &prompt, 16), greedy(&b, &prompt, 16));
+    // A folder holding exactly the parts loads them as one model too.
+    let c = load(&fixtures().join("llama-tiny-split"));
+    assert!(prompt_logits(&c, &prompt, 3) == la);
     check_sources(
         &fixtures().join("llama-tiny-a"),
         &[fixture_part(1)],

@@ -292,6 +292,27 @@ fn a_cut_transfer_resumes_with_range_and_a_corrupt_one_is_refused() {
     assert!(hub
         .log()
         .contains(&format!("CDN GET /blobs/{sha} bytes=1000-")));
+    // A leftover longer than the file: the CDN answers 416 and the download starts over.
+    fs::remove_dir_all(&cache).unwrap();
+    fs::create_dir_all(&blobs).unwrap();
+    let mut longer = gguf.clone();
+    longer.extend_from_slice(b"0123456789");
+    fs::write(blobs.join(format!("{sha}.incomplete")), &longer).unwrap();
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    let cdn: Vec<String> = hub
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("CDN"))
+        .collect();
+    assert_eq!(
+        cdn,
+        vec![
+            format!("CDN GET /blobs/{sha} bytes={}-", longer.len()),
+            format!("CDN GET /blobs/{sha}"),
+        ]
+    );
     // Served bytes that do not hash to the LFS ETag are refused and nothing is kept.
     fs::remove_dir_all(&cache).unwrap();
     hub.corrupt(&sha);

@@ -107,13 +107,17 @@ impl Model {
                     )
                     .into())
                 }
-                _ => {
-                    return Err(LoadError::malformed(
-                        path,
-                        "folder holds several .gguf files: pass one of them with -m",
-                    )
-                    .into())
-                }
+                // The parts of one split model: the first part opens them all.
+                _ => match crate::gguf::split::first_part_of_set(&ggufs) {
+                    Some(first) => Self::load_gguf(first, opts)?,
+                    None => {
+                        return Err(LoadError::malformed(
+                            path,
+                            "folder holds several .gguf files: pass one of them with -m",
+                        )
+                        .into())
+                    }
+                },
             }
         };
         model.load_time = t0.elapsed();

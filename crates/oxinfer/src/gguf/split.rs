@@ -40,6 +40,39 @@ pub fn split_prefix(path: &Path, index: u32, count: u32) -> Option<String> {
     path.strip_suffix(&suffix).map(str::to_string)
 }
 
+/// `(prefix, part number from 1, count)` of a path named as a part
+/// (`…/name-00002-of-00003.gguf` → (`…/name`, 2, 3)); `None` for any other name.
+pub fn part_of_name(path: &Path) -> Option<(String, u32, u32)> {
+    let stem = path.to_str()?.strip_suffix(".gguf")?;
+    let (rest, count) = stem.rsplit_once("-of-")?;
+    let (prefix, no) = rest.rsplit_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(count) || !digits(no) {
+        return None;
+    }
+    Some((prefix.to_string(), no.parse().ok()?, count.parse().ok()?))
+}
+
+/// The first part when `paths` are exactly the parts of one split model (a folder holding
+/// `name-00001-of-00002.gguf` and `name-00002-of-00002.gguf`); `None` otherwise.
+pub fn first_part_of_set(paths: &[PathBuf]) -> Option<&PathBuf> {
+    let parts: Vec<(String, u32, u32)> = paths
+        .iter()
+        .map(|p| part_of_name(p))
+        .collect::<Option<_>>()?;
+    let (prefix, _, count) = parts.iter().find(|p| p.1 == 1)?;
+    let mut numbers: Vec<u32> = parts
+        .iter()
+        .filter(|p| &p.0 == prefix && p.2 == *count)
+        .map(|p| p.1)
+        .collect();
+    numbers.sort_unstable();
+    if numbers.len() != paths.len() || numbers != (1..=*count).collect::<Vec<_>>() {
+        return None;
+    }
+    parts.iter().position(|p| p.1 == 1).map(|i| &paths[i])
+}
+
 /// `(split.no, split.count)` of one parsed file when it is part of a model split into more than
 /// one file; `None` for a whole model.
 pub fn split_info(g: &GgufFile) -> Result<Option<(u32, u32)>, LoadError> {
@@ -176,5 +209,15 @@ mod tests {
         assert_eq!(split_prefix(p, 2, 12).as_deref(), Some("/m/a-b"));
         assert_eq!(split_prefix(p, 1, 12), None);
         assert_eq!(split_prefix(p, 2, 3), None);
+        assert_eq!(part_of_name(p), Some(("/m/a-b".into(), 3, 12)));
+        assert_eq!(part_of_name(Path::new("/m/a-3-of-12.gguf")), None);
+        let set: Vec<PathBuf> = ["m-00002-of-00002.gguf", "m-00001-of-00002.gguf"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(first_part_of_set(&set), Some(&set[1]));
+        assert_eq!(first_part_of_set(&set[..1]), None);
+        let mixed = vec![set[1].clone(), PathBuf::from("other.gguf")];
+        assert_eq!(first_part_of_set(&mixed), None);
     }
 }
