@@ -248,11 +248,6 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// The sampling parameters: the flags given, else the built-in defaults.
-    pub fn params(&self) -> SamplingParams {
-        self.params_over(&OllamaParams::default())
-    }
-
     /// The sampling parameters: the flags given, else the model's defaults `d`, else the
     /// built-in ones.
     pub fn params_over(&self, d: &OllamaParams) -> SamplingParams {

@@ -292,7 +292,8 @@ fn a_cut_transfer_resumes_with_range_and_a_corrupt_one_is_refused() {
     assert!(hub
         .log()
         .contains(&format!("CDN GET /blobs/{sha} bytes=1000-")));
-    // A leftover longer than the file: the CDN answers 416 and the download starts over.
+    // A leftover longer than the file cannot be a prefix of it: it is dropped and the download
+    // starts over (no Range request).
     fs::remove_dir_all(&cache).unwrap();
     fs::create_dir_all(&blobs).unwrap();
     let mut longer = gguf.clone();
@@ -306,13 +307,7 @@ fn a_cut_transfer_resumes_with_range_and_a_corrupt_one_is_refused() {
         .into_iter()
         .filter(|l| l.starts_with("CDN"))
         .collect();
-    assert_eq!(
-        cdn,
-        vec![
-            format!("CDN GET /blobs/{sha} bytes={}-", longer.len()),
-            format!("CDN GET /blobs/{sha}"),
-        ]
-    );
+    assert_eq!(cdn, vec![format!("CDN GET /blobs/{sha}")]);
     // Served bytes that do not hash to the LFS ETag are refused and nothing is kept.
     fs::remove_dir_all(&cache).unwrap();
     hub.corrupt(&sha);
