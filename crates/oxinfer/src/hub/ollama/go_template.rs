@@ -78,9 +78,9 @@ pub fn parse(src: &str) -> Result<Vec<Node>, String> {
     let mut p = Parser { items, pos: 0 };
     let (nodes, end) = p.list()?;
     match end {
-        End::Eof => Ok(nodes),
-        End::End => Err("{{ end }} without an opening if/range/with".into()),
-        End::Else(_) => Err("{{ else }} outside if/range/with".into()),
+        Closer::Eof => Ok(nodes),
+        Closer::End => Err("{{ end }} without an opening if/range/with".into()),
+        Closer::Else(_) => Err("{{ else }} outside if/range/with".into()),
     }
 }
 
@@ -331,7 +331,7 @@ fn tokens(body: &str) -> Result<Vec<Tok>, String> {
 }
 
 /// What ended a list of nodes.
-enum End {
+enum Closer {
     Eof,
     End,
     /// `{{ else }}` (empty) or `{{ else if … }}` / `{{ else with … }}` (the words after else).
@@ -344,7 +344,7 @@ struct Parser {
 }
 
 impl Parser {
-    fn list(&mut self) -> Result<(Vec<Node>, End), String> {
+    fn list(&mut self) -> Result<(Vec<Node>, Closer), String> {
         let mut nodes = Vec::new();
         while self.pos < self.items.len() {
             let item = std::mem::replace(&mut self.items[self.pos], Item::Text(String::new()));
@@ -361,8 +361,8 @@ impl Parser {
                 _ => "",
             };
             match word {
-                "end" => return Ok((nodes, End::End)),
-                "else" => return Ok((nodes, End::Else(toks[1..].to_vec()))),
+                "end" => return Ok((nodes, Closer::End)),
+                "else" => return Ok((nodes, Closer::Else(toks[1..].to_vec()))),
                 "if" => nodes.push(self.branch("if", &toks[1..], &src)?),
                 "with" => nodes.push(self.branch("with", &toks[1..], &src)?),
                 "range" => nodes.push(self.branch("range", &toks[1..], &src)?),
@@ -384,7 +384,7 @@ impl Parser {
                 },
             }
         }
-        Ok((nodes, End::Eof))
+        Ok((nodes, Closer::Eof))
     }
 
     /// The node of an `if` / `with` / `range` action whose words after the keyword are `toks`.
@@ -401,17 +401,17 @@ impl Parser {
         let pipe = pipe(rest, src)?;
         let (body, end) = self.list()?;
         let otherwise = match end {
-            End::Eof => return Err(format!("{{{{ {src} }}}} has no {{{{ end }}}}")),
-            End::End => Vec::new(),
-            End::Else(words) if words.is_empty() => match self.list()? {
-                (nodes, End::End) => nodes,
+            Closer::Eof => return Err(format!("{{{{ {src} }}}} has no {{{{ end }}}}")),
+            Closer::End => Vec::new(),
+            Closer::Else(words) if words.is_empty() => match self.list()? {
+                (nodes, Closer::End) => nodes,
                 _ => {
                     return Err(format!(
                         "{{{{ {src} }}}}: its {{{{ else }}}} has no {{{{ end }}}}"
                     ))
                 }
             },
-            End::Else(words) => match words.first() {
+            Closer::Else(words) => match words.first() {
                 // `else if` / `else with` nest a node that consumes the shared `end`.
                 Some(Tok::Word(w)) if (w == "if" || w == "with") && kind != "range" => {
                     vec![self.branch(w, &words[1..], src)?]
