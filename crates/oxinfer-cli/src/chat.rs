@@ -72,12 +72,13 @@ pub fn run(a: ChatArgs) -> Result<()> {
             bail!(cannot_chat(m.name));
         }
     }
-    let model = a.kv.apply(model_args.load()?)?;
+    let (model, defaults) = model_args.load_with_defaults()?;
+    let model = a.kv.apply(model)?;
     if model.chat_template().is_none() {
         bail!(cannot_chat(&crate::run::model_name(&model)));
     }
     let draft = a.spec.load_draft(&model_args)?;
-    let mut session = model.session(a.ctx.ctx);
+    let mut session = model.session(a.ctx.or_model_default(&defaults));
     if let Some(d) = &draft {
         session.set_draft(d)?;
     }
@@ -99,7 +100,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if matches!(input, LineInput::Editor(_)) {
         crate::interrupt::catch();
     }
-    let mut params = a.sampling.params();
+    let mut params = a.sampling.params_over(&defaults);
     let mut media = crate::media_args::ChatMedia::default();
     for (kind, path) in a.media.inputs() {
         media.attach(&model, kind, &path)?;
@@ -175,6 +176,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let opts = GenerateOptions {
             max_tokens: a.max_tokens,
             sampling: params.clone(),
+            stop: defaults.stop.clone(),
             speculation: a.spec.speculation(),
             media: turn_media,
             ..GenerateOptions::default()

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxinfer::backend::DevicePref;
 use oxinfer::engine::SamplingParams;
+use oxinfer::hub::ollama::{OllamaLayers, OllamaParams};
 use oxinfer::hub::KnownModel;
 use oxinfer::quant::Precision;
 use oxinfer::{LoadOptions, Model};
@@ -79,6 +80,13 @@ pub struct CtxArgs {
     pub ctx: Option<usize>,
 }
 
+impl CtxArgs {
+    /// `--ctx`, else the model's default (`num_ctx` of an Ollama model's params).
+    pub fn or_model_default(&self, d: &OllamaParams) -> Option<usize> {
+        self.ctx.or(d.num_ctx)
+    }
+}
+
 impl ModelArgs {
     /// The device to ask the registry for, and whether the user asked for a GPU (then the
     /// device line is printed even when no GPU could be used).
@@ -104,11 +112,17 @@ impl ModelArgs {
 
     /// Resolves (fetching the default model when needed) and loads the model.
     pub fn load(&self) -> Result<Model> {
+        Ok(self.load_with_defaults()?.0)
+    }
+
+    /// [`Self::load`], with the generation defaults the model ships: an Ollama model's params
+    /// layer (empty for every other model). An Ollama model's template layer becomes the chat
+    /// template when the GGUF has none.
+    pub fn load_with_defaults(&self) -> Result<(Model, OllamaParams)> {
         self.prepare_runtime()?;
         announce_fetch(self.model.as_deref());
         let mut progress = crate::progress::Bars::new();
         let path: PathBuf = oxinfer::hub::resolve_model(self.model.as_deref(), &mut progress)?;
-        oxinfer::hub::ensure_single_file(&path)?;
         if self.verbose {
             eprintln!("model: {}", path.display());
         }
@@ -124,12 +138,63 @@ impl ModelArgs {
         if let Some(s) = spinner {
             s.finish_and_clear();
         }
-        let model = model?;
+        let mut model = model?;
         if let Some(r) = model.quant_report() {
             eprintln!("{}", r.summary());
         }
-        Ok(model)
+        let defaults = match ollama_layers(self.model.as_deref())? {
+            Some((name, layers)) => apply_ollama_layers(&mut model, &name, layers, self.verbose)?,
+            None => OllamaParams::default(),
+        };
+        Ok((model, defaults))
     }
+}
+
+/// The template, system and params layers of an `ollama:` reference; `None` for other models.
+fn ollama_layers(spec: Option<&str>) -> Result<Option<(String, OllamaLayers)>> {
+    let Some(spec) = spec.filter(|s| !std::path::Path::new(s).exists()) else {
+        return Ok(None);
+    };
+    match oxinfer::hub::parse_reference(spec) {
+        Ok(oxinfer::hub::ModelRef::Ollama(r)) => {
+            let layers = oxinfer::hub::ollama::read_layers(&oxinfer::hub::ollama::store_dir(), &r)?;
+            Ok(Some((r.to_string(), layers)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Uses an Ollama model's template layer as the chat template when the GGUF has none (a
+/// template the translation does not support is reported and left out); returns its params.
+fn apply_ollama_layers(
+    model: &mut Model,
+    name: &str,
+    layers: OllamaLayers,
+    verbose: bool,
+) -> Result<OllamaParams> {
+    if model.chat_template().is_none() {
+        match layers.chat_template_jinja() {
+            Some(Ok(jinja)) => {
+                let origin = PathBuf::from(format!("{name} (Ollama's template layer)"));
+                model.use_chat_template_if_absent(&origin, &jinja)?;
+                if verbose {
+                    eprintln!("chat template: {name}'s template layer (Go template, translated)");
+                }
+            }
+            Some(Err(e)) => eprintln!(
+                "note: {name}: the GGUF has no chat template and Ollama's template layer cannot \
+                 be translated ({e}); chat needs a template"
+            ),
+            None => {}
+        }
+    }
+    if verbose && !layers.params.ignored.is_empty() {
+        eprintln!(
+            "note: {name}: Ollama params not used: {}",
+            layers.params.ignored.join(", ")
+        );
+    }
+    Ok(layers.params)
 }
 
 /// The known model that `spec` (or the default) names when it is not in the cache yet.
@@ -158,38 +223,41 @@ fn announce_fetch(spec: Option<&str>) {
     }
 }
 
-/// Sampling options.
+/// Sampling options. A flag not given takes the model's default (an Ollama model's params
+/// layer), else the value in its help.
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Temperature (0 = greedy).
-    #[arg(long, visible_alias = "temperature", default_value_t = 0.8)]
-    pub temp: f32,
-    /// Top-k (0 = off).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Top-p (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Min-p (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Repetition penalty over the last 64 tokens (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
+    /// Temperature (0 = greedy) [default: 0.8]
+    #[arg(long, visible_alias = "temperature", value_name = "T")]
+    pub temp: Option<f32>,
+    /// Top-k (0 = off) [default: 40]
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Top-p (1 = off) [default: 0.95]
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Min-p (0 = off) [default: 0.05]
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f32>,
+    /// Repetition penalty over the last 64 tokens (1 = off) [default: 1]
+    #[arg(long, value_name = "X")]
+    pub repeat_penalty: Option<f32>,
     /// Random seed (default: random).
     #[arg(long)]
     pub seed: Option<u64>,
 }
 
 impl SamplingArgs {
-    pub fn params(&self) -> SamplingParams {
+    /// The sampling parameters: the flags given, else the model's defaults `d`, else the
+    /// built-in ones.
+    pub fn params_over(&self, d: &OllamaParams) -> SamplingParams {
         SamplingParams {
-            temperature: self.temp,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repeat_penalty: self.repeat_penalty,
-            seed: self.seed.unwrap_or_else(|| {
+            temperature: self.temp.or(d.temperature).unwrap_or(0.8),
+            top_k: self.top_k.or(d.top_k).unwrap_or(40),
+            top_p: self.top_p.or(d.top_p).unwrap_or(0.95),
+            min_p: self.min_p.or(d.min_p).unwrap_or(0.05),
+            repeat_penalty: self.repeat_penalty.or(d.repeat_penalty).unwrap_or(1.0),
+            seed: self.seed.or(d.seed).unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_nanos() as u64)

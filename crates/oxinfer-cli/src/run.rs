@@ -91,7 +91,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         (None, None, Some(f)) => Some(read_text(f)?),
         (None, None, None) => Some(read_stdin()?),
     };
-    let model = a.kv.apply(a.model.load()?)?;
+    let (model, defaults) = a.model.load_with_defaults()?;
+    let model = a.kv.apply(model)?;
     let draft = a.spec.load_draft(&a.model)?;
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;
@@ -154,14 +155,19 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
-        sampling: a.sampling.params(),
-        stop: a.stop.clone(),
+        sampling: a.sampling.params_over(&defaults),
+        // The model's stop strings (Ollama's params) unless --stop is given.
+        stop: if a.stop.is_empty() {
+            defaults.stop.clone()
+        } else {
+            a.stop.clone()
+        },
         keep_prompt_logits: a.dump_logits.is_some(),
         speculation: a.spec.speculation(),
         media,
         ..GenerateOptions::default()
     };
-    let mut session = model.session(a.ctx.ctx);
+    let mut session = model.session(a.ctx.or_model_default(&defaults));
     if let Some(d) = &draft {
         session.set_draft(d)?;
     }

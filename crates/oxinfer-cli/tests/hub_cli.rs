@@ -44,26 +44,42 @@ fn check_greedy(model: &str, env: &[(&str, &str)]) {
     assert_eq!(out.trim(), want.join(" "), "{model}");
 }
 
-/// An Ollama store in `store` with `tiny:latest` = the tiny Llama GGUF.
-fn fake_ollama_store(store: &Path) {
+/// Writes `bytes` as a blob of the Ollama store `store`; returns its `sha256:` digest and size.
+fn blob(store: &Path, bytes: &[u8]) -> (String, usize) {
+    let sha = FakeFile::new("b", bytes.to_vec(), true).sha256();
+    fs::create_dir_all(store.join("blobs")).unwrap();
+    fs::write(store.join("blobs").join(format!("sha256-{sha}")), bytes).unwrap();
+    (format!("sha256:{sha}"), bytes.len())
+}
+
+/// Writes the manifest of `name:tag` in `store`: the tiny Llama GGUF (which has a tokenizer
+/// but no chat template) as the model layer, plus `extra` layers (media type, contents).
+fn ollama_manifest(store: &Path, name: &str, tag: &str, extra: &[(&str, &[u8])]) {
     let gguf = fs::read(fixtures().join("llama-tiny-a/model.gguf")).unwrap();
-    let config = br#"{"model_format":"gguf","model_family":"llama","file_type":"F32"}"#.to_vec();
-    let blob = |bytes: &[u8]| {
-        let sha = FakeFile::new("b", bytes.to_vec(), true).sha256();
-        fs::create_dir_all(store.join("blobs")).unwrap();
-        fs::write(store.join("blobs").join(format!("sha256-{sha}")), bytes).unwrap();
-        (sha, bytes.len())
+    let config = br#"{"model_format":"gguf","model_family":"llama","file_type":"F32"}"#;
+    let layer = |media: &str, bytes: &[u8]| {
+        let (digest, size) = blob(store, bytes);
+        format!(r#"{{"mediaType":"{media}","digest":"{digest}","size":{size}}}"#)
     };
-    let (model_sha, model_len) = blob(&gguf);
-    let (config_sha, config_len) = blob(&config);
+    let (config_digest, config_len) = blob(store, config);
+    let mut layers = vec![layer("application/vnd.ollama.image.model", &gguf)];
+    layers.extend(extra.iter().map(|(m, b)| layer(m, b)));
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json",
-"config":{{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:{config_sha}","size":{config_len}}},
-"layers":[{{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:{model_sha}","size":{model_len}}}]}}"#
+"config":{{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"{config_digest}","size":{config_len}}},
+"layers":[{}]}}"#,
+        layers.join(",")
     );
-    let dir = store.join("manifests/registry.ollama.ai/library/tiny");
+    let dir = store
+        .join("manifests/registry.ollama.ai/library")
+        .join(name);
     fs::create_dir_all(&dir).unwrap();
-    fs::write(dir.join("latest"), manifest).unwrap();
+    fs::write(dir.join(tag), manifest).unwrap();
+}
+
+/// An Ollama store in `store` with `tiny:latest` = the tiny Llama GGUF.
+fn fake_ollama_store(store: &Path) {
+    ollama_manifest(store, "tiny", "latest", &[]);
 }
 
 #[test]
@@ -73,15 +89,19 @@ fn pull_list_run_and_rm_across_the_hf_cache_and_ollamas_store() {
     hub.add_repo(FakeRepo {
         id: "tiny/llama-GGUF".into(),
         commit: COMMIT.into(),
-        files: vec![
-            FakeFile::new(
-                "tiny-Q8_0.gguf",
-                fs::read(fixtures().join("llama-tiny-a/model.gguf")).unwrap(),
-                true,
-            ),
-            FakeFile::new("s-Q2_K-00001-of-00002.gguf", vec![1; 1000], true),
-            FakeFile::new("s-Q2_K-00002-of-00002.gguf", vec![2; 1000], true),
-        ],
+        files: vec![FakeFile::new(
+            "tiny-Q8_0.gguf",
+            fs::read(fixtures().join("llama-tiny-a/model.gguf")).unwrap(),
+            true,
+        )]
+        .into_iter()
+        .chain((1..=3).map(|i| {
+            // The tiny Llama split in three parts as llama.cpp's gguf-split lays them out.
+            let part = format!("model-{i:05}-of-00003.gguf");
+            let bytes = fs::read(fixtures().join("llama-tiny-split").join(part)).unwrap();
+            FakeFile::new(&format!("s-F32-{i:05}-of-00003.gguf"), bytes, true)
+        }))
+        .collect(),
         gated: false,
     });
     let store = root.join("ollama");
@@ -136,20 +156,97 @@ fn pull_list_run_and_rm_across_the_hf_cache_and_ollamas_store() {
     assert!(!list.contains("tiny/llama-GGUF"), "{list}");
     let o = oxinfer_env(&["run", "-m", "tiny/llama-GGUF:Q8_0", "-p", "hi"], &offline);
     assert_fails_with(&o, &["not in the Hugging Face cache", "HF_HUB_OFFLINE"]);
-    // A split GGUF is pulled whole; loading it says it is not supported and how to merge.
-    let o = oxinfer_env(&["run", "-m", "tiny/llama-GGUF:Q2_K", "-p", "hi"], &env);
-    assert_fails_with(
-        &o,
-        &[
-            "part 1 of a GGUF split into 2 files",
-            "llama-gguf-split --merge",
-        ],
-    );
-    assert!(snapshot.join("s-Q2_K-00002-of-00002.gguf").is_file());
+    // A split GGUF is pulled whole and runs as one model.
+    check_greedy("tiny/llama-GGUF:F32", &env);
+    assert!(snapshot.join("s-F32-00003-of-00003.gguf").is_file());
     let o = oxinfer_env(&["run", "-m", "org/", "-p", "hi"], &env);
     assert_fails_with(
         &o,
         &["org/", "expected a Hugging Face repository as org/repo"],
     );
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// An Ollama model whose GGUF has no chat template: its template layer (Go, ChatML) and system
+/// layer render the prompt as Go's text/template running Ollama's logic does
+/// (tests/fixtures/ollama-templates, case `chatml_legacy_system_layer`); its params layer's
+/// temperature 0 and stop string apply unless a flag overrides them.
+#[test]
+fn ollama_template_system_and_params_layers_are_used() {
+    let root = scratch_dir("hub-cli-ollama");
+    let store = root.join("ollama");
+    let cases: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(fixtures().join("ollama-templates/cases.json")).unwrap(),
+    )
+    .unwrap();
+    let case = cases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "chatml_legacy_system_layer")
+        .unwrap();
+    let reference: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(fixtures().join("ollama-templates/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let want_prompt = reference["rendered"]["chatml_legacy_system_layer"]
+        .as_str()
+        .unwrap();
+    let template = case["template"].as_str().unwrap().as_bytes();
+    let system = case["system"].as_str().unwrap().as_bytes();
+    let user = case["messages"][0]["content"].as_str().unwrap();
+    const TEMPLATE: &str = "application/vnd.ollama.image.template";
+    const SYSTEM: &str = "application/vnd.ollama.image.system";
+    const PARAMS: &str = "application/vnd.ollama.image.params";
+    ollama_manifest(
+        &store,
+        "chatml",
+        "plain",
+        &[(TEMPLATE, template), (SYSTEM, system)],
+    );
+    let env = [
+        ("OLLAMA_MODELS", store.to_str().unwrap()),
+        ("OXINFER_CACHE", root.to_str().unwrap()),
+    ];
+    let run = |tag: &str, flags: &[&str]| {
+        let model = format!("ollama:chatml:{tag}");
+        let mut args = vec![
+            "run",
+            "-m",
+            model.as_str(),
+            "-p",
+            user,
+            "--print-prompt",
+            "-n",
+            "24",
+        ];
+        args.extend_from_slice(flags);
+        ok(oxinfer_env(&args, &env))
+    };
+    let (full, err) = run("plain", &["--temp", "0"]);
+    assert!(err.contains(want_prompt), "rendered prompt not in:\n{err}");
+    // A stop string from the middle of the greedy reply, as the params layer's.
+    let chars: Vec<char> = full.chars().collect();
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let cut = &full[..full.find(&stop).unwrap()];
+    let params = serde_json::json!({"stop": [stop], "temperature": 0, "mirostat": 1}).to_string();
+    ollama_manifest(
+        &store,
+        "chatml",
+        "params",
+        &[
+            (TEMPLATE, template),
+            (SYSTEM, system),
+            (PARAMS, params.as_bytes()),
+        ],
+    );
+    let (out, _) = run("params", &[]);
+    assert_eq!(
+        out.trim_end(),
+        cut.trim_end(),
+        "params' temperature 0 and stop"
+    );
+    let (out, _) = run("params", &["--stop", "\u{1}"]);
+    assert_eq!(out, full, "--stop overrides the params' stop");
     fs::remove_dir_all(&root).unwrap();
 }

@@ -35,7 +35,8 @@ fn readme() -> FakeFile {
 }
 
 /// A Hub with `tiny/llama-GGUF` (Q8_0 = the tiny Llama fixture, a Q4_K_M split in two parts),
-/// `tiny/llama` (safetensors), `tiny/gated` and `tiny/empty`.
+/// `tiny/split-GGUF` (the tiny Llama split in three parts by llama.cpp's layout, as F32, beside
+/// a Q8_0), `tiny/llama` (safetensors), `tiny/gated` and `tiny/empty`.
 fn hub() -> FakeHub {
     let hub = FakeHub::start(TOKEN);
     let gguf = tiny_gguf();
@@ -48,6 +49,25 @@ fn hub() -> FakeHub {
             FakeFile::new("tiny-Q4_K_M-00001-of-00002.gguf", noise(300_000, 1), true),
             FakeFile::new("tiny-Q4_K_M-00002-of-00002.gguf", noise(200_000, 2), true),
         ],
+        gated: false,
+    });
+    let mut split_files = vec![
+        readme(),
+        FakeFile::new("tiny-Q8_0.gguf", gguf.clone(), true),
+    ];
+    for i in 1..=3 {
+        let name = format!("model-{i:05}-of-00003.gguf");
+        let bytes = fs::read(fixtures().join("llama-tiny-split").join(&name)).unwrap();
+        split_files.push(FakeFile::new(
+            &format!("tiny-F32-{i:05}-of-00003.gguf"),
+            bytes,
+            true,
+        ));
+    }
+    hub.add_repo(FakeRepo {
+        id: "tiny/split-GGUF".into(),
+        commit: COMMIT.into(),
+        files: split_files,
         gated: false,
     });
     let dir = fixtures().join("llama-tiny-a");
@@ -158,6 +178,39 @@ fn quant_tag_fetch_lays_out_the_hf_cache_and_the_model_runs() {
 }
 
 #[test]
+fn a_split_gguf_is_fetched_whole_and_runs_as_one_model() {
+    let hub = hub();
+    let cache = scratch_dir("hubfake-split");
+    let cfg = config(&hub, &cache);
+    let path = resolve("tiny/split-GGUF:f32", &cfg).unwrap();
+    let snapshot = cache
+        .join("models--tiny--split-GGUF/snapshots")
+        .join(COMMIT);
+    assert_eq!(path, snapshot.join("tiny-F32-00001-of-00003.gguf"));
+    let heads: Vec<String> = hub
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("HEAD"))
+        .collect();
+    // Fetched four at a time: every part is asked for, in any order.
+    let mut want: Vec<String> = (1..=3)
+        .map(|i| format!("HEAD /tiny/split-GGUF/resolve/{COMMIT}/tiny-F32-{i:05}-of-00003.gguf"))
+        .collect();
+    let mut heads_sorted = heads.clone();
+    heads_sorted.sort();
+    want.sort();
+    assert_eq!(heads_sorted, want);
+    // The first part opens the whole model: logits within 1e-4 of transformers, greedy equal.
+    check_sources(
+        &fixtures().join("llama-tiny-a"),
+        std::slice::from_ref(&path),
+        &[0, 3],
+        TOL,
+    );
+    fs::remove_dir_all(&cache).unwrap();
+}
+
+#[test]
 fn bad_references_say_what_was_looked_for() {
     let hub = hub();
     let cache = scratch_dir("hubfake-bad");
@@ -239,6 +292,22 @@ fn a_cut_transfer_resumes_with_range_and_a_corrupt_one_is_refused() {
     assert!(hub
         .log()
         .contains(&format!("CDN GET /blobs/{sha} bytes=1000-")));
+    // A leftover longer than the file cannot be a prefix of it: it is dropped and the download
+    // starts over (no Range request).
+    fs::remove_dir_all(&cache).unwrap();
+    fs::create_dir_all(&blobs).unwrap();
+    let mut longer = gguf.clone();
+    longer.extend_from_slice(b"0123456789");
+    fs::write(blobs.join(format!("{sha}.incomplete")), &longer).unwrap();
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    let cdn: Vec<String> = hub
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("CDN"))
+        .collect();
+    assert_eq!(cdn, vec![format!("CDN GET /blobs/{sha}")]);
     // Served bytes that do not hash to the LFS ETag are refused and nothing is kept.
     fs::remove_dir_all(&cache).unwrap();
     hub.corrupt(&sha);

@@ -110,13 +110,17 @@ impl Model {
                     )
                     .into())
                 }
-                _ => {
-                    return Err(LoadError::malformed(
-                        path,
-                        "folder holds several .gguf files: pass one of them with -m",
-                    )
-                    .into())
-                }
+                // The parts of one split model: the first part opens them all.
+                _ => match crate::gguf::split::first_part_of_set(&ggufs) {
+                    Some(first) => Self::load_gguf(first, opts)?,
+                    None => {
+                        return Err(LoadError::malformed(
+                            path,
+                            "folder holds several .gguf files: pass one of them with -m",
+                        )
+                        .into())
+                    }
+                },
             }
         };
         model.load_time = t0.elapsed();
@@ -319,6 +323,17 @@ impl Model {
     /// The chat template, when the model ships one.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.template.as_ref()
+    }
+
+    /// Takes `source` (a Jinja chat template; `origin` names where it came from in errors) as
+    /// the chat template when the model has none of its own (an Ollama model's template layer
+    /// beside a GGUF without `tokenizer.chat_template`). Returns whether it was taken.
+    pub fn use_chat_template_if_absent(&mut self, origin: &Path, source: &str) -> Result<bool> {
+        if self.template.is_some() {
+            return Ok(false);
+        }
+        self.template = Some(Self::template(origin, source, self.tokenizer.as_ref())?);
+        Ok(true)
     }
 
     /// The weights' precision when chosen at load (`--quant`) or recorded by a pre-quantized

@@ -1,10 +1,13 @@
 //! GGUF v2/v3 reader: header, metadata (every value type, nested arrays), tensor table and
-//! alignment, over a memory-mapped file so tensors are borrowed without copying.
+//! alignment, over memory-mapped files so tensors are borrowed without copying. A model split
+//! into several files by llama.cpp's `gguf-split` (`name-00001-of-00003.gguf`, ...) opens as one
+//! [`GgufFile`] ([`split`]).
 //!
 //! Every count and offset read from the file is checked against the file's size before anything
 //! is allocated, so a truncated or corrupt file gives an error naming the field, never a panic or
 //! an absurd allocation.
 
+pub mod split;
 mod value;
 
 pub use value::{MetaArray, MetaValue};
@@ -34,8 +37,11 @@ pub struct GgufTensorInfo {
     pub dims: Vec<u64>,
     /// Storage format.
     pub format: WeightFormat,
-    /// Byte offset from the start of the file.
+    /// Byte offset from the start of the file that holds the tensor (part [`Self::part`]).
     pub offset: usize,
+    /// Index of the file holding the tensor's data in [`GgufFile::parts`]: 0 for a single
+    /// file; for a split model, the part number minus one.
+    pub part: usize,
     /// Size in bytes.
     pub size: usize,
 }
@@ -47,10 +53,12 @@ impl GgufTensorInfo {
     }
 }
 
-/// An open GGUF file: metadata, tensor table, and the mapped bytes.
+/// An open GGUF model: metadata, tensor table, and the mapped bytes of its file (or of every
+/// part of a split model: the metadata is the first part's, the table spans all parts).
 pub struct GgufFile {
     path: PathBuf,
-    map: Arc<MappedFile>,
+    /// The mapped files: one, or every part of a split model in order.
+    parts: Vec<Arc<MappedFile>>,
     version: u32,
     metadata: BTreeMap<String, MetaValue>,
     tensors: Vec<GgufTensorInfo>,
@@ -64,6 +72,7 @@ impl std::fmt::Debug for GgufFile {
         f.debug_struct("GgufFile")
             .field("path", &self.path)
             .field("version", &self.version)
+            .field("parts", &self.parts.len())
             .field("metadata", &self.metadata.len())
             .field("tensors", &self.tensors.len())
             .finish()
@@ -71,14 +80,21 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Maps and parses a GGUF file.
+    /// Maps and parses a GGUF file. When it is one part of a split model (metadata
+    /// `split.count` > 1), every part is mapped and presented as one model ([`split::join`]);
+    /// a missing or mismatched part is an error naming the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
-        let path = path.as_ref();
+        split::join(Self::open_single(path.as_ref())?)
+    }
+
+    /// Maps and parses one GGUF file, without looking for the other parts of a split model.
+    pub fn open_single(path: &Path) -> Result<Self, LoadError> {
         let map = Arc::new(MappedFile::open(path)?);
         Self::parse(path, map)
     }
 
-    /// Parses GGUF bytes already mapped (or read) into memory.
+    /// Parses GGUF bytes already mapped (or read) into memory, as one file (the other parts of
+    /// a split model are not looked for).
     pub fn parse(path: &Path, map: Arc<MappedFile>) -> Result<Self, LoadError> {
         let bytes = map.bytes();
         let mut r = Reader {
@@ -201,6 +217,7 @@ impl GgufFile {
                         dims,
                         format,
                         offset: s as usize,
+                        part: 0,
                         size: size as usize,
                     };
                     if by_name.insert(name.clone(), tensors.len()).is_some() {
@@ -224,7 +241,7 @@ impl GgufFile {
 
         Ok(GgufFile {
             path: path.to_path_buf(),
-            map,
+            parts: vec![map],
             version,
             metadata,
             tensors,
@@ -234,7 +251,7 @@ impl GgufFile {
         })
     }
 
-    /// The file's path.
+    /// The file's path (the first part's, for a split model).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -249,19 +266,26 @@ impl GgufFile {
         self.alignment
     }
 
-    /// Offset of the tensor data section from the start of the file.
+    /// Offset of the tensor data section from the start of the file (the first part's).
     pub fn data_offset(&self) -> usize {
         self.data_offset
     }
 
-    /// Size of the file in bytes.
+    /// Size in bytes: of the file, or of all parts of a split model together.
     pub fn file_size(&self) -> usize {
-        self.map.bytes().len()
+        self.parts.iter().map(|p| p.bytes().len()).sum()
     }
 
-    /// The mapped file (shared with the tensors borrowed from it).
+    /// The mapped file (the first part's, for a split model), shared with the tensors borrowed
+    /// from it.
     pub fn mapped(&self) -> &Arc<MappedFile> {
-        &self.map
+        &self.parts[0]
+    }
+
+    /// Every mapped file: the one file, or the parts of a split model in order
+    /// ([`GgufTensorInfo::part`] indexes this).
+    pub fn parts(&self) -> &[Arc<MappedFile>] {
+        &self.parts
     }
 
     /// All metadata, sorted by key.
@@ -352,7 +376,7 @@ impl GgufFile {
             name: info.name.clone(),
             format: info.format,
             shape: info.shape(),
-            file: self.map.clone(),
+            file: self.parts[info.part].clone(),
             offset: info.offset,
             size: info.size,
             scales: None,

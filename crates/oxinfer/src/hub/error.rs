@@ -101,14 +101,6 @@ pub enum HubError {
         available: u64,
     },
 
-    /// A GGUF split into several files: fetched whole, but the loader reads single files.
-    #[error(
-        "{} is part 1 of a GGUF split into {parts} files; oxinfer loads single-file GGUFs only: \
-         join them with `llama-gguf-split --merge {} merged.gguf` and pass -m merged.gguf",
-        path.display(), path.display()
-    )]
-    SplitGguf { path: PathBuf, parts: u32 },
-
     /// A file-system operation failed.
     #[error("{what}: {source}")]
     Io {

