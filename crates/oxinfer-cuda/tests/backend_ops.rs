@@ -708,7 +708,7 @@ fn plan_case(float: bool) {
         (0..2)
             .map(|s| {
                 let (x, y) = (&a[s].layers[li], &b[s].layers[li]);
-                rel_err(&x.k, &y.k).max(rel_err(&x.v, &y.v))
+                rel_err(&x.k.to_f32(), &y.k.to_f32()).max(rel_err(&x.v.to_f32(), &y.v.to_f32()))
             })
             .fold(0f64, f64::max)
     };
