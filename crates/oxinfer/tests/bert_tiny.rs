@@ -7,7 +7,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fixtures, ids, max_abs_diff, read_npy_f32, reference};
+use common::{
+    encode_texts, fixtures, ids, load_embedder, max_abs_diff, read_npy_f32, reference,
+    reference_texts,
+};
 use oxinfer::embed::{EmbedOptions, Embedder, Encoded, PoolMode, Pooling};
 
 fn dir() -> PathBuf {
@@ -15,25 +18,15 @@ fn dir() -> PathBuf {
 }
 
 fn load() -> Embedder {
-    Embedder::load(&dir()).unwrap_or_else(|e| panic!("{e}"))
+    load_embedder(&dir())
 }
 
 fn texts() -> Vec<String> {
-    reference(&dir())["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["text"].as_str().unwrap().to_string())
-        .collect()
+    reference_texts(&dir())
 }
 
 fn encoded(e: &Embedder) -> Vec<Encoded> {
-    let opts = EmbedOptions::default();
-    texts()
-        .iter()
-        .enumerate()
-        .map(|(i, t)| e.encode(i, t, &opts).unwrap())
-        .collect()
+    encode_texts(e, &texts())
 }
 
 #[test]

@@ -9,7 +9,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fixtures, ids, max_abs_diff, read_npy_f32, reference};
+use common::{
+    fixtures, ids, load_embedder, max_abs_diff, read_npy_f32, reference, reference_texts,
+};
 use oxinfer::embed::{EmbedOptions, Embedder, Encoded};
 
 fn dir() -> PathBuf {
@@ -17,16 +19,11 @@ fn dir() -> PathBuf {
 }
 
 fn load() -> Embedder {
-    Embedder::load(&dir()).unwrap_or_else(|e| panic!("{e}"))
+    load_embedder(&dir())
 }
 
 fn texts() -> Vec<String> {
-    reference(&dir())["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["text"].as_str().unwrap().to_string())
-        .collect()
+    reference_texts(&dir())
 }
 
 #[test]

@@ -6,11 +6,14 @@
 #![allow(dead_code)]
 
 pub mod checks;
+pub mod embed;
 pub mod models;
 
 // Not every test binary uses both.
 #[allow(unused_imports)]
 pub use checks::*;
+#[allow(unused_imports)]
+pub use embed::*;
 #[allow(unused_imports)]
 pub use models::*;
 
