@@ -13,7 +13,8 @@
 #         needs nvcc; ~4 min on 16 cores. On a machine without network, `pack` the source here
 #         (~7 MB: no models/docs/tests/media, no other GPU backends) and point LLAMA_SRC at the
 #         unpacked tree there.
-# Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench}. Needs cmake
+# Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench,llama-cli,llama-perplexity,
+# llama-quantize,llama-imatrix} (LLAMA_TARGETS overrides the list). Needs cmake
 # (`pip install cmake ninja` works) and a C++ compiler; ~20 min on a quiet 2-core machine.
 set -euo pipefail
 FLAVOR=${1:-native}
@@ -55,5 +56,6 @@ cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF
-nice -n 15 cmake --build "$BUILD" --target llama-server llama-bench -j "$(nproc)"
-echo "built $BUILD/bin/llama-server $BUILD/bin/llama-bench"
+TARGETS=(${LLAMA_TARGETS:-llama-server llama-bench llama-cli llama-perplexity llama-quantize llama-imatrix})
+nice -n 15 cmake --build "$BUILD" --target "${TARGETS[@]}" -j "$(nproc)"
+echo "built ${TARGETS[*]} in $BUILD/bin"
