@@ -1,11 +1,12 @@
 //! The device context: one CUDA context, one stream, one cuBLAS handle, the compiled kernels,
 //! device buffers and grow-only scratch space. Used behind the backend's mutex, one op at a time.
 
-use crate::graph::{Graphs, Recorder};
+use crate::graph::{launch_kernel, Graphs, Recorder};
+use crate::kernel_profile::{self, KernelProfile};
 use crate::kernels::Kernels;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys, CudaContext};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// Whether the CUDA driver library can be opened; every driver call is guarded by this, since
@@ -144,6 +145,13 @@ pub(crate) struct Gpu {
     pub graphs: Graphs,
     /// Streaming multiprocessors of the device (sizes the int8 GEMV's grid, [`crate::ops`]).
     pub sm_count: usize,
+    /// Per-kernel launch timings (`OXINFER_CUDA_PROFILE=kernels`; graphs are off then).
+    prof: Option<RefCell<KernelProfile>>,
+    /// Weight bytes the next launch reads, declared by the GEMV launchers for the profile.
+    next_bytes: Cell<u64>,
+    /// Kernels launched as programmatic dependents of the previous one (compute 9.0+ and
+    /// `OXINFER_CUDA_PDL=1`).
+    pdl: bool,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -239,6 +247,9 @@ impl Gpu {
             rec: RefCell::default(),
             graphs: Graphs::default(),
             sm_count,
+            prof: kernel_profile::enabled().then(RefCell::default),
+            next_bytes: Cell::new(0),
+            pdl: major >= 9 && std::env::var("OXINFER_CUDA_PDL").is_ok_and(|v| v == "1"),
         })
     }
 
@@ -367,7 +378,17 @@ impl Gpu {
     /// Waits for all queued work.
     pub fn sync(&self) -> Result<(), String> {
         // SAFETY: the stream is live.
-        unsafe { result::stream::synchronize(self.stream) }.map_err(|e| format!("{e:?}"))
+        unsafe { result::stream::synchronize(self.stream) }.map_err(|e| format!("{e:?}"))?;
+        if let Some(p) = &self.prof {
+            p.borrow_mut().collect();
+        }
+        Ok(())
+    }
+
+    /// Declares that the next launch reads `bytes` bytes of weights (for the GB/s column of
+    /// `OXINFER_CUDA_PROFILE=kernels`).
+    pub fn declare_bytes(&self, bytes: usize) {
+        self.next_bytes.set(bytes as u64);
     }
 
     /// Launches `f` on the stream with `params` (pointers to each argument value).
@@ -390,7 +411,10 @@ impl Gpu {
         smem: u32,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), String> {
-        let recorded = self.rec.borrow_mut().kernel(f, grid, block, smem, params);
+        let recorded = self
+            .rec
+            .borrow_mut()
+            .kernel(f, grid, block, smem, params, self.pdl);
         match recorded {
             Ok(true) => return Ok(()),
             Ok(false) => {}
@@ -399,10 +423,18 @@ impl Gpu {
                 self.flush_recording()?;
             }
         }
+        let bytes = self.next_bytes.replace(0);
+        let timed = match &self.prof {
+            Some(p) => Some(p.borrow_mut().before(self.stream)?),
+            None => None,
+        };
         // SAFETY: `f` is a kernel of our module whose signature the callers match argument by
         // argument; the pointed-to values live until this call returns.
-        unsafe { result::launch_kernel(f, grid, block, smem, self.stream, params) }
-            .map_err(|e| format!("kernel launch: {e:?}"))
+        unsafe { launch_kernel(f, (grid, block, smem), self.stream, params, self.pdl) }?;
+        match (&self.prof, timed) {
+            (Some(p), Some(ev)) => p.borrow_mut().after(self.stream, f, bytes, ev),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -410,7 +442,7 @@ impl Gpu {
     /// Starts recording launches and device copies instead of issuing them (a decode step
     /// whose every op can be captured); nothing happens when graphs are disabled.
     pub fn start_recording(&self) {
-        if !self.graphs.disabled {
+        if !self.graphs.disabled && self.prof.is_none() {
             self.rec.borrow_mut().ops = Some(Vec::new());
         }
     }
@@ -444,6 +476,10 @@ impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.bind();
         let _ = self.sync();
+        if let Some(p) = &self.prof {
+            eprint!("{}", p.borrow().report(&self.k.names));
+            p.borrow_mut().clear();
+        }
         self.graphs.clear();
         self.scratch.clear();
         self.pinned = Pinned::empty();

@@ -34,6 +34,8 @@ pub(crate) enum Op {
         smem: u32,
         sizes: Vec<usize>,
         args: Vec<u8>,
+        /// Launched as a programmatic dependent of the previous kernel (see [`launch_kernel`]).
+        pdl: bool,
     },
     /// A device-to-device copy.
     Copy {
@@ -54,6 +56,7 @@ impl Op {
                 smem,
                 sizes,
                 args,
+                pdl,
             } => {
                 let mut off = 0;
                 let mut params: Vec<*mut c_void> = sizes
@@ -68,16 +71,14 @@ impl Op {
                 // `params` point to copies of the argument values it was recorded with, in
                 // the sizes the driver reported for its parameters, alive during the call.
                 unsafe {
-                    cudarc::driver::result::launch_kernel(
+                    launch_kernel(
                         *f as sys::CUfunction,
-                        *grid,
-                        *block,
-                        *smem,
+                        (*grid, *block, *smem),
                         stream,
                         &mut params,
+                        *pdl,
                     )
                 }
-                .map_err(|e| format!("kernel launch: {e:?}"))
             }
             Op::Copy { dst, src, bytes } => {
                 // SAFETY: both ranges were live device buffers when recorded, and the caller
@@ -88,6 +89,52 @@ impl Op {
             }
         }
     }
+}
+
+/// Launches `f` with `(grid, block, dynamic shared bytes)` on `stream`. With `pdl`, as a
+/// programmatic dependent launch (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): the
+/// kernel may be scheduled while the previous kernel of the stream finishes, and waits for it
+/// in its first instruction (`PDL_ENTER` in `kernels/common.cuh`, which every decode kernel
+/// starts with), so only the launch latency overlaps.
+///
+/// # Safety
+/// `f` must be a live kernel whose parameters `params` point to, in its declared order and
+/// types, alive during the call; `stream` must be live.
+pub(crate) unsafe fn launch_kernel(
+    f: sys::CUfunction,
+    (grid, block, smem): ((u32, u32, u32), (u32, u32, u32), u32),
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+    pdl: bool,
+) -> Result<(), String> {
+    if !pdl {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            cudarc::driver::result::launch_kernel(f, grid, block, smem, stream, params)
+        }
+        .map_err(|e| format!("kernel launch: {e:?}"));
+    }
+    // SAFETY: an all-zero attribute is a valid value of the C union; the fields set below are
+    // the ones the driver reads for this attribute id.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: the caller's contract; `config` and `attr` live during the call.
+    unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(|e| format!("kernel launch (programmatic dependent): {e:?}"))
 }
 
 /// The launches of the step being recorded (`None`: launches are issued as they come).
@@ -108,6 +155,7 @@ impl Recorder {
         block: (u32, u32, u32),
         smem: u32,
         params: &[*mut c_void],
+        pdl: bool,
     ) -> Result<bool, String> {
         let Some(ops) = self.ops.as_mut() else {
             return Ok(false);
@@ -142,6 +190,7 @@ impl Recorder {
             smem,
             sizes,
             args,
+            pdl,
         });
         Ok(true)
     }

@@ -5,6 +5,8 @@ use crate::nvrtc;
 use cudarc::driver::{sys, CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
 use oxinfer_kernels::WeightFormat;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
@@ -81,6 +83,8 @@ pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
 /// Function handles into the compiled module.
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
+    /// Each loaded kernel's name by its function handle (`OXINFER_CUDA_PROFILE=kernels`).
+    pub names: HashMap<usize, String>,
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
@@ -88,8 +92,9 @@ pub(crate) struct Kernels {
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
-    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`].
-    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 3])>,
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`],
+    /// and one activation row with two output rows per warp.
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
@@ -188,11 +193,14 @@ impl Kernels {
         let module = ctx
             .load_module(ptx)
             .map_err(|e| format!("loading the kernels: {e:?}"))?;
+        let names = RefCell::new(HashMap::new());
         let get = |name: &str| -> Result<sys::CUfunction, String> {
-            module
+            let f = module
                 .load_function(name)
                 .map(|f| f.cu_function())
-                .map_err(|e| format!("kernel {name}: {e:?}"))
+                .map_err(|e| format!("kernel {name}: {e:?}"))?;
+            names.borrow_mut().insert(f as usize, name.to_string());
+            Ok(f)
         };
         // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
         let get_tiled = |name: &str| -> Result<sys::CUfunction, String> {
@@ -222,7 +230,7 @@ impl Kernels {
             dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
         let conv_igemm_bf16 = get_tiled("conv_igemm_bf16")?;
-        Ok(Kernels {
+        let k = Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
@@ -235,6 +243,7 @@ impl Kernels {
                             get(&format!("gemv_{n}_i8_1"))?,
                             get(&format!("gemv_{n}_i8_4"))?,
                             get(&format!("gemv_{n}_i8_8"))?,
+                            get(&format!("gemv_{n}_i8_r2_1"))?,
                         ],
                     ))
                 })
@@ -263,7 +272,12 @@ impl Kernels {
             dequant_f32,
             gemv1,
             gemv8,
-            _module: module,
+            names: HashMap::new(),
+            _module: module.clone(),
+        };
+        Ok(Kernels {
+            names: names.into_inner(),
+            ..k
         })
     }
 
@@ -291,6 +305,11 @@ impl Kernels {
             5..=GEMV_MAX_ROWS => Some(k[2]),
             _ => None,
         }
+    }
+
+    /// The int8-activation GEMV for `f` on one activation row with two output rows per warp.
+    pub fn gemv_i8_pair(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        Some(self.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
@@ -362,6 +381,8 @@ mod tests {
             return;
         }
         compile_ptx(8, 0).unwrap_or_else(|e| panic!("all kernels: {e}"));
+        // Hopper: the code behind `__CUDA_ARCH__ >= 900` (programmatic dependent launch).
+        compile_ptx(9, 0).unwrap_or_else(|e| panic!("all kernels for compute 9.0: {e}"));
         for unit in KERNEL_UNITS {
             compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
         }

@@ -23,7 +23,7 @@
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
 //! compilation and function handles), `graph` (decode steps recorded, compared and replayed as
-//! CUDA graphs), `gpu` (context, stream, buffers, transfers), `matrix` (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
+//! CUDA graphs), `kernel_profile` (per-kernel device time, `OXINFER_CUDA_PROFILE=kernels`), `gpu` (context, stream, buffers, transfers), `matrix` (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
 //! that builds kernel arguments), `timing`, `gemm` / `conv` / `stack` / `stack_run` (host-side
 //! logic of each op), `backend`, `probe`.
 //!
@@ -37,6 +37,7 @@ mod conv;
 mod gemm;
 mod gpu;
 mod graph;
+mod kernel_profile;
 mod kernels;
 mod kv;
 mod matrix;

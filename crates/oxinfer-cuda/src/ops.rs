@@ -156,6 +156,7 @@ pub(crate) fn gemv(
     let wp = w.buf.ptr();
     let rb = w.row_bytes as i64;
     let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    g.declare_bytes(w.buf.bytes());
     g.launch(
         f,
         (w.rows.div_ceil(GEMV_WARPS) as u32, 1, 1),
@@ -204,18 +205,24 @@ pub(crate) fn gemv_i8(
     y: CUdeviceptr,
     t: usize,
 ) -> Result<(), String> {
-    let f =
-        g.k.gemv_i8(w.format, t)
-            .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
-    let wp = w.buf.ptr();
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
-    let rb = w.row_bytes as i64;
     let total = w.rows + n2;
     let split = gemv_split(total, g.sm_count);
+    let pair = t == 1 && split == 1 && w.rows % 2 == 0 && n2 % 2 == 0 && gemv_pairs();
+    let f = if pair {
+        g.k.gemv_i8_pair(w.format)
+    } else {
+        g.k.gemv_i8(w.format, t)
+    }
+    .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    g.declare_bytes(w.buf.bytes() + second.map_or(0, |(m, _)| m.buf.bytes()));
     let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
+    let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
     g.launch(
         f,
-        (total.div_ceil(GEMV_WARPS / split) as u32, 1, 1),
+        (total.div_ceil(rows_per_block) as u32, 1, 1),
         ((32 * GEMV_WARPS) as u32, 1, 1),
         &mut [
             arg(&wp),
@@ -254,6 +261,13 @@ fn gemv_split(rows: usize, sm_count: usize) -> usize {
     } else {
         1
     }
+}
+
+/// Whether one-row int8 GEMVs give each warp two output rows (`OXINFER_CUDA_GEMV_ROWS=2`;
+/// default one).
+fn gemv_pairs() -> bool {
+    static PAIRS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAIRS.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV_ROWS").is_ok_and(|v| v == "2"))
 }
 
 /// The kernels' id of a gated activation (0 SiLU, 1 tanh-GELU).

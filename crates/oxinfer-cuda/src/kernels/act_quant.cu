@@ -97,6 +97,7 @@ extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
 // [nblocks * B] and one scale d per block [nblocks]: the input of the int8 GEMV (gemv.cu).
 extern "C" __global__ void quant_act_i8(const float* __restrict__ x, i8* __restrict__ q,
                                         float* __restrict__ dq, long nblocks, int B) {
+    PDL_ENTER();
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;

@@ -5,6 +5,8 @@
 // q [t, H*hd], k/v [pos0+t, KVH*hd], out [t, H*hd]; hd a multiple of 32, at most 256.
 // Lane l holds elements l, l+32, ... of each row (coalesced loads).
 
+#include "common.cuh"
+
 #define QR 4
 #define MAXE 8
 
@@ -90,6 +92,7 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
                                                const int* __restrict__ rpos, int H, int KVH,
                                                int hd, float scale, int window, float softcap,
                                                int S) {
+    PDL_ENTER();
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H * S) return;
@@ -147,6 +150,7 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
 extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
                                                  float* __restrict__ out, int t, int H, int hd,
                                                  int S) {
+    PDL_ENTER();
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H) return;

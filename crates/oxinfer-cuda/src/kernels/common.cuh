@@ -8,6 +8,17 @@ typedef unsigned short u16;
 typedef short i16;
 typedef unsigned int u32;
 
+// Programmatic dependent launch (compute 9.0+; a no-op when the kernel was launched without the
+// attribute, and on older devices): let the next kernel in the stream be scheduled now, then
+// wait until the previous kernel has completed and its writes are visible. Every kernel of a
+// decode step starts with it, before it reads anything, so a launch with the attribute
+// (`OXINFER_CUDA_PDL`, gpu.rs) overlaps only the next kernel's launch with this one's tail.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_ENTER() do {} while (0)
+#endif
+
 __device__ __forceinline__ float h2f(u16 h) {
     float f;
     asm("{.reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t;}" : "=f"(f) : "h"(h));

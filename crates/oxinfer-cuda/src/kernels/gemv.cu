@@ -61,6 +61,7 @@ __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
 #define GEMV_KERNEL(F, NAME, T)                                                                \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_##T(            \
         const u8* w, long row_bytes, const float* x, float* y, int rows, int cols, int t) {     \
+        PDL_ENTER();                                                                           \
         gemv_q<F, T>(w, row_bytes, x, y, rows, cols, t);                                        \
     }
 #define GEMV_INSTANTIATE(F, NAME) GEMV_KERNEL(F, NAME, 1) GEMV_KERNEL(F, NAME, 8)
@@ -102,14 +103,18 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 // warps interleaved), each reading 16 bytes of quants
 // (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the 32
 // matching int8 activations as two 16-byte loads, so every warp load is contiguous.
-template <int T>
-__device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+template <int T, int R>
+__device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                            const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int share, int split, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
     int j = lane & 7, c = j >> 1, half = j & 1;
     for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
-        const u8* blk = wr + (long)b * 144;
+      #pragma unroll
+      for (int rr = 0; rr < R; rr++) {
+        float (&acc)[T] = accs[rr];
+        const u8* blk = w0 + rr * row_bytes + (long)b * 144;
         u32 dm = *(const u32*)blk;
         float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
         const u32* s32 = (const u32*)(blk + 4);
@@ -140,6 +145,7 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8*
                                 dmin * (mn0 * (float)sl + mn1 * (float)sh));
             }
         }
+      }
     }
 }
 
@@ -147,14 +153,18 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ wr, const i8*
 // per super-block: lane j takes half n = j / 4 and the 8 positions l0 = 8 (j % 4) .. + 8 of
 // each of its four 32-weight quarters (32 weights), reading 16 bytes of low quants, 8 of high
 // bits and four 8-byte runs of activations; each quarter's 8 weights share one scale.
-template <int T>
-__device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+template <int T, int R>
+__device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                            const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int share, int split, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
     int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
     for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
-        const u8* blk = wr + (long)b * 210;
+      #pragma unroll
+      for (int rr = 0; rr < R; rr++) {
+        float (&acc)[T] = accs[rr];
+        const u8* blk = w0 + rr * row_bytes + (long)b * 210;
         float d = h2f(*(const u16*)(blk + 208));
         const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
         const u8* ql = blk + n * 64 + l0;
@@ -196,6 +206,7 @@ __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ wr, const i8*
                 acc[r] += xd[(long)r * nb + b] * sum;
             }
         }
+      }
     }
 }
 
@@ -239,32 +250,37 @@ template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, c
 // A 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32): one lane
 // per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations (the block's
 // warps take consecutive runs of 32).
-template <int F, int T>
-__device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ wr, const i8* __restrict__ xq,
+template <int F, int T, int R>
+__device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                            const i8* __restrict__ xq,
                                             const float* __restrict__ xd, int cols, int t,
-                                            int lane, int share, int split, float (&acc)[T]) {
+                                            int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 5;
     for (int b = lane + 32 * share; b < nb; b += 32 * split) {
-        const u8* blk = wr + (long)b * Fmt<F>::BYTES;
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (r < t) {
                 const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
                 int4 a = xr[0], c = xr[1];
                 int x[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-                acc[r] += dot32_i8<F>(blk, x, xd[(long)r * nb + b]);
+                float dx = xd[(long)r * nb + b];
+                #pragma unroll
+                for (int rr = 0; rr < R; rr++)
+                    accs[rr][r] += dot32_i8<F>(w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES, x, dx);
             }
         }
     }
 }
 
-// GEMV on int8 activations for format F and up to T rows. `split` is 1 or GEMV_WARPS: with 1,
-// each warp of a block computes one output row (the fastest when the grid has several waves of
+// GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
+// (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
+// only with split == 1 and row counts that are multiples of R). `split` is 1 or GEMV_WARPS: with 1,
+// each warp of a block computes R output rows (the fastest when the grid has several waves of
 // warps); with GEMV_WARPS, the block's warps split one row's blocks and add their partial sums in
 // a fixed order (more warps in flight for matrices of few rows: the host picks, ops.rs). With a
 // second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
 // of the grid multiply w2 into y2 (two projections of one input in one launch).
-template <int F, int T>
+template <int F, int T, int R>
 __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
                                         long row_bytes, const i8* __restrict__ xq,
                                         const float* __restrict__ xd, float* __restrict__ y,
@@ -273,7 +289,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // Uniform over the block when split == GEMV_WARPS (one row per block), so the early
     // returns below never skip the __syncthreads of that case.
-    int row = blockIdx.x * (GEMV_WARPS / split) + warp / split;
+    int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
     if (row >= rows) {
         if (w2 == 0) return;
@@ -284,20 +300,23 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         if (row >= rows) return;
     }
     const u8* wr = w + (long)row * row_bytes;
-    float acc[T];
+    float acc[R][T];
     #pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.f;
-    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T>(wr, xq, xd, cols, t, lane, share, split, acc);
-    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T>(wr, xq, xd, cols, t, lane, share, split, acc);
-    else b32_i8_rows<F, T>(wr, xq, xd, cols, t, lane, share, split, acc);
+    for (int rr = 0; rr < R; rr++)
+        #pragma unroll
+        for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
+    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
     if (split == 1) {
-        gemv_store<T>(acc, y, rows, row, t);
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], y, rows, row + rr, t);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
     #pragma unroll
     for (int r = 0; r < T; r++) {
-        float v = acc[r];
+        float v = acc[0][r];
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
         if (lane == 0) partial[warp][r] = v;
@@ -311,13 +330,16 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     }
 }
 
-#define GEMV_I8_KERNEL(F, NAME, T)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_##T(         \
+#define GEMV_I8_KERNEL(F, NAME, T, R, SUFFIX)                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
         float* y2, int rows, int rows2, int cols, int t, int split) {                          \
-        gemv_i8<F, T>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split);            \
+        PDL_ENTER();                                                                           \
+        gemv_i8<F, T, R>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split);         \
     }
-#define GEMV_I8(F, NAME) GEMV_I8_KERNEL(F, NAME, 1) GEMV_I8_KERNEL(F, NAME, 4) GEMV_I8_KERNEL(F, NAME, 8)
+#define GEMV_I8(F, NAME)                                                                       \
+    GEMV_I8_KERNEL(F, NAME, 1, 1, _1) GEMV_I8_KERNEL(F, NAME, 4, 1, _4)                         \
+    GEMV_I8_KERNEL(F, NAME, 8, 1, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, _r2_1)
 
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)

@@ -6,18 +6,21 @@
 
 // x = cap * tanh(x / cap), n elements.
 extern "C" __global__ void softcap_f32(float* x, long n, float cap) {
+    PDL_ENTER();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 // x += y, n elements.
 extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, long n) {
+    PDL_ENTER();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 // Gated MLP middle in f32: g = act(g) * u (act 0 = SiLU, 1 = tanh-GELU), n elements.
 extern "C" __global__ void gated_act_f32(float* g, const float* __restrict__ u, long n, int act) {
+    PDL_ENTER();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = g[i];
@@ -29,6 +32,7 @@ extern "C" __global__ void gated_act_f32(float* g, const float* __restrict__ u, 
 // dst[i, :] = src[idx[i], :] for rows of width dim.
 extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const int* __restrict__ idx,
                                            float* __restrict__ dst, int n, int dim) {
+    PDL_ENTER();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)n * dim) return;
     int r = (int)(i / dim), c = (int)(i % dim);
@@ -46,6 +50,7 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 extern "C" __global__ void add_rms_norm_q8(float* x, const float* __restrict__ res,
                                            const float* __restrict__ w, float* y, i8* q,
                                            float* dq, int rows, int dim, float eps, int B) {
+    PDL_ENTER();
     int r = blockIdx.x;
     if (r >= rows) return;
     float* xr = x + (long)r * dim;
@@ -91,6 +96,7 @@ extern "C" __global__ void add_rms_norm_q8(float* x, const float* __restrict__ r
 // of the result in blocks of B (quant_act_i8) in one kernel: one warp per block.
 extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i8* q, float* dq,
                                         long nblocks, int B, int act) {
+    PDL_ENTER();
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
@@ -126,6 +132,7 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     const float* __restrict__ qn, const float* __restrict__ kw, const float* __restrict__ cs,
     const float* __restrict__ sn, const int* __restrict__ pos, int row0, int n, int H, int KVH,
     int hd, int half, int interleaved, float eps) {
+    PDL_ENTER();
     __shared__ float sh[QKV_WARPS][256];
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
