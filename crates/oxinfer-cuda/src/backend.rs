@@ -499,9 +499,14 @@ impl Backend for CudaBackend {
     }
 
     fn stats(&self) -> Option<String> {
+        let kernels = self
+            .gpu
+            .lock()
+            .ok()
+            .and_then(|g| g.bind().ok().and_then(|_| g.kernel_report()));
         let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         if s.is_empty() {
-            return None;
+            return kernels;
         }
         let mut out = format!("{} device ops (wall time incl. transfers):\n", self.name);
         for (k, (calls, secs, up, down)) in s.iter() {
@@ -512,6 +517,7 @@ impl Backend for CudaBackend {
                 *down as f64 / 1e6
             ));
         }
+        out.push_str(kernels.as_deref().unwrap_or(""));
         Some(out)
     }
 }

@@ -149,8 +149,8 @@ pub(crate) struct Gpu {
     prof: Option<RefCell<KernelProfile>>,
     /// Weight bytes the next launch reads, declared by the GEMV launchers for the profile.
     next_bytes: Cell<u64>,
-    /// Kernels launched as programmatic dependents of the previous one (compute 9.0+ and
-    /// `OXINFER_CUDA_PDL=1`).
+    /// Kernels launched as programmatic dependents of the previous one (compute 9.0+, unless
+    /// `OXINFER_CUDA_PDL=0`).
     pdl: bool,
 }
 
@@ -249,7 +249,7 @@ impl Gpu {
             sm_count,
             prof: kernel_profile::enabled().then(RefCell::default),
             next_bytes: Cell::new(0),
-            pdl: major >= 9 && std::env::var("OXINFER_CUDA_PDL").is_ok_and(|v| v == "1"),
+            pdl: major >= 9 && std::env::var("OXINFER_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -385,6 +385,16 @@ impl Gpu {
         Ok(())
     }
 
+    /// The per-kernel time table when kernels are timed (`--profile`), after waiting for the
+    /// queued work.
+    pub fn kernel_report(&self) -> Option<String> {
+        let p = self.prof.as_ref()?;
+        self.sync().ok()?;
+        let mut p = p.borrow_mut();
+        p.reported = true;
+        Some(p.report(&self.k.names)).filter(|s| !s.is_empty())
+    }
+
     /// Declares that the next launch reads `bytes` bytes of weights (for the GB/s column of
     /// `OXINFER_CUDA_PROFILE=kernels`).
     pub fn declare_bytes(&self, bytes: usize) {
@@ -411,10 +421,11 @@ impl Gpu {
         smem: u32,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), String> {
+        let pdl = self.pdl && self.k.dependents.contains(&(f as usize));
         let recorded = self
             .rec
             .borrow_mut()
-            .kernel(f, grid, block, smem, params, self.pdl);
+            .kernel(f, grid, block, smem, params, pdl);
         match recorded {
             Ok(true) => return Ok(()),
             Ok(false) => {}
@@ -430,7 +441,7 @@ impl Gpu {
         };
         // SAFETY: `f` is a kernel of our module whose signature the callers match argument by
         // argument; the pointed-to values live until this call returns.
-        unsafe { launch_kernel(f, (grid, block, smem), self.stream, params, self.pdl) }?;
+        unsafe { launch_kernel(f, (grid, block, smem), self.stream, params, pdl) }?;
         match (&self.prof, timed) {
             (Some(p), Some(ev)) => p.borrow_mut().after(self.stream, f, bytes, ev),
             _ => Ok(()),
@@ -477,7 +488,9 @@ impl Drop for Gpu {
         let _ = self.bind();
         let _ = self.sync();
         if let Some(p) = &self.prof {
-            eprint!("{}", p.borrow().report(&self.k.names));
+            if !p.borrow().reported {
+                eprint!("{}", p.borrow().report(&self.k.names));
+            }
             p.borrow_mut().clear();
         }
         self.graphs.clear();

@@ -1,6 +1,7 @@
-//! `OXINFER_CUDA_PROFILE=kernels`: the device time of every kernel launch, summed per kernel
-//! and printed as a table on stderr when the device closes, with the weight bandwidth of the
-//! GEMVs and the peak device memory in use.
+//! `--profile` (or `OXINFER_CUDA_PROFILE=kernels`): the device time of every kernel launch,
+//! summed per kernel, with the weight bandwidth of the GEMVs and the peak device memory in use:
+//! a table in the backend's `stats()` (printed by the CLI's `--profile`), or on stderr when the
+//! device closes if nobody asked for it.
 //!
 //! Each launch is bracketed by two CUDA events (graphs are off in this mode, so launches are
 //! issued one by one); the pairs are read back at the next stream synchronisation. An event
@@ -10,9 +11,11 @@
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
 
-/// Whether `OXINFER_CUDA_PROFILE=kernels` is set.
+/// Whether kernels are timed: `--profile` (the kernels crate's profile switch, set before a
+/// device opens) or `OXINFER_CUDA_PROFILE=kernels`.
 pub(crate) fn enabled() -> bool {
-    std::env::var("OXINFER_CUDA_PROFILE").is_ok_and(|v| v == "kernels")
+    oxinfer_kernels::profile::enabled()
+        || std::env::var("OXINFER_CUDA_PROFILE").is_ok_and(|v| v == "kernels")
 }
 
 /// One kernel's totals.
@@ -36,6 +39,8 @@ pub(crate) struct KernelProfile {
     /// Peak of (total − free) device memory seen at the synchronisations, bytes.
     peak_used: usize,
     total_mem: usize,
+    /// Whether the table was handed out (then it is not printed again when the device closes).
+    pub(crate) reported: bool,
 }
 
 impl KernelProfile {

@@ -6,7 +6,7 @@ use cudarc::driver::{sys, CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
 use oxinfer_kernels::WeightFormat;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
@@ -85,6 +85,9 @@ pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
     /// Each loaded kernel's name by its function handle (`OXINFER_CUDA_PROFILE=kernels`).
     pub names: HashMap<usize, String>,
+    /// The kernels that wait for the previous grid in their first instruction (`PDL_ENTER`),
+    /// by function handle: only these may be launched as programmatic dependents.
+    pub dependents: HashSet<usize>,
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
@@ -160,6 +163,19 @@ pub fn compile_ptx(major: i32, minor: i32) -> Result<Ptx, String> {
     nvrtc::compile(&main, &FILES, arch(major, minor))
 }
 
+/// The kernels (`.entry` names) of `ptx` whose code waits for the previous grid
+/// (`griddepcontrol.wait`, from `PDL_ENTER` in `kernels/common.cuh`; compute 9.0+ only). A
+/// kernel without it must not be launched as a programmatic dependent: it could read its
+/// inputs before the kernel that writes them has finished.
+pub(crate) fn dependent_entries(ptx: &str) -> HashSet<String> {
+    ptx.split(".entry ")
+        .skip(1)
+        .filter(|body| body.contains("griddepcontrol.wait"))
+        .filter_map(|body| body.split('(').next())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
 /// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`]) on its own, which checks that it
 /// includes every header it uses.
 ///
@@ -190,6 +206,7 @@ impl Kernels {
     /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`.
     pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
         let ptx = compile_ptx(major, minor)?;
+        let waiting = dependent_entries(&ptx.to_src());
         let module = ctx
             .load_module(ptx)
             .map_err(|e| format!("loading the kernels: {e:?}"))?;
@@ -273,10 +290,18 @@ impl Kernels {
             gemv1,
             gemv8,
             names: HashMap::new(),
+            dependents: HashSet::new(),
             _module: module.clone(),
         };
+        let names = names.into_inner();
+        let dependents = names
+            .iter()
+            .filter(|(_, n)| waiting.contains(n.as_str()))
+            .map(|(&f, _)| f)
+            .collect();
         Ok(Kernels {
-            names: names.into_inner(),
+            names,
+            dependents,
             ..k
         })
     }
@@ -382,7 +407,17 @@ mod tests {
         }
         compile_ptx(8, 0).unwrap_or_else(|e| panic!("all kernels: {e}"));
         // Hopper: the code behind `__CUDA_ARCH__ >= 900` (programmatic dependent launch).
-        compile_ptx(9, 0).unwrap_or_else(|e| panic!("all kernels for compute 9.0: {e}"));
+        let hopper =
+            compile_ptx(9, 0).unwrap_or_else(|e| panic!("all kernels for compute 9.0: {e}"));
+        let waiting = dependent_entries(&hopper.to_src());
+        for k in ["gemv_q4_k_i8_1", "add_rms_norm_q8", "qkv_post", "attention_split_f32"] {
+            assert!(waiting.contains(k), "{k} does not wait: {waiting:?}");
+        }
+        for k in ["gemm_q4_k", "attention_f32", "conv_igemm_f32"] {
+            assert!(!waiting.contains(k), "{k} waits");
+        }
+        let ampere = compile_ptx(8, 0).expect("compiled above");
+        assert!(dependent_entries(&ampere.to_src()).is_empty());
         for unit in KERNEL_UNITS {
             compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
         }

@@ -14,6 +14,10 @@ use std::ffi::c_void;
 /// Threads per block of the element-wise kernels.
 const THREADS: u32 = 256;
 
+/// The widest row `add_rms_norm_q8` takes: its 1024 threads hold 16 values each
+/// (`RMS_THREADS` · `RMS_PER` in `kernels/stack.cu`).
+pub(crate) const RMS_MAX_DIM: usize = 1024 * 16;
+
 /// Threads per block of the GroupNorm statistics kernel.
 const STATS_THREADS: u32 = 512;
 
@@ -329,13 +333,20 @@ pub(crate) fn add_rms_norm_q8(
     dim: usize,
     eps: f32,
 ) -> Result<(), String> {
+    if dim > RMS_MAX_DIM {
+        return Err(format!(
+            "RMSNorm over rows of {dim}: the device kernel takes at most {RMS_MAX_DIM}"
+        ));
+    }
     let res = res.unwrap_or(0);
     let (q, d, b) = out.map_or((0, 0, 32), |o| (o.q, o.d, o.block as i32));
     let (r, n) = (rows as i32, dim as i32);
+    // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
+    let threads = dim.next_multiple_of(32).min(1024) as u32;
     g.launch(
         g.k.add_rms_norm_q8,
         (rows as u32, 1, 1),
-        (THREADS, 1, 1),
+        (threads, 1, 1),
         &mut [
             arg(&x),
             arg(&res),

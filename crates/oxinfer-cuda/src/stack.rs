@@ -198,6 +198,7 @@ pub(crate) fn supported(d: &StackDesc) -> bool {
         && d.head_dim <= 256
         && d.n_kv_heads > 0
         && d.n_heads.is_multiple_of(d.n_kv_heads)
+        && d.dim <= crate::ops::RMS_MAX_DIM
         && d.ropes
             .iter()
             .all(|&(dim, _)| dim.is_multiple_of(2) && dim <= d.head_dim)

@@ -44,7 +44,7 @@ __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
         dq16<F>(wr, k, wv);
         #pragma unroll
         for (int r = 0; r < T; r++) {
-            if (r < t) {
+            if (T == 1 || r < t) {
                 const float4* xr = (const float4*)(x + (long)r * cols + k);
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
@@ -110,6 +110,8 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
     int j = lane & 7, c = j >> 1, half = j & 1;
+    // Unrolled so that several blocks' loads are in flight at once.
+    #pragma unroll 4
     for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
@@ -127,7 +129,7 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
         int k0 = b * 256 + c * 64 + half * 16;
         #pragma unroll
         for (int r = 0; r < T; r++) {
-            if (r < t) {
+            if (T == 1 || r < t) {
                 int4 xl = *(const int4*)(xq + (long)r * cols + k0);
                 int4 xh = *(const int4*)(xq + (long)r * cols + k0 + 32);
                 int xlo[4] = {xl.x, xl.y, xl.z, xl.w};
@@ -160,6 +162,7 @@ __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
     int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
+    #pragma unroll 4
     for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
@@ -193,7 +196,7 @@ __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_
         int k0 = b * 256 + n * 128 + l0;
         #pragma unroll
         for (int r = 0; r < T; r++) {
-            if (r < t) {
+            if (T == 1 || r < t) {
                 const i8* xr = xq + (long)r * cols + k0;
                 float sum = 0.f;
                 #pragma unroll
@@ -256,10 +259,11 @@ __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ w0, long row_
                                             const float* __restrict__ xd, int cols, int t,
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 5;
+    #pragma unroll 4
     for (int b = lane + 32 * share; b < nb; b += 32 * split) {
         #pragma unroll
         for (int r = 0; r < T; r++) {
-            if (r < t) {
+            if (T == 1 || r < t) {
                 const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
                 int4 a = xr[0], c = xr[1];
                 int x[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
