@@ -8,7 +8,8 @@ use crate::ops;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
-use oxinfer::plan::{Plan, PlanInput, SeqRows};
+use crate::stack_run::Out;
+use oxinfer::plan::{Plan, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,6 +84,41 @@ impl CudaBackend {
         e.1 += start.elapsed().as_secs_f64();
         e.2 += up as u64;
         e.3 += down as u64;
+    }
+
+    /// One whole-plan pass on the decoder stack (`run_plan` / `run_plan_scored`); `down` is
+    /// the bytes that come back, for the stats. False when the stack declines the plan.
+    fn stack_pass(
+        &self,
+        plan: &Plan,
+        input: &PlanInput,
+        seqs: &mut [SeqRows<'_>],
+        out: Out<'_>,
+        down: usize,
+    ) -> bool {
+        let t = input.t();
+        if t == 0 || input.x.len() != t * plan.dim {
+            return false;
+        }
+        let Some(d) = crate::stack::lower(self, plan).filter(crate::stack::supported) else {
+            return false;
+        };
+        let start = Instant::now();
+        let mut g = self.lock();
+        let r = crate::stack_run::run(&self.gpu, &mut g, self.path, &d, input, seqs, out);
+        drop(g);
+        match r {
+            Ok(done) => {
+                let kind = if t <= seqs.len() {
+                    "run_plan decode"
+                } else {
+                    "run_plan"
+                };
+                self.note(kind.to_string(), start, input.x.len() * 4, down);
+                done
+            }
+            Err(e) => self.fail("run_plan", e),
+        }
     }
 
     /// Reports a device failure once (the op then runs on the CPU).
@@ -473,29 +509,20 @@ impl Backend for CudaBackend {
         seqs: &mut [SeqRows<'_>],
         logits: &mut [f32],
     ) -> bool {
-        let t = input.t();
-        if t == 0 || input.x.len() != t * plan.dim {
-            return false;
-        }
-        let Some(d) = crate::stack::lower(self, plan).filter(crate::stack::supported) else {
-            return false;
-        };
-        let start = Instant::now();
-        let mut g = self.lock();
-        let r = crate::stack_run::run(&self.gpu, &mut g, self.path, &d, input, seqs, logits);
-        drop(g);
-        match r {
-            Ok(done) => {
-                let kind = if t <= seqs.len() {
-                    "run_plan decode"
-                } else {
-                    "run_plan"
-                };
-                self.note(kind.to_string(), start, input.x.len() * 4, 4 * logits.len());
-                done
-            }
-            Err(e) => self.fail("run_plan", e),
-        }
+        let down = 4 * logits.len();
+        self.stack_pass(plan, input, seqs, Out::Logits(logits), down)
+    }
+
+    fn run_plan_scored(
+        &self,
+        plan: &Plan,
+        input: &PlanInput,
+        seqs: &mut [SeqRows<'_>],
+        targets: &[u32],
+        scores: &mut [RowScore],
+    ) -> bool {
+        let down = 16 * scores.len();
+        self.stack_pass(plan, input, seqs, Out::Scores { targets, scores }, down)
     }
 
     fn stats(&self) -> Option<String> {

@@ -206,6 +206,8 @@ pub(crate) enum Slot {
     XScale = 20,
     /// Split decode attention of a single op: the query rows' positions, i32.
     Pos = 21,
+    /// Decoder stack: per logit row its score (log-probability of the target, argmax), f64 pairs.
+    Scores = 22,
 }
 
 impl Gpu {

@@ -126,6 +126,8 @@ pub(crate) struct Kernels {
     /// f32 → f16 divided by the guard's scale.
     pub f32_to_f16_scaled: sys::CUfunction,
     pub softcap: sys::CUfunction,
+    /// Per logit row: log-probability of a target and the first index of the maximum.
+    pub logit_scores: sys::CUfunction,
     /// Convolution input statistics: (mean, rstd) per GroupNorm group.
     pub conv_stats_group: sys::CUfunction,
     /// Convolution input statistics: (mean, rstd) per pixel (LayerNorm).
@@ -280,6 +282,7 @@ impl Kernels {
             amax_f32: get("amax_f32")?,
             f32_to_f16_scaled: get("f32_to_f16_scaled")?,
             softcap: get("softcap_f32")?,
+            logit_scores: get("logit_scores")?,
             conv_stats_group: get("conv_stats_group")?,
             conv_stats_layer: get("conv_stats_layer")?,
             conv_igemm_f32: get("conv_igemm_f32")?,

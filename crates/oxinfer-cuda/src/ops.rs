@@ -462,6 +462,26 @@ pub(crate) fn qkv_post(
     )
 }
 
+/// Scores `rows` logit rows (`logits` `[rows, vocab]`) against their targets (`targets`, one
+/// i32 per row): `out` gets `[rows, 2]` f64, the target's log-probability and the row's first
+/// argmax (`RowScore::from_logits`' arithmetic).
+pub(crate) fn logit_scores(
+    g: &Gpu,
+    logits: CUdeviceptr,
+    rows: usize,
+    vocab: usize,
+    targets: CUdeviceptr,
+    out: CUdeviceptr,
+) -> Result<(), String> {
+    let v = vocab as i64;
+    g.launch(
+        g.k.logit_scores,
+        (rows as u32, 1, 1),
+        (1024, 1, 1),
+        &mut [arg(&logits), arg(&v), arg(&targets), arg(&out)],
+    )
+}
+
 /// `x += y` over `n` values.
 pub(crate) fn add(g: &Gpu, x: CUdeviceptr, y: CUdeviceptr, n: usize) -> Result<(), String> {
     let n_l = n as i64;

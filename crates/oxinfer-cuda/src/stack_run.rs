@@ -17,7 +17,7 @@ use crate::stack::StackDesc;
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::{AttentionGeom, AttnShape, Weight};
-use oxinfer::plan::{KvCache, PlanInput, SeqRows};
+use oxinfer::plan::{KvCache, PlanInput, RowScore, SeqRows};
 use std::sync::{Arc, Mutex};
 
 /// Byte offset of f32 element `i`.
@@ -182,7 +182,7 @@ pub(crate) fn run(
     d: &StackDesc,
     i: &PlanInput,
     seqs: &mut [SeqRows<'_>],
-    logits: &mut [f32],
+    out: Out<'_>,
 ) -> Result<bool, String> {
     let mut mats = Vec::with_capacity(d.layers.len());
     for l in &d.layers {
@@ -225,6 +225,12 @@ pub(crate) fn run(
         }
     }
     let pos_o = per_pass.push(&bits(&mut row_pos.into_iter()));
+    let targets_o = match &out {
+        Out::Scores { targets, .. } => {
+            Some(per_pass.push(&bits(&mut targets.iter().map(|&t| t as usize))))
+        }
+        Out::Logits(_) => None,
+    };
     let widest = [dim, ffn, q_row].into_iter().max().unwrap_or(dim);
     let biggest_w = mats
         .iter()
@@ -266,6 +272,10 @@ pub(crate) fn run(
     g.scratch(Slot::X16, t * widest * 4)?;
     g.scratch(Slot::XScale, t * widest.div_ceil(32) * 4)?;
     g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
+    let scores_dev = match targets_o {
+        Some(_) => g.scratch(Slot::Scores, n_logit * 16)?,
+        None => 0,
+    };
     let bufs = Bufs {
         params: params_on_device(g, &params)?,
         ..bufs
@@ -315,10 +325,21 @@ pub(crate) fn run(
     if let Some(tm) = &timing {
         tm.launched(g)?;
     }
-    if n_logit > 0 {
-        g.download(logits, bufs.logits)?;
-    } else {
-        g.sync()?;
+    match (out, targets_o) {
+        (Out::Scores { scores, .. }, Some(o)) if n_logit > 0 => {
+            let t_dev = at(bufs.per_pass, o);
+            ops::logit_scores(g, bufs.logits, n_logit, vocab, t_dev, scores_dev)?;
+            let mut pairs = vec![0f64; 2 * n_logit];
+            g.download(&mut pairs, scores_dev)?;
+            for (s, p) in scores.iter_mut().zip(pairs.chunks_exact(2)) {
+                *s = RowScore {
+                    logp: p[0],
+                    argmax: p[1] as u32,
+                };
+            }
+        }
+        (Out::Logits(logits), _) if n_logit > 0 => g.download(logits, bufs.logits)?,
+        _ => g.sync()?,
     }
     if let Some(tm) = timing {
         tm.report(g, t)?;
@@ -330,6 +351,16 @@ pub(crate) fn run(
         }
     }
     Ok(true)
+}
+
+/// What a pass returns: the wanted logit rows (`[n, vocab]`), or each of them scored against a
+/// target token on the device (`targets[i]` for the i-th row).
+pub(crate) enum Out<'a> {
+    Logits(&'a mut [f32]),
+    Scores {
+        targets: &'a [u32],
+        scores: &'a mut [RowScore],
+    },
 }
 
 /// Whether decode steps run as CUDA graphs: unless `OXINFER_CUDA_GRAPHS=0`, and never under

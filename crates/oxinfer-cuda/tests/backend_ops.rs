@@ -749,7 +749,51 @@ fn plan_case(float: bool) {
     println!("plan logits: {e:.2e}");
     let bound = (4.0 * sens_logits).max(1e-2);
     assert!(e < bound, "logits: error {e} (bound {bound:.2e})");
+    scores_case(&b, &plan, &ids[..len0], &x[..len0 * dim], || {
+        KvCache::new(n_layers, kv_row, 64).with_windows(&windows)
+    });
     decode::decode_case(&b, &plan, &past, &windows, bound);
+}
+
+/// Perplexity's reduction on the device (`run_plan_scored`): one sequence's logit rows scored
+/// against targets on the device equal the same pass's logits scored on the host
+/// (`RowScore::from_logits`): the log-probabilities to f64 summation order, the argmax exactly.
+fn scores_case(
+    b: &CudaBackend,
+    plan: &oxinfer::plan::Plan,
+    ids: &[u32],
+    x: &[f32],
+    cache: impl Fn() -> oxinfer::plan::KvCache,
+) {
+    use oxinfer::backend::plan_run;
+    use oxinfer::plan::{RowScore, SeqRows};
+    let vocab = plan.head.matrix().rows;
+    let targets: Vec<u32> = (0..ids.len() as u32)
+        .map(|i| (i * 37 + 11) % vocab as u32)
+        .collect();
+    let (mut c0, mut c1) = (cache(), cache());
+    let seq = |c| SeqRows {
+        row: 0,
+        len: ids.len(),
+        all_logits: true,
+        cache: c,
+    };
+    let logits = plan_run::run(b, plan, ids, x, &mut [seq(&mut c0)])
+        .expect("plan declined")
+        .expect("device run")
+        .concat();
+    let scores = plan_run::run_scored(b, plan, ids, x, &mut [seq(&mut c1)], &targets)
+        .expect("plan declined")
+        .expect("device run");
+    assert_eq!(scores.len(), ids.len());
+    let mut worst = 0f64;
+    for ((s, row), &t) in scores.iter().zip(logits.chunks_exact(vocab)).zip(&targets) {
+        let host = RowScore::from_logits(row, t);
+        worst = worst.max((s.logp - host.logp).abs());
+        assert_eq!(s.argmax, host.argmax, "argmax of a row");
+    }
+    println!("plan scores: log-probabilities within {worst:.2e} of the host's");
+    assert!(worst < 1e-9, "log-probabilities {worst:.2e} off the host's");
 }
 
 /// Convolution (and the odd-width float uploads it needs): in its own file, same binary.

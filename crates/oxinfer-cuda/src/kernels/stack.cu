@@ -62,11 +62,12 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
     float* xr = x + (long)r * dim;
     float* yr = y + (long)r * dim;
     int tid = threadIdx.x, nt = blockDim.x;
-    float v[RMS_PER];
+    float v[RMS_PER], wv[RMS_PER];
     #pragma unroll
     for (int k = 0; k < RMS_PER; k++) {
         int i = tid + k * nt;
         v[k] = i < dim ? xr[i] : 0.f;
+        wv[k] = i < dim ? w[i] : 0.f;
     }
     if (res != 0) {
         float rv[RMS_PER];
@@ -100,12 +101,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
     }
     __syncthreads();
     float inv = (float)(1.0 / sqrt(part[0] / (double)dim + (double)eps));
-    float wv[RMS_PER];
-    #pragma unroll
-    for (int k = 0; k < RMS_PER; k++) {
-        int i = tid + k * nt;
-        wv[k] = i < dim ? w[i] : 0.f;
-    }
     #pragma unroll
     for (int k = 0; k < RMS_PER; k++) {
         int i = tid + k * nt;
@@ -239,4 +234,68 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
         dst[ib] = a * s[j] + b * c[j];
     }
     for (int i = 2 * half + lane; i < hd; i += 32) dst[i] = sh[wi][i];
+}
+
+// Scores each logit row [rows, vocab] against its target (tgt: one i32 per row): out[2 r] =
+// ln softmax(row)[target] and out[2 r + 1] = the first index of the row's maximum, as
+// RowScore::from_logits computes them on the host (each l − max taken in f32 and widened, the
+// exponentials summed in f64; only the order of that sum differs). One block per row.
+#define SCORE_THREADS 1024
+extern "C" __global__ void __launch_bounds__(SCORE_THREADS) logit_scores(
+    const float* __restrict__ logits, long vocab, const int* __restrict__ tgt,
+    double* __restrict__ out) {
+    PDL_ENTER();
+    const float* row = logits + (long)blockIdx.x * vocab;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nw = blockDim.x >> 5;
+    float mx = __int_as_float(0xff800000);
+    long ix = vocab;
+    #pragma unroll 8
+    for (long i = tid; i < vocab; i += blockDim.x) {
+        float v = row[i];
+        if (v > mx || (ix == vocab && v == mx)) {
+            mx = v;
+            ix = i;
+        }
+    }
+    // (max, first index) over the block: the larger value, the smaller index on ties.
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+        long i2 = __shfl_xor_sync(0xffffffffu, ix, o);
+        if (m2 > mx || (m2 == mx && i2 < ix)) {
+            mx = m2;
+            ix = i2;
+        }
+    }
+    __shared__ float smx[32];
+    __shared__ long six[32];
+    __shared__ double ssum[32];
+    if (lane == 0) {
+        smx[warp] = mx;
+        six[warp] = ix;
+    }
+    __syncthreads();
+    mx = smx[0];
+    ix = six[0];
+    for (int w = 1; w < nw; w++) {
+        if (smx[w] > mx || (smx[w] == mx && six[w] < ix)) {
+            mx = smx[w];
+            ix = six[w];
+        }
+    }
+    double s = 0.0;
+    #pragma unroll 8
+    for (long i = tid; i < vocab; i += blockDim.x) s += exp((double)(row[i] - mx));
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) ssum[warp] = s;
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0.0;
+        for (int w = 0; w < nw; w++) sum += ssum[w];
+        int t = tgt[blockIdx.x];
+        float lt = t >= 0 && t < vocab ? row[t] : __int_as_float(0xff800000);
+        out[2 * (long)blockIdx.x] = (double)(lt - mx) - log(sum);
+        out[2 * (long)blockIdx.x + 1] = (double)(ix == vocab ? 0 : ix);
+    }
 }

@@ -44,6 +44,15 @@ impl CausalLm for KvTyped {
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         self.inner.forward_batch(batch)
     }
+
+    fn forward_scores(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        targets: &[u32],
+    ) -> Result<Vec<crate::plan::RowScore>> {
+        self.inner.forward_scores(tokens, cache, targets)
+    }
 }
 
 /// Memory of a model's KV cache in given types.

@@ -22,7 +22,7 @@ use crate::config::{Arch, ConfigSource, ModelConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::{Naming, TensorStore};
 use crate::nn::{Embedding, KvCache, Linear};
-use crate::plan::{self, Plan};
+use crate::plan::{self, Plan, RowScore};
 
 /// A decoder-only language model.
 pub trait CausalLm: Send + Sync {
@@ -52,6 +52,19 @@ pub trait CausalLm: Send + Sync {
     /// `[Σ tokens, hidden]` ([`run_plan_hidden`]; on the CPU).
     fn forward_hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<f32>> {
         run_plan_hidden(&self.plan(), batch)
+    }
+
+    /// One sequence: `tokens` at positions `cache.len() ..`, every new position scored against
+    /// its target (`targets[i]` for position i, usually the next token): the log-probability and
+    /// the most likely token ([`RowScore`]), reduced on the device when the backend can, so the
+    /// `vocab`-wide logit rows need not come back ([`run_plan_scores`]).
+    fn forward_scores(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        targets: &[u32],
+    ) -> Result<Vec<RowScore>> {
+        run_plan_scores(&self.plan(), tokens, cache, targets)
     }
 
     /// One sequence: `tokens` at positions `cache.len() ..`; logits of every new position when
@@ -94,6 +107,44 @@ pub fn run_plan(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>
         }
     }
     plan::cpu::forward(plan, &ids, x, &mut seqs)
+}
+
+/// Runs `plan` over one sequence (`tokens` appended to `cache`) and scores every new position
+/// against `targets` (one per token; see [`CausalLm::forward_scores`]): on the installed backend
+/// when it takes the whole plan (reducing the rows there when it can), else on the CPU, scoring
+/// the logits on the host.
+pub fn run_plan_scores(
+    plan: &Plan,
+    tokens: &[u32],
+    cache: &mut KvCache,
+    targets: &[u32],
+) -> Result<Vec<RowScore>> {
+    if targets.len() != tokens.len() {
+        return Err(crate::error::Error::Request(format!(
+            "{} targets for {} tokens",
+            targets.len(),
+            tokens.len()
+        )));
+    }
+    let mut batch = [SeqBatch {
+        tokens,
+        cache,
+        all_logits: true,
+        media: None,
+    }];
+    let (ids, x, mut seqs) = embed_batch(plan, &mut batch)?;
+    if let Some(b) = crate::backend::active() {
+        if let Some(r) = crate::backend::plan_run::run_scored(b, plan, &ids, &x, &mut seqs, targets) {
+            return r;
+        }
+    }
+    let logits = plan::cpu::forward(plan, &ids, x, &mut seqs)?.concat();
+    let vocab = plan.head.matrix().rows;
+    Ok(logits
+        .chunks_exact(vocab)
+        .zip(targets)
+        .map(|(row, &t)| RowScore::from_logits(row, t))
+        .collect())
 }
 
 /// Runs `plan` over `batch` on the CPU and returns, instead of logits, the hidden state of every

@@ -41,7 +41,7 @@ pub use registry::{
     DevicePref, GpuInfo, Provider,
 };
 
-use crate::plan::{Plan, PlanInput, ProjOp, SeqRows};
+use crate::plan::{Plan, PlanInput, ProjOp, RowScore, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 
 /// One matmul of a batch that shares its input `x`: `y[t][n_out] = x[t][n_in] · Wᵀ`.
@@ -210,6 +210,22 @@ pub trait Backend: Send + Sync {
         _input: &PlanInput,
         _seqs: &mut [SeqRows<'_>],
         _logits: &mut [f32],
+    ) -> bool {
+        false
+    }
+
+    /// [`run_plan`](Self::run_plan), but each logit row is scored on the device against
+    /// `targets[i]` (one per row of `input.logit_rows`) into `scores[i]` ([`RowScore`]) instead
+    /// of coming back whole: for perplexity, where the rows are `vocab` wide and only two
+    /// numbers of each are used. False when not handled, before changing anything (the caller
+    /// then scores [`run_plan`](Self::run_plan)'s logits on the host).
+    fn run_plan_scored(
+        &self,
+        _plan: &Plan,
+        _input: &PlanInput,
+        _seqs: &mut [SeqRows<'_>],
+        _targets: &[u32],
+        _scores: &mut [RowScore],
     ) -> bool {
         false
     }

@@ -27,7 +27,7 @@
 use super::Backend;
 use crate::error::{Error, Result};
 use crate::plan::batch::{logit_rows, split_logits};
-use crate::plan::{Plan, PlanInput, RopeTable, SeqRows};
+use crate::plan::{Plan, PlanInput, RopeTable, RowScore, SeqRows};
 
 /// Per sequence and layer: rows stored and oldest position, then per sequence the mirror's
 /// length, to tell whether a declined run changed a cache.
@@ -53,6 +53,62 @@ pub fn run(
     x: &[f32],
     seqs: &mut [SeqRows<'_>],
 ) -> Option<Result<Vec<Vec<f32>>>> {
+    let vocab = plan.head.matrix().rows;
+    let mut logits = Vec::new();
+    let counts = run_with(b, plan, ids, x, seqs, &mut |input, seqs| {
+        logits = vec![0f32; input.logit_rows.len() * vocab];
+        b.run_plan(plan, input, seqs, &mut logits)
+    })?;
+    Some(counts.map(|counts| split_logits(logits, vocab, &counts)))
+}
+
+/// [`run`] for one sequence whose every logit row is scored against a target token
+/// (`targets[i]` for the `i`-th logit row): on the device when `b` implements
+/// [`Backend::run_plan_scored`], else from [`Backend::run_plan`]'s logits on the host
+/// ([`RowScore::from_logits`]). `None` when `b` declines the plan.
+pub fn run_scored(
+    b: &dyn Backend,
+    plan: &Plan,
+    ids: &[u32],
+    x: &[f32],
+    seqs: &mut [SeqRows<'_>],
+    targets: &[u32],
+) -> Option<Result<Vec<RowScore>>> {
+    let mut scores = Vec::new();
+    let done = run_with(b, plan, ids, x, seqs, &mut |input, seqs| {
+        if input.logit_rows.len() != targets.len() {
+            return false;
+        }
+        scores = vec![RowScore { logp: 0.0, argmax: 0 }; targets.len()];
+        b.run_plan_scored(plan, input, seqs, targets, &mut scores)
+    });
+    match done {
+        Some(r) => Some(r.map(|_| scores)),
+        None => {
+            let vocab = plan.head.matrix().rows;
+            let logits = run(b, plan, ids, x, seqs)?;
+            Some(logits.map(|l| {
+                let rows = l.into_iter().flatten().collect::<Vec<f32>>();
+                rows.chunks_exact(vocab)
+                    .zip(targets)
+                    .map(|(row, &t)| RowScore::from_logits(row, t))
+                    .collect()
+            }))
+        }
+    }
+}
+
+/// The common part of [`run`] and [`run_scored`]: builds the pass's input (RoPE rows, logit
+/// rows), lets `pass` run it on the backend, and on success advances the caches and returns how
+/// many logit rows each sequence has. `None` when the backend declined with nothing changed.
+fn run_with(
+    b: &dyn Backend,
+    plan: &Plan,
+    ids: &[u32],
+    x: &[f32],
+    seqs: &mut [SeqRows<'_>],
+    pass: &mut dyn FnMut(&PlanInput, &mut [SeqRows<'_>]) -> bool,
+) -> Option<Result<Vec<usize>>> {
     if seqs.iter().any(|s| !s.cache.is_f32()) {
         return None; // device mirrors hold f32 keys/values: a stored-type cache runs on the CPU
     }
@@ -77,10 +133,8 @@ pub fn run(
         rope_tables: &rope_tables,
         logit_rows: &rows,
     };
-    let vocab = plan.head.matrix().rows;
-    let mut logits = vec![0f32; rows.len() * vocab];
     let before = fingerprint(seqs);
-    if !b.run_plan(plan, &input, seqs, &mut logits) {
+    if !pass(&input, seqs) {
         if fingerprint(seqs) == before {
             return None;
         }
@@ -95,5 +149,5 @@ pub fn run(
     for s in seqs.iter_mut() {
         s.cache.advance(s.len);
     }
-    Some(Ok(split_logits(logits, vocab, &counts)))
+    Some(Ok(counts))
 }

@@ -50,7 +50,6 @@ pub fn perplexity(
             tokens.len()
         )));
     }
-    let vocab = lm.config().vocab_size;
     let first = ctx / 2;
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     let mut top1 = Vec::new();
@@ -61,20 +60,20 @@ pub fn perplexity(
             window[0] = b;
         }
         let mut cache = lm.new_cache(ctx);
-        let mut logits = Vec::with_capacity(ctx * vocab);
-        for piece in window.chunks(prefill_chunk.max(1)) {
-            logits.extend(lm.forward(piece, &mut cache, true)?);
+        // Position j's target is the next token (the last position's is unused).
+        let targets: Vec<u32> = (0..ctx)
+            .map(|j| tokens.get(start + j + 1).copied().unwrap_or(0))
+            .collect();
+        let mut scores = Vec::with_capacity(ctx);
+        let step = prefill_chunk.max(1);
+        for (piece, want) in window.chunks(step).zip(targets.chunks(step)) {
+            scores.extend(lm.forward_scores(piece, &mut cache, want)?);
         }
-        for j in first..ctx - 1 {
-            let row = &logits[j * vocab..(j + 1) * vocab];
-            let target = tokens[start + j + 1] as usize;
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
-            let logp = f64::from(row[target] - max) - sum.ln();
-            nll -= logp;
-            nll2 += logp * logp;
+        for s in &scores[first..ctx - 1] {
+            nll -= s.logp;
+            nll2 += s.logp * s.logp;
             count += 1;
-            top1.push(super::sampler::argmax(row));
+            top1.push(s.argmax);
         }
         progress(c + 1, n_chunks, (nll / count as f64).exp());
     }

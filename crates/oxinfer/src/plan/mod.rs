@@ -165,6 +165,31 @@ impl PlanInput<'_> {
     }
 }
 
+/// One logit row scored against a target token: what perplexity needs of a row, so a backend
+/// can reduce the row where it was computed instead of returning `vocab` values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowScore {
+    /// ln softmax(row)[target], in f64: `(row[target] − max)` − ln Σ exp(row − max), each
+    /// `row − max` taken in f32 and widened, the sum in f64.
+    pub logp: f64,
+    /// The most likely token: the first index of the row's maximum.
+    pub argmax: u32,
+}
+
+impl RowScore {
+    /// The score of `row` against `target` on the host (the reference every backend's
+    /// reduction follows).
+    pub fn from_logits(row: &[f32], target: u32) -> Self {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
+        let target = row.get(target as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        RowScore {
+            logp: f64::from(target - max) - sum.ln(),
+            argmax: crate::engine::sampler::argmax(row),
+        }
+    }
+}
+
 /// Cosines and sines of one RoPE at every row's position, `[t, dim / 2]` each.
 #[derive(Clone, Debug, Default)]
 pub struct RopeTable {
