@@ -4,7 +4,8 @@
 //! device closes if nobody asked for it.
 //!
 //! Each launch is bracketed by two CUDA events (graphs are off in this mode, so launches are
-//! issued one by one); the pairs are read back at the next stream synchronisation. An event
+//! issued one by one); the pairs are read back at the next stream synchronisation. Each row
+//! also gives the kernel's registers per thread and local (spilled) bytes per thread. An event
 //! pair measures the kernel plus the gap before the next event, so the times are upper bounds
 //! of each kernel's own duration; their sum is the stream's busy time.
 
@@ -114,7 +115,7 @@ impl KernelProfile {
         }
         let mut s = format!(
             "[cuda kernels: {all:.2} ms of device time in {} launches; peak device memory in use \
-             {:.0} MiB of {:.0} MiB]\n{:<28} {:>8} {:>10} {:>6} {:>9} {:>8}\n",
+             {:.0} MiB of {:.0} MiB]\n{:<28} {:>8} {:>10} {:>6} {:>9} {:>8} {:>5} {:>6}\n",
             rows.iter().map(|r| r.1.calls).sum::<u64>(),
             self.peak_used as f64 / (1 << 20) as f64,
             self.total_mem as f64 / (1 << 20) as f64,
@@ -123,7 +124,9 @@ impl KernelProfile {
             "total ms",
             "share",
             "mean µs",
-            "GB/s"
+            "GB/s",
+            "regs",
+            "spill"
         );
         for (f, t) in rows {
             let name = names.get(f).map_or("?", String::as_str);
@@ -132,8 +135,16 @@ impl KernelProfile {
             } else {
                 String::new()
             };
+            let attr = |a: sys::CUfunction_attribute| {
+                let mut v = 0i32;
+                // SAFETY: `f` is a live kernel of the loaded module; `v` a valid out-pointer.
+                unsafe { sys::cuFuncGetAttribute(&mut v, a, *f as sys::CUfunction) };
+                v
+            };
+            let regs = attr(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS);
+            let local = attr(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
             s += &format!(
-                "{name:<28} {:>8} {:>10.3} {:>5.1}% {:>9.2} {gbs:>8}\n",
+                "{name:<28} {:>8} {:>10.3} {:>5.1}% {:>9.2} {gbs:>8} {regs:>5} {local:>6}\n",
                 t.calls,
                 t.ms,
                 100.0 * t.ms / all,
