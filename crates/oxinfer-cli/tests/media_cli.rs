@@ -22,12 +22,7 @@ fn tokens_with_images_match_transformers() {
     for (name, images) in FIXTURES {
         let dir = fixtures().join(name);
         let r = common::reference(&dir);
-        let join = |v: &serde_json::Value| {
-            ids(v)
-                .iter()
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-        };
+        let join = |v: &serde_json::Value| ids(v).iter().map(|i| i.to_string()).collect::<Vec<_>>();
         let (prompt, want) = (join(&r["prompt_ids"]), join(&r["greedy_ids"]));
         let out = tmp.join(format!("{name}.npy"));
         let (a, b) = (dir.join(images[0]), dir.join(images[1]));
