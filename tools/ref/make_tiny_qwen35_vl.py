@@ -2,7 +2,9 @@
 """A tiny random-weight Qwen 3.5 checkpoint with its vision tower (`Qwen3_5ForConditionalGeneration`,
 config `qwen3_5` with `text_config` / `vision_config`) and its transformers 5 float32 references.
 
-Writes tests/fixtures/qwen35-vl-tiny/:
+Writes tests/fixtures/qwen35-vl-tiny/ (dense, `qwen3_5`) and, with `--variant moe`,
+tests/fixtures/qwen35moe-vl-tiny/ (`Qwen3_5MoeForConditionalGeneration`, `qwen3_5_moe`: the same
+vision tower in front of a sparse-MoE text model with a shared expert; its own seed):
   config.json, model.safetensors     the hybrid text model (Gated DeltaNet + gated attention,
                                      interleaved M-RoPE sections [2, 1, 1]) under
                                      model.language_model.*, the vision tower under model.visual.*
@@ -24,7 +26,7 @@ Writes tests/fixtures/qwen35-vl-tiny/:
                                      the chat template text.
 
 Run (from the repository root):
-  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_qwen35_vl.py
+  /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_qwen35_vl.py [--variant moe]
 """
 from __future__ import annotations
 
@@ -38,14 +40,18 @@ import numpy as np
 import torch
 from PIL import Image
 
-from transformers import (PreTrainedTokenizerFast, Qwen3_5Config, Qwen3_5ForConditionalGeneration)
+from transformers import (PreTrainedTokenizerFast, Qwen3_5Config, Qwen3_5ForConditionalGeneration,
+                          Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_ref import FIXTURES, MIN_MARGIN, N_GREEDY, VOCAB, versions  # noqa: E402
 
-OUT = FIXTURES / "qwen35-vl-tiny"
-SEED = 3539
+MOE = "--variant" in sys.argv and sys.argv[sys.argv.index("--variant") + 1] == "moe"
+OUT = FIXTURES / ("qwen35moe-vl-tiny" if MOE else "qwen35-vl-tiny")
+SEED = 3540 if MOE else 3539
+CONFIG, MODEL = ((Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration) if MOE
+                 else (Qwen3_5Config, Qwen3_5ForConditionalGeneration))
 PAD_ID, IM_START, IM_END, UNK_ID = 0, 1, 2, 3
 SPECIAL = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 VSTART_ID, VEND_ID, IMAGE_ID, VIDEO_ID = range(VOCAB, VOCAB + 4)
@@ -59,7 +65,7 @@ ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight",
                 "q_norm.weight", "k_norm.weight", "language_model.norm.weight")
 
 
-def configs() -> Qwen3_5Config:
+def configs():
     text = dict(
         vocab_size=VOCAB_MM, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -72,13 +78,17 @@ def configs() -> Qwen3_5Config:
                          "mrope_section": [2, 1, 1]},
         tie_word_embeddings=True, pad_token_id=PAD_ID, eos_token_id=IM_END,
     )
+    if MOE:
+        text.pop("intermediate_size")
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                    shared_expert_intermediate_size=32)
     vision = dict(
         depth=2, hidden_size=32, intermediate_size=48, num_heads=4, in_channels=3,
         patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=TEMPORAL,
         out_hidden_size=64, num_position_embeddings=16, initializer_range=0.1,
         hidden_act="gelu_pytorch_tanh",
     )
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=IMAGE_ID,
+    cfg = CONFIG(text_config=text, vision_config=vision, image_token_id=IMAGE_ID,
                         video_token_id=VIDEO_ID, vision_start_token_id=VSTART_ID,
                         vision_end_token_id=VEND_ID, tie_word_embeddings=True)
     cfg._attn_implementation = "eager"
@@ -86,9 +96,9 @@ def configs() -> Qwen3_5Config:
 
 
 @torch.no_grad()
-def build_model(cfg: Qwen3_5Config) -> Qwen3_5ForConditionalGeneration:
+def build_model(cfg):
     torch.manual_seed(SEED)
-    model = Qwen3_5ForConditionalGeneration(cfg).to(torch.float32).eval()
+    model = MODEL(cfg).to(torch.float32).eval()
     gen = torch.Generator().manual_seed(SEED)
     for name, p in sorted(model.state_dict(keep_vars=True).items(), key=lambda kv: kv[0]):
         if name.endswith("inv_freq") or not p.is_floating_point():
@@ -105,6 +115,8 @@ def build_model(cfg: Qwen3_5Config) -> Qwen3_5ForConditionalGeneration:
             p.copy_(0.5 * r)
         elif name.endswith("conv1d.weight"):
             p.copy_(0.4 * r)
+        elif name.endswith("mlp.gate.weight"):
+            p.copy_(1.0 * r)                                   # router: well separated
         elif "embed_tokens" in name or "pos_embed" in name:
             p.copy_(0.12 * r)
         else:
@@ -172,7 +184,7 @@ def main() -> None:
     proc_cfg.pop("_processor_class", None)
     (OUT / "preprocessor_config.json").write_text(json.dumps(proc_cfg, indent=1, default=str) + "\n")
     make_images(OUT)
-    model = Qwen3_5ForConditionalGeneration.from_pretrained(
+    model = MODEL.from_pretrained(
         OUT, dtype=torch.float32, attn_implementation="eager").eval()
 
     order = ["wide", "logo"]

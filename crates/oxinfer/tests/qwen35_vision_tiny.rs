@@ -1,5 +1,5 @@
-//! The tiny Qwen 3.5 vision checkpoint against transformers 5 float32 (fixture made by
-//! tools/ref/make_tiny_qwen35_vl.py): the image processor's pixel values (two images, both
+//! The tiny Qwen 3.5 vision checkpoints, dense (`qwen3_5`) and MoE (`qwen3_5_moe`), against
+//! transformers 5 float32 (fixtures made by tools/ref/make_tiny_qwen35_vl.py): the image processor's pixel values (two images, both
 //! smart-resized with Pillow's bicubic filter), the vision tower's soft tokens, the
 //! multimodal rotary positions of a two-image prompt (transformers' `get_rope_index`), the chat
 //! template rendered with images, the logits of that prompt (whole and chunked prefill, chunks
@@ -18,22 +18,22 @@ use oxinfer::media::{decode_image, Limits};
 use oxinfer::plan::RowPositions;
 use oxinfer::{ChatMessage, Model};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The fixtures: dense (`qwen3_5`) first, then MoE (`qwen3_5_moe`).
+const VARIANTS: [&str; 2] = ["qwen35-vl-tiny", "qwen35moe-vl-tiny"];
 
 fn dir() -> PathBuf {
-    fixtures().join("qwen35-vl-tiny")
+    fixtures().join(VARIANTS[0])
 }
 
-/// The fixture's images in prompt order: (name, file).
-fn images() -> Vec<(&'static str, PathBuf)> {
-    vec![
-        ("wide", dir().join("wide.png")),
-        ("logo", dir().join("logo.png")),
-    ]
+/// The images of fixture `d` in prompt order: (name, file).
+fn images_in(d: &Path) -> Vec<(&'static str, PathBuf)> {
+    vec![("wide", d.join("wide.png")), ("logo", d.join("logo.png"))]
 }
 
-fn encoded(model: &Model) -> Vec<EncodedMedia> {
-    encode_files(model, MediaKind::Image, &images())
+fn encoded(model: &Model, d: &Path) -> Vec<EncodedMedia> {
+    encode_files(model, MediaKind::Image, &images_in(d))
 }
 
 fn json_file(name: &str) -> Value {
@@ -52,7 +52,7 @@ fn pixel_values_match_the_processor() {
     let proc =
         ImageProcessor::from_json(Some(&json_file("preprocessor_config.json")), &tower).unwrap();
     let r = reference(&dir());
-    for (name, path) in images() {
+    for (name, path) in images_in(&dir()) {
         let img = decode_image(&std::fs::read(&path).unwrap(), name, &Limits::default()).unwrap();
         let p = proc.preprocess(&img).unwrap();
         let thw = ids(&r["images"][name]["grid_thw"]);
@@ -70,13 +70,16 @@ fn pixel_values_match_the_processor() {
 
 #[test]
 fn vision_soft_tokens_match() {
-    let model = Model::load(dir()).unwrap();
-    for ((name, _), m) in images().iter().zip(encoded(&model)) {
-        let (shape, want) = read_npy_f32(&dir().join(format!("vision_{name}.npy")));
-        assert_eq!(m.rows.len(), want.len(), "{name}: {shape:?}");
-        let d = max_abs_diff(&m.rows, &want);
-        println!("{name}: soft tokens {shape:?}, max diff {d:e}");
-        assert!(d <= 1e-4, "{name}: soft tokens differ by {d}");
+    for v in VARIANTS {
+        let dir = fixtures().join(v);
+        let model = Model::load(&dir).unwrap();
+        for ((name, _), m) in images_in(&dir).iter().zip(encoded(&model, &dir)) {
+            let (shape, want) = read_npy_f32(&dir.join(format!("vision_{name}.npy")));
+            assert_eq!(m.rows.len(), want.len(), "{v} {name}: {shape:?}");
+            let d = max_abs_diff(&m.rows, &want);
+            println!("{v} {name}: soft tokens {shape:?}, max diff {d:e}");
+            assert!(d <= 1e-4, "{v} {name}: soft tokens differ by {d}");
+        }
     }
 }
 
@@ -97,7 +100,7 @@ fn chat_template_and_rotary_positions_match() {
         .unwrap();
     assert_eq!(text, r["chat_template_text"].as_str().unwrap());
     // Rendered, tokenized and expanded as `oxinfer run --image` does: the reference ids.
-    let inputs = encoded(&model);
+    let inputs = encoded(&model, &dir());
     let towers = model.lm().media().unwrap();
     let dim = model.config().hidden_size;
     let marked = model.chat_tokens(&[msg]).unwrap();
@@ -130,18 +133,15 @@ fn chat_template_and_rotary_positions_match() {
 
 #[test]
 fn mixed_prompt_logits_and_greedy_match() {
-    let model = Model::load(dir()).unwrap();
-    let inputs = encoded(&model);
-    let r = reference(&dir());
-    check_mixed_prompt(
-        &model,
-        &dir(),
-        &r,
-        "logits.npy",
-        &inputs,
-        &[usize::MAX, 50, 7],
-        1e-4,
-    );
+    for v in VARIANTS {
+        let dir = fixtures().join(v);
+        let model = Model::load(&dir).unwrap();
+        let inputs = encoded(&model, &dir);
+        let r = reference(&dir);
+        println!("{v}:");
+        let chunks = [usize::MAX, 50, 7];
+        check_mixed_prompt(&model, &dir, &r, "logits.npy", &inputs, &chunks, 1e-4);
+    }
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn bad_images_fail_naming_the_input() {
         "{e}"
     );
     // An input count that does not match the prompt's runs.
-    let inputs = encoded(&model);
+    let inputs = encoded(&model, &dir());
     let prompt = ids(&reference(&dir())["prompt_ids"]);
     let dim = model.config().hidden_size;
     let e = fill_runs(&prompt, towers, &inputs[..1], dim).unwrap_err();
