@@ -683,12 +683,14 @@ fn plan_case(float: bool) {
                 len: len0,
                 all_logits: true,
                 cache: c0,
+                media: None,
             },
             SeqRows {
                 row: len0,
                 len: len1,
                 all_logits: false,
                 cache: c1,
+                media: None,
             },
         ];
         let logits = f(&mut seqs);

@@ -6,18 +6,17 @@
 
 mod common;
 
-use common::{fixtures, ids, max_abs_diff, read_npy_f32};
+use common::{check_mixed_prompt, fixtures, max_abs_diff, read_npy_f32};
 use oxinfer::arch::gemma::audio::{AudioConfig, AudioTower};
 use oxinfer::arch::gemma::audio_features::AudioFeatureExtractor;
 use oxinfer::arch::multimodal::MediaKind;
-use oxinfer::engine::media::{encode_media, expand_markers, fill_runs, EncodedMedia};
+use oxinfer::engine::media::{encode_media, EncodedMedia};
 use oxinfer::error::LoadError;
 use oxinfer::loader::safetensors::SafetensorsModel;
 use oxinfer::media::{decode_audio, Limits};
-use oxinfer::{GenerateOptions, Model, SamplingParams};
+use oxinfer::Model;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 fn dir() -> PathBuf {
     fixtures().join("tiny_gemma4_mm")
@@ -108,37 +107,16 @@ fn encoder_output_and_soft_tokens_match() {
 fn audio_prompt_logits_and_greedy_match() {
     let model = Model::load(dir()).unwrap();
     let r = json("reference_audio.json");
-    let towers = model.lm().media().unwrap();
-    let dim = model.config().hidden_size;
     let inputs = vec![encoded(&model)];
-    let text = r["chat_template_text"].as_str().unwrap();
-    let marked = model.tokenize(text, false).unwrap();
-    let (expanded, from_markers) = expand_markers(&marked, towers, &inputs, dim).unwrap();
-    let prompt = ids(&r["prompt_ids"]);
-    assert_eq!(expanded, prompt);
-    let media = fill_runs(&prompt, towers, &inputs, dim).unwrap();
-    assert_eq!(from_markers, media);
-    let (_, want) = read_npy_f32(&dir().join("logits_audio.npy"));
-    let media = Arc::new(media);
-    for chunk in [usize::MAX, 7] {
-        let opts = GenerateOptions {
-            max_tokens: 32,
-            sampling: SamplingParams::greedy(),
-            ignore_eos: true,
-            keep_prompt_logits: true,
-            prefill_chunk: chunk,
-            media: Some(media.clone()),
-            ..GenerateOptions::default()
-        };
-        let g = model
-            .session(Some(512))
-            .generate(&prompt, &opts, |_| true)
-            .unwrap();
-        let d = max_abs_diff(g.prompt_logits.as_ref().unwrap(), &want);
-        println!("prefill chunk {chunk}: logits max diff {d:e}");
-        assert!(d <= 1e-4, "chunk {chunk}: logits differ by {d}");
-        assert_eq!(g.tokens, ids(&r["greedy_ids"]), "chunk {chunk}");
-    }
+    check_mixed_prompt(
+        &model,
+        &dir(),
+        &r,
+        "logits_audio.npy",
+        &inputs,
+        &[usize::MAX, 7],
+        1e-4,
+    );
 }
 
 #[test]

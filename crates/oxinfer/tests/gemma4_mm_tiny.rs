@@ -6,12 +6,14 @@
 
 mod common;
 
-use common::{fixtures, ids, max_abs_diff, read_npy_f32, reference};
+use common::{
+    check_mixed_prompt, encode_files, fixtures, ids, max_abs_diff, read_npy_f32, reference,
+};
 use oxinfer::arch::gemma::image_processor::ImageProcessor;
 use oxinfer::arch::multimodal::MediaKind;
-use oxinfer::engine::media::{encode_media, expand_markers, fill_runs, EncodedMedia, MediaCache};
+use oxinfer::engine::media::{encode_media, fill_runs, EncodedMedia, MediaCache};
 use oxinfer::media::{decode_image, Limits};
-use oxinfer::{GenerateOptions, Model, SamplingParams};
+use oxinfer::Model;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,22 +30,7 @@ fn images() -> Vec<(&'static str, PathBuf)> {
 }
 
 fn encoded(model: &Model) -> Vec<EncodedMedia> {
-    let towers = model.lm().media().expect("vision tower loaded");
-    images()
-        .iter()
-        .map(|(name, path)| {
-            let bytes = std::fs::read(path).unwrap();
-            encode_media(
-                towers,
-                MediaKind::Image,
-                &bytes,
-                name,
-                &Limits::default(),
-                None,
-            )
-            .unwrap()
-        })
-        .collect()
+    encode_files(model, MediaKind::Image, &images())
 }
 
 #[test]
@@ -80,40 +67,17 @@ fn vision_soft_tokens_match() {
 #[test]
 fn mixed_prompt_logits_and_greedy_match() {
     let model = Model::load(dir()).unwrap();
-    let r = reference(&dir());
-    let towers = model.lm().media().unwrap();
-    let dim = model.config().hidden_size;
     let inputs = encoded(&model);
-    // The chat template's text with two images, tokenized, markers expanded: the reference ids.
-    let text = r["chat_template_text"].as_str().unwrap();
-    let marked = model.tokenize(text, false).unwrap();
-    let (expanded, from_markers) = expand_markers(&marked, towers, &inputs, dim).unwrap();
-    let prompt = ids(&r["prompt_ids"]);
-    // The same placement from the already expanded ids (what `--tokens` gets).
-    let media = fill_runs(&prompt, towers, &inputs, dim).unwrap();
-    assert_eq!(expanded, prompt);
-    assert_eq!(from_markers, media);
-    let (_, want) = read_npy_f32(&dir().join("logits.npy"));
-    let media = Arc::new(media);
-    for chunk in [usize::MAX, 50, 7] {
-        let opts = GenerateOptions {
-            max_tokens: 32,
-            sampling: SamplingParams::greedy(),
-            ignore_eos: true,
-            keep_prompt_logits: true,
-            prefill_chunk: chunk,
-            media: Some(media.clone()),
-            ..GenerateOptions::default()
-        };
-        let g = model
-            .session(Some(512))
-            .generate(&prompt, &opts, |_| true)
-            .unwrap();
-        let d = max_abs_diff(g.prompt_logits.as_ref().unwrap(), &want);
-        println!("prefill chunk {chunk}: logits max diff {d:e}");
-        assert!(d <= 1e-4, "chunk {chunk}: logits differ by {d}");
-        assert_eq!(g.tokens, ids(&r["greedy_ids"]), "chunk {chunk}");
-    }
+    let r = reference(&dir());
+    check_mixed_prompt(
+        &model,
+        &dir(),
+        &r,
+        "logits.npy",
+        &inputs,
+        &[usize::MAX, 50, 7],
+        1e-4,
+    );
 }
 
 #[test]

@@ -57,9 +57,9 @@ def user(*parts, text="What is it?"):
     return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
 
 
-def token_bytes():
+def token_bytes(model=TINY):
     """id → bytes of the fixture's vocabulary (byte-fallback tokens <0xNN>, specials as text)."""
-    vocab = json.loads((TINY / "tokenizer.json").read_text())["model"]["vocab"]
+    vocab = json.loads((model / "tokenizer.json").read_text())["model"]["vocab"]
     out = {}
     for s, i in vocab.items():
         if s.startswith("<0x") and len(s) == 6:
@@ -81,13 +81,14 @@ def read_npy(path):
     return shape, data
 
 
-def cli(flag, path, text, n=N):
-    """`oxinfer run` on one user message with a media file at temperature 0: the generated ids,
-    the printed text and the last prompt position's logits."""
+def cli(flag, path, text, n=N, model=TINY, extra=()):
+    """`oxinfer run` (on `model`, with `extra` arguments) on one user message with a media file
+    at temperature 0: the generated ids, the printed text and the last prompt position's
+    logits."""
     with tempfile.TemporaryDirectory() as d:
         npy = Path(d) / "l.npy"
-        base = [BIN, "run", "-m", str(TINY), flag, str(path), "-p", text, "--temp", "0",
-                "--max-tokens", str(n), "-t", "2"]
+        base = [BIN, "run", "-m", str(model), flag, str(path), "-p", text, "--temp", "0",
+                "--max-tokens", str(n), "-t", "2", *extra]
         ids = subprocess.run(base + ["--show-tokens", "--dump-logits", str(npy)],
                              capture_output=True, text=True, check=True).stdout.split()
         printed = subprocess.run(base, capture_output=True, check=True).stdout

@@ -38,7 +38,20 @@ pub enum EncoderAct {
 }
 
 impl EncoderAct {
-    fn apply(self, x: f32) -> f32 {
+    /// The activation `hidden_act` names (`gelu`, `gelu_new` / `gelu_pytorch_tanh` /
+    /// `gelu_fast`, `relu`, `silu` / `swish`), if supported.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "gelu" => EncoderAct::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => EncoderAct::GeluTanh,
+            "relu" => EncoderAct::Relu,
+            "silu" | "swish" => EncoderAct::Silu,
+            _ => return None,
+        })
+    }
+
+    /// The activation of one value.
+    pub fn apply(self, x: f32) -> f32 {
         match self {
             EncoderAct::GeluErf => {
                 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
@@ -176,22 +189,16 @@ impl BertConfig {
             PositionIds::Rotary { .. } => "silu",
             _ => "gelu",
         };
-        let act = match v
+        let name = v
             .get("hidden_act")
             .and_then(Value::as_str)
-            .unwrap_or(default_act)
-        {
-            "gelu" => EncoderAct::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => EncoderAct::GeluTanh,
-            "relu" => EncoderAct::Relu,
-            "silu" | "swish" => EncoderAct::Silu,
-            other => {
-                return Err(LoadError::field(
-                    path,
-                    format!("hidden_act '{other}' is not supported (gelu, gelu_new, relu, silu)"),
-                ))
-            }
-        };
+            .unwrap_or(default_act);
+        let act = EncoderAct::from_name(name).ok_or_else(|| {
+            LoadError::field(
+                path,
+                format!("hidden_act '{name}' is not supported (gelu, gelu_new, relu, silu)"),
+            )
+        })?;
         let cfg = BertConfig {
             vocab_size: usize_field("vocab_size")?,
             hidden_size: usize_field("hidden_size")?,

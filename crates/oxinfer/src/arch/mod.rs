@@ -15,6 +15,7 @@ pub mod llama;
 pub mod multimodal;
 pub mod names;
 pub mod qwen35;
+pub mod qwen_vision;
 
 pub use crate::plan::SeqBatch;
 

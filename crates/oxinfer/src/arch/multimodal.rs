@@ -53,6 +53,14 @@ pub trait MediaTowers: Send + Sync {
     /// Encodes an image: soft tokens `[n, hidden]` of the text model.
     fn encode_image(&self, img: &RgbImage) -> Result<Vec<f32>, String>;
 
+    /// The `[rows, cols]` grid (row-major) of the `n` soft tokens `img` becomes, for models
+    /// whose text positions are multimodal rotary (M-RoPE: Qwen 3.5), where the soft tokens
+    /// take 2-D positions; `None` (the default): plain positions.
+    fn image_grid(&self, img: &RgbImage) -> Option<[usize; 2]> {
+        let _ = img;
+        None
+    }
+
     /// Encodes 16 kHz mono audio: soft tokens `[n, hidden]`.
     fn encode_audio(&self, audio: &Waveform) -> Result<Vec<f32>, String> {
         let _ = audio;

@@ -13,7 +13,8 @@ use crate::loader::{Naming, TensorStore, TensorView};
 use crate::nn::gated_delta::{DeltaNames, DeltaShape, GatedDeltaNet};
 use crate::nn::moe::SparseMoe;
 use crate::nn::{
-    AttentionShape, Embedding, GateAct, GatedMlp, KvCache, Linear, RmsNorm, Rope, SelfAttention,
+    AttentionShape, Embedding, GateAct, GatedMlp, KvCache, Linear, MRope, RmsNorm, Rope,
+    SelfAttention,
 };
 use crate::plan::{AttnSpec, Ffn, FfnBody, Layer as PlanLayer, Mixer, Plan};
 use std::path::Path;
@@ -45,9 +46,12 @@ pub struct Qwen35 {
     layers: Vec<Layer>,
     norm: RmsNorm,
     head: Linear,
-    rope: Rope,
+    /// Multimodal rotary (plain RoPE on text positions).
+    rope: MRope,
     /// Recurrent state sizes per layer (zero for attention layers).
     state_sizes: Vec<(usize, usize)>,
+    /// The vision tower of a multimodal checkpoint.
+    vision: Option<super::qwen_vision::Qwen35Vision>,
 }
 
 /// transformers' multimodal checkpoints keep the text model under `model.language_model.`.
@@ -158,6 +162,56 @@ fn full_attention_layers(
     Ok((0..cfg.n_layers).map(|i| (i + 1) % every == 0).collect())
 }
 
+/// The multimodal rotary of the text model: `mrope_section` (`rope_parameters`, with
+/// `mrope_interleaved`) or GGUF `rope.dimension_sections` (llama.cpp's qwen35 interleaves);
+/// without either every frequency reads the time axis, which is the plain RoPE.
+fn mrope(cfg: &ModelConfig, src: &ConfigSource<'_>) -> Result<MRope, LoadError> {
+    let rope = Rope::new(&cfg.rope, None);
+    let half = cfg.rope.dim / 2;
+    let params = src.json("rope_parameters");
+    let json_sections = params.and_then(|p| p.get("mrope_section"));
+    let (sections, interleaved) = if let Some(v) = json_sections {
+        let s: Option<Vec<usize>> = v.as_array().map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64().map(|x| x as usize))
+                .collect()
+        });
+        let interleaved = params
+            .and_then(|p| p.get("mrope_interleaved"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        (
+            s.filter(|s| s.len() == 3).ok_or_else(|| {
+                LoadError::field(
+                    src.path(),
+                    format!("mrope_section must be 3 counts, got {v}"),
+                )
+            })?,
+            interleaved,
+        )
+    } else if let Some(v) = src.gguf_value("rope.dimension_sections") {
+        let s = v.as_array().and_then(|a| a.to_ints()).map(|a| {
+            a.into_iter()
+                .take(3)
+                .map(|x| x.max(0) as usize)
+                .collect::<Vec<_>>()
+        });
+        (
+            s.filter(|s| s.len() == 3).ok_or_else(|| {
+                LoadError::field(
+                    src.path(),
+                    format!("rope.dimension_sections must be counts, got {v}"),
+                )
+            })?,
+            true,
+        )
+    } else {
+        (vec![half, 0, 0], false)
+    };
+    MRope::new(rope, [sections[0], sections[1], sections[2]], interleaved)
+        .map_err(|e| LoadError::field(src.path(), e))
+}
+
 impl Qwen35 {
     pub fn load(
         cfg: &ModelConfig,
@@ -165,6 +219,7 @@ impl Qwen35 {
         naming: Naming,
         src: &ConfigSource<'_>,
     ) -> Result<Self, LoadError> {
+        let vision = super::qwen_vision::Qwen35Vision::load(store, src, cfg.hidden_size)?;
         let prefixed = Prefixed {
             inner: store,
             prefix: "model.language_model.",
@@ -331,8 +386,9 @@ impl Qwen35 {
             layers,
             norm: RmsNorm::load(store, &naming.global("output_norm"), d, eps, offset)?,
             head,
-            rope: Rope::new(&cfg.rope, None),
+            rope: mrope(cfg, src)?,
             state_sizes,
+            vision,
         })
     }
 }
@@ -349,6 +405,12 @@ impl CausalLm for Qwen35 {
             capacity,
         )
         .with_recurrent(&self.state_sizes)
+    }
+
+    fn media(&self) -> Option<&dyn super::multimodal::MediaTowers> {
+        self.vision
+            .as_ref()
+            .map(|v| v as &dyn super::multimodal::MediaTowers)
     }
 
     fn plan(&self) -> Plan<'_> {

@@ -211,6 +211,7 @@ impl Backend for Checked {
                 len: s.len,
                 all_logits: s.all_logits,
                 cache,
+                media: s.media.clone(),
             })
             .collect();
         let _cpu = super::cpu_only();

@@ -121,7 +121,7 @@ fn run_with(
             let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
             for s in seqs.iter() {
                 let r = s.row * half..(s.row + s.len) * half;
-                rope.tables(s.cache.len(), s.len, &mut cos[r.clone()], &mut sin[r]);
+                rope.tables_rows(s.positions(), s.len, &mut cos[r.clone()], &mut sin[r]);
             }
             RopeTable { cos, sin }
         })

@@ -13,12 +13,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// One media input encoded: its soft tokens `[n, dim]` and the hash of its bytes.
+/// One media input encoded: its soft tokens `[n, dim]`, the hash of its bytes and, for
+/// M-RoPE models, the soft tokens' `[rows, cols]` grid ([`MediaTowers::image_grid`]).
 #[derive(Clone, Debug)]
 pub struct EncodedMedia {
     pub kind: MediaKind,
     pub rows: Arc<Vec<f32>>,
     pub key: u64,
+    pub grid: Option<[usize; 2]>,
 }
 
 /// The content hash of `bytes` of `kind` (64 bits of SHA-256).
@@ -40,8 +42,8 @@ pub struct MediaCache {
     misses: AtomicU64,
 }
 
-/// Rows by key, and the keys from least to most recently used.
-type Lru = (HashMap<u64, Arc<Vec<f32>>>, VecDeque<u64>);
+/// Encoded inputs by key, and the keys from least to most recently used.
+type Lru = (HashMap<u64, EncodedMedia>, VecDeque<u64>);
 
 impl MediaCache {
     /// A cache of at most `cap` inputs.
@@ -74,7 +76,7 @@ impl MediaCache {
         self.len() == 0
     }
 
-    fn get(&self, key: u64) -> Option<Arc<Vec<f32>>> {
+    fn get(&self, key: u64) -> Option<EncodedMedia> {
         let mut m = self.map.lock().ok()?;
         let hit = m.0.get(&key).cloned()?;
         m.1.retain(|k| *k != key);
@@ -82,9 +84,9 @@ impl MediaCache {
         Some(hit)
     }
 
-    fn put(&self, key: u64, rows: Arc<Vec<f32>>) {
+    fn put(&self, key: u64, media: EncodedMedia) {
         let Ok(mut m) = self.map.lock() else { return };
-        if m.0.insert(key, rows).is_none() {
+        if m.0.insert(key, media).is_none() {
             m.1.push_back(key);
         }
         while m.0.len() > self.cap {
@@ -115,22 +117,33 @@ pub fn encode_media(
     }
     let key = media_key(kind, bytes);
     if let Some(c) = cache {
-        if let Some(rows) = c.get(key) {
+        if let Some(hit) = c.get(key) {
             c.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(EncodedMedia { kind, rows, key });
+            return Ok(hit);
         }
         c.misses.fetch_add(1, Ordering::Relaxed);
     }
-    let rows = match kind {
-        MediaKind::Image => towers.encode_image(&decode_image(bytes, name, limits)?),
-        MediaKind::Audio => towers.encode_audio(&decode_audio(bytes, name, limits)?),
-    }
-    .map_err(|e| Error::Request(format!("{name}: {e}")))?;
-    let rows = Arc::new(rows);
+    let (rows, grid) = match kind {
+        MediaKind::Image => {
+            let img = decode_image(bytes, name, limits)?;
+            (towers.encode_image(&img), towers.image_grid(&img))
+        }
+        MediaKind::Audio => (
+            towers.encode_audio(&decode_audio(bytes, name, limits)?),
+            None,
+        ),
+    };
+    let rows = Arc::new(rows.map_err(|e| Error::Request(format!("{name}: {e}")))?);
+    let media = EncodedMedia {
+        kind,
+        rows,
+        key,
+        grid,
+    };
     if let Some(c) = cache {
-        c.put(key, rows.clone());
+        c.put(key, media.clone());
     }
-    Ok(EncodedMedia { kind, rows, key })
+    Ok(media)
 }
 
 /// The `i`-th input of `kind` among `inputs`.
@@ -178,6 +191,7 @@ pub fn expand_markers(
             start: out.len(),
             rows: m.rows.clone(),
             key: m.key,
+            grid: m.grid,
         });
         out.extend(std::iter::repeat_n(
             t.placeholder,
@@ -251,6 +265,7 @@ pub fn fill_runs(
                 start,
                 rows: m.rows.clone(),
                 key: m.key,
+                grid: m.grid,
             });
         }
     }

@@ -123,16 +123,22 @@ impl Rope {
                             h[2 * j + 1] = a * sin[j] + b * cos[j];
                         }
                     }
-                    RopeStyle::Half => {
-                        for j in 0..half {
-                            let (a, b) = (h[j], h[j + half]);
-                            h[j] = a * cos[j] - b * sin[j];
-                            h[j + half] = b * cos[j] + a * sin[j];
-                        }
-                    }
+                    RopeStyle::Half => rotate_half_pairs(h, &cos, &sin),
                 }
             }
         }
+    }
+}
+
+/// Rotates the pairs `(j, j + half)` of one head (`half` = `cos.len()`; the values past
+/// `2 · half` stay) by the angles whose cosines and sines are given (transformers'
+/// `rotate_half` layout).
+pub fn rotate_half_pairs(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    for j in 0..half {
+        let (a, b) = (head[j], head[j + half]);
+        head[j] = a * cos[j] - b * sin[j];
+        head[j + half] = b * cos[j] + a * sin[j];
     }
 }
 

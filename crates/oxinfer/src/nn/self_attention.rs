@@ -117,8 +117,8 @@ impl SelfAttention {
             let pos0 = sq.cache.len();
             let q = &mut q[rows.start * q_row..rows.end * q_row];
             let k = &mut k[rows.start * kv_row..rows.end * kv_row];
-            rope.apply(q, sq.len, s.n_heads, hd, pos0);
-            rope.apply(k, sq.len, s.n_kv_heads, hd, pos0);
+            rope.apply_rows(q, sq.len, s.n_heads, hd, sq.positions());
+            rope.apply_rows(k, sq.len, s.n_kv_heads, hd, sq.positions());
             sq.cache
                 .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
             pos0s.push(pos0);

@@ -2,7 +2,10 @@
 //! activations `[total_tokens, dim]`, the cache each extends, and which rows need logits.
 
 use super::kv_cache::KvCache;
+use super::media::MediaEmbeds;
+use super::positions::RowPositions;
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// One sequence of a batch: new tokens and the cache they extend.
 pub struct SeqBatch<'a> {
@@ -12,7 +15,7 @@ pub struct SeqBatch<'a> {
     /// Logits of every new position (else of the last one only).
     pub all_logits: bool,
     /// Soft tokens of media inputs replacing the embeddings at their positions.
-    pub media: Option<std::sync::Arc<super::media::MediaEmbeds>>,
+    pub media: Option<Arc<MediaEmbeds>>,
 }
 
 /// One sequence's rows in a stacked pass `[total, dim]` and the cache they extend. The cache
@@ -26,6 +29,8 @@ pub struct SeqRows<'c> {
     /// Logits of every new row are wanted (else of the last one).
     pub all_logits: bool,
     pub cache: &'c mut KvCache,
+    /// The sequence's media (their grids move rotary positions under M-RoPE).
+    pub media: Option<Arc<MediaEmbeds>>,
 }
 
 impl SeqRows<'_> {
@@ -37,6 +42,14 @@ impl SeqRows<'_> {
             self.row + self.len - 1
         };
         first..self.row + self.len
+    }
+
+    /// The rotary positions of the new rows.
+    pub fn positions(&self) -> RowPositions<'_> {
+        RowPositions {
+            pos0: self.cache.len(),
+            media: self.media.as_deref(),
+        }
     }
 }
 
@@ -62,6 +75,7 @@ pub fn layout<'a>(batch: &'a mut [SeqBatch<'_>]) -> Result<(Vec<u32>, Vec<SeqRow
             len: s.tokens.len(),
             all_logits: s.all_logits,
             cache: &mut *s.cache,
+            media: s.media.clone(),
         });
         ids.extend_from_slice(s.tokens);
     }

@@ -16,6 +16,9 @@ pub struct MediaSpan {
     /// Identity of the input (a content hash): spans with equal keys and starts hold the same
     /// rows, so a cached prefix through them can be reused.
     pub key: u64,
+    /// The soft tokens as a `[rows, cols]` grid (row-major), for models whose rotary positions
+    /// are multimodal ([`super::positions`]); `None`: they take plain positions.
+    pub grid: Option<[usize; 2]>,
 }
 
 impl MediaSpan {
@@ -139,6 +142,7 @@ mod tests {
                     start,
                     rows: Arc::new(vec![key as f32; 4]),
                     key,
+                    grid: None,
                 })
                 .collect(),
             dim: 2,

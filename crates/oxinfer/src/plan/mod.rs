@@ -18,6 +18,7 @@ pub mod kv_mirror;
 pub mod kv_rows;
 pub mod media;
 pub mod ops;
+pub mod positions;
 
 pub use batch::{SeqBatch, SeqRows};
 pub use kv_cache::{KvCache, LayerCache, Past, RecurrentState};
@@ -27,6 +28,7 @@ pub use ops::{
     AttentionOp, AttentionParts, AttnSpec, DeviceWeight, EmbedOp, MlpOp, MlpParts, NormOp,
     PleInputsOp, PleOp, ProjOp, RecurrentOp, RopeOp, RowsOp,
 };
+pub use positions::RowPositions;
 
 /// A whole decoder-only model.
 pub struct Plan<'a> {

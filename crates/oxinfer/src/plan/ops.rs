@@ -4,6 +4,7 @@
 //! the plan and the kernels' types, never on nn or arch.
 
 use super::batch::SeqRows;
+use super::positions::RowPositions;
 use crate::error::Result;
 use oxinfer_kernels::act::GateAct;
 use oxinfer_kernels::WeightMatrix;
@@ -53,6 +54,22 @@ pub trait RopeOp: Sync {
     fn tables(&self, pos0: usize, t: usize, cos: &mut [f32], sin: &mut [f32]);
     /// Rotates `x` (`[t, heads, head_dim]`) in place; row `i` is at position `pos0 + i`.
     fn apply(&self, x: &mut [f32], t: usize, heads: usize, head_dim: usize, pos0: usize);
+    /// Rotates the rows of one sequence at `pos` ([`RowPositions`]); a plain RoPE reads only
+    /// the sequence index, a multimodal one (M-RoPE) the three axes.
+    fn apply_rows(
+        &self,
+        x: &mut [f32],
+        t: usize,
+        heads: usize,
+        head_dim: usize,
+        pos: RowPositions<'_>,
+    ) {
+        self.apply(x, t, heads, head_dim, pos.pos0);
+    }
+    /// Cosines and sines of the rows of one sequence at `pos`, `[t, dim / 2]` each.
+    fn tables_rows(&self, pos: RowPositions<'_>, t: usize, cos: &mut [f32], sin: &mut [f32]) {
+        self.tables(pos.pos0, t, cos, sin);
+    }
 }
 
 /// The token embedding.

@@ -1,12 +1,13 @@
 //! Helpers shared by the integration tests of `oxinfer` and `oxinfer-cli` (the CLI's tests
 //! include this folder with `#[path]`): fixture paths and readers ([`fixtures`], [`reference`],
 //! [`ids`], [`read_npy_f32`]), comparisons ([`max_abs_diff`], [`agreement`]), scratch folders,
-//! the reference checks of the tiny checkpoints ([`checks`]) and the real test models
+//! the reference checks of the tiny checkpoints ([`checks`], multimodal ones [`media`]) and the real test models
 //! ([`models`]).
 #![allow(dead_code)]
 
 pub mod checks;
 pub mod embed;
+pub mod media;
 pub mod models;
 
 // Not every test binary uses both.
@@ -14,6 +15,8 @@ pub mod models;
 pub use checks::*;
 #[allow(unused_imports)]
 pub use embed::*;
+#[allow(unused_imports)]
+pub use media::*;
 #[allow(unused_imports)]
 pub use models::*;
 
