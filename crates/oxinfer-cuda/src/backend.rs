@@ -5,10 +5,10 @@ use crate::gemm::{self, QuantPath};
 use crate::gpu::{self, DevBuf, Gpu, Slot};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
+use crate::stack_run::Out;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
-use crate::stack_run::Out;
 use oxinfer::plan::{Plan, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;

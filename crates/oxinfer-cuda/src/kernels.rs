@@ -413,7 +413,12 @@ mod tests {
         let hopper =
             compile_ptx(9, 0).unwrap_or_else(|e| panic!("all kernels for compute 9.0: {e}"));
         let waiting = dependent_entries(&hopper.to_src());
-        for k in ["gemv_q4_k_i8_1", "add_rms_norm_q8", "qkv_post", "attention_split_f32"] {
+        for k in [
+            "gemv_q4_k_i8_1",
+            "add_rms_norm_q8",
+            "qkv_post",
+            "attention_split_f32",
+        ] {
             assert!(waiting.contains(k), "{k} does not wait: {waiting:?}");
         }
         for k in ["gemm_q4_k", "attention_f32", "conv_igemm_f32"] {

@@ -212,7 +212,8 @@ pub(crate) fn gemv_i8(
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let total = w.rows + n2;
     let split = gemv_split(total, g.sm_count);
-    let pair = t == 1 && split == 1 && w.rows % 2 == 0 && n2 % 2 == 0 && gemv_pairs();
+    let pair =
+        t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
     let f = if pair {
         g.k.gemv_i8_pair(w.format)
     } else {

@@ -779,6 +779,7 @@ fn scores_case(
         len: ids.len(),
         all_logits: true,
         cache: c,
+        media: None,
     };
     let logits = plan_run::run(b, plan, ids, x, &mut [seq(&mut c0)])
         .expect("plan declined")

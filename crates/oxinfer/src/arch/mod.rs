@@ -135,7 +135,8 @@ pub fn run_plan_scores(
     }];
     let (ids, x, mut seqs) = embed_batch(plan, &mut batch)?;
     if let Some(b) = crate::backend::active() {
-        if let Some(r) = crate::backend::plan_run::run_scored(b, plan, &ids, &x, &mut seqs, targets) {
+        if let Some(r) = crate::backend::plan_run::run_scored(b, plan, &ids, &x, &mut seqs, targets)
+        {
             return r;
         }
     }

@@ -79,7 +79,13 @@ pub fn run_scored(
         if input.logit_rows.len() != targets.len() {
             return false;
         }
-        scores = vec![RowScore { logp: 0.0, argmax: 0 }; targets.len()];
+        scores = vec![
+            RowScore {
+                logp: 0.0,
+                argmax: 0
+            };
+            targets.len()
+        ];
         b.run_plan_scored(plan, input, seqs, targets, &mut scores)
     });
     match done {

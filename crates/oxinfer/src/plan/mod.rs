@@ -184,7 +184,10 @@ impl RowScore {
     pub fn from_logits(row: &[f32], target: u32) -> Self {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
-        let target = row.get(target as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        let target = row
+            .get(target as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY);
         RowScore {
             logp: f64::from(target - max) - sum.ln(),
             argmax: crate::engine::sampler::argmax(row),
