@@ -90,7 +90,7 @@ pub fn is_embedding_model(dir: &Path) -> bool {
         .ok()
         .and_then(|v| {
             let t = v.get("model_type")?.as_str()?;
-            Some(crate::arch::bert::ENCODER_MODEL_TYPES.contains(&t))
+            Some(encoder::is_bidirectional_type(t))
         })
         .unwrap_or(false)
 }
