@@ -53,6 +53,9 @@ pub fn run(
     x: &[f32],
     seqs: &mut [SeqRows<'_>],
 ) -> Option<Result<Vec<Vec<f32>>>> {
+    if plan.bidirectional {
+        return None; // the backends' attention op is causal only
+    }
     if seqs.iter().any(|s| !s.cache.is_f32()) {
         return None; // device mirrors hold f32 keys/values: a stored-type cache runs on the CPU
     }

@@ -1,7 +1,8 @@
-//! Decoder embedders (Qwen3-Embedding): the engine's own causal decoder ([`crate::arch`]), run
-//! without its output head, gives every token its final-normed hidden state; the embedder pools
-//! them (Qwen3-Embedding: the last token, which its tokenizer's post-processor makes
-//! `<|endoftext|>`).
+//! Decoder embedders: the engine's own decoder ([`crate::arch`]), run without its output head,
+//! gives every token its final-normed hidden state; the embedder pools them. Qwen3-Embedding
+//! runs causally and pools the last token (which its tokenizer's post-processor makes
+//! `<|endoftext|>`); EmbeddingGemma (`gemma3_text` with `use_bidirectional_attention`) runs the
+//! Gemma 3 blocks without the causal mask and mean-pools, then its `Dense` projections.
 //!
 //! Sequences of a batch run in one pass, each with its own KV cache, so nothing is padded and a
 //! batch gives the rows of one-by-one runs (left or right padding, which the reference
@@ -47,16 +48,16 @@ impl TensorStore for BareModelNames<'_> {
 
 impl DecoderStates {
     /// Loads the decoder of the folder `dir` (`config.json` at `cfg_path`, parsed as
-    /// `cfg_json`; safetensors weights). Only Qwen3 is accepted: the family whose embedding
-    /// checkpoints are checked against sentence-transformers.
+    /// `cfg_json`; safetensors weights). Qwen3 and Gemma 3 are accepted: the families whose
+    /// embedding checkpoints are checked against sentence-transformers.
     pub fn load(dir: &Path, cfg_path: &Path, cfg_json: &Value) -> Result<Self, LoadError> {
         crate::tuning::ensure();
         let cfg = ModelConfig::from_config_value(cfg_path, cfg_json)?;
-        if cfg.arch != Arch::Qwen3 {
+        if !matches!(cfg.arch, Arch::Qwen3 | Arch::Gemma3) {
             return Err(LoadError::UnsupportedArch {
                 path: cfg_path.to_path_buf(),
                 arch: cfg.arch.name().to_string(),
-                supported: "qwen3 (decoder embedding models)".to_string(),
+                supported: "qwen3, gemma3_text (decoder embedding models)".to_string(),
             });
         }
         let st = SafetensorsModel::open(dir)?;
@@ -74,8 +75,8 @@ impl DecoderStates {
         self.lm.config()
     }
 
-    /// The final-normed hidden states of every sequence of `batch` (causal attention within
-    /// each sequence, positions from 0), concatenated: `[Σ tᵢ, hidden]`. Token types are
+    /// The final-normed hidden states of every sequence of `batch` (causal or, as the model
+    /// says, bidirectional attention within each sequence, positions from 0), concatenated: `[Σ tᵢ, hidden]`. Token types are
     /// ignored.
     pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
         let max = self.config().context_length;

@@ -1,6 +1,6 @@
 //! The network under an [`Embedder`](super::Embedder): a bidirectional BERT-style encoder
 //! ([`Bert`]: BERT, XLM-RoBERTa, NomicBERT; [`ModernBert`]) or a causal decoder read at its last hidden states
-//! ([`DecoderStates`]: Qwen3-Embedding). Both turn a batch of token sequences into one hidden
+//! ([`DecoderStates`]: Qwen3-Embedding, EmbeddingGemma). Both turn a batch of token sequences into one hidden
 //! state per token.
 
 use std::path::Path;
@@ -14,7 +14,7 @@ use crate::error::{LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 
 /// The `model_type`s a decoder embedder may have.
-pub const DECODER_MODEL_TYPES: [&str; 1] = ["qwen3"];
+pub const DECODER_MODEL_TYPES: [&str; 2] = ["qwen3", "gemma3_text"];
 
 /// A network that gives every token of a batch of sequences a hidden state.
 pub enum TextEncoder {
@@ -72,7 +72,8 @@ impl TextEncoder {
         Err(LoadError::UnsupportedArch {
             path: cfg_path,
             arch: model_type.to_string(),
-            supported: "bert, xlm-roberta, nomic_bert, modernbert, qwen3 (embedding models)"
+            supported: "bert, xlm-roberta, nomic_bert, modernbert, qwen3, gemma3_text \
+                        (embedding models)"
                 .to_string(),
         })
     }

@@ -137,7 +137,7 @@ impl Embedder {
         if matches!(encoder, TextEncoder::Decoder(_)) && !dir.join("modules.json").is_file() {
             return Err(LoadError::malformed(
                 dir,
-                "a decoder (qwen3) is an embedding model only with its sentence-transformers \
+                "a decoder (qwen3, gemma3_text) is an embedding model only with its sentence-transformers \
                  modules.json (pooling, normalization); without one this is a chat model",
             ));
         }
