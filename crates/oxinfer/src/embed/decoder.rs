@@ -22,6 +22,7 @@ use crate::config::{Arch, ConfigSource, ModelConfig};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::{Naming, TensorStore, TensorView};
+use crate::nn::KvCache;
 
 /// A loaded causal decoder used for its hidden states.
 pub struct DecoderStates {
@@ -79,27 +80,51 @@ impl DecoderStates {
     /// says, bidirectional attention within each sequence, positions from 0), concatenated: `[Σ tᵢ, hidden]`. Token types are
     /// ignored.
     pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
-        let max = self.config().context_length;
-        if let Some((i, s)) = batch.iter().enumerate().find(|(_, s)| s.ids.len() > max) {
-            return Err(Error::Request(format!(
-                "input {i} has {} tokens, more than the model's context of {max}",
-                s.ids.len()
-            )));
-        }
+        self.check_lengths(batch.iter().map(|s| s.ids))?;
         let mut caches: Vec<_> = batch
             .iter()
             .map(|s| self.lm.new_cache(s.ids.len()))
             .collect();
-        let mut seqs: Vec<SeqBatch<'_>> = batch
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(s, cache)| SeqBatch {
-                tokens: s.ids,
-                cache,
-                all_logits: true,
-                media: None,
-            })
-            .collect();
+        let mut seqs = seq_batch(batch.iter().map(|s| s.ids), &mut caches, true);
         self.lm.forward_hidden(&mut seqs)
     }
+
+    /// The logits of the last position of every sequence of `batch` (each from position 0),
+    /// one `[vocab]` row per sequence (Qwen3-Reranker's yes/no scoring).
+    pub fn last_logits(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        self.check_lengths(batch.iter().copied())?;
+        let mut caches: Vec<_> = batch.iter().map(|s| self.lm.new_cache(s.len())).collect();
+        let mut seqs = seq_batch(batch.iter().copied(), &mut caches, false);
+        self.lm.forward_batch(&mut seqs)
+    }
+
+    /// An error naming the first sequence longer than the model's context.
+    fn check_lengths<'a>(&self, seqs: impl Iterator<Item = &'a [u32]>) -> Result<()> {
+        let max = self.config().context_length;
+        for (i, s) in seqs.enumerate() {
+            if s.len() > max {
+                return Err(Error::Request(format!(
+                    "input {i} has {} tokens, more than the model's context of {max}",
+                    s.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One [`SeqBatch`] per token sequence, each with its cache.
+fn seq_batch<'a>(
+    seqs: impl Iterator<Item = &'a [u32]>,
+    caches: &'a mut [KvCache],
+    all_logits: bool,
+) -> Vec<SeqBatch<'a>> {
+    seqs.zip(caches.iter_mut())
+        .map(|(tokens, cache)| SeqBatch {
+            tokens,
+            cache,
+            all_logits,
+            media: None,
+        })
+        .collect()
 }

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod pooling;
 pub mod rerank;
 pub mod template;
+pub mod yes_no;
 
 use std::path::{Path, PathBuf};
 
