@@ -14,6 +14,7 @@
 
 pub mod decoder;
 pub mod encoder;
+pub mod gguf_bert;
 pub mod layout;
 pub mod pooling;
 pub mod rerank;
@@ -77,10 +78,13 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-/// Whether the folder `dir` holds an embedding model [`Embedder::load`] can read: a
-/// sentence-transformers layout (`modules.json`) or a BERT / XLM-RoBERTa `config.json` (and not
-/// a reranker, [`is_reranker_model`]).
+/// Whether `dir` holds an embedding model [`Embedder::load`] can read: a folder with a
+/// sentence-transformers layout (`modules.json`) or an encoder's `config.json` (and not a
+/// reranker, [`is_reranker_model`]), or a BERT GGUF file ([`gguf_bert`]).
 pub fn is_embedding_model(dir: &Path) -> bool {
+    if gguf_bert::is_gguf_embedding_model(dir) {
+        return true;
+    }
     if !dir.is_dir() || is_reranker_model(dir) {
         return false;
     }
@@ -115,9 +119,13 @@ pub(crate) fn load_tokenizer(
 }
 
 impl Embedder {
-    /// Loads the model folder `dir`: a sentence-transformers folder (BERT, XLM-RoBERTa or
-    /// Qwen3 inside) or a plain HF BERT / XLM-RoBERTa folder.
+    /// Loads the model folder `dir`: a sentence-transformers folder (BERT, XLM-RoBERTa,
+    /// NomicBERT, ModernBERT, Qwen3 or Gemma 3 inside) or a plain HF encoder folder; or a BERT
+    /// GGUF file as llama.cpp writes it ([`gguf_bert`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        if dir.is_file() && dir.extension().is_some_and(|e| e == "gguf") {
+            return Self::load_gguf(dir);
+        }
         if !dir.is_dir() {
             return Err(LoadError::malformed(
                 dir,
@@ -168,6 +176,20 @@ impl Embedder {
             layout,
             max_tokens,
             source: dir.to_path_buf(),
+        })
+    }
+
+    /// Loads the BERT GGUF file `path` ([`gguf_bert`]).
+    fn load_gguf(path: &Path) -> Result<Self, LoadError> {
+        let g = gguf_bert::GgufEmbedding::load(path)?;
+        let max_tokens = g.encoder.config().max_tokens();
+        Ok(Embedder {
+            encoder: TextEncoder::Bert(Box::new(g.encoder)),
+            tokenizer: g.tokenizer,
+            template: g.template,
+            layout: g.layout,
+            max_tokens,
+            source: path.to_path_buf(),
         })
     }
 
