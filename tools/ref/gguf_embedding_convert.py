@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Convert a sentence-transformers BERT folder (all-MiniLM-L6-v2, tests/fixtures/bert-tiny) to a
 GGUF file laid out as llama.cpp's ``convert_hf_to_gguf.py`` writes ``BertModel`` (its
-``conversion/bert.py``), with the ``gguf`` package only:
+``conversion/bert.py``), with the ``gguf`` package only (a NomicBERT folder in transformers 5's
+spelling, tests/fixtures/nomic-bert-tiny, as its ``NomicBertModel`` writes ``nomic-bert``:
+``nomic-bert.*`` keys, ``rope.freq_base``, ``attn_qkv`` / ``ffn_gate`` tensors; llama.cpp's own
+converter reads only nomic's remote-code ``config.json`` spelling, so that file is not compared):
 
 * metadata: ``general.architecture = bert``; ``bert.{block_count, context_length,
   embedding_length, feed_forward_length, attention.head_count, attention.layer_norm_epsilon}``,
@@ -110,12 +113,16 @@ def normalizer_flags(norm: dict | None, flags: dict[str, bool]) -> dict[str, boo
     return flags
 
 
+ARCHS = {"bert": gguf.MODEL_ARCH.BERT, "nomic_bert": gguf.MODEL_ARCH.NOMIC_BERT}
+
+
 def convert(folder: Path, outfile: Path, outtype: str) -> None:
     cfg = json.loads((folder / "config.json").read_text())
-    if cfg.get("model_type") != "bert":
-        raise SystemExit(f"{folder}: model_type {cfg.get('model_type')!r}, only bert is written")
+    arch = ARCHS.get(cfg.get("model_type"))
+    if arch is None:
+        raise SystemExit(f"{folder}: model_type {cfg.get('model_type')!r}, only {list(ARCHS)}")
     n_layers = cfg["num_hidden_layers"]
-    w = gguf.GGUFWriter(str(outfile), "bert")
+    w = gguf.GGUFWriter(str(outfile), gguf.MODEL_ARCH_NAMES[arch])
     w.add_type(gguf.GGUFType.MODEL)
     w.add_name(folder.name)
     w.add_block_count(n_layers)
@@ -126,6 +133,9 @@ def convert(folder: Path, outfile: Path, outtype: str) -> None:
     w.add_layer_norm_eps(cfg.get("layer_norm_eps", 1e-12))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if outtype == "f16" else gguf.LlamaFileType.ALL_F32)
     w.add_causal_attention(False)
+    if arch == gguf.MODEL_ARCH.NOMIC_BERT:
+        rope = cfg.get("rope_parameters") or {}
+        w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 1000.0)))
     if (pool := pooling_type(folder)) is not None:
         w.add_pooling_type(pool)
 
@@ -141,10 +151,10 @@ def convert(folder: Path, outfile: Path, outtype: str) -> None:
         w.add_bool(f"tokenizer.ggml.normalizer.{key}", value)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, n_layers)
+    tmap = gguf.get_tensor_name_map(arch, n_layers)
     weights = load_file(str(folder / "model.safetensors"))
     for name, data in weights.items():
-        name = name.removeprefix("bert.")
+        name = name.removeprefix("bert.").removeprefix("nomic_bert.")
         if name in ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"):
             continue
         new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))

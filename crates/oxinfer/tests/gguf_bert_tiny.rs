@@ -1,41 +1,50 @@
-//! The tiny BERT embedding model as a GGUF file (tests/fixtures/bert-tiny-gguf/model.gguf,
-//! written from tests/fixtures/bert-tiny by tools/ref/gguf_embedding_convert.py in the layout of
-//! llama.cpp's convert_hf_to_gguf.py — the converter's output equals llama.cpp's own, see
-//! docs/embeddings.md) against the safetensors folder's transformers references: WordPiece ids
-//! from the GGUF vocabulary (phantom-space spelling) equal transformers' (texts cut at
-//! `max_seq_length` compared on their common part: a GGUF carries only the context length),
-//! last hidden states with token types (≤ 1e-4), and the mean-pooled, normalized embeddings the
-//! GGUF's `bert.pooling_type` asks for (≤ 1e-5).
+//! The tiny BERT and NomicBERT embedding models as GGUF files (tests/fixtures/bert-tiny-gguf/,
+//! nomic-bert-tiny-gguf/, written from tests/fixtures/bert-tiny and nomic-bert-tiny by
+//! tools/ref/gguf_embedding_convert.py in the layout of llama.cpp's convert_hf_to_gguf.py — for
+//! BERT the converter's output equals llama.cpp's own, see docs/embeddings.md) against the
+//! safetensors folders' transformers references: WordPiece ids from the GGUF vocabulary
+//! (phantom-space spelling) equal transformers' (texts cut at `max_seq_length` compared on their
+//! common part: a GGUF carries only the context length), last hidden states with token types
+//! (≤ 1e-4), and the mean-pooled, normalized embeddings the GGUF's `pooling_type` asks for
+//! (≤ 1e-5).
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::{fixtures, ids, max_abs_diff, read_npy_f32, reference};
 use oxinfer::embed::pooling::normalize;
 use oxinfer::embed::{is_embedding_model, EmbedOptions, Embedder, Encoded};
 
-fn gguf() -> PathBuf {
-    fixtures().join("bert-tiny-gguf").join("model.gguf")
+/// The GGUF of fixture `name` and the safetensors folder it was written from.
+fn paths(name: &str) -> (PathBuf, PathBuf) {
+    (
+        fixtures().join(format!("{name}-gguf")).join("model.gguf"),
+        fixtures().join(name),
+    )
 }
 
-fn st() -> PathBuf {
-    fixtures().join("bert-tiny")
+/// The reference texts' ids of `st` (as transformers cut them), without token types.
+fn reference_inputs(st: &Path) -> Vec<Encoded> {
+    reference(st)["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| Encoded {
+            ids: ids(&t["ids"]),
+            type_ids: Vec::new(),
+        })
+        .collect()
 }
 
-fn load() -> Embedder {
-    Embedder::load(&gguf()).unwrap_or_else(|e| panic!("{e}"))
-}
-
-#[test]
-fn ids_and_hidden_states_match_transformers() {
-    let e = load();
-    assert!(is_embedding_model(&gguf()));
+fn check_ids_and_hidden_states(name: &str) {
+    let (gguf, st) = paths(name);
+    let e = Embedder::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    assert!(is_embedding_model(&gguf));
     assert_eq!((e.dim(), e.max_tokens()), (32, 64));
-    let r = reference(&st());
+    let r = reference(&st);
     let max_seq = r["max_seq_length"].as_u64().unwrap() as usize;
     let opts = EmbedOptions::default();
-    let mut inputs = Vec::new();
     for (i, t) in r["texts"].as_array().unwrap().iter().enumerate() {
         let want = ids(&t["ids"]);
         let got = e.encode(i, t["text"].as_str().unwrap(), &opts).unwrap();
@@ -45,15 +54,11 @@ fn ids_and_hidden_states_match_transformers() {
             let n = max_seq - 1;
             assert_eq!(got.ids[..n], want[..n], "{}", t["text"]);
         }
-        inputs.push(Encoded {
-            ids: want,
-            type_ids: Vec::new(),
-        });
     }
-    let (_, want) = read_npy_f32(&st().join("hidden.npy"));
-    let got = e.hidden_states(&inputs).unwrap();
+    let (_, want) = read_npy_f32(&st.join("hidden.npy"));
+    let got = e.hidden_states(&reference_inputs(&st)).unwrap();
     let d = max_abs_diff(&got, &want);
-    println!("hidden states: max abs diff {d:.2e}");
+    println!("{name} GGUF hidden states: max abs diff {d:.2e}");
     assert!(d <= 1e-4, "hidden states differ by {d}");
 
     let pair = Encoded {
@@ -61,35 +66,55 @@ fn ids_and_hidden_states_match_transformers() {
         type_ids: ids(&r["pair"]["type_ids"]),
     };
     let got = e.hidden_states(&[pair]).unwrap();
-    let (_, want) = read_npy_f32(&st().join("hidden_pair.npy"));
+    let (_, want) = read_npy_f32(&st.join("hidden_pair.npy"));
     let d = max_abs_diff(&got, &want);
     assert!(d <= 1e-4, "pair hidden states differ by {d}");
 }
 
-#[test]
-fn embeddings_are_the_normalized_mean_pool() {
-    let e = load();
-    let r = reference(&st());
-    let inputs: Vec<Encoded> = r["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| Encoded {
-            ids: ids(&t["ids"]),
-            type_ids: Vec::new(),
-        })
-        .collect();
-    let got = e.embed_encoded(&inputs, &EmbedOptions::default()).unwrap();
-    let (_, pooled) = read_npy_f32(&st().join("pooled_mean.npy"));
-    let want: Vec<f32> = pooled
+/// The GGUF's embeddings of the reference ids against `want` (`[n, 32]`), normalized here when
+/// `normalize_want`.
+fn check_embeddings(name: &str, want: &Path, normalize_want: bool) {
+    let (gguf, st) = paths(name);
+    let e = Embedder::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    let got = e
+        .embed_encoded(&reference_inputs(&st), &EmbedOptions::default())
+        .unwrap();
+    let (_, rows) = read_npy_f32(want);
+    let want: Vec<f32> = rows
         .chunks_exact(32)
         .flat_map(|row| {
             let mut v = row.to_vec();
-            normalize(&mut v);
+            if normalize_want {
+                normalize(&mut v);
+            }
             v
         })
         .collect();
     let d = max_abs_diff(&got.concat(), &want);
-    println!("normalized mean-pooled embeddings: max abs diff {d:.2e}");
+    println!("{name} GGUF normalized mean-pooled embeddings: max abs diff {d:.2e}");
     assert!(d <= 1e-5, "embeddings differ by {d}");
+}
+
+#[test]
+fn bert_ids_and_hidden_states_match_transformers() {
+    check_ids_and_hidden_states("bert-tiny");
+}
+
+#[test]
+fn bert_embeddings_are_the_normalized_mean_pool() {
+    // bert-tiny's own layout adds a Dense layer, which a GGUF does not carry: its pooled_mean.
+    let want = fixtures().join("bert-tiny").join("pooled_mean.npy");
+    check_embeddings("bert-tiny", &want, true);
+}
+
+#[test]
+fn nomic_bert_ids_and_hidden_states_match_transformers() {
+    check_ids_and_hidden_states("nomic-bert-tiny");
+}
+
+#[test]
+fn nomic_bert_embeddings_match_sentence_transformers() {
+    // nomic-bert-tiny's layout is mean pooling + Normalize: its encode output.
+    let want = fixtures().join("nomic-bert-tiny").join("embeddings.npy");
+    check_embeddings("nomic-bert-tiny", &want, false);
 }

@@ -1,5 +1,7 @@
 //! GGUF embedding models as llama.cpp's `convert_hf_to_gguf.py` writes BERT
-//! (`general.architecture = bert`): the encoder's hyper-parameters from `bert.*`
+//! (`general.architecture = bert`) and NomicBERT (`nomic-bert`: rotary positions with θ
+//! `nomic-bert.rope.freq_base`, the fused `attn_qkv`, `ffn_gate` beside `ffn_up`, SiLU, no
+//! position table): the encoder's hyper-parameters from `bert.*` / `nomic-bert.*`
 //! (`block_count`, `context_length`, `embedding_length`, `feed_forward_length`,
 //! `attention.head_count`, `attention.layer_norm_epsilon`, `tokenizer.ggml.token_type_count`),
 //! the pooling from `bert.pooling_type` (1 mean, 2 cls, 3 last token), the WordPiece vocabulary
@@ -11,7 +13,7 @@
 //! What the GGUF does not carry is taken as llama.cpp takes it: the output is normalized (the
 //! sentence-transformers `Normalize` module is not written; `llama-embedding` normalizes by
 //! default), inputs are limited by the context length (not `max_seq_length`), the activation is
-//! BERT's exact GELU, and `2_Dense` projections are absent.
+//! BERT's exact GELU (NomicBERT's SiLU), and `2_Dense` projections are absent.
 
 use std::path::Path;
 
@@ -25,7 +27,7 @@ use crate::loader::{TensorStore, TensorView};
 use crate::tokenizer::Tokenizer;
 
 /// The `general.architecture`s this module reads.
-pub const GGUF_EMBEDDING_ARCHS: [&str; 1] = ["bert"];
+pub const GGUF_EMBEDDING_ARCHS: [&str; 2] = ["bert", "nomic-bert"];
 
 /// Whether `path` is a GGUF file of an embedding architecture ([`GGUF_EMBEDDING_ARCHS`]).
 pub fn is_gguf_embedding_model(path: &Path) -> bool {
@@ -50,19 +52,23 @@ impl GgufBertNames<'_> {
             "embeddings.word_embeddings" => "token_embd".to_string(),
             "embeddings.position_embeddings" => "position_embd".to_string(),
             "embeddings.token_type_embeddings" => "token_types".to_string(),
-            "embeddings.LayerNorm" => "token_embd_norm".to_string(),
+            "embeddings.LayerNorm" | "emb_ln" => "token_embd_norm".to_string(),
             _ => {
-                let rest = stem.strip_prefix("encoder.layer.")?;
+                let rest = stem
+                    .strip_prefix("encoder.layer.")
+                    .or_else(|| stem.strip_prefix("encoder.layers."))?;
                 let (i, part) = rest.split_once('.')?;
                 let part = match part {
                     "attention.self.query" => "attn_q",
                     "attention.self.key" => "attn_k",
                     "attention.self.value" => "attn_v",
-                    "attention.output.dense" => "attn_output",
-                    "attention.output.LayerNorm" => "attn_output_norm",
-                    "intermediate.dense" => "ffn_up",
-                    "output.dense" => "ffn_down",
-                    "output.LayerNorm" => "layer_output_norm",
+                    "attn.Wqkv" => "attn_qkv",
+                    "attention.output.dense" | "attn.out_proj" => "attn_output",
+                    "attention.output.LayerNorm" | "norm1" => "attn_output_norm",
+                    "intermediate.dense" | "mlp.fc11" => "ffn_up",
+                    "mlp.fc12" => "ffn_gate",
+                    "output.dense" | "mlp.fc2" => "ffn_down",
+                    "output.LayerNorm" | "norm2" => "layer_output_norm",
                     _ => return None,
                 };
                 format!("blk.{i}.{part}")
@@ -103,7 +109,7 @@ impl GgufEmbedding {
             return Err(LoadError::UnsupportedArch {
                 path: path.to_path_buf(),
                 arch: arch.to_string(),
-                supported: "bert (GGUF embedding models)".to_string(),
+                supported: "bert, nomic-bert (GGUF embedding models)".to_string(),
             });
         }
         let u = |key: &str| -> Result<usize, LoadError> {
@@ -120,12 +126,22 @@ impl GgufEmbedding {
             n_heads: u("attention.head_count")?,
             intermediate_size: u("feed_forward_length")?,
             max_positions: u("context_length")?,
-            positions: PositionIds::FromZero,
+            positions: match arch {
+                "nomic-bert" => PositionIds::Rotary {
+                    theta: g
+                        .get_f64(&format!("{arch}.rope.freq_base"))?
+                        .unwrap_or(1000.0) as f32,
+                },
+                _ => PositionIds::FromZero,
+            },
             type_vocab_size: g.get_u64("tokenizer.ggml.token_type_count")?.unwrap_or(0) as usize,
             layer_norm_eps: g
                 .get_f64(&format!("{arch}.attention.layer_norm_epsilon"))?
                 .unwrap_or(1e-12) as f32,
-            act: EncoderAct::GeluErf,
+            act: match arch {
+                "nomic-bert" => EncoderAct::Silu,
+                _ => EncoderAct::GeluErf,
+            },
         };
         if cfg.n_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.n_heads) {
             return Err(LoadError::field(
@@ -191,6 +207,11 @@ mod tests {
             n("encoder.layer.0.output.dense.weight").as_deref(),
             Some("blk.0.ffn_down.weight")
         );
+        assert_eq!(
+            n("encoder.layers.1.mlp.fc12.weight").as_deref(),
+            Some("blk.1.ffn_gate.weight")
+        );
+        assert_eq!(n("emb_ln.bias").as_deref(), Some("token_embd_norm.bias"));
         assert_eq!(n("pooler.dense.weight"), None);
     }
 }
