@@ -14,6 +14,11 @@ compare, by cosine, with
 
 Prints the worst cosine of each comparison and exits non-zero when one is below 0.99999.
 
+``--tiny`` instead runs llama.cpp on the committed tiny GGUFs (tests/fixtures/bert-tiny-gguf,
+nomic-bert-tiny-gguf) and compares with their folders' references (bert-tiny's mean pool,
+normalized here; nomic-bert-tiny's ``encode``) on the texts llama.cpp tokenizes as transformers
+does: the check that llama.cpp reads those files, the NomicBERT layout included, as oxinfer does.
+
 Usage (reference venv):
   .../python tools/ref/ref_gguf_embedding_llamacpp.py /tmp/minilm.gguf --write-texts /tmp/texts.txt
   oxinfer embed -m /tmp/minilm.gguf -f /tmp/texts.txt -o /tmp/ox.npy
@@ -41,12 +46,34 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
+def tiny() -> bool:
+    ok = True
+    for name, want_file in (("bert-tiny", "pooled_mean.npy"), ("nomic-bert-tiny", "embeddings.npy")):
+        ref = json.loads((FIX.parent / name / "reference.json").read_text())
+        want = np.load(FIX.parent / name / want_file).astype(np.float64)
+        llm = Llama(model_path=str(FIX.parent / f"{name}-gguf" / "model.gguf"), embedding=True,
+                    n_ctx=64, n_batch=64, n_ubatch=64, verbose=False)
+        same = [i for i, t in enumerate(ref["texts"])
+                if llm.tokenize(t["text"].encode(), add_bos=True, special=False) == t["ids"]]
+        got = np.array([llm.embed(ref["texts"][i]["text"], normalize=True) for i in same])
+        c = cosines(got, want[same])
+        print(f"{name}-gguf: llama.cpp vs the reference on {len(same)} texts with the same ids, "
+              f"worst cosine {c.min():.8f}")
+        ok &= bool(c.min() >= MIN_COSINE)
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gguf", type=Path)
+    ap.add_argument("gguf", type=Path, nargs="?")
+    ap.add_argument("--tiny", action="store_true", help="check the committed tiny GGUFs")
     ap.add_argument("--write-texts", type=Path, help="write the texts, one per line, and stop")
     ap.add_argument("--oxinfer", type=Path, help="oxinfer's embeddings of the texts (.npy)")
     a = ap.parse_args()
+    if a.tiny:
+        return 0 if tiny() else 1
+    if a.gguf is None:
+        ap.error("give a GGUF file or --tiny")
     ref = json.loads((FIX / "reference.json").read_text())
     # The texts without line breaks (they go through a one-per-line file).
     rows = [i for i, t in enumerate(ref["texts"]) if "\n" not in t["text"] and "\r" not in t["text"]]
