@@ -123,15 +123,16 @@ impl Embedder {
     /// NomicBERT, ModernBERT, Qwen3 or Gemma 3 inside) or a plain HF encoder folder; or a BERT
     /// GGUF file as llama.cpp writes it ([`gguf_bert`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
-        if dir.is_file() && dir.extension().is_some_and(|e| e == "gguf") {
+        if gguf_bert::is_gguf_embedding_model(dir) {
             return Self::load_gguf(dir);
         }
         if !dir.is_dir() {
             return Err(LoadError::malformed(
                 dir,
                 "not an embedding model: expected a sentence-transformers or BERT folder \
-                 (modules.json, config.json with model_type bert, xlm-roberta or qwen3, \
-                 model.safetensors, tokenizer.json)",
+                 (modules.json, config.json with model_type bert, xlm-roberta, nomic_bert, \
+                 modernbert, qwen3 or gemma3_text, model.safetensors, tokenizer.json) or a \
+                 bert / nomic-bert GGUF file",
             ));
         }
         if rerank::is_reranker_model(dir) {
