@@ -25,10 +25,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import sentence_transformers
 import torch
-import transformers
 from sentence_transformers import SentenceTransformer, models
+from st_fixture import (embedding_references, folder_size, randomize, save_sentence_transformer,
+                        write_json)
 from transformers import AutoTokenizer, NomicBertConfig, NomicBertModel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,52 +65,23 @@ def main() -> None:
         hidden_act="silu", initializer_range=0.2,
         rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
     model = NomicBertModel(cfg, add_pooling_layer=False).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layernorm.weight" in name.lower():
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
+    randomize(model, lambda name: "layernorm.weight" in name.lower(), weight_std=0.2)
     model.save_pretrained(hf, safe_serialization=True)
-    st = SentenceTransformer(
-        modules=[models.Transformer(str(hf), max_seq_length=MAX_SEQ),
-                 models.Pooling(32, pooling_mode="mean"), models.Normalize()],
-        prompts={"query": "search_query: ", "document": "search_document: "}, device="cpu")
-    st.save(str(OUT), safe_serialization=True)
-    shutil.rmtree(hf)
-    (OUT / "README.md").unlink(missing_ok=True)
+    save_sentence_transformer(
+        OUT, MAX_SEQ, [models.Pooling(32, pooling_mode="mean"), models.Normalize()],
+        {"query": "search_query: ", "document": "search_document: "})
 
-    st = SentenceTransformer(str(OUT), device="cpu")
+    refs = embedding_references(OUT, TEXTS, MAX_SEQ, 3, ["query"])
     tok = AutoTokenizer.from_pretrained(str(OUT))
-    model = st[0].auto_model.eval()
-    refs = {
-        "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "torch": torch.__version__,
-        "max_seq_length": MAX_SEQ,
-        "texts": [],
-    }
-    hidden = []
+    model = SentenceTransformer(str(OUT), device="cpu")[0].auto_model.eval()
     with torch.no_grad():
-        for t in TEXTS:
-            enc = tok(t, truncation=True, max_length=MAX_SEQ, return_tensors="pt")
-            hidden.append(model(**enc).last_hidden_state[0].numpy())
-            refs["texts"].append({"text": t, "ids": enc["input_ids"][0].tolist()})
-        emb = st.encode(TEXTS, convert_to_numpy=True, batch_size=3)
-        emb_q = st.encode(TEXTS, prompt_name="query", convert_to_numpy=True, batch_size=3)
         pair = tok(*PAIR, return_tensors="pt")
         hp = model(**pair).last_hidden_state[0].numpy()
     refs["pair"] = {"a": PAIR[0], "b": PAIR[1], "ids": pair["input_ids"][0].tolist(),
                     "type_ids": pair["token_type_ids"][0].tolist()}
-    np.save(OUT / "hidden.npy", np.concatenate(hidden).astype(np.float32))
-    np.save(OUT / "embeddings.npy", emb.astype(np.float32))
-    np.save(OUT / "embeddings_query.npy", emb_q.astype(np.float32))
     np.save(OUT / "hidden_pair.npy", hp.astype(np.float32))
-    (OUT / "reference.json").write_text(json.dumps(refs, ensure_ascii=False, indent=1) + "\n")
-    size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
-    print(f"wrote {OUT} ({size} bytes, vocab {vocab})")
+    write_json(OUT / "reference.json", refs)
+    print(f"wrote {OUT} ({folder_size(OUT)} bytes, vocab {vocab})")
 
 
 if __name__ == "__main__":

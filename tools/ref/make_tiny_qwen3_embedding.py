@@ -68,10 +68,14 @@ TEXTS = [
 ]
 
 
-def build_tokenizer(dst: Path) -> tokenizers.Tokenizer:
+def build_tokenizer(dst: Path, extra_lines: tuple[str, ...] = (),
+                    embedding: bool = True) -> tokenizers.Tokenizer:
+    """The tokenizer (see the module doc) in ``dst``; ``extra_lines`` join the training text, and
+    without ``embedding`` the post-processor is Qwen's plain ``ByteLevel`` (no added token) and
+    padding is on the right (make_tiny_qwen3_reranker.py)."""
     corpus = json.loads((FIX / "tokenizer" / "corpus.json").read_text())
     lines = [l for l in (FIX / "texts" / "ppl-en.txt").read_text().splitlines() if l.strip()]
-    lines += corpus[:50]
+    lines += corpus[:50] + list(extra_lines)
     tok = tokenizers.Tokenizer(BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -83,14 +87,18 @@ def build_tokenizer(dst: Path) -> tokenizers.Tokenizer:
     tok.train_from_iterator(lines, trainers.BpeTrainer(
         vocab_size=600, special_tokens=specials, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.TemplateProcessing(
-        single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
-        special_tokens=[("<|endoftext|>", tok.token_to_id("<|endoftext|>"))])
+    if embedding:
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+            special_tokens=[("<|endoftext|>", tok.token_to_id("<|endoftext|>"))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     dst.mkdir(parents=True)
     tok.save(str(dst / "tokenizer.json"))
     (dst / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "model_max_length": 131072, "padding_side": "left",
+        "pad_token": "<|endoftext|>", "model_max_length": 131072,
+        "padding_side": "left" if embedding else "right",
     }, indent=1))
     return tok
 

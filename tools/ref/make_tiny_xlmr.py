@@ -40,13 +40,13 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import sentence_transformers
 import sentencepiece as spm
 import tokenizers
 import torch
 import transformers
-from sentence_transformers import CrossEncoder, SentenceTransformer, models
+from sentence_transformers import CrossEncoder, models
+from st_fixture import embedding_references, folder_size, randomize, save_sentence_transformer
 from tokenizers import Regex, normalizers, pre_tokenizers, processors, decoders
 from tokenizers.models import Unigram
 from transformers import (AutoTokenizer, XLMRobertaConfig, XLMRobertaForSequenceClassification,
@@ -175,13 +175,8 @@ def build_tokenizer(dst: Path) -> tokenizers.Tokenizer:
     return tok
 
 
-def randomize(model: torch.nn.Module) -> None:
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
+def randomize_xlmr(model: torch.nn.Module) -> None:
+    randomize(model, lambda name: "LayerNorm.weight" in name)
 
 
 def config(vocab: int, **extra) -> XLMRobertaConfig:
@@ -215,38 +210,12 @@ def make_embedder(tok_dir: Path, vocab: int) -> None:
     shutil.copytree(tok_dir, hf)
     torch.manual_seed(22)
     model = XLMRobertaModel(config(vocab), add_pooling_layer=False).eval()
-    randomize(model)
+    randomize_xlmr(model)
     model.save_pretrained(hf, safe_serialization=True)
-    st = SentenceTransformer(
-        modules=[models.Transformer(str(hf), max_seq_length=MAX_SEQ),
-                 models.Pooling(32, pooling_mode="cls"), models.Normalize()],
-        prompts={"query": "query: ", "passage": "passage: "}, device="cpu")
-    st.save(str(OUT), safe_serialization=True)
-    shutil.rmtree(hf)
-    (OUT / "README.md").unlink(missing_ok=True)
-
-    st = SentenceTransformer(str(OUT), device="cpu")
-    tok = AutoTokenizer.from_pretrained(str(OUT))
-    model = st[0].auto_model.eval()
-    refs = {
-        "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "torch": torch.__version__,
-        "max_seq_length": MAX_SEQ,
-        "texts": [],
-    }
-    hidden = []
-    with torch.no_grad():
-        for t in TEXTS:
-            enc = tok(t, truncation=True, max_length=MAX_SEQ, return_tensors="pt")
-            hidden.append(model(**enc).last_hidden_state[0].numpy())
-            refs["texts"].append({"text": t, "ids": enc["input_ids"][0].tolist()})
-        emb = st.encode(TEXTS, convert_to_numpy=True, batch_size=5)
-        emb_q = st.encode(TEXTS, prompt_name="query", convert_to_numpy=True, batch_size=5)
-    np.save(OUT / "hidden.npy", np.concatenate(hidden).astype(np.float32))
-    np.save(OUT / "embeddings.npy", emb.astype(np.float32))
-    np.save(OUT / "embeddings_query.npy", emb_q.astype(np.float32))
-    (OUT / "reference.json").write_text(json.dumps(refs, ensure_ascii=False, indent=1) + "\n")
+    save_sentence_transformer(
+        OUT, MAX_SEQ, [models.Pooling(32, pooling_mode="cls"), models.Normalize()],
+        {"query": "query: ", "passage": "passage: "})
+    embedding_references(OUT, TEXTS, MAX_SEQ, 5, ["query"])
 
 
 def make_cross_encoder(tok_dir: Path, vocab: int) -> None:
@@ -254,7 +223,7 @@ def make_cross_encoder(tok_dir: Path, vocab: int) -> None:
     shutil.copytree(tok_dir, hf)
     torch.manual_seed(23)
     model = XLMRobertaForSequenceClassification(config(vocab, num_labels=1)).eval()
-    randomize(model)
+    randomize_xlmr(model)
     model.save_pretrained(hf, safe_serialization=True)
     CrossEncoder(str(hf), max_length=MAX_PAIR, device="cpu").save(
         str(OUT_CE), safe_serialization=True)
@@ -304,8 +273,7 @@ def main() -> None:
     (OUT / "tokenizer_refs.json").write_text(
         json.dumps(refs, ensure_ascii=False, indent=1) + "\n")
     for d in (OUT, OUT_CE):
-        size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
-        print(f"wrote {d} ({size} bytes, vocab {vocab})")
+        print(f"wrote {d} ({folder_size(d)} bytes, vocab {vocab})")
 
 
 if __name__ == "__main__":

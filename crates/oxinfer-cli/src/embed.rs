@@ -160,7 +160,8 @@ pub fn embedding_model_path(spec: Option<&str>) -> Result<Option<PathBuf>> {
     };
     let known_embedder =
         oxinfer::hub::find_model(spec).is_some_and(|m| m.file_name.ends_with(".zip"));
-    if !known_embedder && !Path::new(spec).is_dir() {
+    let gguf_embedder = oxinfer::embed::gguf_bert::is_gguf_embedding_model(Path::new(spec));
+    if !known_embedder && !gguf_embedder && !Path::new(spec).is_dir() {
         return Ok(None);
     }
     let path = oxinfer::hub::resolve_model(Some(spec), &mut crate::progress::Bars::new())?;

@@ -1,5 +1,6 @@
-//! `oxinfer rerank`: scores documents against a query with a cross-encoder and prints them
-//! best first as JSON lines `{"index", "relevance_score", "document"}`.
+//! `oxinfer rerank`: scores documents against a query with a cross-encoder or a
+//! Qwen3-Reranker-style causal LM and prints them best first as JSON lines
+//! `{"index", "relevance_score", "document"}`.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,9 @@ use oxinfer::embed::CrossEncoder;
 
 #[derive(Args, Debug)]
 pub struct RerankArgs {
-    /// A cross-encoder folder (BertForSequenceClassification, e.g. ms-marco-MiniLM).
+    /// A cross-encoder folder (BertForSequenceClassification, e.g. ms-marco-MiniLM) or a
+    /// Qwen3-Reranker folder (a Qwen3ForCausalLM whose path contains "reranker": scored by its
+    /// "yes"/"no" logits with the model card's prompt).
     #[arg(short = 'm', long = "model")]
     pub model: String,
     /// The query.

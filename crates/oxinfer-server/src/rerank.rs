@@ -1,5 +1,6 @@
-//! `POST /v1/rerank` (also `/rerank`) over a [`CrossEncoder`], in the shape llama.cpp's server
-//! and the common rerank APIs use: `query`, `documents` (strings, or objects with a `text`),
+//! `POST /v1/rerank` (also `/rerank`) over a [`CrossEncoder`] (a cross-encoder or a
+//! Qwen3-Reranker-style yes/no causal LM, [`oxinfer::embed::yes_no`]), in the shape llama.cpp's
+//! server and the common rerank APIs use: `query`, `documents` (strings, or objects with a `text`),
 //! `top_n`, `return_documents` → `results: [{index, relevance_score[, document]}]`, highest
 //! score first, and `usage`. A server on a reranker answers only this, `/v1/models` and
 //! `/health`; its other endpoints say so with a 400, and the other servers answer

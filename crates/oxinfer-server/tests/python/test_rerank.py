@@ -3,7 +3,8 @@ tests/fixtures/bert-cross-encoder) through plain HTTP (the `openai` client has n
 `POST /v1/rerank` and `/rerank` scores within 1e-5 of sentence-transformers'
 `CrossEncoder.predict`, best first, `top_n` and `return_documents`; bad input gets a clear 400,
 and the embedding / chat endpoints of a reranker server and `/v1/rerank` of an embedding server
-answer 400."""
+answer 400. The tiny Qwen3-Reranker (tests/fixtures/qwen3-reranker-tiny) is served the same way,
+its scores within 1e-5 of the model card's computation."""
 
 import json
 import urllib.error
@@ -20,6 +21,7 @@ TINY = ROOT / "tests" / "fixtures" / "bert-tiny"
 REF = json.loads((CROSS / "reference.json").read_text())
 DOCS = [p["document"] for p in REF["pairs"]]
 SCORES = [p["score"] for p in REF["pairs"]]
+QWEN = ROOT / "tests" / "fixtures" / "qwen3-reranker-tiny"
 
 
 @pytest.fixture(scope="module")
@@ -81,5 +83,22 @@ def test_other_endpoints_say_what_the_server_serves(server):
     try:
         status, r = post(s.url, "/v1/rerank", {"query": "q", "documents": ["x"]})
         assert status == 400 and "not a reranker" in r["error"]["message"]
+    finally:
+        s.stop()
+
+
+def test_qwen3_reranker_scores_match_the_model_card():
+    ref = json.loads((QWEN / "reference.json").read_text())
+    docs = [d["document"] for d in ref["documents"]]
+    s = conftest.Server("--api-key", "k", model=str(QWEN))
+    try:
+        status, r = post(s.url, "/v1/rerank", {"query": ref["query"], "documents": docs})
+        assert status == 200, r
+        want = [d["score"] for d in ref["documents"]]
+        assert [x["index"] for x in r["results"]] == sorted(range(len(docs)),
+                                                           key=lambda i: -want[i])
+        for x in r["results"]:
+            assert abs(x["relevance_score"] - want[x["index"]]) <= 1e-5
+        assert r["usage"]["total_tokens"] == sum(len(d["ids"]) for d in ref["documents"])
     finally:
         s.stop()

@@ -40,7 +40,7 @@ pub enum EncoderAct {
 impl EncoderAct {
     /// The activation `hidden_act` names (`gelu`, `gelu_new` / `gelu_pytorch_tanh` /
     /// `gelu_fast`, `relu`, `silu` / `swish`), if supported.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "gelu" => EncoderAct::GeluErf,
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => EncoderAct::GeluTanh,
@@ -48,6 +48,30 @@ impl EncoderAct {
             "silu" | "swish" => EncoderAct::Silu,
             _ => return None,
         })
+    }
+
+    /// [`Self::parse`], or an error naming the `hidden_act` field of `path`.
+    pub fn from_name(path: &Path, name: &str) -> Result<Self, LoadError> {
+        Self::parse(name).ok_or_else(|| {
+            LoadError::field(
+                path,
+                format!("hidden_act '{name}' is not supported (gelu, gelu_new, relu, silu)"),
+            )
+        })
+    }
+
+    /// The activation over `h` in place (times `up`, elementwise, for a gated MLP:
+    /// `act(h) · up`), in parallel parts.
+    pub fn apply_all(self, h: &mut [f32], up: Option<&[f32]>) {
+        const PART: usize = 16 * 1024;
+        let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
+        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| match up {
+            None => part.iter_mut().for_each(|v| *v = self.apply(*v)),
+            Some(u) => part
+                .iter_mut()
+                .zip(&u[i * PART..])
+                .for_each(|(v, &u)| *v = self.apply(*v) * u),
+        });
     }
 
     /// The activation of one value.
@@ -189,16 +213,12 @@ impl BertConfig {
             PositionIds::Rotary { .. } => "silu",
             _ => "gelu",
         };
-        let name = v
-            .get("hidden_act")
-            .and_then(Value::as_str)
-            .unwrap_or(default_act);
-        let act = EncoderAct::from_name(name).ok_or_else(|| {
-            LoadError::field(
-                path,
-                format!("hidden_act '{name}' is not supported (gelu, gelu_new, relu, silu)"),
-            )
-        })?;
+        let act = EncoderAct::from_name(
+            path,
+            v.get("hidden_act")
+                .and_then(Value::as_str)
+                .unwrap_or(default_act),
+        )?;
         let cfg = BertConfig {
             vocab_size: usize_field("vocab_size")?,
             hidden_size: usize_field("hidden_size")?,
@@ -400,17 +420,33 @@ fn fused_qkv(
             "a bias on the fused query/key/value projection is not supported",
         ));
     }
-    let fused = store.require_shape(&format!("{stem}.weight"), &[3 * d, d])?;
-    // One "expert" of 3d rows: `expert_rows` borrows a row range of it.
+    let [q, k, v] = split_rows(store, &format!("{stem}.weight"), [d; 3], d)?;
+    Ok([q, k, v])
+}
+
+/// The bias-free matrix `name` (`[Σ rows, n_in]`) as `N` projections, part `i` borrowing the
+/// `rows[i]` rows after those of parts `0 .. i` (fused query/key/value, fused gate/up).
+pub(crate) fn split_rows<const N: usize>(
+    store: &dyn TensorStore,
+    name: &str,
+    rows: [usize; N],
+    n_in: usize,
+) -> Result<[EncoderLinear; N], LoadError> {
+    let total: usize = rows.iter().sum();
+    let fused = store.require_shape(name, &[total, n_in])?;
+    // One "expert" of `total` rows: `expert_rows` borrows a row range of it.
     let stacked = TensorView {
-        shape: vec![1, 3 * d, d],
+        shape: vec![1, total, n_in],
         ..fused
     };
-    let third = |i: usize| -> Result<EncoderLinear, LoadError> {
-        let view = expert_rows(&stacked, 0, i * d, d)?;
-        Ok(EncoderLinear::from_linear(Linear::from_view(view, None)?))
-    };
-    Ok([third(0)?, third(1)?, third(2)?])
+    let mut first = 0;
+    let mut parts = Vec::with_capacity(N);
+    for n in rows {
+        let view = expert_rows(&stacked, 0, first, n)?;
+        parts.push(EncoderLinear::from_linear(Linear::from_view(view, None)?));
+        first += n;
+    }
+    Ok(parts.try_into().unwrap_or_else(|_| unreachable!("N parts")))
 }
 
 /// A loaded BERT-style encoder.
@@ -511,6 +547,7 @@ impl Bert {
             n_heads: self.cfg.n_heads,
             head_dim: d / self.cfg.n_heads,
             scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
+            window: None,
         };
         for b in &self.blocks {
             let mut qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
@@ -524,13 +561,13 @@ impl Bert {
             let h = match &b.gate {
                 None => {
                     let mut h = b.up.forward(&x, total);
-                    self.activate(&mut h, None);
+                    self.cfg.act.apply_all(&mut h, None);
                     h
                 }
                 Some(gate) => {
                     let gu = EncoderLinear::forward_shared(&[gate, &b.up], &x, total);
                     let [mut g, u]: [Vec<f32>; 2] = gu.try_into().expect("two projections");
-                    self.activate(&mut g, Some(&u[..]));
+                    self.cfg.act.apply_all(&mut g, Some(&u[..]));
                     g
                 }
             };
@@ -584,26 +621,11 @@ impl Bert {
         self.embed_norm.forward_inplace(&mut x);
         Ok(x)
     }
-
-    /// The MLP activation over `h` in place (times `up`, elementwise, for a gated MLP), in
-    /// parallel parts.
-    fn activate(&self, h: &mut [f32], up: Option<&[f32]>) {
-        let act = self.cfg.act;
-        const PART: usize = 16 * 1024;
-        let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| match up {
-            None => part.iter_mut().for_each(|v| *v = act.apply(*v)),
-            Some(u) => part
-                .iter_mut()
-                .zip(&u[i * PART..])
-                .for_each(|(v, &u)| *v = act.apply(*v) * u),
-        });
-    }
 }
 
 /// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated) with each sequence's
 /// positions starting at 0.
-fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
+pub(crate) fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
     let width = h.n_heads * h.head_dim;
     let mut first = 0;
     for &n in lens {

@@ -15,6 +15,9 @@ pub struct EncoderHeads {
     pub head_dim: usize,
     /// Score scale (usually `1 / √head_dim`).
     pub scale: f32,
+    /// Local attention: a query sees only the keys at distance `≤ window` from it (ModernBERT's
+    /// local layers, `local_attention / 2`); `None`: every key of its sequence.
+    pub window: Option<usize>,
 }
 
 /// Softmax-attention of every sequence with itself: `q`, `k`, `v` are `[Σ lens, n_heads *
@@ -58,6 +61,7 @@ pub fn encoder_attention(
             n,
             d,
             h.scale,
+            h.window,
             |r, e| at(q, r, e),
             |r, e| at(k, r, e),
             |r, e| at(v, r, e),
@@ -75,11 +79,13 @@ pub fn encoder_attention(
 }
 
 /// One head of one sequence of `n` tokens: `softmax(scale · Q Kᵀ) V`, `[n, d]`, with element
-/// `(r, e)` of Q, K, V given by the closures.
+/// `(r, e)` of Q, K, V given by the closures; with a `window`, the scores of keys farther than it
+/// from the query are left out of the softmax.
 fn head_attention(
     n: usize,
     d: usize,
     scale: f32,
+    window: Option<usize>,
     q: impl Fn(usize, usize) -> f32,
     k: impl Fn(usize, usize) -> f32,
     v: impl Fn(usize, usize) -> f32,
@@ -89,7 +95,12 @@ fn head_attention(
     let keys = PackedFloatMatrix::from_fn(n, d, k);
     let mut scores = vec![0f32; n * n];
     matmul_float_packed_isa(&keys, &qh, n, &mut scores, isa);
-    for row in scores.chunks_exact_mut(n) {
+    for (r, row) in scores.chunks_exact_mut(n).enumerate() {
+        if let Some(w) = window {
+            let (lo, hi) = (r.saturating_sub(w), (r + w + 1).min(n));
+            row[..lo].fill(f32::NEG_INFINITY);
+            row[hi..].fill(f32::NEG_INFINITY);
+        }
         let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
         let mut sum = 0f32;
         for s in row.iter_mut() {

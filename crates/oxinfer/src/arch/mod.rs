@@ -12,6 +12,7 @@ pub mod encoder_linear;
 pub mod gemma;
 pub mod kv_typed;
 pub mod llama;
+pub mod modernbert;
 pub mod multimodal;
 pub mod names;
 pub mod qwen35;

@@ -115,6 +115,9 @@ fn run_with(
     seqs: &mut [SeqRows<'_>],
     pass: &mut dyn FnMut(&PlanInput, &mut [SeqRows<'_>]) -> bool,
 ) -> Option<Result<Vec<usize>>> {
+    if plan.bidirectional {
+        return None; // the backends' attention op is causal only
+    }
     if seqs.iter().any(|s| !s.cache.is_f32()) {
         return None; // device mirrors hold f32 keys/values: a stored-type cache runs on the CPU
     }

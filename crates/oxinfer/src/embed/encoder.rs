@@ -1,6 +1,6 @@
 //! The network under an [`Embedder`](super::Embedder): a bidirectional BERT-style encoder
-//! ([`Bert`]: BERT, XLM-RoBERTa) or a causal decoder read at its last hidden states
-//! ([`DecoderStates`]: Qwen3-Embedding). Both turn a batch of token sequences into one hidden
+//! ([`Bert`]: BERT, XLM-RoBERTa, NomicBERT; [`ModernBert`]) or a causal decoder read at its last hidden states
+//! ([`DecoderStates`]: Qwen3-Embedding, EmbeddingGemma). Both turn a batch of token sequences into one hidden
 //! state per token.
 
 use std::path::Path;
@@ -9,23 +9,32 @@ use serde_json::Value;
 
 use super::decoder::DecoderStates;
 use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
+use crate::arch::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 
 /// The `model_type`s a decoder embedder may have.
-pub const DECODER_MODEL_TYPES: [&str; 1] = ["qwen3"];
+pub const DECODER_MODEL_TYPES: [&str; 2] = ["qwen3", "gemma3_text"];
 
 /// A network that gives every token of a batch of sequences a hidden state.
 pub enum TextEncoder {
     /// A bidirectional BERT-style encoder.
     Bert(Box<Bert>),
+    /// A ModernBERT encoder.
+    ModernBert(Box<ModernBert>),
     /// A causal decoder's final-normed hidden states.
     Decoder(DecoderStates),
 }
 
 /// Whether `model_type` (of `config.json`) is one [`TextEncoder::load`] reads.
 pub fn is_text_encoder_type(model_type: &str) -> bool {
-    ENCODER_MODEL_TYPES.contains(&model_type) || DECODER_MODEL_TYPES.contains(&model_type)
+    is_bidirectional_type(model_type) || DECODER_MODEL_TYPES.contains(&model_type)
+}
+
+/// Whether `model_type` is a bidirectional encoder (BERT-style or ModernBERT), an embedding
+/// model even without a sentence-transformers layout.
+pub fn is_bidirectional_type(model_type: &str) -> bool {
+    ENCODER_MODEL_TYPES.contains(&model_type) || model_type == modernbert::MODEL_TYPE
 }
 
 impl TextEncoder {
@@ -46,6 +55,15 @@ impl TextEncoder {
                 tensor_prefix(&store),
             )?)));
         }
+        if model_type == modernbert::MODEL_TYPE {
+            let cfg = ModernBertConfig::from_json(&cfg_path, &cfg_json)?;
+            let store = SafetensorsModel::open(dir)?;
+            return Ok(TextEncoder::ModernBert(Box::new(ModernBert::load(
+                &cfg,
+                &store,
+                modernbert::tensor_prefix(&store),
+            )?)));
+        }
         if DECODER_MODEL_TYPES.contains(&model_type) {
             return Ok(TextEncoder::Decoder(DecoderStates::load(
                 dir, &cfg_path, &cfg_json,
@@ -54,7 +72,9 @@ impl TextEncoder {
         Err(LoadError::UnsupportedArch {
             path: cfg_path,
             arch: model_type.to_string(),
-            supported: "bert, xlm-roberta, qwen3 (embedding models)".to_string(),
+            supported: "bert, xlm-roberta, nomic_bert, modernbert, qwen3, gemma3_text \
+                        (embedding models)"
+                .to_string(),
         })
     }
 
@@ -63,6 +83,7 @@ impl TextEncoder {
     pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
         match self {
             TextEncoder::Bert(b) => b.forward(batch),
+            TextEncoder::ModernBert(m) => m.forward(batch),
             TextEncoder::Decoder(d) => d.forward(batch),
         }
     }
@@ -71,6 +92,7 @@ impl TextEncoder {
     pub fn hidden_size(&self) -> usize {
         match self {
             TextEncoder::Bert(b) => b.config().hidden_size,
+            TextEncoder::ModernBert(m) => m.config().hidden_size,
             TextEncoder::Decoder(d) => d.config().hidden_size,
         }
     }
@@ -79,6 +101,7 @@ impl TextEncoder {
     pub fn vocab_size(&self) -> usize {
         match self {
             TextEncoder::Bert(b) => b.config().vocab_size,
+            TextEncoder::ModernBert(m) => m.config().vocab_size,
             TextEncoder::Decoder(d) => d.config().vocab_size,
         }
     }
@@ -87,6 +110,7 @@ impl TextEncoder {
     pub fn max_tokens(&self) -> usize {
         match self {
             TextEncoder::Bert(b) => b.config().max_tokens(),
+            TextEncoder::ModernBert(m) => m.config().max_positions,
             TextEncoder::Decoder(d) => d.config().context_length,
         }
     }

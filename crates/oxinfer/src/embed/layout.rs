@@ -106,11 +106,11 @@ pub struct SentenceLayout {
 }
 
 impl SentenceLayout {
-    /// Reads the layout of the folder `dir`.
-    pub fn load(dir: &Path) -> Result<Self, LoadError> {
-        let modules_path = dir.join("modules.json");
-        let mut layout = SentenceLayout {
-            encoder_dir: dir.to_path_buf(),
+    /// The layout of a model without sentence-transformers files at `encoder_dir`: mean
+    /// pooling, nothing after it.
+    pub fn plain(encoder_dir: &Path) -> Self {
+        SentenceLayout {
+            encoder_dir: encoder_dir.to_path_buf(),
             pooling: Pooling {
                 modes: vec![super::pooling::PoolMode::Mean],
             },
@@ -120,7 +120,13 @@ impl SentenceLayout {
             lower_case: false,
             prompts: BTreeMap::new(),
             default_prompt: None,
-        };
+        }
+    }
+
+    /// Reads the layout of the folder `dir`.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        let modules_path = dir.join("modules.json");
+        let mut layout = Self::plain(dir);
         if let Some(modules) = read_json_if_present(&modules_path)? {
             layout.read_modules(dir, &modules_path, &modules)?;
         }

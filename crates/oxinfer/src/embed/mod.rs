@@ -14,10 +14,12 @@
 
 pub mod decoder;
 pub mod encoder;
+pub mod gguf_bert;
 pub mod layout;
 pub mod pooling;
 pub mod rerank;
 pub mod template;
+pub mod yes_no;
 
 use std::path::{Path, PathBuf};
 
@@ -76,10 +78,13 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-/// Whether the folder `dir` holds an embedding model [`Embedder::load`] can read: a
-/// sentence-transformers layout (`modules.json`) or a BERT / XLM-RoBERTa `config.json` (and not
-/// a reranker, [`is_reranker_model`]).
+/// Whether `dir` holds an embedding model [`Embedder::load`] can read: a folder with a
+/// sentence-transformers layout (`modules.json`) or an encoder's `config.json` (and not a
+/// reranker, [`is_reranker_model`]), or a BERT GGUF file ([`gguf_bert`]).
 pub fn is_embedding_model(dir: &Path) -> bool {
+    if gguf_bert::is_gguf_embedding_model(dir) {
+        return true;
+    }
     if !dir.is_dir() || is_reranker_model(dir) {
         return false;
     }
@@ -90,7 +95,7 @@ pub fn is_embedding_model(dir: &Path) -> bool {
         .ok()
         .and_then(|v| {
             let t = v.get("model_type")?.as_str()?;
-            Some(crate::arch::bert::ENCODER_MODEL_TYPES.contains(&t))
+            Some(encoder::is_bidirectional_type(t))
         })
         .unwrap_or(false)
 }
@@ -114,15 +119,20 @@ pub(crate) fn load_tokenizer(
 }
 
 impl Embedder {
-    /// Loads the model folder `dir`: a sentence-transformers folder (BERT, XLM-RoBERTa or
-    /// Qwen3 inside) or a plain HF BERT / XLM-RoBERTa folder.
+    /// Loads the model folder `dir`: a sentence-transformers folder (BERT, XLM-RoBERTa,
+    /// NomicBERT, ModernBERT, Qwen3 or Gemma 3 inside) or a plain HF encoder folder; or a BERT
+    /// GGUF file as llama.cpp writes it ([`gguf_bert`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        if gguf_bert::is_gguf_embedding_model(dir) {
+            return Self::load_gguf(dir);
+        }
         if !dir.is_dir() {
             return Err(LoadError::malformed(
                 dir,
                 "not an embedding model: expected a sentence-transformers or BERT folder \
-                 (modules.json, config.json with model_type bert, xlm-roberta or qwen3, \
-                 model.safetensors, tokenizer.json)",
+                 (modules.json, config.json with model_type bert, xlm-roberta, nomic_bert, \
+                 modernbert, qwen3 or gemma3_text, model.safetensors, tokenizer.json) or a \
+                 bert / nomic-bert GGUF file",
             ));
         }
         if rerank::is_reranker_model(dir) {
@@ -137,7 +147,7 @@ impl Embedder {
         if matches!(encoder, TextEncoder::Decoder(_)) && !dir.join("modules.json").is_file() {
             return Err(LoadError::malformed(
                 dir,
-                "a decoder (qwen3) is an embedding model only with its sentence-transformers \
+                "a decoder (qwen3, gemma3_text) is an embedding model only with its sentence-transformers \
                  modules.json (pooling, normalization); without one this is a chat model",
             ));
         }
@@ -167,6 +177,20 @@ impl Embedder {
             layout,
             max_tokens,
             source: dir.to_path_buf(),
+        })
+    }
+
+    /// Loads the BERT GGUF file `path` ([`gguf_bert`]).
+    fn load_gguf(path: &Path) -> Result<Self, LoadError> {
+        let g = gguf_bert::GgufEmbedding::load(path)?;
+        let max_tokens = g.encoder.config().max_tokens();
+        Ok(Embedder {
+            encoder: TextEncoder::Bert(Box::new(g.encoder)),
+            tokenizer: g.tokenizer,
+            template: g.template,
+            layout: g.layout,
+            max_tokens,
+            source: path.to_path_buf(),
         })
     }
 

@@ -6,7 +6,8 @@
 //! `longest_first` to the model's limit; the score is the classification head over the first
 //! token ([`ClassifierHead`]), passed through the model's activation as sentence-transformers'
 //! `CrossEncoder` applies it (`activation_fn` of `config_sentence_transformers.json` /
-//! `config.json`; default sigmoid).
+//! `config.json`; default sigmoid). Qwen3-Reranker-style causal LMs score by their "yes" / "no"
+//! logits instead ([`super::yes_no`]).
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,7 @@ use serde_json::Value;
 
 use super::layout::read_json;
 use super::template::{Encoded, InputTemplate};
+use super::yes_no::{is_yes_no_reranker, YesNo};
 use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
 use crate::arch::encoder_linear::EncoderLinear;
 use crate::error::{Error, LoadError, Result};
@@ -24,10 +26,13 @@ use crate::tokenizer::Tokenizer;
 /// Pairs per encoder pass.
 const PAIRS_PER_PASS: usize = 32;
 
-/// Whether the folder `dir` holds a cross-encoder: its `config.json` names a
-/// `*ForSequenceClassification` architecture, or `config_sentence_transformers.json` says
-/// `CrossEncoder`.
+/// Whether the folder `dir` holds a reranker: its `config.json` names a
+/// `*ForSequenceClassification` architecture, `config_sentence_transformers.json` says
+/// `CrossEncoder`, or it is a Qwen3-Reranker-style causal LM ([`is_yes_no_reranker`]).
 pub fn is_reranker_model(dir: &Path) -> bool {
+    if is_yes_no_reranker(dir) {
+        return true;
+    }
     let classifier = read_json(&dir.join("config.json"))
         .ok()
         .and_then(|v| {
@@ -113,13 +118,24 @@ impl ClassifierHead {
     }
 }
 
-/// A loaded cross-encoder with its tokenizer.
+/// What turns a (query, document) input into a logit.
+enum Scorer {
+    /// A BERT-style encoder and its classification head; inputs made by the tokenizer's
+    /// post-processor.
+    Classifier {
+        encoder: Box<Bert>,
+        head: Box<ClassifierHead>,
+        template: InputTemplate,
+    },
+    /// A causal LM's `yes − no` logit.
+    YesNo(Box<YesNo>),
+}
+
+/// A loaded reranker (cross-encoder or yes/no causal LM) with its tokenizer.
 pub struct CrossEncoder {
-    encoder: Bert,
-    head: ClassifierHead,
+    scorer: Scorer,
     activation: ScoreActivation,
     tokenizer: Tokenizer,
-    template: InputTemplate,
     max_tokens: usize,
     source: PathBuf,
 }
@@ -144,15 +160,32 @@ pub struct Ranked {
 }
 
 impl CrossEncoder {
-    /// Loads the cross-encoder folder `dir` (`config.json` with `BertForSequenceClassification`
-    /// or `XLMRobertaForSequenceClassification`, `model.safetensors`, `tokenizer.json`).
+    /// Loads the reranker folder `dir`: a cross-encoder (`config.json` with
+    /// `BertForSequenceClassification` or `XLMRobertaForSequenceClassification`,
+    /// `model.safetensors`, `tokenizer.json`) or a Qwen3-Reranker-style causal LM.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
         if !is_reranker_model(dir) {
             return Err(LoadError::malformed(
                 dir,
                 "not a reranker: expected a cross-encoder folder (config.json with \
-                 BertForSequenceClassification, model.safetensors, tokenizer.json)",
+                 BertForSequenceClassification, model.safetensors, tokenizer.json) or a \
+                 Qwen3ForCausalLM folder whose name contains \"reranker\"",
             ));
+        }
+        if is_yes_no_reranker(dir) {
+            let tok_path = dir.join("tokenizer.json");
+            let tok_cfg = dir.join("tokenizer_config.json");
+            let tokenizer =
+                Tokenizer::from_files(&tok_path, tok_cfg.is_file().then_some(&*tok_cfg))
+                    .map_err(|e| LoadError::malformed(&tok_path, e.to_string()))?;
+            let model = YesNo::load(dir, &tokenizer)?;
+            return Ok(CrossEncoder {
+                max_tokens: model.max_tokens(),
+                scorer: Scorer::YesNo(Box::new(model)),
+                activation: ScoreActivation::Sigmoid,
+                tokenizer,
+                source: dir.to_path_buf(),
+            });
         }
         let cfg_path = dir.join("config.json");
         let cfg_json = read_json(&cfg_path)?;
@@ -194,11 +227,13 @@ impl CrossEncoder {
         let (tokenizer, template, model_max) = super::load_tokenizer(dir)?;
         let max_tokens = model_max.unwrap_or(cfg.max_tokens()).min(cfg.max_tokens());
         Ok(CrossEncoder {
-            encoder,
-            head,
+            scorer: Scorer::Classifier {
+                encoder: Box::new(encoder),
+                head: Box::new(head),
+                template,
+            },
             activation,
             tokenizer,
-            template,
             max_tokens,
             source: dir.to_path_buf(),
         })
@@ -221,7 +256,8 @@ impl CrossEncoder {
 
     /// The input of (`query`, `document`): specials added, token types 0 / 1, cut
     /// `longest_first` to [`max_tokens`](Self::max_tokens) when `truncate`, else an error
-    /// naming document `index` when too long.
+    /// naming document `index` when too long (a yes/no reranker: its prompt,
+    /// [`YesNo::encode_pair`]).
     pub fn encode_pair(
         &self,
         index: usize,
@@ -229,13 +265,19 @@ impl CrossEncoder {
         document: &str,
         truncate: bool,
     ) -> Result<Encoded> {
+        let template = match &self.scorer {
+            Scorer::YesNo(m) => {
+                return m.encode_pair(&self.tokenizer, index, query, document, truncate)
+            }
+            Scorer::Classifier { template, .. } => template,
+        };
         let tok = |t: &str| {
             self.tokenizer
                 .encode(t, false)
                 .map_err(|e| Error::Tokenizer(e.to_string()))
         };
         let (q, d) = (tok(query)?, tok(document)?);
-        let n = q.len() + d.len() + self.template.added_tokens(true);
+        let n = q.len() + d.len() + template.added_tokens(true);
         if !truncate && n > self.max_tokens {
             return Err(Error::Request(format!(
                 "document {index}: the pair has {n} tokens, more than the model's limit of {} \
@@ -243,7 +285,7 @@ impl CrossEncoder {
                 self.max_tokens
             )));
         }
-        self.template
+        template
             .apply(&q, Some(&d), Some(self.max_tokens))
             .ok_or_else(|| {
                 Error::Request(format!(
@@ -253,10 +295,20 @@ impl CrossEncoder {
             })
     }
 
-    /// The classifier logits of encoded pairs, one per pair, in order (before the
-    /// activation).
+    /// The logits of encoded pairs, one per pair, in order (before the activation): the
+    /// classifier's, or a yes/no reranker's `yes − no`.
     pub fn logits(&self, pairs: &[Encoded]) -> Result<Vec<f32>> {
-        let d = self.encoder.config().hidden_size;
+        let (encoder, head) = match &self.scorer {
+            Scorer::Classifier { encoder, head, .. } => (encoder, head),
+            Scorer::YesNo(m) => {
+                let mut out = Vec::with_capacity(pairs.len());
+                for chunk in pairs.chunks(PAIRS_PER_PASS) {
+                    out.extend(m.logits(chunk)?);
+                }
+                return Ok(out);
+            }
+        };
+        let d = encoder.config().hidden_size;
         let mut out = Vec::with_capacity(pairs.len());
         for chunk in pairs.chunks(PAIRS_PER_PASS) {
             let batch: Vec<EncoderInput<'_>> = chunk
@@ -266,14 +318,14 @@ impl CrossEncoder {
                     type_ids: &e.type_ids,
                 })
                 .collect();
-            let hidden = self.encoder.forward(&batch)?;
+            let hidden = encoder.forward(&batch)?;
             let mut cls = Vec::with_capacity(chunk.len() * d);
             let mut row = 0;
             for e in chunk {
                 cls.extend_from_slice(&hidden[row * d..(row + 1) * d]);
                 row += e.ids.len();
             }
-            out.extend(self.head.forward(&cls, chunk.len()));
+            out.extend(head.forward(&cls, chunk.len()));
         }
         Ok(out)
     }

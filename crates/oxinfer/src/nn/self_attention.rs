@@ -1,8 +1,10 @@
 //! The attention half of a decoder block, shared by the families that compose it: q/k/v
 //! projections (biases loaded when present), optional per-head QK RMSNorm before RoPE (Qwen3,
 //! Qwen 3.5), optional sigmoid output gate carried by the q projection (Qwen 3.5), RoPE, cached
-//! GQA attention per sequence, output projection.
+//! GQA attention per sequence (or, for encoders run bidirectionally, every new row of a sequence
+//! with every other), output projection.
 
+use super::attention::attention_full;
 use super::{attention_cached, AttnShape, Linear, RmsNorm};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
@@ -70,21 +72,12 @@ impl SelfAttention {
         })
     }
 
-    /// `h` is the normed input `[t, dim]` of every sequence stacked; appends each sequence's
-    /// keys and values to layer `layer` of its cache and returns the block output `[t, dim]`
-    /// (before the residual add).
-    pub fn forward(
-        &self,
-        h: &[f32],
-        t: usize,
-        layer: usize,
-        seqs: &mut [SeqRows<'_>],
-        rope: &dyn RopeOp,
-        params: &AttnShape,
-    ) -> Vec<f32> {
+    /// Queries (QK-normed; `[t, n_heads · head_dim]`), keys (QK-normed), values and the output
+    /// gate (when the block has one) of the normed input `h` (`[t, dim]`), before RoPE.
+    fn project(&self, h: &[f32], t: usize) -> [Option<Vec<f32>>; 4] {
         let s = &self.shape;
         let hd = s.head_dim;
-        let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+        let q_row = s.n_heads * hd;
         let mut qkv = Linear::forward_shared(&[&self.q, &self.k, &self.v], h, t);
         let v = qkv.pop().unwrap_or_default();
         let mut k = qkv.pop().unwrap_or_default();
@@ -110,6 +103,41 @@ impl SelfAttention {
         if let Some(n) = &self.k_norm {
             n.forward_inplace(&mut k);
         }
+        [Some(q), Some(k), Some(v), gate]
+    }
+
+    /// The output projection of the mixed values `a` (`[t, n_heads · head_dim]`), gated by
+    /// `sigmoid(gate)` first when the block has an output gate.
+    fn output(&self, mut a: Vec<f32>, gate: Option<Vec<f32>>, t: usize) -> Vec<f32> {
+        if let Some(g) = gate {
+            for (a, g) in a.iter_mut().zip(&g) {
+                *a *= 1.0 / (1.0 + (-g).exp());
+            }
+        }
+        self.o.forward(&a, t)
+    }
+
+    /// `h` is the normed input `[t, dim]` of every sequence stacked; appends each sequence's
+    /// keys and values to layer `layer` of its cache and returns the block output `[t, dim]`
+    /// (before the residual add).
+    pub fn forward(
+        &self,
+        h: &[f32],
+        t: usize,
+        layer: usize,
+        seqs: &mut [SeqRows<'_>],
+        rope: &dyn RopeOp,
+        params: &AttnShape,
+    ) -> Vec<f32> {
+        let s = &self.shape;
+        let hd = s.head_dim;
+        let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+        let [q, k, v, gate] = self.project(h, t);
+        let (mut q, mut k, v) = (
+            q.unwrap_or_default(),
+            k.unwrap_or_default(),
+            v.unwrap_or_default(),
+        );
         let mut a = vec![0f32; t * q_row];
         let mut pos0s = Vec::with_capacity(seqs.len());
         for sq in seqs.iter_mut() {
@@ -159,12 +187,40 @@ impl SelfAttention {
         oxinfer_kernels::pool::for_each_mut(&mut small, |_, (i, out)| {
             out.copy_from_slice(&attend(*i));
         });
-        if let Some(g) = gate {
-            for (a, g) in a.iter_mut().zip(&g) {
-                *a *= 1.0 / (1.0 + (-g).exp());
-            }
+        self.output(a, gate, t)
+    }
+
+    /// As [`forward`](Self::forward) but without the causal mask: each sequence's new rows
+    /// (positions from its cache's length) attend to each other, all of them (`params.window`:
+    /// those at distance `< window`, [`attention_full`]); the caches are left as they are.
+    pub fn forward_bidirectional(
+        &self,
+        h: &[f32],
+        t: usize,
+        seqs: &[SeqRows<'_>],
+        rope: &dyn RopeOp,
+        params: &AttnShape,
+    ) -> Vec<f32> {
+        let s = &self.shape;
+        let hd = s.head_dim;
+        let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
+        let [q, k, v, gate] = self.project(h, t);
+        let (mut q, mut k, v) = (
+            q.unwrap_or_default(),
+            k.unwrap_or_default(),
+            v.unwrap_or_default(),
+        );
+        let mut a = vec![0f32; t * q_row];
+        for sq in seqs {
+            let (r0, n, pos0) = (sq.row, sq.len, sq.cache.len());
+            let q = &mut q[r0 * q_row..(r0 + n) * q_row];
+            let k = &mut k[r0 * kv_row..(r0 + n) * kv_row];
+            rope.apply(q, n, s.n_heads, hd, pos0);
+            rope.apply(k, n, s.n_kv_heads, hd, pos0);
+            let out = attention_full(q, k, &v[r0 * kv_row..(r0 + n) * kv_row], n, params);
+            a[r0 * q_row..(r0 + n) * q_row].copy_from_slice(&out);
         }
-        self.o.forward(&a, t)
+        self.output(a, gate, t)
     }
 }
 
@@ -207,5 +263,27 @@ impl AttentionOp for SelfAttention {
             softcap: spec.softcap,
         };
         SelfAttention::forward(self, h, t, layer, seqs, rope, &params)
+    }
+
+    fn forward_bidirectional(
+        &self,
+        h: &[f32],
+        t: usize,
+        seqs: &[SeqRows<'_>],
+        rope: &dyn RopeOp,
+        spec: &AttnSpec,
+    ) -> Option<Vec<f32>> {
+        let s = &self.shape;
+        let params = AttnShape {
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+            scale: spec.scale,
+            window: spec.window,
+            softcap: spec.softcap,
+        };
+        Some(SelfAttention::forward_bidirectional(
+            self, h, t, seqs, rope, &params,
+        ))
     }
 }

@@ -65,7 +65,7 @@ pub fn hidden(
             });
             t = seqs.len();
         }
-        layer(plan, l, li, &mut x, t, seqs, &skipped, ple.as_deref());
+        layer(plan, l, li, &mut x, t, seqs, &skipped, ple.as_deref())?;
     }
     if let Some(Sliced {
         mut full,
@@ -114,7 +114,8 @@ fn add(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
 }
 
-/// One layer over `x` (`[t, dim]`, updated in place).
+/// One layer over `x` (`[t, dim]`, updated in place); an error when the plan is
+/// bidirectional and the layer's attention has no bidirectional form.
 #[allow(clippy::too_many_arguments)]
 fn layer(
     plan: &Plan,
@@ -125,9 +126,14 @@ fn layer(
     seqs: &mut [SeqRows<'_>],
     skipped: &[usize],
     ple: Option<&[f32]>,
-) {
+) -> Result<()> {
     let h = l.mixer_norm.forward(x);
     let mut o = match &l.mixer {
+        Mixer::Attention { op, spec } if plan.bidirectional => op
+            .forward_bidirectional(&h, t, seqs, plan.ropes[spec.rope], spec)
+            .ok_or_else(|| {
+                Error::Request(format!("layer {li}'s attention cannot run bidirectionally"))
+            })?,
         Mixer::Attention { op, spec } => {
             op.forward(&h, t, li, seqs, skipped, plan.ropes[spec.rope], spec)
         }
@@ -146,6 +152,7 @@ fn layer(
     if let Some(s) = l.scalar {
         x.iter_mut().for_each(|v| *v *= s);
     }
+    Ok(())
 }
 
 /// A feed-forward block on the residual stream `x` (`[t, dim]`); returns its output before the

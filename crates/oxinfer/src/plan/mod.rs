@@ -49,6 +49,9 @@ pub struct Plan<'a> {
     pub last_rows_from: Option<usize>,
     /// Width of the hidden state.
     pub dim: usize,
+    /// The attention layers run without the causal mask (encoders made from a decoder:
+    /// EmbeddingGemma), through [`AttentionOp::forward_bidirectional`], on the CPU only.
+    pub bidirectional: bool,
 }
 
 impl<'a> Plan<'a> {
@@ -71,6 +74,7 @@ impl<'a> Plan<'a> {
             final_softcap: None,
             ropes,
             last_rows_from: None,
+            bidirectional: false,
         }
     }
 }

@@ -133,6 +133,21 @@ pub trait AttentionOp: Sync {
         rope: &dyn RopeOp,
         spec: &AttnSpec,
     ) -> Vec<f32>;
+
+    /// The same block without the causal mask ([`super::Plan::bidirectional`]): each
+    /// sequence's new rows (positions from its cache's length) attend to each other, those at
+    /// distance `< spec.window` when it is set; nothing is appended to the caches. `None`: the
+    /// block has no bidirectional form.
+    fn forward_bidirectional(
+        &self,
+        _h: &[f32],
+        _t: usize,
+        _seqs: &[SeqRows<'_>],
+        _rope: &dyn RopeOp,
+        _spec: &AttnSpec,
+    ) -> Option<Vec<f32>> {
+        None
+    }
 }
 
 /// The parts of a gated MLP a backend reads.

@@ -9,6 +9,7 @@ use super::bytelevel;
 use super::pretokenize::PreTokenizer;
 use super::spm::{SpmModel, SPACE};
 use super::vocab::{TokenKind, Vocab};
+use super::wordpiece::WordPieceModel;
 use super::{Backend, Tokenizer, TokenizerError};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -20,6 +21,7 @@ const KEY_MERGES: &str = "tokenizer.ggml.merges";
 const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
+const KEY_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
 
 fn missing(path: &Path, key: &str) -> TokenizerError {
     TokenizerError::MissingKey {
@@ -61,6 +63,18 @@ fn token_id(g: &GgufFile, key: &str, n: usize) -> Result<Option<u32>, TokenizerE
     }
 }
 
+/// A `bert` GGUF token in transformers' WordPiece spelling: llama.cpp's converter writes
+/// continuation pieces `##x` as `x` and every other non-control token `t` as `▁t`.
+fn wordpiece_spelling(token: &str, kind: TokenKind) -> String {
+    if kind == TokenKind::Control {
+        return token.to_string();
+    }
+    match token.strip_prefix(SPACE) {
+        Some(word) => word.to_string(),
+        None => format!("##{token}"),
+    }
+}
+
 /// The tokenizer stored in a GGUF file.
 pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let path = g.path();
@@ -70,9 +84,11 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     // "gemma4": rank-ordered merges like "gpt2", but on raw UTF-8 with `▁` for spaces and
     // `<0xXX>` byte fallback (SentencePiece spelling), as llama.cpp's GEMMA4 pre-type does.
     let spm_style_bpe = model == "gemma4";
+    // "bert": WordPiece, its vocabulary in llama.cpp's "phantom space" spelling.
+    let wordpiece = model == "bert";
     let is_bpe = match model {
         "gpt2" | "gemma4" => true,
-        "llama" => false,
+        "llama" | "bert" => false,
         other => {
             return Err(TokenizerError::UnsupportedModel {
                 path: path.to_path_buf(),
@@ -129,6 +145,8 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         .map(|(i, t)| {
             if t.is_empty() {
                 format!("[EMPTY_{i}]")
+            } else if wordpiece {
+                wordpiece_spelling(t, kinds[i])
             } else {
                 t.clone()
             }
@@ -137,7 +155,7 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let mut vocab = Vocab::new(texts, kinds, scores);
 
     // Special ids, with llama.cpp's SentencePiece defaults (BOS 1, EOS 2, UNK 0).
-    let spm_default = |id: u32| (!is_bpe && (id as usize) < n).then_some(id);
+    let spm_default = |id: u32| (!is_bpe && !wordpiece && (id as usize) < n).then_some(id);
     let bos = token_id(g, "tokenizer.ggml.bos_token_id", n)?.or_else(|| spm_default(1));
     let eos = token_id(g, "tokenizer.ggml.eos_token_id", n)?.or_else(|| spm_default(2));
     let unk = token_id(g, "tokenizer.ggml.unknown_token_id", n)?.or_else(|| spm_default(0));
@@ -172,6 +190,18 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
             message,
         })?;
         backend = Backend::Bpe(Box::new(model));
+    } else if wordpiece {
+        add_bos_family_default = true;
+        let lowercase = g.get_bool(KEY_LOWERCASE)?.unwrap_or(true);
+        let unk_text = unk.map_or("[UNK]", |u| vocab.texts[u as usize].as_str());
+        let model =
+            WordPieceModel::from_vocab(&vocab, unk_text, "##", lowercase).map_err(|message| {
+                TokenizerError::Backend {
+                    context: format!("{}: {KEY_TOKENS}", path.display()),
+                    message,
+                }
+            })?;
+        backend = Backend::WordPiece(Box::new(model));
     } else {
         add_bos_family_default = true;
         let add_space_prefix = g.get_bool(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);
@@ -197,6 +227,10 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                 text.as_bytes().to_vec()
             }
             TokenKind::Normal if is_bpe && !spm_style_bpe => bytelevel::decode_token(text),
+            TokenKind::Normal if wordpiece => match text.strip_prefix("##") {
+                Some(rest) => rest.as_bytes().to_vec(),
+                None => format!(" {text}").into_bytes(),
+            },
             TokenKind::Normal => text
                 .chars()
                 .map(|c| if c == SPACE { ' ' } else { c })

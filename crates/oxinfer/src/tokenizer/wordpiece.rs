@@ -64,7 +64,6 @@ impl WordPieceModel {
 
     /// A model over `vocab` (continuation pieces spelled with `prefix`), for vocabularies stored
     /// outside a `tokenizer.json`; BERT's default normalizer (lower-casing) when `lowercase`.
-    #[allow(dead_code)] // for GGUF `bert` vocabularies
     pub fn from_vocab(
         vocab: &Vocab,
         unk: &str,

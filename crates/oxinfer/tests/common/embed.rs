@@ -29,3 +29,59 @@ pub fn encode_texts(e: &Embedder, texts: &[String]) -> Vec<Encoded> {
         .map(|(i, t)| e.encode(i, t, &opts).unwrap())
         .collect()
 }
+
+/// Checks `dir`'s fixture: the input ids of its reference texts, their last hidden states in one
+/// batch against hidden.npy (≤ `tol`), and the batch equal to one-by-one runs (exactly).
+pub fn check_hidden_states(dir: &Path, tol: f32) {
+    let e = load_embedder(dir);
+    let r = super::reference(dir);
+    let inputs = encode_texts(&e, &reference_texts(dir));
+    for (inp, want) in inputs.iter().zip(r["texts"].as_array().unwrap()) {
+        assert_eq!(inp.ids, super::ids(&want["ids"]), "{}", want["text"]);
+    }
+    let (_, want) = super::read_npy_f32(&dir.join("hidden.npy"));
+    let got = e.hidden_states(&inputs).unwrap();
+    let d = super::max_abs_diff(&got, &want);
+    println!(
+        "hidden states (one batch of {}): max abs diff {d:.2e}",
+        inputs.len()
+    );
+    assert!(d <= tol, "hidden states differ by {d}");
+    let one: Vec<f32> = inputs
+        .iter()
+        .flat_map(|i| e.hidden_states(std::slice::from_ref(i)).unwrap())
+        .collect();
+    assert_eq!(
+        super::max_abs_diff(&got, &one),
+        0.0,
+        "batch differs from one-by-one"
+    );
+}
+
+/// Checks `dir`'s embeddings of its reference texts (batches of 3) against embeddings.npy and,
+/// for each named prompt `p`, embeddings_`p`.npy (≤ `tol`); returns the embedding width.
+pub fn check_embeddings(dir: &Path, prompts: &[&str], tol: f32) -> usize {
+    let e = load_embedder(dir);
+    let texts = reference_texts(dir);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let mut cases = vec![(None, "embeddings.npy".to_string())];
+    cases.extend(
+        prompts
+            .iter()
+            .map(|p| (Some(*p), format!("embeddings_{p}.npy"))),
+    );
+    for (prompt, file) in cases {
+        let opts = EmbedOptions {
+            prompt: prompt.map(|p| e.prompt(p).unwrap().to_string()),
+            batch_size: 3,
+            ..EmbedOptions::default()
+        };
+        let got: Vec<f32> = e.embed(&refs, &opts).unwrap().concat();
+        let (shape, want) = super::read_npy_f32(&dir.join(&file));
+        assert_eq!(shape, vec![texts.len(), e.dim()], "{file}");
+        let d = super::max_abs_diff(&got, &want);
+        println!("{file}: max abs diff {d:.2e}");
+        assert!(d <= tol, "{file} differs by {d}");
+    }
+    e.dim()
+}

@@ -1,7 +1,9 @@
 //! Gemma 3 text decoder (transformers `gemma3_text`, llama.cpp `gemma3`): sliding-window and
 //! global attention layers, each with its own RoPE (local base vs global base and scaling),
 //! per-head QK RMSNorm, norms before and after attention and MLP, tanh-GELU gated MLP,
-//! embeddings scaled by √hidden, tied head, optional final logit soft-capping.
+//! embeddings scaled by √hidden, tied head, optional final logit soft-capping. With
+//! `use_bidirectional_attention` (EmbeddingGemma) the same blocks run without the causal mask
+//! ([`Plan::bidirectional`]), read by the embedder at their hidden states.
 
 use super::{LayerKind, Names};
 use crate::arch::CausalLm;
@@ -34,6 +36,9 @@ pub struct Gemma3Params {
     /// Final logits become `cap · tanh(logits / cap)`. (`attn_logit_softcapping` is ignored:
     /// transformers' Gemma 3 attention never applies it, nor does llama.cpp.)
     pub final_softcap: Option<f32>,
+    /// `use_bidirectional_attention` (EmbeddingGemma): no causal mask; a sliding layer's query
+    /// sees the keys at distance `≤ sliding_window / 2` on both sides, as transformers defines it.
+    pub bidirectional: bool,
 }
 
 impl Gemma3Params {
@@ -76,6 +81,10 @@ impl Gemma3Params {
                 "final_logit_softcapping",
                 "final_logit_softcapping",
             )?,
+            bidirectional: src
+                .json("use_bidirectional_attention")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
         })
     }
 }
@@ -159,9 +168,14 @@ impl Gemma3 {
         &self.params
     }
 
-    /// How a layer of `kind` attends: RoPE table 0 is the global one, 1 the local one.
+    /// How a layer of `kind` attends: RoPE table 0 is the global one, 1 the local one. A
+    /// bidirectional sliding layer keeps `|q − k| < sliding_window / 2 + 1` (transformers'
+    /// `Gemma3TextConfig` halves the window when `use_bidirectional_attention` is set).
     fn attn_spec(&self, kind: LayerKind) -> AttnSpec {
         let (rope, window) = match kind {
+            LayerKind::Sliding if self.params.bidirectional => {
+                (1, self.cfg.sliding_window.map(|w| w / 2 + 1))
+            }
             LayerKind::Sliding => (1, self.cfg.sliding_window),
             LayerKind::Full => (0, None),
         };
@@ -213,6 +227,7 @@ impl CausalLm for Gemma3 {
         let ropes = vec![&self.global_rope as _, &self.local_rope as _];
         let mut plan = Plan::new(&self.embed, layers, &self.norm, &self.head, ropes);
         plan.final_softcap = self.params.final_softcap;
+        plan.bidirectional = self.params.bidirectional;
         plan
     }
 }

@@ -63,7 +63,7 @@ impl VisionConfig {
             .get("hidden_act")
             .and_then(Value::as_str)
             .unwrap_or("gelu_pytorch_tanh");
-        let act = EncoderAct::from_name(act_name).ok_or_else(|| {
+        let act = EncoderAct::parse(act_name).ok_or_else(|| {
             err(format!(
                 "vision_config.hidden_act {act_name} is not supported"
             ))

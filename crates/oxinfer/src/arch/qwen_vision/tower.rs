@@ -184,6 +184,7 @@ impl VisionTower {
             n_heads: c.heads,
             head_dim: c.head_dim(),
             scale: 1.0 / (c.head_dim() as f32).sqrt(),
+            window: None,
         };
         let a = encoder_attention(&q, &k, &v, &[n], &heads);
         let o = b.proj.forward(&a, n);
