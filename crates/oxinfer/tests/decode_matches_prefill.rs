@@ -33,9 +33,12 @@ const FULL_VAR: &str = "OXINFER_ROWS_FULL";
 /// A KV cache type for the check (default f32).
 const KV_VAR: &str = "OXINFER_ROWS_KV";
 
-/// The kernel paths: a name, the environment that selects it, and whether it runs the short
+/// A kernel path: its name, the environment that selects it, and whether it runs the short
 /// prompt (the scalar reference is slow, and row by row by construction).
-const PATHS: [(&str, &[(&str, &str)], bool); 3] = [
+type KernelPath = (&'static str, &'static [(&'static str, &'static str)], bool);
+
+/// The kernel paths.
+const PATHS: [KernelPath; 3] = [
     ("default", &[], false),
     ("avx2", &[(VNNI_VAR, "0")], false),
     ("scalar", &[(KERNELS_VAR, "scalar")], true),
