@@ -3,19 +3,19 @@
 //! and each key/value tile is read once per block of queries instead of once per query.
 //!
 //! **A row's result does not depend on the rows it runs with.** Keys are reduced in a fixed
-//! grid of absolute positions: tiles of [`K_TILE`] keys start at multiples of `K_TILE`,
-//! segments of [`schedule::SEG`] keys at multiples of `SEG`. Within a segment a row runs the
+//! grid of absolute positions: tiles of `K_TILE` keys start at multiples of `K_TILE`,
+//! segments of `schedule::SEG` keys at multiples of `SEG`. Within a segment a row runs the
 //! online softmax tile by tile, masked keys contributing exactly 0 to its max, its sum and its
 //! `p · V`; the segments' partial results are then merged in key order
-//! ([`partial::Partial::merge`]). So a query gives the same bits in a 1-row decode pass, a
+//! (`partial::Partial::merge`). So a query gives the same bits in a 1-row decode pass, a
 //! many-row prefill or a speculative verify pass, in the plain and the ring layout, whichever
 //! way the call is split over threads (speculative decoding and prefix reuse rely on it).
 //!
-//! Work is split by [`schedule::run`]: one task per (kv head, query block), longest blocks
+//! Work is split by `schedule::run`: one task per (kv head, query block), longest blocks
 //! first, each taking every query head of its kv head (GQA heads share each key/value row they
 //! load); when that leaves threads idle (decode, short verify passes), one task per (kv head,
-//! query block, segment) instead, flash-decoding style. The AVX2+FMA kernel ([`tiled`]) runs
-//! where the CPU has it ([`crate::dispatch::detected_isa`]), the portable one ([`portable`])
+//! query block, segment) instead, flash-decoding style. The AVX2+FMA kernel (`tiled`) runs
+//! where the CPU has it ([`crate::dispatch::detected_isa`]), the portable one (`portable`)
 //! elsewhere. The reference (one full softmax per query row) lives in the `oxinfer` crate's nn
 //! layer and is what `OXINFER_KERNELS=scalar` runs; tests compare the two.
 //!
