@@ -7,7 +7,7 @@ use super::*;
 use proptest::prelude::*;
 
 /// `x` (`[rows, width]`) stored row by row in `ty`.
-fn store(ty: KvType, x: &[f32], width: usize) -> Vec<u8> {
+pub(super) fn store(ty: KvType, x: &[f32], width: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for row in x.chunks_exact(width) {
         ty.quantize_row(row, &mut out);
@@ -45,7 +45,7 @@ fn check((tk, tv): (KvType, KvType), t: usize, pos0: usize, ring: usize, s: Attn
 }
 
 /// `x` as a view of type `ty` (its f32 rows, or `b`, the same rows stored in `ty`).
-fn view<'a>(ty: KvType, b: &'a [u8], x: &'a [f32]) -> KvView<'a> {
+pub(super) fn view<'a>(ty: KvType, b: &'a [u8], x: &'a [f32]) -> KvView<'a> {
     match ty {
         KvType::F32 => KvView::F32(x),
         _ => KvView::Packed { ty, data: b },

@@ -1,74 +1,82 @@
-//! The AVX2 path of the fused attention: one task takes a block of queries and every query
-//! head of one kv head (GQA heads share each key/value row they load), and per key tile runs
-//! two register-blocked micro-kernels: scores `S = Q · Kᵀ` (two rows × four keys per step,
-//! eight accumulators; one row when a task has a single row, as in decode) and `O += P · V`
-//! (four rows × sixteen dims per step), with the online softmax between them. The portable path (`super::block`) does the same arithmetic one query
-//! row and one key at a time.
+//! The AVX2 segment kernel of the fused attention: one task takes a block of queries and every
+//! query head of one kv head (GQA heads share each key/value row they load) over one segment
+//! of keys, and per key tile runs two register-blocked micro-kernels: scores `S = Q · Kᵀ` (two
+//! rows × four keys per step, eight accumulators; one row when a task has a single row, as in
+//! decode) and `O += P · V` (four rows × sixteen dims per step), with the online softmax
+//! between them. Every product, exponential and sum of a row is computed in the same lanes
+//! and order whatever rows share the task: tiles start at multiples of [`K_TILE`], the
+//! exponentials run eight keys at a time over whole 8-key chunks of the tile (`exp8` in every
+//! lane, masked lanes exactly 0), and a key masked for a row adds `0 · v` to its output. The
+//! portable kernel (`super::portable`) does the same arithmetic one row and one key at a time.
 
 #![allow(clippy::needless_range_loop)] // register tiles indexed by row and key
 
-use super::{first_key, ring_row, AttnShape, HeadTile, K_TILE};
+use super::kv_tile::HeadTile;
+use super::partial::Partial;
+use super::{first_key, ring_row, AttnShape, K_TILE};
 use std::arch::x86_64::*;
 
 /// Rows the score and update kernels take at most.
 const MAX_R: usize = 4;
 
-/// One task: queries `i0 .. i1` and query heads `h0 .. h0 + gs` (all reading the kv head of
-/// the key/value tiles),
-/// into `o` (`[(i1 - i0) * gs, head_dim]`, row `r` = query `i0 + r / gs`, head
-/// `h0 + r % gs`).
+/// Queries `i0 .. i1` × query heads `h0 .. h0 + gs` (all reading the kv head of the tiles)
+/// over keys `k_lo .. k_hi` (a segment) into `st` (cleared; row `r` = query `i0 + r / gs`,
+/// head `h0 + r % gs`). Only the keys some row sees are read.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA; `q` and the views behind the tiles must hold the rows the
-/// shape says (checked by `attention_kv_isa`), and `o` `(i1 - i0) * group * head_dim` values.
+/// shape says (checked by `attention_kv_isa`), and `st` `(i1 - i0) * gs` rows.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn block(
+pub(super) unsafe fn segment(
     q: &[f32],
-    (mut kt, mut vt): (HeadTile<'_>, HeadTile<'_>),
+    (kt, vt): (&mut HeadTile<'_>, &mut HeadTile<'_>),
     ring: usize,
     (i0, i1): (usize, usize),
     pos0: usize,
     (h0, gs): (usize, usize),
     s: &AttnShape,
-    o: &mut [f32],
+    (k_lo, k_hi): (usize, usize),
+    st: &mut Partial,
 ) {
     let hd = s.head_dim;
-    let group = gs;
     let q_row = s.n_heads * hd;
-    let nr = (i1 - i0) * group;
-    assert!(o.len() >= nr * hd);
+    let nr = (i1 - i0) * gs;
+    assert!(st.o.len() >= nr * hd && st.m.len() >= nr);
+    // The keys of the segment some row sees.
+    let ua = first_key(pos0 + i0, s.window).max(k_lo);
+    let ub = (pos0 + i1).min(k_hi);
+    if ua >= ub {
+        return;
+    }
     let qp: Vec<*const f32> = (0..nr)
         .map(|r| {
-            let at = (i0 + r / group) * q_row + (h0 + r % group) * hd;
+            let at = (i0 + r / gs) * q_row + (h0 + r % gs) * hd;
             q[at..at + hd].as_ptr()
         })
         .collect();
-    let mut m = vec![f32::NEG_INFINITY; nr];
-    let mut l = vec![0f32; nr];
     let mut p = vec![0f32; nr * K_TILE];
-    o[..nr * hd].fill(0.0);
-    let lo = first_key(pos0 + i0, s.window);
-    let hi = pos0 + i1;
     let mut kp = [std::ptr::null::<f32>(); K_TILE];
     let mut vp = [std::ptr::null::<f32>(); K_TILE];
-    let mut j0 = lo;
-    while j0 < hi {
-        let j1 = (j0 + K_TILE).min(hi);
-        let nk = j1 - j0;
-        kt.load((j0..j1).map(|j| ring_row(j, ring)));
-        vt.load((j0..j1).map(|j| ring_row(j, ring)));
-        for u in 0..nk {
-            kp[u] = kt.row(u).as_ptr();
-            vp[u] = vt.row(u).as_ptr();
+    let mut j0 = ua / K_TILE * K_TILE;
+    while j0 < ub {
+        // Keys ta .. tb of the tile (offsets from j0); chunks ca .. cb cover them in whole
+        // 8-key chunks (cb <= K_TILE as j0 is a multiple of K_TILE).
+        let (ta, tb) = (ua.max(j0) - j0, ub.min(j0 + K_TILE) - j0);
+        let (ca, cb) = (ta / 8 * 8, tb.div_ceil(8) * 8);
+        kt.load((j0 + ta..j0 + tb).map(|j| ring_row(j, ring)));
+        vt.load((j0 + ta..j0 + tb).map(|j| ring_row(j, ring)));
+        for u in ta..tb {
+            kp[u] = kt.row(u - ta).as_ptr();
+            vp[u] = vt.row(u - ta).as_ptr();
         }
         // Scores.
         let mut r0 = 0;
         while r0 < nr {
             let rn = (nr - r0).min(2);
-            let mut u0 = 0;
-            while u0 < nk {
-                let un = (nk - u0).min(4);
+            let mut u0 = ta;
+            while u0 < tb {
+                let un = (tb - u0).min(4);
                 let ks = [0, 1, 2, 3].map(|u| kp[u0 + u.min(un - 1)]);
                 // SAFETY: every pointer starts hd readable floats (built from checked slices).
                 let sc = unsafe {
@@ -87,18 +95,19 @@ pub(super) unsafe fn block(
             }
             r0 += rn;
         }
-        // Online softmax: p becomes exp(score − running max), zero outside the mask.
+        // Online softmax: p becomes exp(score − running max), zero outside each row's keys.
         for r in 0..nr {
-            let pos = pos0 + i0 + r / group;
-            let a = first_key(pos, s.window).max(j0);
-            let b = (pos + 1).min(j1);
-            let prow = &mut p[r * K_TILE..r * K_TILE + nk];
+            let pos = pos0 + i0 + r / gs;
+            let a = first_key(pos, s.window).max(j0 + ta);
+            let b = (pos + 1).min(j0 + tb);
+            let prow = &mut p[r * K_TILE..(r + 1) * K_TILE];
             if a >= b {
-                prow.fill(0.0);
+                prow[ta..tb].fill(0.0);
                 continue;
             }
+            let (a, b) = (a - j0, b - j0);
             let mut tmax = f32::NEG_INFINITY;
-            for x in &mut prow[a - j0..b - j0] {
+            for x in &mut prow[a..b] {
                 let mut y = *x * s.scale;
                 if let Some(cap) = s.softcap {
                     y = cap * (y / cap).tanh();
@@ -106,56 +115,56 @@ pub(super) unsafe fn block(
                 *x = y;
                 tmax = tmax.max(y);
             }
-            let m_new = m[r].max(tmax);
+            let m_new = st.m[r].max(tmax);
             if m_new == f32::NEG_INFINITY {
-                prow.fill(0.0); // every score -inf (only with infinite inputs)
+                prow[ta..tb].fill(0.0); // every score -inf (only with infinite inputs)
                 continue;
             }
-            if m[r] != m_new {
-                let corr = if m[r] == f32::NEG_INFINITY {
+            if st.m[r] != m_new {
+                let corr = if st.m[r] == f32::NEG_INFINITY {
                     0.0
                 } else {
-                    (m[r] - m_new).exp()
+                    (st.m[r] - m_new).exp()
                 };
-                l[r] *= corr;
-                for x in &mut o[r * hd..(r + 1) * hd] {
+                st.l[r] *= corr;
+                for x in &mut st.o[r * hd..(r + 1) * hd] {
                     *x *= corr;
                 }
-                m[r] = m_new;
+                st.m[r] = m_new;
             }
-            l[r] += exp_masked(prow, m_new, (a - j0, b - j0));
+            st.l[r] += exp_masked(&mut prow[ca..cb], m_new, (a - ca, b - ca));
         }
-        // O += P · V.
+        // O += P · V over the tile's keys (a masked key's p is 0: it adds exactly 0).
         let mut r0 = 0;
         while r0 < nr {
             let rn = (nr - r0).min(MAX_R);
-            let orow = o[r0 * hd..].as_mut_ptr();
-            let prow = &p[r0 * K_TILE..];
-            // SAFETY: rows r0 .. r0 + rn of o and p exist; vp[..nk] start hd floats each.
+            let orow = st.o[r0 * hd..].as_mut_ptr();
+            let prow = &p[r0 * K_TILE + ta..];
+            let v = &vp[ta..tb];
+            // SAFETY: rows r0 .. r0 + rn of st.o and p exist (p's rows from column ta on);
+            // vp[ta..tb] start hd floats each.
             unsafe {
                 match rn {
-                    1 => pv::<1>(orow, prow, &vp[..nk], hd),
-                    2 => pv::<2>(orow, prow, &vp[..nk], hd),
-                    3 => pv::<3>(orow, prow, &vp[..nk], hd),
-                    _ => pv::<4>(orow, prow, &vp[..nk], hd),
+                    1 => pv::<1>(orow, prow, v, hd),
+                    2 => pv::<2>(orow, prow, v, hd),
+                    3 => pv::<3>(orow, prow, v, hd),
+                    _ => pv::<4>(orow, prow, v, hd),
                 }
             }
             r0 += rn;
         }
-        j0 = j1;
-    }
-    for r in 0..nr {
-        let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
-        for x in &mut o[r * hd..(r + 1) * hd] {
-            *x *= inv;
-        }
+        j0 += K_TILE;
     }
 }
 
-/// `p[u] = exp(p[u] − m)` for `u` in `lo .. hi`, zero elsewhere; returns the sum.
+/// `p[u] = exp(p[u] − m)` for `u` in `lo .. hi`, zero elsewhere; returns the sum. `p` is
+/// whole 8-key chunks (`p.len()` a multiple of 8): every chunk goes through `exp8` and an
+/// 8-lane sum, so a key's lane, and a row's sum, do not depend on the chunks around it (a
+/// chunk with no key of the row adds exactly 0 to every lane).
 #[inline(always)]
 fn exp_masked(p: &mut [f32], m: f32, (lo, hi): (usize, usize)) -> f32 {
     let n = p.len();
+    assert!(n.is_multiple_of(8) && hi <= n);
     // SAFETY: plain register arithmetic and loads/stores of p[u .. u + 8] with u + 8 <= n;
     // the enclosing kernel has avx2 + fma.
     unsafe {
@@ -164,7 +173,7 @@ fn exp_masked(p: &mut [f32], m: f32, (lo, hi): (usize, usize)) -> f32 {
         let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let mut sum = _mm256_setzero_ps();
         let mut u = 0;
-        while u + 8 <= n {
+        while u < n {
             let x = _mm256_loadu_ps(p.as_ptr().add(u));
             let e = crate::act::avx2::exp8(_mm256_sub_ps(x, mv));
             let idx = _mm256_add_epi32(_mm256_set1_epi32(u as i32), lane);
@@ -178,17 +187,7 @@ fn exp_masked(p: &mut [f32], m: f32, (lo, hi): (usize, usize)) -> f32 {
         }
         let s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let mut total = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-        for (i, x) in p.iter_mut().enumerate().skip(u) {
-            *x = if i >= lo && i < hi {
-                let e = (*x - m).exp();
-                total += e;
-                e
-            } else {
-                0.0
-            };
-        }
-        total
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 }
 
