@@ -9,8 +9,10 @@
 # files:   F16 base (`llama-quantize --allow-requantize SRC F16`), an importance matrix
 #          (`llama-imatrix`, -c 512, on a slice of CPython's pydoc topics disjoint from the
 #          perplexity text), then one file per type (with the imatrix; MXFP4 as `--pure
-#          MXFP4_MOE`, since the plain MXFP4_MOE mixture quantizes only MoE experts; BF16 from
-#          the base without one). Existing files are kept (delete them to remake).
+#          MXFP4_MOE`, since the plain MXFP4_MOE mixture quantizes only MoE experts, and IQ2_S
+#          `--pure`, since its mixture on these small models holds no IQ2_S tensor; BF16 from
+#          the base without one). Rows whose length is not a multiple of 256 (576 and 640, the
+#          models' hidden sizes) fall back to llama.cpp's 32-weight types (IQ4_NL, Q4_0, ...). Existing files are kept (delete them to remake).
 # hashes:  tools/ref/dequant_hashes.py → <file>.dequant.json (gguf.quants.dequantize SHA-256s).
 # dequant: crates/oxinfer/tests/dequant_real_gguf.rs on every file (OXINFER_DEQUANT_FILES).
 # ppl:     `oxinfer perplexity` and `llama-perplexity`, -c 512, $PPL_CHUNKS windows, $THREADS
@@ -19,7 +21,7 @@
 # Environment: OUT (default ~/.cache/oxinfer/iq-files), LLAMA_BIN (default
 # ~/.cache/oxinfer/llama-cpp-native/bin, scripts/build-llama-cpp.sh native), MODELS_DIR (default
 # ~/.cache/oxinfer/models, scripts/fetch-test-models.sh), TYPES, MODELS (smollm2 gemma3),
-# THREADS (2), PPL_CHUNKS (16), IMATRIX_CHUNKS (24). Not run by CI (needs the llama.cpp tools;
+# THREADS (2), PPL_CHUNKS (4), IMATRIX_CHUNKS (8). Not run by CI (needs the llama.cpp tools;
 # about 45 min on 2 cores, most of it perplexity).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +33,8 @@ PY=${OXINFER_REF_PYTHON:-$CACHE/refvenv/bin/python}
 TYPES=${TYPES:-IQ4_NL IQ4_XS IQ3_XXS IQ3_S IQ2_XXS IQ2_XS IQ2_S IQ1_S IQ1_M TQ1_0 TQ2_0 MXFP4 BF16}
 MODELS=${MODELS:-smollm2 gemma3}
 THREADS=${THREADS:-2}
-PPL_CHUNKS=${PPL_CHUNKS:-16}
-IMATRIX_CHUNKS=${IMATRIX_CHUNKS:-24}
+PPL_CHUNKS=${PPL_CHUNKS:-4}
+IMATRIX_CHUNKS=${IMATRIX_CHUNKS:-8}
 STAGES=("${@:-files hashes dequant ppl}")
 [ ${#STAGES[@]} -eq 1 ] && read -r -a STAGES <<<"${STAGES[0]}"
 mkdir -p "$OUT"
@@ -71,6 +73,7 @@ if has_stage files; then
       case $t in
         BF16) args=("$base" "$f" BF16) ;;
         MXFP4) args=(--pure --imatrix "$imatrix" "$base" "$f" MXFP4_MOE) ;;
+        IQ2_S) args=(--pure --imatrix "$imatrix" "$base" "$f" IQ2_S) ;;
         *) args=(--imatrix "$imatrix" "$base" "$f" "$t") ;;
       esac
       if ! "$LLAMA_BIN/llama-quantize" --allow-requantize "${args[@]}" "$THREADS" \
