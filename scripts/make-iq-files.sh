@@ -9,8 +9,8 @@
 # files:   F16 base (`llama-quantize --allow-requantize SRC F16`), an importance matrix
 #          (`llama-imatrix`, -c 512, on a slice of CPython's pydoc topics disjoint from the
 #          perplexity text), then one file per type (with the imatrix; MXFP4 as `--pure
-#          MXFP4_MOE`, since the plain MXFP4_MOE mixture quantizes only MoE experts, and IQ2_S
-#          `--pure`, since its mixture on these small models holds no IQ2_S tensor; BF16 from
+#          MXFP4_MOE`, since the plain MXFP4_MOE mixture quantizes only MoE experts, and IQ2_S as
+#          llama.cpp's IQ2_M mixture, whose default type is IQ2_S (its IQ2_S mixture's is IQ2_XS); BF16 from
 #          the base without one). Rows whose length is not a multiple of 256 (576 and 640, the
 #          models' hidden sizes) fall back to llama.cpp's 32-weight types (IQ4_NL, Q4_0, ...). Existing files are kept (delete them to remake).
 # hashes:  tools/ref/dequant_hashes.py → <file>.dequant.json (gguf.quants.dequantize SHA-256s).
@@ -73,7 +73,7 @@ if has_stage files; then
       case $t in
         BF16) args=("$base" "$f" BF16) ;;
         MXFP4) args=(--pure --imatrix "$imatrix" "$base" "$f" MXFP4_MOE) ;;
-        IQ2_S) args=(--pure --imatrix "$imatrix" "$base" "$f" IQ2_S) ;;
+        IQ2_S) args=(--imatrix "$imatrix" "$base" "$f" IQ2_M) ;;
         *) args=(--imatrix "$imatrix" "$base" "$f" "$t") ;;
       esac
       if ! "$LLAMA_BIN/llama-quantize" --allow-requantize "${args[@]}" "$THREADS" \
