@@ -1,7 +1,8 @@
 //! Hugging Face references against a fake Hub on loopback (tests/fake_hub): fetch by quant tag
 //! into the standard cache layout and run, resume after a cut and from an `.incomplete` file,
-//! hash mismatch refused, offline mode and an unreachable Hub, split GGUF, gated and missing
-//! repositories, a safetensors repository, and cache interop with Python's `huggingface_hub`.
+//! hash mismatch refused, 416 answers, slow, stalled and aborted transfers, offline mode and an
+//! unreachable Hub, split GGUF, gated and missing repositories, a safetensors repository, and
+//! cache interop with Python's `huggingface_hub`.
 
 mod common;
 mod fake_hub;
@@ -9,12 +10,13 @@ mod fake_hub;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{check_sources, fixtures, scratch_dir};
 use fake_hub::{FakeFile, FakeHub, FakeRepo};
 use oxinfer::hub::hf::config::HfConfig;
 use oxinfer::hub::hf::{self, cache::RepoCache};
-use oxinfer::hub::{parse_reference, HfRef, HubError, ModelRef, NoProgress};
+use oxinfer::hub::{parse_reference, HfRef, HubError, ModelRef, NoProgress, Progress};
 
 const TOKEN: &str = "hf_fake_token";
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -111,6 +113,7 @@ fn config(hub: &FakeHub, cache: &Path) -> HfConfig {
         token: None,
         hub_cache: cache.to_path_buf(),
         offline: false,
+        download_timeout: Duration::from_secs(5),
     }
 }
 
@@ -322,6 +325,182 @@ fn a_cut_transfer_resumes_with_range_and_a_corrupt_one_is_refused() {
         .join("models--tiny--llama-GGUF/snapshots")
         .join(COMMIT);
     assert!(!snapshot.join("tiny-Q8_0.gguf").exists());
+    fs::remove_dir_all(&cache).unwrap();
+}
+
+/// The CDN requests of the log.
+fn cdn_log(hub: &FakeHub) -> Vec<String> {
+    hub.log()
+        .into_iter()
+        .filter(|l| l.starts_with("CDN"))
+        .collect()
+}
+
+/// Writes `bytes` as the `.incomplete` of blob `sha` of `tiny/llama-GGUF` in a fresh `cache`.
+fn leave_incomplete(cache: &Path, sha: &str, bytes: &[u8]) -> PathBuf {
+    let _ = fs::remove_dir_all(cache);
+    let blobs = cache.join("models--tiny--llama-GGUF/blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    let part = blobs.join(format!("{sha}.incomplete"));
+    fs::write(&part, bytes).unwrap();
+    part
+}
+
+#[test]
+fn range_not_satisfiable_restarts_or_keeps_the_complete_file() {
+    let hub = hub();
+    let cache = scratch_dir("hubfake-416");
+    let cfg = config(&hub, &cache);
+    let gguf = tiny_gguf();
+    let sha = sha_of(&gguf);
+    let get = format!("CDN GET /blobs/{sha}");
+    // The CDN refuses the resume (416): the kept bytes are dropped, not mixed with the
+    // restart's, and the file comes whole from byte 0.
+    let part = leave_incomplete(&cache, &sha, &gguf[..1000]);
+    hub.refuse_range_once(&sha);
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(
+        cdn_log(&hub),
+        vec![format!("{get} bytes=1000-"), get.clone()]
+    );
+    assert!(!part.exists());
+    // A leftover holding the whole file is checked against the ETag and kept: nothing is
+    // asked of the CDN (a Range from the end would be answered 416).
+    let part = leave_incomplete(&cache, &sha, &gguf);
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(cdn_log(&hub), Vec::<String>::new());
+    assert!(!part.exists());
+    // A whole-length leftover that does not hash to the ETag is downloaded again from byte 0.
+    let mut damaged = gguf.clone();
+    damaged[gguf.len() / 3] ^= 1;
+    leave_incomplete(&cache, &sha, &damaged);
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(cdn_log(&hub), vec![get.clone()]);
+    // The Hub announces more bytes than the CDN's copy has (stale metadata): resuming after
+    // the whole file gets 416 `bytes */<len>`; the bytes hash to the ETag, so they are kept.
+    leave_incomplete(&cache, &sha, &gguf);
+    hub.announce_size(&sha, gguf.len() + 10);
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(cdn_log(&hub), vec![format!("{get} bytes={}-", gguf.len())]);
+    fs::remove_dir_all(&cache).unwrap();
+}
+
+/// A [`Progress`] that records when bytes were reported, and the notes.
+#[derive(Default)]
+struct Recorder {
+    advances: Vec<(Instant, u64)>,
+    notes: Vec<String>,
+}
+
+impl Progress for Recorder {
+    fn start(&mut self, _what: &str, _total: Option<u64>) {}
+    fn advance(&mut self, bytes: u64) {
+        self.advances.push((Instant::now(), bytes));
+    }
+    fn finish(&mut self) {}
+    fn note(&mut self, message: &str) {
+        self.notes.push(message.to_string());
+    }
+}
+
+#[test]
+fn a_slow_transfer_outlasts_the_timeout_while_bytes_arrive() {
+    let hub = hub();
+    let cache = scratch_dir("hubfake-slow");
+    let mut cfg = config(&hub, &cache);
+    cfg.download_timeout = Duration::from_secs(1);
+    let gguf = tiny_gguf();
+    let sha = sha_of(&gguf);
+    // Ten chunks, 250 ms apart: 2.5 s in all, no pause as long as the 1 s timeout.
+    hub.pace(&sha, gguf.len().div_ceil(10), Duration::from_millis(250));
+    let mut rec = Recorder::default();
+    let path = hf::resolve(&hf_ref("tiny/llama-GGUF:Q8_0"), &cfg, &mut rec).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(cdn_log(&hub), vec![format!("CDN GET /blobs/{sha}")]);
+    assert!(rec.notes.is_empty(), "{:?}", rec.notes);
+    let bytes: Vec<u64> = rec
+        .advances
+        .iter()
+        .map(|a| a.1)
+        .filter(|&n| n > 0)
+        .collect();
+    assert_eq!(bytes.iter().sum::<u64>(), gguf.len() as u64);
+    assert!(
+        bytes.len() >= 10,
+        "progress in {} steps: {bytes:?}",
+        bytes.len()
+    );
+    let span = rec.advances.last().unwrap().0 - rec.advances.first().unwrap().0;
+    assert!(
+        span > cfg.download_timeout,
+        "the transfer took {span:?}, not longer than the timeout"
+    );
+    fs::remove_dir_all(&cache).unwrap();
+}
+
+#[test]
+fn an_aborted_transfer_resumes_from_the_kept_bytes() {
+    let hub = hub();
+    let cache = scratch_dir("hubfake-abort");
+    let mut cfg = config(&hub, &cache);
+    cfg.download_timeout = Duration::from_secs(1);
+    let gguf = tiny_gguf();
+    let sha = sha_of(&gguf);
+    let get = format!("CDN GET /blobs/{sha}");
+    // Half the body, then silence longer than the timeout: the read times out and the
+    // download resumes where the bytes stopped.
+    hub.stall_once(&sha, Duration::from_secs(3));
+    let mut rec = Recorder::default();
+    let path = hf::resolve(&hf_ref("tiny/llama-GGUF:Q8_0"), &cfg, &mut rec).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    let half = gguf.len() / 2;
+    assert_eq!(
+        cdn_log(&hub),
+        vec![get.clone(), format!("{get} bytes={half}-")]
+    );
+    let lost = format!(
+        "connection lost at {half} of {} bytes; resuming",
+        gguf.len()
+    );
+    assert!(
+        rec.notes.iter().any(|n| n.contains(&lost)),
+        "{:?}",
+        rec.notes
+    );
+    // Every connection drops at byte 100 000: the run gives up, keeping those bytes.
+    fs::remove_dir_all(&cache).unwrap();
+    hub.drop_at(&sha, Some(100_000));
+    hub.clear_log();
+    let e = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, HubError::Http { .. }), "{e:?}");
+    assert!(
+        msg.contains("100000 of") && msg.contains("for the next run"),
+        "{msg}"
+    );
+    let part = cache.join(format!("models--tiny--llama-GGUF/blobs/{sha}.incomplete"));
+    assert_eq!(fs::read(&part).unwrap(), &gguf[..100_000]);
+    // The next run asks for the rest only; the whole hashes to the ETag.
+    hub.drop_at(&sha, None);
+    hub.clear_log();
+    let path = resolve("tiny/llama-GGUF:Q8_0", &cfg).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), gguf);
+    assert_eq!(cdn_log(&hub), vec![format!("{get} bytes=100000-")]);
+    assert!(!part.exists());
+    check_sources(
+        &fixtures().join("llama-tiny-a"),
+        std::slice::from_ref(&path),
+        &[0],
+        TOL,
+    );
     fs::remove_dir_all(&cache).unwrap();
 }
 

@@ -8,8 +8,12 @@
 //!   `X-Linked-Etag` (the SHA-256) and `X-Linked-Size`; a small file answers 200 with `ETag` and
 //!   `X-Repo-Commit`; gated repositories answer 401 (`X-Error-Code: GatedRepo`) without the
 //!   right token, unknown ones 404 (`RepoNotFound` / `EntryNotFound` / `RevisionNotFound`);
-//! - the CDN: `GET /blobs/{sha256}` with `Range: bytes=N-` (206, or 416 past the end); a blob can
-//!   be set to be cut after half its bytes once, or served corrupted.
+//! - the CDN: `GET /blobs/{sha256}` with `Range: bytes=N-` (206, or 416 with
+//!   `Content-Range: bytes */size` at or past the end). A blob can be set to be cut after half
+//!   its bytes once, to drop every connection at one byte offset, to stall (hold the connection
+//!   silent) after half its bytes once, to trickle out in small timed chunks, to answer 416 to
+//!   its next Range request, or served corrupted; the Hub can announce a size for it that the
+//!   CDN's copy does not have (stale metadata).
 
 #![allow(dead_code)]
 
@@ -17,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -65,6 +70,16 @@ struct State {
     cut_once: HashSet<String>,
     /// Blob SHA-256s served with one byte flipped.
     corrupt: HashSet<String>,
+    /// Blob SHA-256 → file offset at which every CDN GET of it closes the connection.
+    drop_at: HashMap<String, usize>,
+    /// Blob SHA-256 → silence after half the bytes of its next CDN GET, before the close.
+    stall_once: HashMap<String, Duration>,
+    /// Blob SHA-256 → (chunk bytes, pause after each chunk) for every CDN GET of it.
+    pace: HashMap<String, (usize, Duration)>,
+    /// Blob SHA-256s whose next CDN GET with a Range answers 416.
+    refuse_range_once: HashSet<String>,
+    /// Blob SHA-256 → the size the Hub announces for it (API listing and `X-Linked-Size`).
+    announced_size: HashMap<String, usize>,
     /// "METHOD path [range]" of every request, in order.
     log: Vec<String>,
 }
@@ -114,6 +129,40 @@ impl FakeHub {
         self.state.lock().unwrap().corrupt.insert(sha256.into());
     }
 
+    /// Every CDN GET of the blob closes the connection at file offset `at` (`None`: never).
+    pub fn drop_at(&self, sha256: &str, at: Option<usize>) {
+        let mut s = self.state.lock().unwrap();
+        match at {
+            Some(n) => s.drop_at.insert(sha256.into(), n),
+            None => s.drop_at.remove(sha256),
+        };
+    }
+
+    /// The next CDN GET of the blob sends half its bytes, then nothing for `silence`, then
+    /// closes.
+    pub fn stall_once(&self, sha256: &str, silence: Duration) {
+        let mut s = self.state.lock().unwrap();
+        s.stall_once.insert(sha256.into(), silence);
+    }
+
+    /// Every CDN GET of the blob sends `chunk` bytes, then pauses for `pause`, until done.
+    pub fn pace(&self, sha256: &str, chunk: usize, pause: Duration) {
+        let mut s = self.state.lock().unwrap();
+        s.pace.insert(sha256.into(), (chunk.max(1), pause));
+    }
+
+    /// The next CDN GET of the blob with a Range answers 416 (`bytes */size`).
+    pub fn refuse_range_once(&self, sha256: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.refuse_range_once.insert(sha256.into());
+    }
+
+    /// The Hub announces `size` bytes for the blob (the CDN still serves its real bytes).
+    pub fn announce_size(&self, sha256: &str, size: usize) {
+        let mut s = self.state.lock().unwrap();
+        s.announced_size.insert(sha256.into(), size);
+    }
+
     /// The requests served so far.
     pub fn log(&self) -> Vec<String> {
         self.state.lock().unwrap().log.clone()
@@ -160,6 +209,10 @@ struct Response {
     body: Vec<u8>,
     /// Send only this many body bytes, then close (a cut transfer).
     cut_at: Option<usize>,
+    /// Send the body in chunks of this many bytes with this pause after each.
+    pace: Option<(usize, Duration)>,
+    /// After the bytes sent, keep the connection open and silent this long before closing.
+    stall: Option<Duration>,
 }
 
 impl Response {
@@ -169,6 +222,8 @@ impl Response {
             headers: Vec::new(),
             body: Vec::new(),
             cut_at: None,
+            pace: None,
+            stall: None,
         }
     }
 
@@ -232,7 +287,24 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>, is_cdn: bool, cdn_url: &st
     let _ = stream.write_all(head.as_bytes());
     if req.method != "HEAD" {
         let n = resp.cut_at.unwrap_or(resp.body.len());
-        let _ = stream.write_all(&resp.body[..n]);
+        let body = &resp.body[..n];
+        match resp.pace {
+            Some((chunk, pause)) => {
+                for c in body.chunks(chunk) {
+                    if stream.write_all(c).and_then(|_| stream.flush()).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(pause);
+                }
+            }
+            None => {
+                let _ = stream.write_all(body);
+            }
+        }
+        if let Some(silence) = resp.stall {
+            let _ = stream.flush();
+            std::thread::sleep(silence);
+        }
     }
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -273,20 +345,16 @@ fn hub(req: &Request, state: &Mutex<State>, cdn_url: &str) -> Response {
             .files
             .iter()
             .map(|f| {
+                let size = announced(&s, f);
                 let lfs = if f.lfs {
                     format!(
-                        ",\"lfs\":{{\"sha256\":\"{}\",\"size\":{},\"pointerSize\":133}}",
+                        ",\"lfs\":{{\"sha256\":\"{}\",\"size\":{size},\"pointerSize\":133}}",
                         f.sha256(),
-                        f.bytes.len()
                     )
                 } else {
                     String::new()
                 };
-                format!(
-                    "{{\"rfilename\":\"{}\",\"size\":{}{lfs}}}",
-                    f.path,
-                    f.bytes.len()
-                )
+                format!("{{\"rfilename\":\"{}\",\"size\":{size}{lfs}}}", f.path)
             })
             .collect();
         let mut r = Response::new(200).header("Content-Type", "application/json");
@@ -314,7 +382,7 @@ fn hub(req: &Request, state: &Mutex<State>, cdn_url: &str) -> Response {
             .header("Location", format!("{cdn_url}/blobs/{sha}"))
             .header("X-Repo-Commit", repo.commit.clone())
             .header("X-Linked-Etag", format!("\"{sha}\""))
-            .header("X-Linked-Size", f.bytes.len().to_string())
+            .header("X-Linked-Size", announced(&s, f).to_string())
             .header("ETag", "\"0123456789abcdef0123456789abcdef01234567\"");
     }
     // A small (non-LFS) file: its git blob id as ETag, served from the Hub itself.
@@ -323,6 +391,14 @@ fn hub(req: &Request, state: &Mutex<State>, cdn_url: &str) -> Response {
         .header("ETag", format!("\"{}\"", &f.sha256()[..40]));
     r.body = f.bytes.clone();
     r
+}
+
+/// The size the Hub announces for `f`.
+fn announced(s: &State, f: &FakeFile) -> usize {
+    s.announced_size
+        .get(&f.sha256())
+        .copied()
+        .unwrap_or(f.bytes.len())
 }
 
 fn cdn(req: &Request, state: &Mutex<State>) -> Response {
@@ -352,8 +428,9 @@ fn cdn(req: &Request, state: &Mutex<State>) -> Response {
         .and_then(|r| r.strip_prefix("bytes="))
         .and_then(|r| r.strip_suffix('-'))
         .and_then(|n| n.parse::<usize>().ok());
+    let refuse = from.is_some() && s.refuse_range_once.remove(&sha);
     let mut resp = match from {
-        Some(n) if n >= total => {
+        Some(n) if n >= total || refuse => {
             return Response::new(416).header("Content-Range", format!("bytes */{total}"))
         }
         Some(n) => {
@@ -371,6 +448,17 @@ fn cdn(req: &Request, state: &Mutex<State>) -> Response {
     if req.method == "GET" && s.cut_once.remove(&sha) {
         resp.cut_at = Some(resp.body.len() / 2);
     }
+    if let Some(&at) = s.drop_at.get(&sha) {
+        let start = from.unwrap_or(0);
+        resp.cut_at = Some(at.saturating_sub(start).min(resp.body.len()));
+    }
+    if req.method == "GET" {
+        if let Some(silence) = s.stall_once.remove(&sha) {
+            resp.cut_at = Some(resp.body.len() / 2);
+            resp.stall = Some(silence);
+        }
+    }
+    resp.pace = s.pace.get(&sha).copied();
     resp.header("Content-Type", "application/octet-stream")
 }
 

@@ -8,18 +8,18 @@
 //!    redirects only while they stay on the Hub's host: the metadata is `X-Repo-Commit`,
 //!    `X-Linked-Etag` (else `ETag`; the LFS SHA-256 for large files), `X-Linked-Size` (else
 //!    `Content-Length`) and `Location` (the CDN address to download from).
-//! 3. `GET <location>` with `Range: bytes=<have>-` to resume `blobs/<etag>.incomplete`.
+//! 3. `GET <location>` with `Range: bytes=<have>-` to resume `blobs/<etag>.incomplete`: 206
+//!    with the rest, 200 with everything (a server that ignores Range), or 416 with
+//!    `Content-Range: bytes */<size>` when `<have>` is at or past the end of its copy.
 //!
 //! Errors: 401/403 → [`HubError::Gated`], 404 → [`HubError::NotOnHub`]. The token goes only to
 //! the Hub's own host, never to the CDN (as `huggingface_hub` does).
 
 use std::io::Read;
-use std::time::Duration;
 
 use super::config::HfConfig;
 use crate::hub::{HubError, CONNECT_TIMEOUT};
 
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Redirects followed on the Hub's own host (renamed repositories) before giving up.
 const MAX_HUB_REDIRECTS: usize = 5;
 
@@ -46,8 +46,23 @@ pub struct FileMeta {
     pub location: String,
 }
 
-/// A download's body and the byte offset it starts at.
-pub type Resumed = (Box<dyn Read + Send>, u64);
+/// The answer to a download request from a byte offset ([`HfClient::open_from`]).
+pub enum Opened {
+    /// The body, which starts at byte `start`: the offset asked for after a 206, 0 after a
+    /// 200 (the server ignored the Range).
+    Body {
+        /// The body's bytes.
+        reader: Box<dyn Read + Send>,
+        /// The file offset of the body's first byte.
+        start: u64,
+    },
+    /// 416: the server has no byte at the offset asked for. `size` is its copy's length in
+    /// bytes when it said (`Content-Range: bytes */<size>`).
+    NotSatisfiable {
+        /// The length of the server's copy, if given.
+        size: Option<u64>,
+    },
+}
 
 /// An HTTP client for one Hub endpoint.
 pub struct HfClient {
@@ -85,13 +100,14 @@ fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String>
 }
 
 impl HfClient {
-    /// A client for `cfg.endpoint` with `cfg.token`.
+    /// A client for `cfg.endpoint` with `cfg.token`. Every read waits at most
+    /// `cfg.download_timeout` for bytes; there is no limit on a whole transfer's length.
     pub fn new(cfg: HfConfig) -> Self {
         let agent = ureq::Agent::config_builder()
             .timeout_resolve(Some(CONNECT_TIMEOUT))
             .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_recv_response(Some(READ_TIMEOUT))
-            .timeout_per_read(Some(READ_TIMEOUT))
+            .timeout_recv_response(Some(cfg.download_timeout))
+            .timeout_per_read(Some(cfg.download_timeout))
             .max_redirects(0)
             .http_status_as_error(false)
             .build()
@@ -263,10 +279,9 @@ impl HfClient {
         })
     }
 
-    /// Step 3: a reader of `url` from byte `from` on. Returns the reader and the byte it
-    /// starts at: `from` when the server honoured the Range (206), 0 when it sent everything
-    /// (200). A 416 (range not satisfiable) is returned as `Ok(None)`.
-    pub fn open_from(&self, repo: &str, url: &str, from: u64) -> Result<Option<Resumed>, HubError> {
+    /// Step 3: `url` from byte `from` on (a Range request when `from` > 0), following
+    /// redirects: the body and the offset it starts at, or the 416 answer.
+    pub fn open_from(&self, repo: &str, url: &str, from: u64) -> Result<Opened, HubError> {
         let mut url = url.to_string();
         for _ in 0..=MAX_HUB_REDIRECTS {
             let resp = self.request("GET", &url, Some(from))?;
@@ -274,10 +289,13 @@ impl HfClient {
             match status {
                 200 | 206 => {
                     let start = if status == 206 { from } else { 0 };
-                    let reader = resp.into_body().into_reader();
-                    return Ok(Some((Box::new(reader), start)));
+                    let reader = Box::new(resp.into_body().into_reader());
+                    return Ok(Opened::Body { reader, start });
                 }
-                416 => return Ok(None),
+                416 => {
+                    let size = header(&resp, "Content-Range").and_then(|r| unsatisfied_size(&r));
+                    return Ok(Opened::NotSatisfiable { size });
+                }
                 300..=399 => match header(&resp, "Location") {
                     Some(l) => url = join_url(&url, &l),
                     None => break,
@@ -290,6 +308,16 @@ impl HfClient {
             reason: "too many redirects".into(),
         })
     }
+}
+
+/// The `<size>` of a 416's `Content-Range: bytes */<size>`.
+fn unsatisfied_size(content_range: &str) -> Option<u64> {
+    content_range
+        .trim()
+        .strip_prefix("bytes */")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// `location` (absolute, or relative to `base`) as an absolute URL.
@@ -317,5 +345,7 @@ mod tests {
         assert_eq!(join_url("http://h/a", "http://cdn/x"), "http://cdn/x");
         assert_eq!(quote("refs/pr/1"), "refs%2Fpr%2F1");
         assert_eq!(quote("main"), "main");
+        assert_eq!(unsatisfied_size("bytes */1234"), Some(1234));
+        assert_eq!(unsatisfied_size("bytes 0-9/10"), None);
     }
 }

@@ -1,9 +1,14 @@
 //! Where the Hub is and who we are to it, from the environment variables `huggingface_hub`
 //! reads (`constants.py`): `HF_ENDPOINT`, `HF_TOKEN`, `HF_TOKEN_PATH`, `HF_HOME`,
-//! `HF_HUB_CACHE`, `HF_HUB_OFFLINE`.
+//! `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, `HF_HUB_DOWNLOAD_TIMEOUT`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a transfer may go without receiving a byte when `HF_HUB_DOWNLOAD_TIMEOUT` is not
+/// set (`huggingface_hub` waits 10 s; a slow mirror on a loaded link gets more here).
+pub const DEFAULT_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The Hub's address, the token, the cache folder and whether the network may be used.
 #[derive(Debug, Clone)]
@@ -17,6 +22,11 @@ pub struct HfConfig {
     pub hub_cache: PathBuf,
     /// `$HF_HUB_OFFLINE` is `1`, `ON`, `YES` or `TRUE`: only the cache is used.
     pub offline: bool,
+    /// `$HF_HUB_DOWNLOAD_TIMEOUT` (whole seconds, at least 1), else (unset, or unusable: one
+    /// warning line on stderr) [`DEFAULT_DOWNLOAD_TIMEOUT`]: the longest wait for the next bytes of an answer. It
+    /// bounds silence, not a transfer's length: a slow download runs as long as bytes keep
+    /// arriving; a stalled one is resumed with a Range request.
+    pub download_timeout: Duration,
 }
 
 impl HfConfig {
@@ -56,6 +66,20 @@ impl HfConfig {
                 .iter()
                 .any(|t| v.eq_ignore_ascii_case(t))
         });
+        let download_timeout = match text("HF_HUB_DOWNLOAD_TIMEOUT") {
+            None => DEFAULT_DOWNLOAD_TIMEOUT,
+            Some(v) => match v.parse::<u64>() {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => {
+                    eprintln!(
+                        "oxinfer: warning: HF_HUB_DOWNLOAD_TIMEOUT={v:?} is not a whole number \
+                         of seconds above 0; using {} s",
+                        DEFAULT_DOWNLOAD_TIMEOUT.as_secs()
+                    );
+                    DEFAULT_DOWNLOAD_TIMEOUT
+                }
+            },
+        };
         HfConfig {
             endpoint: text("HF_ENDPOINT")
                 .unwrap_or_else(|| "https://huggingface.co".into())
@@ -66,6 +90,7 @@ impl HfConfig {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("hub")),
             offline,
+            download_timeout,
         }
     }
 }
@@ -89,8 +114,10 @@ mod tests {
         assert_eq!(c.endpoint, "https://huggingface.co");
         assert_eq!(c.hub_cache, PathBuf::from("/h/.cache/huggingface/hub"));
         assert!(!c.offline);
+        assert_eq!(c.download_timeout, DEFAULT_DOWNLOAD_TIMEOUT);
         let c = cfg(&[
             ("HF_HOME", "/x"),
+            ("HF_HUB_DOWNLOAD_TIMEOUT", "3"),
             ("HF_ENDPOINT", "http://mirror/"),
             ("HF_HUB_OFFLINE", "yes"),
             ("HF_TOKEN", "hf_abc"),
@@ -99,8 +126,14 @@ mod tests {
         assert_eq!(c.hub_cache, PathBuf::from("/x/hub"));
         assert!(c.offline);
         assert_eq!(c.token.as_deref(), Some("hf_abc"));
-        let c = cfg(&[("HF_HUB_CACHE", "/c"), ("HF_HUB_OFFLINE", "0")]);
+        assert_eq!(c.download_timeout, Duration::from_secs(3));
+        let c = cfg(&[
+            ("HF_HUB_CACHE", "/c"),
+            ("HF_HUB_OFFLINE", "0"),
+            ("HF_HUB_DOWNLOAD_TIMEOUT", "soon"),
+        ]);
         assert_eq!(c.hub_cache, PathBuf::from("/c"));
         assert!(!c.offline);
+        assert_eq!(c.download_timeout, DEFAULT_DOWNLOAD_TIMEOUT);
     }
 }
