@@ -142,12 +142,11 @@ pub fn run_plan_scores(
         }
     }
     let logits = plan::cpu::forward(plan, &ids, x, &mut seqs)?.concat();
-    let vocab = plan.head.matrix().rows;
-    Ok(logits
-        .chunks_exact(vocab)
-        .zip(targets)
-        .map(|(row, &t)| RowScore::from_logits(row, t))
-        .collect())
+    Ok(RowScore::from_rows(
+        &logits,
+        plan.head.matrix().rows,
+        targets,
+    ))
 }
 
 /// Runs `plan` over `batch` on the CPU and returns, instead of logits, the hidden state of every

@@ -93,13 +93,7 @@ pub fn run_scored(
         None => {
             let vocab = plan.head.matrix().rows;
             let logits = run(b, plan, ids, x, seqs)?;
-            Some(logits.map(|l| {
-                let rows = l.into_iter().flatten().collect::<Vec<f32>>();
-                rows.chunks_exact(vocab)
-                    .zip(targets)
-                    .map(|(row, &t)| RowScore::from_logits(row, t))
-                    .collect()
-            }))
+            Some(logits.map(|l| RowScore::from_rows(&l.concat(), vocab, targets)))
         }
     }
 }

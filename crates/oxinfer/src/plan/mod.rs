@@ -197,6 +197,15 @@ impl RowScore {
             argmax: crate::engine::sampler::argmax(row),
         }
     }
+
+    /// The scores of stacked rows `logits` (`[n, vocab]`) against `targets` (one per row).
+    pub fn from_rows(logits: &[f32], vocab: usize, targets: &[u32]) -> Vec<Self> {
+        logits
+            .chunks_exact(vocab)
+            .zip(targets)
+            .map(|(row, &t)| Self::from_logits(row, t))
+            .collect()
+    }
 }
 
 /// Cosines and sines of one RoPE at every row's position, `[t, dim / 2]` each.
