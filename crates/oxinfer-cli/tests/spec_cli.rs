@@ -1,6 +1,6 @@
 //! Speculative decoding and context shift through the `oxinfer` binary, on the real SmolLM2:
-//! `run --lookup` prints the plain greedy tokens (scalar kernels, whose rows do not depend on
-//! how many run together), and `chat` drops its oldest turns when the context fills (or
+//! `run --lookup` prints the plain greedy tokens (with the default kernels and the scalar ones:
+//! a row's logits do not depend on how many rows run together), and `chat` drops its oldest turns when the context fills (or
 //! stops with an error under `--no-context-shift`).
 
 mod cli_process;
@@ -19,8 +19,7 @@ fn run_with_lookup_prints_the_plain_greedy_tokens() {
         return;
     };
     let m = model.to_str().unwrap();
-    let scalar = [("OXINFER_KERNELS", "scalar")];
-    let run = |extra: &[&str]| {
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
         let mut args = vec![
             "run",
             "-m",
@@ -34,14 +33,20 @@ fn run_with_lookup_prints_the_plain_greedy_tokens() {
             "--show-tokens",
         ];
         args.extend_from_slice(extra);
-        let o = oxinfer_env(&args, &scalar);
+        let o = oxinfer_env(&args, env);
         assert!(o.status.success(), "{}", stderr(&o));
         o
     };
-    let plain = run(&[]);
-    let spec = run(&["--lookup", "8"]);
-    assert_eq!(stdout(&spec), stdout(&plain), "lookup vs plain greedy");
-    assert!(stderr(&spec).contains("accepted"), "{}", stderr(&spec));
+    for env in [&[][..], &[("OXINFER_KERNELS", "scalar")][..]] {
+        let plain = run(&[], env);
+        let spec = run(&["--lookup", "8"], env);
+        assert_eq!(
+            stdout(&spec),
+            stdout(&plain),
+            "lookup vs plain greedy ({env:?})"
+        );
+        assert!(stderr(&spec).contains("accepted"), "{}", stderr(&spec));
+    }
 }
 
 /// Pipes `turns` into `oxinfer chat` with a small context; returns (stdout, stderr).
