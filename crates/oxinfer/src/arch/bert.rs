@@ -37,6 +37,15 @@ pub enum EncoderAct {
     Silu,
 }
 
+/// The non-negative integer field `key` of the JSON object `v` read from `path`, or an error
+/// naming the field and the file (the encoder configs' and sentence-transformers folders' reader).
+pub(crate) fn json_usize(path: &Path, v: &Value, key: &str) -> Result<usize, LoadError> {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .map(|x| x as usize)
+        .ok_or_else(|| LoadError::field(path, format!("missing integer field '{key}'")))
+}
+
 impl EncoderAct {
     /// The activation `hidden_act` names (`gelu`, `gelu_new` / `gelu_pytorch_tanh` /
     /// `gelu_fast`, `relu`, `silu` / `swish`), if supported.
@@ -169,12 +178,7 @@ impl BertConfig {
     /// Parses a BERT, XLM-RoBERTa or NomicBERT `config.json` (`model_type` `bert`,
     /// `xlm-roberta` or `nomic_bert` as transformers writes them, see [`ENCODER_MODEL_TYPES`]).
     pub fn from_json(path: &Path, v: &Value) -> Result<Self, LoadError> {
-        let usize_field = |k: &str| -> Result<usize, LoadError> {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .map(|x| x as usize)
-                .ok_or_else(|| LoadError::field(path, format!("missing integer field '{k}'")))
-        };
+        let usize_field = |k: &str| json_usize(path, v, k);
         if let Some(t) = v.get("position_embedding_type").and_then(Value::as_str) {
             if t != "absolute" {
                 return Err(LoadError::field(

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::bert::{rotate_each_sequence, split_rows, EncoderAct, EncoderInput};
+use super::bert::{json_usize, rotate_each_sequence, split_rows, EncoderAct, EncoderInput};
 use super::encoder_attention::{encoder_attention, EncoderHeads};
 use super::encoder_linear::EncoderLinear;
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
@@ -68,12 +68,7 @@ impl ModernBertConfig {
     /// (`layer_types`, `rope_parameters`) or as the hub's older files do
     /// (`global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`).
     pub fn from_json(path: &Path, v: &Value) -> Result<Self, LoadError> {
-        let usize_field = |k: &str| -> Result<usize, LoadError> {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .map(|x| x as usize)
-                .ok_or_else(|| LoadError::field(path, format!("missing integer field '{k}'")))
-        };
+        let usize_field = |k: &str| json_usize(path, v, k);
         let n_layers = usize_field("num_hidden_layers")?;
         let layers = match v.get("layer_types").filter(|t| !t.is_null()) {
             Some(types) => {

@@ -43,12 +43,7 @@ impl Dense {
     fn load(dir: &Path) -> Result<Self, LoadError> {
         let cfg_path = dir.join("config.json");
         let cfg = read_json(&cfg_path)?;
-        let size = |k: &str| {
-            cfg.get(k)
-                .and_then(Value::as_u64)
-                .map(|x| x as usize)
-                .ok_or_else(|| LoadError::field(&cfg_path, format!("missing integer field '{k}'")))
-        };
+        let size = |k: &str| crate::arch::bert::json_usize(&cfg_path, &cfg, k);
         let (n_in, n_out) = (size("in_features")?, size("out_features")?);
         let act = cfg
             .get("activation_function")

@@ -130,26 +130,14 @@ impl SelfAttention {
         params: &AttnShape,
     ) -> Vec<f32> {
         let s = &self.shape;
-        let hd = s.head_dim;
-        let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
-        let [q, k, v, gate] = self.project(h, t);
-        let (mut q, mut k, v) = (
-            q.unwrap_or_default(),
-            k.unwrap_or_default(),
-            v.unwrap_or_default(),
-        );
+        let (q_row, kv_row) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
+        let ([q, k, v], gate) = self.rotated_qkv(h, t, seqs, rope);
         let mut a = vec![0f32; t * q_row];
         let mut pos0s = Vec::with_capacity(seqs.len());
         for sq in seqs.iter_mut() {
-            let rows = sq.row..sq.row + sq.len;
-            let pos0 = sq.cache.len();
-            let q = &mut q[rows.start * q_row..rows.end * q_row];
-            let k = &mut k[rows.start * kv_row..rows.end * kv_row];
-            rope.apply_rows(q, sq.len, s.n_heads, hd, sq.positions());
-            rope.apply_rows(k, sq.len, s.n_kv_heads, hd, sq.positions());
-            sq.cache
-                .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
-            pos0s.push(pos0);
+            let rows = sq.row * kv_row..(sq.row + sq.len) * kv_row;
+            pos0s.push(sq.cache.len());
+            sq.cache.append(layer, &k[rows.clone()], &v[rows]);
         }
         let seqs: &[SeqRows<'_>] = seqs;
         let attend = |i: usize| {
@@ -202,6 +190,29 @@ impl SelfAttention {
         params: &AttnShape,
     ) -> Vec<f32> {
         let s = &self.shape;
+        let (q_row, kv_row) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
+        let ([q, k, v], gate) = self.rotated_qkv(h, t, seqs, rope);
+        let mut a = vec![0f32; t * q_row];
+        for sq in seqs {
+            let (r0, n) = (sq.row, sq.len);
+            let (qr, kr) = (r0 * q_row..(r0 + n) * q_row, r0 * kv_row..(r0 + n) * kv_row);
+            let out = attention_full(&q[qr.clone()], &k[kr.clone()], &v[kr], n, params);
+            a[qr].copy_from_slice(&out);
+        }
+        self.output(a, gate, t)
+    }
+
+    /// The projections of `h` (`[t, dim]`, [`project`](Self::project); absent ones empty) with
+    /// each sequence's new query and key rows rotated to their positions (from its cache's
+    /// length, or its media's rotary positions): `([q, k, v], output gate)`.
+    fn rotated_qkv(
+        &self,
+        h: &[f32],
+        t: usize,
+        seqs: &[SeqRows<'_>],
+        rope: &dyn RopeOp,
+    ) -> ([Vec<f32>; 3], Option<Vec<f32>>) {
+        let s = &self.shape;
         let hd = s.head_dim;
         let (q_row, kv_row) = (s.n_heads * hd, s.n_kv_heads * hd);
         let [q, k, v, gate] = self.project(h, t);
@@ -210,17 +221,14 @@ impl SelfAttention {
             k.unwrap_or_default(),
             v.unwrap_or_default(),
         );
-        let mut a = vec![0f32; t * q_row];
         for sq in seqs {
-            let (r0, n, pos0) = (sq.row, sq.len, sq.cache.len());
+            let (r0, n) = (sq.row, sq.len);
             let q = &mut q[r0 * q_row..(r0 + n) * q_row];
             let k = &mut k[r0 * kv_row..(r0 + n) * kv_row];
-            rope.apply(q, n, s.n_heads, hd, pos0);
-            rope.apply(k, n, s.n_kv_heads, hd, pos0);
-            let out = attention_full(q, k, &v[r0 * kv_row..(r0 + n) * kv_row], n, params);
-            a[r0 * q_row..(r0 + n) * q_row].copy_from_slice(&out);
+            rope.apply_rows(q, n, s.n_heads, hd, sq.positions());
+            rope.apply_rows(k, n, s.n_kv_heads, hd, sq.positions());
         }
-        self.output(a, gate, t)
+        ([q, k, v], gate)
     }
 }
 
