@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fixtures, ids, reference};
+use common::{encode_reference_pairs, fixtures, ids, reference, RefPairs};
 use oxinfer::embed::rerank::rank;
 use oxinfer::embed::{CrossEncoder, Embedder};
 
@@ -24,17 +24,12 @@ fn load() -> CrossEncoder {
 fn pairs_logits_and_scores_match_sentence_transformers() {
     let ce = load();
     let r = reference(&dir());
-    let query = r["query"].as_str().unwrap();
-    let pairs = r["pairs"].as_array().unwrap();
-    let docs: Vec<&str> = pairs
-        .iter()
-        .map(|p| p["document"].as_str().unwrap())
-        .collect();
-    let encoded: Vec<_> = docs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| ce.encode_pair(i, query, d, true).unwrap())
-        .collect();
+    let RefPairs {
+        query,
+        docs,
+        entries: pairs,
+        encoded,
+    } = encode_reference_pairs(&ce, &r, "pairs");
     for (e, p) in encoded.iter().zip(pairs) {
         assert_eq!(e.ids, ids(&p["ids"]), "ids of {:?}", p["document"]);
         assert_eq!(

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fixtures, ids, reference};
+use common::{encode_reference_pairs, fixtures, ids, reference, RefPairs};
 use oxinfer::embed::rerank::rank;
 use oxinfer::embed::yes_no::is_yes_no_reranker;
 use oxinfer::embed::{is_embedding_model, is_reranker_model, CrossEncoder};
@@ -27,17 +27,12 @@ fn prompt_ids_logits_and_scores_match_the_model_card() {
     let ce = load();
     let r = reference(&dir());
     assert_eq!(ce.max_tokens(), r["max_length"].as_u64().unwrap() as usize);
-    let query = r["query"].as_str().unwrap();
-    let refs = r["documents"].as_array().unwrap();
-    let docs: Vec<&str> = refs
-        .iter()
-        .map(|d| d["document"].as_str().unwrap())
-        .collect();
-    let encoded: Vec<_> = docs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| ce.encode_pair(i, query, d, true).unwrap())
-        .collect();
+    let RefPairs {
+        query,
+        docs,
+        entries: refs,
+        encoded,
+    } = encode_reference_pairs(&ce, &r, "documents");
     for (e, d) in encoded.iter().zip(refs) {
         assert_eq!(e.ids, ids(&d["ids"]), "ids of {:?}", d["document"]);
     }

@@ -12,8 +12,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::{
-    encode_texts, fixtures, ids, load_embedder, max_abs_diff, read_npy_f32, reference,
-    reference_texts,
+    encode_reference_pairs, encode_texts, fixtures, ids, load_embedder, max_abs_diff, read_npy_f32,
+    reference, reference_texts, RefPairs,
 };
 use oxinfer::embed::rerank::rank;
 use oxinfer::embed::{CrossEncoder, EmbedOptions, Embedder, Encoded};
@@ -129,17 +129,12 @@ fn cross_encoder_matches_sentence_transformers() {
     let ce = CrossEncoder::load(&dir).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ce.max_tokens(), 40);
     let r = reference(&dir);
-    let query = r["query"].as_str().unwrap();
-    let pairs = r["pairs"].as_array().unwrap();
-    let docs: Vec<&str> = pairs
-        .iter()
-        .map(|p| p["document"].as_str().unwrap())
-        .collect();
-    let encoded: Vec<_> = docs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| ce.encode_pair(i, query, d, true).unwrap())
-        .collect();
+    let RefPairs {
+        query,
+        docs,
+        entries: pairs,
+        encoded,
+    } = encode_reference_pairs(&ce, &r, "pairs");
     for (e, p) in encoded.iter().zip(pairs) {
         assert_eq!(e.ids, ids(&p["ids"]), "ids of {:?}", p["document"]);
         assert_eq!(e.type_ids, ids(&p["type_ids"]));

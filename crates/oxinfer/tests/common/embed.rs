@@ -1,9 +1,11 @@
 //! The embedding fixtures' shared steps: load a fixture folder as an [`Embedder`], read the
-//! texts of its reference.json, encode them with the default options.
+//! texts of its reference.json, encode them with the default options; encode a cross-encoder
+//! reference's (query, document) pairs.
 
 use std::path::Path;
 
-use oxinfer::embed::{EmbedOptions, Embedder, Encoded};
+use oxinfer::embed::{CrossEncoder, EmbedOptions, Embedder, Encoded};
+use serde_json::Value;
 
 /// The fixture folder `dir` as an embedder (panics with the load error).
 pub fn load_embedder(dir: &Path) -> Embedder {
@@ -84,4 +86,34 @@ pub fn check_embeddings(dir: &Path, prompts: &[&str], tol: f32) -> usize {
         assert!(d <= tol, "{file} differs by {d}");
     }
     e.dim()
+}
+
+/// A cross-encoder reference's pairs: its `query`, the `document` of each entry of its list,
+/// the entries, and each (query, document) encoded by the model (truncating).
+pub struct RefPairs<'r> {
+    pub query: &'r str,
+    pub docs: Vec<&'r str>,
+    pub entries: &'r [Value],
+    pub encoded: Vec<Encoded>,
+}
+
+/// Reads `r["query"]` and the documents of `r[key]` and encodes each pair with `ce`.
+pub fn encode_reference_pairs<'r>(ce: &CrossEncoder, r: &'r Value, key: &str) -> RefPairs<'r> {
+    let query = r["query"].as_str().unwrap();
+    let entries = r[key].as_array().unwrap().as_slice();
+    let docs: Vec<&str> = entries
+        .iter()
+        .map(|e| e["document"].as_str().unwrap())
+        .collect();
+    let encoded = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ce.encode_pair(i, query, d, true).unwrap())
+        .collect();
+    RefPairs {
+        query,
+        docs,
+        entries,
+        encoded,
+    }
 }
