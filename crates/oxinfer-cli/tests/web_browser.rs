@@ -15,8 +15,9 @@
 //! with native's `OXINFER_KERNELS=scalar`: the same float code on both sides, so the ids must be
 //! identical and the logits within [`SCALAR_TOL`]. A second worker in the page runs the
 //! default SIMD128 kernels (int8 activations, like native's default but in another float
-//! order): its ids after the fixed token ids must equal native's default, and its logits stay
-//! within twice native's own spread between its two int8 kernel paths, with the same argmax.
+//! order): its logits after the fixed token ids stay within twice native's own spread between
+//! its two int8 kernel paths, with the same argmax, and its ids after them follow native's
+//! default until a near-tie those float orders can flip, if they part at all.
 //!
 //! Needs the built package (`scripts/build-web.sh`), Chromium and the driver's venv
 //! (`scripts/setup-web.sh`); without them it prints a `skipped:` line, and fails instead when
@@ -140,15 +141,28 @@ fn nums(v: &Value) -> Vec<f64> {
 }
 
 /// The last row of `--dump-logits` after [`TOKENS`] with the variables `env`.
-fn native_last_logits(model: &str, out: &Path, name: &str, env: &[(&str, &str)]) -> Vec<f32> {
+fn native_last_logits(
+    model: &str,
+    tokens: &str,
+    out: &Path,
+    name: &str,
+    env: &[(&str, &str)],
+) -> Vec<f32> {
     let path = out.join(name);
     let args = [
-        "run", "-m", model, "--tokens", TOKENS, "-n", "1", "--temp", "0", "-t", "1",
+        "run", "-m", model, "--tokens", tokens, "-n", "1", "--temp", "0", "-t", "1",
     ];
     let dump = ["--dump-logits", path.to_str().unwrap()];
     native(&[&args[..], &dump].concat(), env);
     let (shape, data) = read_npy_f32(&path);
     data[(shape[0] - 1) * shape[1]..].to_vec()
+}
+
+/// A logits row's best token and its lead over the second best.
+fn top_and_lead(row: &[f32]) -> (usize, f32) {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+    (order[0], row[order[0]] - row[order[1]])
 }
 
 #[test]
@@ -218,24 +232,17 @@ fn browser_matches_native_cli_on_smollm2() {
         "--tokens: scalar kernels"
     );
 
-    // On SIMD128, what users run: the same ids after TOKENS as native's default kernels.
     let simd = &r["simd"];
     assert_eq!(simd["info"]["isa"], "simd128", "{}", simd["info"]);
-    let want = ids_of(&native(&tokens_args, &[]));
-    assert_eq!(
-        ids(&simd["tokens"]["tokens"]),
-        want,
-        "--tokens: browser SIMD128 vs native default kernels (a near-tie flips greedy runs \
-         between float orders: compare the logits line below)"
-    );
 
     // The logits row.
     let out = scratch_dir("web-logits");
     let floats = |v: &Value| -> Vec<f32> { nums(v).iter().map(|&x| x as f32).collect() };
     let (b_scalar, b_simd) = (floats(&scalar["logits"]), floats(&simd["logits"]));
-    let n_scalar = native_last_logits(m, &out, "scalar.npy", SCALAR);
-    let n_simd = native_last_logits(m, &out, "simd.npy", &[]);
-    let row_major = native_last_logits(m, &out, "row-major.npy", &[("OXINFER_PACKED", "0")]);
+    let n_scalar = native_last_logits(m, TOKENS, &out, "scalar.npy", SCALAR);
+    let n_simd = native_last_logits(m, TOKENS, &out, "simd.npy", &[]);
+    let row_major =
+        native_last_logits(m, TOKENS, &out, "row-major.npy", &[("OXINFER_PACKED", "0")]);
     assert_eq!(b_scalar.len(), n_scalar.len(), "vocabulary size");
     let d_scalar = max_abs_diff(&b_scalar, &n_scalar);
     let (d_simd, spread) = (
@@ -258,6 +265,35 @@ fn browser_matches_native_cli_on_smollm2() {
         "browser {d_simd} vs native spread {spread}"
     );
     assert_eq!(argmax(&b_simd), argmax(&n_simd), "argmax of the logits row");
+
+    // On SIMD128, what users run: the ids after TOKENS follow native's default kernels until
+    // a near-tie, if they part at all: where they part, native's lead must be within what the
+    // two int8 float orders can move (twice the larger of the row difference and native's own
+    // spread above). Demanding identical ids broke on such a tie after an unrelated change of
+    // summation order.
+    let want = ids_of(&native(&tokens_args, &[]));
+    let got = ids(&simd["tokens"]["tokens"]);
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "--tokens: browser SIMD128 ids {got:?}"
+    );
+    if let Some(k) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        let fed: Vec<String> = std::iter::once(TOKENS.to_string())
+            .chain(want[..k].iter().map(|t| t.to_string()))
+            .collect();
+        let row = native_last_logits(m, &fed.join(","), &out, "parted.npy", &[]);
+        let (_, lead) = top_and_lead(&row);
+        let bound = 2.0 * d_simd.max(spread);
+        visible_line(&format!(
+            "browser SIMD128 ids part from native's at token {k}: native leads by {lead:.4} \
+             (bound {bound:.4})"
+        ));
+        assert!(
+            lead <= bound,
+            "browser SIMD128 parts from native at token {k} where native leads by {lead}"
+        );
+    }
 
     let bad_ids = r["badIds"].as_str().unwrap_or_default();
     assert!(bad_ids.contains("outside the vocabulary"), "{bad_ids}");
