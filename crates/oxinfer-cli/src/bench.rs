@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// Measure memory read bandwidth (and, with -m, the decode ceiling it implies).
     #[arg(long)]
     pub memory: bool,
+    /// With --memory: time each weight format's one-token product beside the probe (`all`, or
+    /// GGUF names: `q4_k,q6_k`).
+    #[arg(long, requires = "memory")]
+    pub formats: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -127,71 +131,24 @@ fn run_tg(model: &Model, base: &KvCache, n: usize, seed: u64) -> Result<f64> {
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// Bytes of weights a decode step reads: every matrix once, the embedding table one row
-/// (unless it is also the output head).
-fn bytes_per_token(model: &Model) -> u64 {
-    let info = model.info();
-    let c = model.config();
-    let embed = (c.vocab_size * c.hidden_size) as f64 / info.parameters.max(1) as f64
-        * info.file_size as f64;
-    if c.tie_embeddings {
-        info.file_size
-    } else {
-        (info.file_size as f64 - embed) as u64
-    }
-}
-
-/// Read bandwidth in GB/s over a 1 GiB buffer: one thread, then every pool thread.
-fn memory_bandwidth() -> (f64, f64) {
-    const SIZE: usize = 1 << 30;
-    let buf: Vec<u64> = (0..SIZE / 8).map(|i| i as u64).collect();
-    // Wide loads, independent accumulators and prefetches, as the decode kernels stream.
-    let read = |part: &[u64]| -> u64 { oxinfer_kernels::membw::read_sum(part) };
-    let best = |f: &dyn Fn() -> u64| {
-        let mut best = f64::MAX;
-        for _ in 0..3 {
-            let t0 = Instant::now();
-            std::hint::black_box(f());
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
-        SIZE as f64 / best / 1e9
-    };
-    let single = best(&|| read(&buf));
-    let parts = 64;
-    let per = buf.len() / parts;
-    let all = best(&|| {
-        let sum = std::sync::atomic::AtomicU64::new(0);
-        oxinfer_kernels::pool::parallel_for(parts, &|i| {
-            let s = read(&buf[i * per..(i + 1) * per]);
-            sum.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
-        });
-        sum.into_inner()
-    });
-    (single, all)
-}
-
 pub fn run(mut a: BenchArgs) -> Result<()> {
     a.model = std::mem::take(&mut a.positional).merge_into(a.model)?;
     if a.reps == 0 {
         bail!("--reps must be at least 1");
     }
     if a.memory {
-        let (one, all) = memory_bandwidth();
-        println!(
-            "memory read bandwidth: {one:.1} GB/s (1 thread), {all:.1} GB/s ({} threads)",
-            oxinfer_kernels::pool::pool_threads()
-        );
-        if a.model.model.is_some() {
-            let model = a.model.load()?;
-            let b = bytes_per_token(&model);
-            println!(
-                "decode ceiling for {}: {:.1} MB read per token → {:.1} tok/s",
-                model.path().display(),
-                b as f64 / 1e6,
-                all * 1e9 / b as f64
-            );
-        }
-        return Ok(());
+        let formats = match &a.formats {
+            Some(list) => crate::bench_memory::parse_formats(list)?,
+            None => Vec::new(),
+        };
+        let model = match a.model.model.is_some() {
+            true => Some(a.model.load()?),
+            false => {
+                a.model.prepare_runtime()?;
+                None
+            }
+        };
+        return crate::bench_memory::run(model, &formats);
     }
     let model = a.kv.apply(a.model.load()?)?;
     let threads = oxinfer_kernels::pool::pool_threads();

@@ -2,6 +2,7 @@
 
 mod argv;
 mod bench;
+mod bench_memory;
 mod chat;
 mod common;
 mod context_shift;

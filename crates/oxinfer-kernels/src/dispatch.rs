@@ -8,6 +8,7 @@
 //! | `OXINFER_PACKED` | `0` | no weight packing: the row-major kernels run ([`packing_enabled`]; A/B runs) |
 //! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
 //! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
+//! | `OXINFER_HUGEPAGES` | `0` | repacked weights and the memory probe on ordinary pages, not transparent huge pages ([`huge_pages_enabled`]; A/B runs) |
 //! | `OXINFER_TEST_EXPECT_ISA` | an [`Isa::name`] | tests only: the level the test CPU must reach (CI under qemu) |
 //!
 //! The thread count belongs to the pool ([`crate::pool::set_num_threads`]).
@@ -35,6 +36,10 @@ pub const ZMM_VAR: &str = "OXINFER_ZMM";
 /// The variable that, set to `0`, turns the start-up measurement of kernel variants off
 /// ([`tuning_enabled`]).
 pub const TUNE_VAR: &str = "OXINFER_TUNE";
+
+/// The variable that, set to `0`, keeps large weight buffers off transparent huge pages
+/// ([`huge_pages_enabled`]).
+pub const HUGEPAGES_VAR: &str = "OXINFER_HUGEPAGES";
 
 /// A family of kernel implementations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -128,6 +133,13 @@ pub fn packing_enabled() -> bool {
 pub fn tuning_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !switched_off(env_value(TUNE_VAR).as_deref()))
+}
+
+/// Whether large weight buffers ask for transparent huge pages ([`crate::huge::HugeBytes`]):
+/// `OXINFER_HUGEPAGES` is not `0` (read once).
+pub fn huge_pages_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !switched_off(env_value(HUGEPAGES_VAR).as_deref()))
 }
 
 /// Who decided whether the two-group kernels run ([`TwoGroupChoice::source`]).

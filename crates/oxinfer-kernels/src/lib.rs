@@ -16,6 +16,7 @@
 //! - [`pool`]: the persistent thread pool and the thread count ([`set_num_threads`]).
 //! - [`dispatch`]: what runs where: the kernel set ([`kernel_set`]), the CPU's instruction set
 //!   ([`dispatch::detected_isa`]) and every `OXINFER_*` switch, documented in one table.
+//! - [`huge`]: byte buffers on transparent huge pages for the weights a decode step streams.
 //! - [`tuning`]: kernel variants timed on the running CPU to choose between them, on
 //!   [`synthetic`] weights.
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod dispatch;
 pub mod error;
 pub mod fast;
 pub mod format;
+pub mod huge;
 pub mod matmul;
 pub mod matrix;
 pub mod membw;

@@ -58,6 +58,7 @@ mod x86;
 use crate::dispatch::{detected_isa, Isa};
 use crate::fast::{quantize_acts, Acts, SyncPtr};
 use crate::format::WeightFormat;
+use crate::huge::HugeBytes;
 use crate::matrix::WeightMatrix;
 use crate::pool::{parallel_for, pool_threads};
 
@@ -82,13 +83,14 @@ const TOKEN_BLOCK: usize = 64;
 
 /// A `[rows, cols]` weight matrix repacked into groups of [`LANES`] interleaved rows (see the
 /// module doc for the layouts). Owns its bytes (`ceil(rows / 8) * 8 * row_bytes(cols)` plus
-/// 32 bytes per Q4_K super-block group).
+/// 32 bytes per Q4_K super-block group), on transparent huge pages where the OS offers them
+/// ([`HugeBytes`]).
 #[derive(Clone, Debug)]
 pub struct PackedMatrix {
     format: WeightFormat,
     rows: usize,
     cols: usize,
-    data: Vec<u8>,
+    data: HugeBytes,
 }
 
 impl PackedMatrix {
@@ -115,7 +117,7 @@ impl PackedMatrix {
         let nb = w.cols / w.format.block_size();
         let groups = w.rows.div_ceil(LANES);
         let group_bytes = nb * pb;
-        let mut data = vec![0u8; groups * group_bytes];
+        let mut data = HugeBytes::zeroed(groups * group_bytes);
         let dp = SyncPtr(data.as_mut_ptr());
         let slab = (PACK_SLAB_BYTES / group_bytes.max(1)).max(1);
         for g0 in (0..groups).step_by(slab) {
