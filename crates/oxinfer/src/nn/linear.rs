@@ -140,7 +140,7 @@ impl Linear {
             None => oxinfer_kernels::matmul(&self.matrix(), x, t, y),
         };
         let format = self.weight.format;
-        if self.two_term
+        if (self.two_term || super::exact_matmuls::is_two_term(&self.weight.name))
             && oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Auto
             && two_term::rounds_activations(format)
         {
