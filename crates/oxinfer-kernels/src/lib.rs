@@ -39,6 +39,7 @@ pub mod q8;
 pub mod quantize;
 pub mod synthetic;
 pub mod tuning;
+pub mod two_term;
 pub mod vecdot;
 
 #[cfg(test)]

@@ -174,7 +174,8 @@ fn embed_batch<'a>(
 }
 
 /// The embedding table `embed` (`[vocab, dim]`, looked-up rows × `scale`) and the output head:
-/// the checkpoint's own `head` when present and not `tie`d, else the embedding table.
+/// the checkpoint's own `head` when present and not `tie`d, else the embedding table; the head
+/// takes two-term int8 activations ([`Linear::with_two_term_activations`]).
 pub fn embedding_and_head(
     store: &dyn TensorStore,
     embed: &str,
@@ -188,7 +189,8 @@ pub fn embedding_and_head(
     let head = match store.get(head) {
         Some(w) if !tie => Linear::from_view(w?, None)?,
         _ => Linear::from_view(table, None)?,
-    };
+    }
+    .with_two_term_activations();
     embedding.tie_to(&head);
     if head.n_out != vocab || head.n_in != dim {
         return Err(LoadError::tensor(

@@ -5,6 +5,7 @@ use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use crate::plan::ProjOp;
 use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
+use oxinfer_kernels::two_term;
 use oxinfer_kernels::WeightMatrix;
 use std::sync::{Arc, OnceLock};
 
@@ -23,6 +24,9 @@ pub struct Linear {
     /// when the format or CPU has no packed kernel); once made it replaces the mapped bytes,
     /// whose pages are dropped from resident memory.
     packed: PackedSlot,
+    /// Whether the CPU kernels take two-term int8 activations here
+    /// ([`Linear::with_two_term_activations`]).
+    two_term: bool,
 }
 
 /// Where a [`Linear`] keeps its packed weight, shared with an [`crate::nn::Embedding`] that
@@ -79,7 +83,18 @@ impl Linear {
             n_in,
             device: OnceLock::new(),
             packed: Arc::new(OnceLock::new()),
+            two_term: false,
         })
+    }
+
+    /// This layer with two-term int8 activations on the CPU's int8 kernels
+    /// ([`oxinfer_kernels::two_term`]: each activation block as `d1·q1 + d2·q2`, within about
+    /// 0.4 % of int8's rounding error of the exact product), for the output head: its rounding
+    /// lands straight on the logits, and prompt processing and decoding run it for one token,
+    /// where the second integer dot product per weight is hidden behind the weight reads.
+    pub fn with_two_term_activations(mut self) -> Self {
+        self.two_term = true;
+        self
     }
 
     /// The weight as the kernels see it.
@@ -109,13 +124,33 @@ impl Linear {
     pub fn forward_into(&self, x: &[f32], t: usize, y: &mut [f32]) {
         debug_assert_eq!(x.len(), t * self.n_in);
         debug_assert_eq!(y.len(), t * self.n_out);
-        if !self.forward_on_device(x, t, y) {
-            match self.packed() {
-                Some(p) => matmul_packed(p, x, t, y),
-                None => oxinfer_kernels::matmul(&self.matrix(), x, t, y),
-            }
+        if super::exact_matmuls::is_exact(&self.weight.name) {
+            oxinfer_kernels::matmul_reference(&self.matrix(), x, t, y);
+        } else if !self.forward_on_device(x, t, y) {
+            self.forward_cpu(x, t, y);
         }
         self.add_bias(y);
+    }
+
+    /// The product on the CPU kernels (packed where that pays), with two-term activations
+    /// when asked for and the kernels round activations to int8.
+    fn forward_cpu(&self, x: &[f32], t: usize, y: &mut [f32]) {
+        let run = |x: &[f32], t: usize, y: &mut [f32]| match self.packed() {
+            Some(p) => matmul_packed(p, x, t, y),
+            None => oxinfer_kernels::matmul(&self.matrix(), x, t, y),
+        };
+        let format = self.weight.format;
+        if (self.two_term || super::exact_matmuls::is_two_term(&self.weight.name))
+            && oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Auto
+            && two_term::rounds_activations(format)
+        {
+            let x2 = two_term::split_two_term(format, x, t, self.n_in);
+            let mut y2 = vec![0f32; 2 * t * self.n_out];
+            run(&x2, 2 * t, &mut y2);
+            two_term::sum_two_term(&y2, t, self.n_out, y);
+        } else {
+            run(x, t, y);
+        }
     }
 
     /// Runs several layers over one input `x` `[t, n_in]`; returns each `[t, n_out]`. A backend

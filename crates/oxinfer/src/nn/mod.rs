@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod conv;
 pub mod embedding;
+pub mod exact_matmuls;
 pub mod gated_delta;
 pub mod layer_norm;
 pub mod linear;
