@@ -6,7 +6,9 @@
 
 use std::sync::OnceLock;
 
-use oxinfer_kernels::packed::float::{float_packing_pays, matmul_float_packed, PackedFloatMatrix};
+use oxinfer_kernels::packed::float::{
+    float_packing_pays, matmul_float_packed, matmul_float_packed_bias, PackedFloatMatrix,
+};
 
 use crate::backend;
 use crate::error::LoadError;
@@ -54,11 +56,9 @@ impl EncoderLinear {
             return self.inner.forward(x, t);
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        matmul_float_packed(p, x, t, &mut y);
-        if let Some(b) = self.inner.bias() {
-            for row in y.chunks_exact_mut(b.len()) {
-                row.iter_mut().zip(b).for_each(|(v, bv)| *v += bv);
-            }
+        match self.inner.bias() {
+            Some(b) => matmul_float_packed_bias(p, x, t, b, &mut y),
+            None => matmul_float_packed(p, x, t, &mut y),
         }
         y
     }
