@@ -76,13 +76,25 @@ impl EncoderAct {
     pub fn apply_all(self, h: &mut [f32], up: Option<&[f32]>) {
         const PART: usize = 16 * 1024;
         let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| match self {
-            // One loop per activation, so that each vectorizes.
-            EncoderAct::GeluErf => apply_part(part, up, i * PART, gelu_erf),
-            EncoderAct::GeluTanh => apply_part(part, up, i * PART, |x| self.apply(x)),
-            EncoderAct::Relu => apply_part(part, up, i * PART, |x| x.max(0.0)),
-            EncoderAct::Silu => apply_part(part, up, i * PART, silu),
+        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| {
+            self.apply_times(part, up.map(|u| &u[i * PART..]))
         });
+    }
+
+    /// The activation over `h` in place, on the calling thread.
+    pub fn apply_slice(self, h: &mut [f32]) {
+        self.apply_times(h, None);
+    }
+
+    /// `h[j] = act(h[j])`, times `up[j]` when there is an `up`; one loop per activation, so that
+    /// each vectorizes.
+    fn apply_times(self, h: &mut [f32], up: Option<&[f32]>) {
+        match self {
+            EncoderAct::GeluErf => apply_part(h, up, gelu_erf),
+            EncoderAct::GeluTanh => apply_part(h, up, |x| self.apply(x)),
+            EncoderAct::Relu => apply_part(h, up, |x| x.max(0.0)),
+            EncoderAct::Silu => apply_part(h, up, silu),
+        }
     }
 
     /// The activation of one value.
@@ -96,15 +108,12 @@ impl EncoderAct {
     }
 }
 
-/// `h[j] = act(h[j])`, times `up[offset + j]` when there is an `up` (a gated MLP's part).
+/// `h[j] = act(h[j])`, times `up[j]` when there is an `up` (a gated MLP's part).
 #[inline(always)]
-fn apply_part(h: &mut [f32], up: Option<&[f32]>, offset: usize, act: impl Fn(f32) -> f32) {
+fn apply_part(h: &mut [f32], up: Option<&[f32]>, act: impl Fn(f32) -> f32) {
     match up {
         None => h.iter_mut().for_each(|v| *v = act(*v)),
-        Some(u) => h
-            .iter_mut()
-            .zip(&u[offset..])
-            .for_each(|(v, &u)| *v = act(*v) * u),
+        Some(u) => h.iter_mut().zip(u).for_each(|(v, &u)| *v = act(*v) * u),
     }
 }
 
@@ -588,9 +597,8 @@ impl Bert {
             residual_norm(&mut x, &b.o.forward(&mixed, total), &b.attn_norm);
             let h = match &b.gate {
                 None => {
-                    let mut h = b.up.forward(&x, total);
-                    self.cfg.act.apply_all(&mut h, None);
-                    h
+                    let act = self.cfg.act;
+                    b.up.forward_then(&x, total, &|h| act.apply_slice(h))
                 }
                 Some(gate) => {
                     let gu = EncoderLinear::forward_shared(&[gate, &b.up], &x, total);

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use oxinfer_kernels::packed::float::{
-    float_packing_pays, matmul_float_packed, matmul_float_packed_bias, PackedFloatMatrix,
+    float_packing_pays, matmul_float_packed_post, Epilogue, PackedFloatMatrix,
 };
 
 use crate::backend;
@@ -56,10 +56,21 @@ impl EncoderLinear {
             return self.inner.forward(x, t);
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        match self.inner.bias() {
-            Some(b) => matmul_float_packed_bias(p, x, t, b, &mut y),
-            None => matmul_float_packed(p, x, t, &mut y),
-        }
+        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, None);
+        y
+    }
+
+    /// [`Self::forward`] followed by the element-wise `post` (an activation) on the result; on
+    /// the packed path inside the matmul's own pool tasks
+    /// ([`matmul_float_packed_post`]), so it costs no parallel region of its own.
+    pub fn forward_then(&self, x: &[f32], t: usize, post: Epilogue<'_>) -> Vec<f32> {
+        let Some(p) = self.packed_here(t) else {
+            let mut y = self.inner.forward(x, t);
+            post(&mut y);
+            return y;
+        };
+        let mut y = vec![0f32; t * self.inner.n_out];
+        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, Some(post));
         y
     }
 

@@ -213,17 +213,41 @@ pub fn matmul_float_packed_bias(
     bias: &[f32],
     y: &mut [f32],
 ) {
+    matmul_float_packed_post(w, x, t, Some(bias), y, None);
+}
+
+/// An element-wise function applied to finished outputs (an activation), called on runs of
+/// consecutive output features of one token.
+pub type Epilogue<'a> = &'a (dyn Fn(&mut [f32]) + Sync);
+
+/// [`matmul_float_packed`] with an optional bias, then `post` on the results inside the same
+/// pool tasks (no pass over `y` of its own): every output value goes through `post` exactly
+/// once, after its sum (and bias) is complete, as part of a run of consecutive features of one
+/// token.
+///
+/// # Panics
+/// If `x.len() != t * cols`, `y.len() != t * rows` or a bias's length is not `rows`.
+pub fn matmul_float_packed_post(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    t: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    post: Option<Epilogue<'_>>,
+) {
     let _p = crate::profile::scope(
         || format!("matmul {} packed-f32", w.format),
         w.size_bytes() as u64,
         2 * (w.rows * w.cols * t) as u64,
     );
-    assert_eq!(
-        bias.len(),
-        w.rows,
-        "bias length must be the rows of the matrix"
-    );
-    run_packed(w, x, t, y, detected_isa(), Some(bias));
+    if let Some(b) = bias {
+        assert_eq!(
+            b.len(),
+            w.rows,
+            "bias length must be the rows of the matrix"
+        );
+    }
+    run_packed(w, x, t, y, detected_isa(), bias, post);
 }
 
 /// [`matmul_float_packed`] on a given instruction set (AVX-512, AVX2, NEON, or the scalar twin
@@ -238,10 +262,10 @@ pub fn matmul_float_packed_isa(
     y: &mut [f32],
     isa: Isa,
 ) {
-    run_packed(w, x, t, y, isa, None);
+    run_packed(w, x, t, y, isa, None, None);
 }
 
-/// The driver of [`matmul_float_packed_isa`] and [`matmul_float_packed_bias`].
+/// The driver of [`matmul_float_packed_isa`] and [`matmul_float_packed_post`].
 fn run_packed(
     w: &PackedFloatMatrix,
     x: &[f32],
@@ -249,6 +273,7 @@ fn run_packed(
     y: &mut [f32],
     isa: Isa,
     bias: Option<&[f32]>,
+    post: Option<Epilogue<'_>>,
 ) {
     let (rows, cols) = (w.rows, w.cols);
     crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
@@ -259,6 +284,9 @@ fn run_packed(
         match bias {
             Some(b) => y.chunks_exact_mut(rows).for_each(|r| r.copy_from_slice(b)),
             None => y.fill(0.0),
+        }
+        if let Some(f) = post {
+            y.chunks_exact_mut(rows).for_each(f);
         }
         return;
     }
@@ -316,6 +344,18 @@ fn run_packed(
                         store_rows(dst, acc, k0 == 0, panel_bias);
                     }
                 }
+            }
+        }
+        if let Some(f) = post {
+            let (r0, r1) = (p0 * NR, (p1 * NR).min(rows));
+            for i in t0..t1 {
+                // SAFETY: as for the stores above: features r0 .. r1 of token i lie inside y
+                // and belong to this task alone; its sums are complete (all k slices done).
+                f(
+                    unsafe {
+                        std::slice::from_raw_parts_mut(out.get().add(i * rows + r0), r1 - r0)
+                    },
+                );
             }
         }
     });

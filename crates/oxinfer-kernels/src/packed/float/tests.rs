@@ -124,6 +124,28 @@ fn bias_is_added_once() {
     }
 }
 
+/// The epilogue sees every output exactly once, after its bias: doubling then adding one gives
+/// `2 (x·w + b) + 1` everywhere, with ragged panels, several k slices and token blocks.
+#[test]
+fn epilogue_runs_once_on_finished_sums() {
+    for (rows, cols, t) in [(37, 600, 130), (16, 256, 12), (5, 0, 3)] {
+        let vals = random_f32(rows * cols, 21);
+        let bytes = encode(WeightFormat::F32, &vals);
+        let w = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
+        let p = PackedFloatMatrix::pack(&w).unwrap();
+        let x = random_f32(t * cols, 22);
+        let bias = random_f32(rows, 23);
+        let mut plain = vec![f32::NAN; t * rows];
+        matmul_float_packed_bias(&p, &x, t, &bias, &mut plain);
+        let mut post = vec![f32::NAN; t * rows];
+        let twice_plus_one = |v: &mut [f32]| v.iter_mut().for_each(|e| *e = 2.0 * *e + 1.0);
+        matmul_float_packed_post(&p, &x, t, Some(&bias), &mut post, Some(&twice_plus_one));
+        for (j, (&g, &y)) in post.iter().zip(&plain).enumerate() {
+            assert_eq!(g, 2.0 * y + 1.0, "{rows}x{cols} t {t}: y[{j}]");
+        }
+    }
+}
+
 #[test]
 fn empty_inner_dimension_gives_zeros() {
     let w = WeightMatrix::new(WeightFormat::F32, &[], 5, 0).unwrap();
