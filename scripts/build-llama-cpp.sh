@@ -14,7 +14,7 @@
 #         (~7 MB: no models/docs/tests/media, no other GPU backends) and point LLAMA_SRC at the
 #         unpacked tree there.
 # Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench,llama-cli,llama-perplexity,
-# llama-quantize,llama-imatrix} (LLAMA_TARGETS overrides the list). Needs cmake
+# llama-quantize,llama-imatrix} (LLAMA_TARGETS overrides the list; `llama-embedding` turns examples on). Needs cmake
 # (`pip install cmake ninja` works) and a C++ compiler; ~20 min on a quiet 2-core machine.
 set -euo pipefail
 FLAVOR=${1:-native}
@@ -50,12 +50,15 @@ case "$FLAVOR" in
     exit 0 ;;
   *) echo "unknown flavor $FLAVOR (native|avx2|cuda|pack)" >&2; exit 2 ;;
 esac
+TARGETS=(${LLAMA_TARGETS:-llama-server llama-bench llama-cli llama-perplexity llama-quantize llama-imatrix})
+# llama-embedding lives in examples/ (tools/bench/embed_bench.py's reference); other examples stay off.
+EXAMPLES=OFF
+case " ${TARGETS[*]} " in *" llama-embedding "*) EXAMPLES=ON ;; esac
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
-  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$EXAMPLES \
   -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF
-TARGETS=(${LLAMA_TARGETS:-llama-server llama-bench llama-cli llama-perplexity llama-quantize llama-imatrix})
 nice -n 15 cmake --build "$BUILD" --target "${TARGETS[@]}" -j "$(nproc)"
 echo "built ${TARGETS[*]} in $BUILD/bin"

@@ -5,16 +5,19 @@ back ROUNDS times (the same texts, the same batch size).
 
     ~/.cache/oxinfer/refvenv/bin/python tools/bench/embed_bench.py \
         --model ~/.cache/oxinfer/models/all-MiniLM-L6-v2 --oxinfer target/release/oxinfer \
-        [--llama-embedding PATH --gguf MODEL.gguf] [--threads 2] [--rounds 2] [--n 1000]
+        [--llama-embedding PATH --gguf MODEL.gguf [--ll-batch 8192]] [--threads 2] [--rounds 2]
+        [--n 1000] [--batch 32]
 
 The texts are made deterministically (seed 20) from a fixed word list: text i gets a token
 length drawn uniformly from 16..128 (specials included, WordPiece ids of the model). Times:
 sentence-transformers `encode` only (model loaded before timing); oxinfer and llama.cpp whole
-processes (model loading included), so the comparison is not in oxinfer's favour. The worst
-cosine between oxinfer's and sentence-transformers' vectors is printed as a check.
+processes (model loading included), so the comparison is not in oxinfer's favour. Each round
+prints one markdown table row: the three speeds, oxinfer's ratio to the faster reference, and
+the worst cosines between the engines' vectors (a check that all three compute the same thing).
 """
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -50,6 +53,28 @@ def make_texts(tokenizer, n, seed=20):
     return texts
 
 
+def run_oxinfer(a, path, out):
+    """Whole `oxinfer embed` process: seconds and the (n, dim) vectors it wrote."""
+    t0 = time.perf_counter()
+    subprocess.run([a.oxinfer, "embed", "-m", a.model, "-f", path, "-o", out,
+                    "-t", str(a.threads), "--batch", str(a.batch)], check=True,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0, np.load(out)
+
+
+def run_llama(a, path):
+    """Whole `llama-embedding` process (mean pooling, L2-normalized, batch and context of
+    LL_BATCH tokens so as many texts as fit run in one pass): seconds and its vectors."""
+    b = str(a.ll_batch)
+    t0 = time.perf_counter()
+    res = subprocess.run([a.llama_embedding, "-m", a.gguf, "-f", path, "-t", str(a.threads),
+                          "--pooling", "mean", "--embd-normalize", "2", "-b", b, "-ub", b,
+                          "-c", b, "--embd-output-format", "array"],
+                         check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    secs = time.perf_counter() - t0
+    return secs, np.array(json.loads(res.stdout), dtype=np.float32)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -60,6 +85,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--ll-batch", type=int, default=8192,
+                    help="llama-embedding's -b/-ub/-c (tokens per pass; at most 256 texts)")
     a = ap.parse_args()
 
     import torch
@@ -69,38 +96,42 @@ def main():
     st = SentenceTransformer(a.model, device="cpu")
     texts = make_texts(st.tokenizer, a.n)
     lens = [len(st.tokenizer(t)["input_ids"]) for t in texts]
+    llama = bool(a.llama_embedding and a.gguf)
     print(f"{len(texts)} texts, {min(lens)}-{max(lens)} tokens (mean {np.mean(lens):.1f}), "
-          f"{a.threads} threads, batch {a.batch}, load average {os.getloadavg()[0]:.1f}")
+          f"{a.threads} threads, batch {a.batch}"
+          + (f" (llama-embedding {a.ll_batch} tokens, {os.path.basename(a.gguf)})" if llama else "")
+          + f", load average {os.getloadavg()[0]:.1f}")
     tmp = tempfile.mkdtemp()
     path = os.path.join(tmp, "texts.txt")
     with open(path, "w") as f:
         f.write("\n".join(texts) + "\n")
     st.encode(texts[:64], batch_size=a.batch)  # warm-up
 
+    header = "| round | sentence-transformers | oxinfer | "
+    header += "llama-embedding | " if llama else ""
+    header += "oxinfer / faster reference | worst cosine oxinfer vs ST | "
+    header += "worst cosine llama vs ST | worst cosine llama vs oxinfer | " if llama else ""
+    header += "load average (1 min) |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
     for r in range(a.rounds):
         t0 = time.perf_counter()
         ref = st.encode(texts, batch_size=a.batch, normalize_embeddings=True)
         st_s = time.perf_counter() - t0
-        out = os.path.join(tmp, "ox.npy")
-        t0 = time.perf_counter()
-        subprocess.run([a.oxinfer, "embed", "-m", a.model, "-f", path, "-o", out,
-                        "-t", str(a.threads), "--batch", str(a.batch)], check=True,
-                       stderr=subprocess.DEVNULL)
-        ox_s = time.perf_counter() - t0
-        ox = np.load(out)
-        cos = float((ox * ref).sum(1).min())
-        line = (f"round {r + 1}: sentence-transformers {a.n / st_s:7.1f} texts/s ({st_s:.2f} s) | "
-                f"oxinfer {a.n / ox_s:7.1f} texts/s ({ox_s:.2f} s, worst cosine {cos:.6f})")
-        if a.llama_embedding and a.gguf:
-            t0 = time.perf_counter()
-            subprocess.run([a.llama_embedding, "-m", a.gguf, "-f", path, "-t", str(a.threads),
-                            "--pooling", "mean", "--embd-normalize", "2", "-b", "8192",
-                            "-ub", "8192", "--embd-output-format", "array"],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            ll_s = time.perf_counter() - t0
-            line += f" | llama-embedding {a.n / ll_s:7.1f} texts/s ({ll_s:.2f} s)"
-        line += f" | load average {os.getloadavg()[0]:.1f}"
-        print(line, flush=True)
+        ox_s, ox = run_oxinfer(a, path, os.path.join(tmp, "ox.npy"))
+        cells = [f"{r + 1}", f"{a.n / st_s:.1f} texts/s ({st_s:.2f} s)",
+                 f"{a.n / ox_s:.1f} texts/s ({ox_s:.2f} s)"]
+        best = a.n / st_s
+        cos = [float((ox * ref).sum(1).min())]
+        if llama:
+            ll_s, ll = run_llama(a, path)
+            cells.append(f"{a.n / ll_s:.1f} texts/s ({ll_s:.2f} s)")
+            best = max(best, a.n / ll_s)
+            cos += [float((ll * ref).sum(1).min()), float((ll * ox).sum(1).min())]
+        cells.append(f"{a.n / ox_s / best:.2f}×")
+        cells += [f"{c:.6f}" for c in cos]
+        cells.append(f"{os.getloadavg()[0]:.1f}")
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

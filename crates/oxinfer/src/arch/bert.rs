@@ -18,9 +18,11 @@ use serde_json::Value;
 
 use super::encoder_attention::{encoder_attention, EncoderHeads};
 use super::encoder_linear::EncoderLinear;
+use super::encoder_math;
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::{TensorStore, TensorView};
+use crate::nn::layer_norm::layer_norm_row;
 use crate::nn::moe::expert_rows;
 use crate::nn::{Embedding, LayerNorm, Linear, Rope};
 
@@ -74,26 +76,57 @@ impl EncoderAct {
     pub fn apply_all(self, h: &mut [f32], up: Option<&[f32]>) {
         const PART: usize = 16 * 1024;
         let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| match up {
-            None => part.iter_mut().for_each(|v| *v = self.apply(*v)),
-            Some(u) => part
-                .iter_mut()
-                .zip(&u[i * PART..])
-                .for_each(|(v, &u)| *v = self.apply(*v) * u),
+        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| {
+            self.apply_times(part, up.map(|u| &u[i * PART..]))
         });
+    }
+
+    /// The activation over `h` in place, on the calling thread.
+    pub fn apply_slice(self, h: &mut [f32]) {
+        self.apply_times(h, None);
+    }
+
+    /// `h[j] = act(h[j])`, times `up[j]` when there is an `up`; one loop per activation, so that
+    /// each vectorizes.
+    fn apply_times(self, h: &mut [f32], up: Option<&[f32]>) {
+        match self {
+            EncoderAct::GeluErf => apply_part(h, up, gelu_erf),
+            EncoderAct::GeluTanh => apply_part(h, up, |x| self.apply(x)),
+            EncoderAct::Relu => apply_part(h, up, |x| x.max(0.0)),
+            EncoderAct::Silu => apply_part(h, up, silu),
+        }
     }
 
     /// The activation of one value.
     pub fn apply(self, x: f32) -> f32 {
         match self {
-            EncoderAct::GeluErf => {
-                0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
-            }
+            EncoderAct::GeluErf => gelu_erf(x),
             EncoderAct::GeluTanh => oxinfer_kernels::act::GateAct::GeluTanh.apply(x),
             EncoderAct::Relu => x.max(0.0),
-            EncoderAct::Silu => x / (1.0 + (-x).exp()),
+            EncoderAct::Silu => silu(x),
         }
     }
+}
+
+/// `h[j] = act(h[j])`, times `up[j]` when there is an `up` (a gated MLP's part).
+#[inline(always)]
+fn apply_part(h: &mut [f32], up: Option<&[f32]>, act: impl Fn(f32) -> f32) {
+    match up {
+        None => h.iter_mut().for_each(|v| *v = act(*v)),
+        Some(u) => h.iter_mut().zip(u).for_each(|(v, &u)| *v = act(*v) * u),
+    }
+}
+
+/// Exact GELU `0.5 · x · (1 + erf(x / √2))` with the vectorizable [`encoder_math::erf`].
+#[inline(always)]
+fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + encoder_math::erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// `x · sigmoid(x)` with the vectorizable [`encoder_math::exp`].
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + encoder_math::exp(-x))
 }
 
 /// The `model_type`s of `config.json` this encoder reads.
@@ -564,9 +597,8 @@ impl Bert {
             residual_norm(&mut x, &b.o.forward(&mixed, total), &b.attn_norm);
             let h = match &b.gate {
                 None => {
-                    let mut h = b.up.forward(&x, total);
-                    self.cfg.act.apply_all(&mut h, None);
-                    h
+                    let act = self.cfg.act;
+                    b.up.forward_then(&x, total, &|h| act.apply_slice(h))
                 }
                 Some(gate) => {
                     let gu = EncoderLinear::forward_shared(&[gate, &b.up], &x, total);
@@ -644,8 +676,17 @@ pub(crate) fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h
     }
 }
 
-/// `x ← norm(x + y)` (post-norm residual).
+/// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel (each row as
+/// [`LayerNorm::forward_inplace`] computes it).
 fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-    norm.forward_inplace(x);
+    const ROWS_PER_PART: usize = 32;
+    let dim = norm.weight.len().max(1);
+    let part = ROWS_PER_PART * dim;
+    let mut parts: Vec<&mut [f32]> = x.chunks_mut(part).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |i, xs| {
+        xs.iter_mut().zip(&y[i * part..]).for_each(|(a, b)| *a += b);
+        for row in xs.chunks_exact_mut(dim) {
+            layer_norm_row(row, &norm.weight, &norm.bias, norm.eps);
+        }
+    });
 }

@@ -6,6 +6,8 @@
 use oxinfer_kernels::dispatch::detected_isa;
 use oxinfer_kernels::packed::float::{matmul_float_packed_isa, PackedFloatMatrix};
 
+use super::encoder_math;
+
 /// The heads of one attention layer.
 #[derive(Clone, Copy, Debug)]
 pub struct EncoderHeads {
@@ -26,10 +28,10 @@ pub struct EncoderHeads {
 ///
 /// # Panics
 /// If `q`, `k` or `v` do not hold `Σ lens` rows.
-pub fn encoder_attention(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+pub fn encoder_attention<'a>(
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
     lens: &[usize],
     h: &EncoderHeads,
 ) -> Vec<f32> {
@@ -56,15 +58,15 @@ pub fn encoder_attention(
         let (s, head) = (task / h.n_heads, task % h.n_heads);
         let (r0, n) = (starts[s], lens[s]);
         let col = head * d;
-        let at = |m: &[f32], r: usize, e: usize| m[(r0 + r) * width + col + e];
+        let row = |m: &'a [f32], r: usize| &m[(r0 + r) * width + col..][..d];
         *out = head_attention(
             n,
             d,
             h.scale,
             h.window,
-            |r, e| at(q, r, e),
-            |r, e| at(k, r, e),
-            |r, e| at(v, r, e),
+            |r| row(q, r),
+            |r| row(k, r),
+            |r| row(v, r),
         );
     });
     let mut mixed = vec![0f32; total * width];
@@ -78,41 +80,63 @@ pub fn encoder_attention(
     mixed
 }
 
-/// One head of one sequence of `n` tokens: `softmax(scale · Q Kᵀ) V`, `[n, d]`, with element
-/// `(r, e)` of Q, K, V given by the closures; with a `window`, the scores of keys farther than it
-/// from the query are left out of the softmax.
-fn head_attention(
+/// One head of one sequence of `n` tokens: `softmax(scale · Q Kᵀ) V`, `[n, d]`, with row `r`
+/// (`d` floats) of Q, K, V given by the closures; with a `window`, the scores of keys farther
+/// than it from the query are left out of the softmax.
+fn head_attention<'a>(
     n: usize,
     d: usize,
     scale: f32,
     window: Option<usize>,
-    q: impl Fn(usize, usize) -> f32,
-    k: impl Fn(usize, usize) -> f32,
-    v: impl Fn(usize, usize) -> f32,
+    q: impl Fn(usize) -> &'a [f32],
+    k: impl Fn(usize) -> &'a [f32],
+    v: impl Fn(usize) -> &'a [f32],
 ) -> Vec<f32> {
     let isa = detected_isa();
-    let qh: Vec<f32> = (0..n * d).map(|i| q(i / d, i % d)).collect();
-    let keys = PackedFloatMatrix::from_fn(n, d, k);
+    let mut qh = Vec::with_capacity(n * d);
+    (0..n).for_each(|r| qh.extend_from_slice(q(r)));
+    let keys = PackedFloatMatrix::from_rows(n, d, k);
     let mut scores = vec![0f32; n * n];
     matmul_float_packed_isa(&keys, &qh, n, &mut scores, isa);
     for (r, row) in scores.chunks_exact_mut(n).enumerate() {
-        if let Some(w) = window {
-            let (lo, hi) = (r.saturating_sub(w), (r + w + 1).min(n));
-            row[..lo].fill(f32::NEG_INFINITY);
-            row[hi..].fill(f32::NEG_INFINITY);
-        }
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        let mut sum = 0f32;
-        for s in row.iter_mut() {
-            *s = ((*s - max) * scale).exp();
-            sum += *s;
-        }
-        let inv = 1.0 / sum;
-        row.iter_mut().for_each(|s| *s *= inv);
+        let (lo, hi) = match window {
+            Some(w) => (r.saturating_sub(w), (r + w + 1).min(n)),
+            None => (0, n),
+        };
+        softmax_scaled(row, scale, lo, hi);
     }
     // Values transposed: row e of the packed matrix is feature e over the n tokens.
-    let values = PackedFloatMatrix::from_fn(d, n, |e, r| v(r, e));
+    let values = PackedFloatMatrix::from_columns(d, n, v);
     let mut out = vec![0f32; n * d];
     matmul_float_packed_isa(&values, &scores, n, &mut out, isa);
     out
+}
+
+/// `row[lo..hi] = softmax(scale · row[lo..hi])`, the rest of `row` 0 (keys outside a local
+/// window), with the vectorizable [`encoder_math::exp`].
+fn softmax_scaled(row: &mut [f32], scale: f32, lo: usize, hi: usize) {
+    let live = &mut row[lo..hi];
+    let max = lanes_fold(live, f32::NEG_INFINITY, f32::max);
+    live.iter_mut()
+        .for_each(|s| *s = encoder_math::exp((*s - max) * scale));
+    let inv = 1.0 / lanes_fold(live, 0.0, |a, b| a + b);
+    live.iter_mut().for_each(|s| *s *= inv);
+    row[..lo].fill(0.0);
+    row[hi..].fill(0.0);
+}
+
+/// `v` folded with `f` (associative and commutative: max, +) in 8 interleaved lanes, so the
+/// loop vectorizes; the lanes are combined at the end.
+#[inline(always)]
+fn lanes_fold(v: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x);
+        }
+    }
+    let lanes = acc.into_iter().fold(init, &f);
+    rest.iter().fold(lanes, |a, &x| f(a, x))
 }

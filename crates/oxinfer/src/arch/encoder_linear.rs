@@ -6,7 +6,9 @@
 
 use std::sync::OnceLock;
 
-use oxinfer_kernels::packed::float::{float_packing_pays, matmul_float_packed, PackedFloatMatrix};
+use oxinfer_kernels::packed::float::{
+    float_packing_pays, matmul_float_packed_post, Epilogue, PackedFloatMatrix,
+};
 
 use crate::backend;
 use crate::error::LoadError;
@@ -54,12 +56,21 @@ impl EncoderLinear {
             return self.inner.forward(x, t);
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        matmul_float_packed(p, x, t, &mut y);
-        if let Some(b) = self.inner.bias() {
-            for row in y.chunks_exact_mut(b.len()) {
-                row.iter_mut().zip(b).for_each(|(v, bv)| *v += bv);
-            }
-        }
+        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, None);
+        y
+    }
+
+    /// [`Self::forward`] followed by the element-wise `post` (an activation) on the result; on
+    /// the packed path inside the matmul's own pool tasks
+    /// ([`matmul_float_packed_post`]), so it costs no parallel region of its own.
+    pub fn forward_then(&self, x: &[f32], t: usize, post: Epilogue<'_>) -> Vec<f32> {
+        let Some(p) = self.packed_here(t) else {
+            let mut y = self.inner.forward(x, t);
+            post(&mut y);
+            return y;
+        };
+        let mut y = vec![0f32; t * self.inner.n_out];
+        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, Some(post));
         y
     }
 

@@ -13,7 +13,9 @@
 //! The driver splits tokens into blocks of [`TOKEN_BLOCK`] and panels into chunks, one pool task
 //! per (token block, panel chunk), and walks the input features in slices of [`KC`] so that
 //! the current weight slice (`KC × 16` floats) stays in L1 while the token block's activations
-//! stay in L2. Every product is the exact f32 sum of the widened weights times the activations;
+//! stay in L2. The AVX-512 tile stores its sums straight into `y` with masked stores (the bias
+//! of [`matmul_float_packed_bias`] added with the first k slice); the other tiles go through a
+//! stack tile. Every product is the exact f32 sum of the widened weights times the activations;
 //! only the summation order differs between instruction sets (results agree to rounding).
 
 #[cfg(target_arch = "aarch64")]
@@ -108,28 +110,42 @@ impl PackedFloatMatrix {
         })
     }
 
-    /// Packs the f32 `[rows, cols]` matrix whose element `(r, k)` is `at(r, k)`, on the calling
-    /// thread: for small matrices made per call (an attention head's keys, or its values with
-    /// `at(r, k) = V[k][r]`).
-    pub fn from_fn(rows: usize, cols: usize, at: impl Fn(usize, usize) -> f32) -> Self {
-        let panels = rows.div_ceil(NR);
-        let mut data = vec![0f32; panels * NR * cols];
-        for (p, panel) in data
-            .chunks_exact_mut(NR * cols.max(1))
-            .enumerate()
-            .take(panels)
-        {
-            for (k, group) in panel.chunks_exact_mut(NR).enumerate() {
-                for (r, v) in group.iter_mut().enumerate().take(rows - p * NR) {
-                    *v = at(p * NR + r, k);
+    /// Packs the f32 `[rows, cols]` matrix whose row `r` is `row(r)` (`cols` floats), on the
+    /// calling thread: for small matrices made per call (an attention head's keys, each a row
+    /// of the head's slice of the key projection).
+    pub fn from_rows<'a>(rows: usize, cols: usize, row: impl Fn(usize) -> &'a [f32]) -> Self {
+        let mut m = Self::zeroed_f32(rows, cols);
+        for (p, panel) in m.data.chunks_exact_mut(NR * cols.max(1)).enumerate() {
+            for r in 0..NR.min(rows - p * NR) {
+                for (group, &v) in panel.chunks_exact_mut(NR).zip(&row(p * NR + r)[..cols]) {
+                    group[r] = v;
                 }
             }
         }
+        m
+    }
+
+    /// Packs the f32 `[rows, cols]` matrix whose column `k` is `column(k)` (`rows` floats), on
+    /// the calling thread: an attention head's values as `Vᵀ` (row `e` of the packed matrix is
+    /// feature `e` over the tokens, column `k` is token `k`'s value vector).
+    pub fn from_columns<'a>(rows: usize, cols: usize, column: impl Fn(usize) -> &'a [f32]) -> Self {
+        let mut m = Self::zeroed_f32(rows, cols);
+        for (p, panel) in m.data.chunks_exact_mut(NR * cols.max(1)).enumerate() {
+            let (r0, live) = (p * NR, NR.min(rows - p * NR));
+            for (k, group) in panel.chunks_exact_mut(NR).enumerate() {
+                group[..live].copy_from_slice(&column(k)[r0..r0 + live]);
+            }
+        }
+        m
+    }
+
+    /// All-zero f32 panels for `[rows, cols]`.
+    fn zeroed_f32(rows: usize, cols: usize) -> Self {
         PackedFloatMatrix {
             format: WeightFormat::F32,
             rows,
             cols,
-            data,
+            data: vec![0f32; rows.div_ceil(NR) * NR * cols],
         }
     }
 
@@ -185,6 +201,55 @@ pub fn matmul_float_packed(w: &PackedFloatMatrix, x: &[f32], t: usize, y: &mut [
     matmul_float_packed_isa(w, x, t, y, detected_isa());
 }
 
+/// [`matmul_float_packed`] plus a bias: `y[t][r] = x[t] · W[r] + bias[r]` (the bias added as
+/// the first k slice is stored, so it costs no pass over `y` of its own).
+///
+/// # Panics
+/// If `x.len() != t * cols`, `y.len() != t * rows` or `bias.len() != rows`.
+pub fn matmul_float_packed_bias(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    t: usize,
+    bias: &[f32],
+    y: &mut [f32],
+) {
+    matmul_float_packed_post(w, x, t, Some(bias), y, None);
+}
+
+/// An element-wise function applied to finished outputs (an activation), called on runs of
+/// consecutive output features of one token.
+pub type Epilogue<'a> = &'a (dyn Fn(&mut [f32]) + Sync);
+
+/// [`matmul_float_packed`] with an optional bias, then `post` on the results inside the same
+/// pool tasks (no pass over `y` of its own): every output value goes through `post` exactly
+/// once, after its sum (and bias) is complete, as part of a run of consecutive features of one
+/// token.
+///
+/// # Panics
+/// If `x.len() != t * cols`, `y.len() != t * rows` or a bias's length is not `rows`.
+pub fn matmul_float_packed_post(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    t: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    post: Option<Epilogue<'_>>,
+) {
+    let _p = crate::profile::scope(
+        || format!("matmul {} packed-f32", w.format),
+        w.size_bytes() as u64,
+        2 * (w.rows * w.cols * t) as u64,
+    );
+    if let Some(b) = bias {
+        assert_eq!(
+            b.len(),
+            w.rows,
+            "bias length must be the rows of the matrix"
+        );
+    }
+    run_packed(w, x, t, y, detected_isa(), bias, post);
+}
+
 /// [`matmul_float_packed`] on a given instruction set (AVX-512, AVX2, NEON, or the scalar twin
 /// for any other value; an [`Isa`] is only ever one the CPU has).
 ///
@@ -197,13 +262,32 @@ pub fn matmul_float_packed_isa(
     y: &mut [f32],
     isa: Isa,
 ) {
+    run_packed(w, x, t, y, isa, None, None);
+}
+
+/// The driver of [`matmul_float_packed_isa`] and [`matmul_float_packed_post`].
+fn run_packed(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    t: usize,
+    y: &mut [f32],
+    isa: Isa,
+    bias: Option<&[f32]>,
+    post: Option<Epilogue<'_>>,
+) {
     let (rows, cols) = (w.rows, w.cols);
     crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
     if rows == 0 || t == 0 {
         return;
     }
     if cols == 0 {
-        y.fill(0.0);
+        match bias {
+            Some(b) => y.chunks_exact_mut(rows).for_each(|r| r.copy_from_slice(b)),
+            None => y.fill(0.0),
+        }
+        if let Some(f) = post {
+            y.chunks_exact_mut(rows).for_each(f);
+        }
         return;
     }
     let mr = tile_tokens(isa);
@@ -223,9 +307,29 @@ pub fn matmul_float_packed_isa(
             for p in p0..p1 {
                 let b = &w.panel(p)[k0 * NR..(k0 + kc) * NR];
                 let live = NR.min(rows - p * NR);
+                let panel_bias = bias.map(|bs| &bs[p * NR..p * NR + live]);
                 for i0 in (t0..t1).step_by(mr) {
                     let n = mr.min(t1 - i0);
                     let a = &x[i0 * cols + k0..(i0 + n - 1) * cols + k0 + kc];
+                    #[cfg(target_arch = "x86_64")]
+                    if isa.has_vnni() {
+                        let dest = x86::Dest {
+                            // SAFETY: token i0 + n - 1 < t and rows p*16 .. p*16 + live <= rows:
+                            // the offset lies inside y ([t, rows]).
+                            ptr: unsafe { out.get().add(i0 * rows + p * NR) },
+                            ldo: rows,
+                            live,
+                            first: k0 == 0,
+                            bias: panel_bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+                        };
+                        // SAFETY: an Avx512Vnni level is only handed out when the CPU has
+                        // AVX-512 F; `a` holds n <= 12 rows of kc activations `cols` apart and
+                        // `b` kc × 16 weights (the slicing above); the destination rows (`live`
+                        // values of tokens i0 .. i0 + n, `rows` apart) lie in y and belong to
+                        // this task's (token block, panel chunk) alone; the bias holds `live`.
+                        unsafe { x86::tile_avx512(a.as_ptr(), cols, b.as_ptr(), kc, n, &dest) };
+                        continue;
+                    }
                     run_tile(isa, a, cols, b, kc, &mut tile[..n]);
                     for (i, acc) in tile[..n].iter().enumerate() {
                         // SAFETY: token i0 + i < t and rows p*16 .. p*16 + live <= rows, so the
@@ -237,16 +341,49 @@ pub fn matmul_float_packed_isa(
                                 live,
                             )
                         };
-                        if k0 == 0 {
-                            dst.copy_from_slice(&acc[..live]);
-                        } else {
-                            dst.iter_mut().zip(acc).for_each(|(d, v)| *d += v);
-                        }
+                        store_rows(dst, acc, k0 == 0, panel_bias);
                     }
                 }
             }
         }
+        if let Some(f) = post {
+            let (r0, r1) = (p0 * NR, (p1 * NR).min(rows));
+            for i in t0..t1 {
+                // SAFETY: as for the stores above: features r0 .. r1 of token i lie inside y
+                // and belong to this task alone; its sums are complete (all k slices done).
+                f(
+                    unsafe {
+                        std::slice::from_raw_parts_mut(out.get().add(i * rows + r0), r1 - r0)
+                    },
+                );
+            }
+        }
     });
+}
+
+/// `dst = acc[..dst.len()] (+ bias)` (`first`: the first k slice) or `dst += acc[..dst.len()]`,
+/// with the length a constant on the usual whole-panel path (a run-time length made each tile
+/// row a `memmove` call: 4 % of an encoder's time). `bias` is as long as `dst`.
+#[inline(always)]
+fn store_rows(dst: &mut [f32], acc: &[f32; NR], first: bool, bias: Option<&[f32]>) {
+    let add = |d: &mut [f32], v: &[f32]| d.iter_mut().zip(v).for_each(|(d, v)| *d += v);
+    if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
+        if first {
+            *whole = *acc;
+            if let Some(b) = bias.and_then(|b| <&[f32; NR]>::try_from(b).ok()) {
+                add(whole, b);
+            }
+        } else {
+            add(whole, acc);
+        }
+    } else if first {
+        dst.copy_from_slice(&acc[..dst.len()]);
+        if let Some(b) = bias {
+            add(dst, b);
+        }
+    } else {
+        add(dst, acc);
+    }
 }
 
 /// `tile[i][r] = Σ_{k < kc} a[i * lda + k] · b[k * 16 + r]` for the `tile.len()` tokens
@@ -257,10 +394,18 @@ fn run_tile(isa: Isa, a: &[f32], lda: usize, b: &[f32], kc: usize, tile: &mut [[
     debug_assert!(a.len() >= (n - 1) * lda + kc && b.len() >= kc * NR);
     #[cfg(target_arch = "x86_64")]
     if isa.has_vnni() {
+        let dest = x86::Dest {
+            ptr: tile.as_mut_ptr().cast(),
+            ldo: NR,
+            live: NR,
+            first: true,
+            bias: std::ptr::null(),
+        };
         // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F/VL (with
         // AVX2, FMA); `a` holds n rows of kc activations `lda` apart and `b` kc × 16 weights
-        // (checked by the slicing in the caller), n <= 12.
-        unsafe { x86::tile_avx512(a.as_ptr(), lda, b.as_ptr(), kc, tile) };
+        // (checked by the slicing in the caller), n <= 12; the destination is `tile`, n rows
+        // of 16 floats, borrowed mutably here.
+        unsafe { x86::tile_avx512(a.as_ptr(), lda, b.as_ptr(), kc, n, &dest) };
         return;
     }
     #[cfg(target_arch = "x86_64")]

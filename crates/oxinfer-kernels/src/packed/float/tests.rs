@@ -99,6 +99,53 @@ fn tiles_match_the_scalar_twin() {
     }
 }
 
+/// The bias is added exactly once, also when the k loop has several slices and the last panel
+/// is ragged, and with no input features at all.
+#[test]
+fn bias_is_added_once() {
+    for (rows, cols, t) in [(37, 600, 29), (16, 256, 12), (5, 0, 3)] {
+        let vals = random_f32(rows * cols, 11);
+        let bytes = encode(WeightFormat::F32, &vals);
+        let w = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
+        let p = PackedFloatMatrix::pack(&w).unwrap();
+        let x = random_f32(t * cols, 12);
+        let bias = random_f32(rows, 13);
+        let mut plain = vec![f32::NAN; t * rows];
+        matmul_float_packed(&p, &x, t, &mut plain);
+        let mut biased = vec![f32::NAN; t * rows];
+        matmul_float_packed_bias(&p, &x, t, &bias, &mut biased);
+        for (j, (&b, &y)) in biased.iter().zip(&plain).enumerate() {
+            let want = y + bias[j % rows];
+            assert!(
+                (b - want).abs() <= 1e-5,
+                "{rows}x{cols} t {t}: y[{j}] = {b}, want {want}"
+            );
+        }
+    }
+}
+
+/// The epilogue sees every output exactly once, after its bias: doubling then adding one gives
+/// `2 (x·w + b) + 1` everywhere, with ragged panels, several k slices and token blocks.
+#[test]
+fn epilogue_runs_once_on_finished_sums() {
+    for (rows, cols, t) in [(37, 600, 130), (16, 256, 12), (5, 0, 3)] {
+        let vals = random_f32(rows * cols, 21);
+        let bytes = encode(WeightFormat::F32, &vals);
+        let w = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
+        let p = PackedFloatMatrix::pack(&w).unwrap();
+        let x = random_f32(t * cols, 22);
+        let bias = random_f32(rows, 23);
+        let mut plain = vec![f32::NAN; t * rows];
+        matmul_float_packed_bias(&p, &x, t, &bias, &mut plain);
+        let mut post = vec![f32::NAN; t * rows];
+        let twice_plus_one = |v: &mut [f32]| v.iter_mut().for_each(|e| *e = 2.0 * *e + 1.0);
+        matmul_float_packed_post(&p, &x, t, Some(&bias), &mut post, Some(&twice_plus_one));
+        for (j, (&g, &y)) in post.iter().zip(&plain).enumerate() {
+            assert_eq!(g, 2.0 * y + 1.0, "{rows}x{cols} t {t}: y[{j}]");
+        }
+    }
+}
+
 #[test]
 fn empty_inner_dimension_gives_zeros() {
     let w = WeightMatrix::new(WeightFormat::F32, &[], 5, 0).unwrap();
@@ -109,15 +156,21 @@ fn empty_inner_dimension_gives_zeros() {
 }
 
 #[test]
-fn from_fn_packs_like_pack() {
-    let (rows, cols) = (21, 19);
+fn from_rows_and_from_columns_pack_like_pack() {
+    let (rows, cols) = (37, 19);
     let vals = random_f32(rows * cols, 9);
     let bytes = encode(WeightFormat::F32, &vals);
     let w = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
     let a = PackedFloatMatrix::pack(&w).unwrap();
-    let b = PackedFloatMatrix::from_fn(rows, cols, |r, k| vals[r * cols + k]);
+    let b = PackedFloatMatrix::from_rows(rows, cols, |r| &vals[r * cols..(r + 1) * cols]);
     assert_eq!(a.data, b.data);
     assert_eq!((b.rows(), b.cols()), (rows, cols));
+    let columns: Vec<Vec<f32>> = (0..cols)
+        .map(|k| (0..rows).map(|r| vals[r * cols + k]).collect())
+        .collect();
+    let c = PackedFloatMatrix::from_columns(rows, cols, |k| &columns[k]);
+    assert_eq!(a.data, c.data);
+    assert_eq!((c.rows(), c.cols()), (rows, cols));
 }
 
 #[test]
