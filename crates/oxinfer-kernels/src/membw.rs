@@ -275,7 +275,11 @@ mod tests {
             crate::WeightFormat::BF16,
         ] {
             let p = super::DecodeProduct::new(f, 1 << 20).unwrap();
-            assert!(p.bytes().abs_diff(1 << 20) < 1 << 17, "{f}: {} bytes", p.bytes());
+            assert!(
+                p.bytes().abs_diff(1 << 20) < 1 << 17,
+                "{f}: {} bytes",
+                p.bytes()
+            );
             let (k, w) = super::decode_vs_probe(&p, &probe, 2);
             assert!(k > 0.0 && k.is_finite() && w > 0.0, "{f}: {k} {w}");
         }

@@ -175,8 +175,9 @@ fn embed_batch<'a>(
 }
 
 /// The embedding table `embed` (`[vocab, dim]`, looked-up rows × `scale`) and the output head:
-/// the checkpoint's own `head` when present and not `tie`d, else the embedding table; the head
-/// takes two-term int8 activations ([`Linear::with_two_term_activations`]).
+/// the checkpoint's own `head` when present and not `tie`d, else the embedding table. (Two-term
+/// activations for the head, [`Linear::with_two_term_activations`], are not the default: they
+/// cost Gemma 3 270M ~5 % of its decode speed, docs/performance.md.)
 pub fn embedding_and_head(
     store: &dyn TensorStore,
     embed: &str,
@@ -190,8 +191,7 @@ pub fn embedding_and_head(
     let head = match store.get(head) {
         Some(w) if !tie => Linear::from_view(w?, None)?,
         _ => Linear::from_view(table, None)?,
-    }
-    .with_two_term_activations();
+    };
     embedding.tie_to(&head);
     if head.n_out != vocab || head.n_in != dim {
         return Err(LoadError::tensor(
