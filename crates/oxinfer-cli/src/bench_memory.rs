@@ -28,14 +28,14 @@ pub fn parse_formats(list: &str) -> Result<Vec<WeightFormat>> {
     if list.trim().eq_ignore_ascii_case("all") {
         return Ok(WeightFormat::ALL
             .into_iter()
-            .filter(|&f| has_synthetic(f))
+            .filter(|&f| oxinfer_kernels::synthetic::supports(f))
             .collect());
     }
     list.split(',')
         .map(|name| {
             let f = WeightFormat::from_name(name.trim())
                 .ok_or_else(|| anyhow::anyhow!("--formats: unknown weight format {name:?}"))?;
-            if !has_synthetic(f) {
+            if !oxinfer_kernels::synthetic::supports(f) {
                 bail!(
                     "--formats: {} has no synthetic weights to time (formats with plain f16 \
                      scales and the float formats do)",
@@ -45,11 +45,6 @@ pub fn parse_formats(list: &str) -> Result<Vec<WeightFormat>> {
             Ok(f)
         })
         .collect()
-}
-
-/// Whether `membw::decode_gbs` can time `format`.
-fn has_synthetic(format: WeightFormat) -> bool {
-    !format.is_quantized() || !oxinfer_kernels::synthetic::f16_scale_offsets(format).is_empty()
 }
 
 /// Bytes of each format's timed matrix: beyond the last-level caches.

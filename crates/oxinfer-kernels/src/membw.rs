@@ -130,7 +130,7 @@ impl DecodeProduct {
     /// weights (see [`crate::synthetic::random_matrix`]).
     pub fn new(format: crate::WeightFormat, bytes: usize) -> Option<Self> {
         use crate::packed::{packing_pays, PackedMatrix};
-        if crate::synthetic::f16_scale_offsets(format).is_empty() && format.is_quantized() {
+        if !crate::synthetic::supports(format) {
             return None;
         }
         let rb = format.row_bytes(DECODE_COLS)?;

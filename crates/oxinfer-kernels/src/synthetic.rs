@@ -18,6 +18,12 @@ pub fn f16_scale_offsets(format: WeightFormat) -> &'static [usize] {
     }
 }
 
+/// Whether [`random_matrix`] makes usable weights of `format`: the float formats and the
+/// formats whose scales are plain f16 fields ([`f16_scale_offsets`]).
+pub fn supports(format: WeightFormat) -> bool {
+    !format.is_quantized() || !f16_scale_offsets(format).is_empty()
+}
+
 /// `rows × cols` weights of `format` (`cols` a multiple of its block size): bytes from a
 /// xorshift sequence started at `seed`, every f16 scale field ([`f16_scale_offsets`]) set to
 /// 0.01, and float formats' values in `[-0.5, 0.5)`. `None` when `cols` does not fit the

@@ -175,9 +175,7 @@ fn embed_batch<'a>(
 }
 
 /// The embedding table `embed` (`[vocab, dim]`, looked-up rows × `scale`) and the output head:
-/// the checkpoint's own `head` when present and not `tie`d, else the embedding table. (Two-term
-/// activations for the head, [`Linear::with_two_term_activations`], are not the default: they
-/// cost Gemma 3 270M ~5 % of its decode speed, docs/performance.md.)
+/// the checkpoint's own `head` when present and not `tie`d, else the embedding table.
 pub fn embedding_and_head(
     store: &dyn TensorStore,
     embed: &str,

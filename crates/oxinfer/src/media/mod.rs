@@ -10,7 +10,7 @@ pub mod resize;
 
 pub use self::audio::{decode_audio, Waveform, AUDIO_RATE};
 pub use self::image::{decode_image, RgbImage};
-pub use self::resize::resize_bicubic;
+pub use self::resize::{resize_bicubic, resized_bicubic};
 pub use data_url::{parse_data_url, DataUrl};
 
 /// What a media input may be at most.

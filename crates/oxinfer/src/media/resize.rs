@@ -66,6 +66,16 @@ fn clip8(v: i64) -> u8 {
     }
 }
 
+/// `img` at `width × height`: borrowed when it already has that size, else
+/// [`resize_bicubic`]'s result.
+pub fn resized_bicubic(img: &RgbImage, width: u32, height: u32) -> std::borrow::Cow<'_, RgbImage> {
+    if (img.width, img.height) == (width, height) {
+        std::borrow::Cow::Borrowed(img)
+    } else {
+        std::borrow::Cow::Owned(resize_bicubic(img, width, height))
+    }
+}
+
 /// `img` resized to `width × height` with Pillow's bicubic filter.
 pub fn resize_bicubic(img: &RgbImage, width: u32, height: u32) -> RgbImage {
     let (w0, h0) = (img.width as usize, img.height as usize);

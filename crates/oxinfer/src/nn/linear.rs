@@ -24,9 +24,6 @@ pub struct Linear {
     /// when the format or CPU has no packed kernel); once made it replaces the mapped bytes,
     /// whose pages are dropped from resident memory.
     packed: PackedSlot,
-    /// Whether the CPU kernels take two-term int8 activations here
-    /// ([`Linear::with_two_term_activations`]).
-    two_term: bool,
 }
 
 /// Where a [`Linear`] keeps its packed weight, shared with an [`crate::nn::Embedding`] that
@@ -83,18 +80,7 @@ impl Linear {
             n_in,
             device: OnceLock::new(),
             packed: Arc::new(OnceLock::new()),
-            two_term: false,
         })
-    }
-
-    /// This layer with two-term int8 activations on the CPU's int8 kernels
-    /// ([`oxinfer_kernels::two_term`]: each activation block as `d1·q1 + d2·q2`, within about
-    /// 0.4 % of int8's rounding error of the exact product), for the output head: its rounding
-    /// lands straight on the logits, and prompt processing and decoding run it for one token,
-    /// where the second integer dot product per weight is hidden behind the weight reads.
-    pub fn with_two_term_activations(mut self) -> Self {
-        self.two_term = true;
-        self
     }
 
     /// The weight as the kernels see it.
@@ -133,14 +119,15 @@ impl Linear {
     }
 
     /// The product on the CPU kernels (packed where that pays), with two-term activations
-    /// when asked for and the kernels round activations to int8.
+    /// where `OXINFER_TWO_TERM_MATMULS` names this weight and the kernels round activations to
+    /// int8.
     fn forward_cpu(&self, x: &[f32], t: usize, y: &mut [f32]) {
         let run = |x: &[f32], t: usize, y: &mut [f32]| match self.packed() {
             Some(p) => matmul_packed(p, x, t, y),
             None => oxinfer_kernels::matmul(&self.matrix(), x, t, y),
         };
         let format = self.weight.format;
-        if (self.two_term || super::exact_matmuls::is_two_term(&self.weight.name))
+        if super::exact_matmuls::is_two_term(&self.weight.name)
             && oxinfer_kernels::kernel_set() == oxinfer_kernels::KernelSet::Auto
             && two_term::rounds_activations(format)
         {

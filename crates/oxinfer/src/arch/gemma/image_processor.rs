@@ -4,7 +4,7 @@
 //! rescale to [0, 1] (no normalization), patches laid out row-major.
 
 use super::vision::Patches;
-use crate::media::{resize_bicubic, RgbImage};
+use crate::media::{resized_bicubic, RgbImage};
 use serde_json::Value;
 
 /// Soft-token budgets the processor accepts.
@@ -110,13 +110,7 @@ impl ImageProcessor {
     pub fn preprocess(&self, img: &RgbImage) -> Result<Patches, String> {
         let (h, w) = (img.height as usize, img.width as usize);
         let (th, tw) = self.target_size(h, w)?;
-        let resized;
-        let img = if (th, tw) == (h, w) {
-            img
-        } else {
-            resized = resize_bicubic(img, tw as u32, th as u32);
-            &resized
-        };
+        let img = resized_bicubic(img, tw as u32, th as u32);
         let p = self.patch;
         let (rows, cols) = (th / p, tw / p);
         let mut values = Vec::with_capacity(th * tw * 3);

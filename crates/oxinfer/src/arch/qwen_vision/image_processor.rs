@@ -6,7 +6,7 @@
 //! with the image repeated over the `temporal_patch` frames.
 
 use super::config::VisionConfig;
-use crate::media::{resize_bicubic, RgbImage};
+use crate::media::{resized_bicubic, RgbImage};
 use serde_json::Value;
 
 /// OpenAI CLIP's per-channel mean and standard deviation (the class defaults).
@@ -156,13 +156,7 @@ impl ImageProcessor {
     pub fn preprocess(&self, img: &RgbImage) -> Result<VisionPatches, String> {
         let (h, w) = (img.height as usize, img.width as usize);
         let (th, tw) = self.target_size(h, w)?;
-        let resized;
-        let img = if (th, tw) == (h, w) {
-            img
-        } else {
-            resized = resize_bicubic(img, tw as u32, th as u32);
-            &resized
-        };
+        let img = resized_bicubic(img, tw as u32, th as u32);
         let value = |y: usize, x: usize, c: usize| -> f32 {
             let mut f = img.pixels[(y * tw + x) * 3 + c] as f32 * self.rescale;
             if let Some((mean, std)) = &self.normalize {
