@@ -2,6 +2,7 @@
 
 use crate::conv::ConvPath;
 use crate::gemm::{self, QuantPath};
+use crate::gemv::{self, GemvOut};
 use crate::gpu::{self, DevBuf, Gpu, Slot};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
@@ -183,7 +184,7 @@ impl CudaBackend {
             let pos: Vec<i32> = (a.pos0..a.n_keys()).map(|p| p as i32).collect();
             let pp = g.scratch(Slot::Pos, pos.len() * 4)?;
             g.upload(pp, &pos)?;
-            ops::attention_split(&g, qp, kp, vp, op, part, pp, a, splits)?;
+            ops::attention_split(&g, qp, kp, vp, op, part, pp, a, splits, None)?;
         } else {
             ops::attention(&g, qp, kp, vp, op, a)?;
         }
@@ -290,17 +291,18 @@ impl CudaBackend {
         unsafe { cudarc::driver::sys::cuMemsetD32Async(x, 0x3c00_0000, t * k, g.stream) }
             .result()
             .map_err(|e| format!("memset: {e:?}"))?;
-        let xd = g.scratch(Slot::XScale, t * k / 32 * 4)?;
+        // Scales and run sums (ops::int8_side_bytes) for either block size.
+        let xd = g.scratch(Slot::XScale, ops::int8_side_bytes(t * k, 32))?;
         // The int8 kernels read the same bytes as int8 values and a scale per 256.
         let run = |g: &Gpu| {
             if gemm::has_int8_gemv(format) {
-                ops::gemv_i8(g, &w, None, x, xd, y, t)
+                gemv::gemv_i8(g, &w, None, x, xd, y, t, GemvOut::Store)
             } else {
-                ops::gemv(g, &w, x, y, t)
+                gemv::gemv(g, &w, x, y, t)
             }
         };
-        // SAFETY: `xd` holds t·k/32 f32 in this context; queued on the stream.
-        unsafe { cudarc::driver::sys::cuMemsetD32Async(xd, 0x3c00_0000, t * k / 32, g.stream) }
+        // SAFETY: `xd` holds t·k/16 words in this context; queued on the stream.
+        unsafe { cudarc::driver::sys::cuMemsetD32Async(xd, 0x3c00_0000, t * k / 16, g.stream) }
             .result()
             .map_err(|e| format!("memset: {e:?}"))?;
         run(&g)?;

@@ -1,6 +1,7 @@
 //! Host side of the matmuls: activation conversion, the in-tile dequantizing tensor-core GEMM,
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
+use crate::gemv::{self, GemvOut};
 use crate::gpu::{DevBuf, Gpu, Slot};
 use crate::kernels::{GEMM_BK, GEMV_MAX_ROWS};
 use crate::matrix::DeviceMatrix;
@@ -183,9 +184,10 @@ pub(crate) fn int8_input(
     path: QuantPath,
 ) -> Result<(ops::Int8Out, Ready), String> {
     let q = gpu.scratch(Slot::X16, t * cols * path.elem_bytes())?;
-    let d = gpu.scratch(Slot::XScale, t * cols / block * 4)?;
+    let d = gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * cols, block))?;
+    let s = ops::int8_sums(d, t * cols, block);
     Ok((
-        ops::Int8Out { q, d, block },
+        ops::Int8Out { q, d, s, block },
         Some((x, q, Input16::I8(block))),
     ))
 }
@@ -207,7 +209,7 @@ fn prepared_input(
         _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
     };
     let scale = match kind {
-        Input16::I8(block) => gpu.scratch(Slot::XScale, t * w.cols / block * 4)?,
+        Input16::I8(block) => gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * w.cols, block))?,
         _ => gpu.scratch(Slot::Scale, 16)?,
     };
     if *ready != Some((x, x16, kind)) {
@@ -230,13 +232,35 @@ pub(crate) fn linear(
 ) -> Result<(), String> {
     let (x16, scale, kind, gemv, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        return ops::gemv_i8(gpu, w, None, x16, scale, y, t);
+        return gemv::gemv_i8(gpu, w, None, x16, scale, y, t, GemvOut::Store);
     }
     if gemv {
-        return ops::gemv(gpu, w, x16, y, t);
+        return gemv::gemv(gpu, w, x16, y, t);
     }
     let alpha = matches!(kind, Input16::F16 | Input16::Q8F16(_)).then_some(scale);
     matmul(gpu, w, x16, y, t, path, alpha)
+}
+
+/// `acc[t, rows] += x[t, cols] · Wᵀ` (the residual add after a block's last product): one int8
+/// GEMV that adds its sums to `acc` when `w` takes that path (the same f32 add of the same sum
+/// as a separate add), else [`linear`] into `tmp` (`[t, rows]`) and an add.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_add(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    t: usize,
+    acc: CUdeviceptr,
+    tmp: CUdeviceptr,
+    path: QuantPath,
+    ready: &mut Ready,
+) -> Result<(), String> {
+    let (x16, scale, _, _, int8) = prepared_input(gpu, w, x, t, path, ready)?;
+    if int8 {
+        return gemv::gemv_i8(gpu, w, None, x16, scale, acc, t, GemvOut::Accumulate);
+    }
+    linear(gpu, w, x, t, tmp, path, ready)?;
+    ops::add(gpu, acc, tmp, t * w.rows)
 }
 
 /// [`linear`] of two weights over the same input (`y1 = x · W1ᵀ`, `y2 = x · W2ᵀ`): one int8
@@ -255,7 +279,7 @@ pub(crate) fn linear_pair(
     let same = w1.format == w2.format && (w1.cols, w1.row_bytes) == (w2.cols, w2.row_bytes);
     if same && int8_block(w1, t).is_some() {
         let (x16, scale, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
-        return ops::gemv_i8(gpu, w1, Some((w2, y2)), x16, scale, y1, t);
+        return gemv::gemv_i8(gpu, w1, Some((w2, y2)), x16, scale, y1, t, GemvOut::Store);
     }
     linear(gpu, w1, x, t, y1, path, ready)?;
     linear(gpu, w2, x, t, y2, path, ready)

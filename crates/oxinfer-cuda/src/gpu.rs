@@ -29,12 +29,18 @@ unsafe impl Send for DevBuf {}
 // SAFETY: as above; all access goes through the backend's mutex.
 unsafe impl Sync for DevBuf {}
 
+/// Bytes every [`DevBuf`] allocates past its size (never written, only over-read by aligned
+/// 16-byte copies).
+pub(crate) const DEV_BUF_SLACK: usize = 16;
+
 impl DevBuf {
-    /// Allocates `bytes` (at least 1) on `ctx`'s device.
+    /// Allocates `bytes` (at least 1) on `ctx`'s device, plus [`DEV_BUF_SLACK`] readable bytes
+    /// past the end (the staged GEMV copies whole aligned 16-byte chunks, which may cover up to
+    /// 15 bytes after a matrix's last row).
     pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, String> {
         ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
         // SAFETY: plain allocation in the bound context.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+        let ptr = unsafe { result::malloc_sync(bytes + DEV_BUF_SLACK) }
             .map_err(|e| format!("cuMemAlloc of {bytes} bytes: {e:?}"))?;
         Ok(DevBuf {
             ptr,

@@ -96,8 +96,12 @@ pub(crate) struct Kernels {
     /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
     /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`],
-    /// and one activation row with two output rows per warp.
+    /// one activation row with two output rows per warp.
     gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
+    /// One-row int8 GEMVs with the weight rows staged in shared memory, per format.
+    gemv_i8_staged: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Split decode attention for heads of at most 128 (twice the keys per step).
+    pub attention_split_h128: sys::CUfunction,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
@@ -106,6 +110,8 @@ pub(crate) struct Kernels {
     /// Decode attention over slices of the keys (flash-decoding), and the merge of the slices.
     pub attention_split: sys::CUfunction,
     pub attention_combine: sys::CUfunction,
+    /// The merge of the slices with the int8 quantization of its output.
+    pub attention_combine_q8: sys::CUfunction,
     /// f32 activations → int8 blocks (as the CPU kernels quantize them) → f16 values.
     pub quant_act_f16: sys::CUfunction,
     /// The same quantization written back as f32 values `d·q` (exact-product path).
@@ -114,6 +120,8 @@ pub(crate) struct Kernels {
     pub half_to_f32: sys::CUfunction,
     /// Residual add (optional) + RMSNorm + int8 quantization (optional) of the next GEMV's input.
     pub add_rms_norm_q8: sys::CUfunction,
+    /// RMSNorm + int8 quantization over (row, slice) blocks (decode; no residual add).
+    pub rms_norm_q8_slices: sys::CUfunction,
     /// Gated activation + int8 quantization.
     pub gated_act_q8: sys::CUfunction,
     /// Biases, QK-norm, RoPE and the KV-cache append of one sequence's new rows.
@@ -221,8 +229,8 @@ impl Kernels {
             names.borrow_mut().insert(f as usize, name.to_string());
             Ok(f)
         };
-        // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
-        let get_tiled = |name: &str| -> Result<sys::CUfunction, String> {
+        // A kernel allowed `bytes` of dynamic shared memory.
+        let get_smem = |name: &str, bytes: usize| -> Result<sys::CUfunction, String> {
             let f = get(name)?;
             // SAFETY: `f` is a live function of the module; the size is within the device's
             // opt-in shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
@@ -230,13 +238,15 @@ impl Kernels {
                 sys::cuFuncSetAttribute(
                     f,
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    GEMM_SMEM as i32,
+                    bytes as i32,
                 )
             }
             .result()
             .map_err(|e| format!("{name}: shared memory size: {e:?}"))?;
             Ok(f)
         };
+        // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
+        let get_tiled = |name: &str| get_smem(name, GEMM_SMEM as usize);
         let mut gemm = Vec::new();
         let mut dequant_f16 = Vec::new();
         let mut dequant_f32 = Vec::new();
@@ -267,13 +277,23 @@ impl Kernels {
                     ))
                 })
                 .collect::<Result<_, String>>()?,
+            gemv_i8_staged: INT8_GEMV_FORMATS
+                .iter()
+                .map(|&(f, n)| {
+                    let smem = crate::gemv::STAGED_MAX_SMEM;
+                    Ok((f, get_smem(&format!("gemv_{n}_i8_s1"), smem)?))
+                })
+                .collect::<Result<_, String>>()?,
+            attention_split_h128: get("attention_split_f32_h128")?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,
             attention_combine: get("attention_combine_f32")?,
+            attention_combine_q8: get("attention_combine_q8")?,
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
             add_rms_norm_q8: get("add_rms_norm_q8")?,
+            rms_norm_q8_slices: get("rms_norm_q8_slices")?,
             gated_act_q8: get("gated_act_q8")?,
             qkv_post: get("qkv_post")?,
             add: get("add_f32")?,
@@ -338,6 +358,11 @@ impl Kernels {
     /// The int8-activation GEMV for `f` on one activation row with two output rows per warp.
     pub fn gemv_i8_pair(&self, f: WeightFormat) -> Option<sys::CUfunction> {
         Some(self.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
+    }
+
+    /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory.
+    pub fn gemv_i8_staged(&self, f: WeightFormat) -> Option<sys::CUfunction> {
+        for_format(&self.gemv_i8_staged, f)
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
@@ -416,6 +441,10 @@ mod tests {
         for k in [
             "gemv_q4_k_i8_1",
             "add_rms_norm_q8",
+            "rms_norm_q8_slices",
+            "attention_combine_q8",
+            "gemv_q4_k_i8_s1",
+            "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",
         ] {

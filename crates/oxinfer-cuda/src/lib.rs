@@ -35,6 +35,7 @@
 mod backend;
 mod conv;
 mod gemm;
+mod gemv;
 mod gpu;
 mod graph;
 mod kernel_profile;

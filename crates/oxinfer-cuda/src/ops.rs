@@ -4,7 +4,7 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE, GEMV_MAX_ROWS, GEMV_WARPS};
+use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
@@ -23,7 +23,7 @@ const STATS_THREADS: u32 = 512;
 
 /// One kernel argument as `cuLaunchKernel` takes it: the address of the value, which must
 /// live until the launch returns.
-fn arg<T>(v: &T) -> *mut c_void {
+pub(crate) fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
 }
 
@@ -74,10 +74,10 @@ pub(crate) fn attention(
 /// Most query rows the split (flash-decoding) attention takes; more use [`attention`].
 pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
 
-/// Slices of the keys the split attention uses for `a` (enough warps to fill the device,
-/// at least 32 keys per slice on average, at most 128 slices). The key count is rounded up to
-/// a power of two first, so consecutive decode steps share the count (and a captured step's
-/// launch stays valid) until the cache length crosses the next power of two.
+/// Slices of the keys the split attention uses for `a` (enough warps to fill the device, at
+/// least [`split_attention_keys`] keys per slice on average, at most 128 slices). The key count
+/// is rounded up to a power of two first, so consecutive decode steps share the count (and a
+/// captured step's launch stays valid) until the cache length crosses the next power of two.
 pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
     let keys = match a.shape.window {
         Some(w) => w.min(a.n_keys()),
@@ -85,7 +85,23 @@ pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
     }
     .next_power_of_two();
     let warps = (a.t * a.shape.n_heads).max(1);
-    (2048 / warps).clamp(1, 128).min(keys.div_ceil(32).max(1))
+    (2048 / warps)
+        .clamp(1, 128)
+        .min(keys.div_ceil(split_attention_keys()).max(1))
+}
+
+/// The fewest keys per slice of the split attention on average: 32, or
+/// `OXINFER_CUDA_ATTN_SPLIT_KEYS` (a power of two from 4 to 256; for measuring). Fewer keys per
+/// slice shorten each warp's chain of dependent loads and give the merge more partials.
+fn split_attention_keys() -> usize {
+    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("OXINFER_CUDA_ATTN_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|k| k.is_power_of_two() && (4..=256).contains(k))
+            .unwrap_or(32)
+    })
 }
 
 /// f32 values of the partials buffer the split attention needs for `a` with `splits` slices.
@@ -93,10 +109,24 @@ pub(crate) fn attention_part_len(a: &AttentionGeom, splits: usize) -> usize {
     a.t * a.shape.n_heads * splits * (a.shape.head_dim + 2)
 }
 
+/// Whether [`attention_split`] can quantize its output to int8 blocks of `block` for rows of
+/// `n_heads` heads of `head_dim`: its merge kernel covers max(block, head_dim) ≤ 256 values per
+/// block, which must hold whole heads and whole int8 blocks and tile the row.
+pub(crate) fn split_attention_quantizes(n_heads: usize, head_dim: usize, block: usize) -> bool {
+    let span = block.max(head_dim);
+    span <= 256
+        && head_dim.is_multiple_of(32)
+        && span.is_multiple_of(block)
+        && span.is_multiple_of(head_dim)
+        && (n_heads * head_dim).is_multiple_of(span)
+}
+
 /// Decode attention split over the keys ([`attention_splits`] slices, partials in `part` of
 /// [`attention_part_len`] f32): same layouts and result as [`attention`], for at most
 /// [`SPLIT_ATTN_MAX_ROWS`] query rows, whose positions (`a.pos0 ..`, as i32) the kernel reads
-/// at `rpos` on the device (`a.pos0` itself is not passed: a captured step stays valid).
+/// at `rpos` on the device (`a.pos0` itself is not passed: a captured step stays valid). With
+/// `quant`, the merge also quantizes `out` to int8 blocks there (`n_heads · head_dim` a
+/// multiple of the block; the pointers at this call's first row), as [`quant_act_i8`] would.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_split(
     g: &Gpu,
@@ -108,6 +138,7 @@ pub(crate) fn attention_split(
     rpos: CUdeviceptr,
     a: &AttentionGeom,
     splits: usize,
+    quant: Option<Int8Out>,
 ) -> Result<(), String> {
     let sh = &a.shape;
     let [t, h, kvh, hd, s] =
@@ -115,8 +146,13 @@ pub(crate) fn attention_split(
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
     let warps = a.t * sh.n_heads * splits;
+    let split_kernel = if sh.head_dim <= 128 {
+        g.k.attention_split_h128
+    } else {
+        g.k.attention_split
+    };
     g.launch(
-        g.k.attention_split,
+        split_kernel,
         ((warps * 32).div_ceil(128) as u32, 1, 1),
         (128, 1, 1),
         &mut [
@@ -135,45 +171,35 @@ pub(crate) fn attention_split(
             arg(&s),
         ],
     )?;
+    if let Some(o) = quant {
+        // A block per max(block, head) values, a warp per head in it.
+        let span = o.block.max(sh.head_dim);
+        let blocks = a.t * sh.n_heads * sh.head_dim / span;
+        let b = o.block as i32;
+        return g.launch(
+            g.k.attention_combine_q8,
+            (blocks as u32, 1, 1),
+            ((32 * span / sh.head_dim) as u32, 1, 1),
+            &mut [
+                arg(&part),
+                arg(&out),
+                arg(&o.q),
+                arg(&o.d),
+                arg(&o.s),
+                arg(&t),
+                arg(&h),
+                arg(&hd),
+                arg(&s),
+                arg(&b),
+            ],
+        );
+    }
     let warps = a.t * sh.n_heads;
     g.launch(
         g.k.attention_combine,
         ((warps * 32).div_ceil(128) as u32, 1, 1),
         (128, 1, 1),
         &mut [arg(&part), arg(&out), arg(&t), arg(&h), arg(&hd), arg(&s)],
-    )
-}
-
-/// Quantized GEMV `y[t, rows] = x[t, cols] · Wᵀ` for `t` ≤ [`GEMV_MAX_ROWS`] rows of f32
-/// activations `x` (int8 block values, see `quant_act`), weights decoded in registers.
-pub(crate) fn gemv(
-    g: &Gpu,
-    w: &DeviceMatrix,
-    x: CUdeviceptr,
-    y: CUdeviceptr,
-    t: usize,
-) -> Result<(), String> {
-    let f =
-        g.k.gemv(w.format, t)
-            .ok_or_else(|| format!("no GEMV for {} with {t} rows", w.format))?;
-    debug_assert!(t <= GEMV_MAX_ROWS);
-    let wp = w.buf.ptr();
-    let rb = w.row_bytes as i64;
-    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
-    g.declare_bytes(w.buf.bytes());
-    g.launch(
-        f,
-        (w.rows.div_ceil(GEMV_WARPS) as u32, 1, 1),
-        ((32 * GEMV_WARPS) as u32, 1, 1),
-        &mut [
-            arg(&wp),
-            arg(&rb),
-            arg(&x),
-            arg(&y),
-            arg(&rows),
-            arg(&cols),
-            arg(&t_i),
-        ],
     )
 }
 
@@ -189,90 +215,29 @@ pub(crate) fn quant_act_i8(
 ) -> Result<(), String> {
     let nblocks = (n / block) as i64;
     let b = block as i32;
-    let params = &mut [arg(&x), arg(&q), arg(&scales), arg(&nblocks), arg(&b)];
+    let sums = int8_sums(scales, n, block);
+    let params = &mut [
+        arg(&x),
+        arg(&q),
+        arg(&scales),
+        arg(&sums),
+        arg(&nblocks),
+        arg(&b),
+    ];
     launch_1d(g, g.k.quant_act_i8, n / block * 32, params)
 }
 
-/// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` with `xq`
-/// the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols / block]`, from
-/// [`quant_act_i8`]), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four warps of a
-/// block per row when the matrices have too few rows to fill the device ([`gemv_split`]). With
-/// `second` = `(w2, y2)` (same format and width as `w`, any number of rows), also
-/// `y2 = x · W2ᵀ` in the same launch.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemv_i8(
-    g: &Gpu,
-    w: &DeviceMatrix,
-    second: Option<(&DeviceMatrix, CUdeviceptr)>,
-    xq: CUdeviceptr,
-    xd: CUdeviceptr,
-    y: CUdeviceptr,
-    t: usize,
-) -> Result<(), String> {
-    let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
-    let total = w.rows + n2;
-    let split = gemv_split(total, g.sm_count);
-    let pair =
-        t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
-    let f = if pair {
-        g.k.gemv_i8_pair(w.format)
-    } else {
-        g.k.gemv_i8(w.format, t)
-    }
-    .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
-    let wp = w.buf.ptr();
-    let rb = w.row_bytes as i64;
-    g.declare_bytes(w.buf.bytes() + second.map_or(0, |(m, _)| m.buf.bytes()));
-    let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
-    let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
-    g.launch(
-        f,
-        (total.div_ceil(rows_per_block) as u32, 1, 1),
-        ((32 * GEMV_WARPS) as u32, 1, 1),
-        &mut [
-            arg(&wp),
-            arg(&w2),
-            arg(&rb),
-            arg(&xq),
-            arg(&xd),
-            arg(&y),
-            arg(&y2),
-            arg(&rows),
-            arg(&rows2),
-            arg(&cols),
-            arg(&t_i),
-            arg(&split_i),
-        ],
-    )
+/// Bytes beside `n` int8 activation values in blocks of `block` (32 or 256): one f32 scale per
+/// block (their count rounded up to 4, so what follows is 16-byte aligned), then the i32 sum of
+/// each run of 32 values (the int8 GEMV's input layout; `xs` in gemv.cu).
+pub(crate) fn int8_side_bytes(n: usize, block: usize) -> usize {
+    (n / block).next_multiple_of(4) * 4 + n.div_ceil(32) * 4
 }
 
-/// Warps that share one output row of the int8 GEMV for a grid of `rows` output rows on a
-/// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
-/// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
-/// 32 warps per multiprocessor, then [`GEMV_WARPS`] (the row's blocks split over a block's
-/// warps). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one or the other (for measuring).
-fn gemv_split(rows: usize, sm_count: usize) -> usize {
-    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced =
-        *FORCED.get_or_init(
-            || match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
-                Ok("0") => Some(false),
-                Ok("1") => Some(true),
-                _ => None,
-            },
-        );
-    if forced.unwrap_or(rows < 32 * sm_count) {
-        GEMV_WARPS
-    } else {
-        1
-    }
-}
-
-/// Whether one-row int8 GEMVs give each warp two output rows (`OXINFER_CUDA_GEMV_ROWS=2`;
-/// default one).
-fn gemv_pairs() -> bool {
-    static PAIRS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PAIRS.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV_ROWS").is_ok_and(|v| v == "2"))
+/// Where the run sums of `n` int8 values in blocks of `block` start, after their scales at
+/// `scales` ([`int8_side_bytes`]).
+pub(crate) fn int8_sums(scales: CUdeviceptr, n: usize, block: usize) -> CUdeviceptr {
+    scales + ((n / block).next_multiple_of(4) * 4) as CUdeviceptr
 }
 
 /// The kernels' id of a gated activation (0 SiLU, 1 tanh-GELU).
@@ -310,12 +275,14 @@ pub(crate) fn rms_norm(
     add_rms_norm_q8(g, x, None, w, y, None, rows, dim, eps)
 }
 
-/// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8) and
-/// one f32 scale per `block` values at `d`.
+/// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8), one
+/// f32 scale per `block` values at `d` and the run sums at `s` ([`int8_side_bytes`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Int8Out {
     pub q: CUdeviceptr,
     pub d: CUdeviceptr,
+    /// The i32 sum of each run of 32 values (`[n / 32]`).
+    pub s: CUdeviceptr,
     pub block: usize,
 }
 
@@ -340,7 +307,7 @@ pub(crate) fn add_rms_norm_q8(
         ));
     }
     let res = res.unwrap_or(0);
-    let (q, d, b) = out.map_or((0, 0, 32), |o| (o.q, o.d, o.block as i32));
+    let (q, d, qs, b) = out.map_or((0, 0, 0, 32), |o| (o.q, o.d, o.s, o.block as i32));
     let (r, n) = (rows as i32, dim as i32);
     // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
     let threads = dim.next_multiple_of(32).min(1024) as u32;
@@ -355,6 +322,55 @@ pub(crate) fn add_rms_norm_q8(
             arg(&y),
             arg(&q),
             arg(&d),
+            arg(&qs),
+            arg(&r),
+            arg(&n),
+            arg(&eps),
+            arg(&b),
+        ],
+    )
+}
+
+/// Values per block of [`rms_norm_q8_slices`]' grid (`RMS_SLICE` in `kernels/stack.cu`).
+const RMS_SLICE: usize = 256;
+
+/// `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then (when `out` is given) `y`
+/// quantized to int8 blocks like [`quant_act_i8`]: [`add_rms_norm_q8`]'s arithmetic without the
+/// residual add, bit for bit, over a grid of (row, 256-value slice) blocks that each reduce the
+/// whole row, so nothing is stored and read back (decode rows). `y` must not be `x`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rms_norm_q8_slices(
+    g: &Gpu,
+    x: CUdeviceptr,
+    w: CUdeviceptr,
+    y: CUdeviceptr,
+    out: Option<Int8Out>,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<(), String> {
+    if dim > RMS_MAX_DIM || x == y {
+        return Err(format!(
+            "sliced RMSNorm over rows of {dim} (in place: {}): the kernel takes at most \
+             {RMS_MAX_DIM}, out of place",
+            x == y
+        ));
+    }
+    let (q, d, qs, b) = out.map_or((0, 0, 0, 32), |o| (o.q, o.d, o.s, o.block as i32));
+    let (r, n) = (rows as i32, dim as i32);
+    // The same threads as add_rms_norm_q8, so each block's reduction is the same.
+    let threads = dim.next_multiple_of(32).min(1024) as u32;
+    g.launch(
+        g.k.rms_norm_q8_slices,
+        (rows as u32, dim.div_ceil(RMS_SLICE) as u32, 1),
+        (threads, 1, 1),
+        &mut [
+            arg(&x),
+            arg(&w),
+            arg(&y),
+            arg(&q),
+            arg(&d),
+            arg(&qs),
             arg(&r),
             arg(&n),
             arg(&eps),
@@ -381,6 +397,7 @@ pub(crate) fn gated_act_q8(
         arg(&up),
         arg(&out.q),
         arg(&out.d),
+        arg(&out.s),
         arg(&nblocks),
         arg(&b),
         arg(&a),

@@ -10,6 +10,7 @@
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, Slot};
+use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::DeviceKvCache;
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap};
@@ -270,7 +271,7 @@ pub(crate) fn run(
         params: 0,
     };
     g.scratch(Slot::X16, t * widest * 4)?;
-    g.scratch(Slot::XScale, t * widest.div_ceil(32) * 4)?;
+    g.scratch(Slot::XScale, ops::int8_side_bytes(t * widest, 32))?;
     g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
     let scores_dev = match targets_o {
         Some(_) => g.scratch(Slot::Scores, n_logit * 16)?,
@@ -432,8 +433,27 @@ fn add_norm_for(
         }
         _ => (None, None),
     };
-    ops::add_rms_norm_q8(g, x, res, gain, y, out, rows, dim, eps)?;
+    if res.is_none() && x != y && rows <= GEMV_MAX_ROWS && dim <= ops::RMS_MAX_DIM {
+        ops::rms_norm_q8_slices(g, x, gain, y, out, rows, dim, eps)?;
+    } else {
+        ops::add_rms_norm_q8(g, x, res, gain, y, out, rows, dim, eps)?;
+    }
     Ok(ready)
+}
+
+/// Whether the decode stack adds each block's output to the residual stream inside the
+/// block's last GEMV (unless `OXINFER_CUDA_RESIDUAL_GEMV=0`: then in the next norm's kernel).
+/// Either way the sum is the CPU's `x + y` in f32.
+fn residual_in_gemv() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_RESIDUAL_GEMV").is_ok_and(|v| v == "0"))
+}
+
+/// Whether the split attention's merge quantizes the output projection's input itself (unless
+/// `OXINFER_CUDA_COMBINE_Q8=0`).
+fn combine_quantizes() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_COMBINE_Q8").is_ok_and(|v| v == "0"))
 }
 
 /// Queues every layer and the head of one pass (the inputs already uploaded).
@@ -443,8 +463,12 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     let at_p = |o: usize| at(b.params, o);
     let opt_p = |o: Option<usize>| o.map(at_p);
     let rpos = at(b.per_pass, p.pos_o);
-    // The last block's output, added to the residual stream by the next norm.
+    // The last block's output, added to the residual stream by the next norm (unless the
+    // block's last GEMV added it already).
     let mut pending: Option<CUdeviceptr> = None;
+    let fold_residual = residual_in_gemv();
+    // Every sequence's attention is the split kernel, whose merge can quantize its output.
+    let all_split = rows.iter().all(|&(_, len)| len <= ops::SPLIT_ATTN_MAX_ROWS);
     for (li, (l, m)) in d.layers.iter().zip(p.mats).enumerate() {
         let lp = &p.lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
@@ -455,6 +479,20 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
         gemm::linear_pair(g, (wq, b.q), (wk, b.k_new), np, t, path, &mut ready)?;
         gemm::linear(g, wv, np, t, b.v_new, path, &mut ready)?;
+        // The output projection's int8 input, written by the attention's merge.
+        let mut o_ready = None;
+        let o_quant = match gemm::int8_block(wo, t) {
+            Some(block)
+                if all_split
+                    && combine_quantizes()
+                    && ops::split_attention_quantizes(d.n_heads, hd, block) =>
+            {
+                let (out, r) = gemm::int8_input(g, b.att, t, q_row, block, path)?;
+                o_ready = r;
+                Some(out)
+            }
+            _ => None,
+        };
         for (si, &(row, len)) in rows.iter().enumerate() {
             let (kb, vb) = p.bases[si][li];
             let post = ops::QkvPost {
@@ -485,18 +523,31 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
             if len <= ops::SPLIT_ATTN_MAX_ROWS {
                 let splits = ops::attention_splits(&a);
-                ops::attention_split(g, q, kb, vb, out, b.part, at(rpos, row), &a, splits)?;
+                // This sequence's rows of the quantized input (1 byte per value).
+                let quant = o_quant.map(|o| ops::Int8Out {
+                    q: o.q + (row * q_row) as u64,
+                    d: at(o.d, row * q_row / o.block),
+                    s: at(o.s, row * q_row / 32),
+                    ..o
+                });
+                let rp = at(rpos, row);
+                ops::attention_split(g, q, kb, vb, out, b.part, rp, &a, splits, quant)?;
             } else {
                 ops::attention(g, q, kb, vb, out, &a)?;
             }
         }
-        let mut ready = None;
-        gemm::linear(g, wo, b.att, t, b.y, path, &mut ready)?;
-        if let Some(w) = lp.post_attn_norm {
-            rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
-        }
+        let res = if fold_residual && lp.post_attn_norm.is_none() {
+            gemm::linear_add(g, wo, b.att, t, x, b.y, path, &mut o_ready)?;
+            None
+        } else {
+            gemm::linear(g, wo, b.att, t, b.y, path, &mut o_ready)?;
+            if let Some(w) = lp.post_attn_norm {
+                rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
+            }
+            Some(b.y)
+        };
         let ffn_norm = at_p(lp.ffn_norm);
-        let mut ready = add_norm_for(g, x, Some(b.y), ffn_norm, np, t, dim, d.eps, wg, path)?;
+        let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
         gemm::linear_pair(g, (wg, b.gate), (wu, b.up), np, t, path, &mut ready)?;
         let n = t * wg.rows;
         let mut ready = match gemm::int8_block(wd, t) {
@@ -510,11 +561,15 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                 None
             }
         };
-        gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
-        if let Some(w) = lp.post_ffn_norm {
-            rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
+        if fold_residual && lp.post_ffn_norm.is_none() {
+            gemm::linear_add(g, wd, b.gate, t, x, b.y, path, &mut ready)?;
+        } else {
+            gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
+            if let Some(w) = lp.post_ffn_norm {
+                rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
+            }
+            pending = Some(b.y);
         }
-        pending = Some(b.y);
     }
     if let Some(y) = pending {
         add(g, b.x, y, t * dim)?;
@@ -523,8 +578,9 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let n = p.n_logit;
         ops::gather_rows(g, b.x, at(b.per_pass, p.idx_o), b.rows, n, dim)?;
         let gain = at_p(p.final_norm);
-        let mut ready = add_norm_for(g, b.rows, None, gain, b.rows, n, dim, d.eps, p.head, path)?;
-        gemm::linear(g, p.head, b.rows, n, b.logits, path, &mut ready)?;
+        // Normalized into `norm` (free by now): out of place, so decode takes the sliced norm.
+        let mut ready = add_norm_for(g, b.rows, None, gain, b.norm, n, dim, d.eps, p.head, path)?;
+        gemm::linear(g, p.head, b.norm, n, b.logits, path, &mut ready)?;
         if let Some(cap) = d.final_softcap {
             softcap(g, b.logits, n * p.head.rows, cap)?;
         }

@@ -86,15 +86,17 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
 // part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
 // the S partials of each (row, head). Same q/k/v layouts as attention_f32, but row r's position
 // is read from the device (rpos[r]), so a captured decode step stays valid as it advances; the
-// slices are S equal parts of however many keys the row sees.
-extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
-                                               const float* __restrict__ k,
-                                               const float* __restrict__ v,
-                                               float* __restrict__ part, int t,
-                                               const int* __restrict__ rpos, int H, int KVH,
-                                               int hd, float scale, int window, float softcap,
-                                               int S) {
-    PDL_ENTER();
+// slices are S equal parts of however many keys the row sees. ME: values per lane (hd ≤ 32 ME);
+// KC: keys per step, their key and value rows loaded together before any arithmetic (one key
+// per step made a chain of dependent loads: ~1 µs per key, 19 µs per 32-key slice).
+template <int ME, int KC>
+__device__ __forceinline__ void attention_split(const float* __restrict__ q,
+                                                const float* __restrict__ k,
+                                                const float* __restrict__ v,
+                                                float* __restrict__ part, int t,
+                                                const int* __restrict__ rpos, int H, int KVH,
+                                                int hd, float scale, int window, float softcap,
+                                                int S) {
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H * S) return;
@@ -109,43 +111,41 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
     int n = pos - first + 1;
     int chunk = (n + S - 1) / S;
     int j0 = first + s * chunk, j1 = min(pos + 1, j0 + chunk);
-    float qv[MAXE], acc[MAXE];
+    float qv[ME], acc[ME];
     #pragma unroll
-    for (int e = 0; e < MAXE; e++) {
+    for (int e = 0; e < ME; e++) {
         acc[e] = 0.f;
         qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
     }
-    // KCH keys per step, their key and value rows loaded together before any arithmetic: one
-    // key per step made a chain of dependent loads (~1 µs per key, 19 µs per 32-key slice).
     float m = __int_as_float(0xff800000), l = 0.f;
-    for (int j = j0; j < j1; j += KCH) {
-        float kk[KCH][MAXE], vv[KCH][MAXE];
+    for (int j = j0; j < j1; j += KC) {
+        float kk[KC][ME], vv[KC][ME];
         #pragma unroll
-        for (int c = 0; c < KCH; c++) {
+        for (int c = 0; c < KC; c++) {
             bool in = j + c < j1;
             const float* kr = k + (long)(j + c) * kv_row + kvh * hd + lane;
             const float* vr = v + (long)(j + c) * kv_row + kvh * hd + lane;
             #pragma unroll
-            for (int e = 0; e < MAXE; e++) {
+            for (int e = 0; e < ME; e++) {
                 kk[c][e] = in && e < per ? kr[32 * e] : 0.f;
                 vv[c][e] = in && e < per ? vr[32 * e] : 0.f;
             }
         }
-        float sc[KCH];
+        float sc[KC];
         #pragma unroll
-        for (int c = 0; c < KCH; c++) {
+        for (int c = 0; c < KC; c++) {
             float d = 0.f;
             #pragma unroll
-            for (int e = 0; e < MAXE; e++) d += e < per ? qv[e] * kk[c][e] : 0.f;
+            for (int e = 0; e < ME; e++) d += e < per ? qv[e] * kk[c][e] : 0.f;
             sc[c] = d;
         }
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             #pragma unroll
-            for (int c = 0; c < KCH; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
+            for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
         float mn = m;
         #pragma unroll
-        for (int c = 0; c < KCH; c++) {
+        for (int c = 0; c < KC; c++) {
             sc[c] *= scale;
             if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
             if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
@@ -154,19 +154,19 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
         float corr = __expf(m - mn);
         l *= corr;
         #pragma unroll
-        for (int e = 0; e < MAXE; e++) acc[e] *= corr;
+        for (int e = 0; e < ME; e++) acc[e] *= corr;
         #pragma unroll
-        for (int c = 0; c < KCH; c++) {
+        for (int c = 0; c < KC; c++) {
             float p = __expf(sc[c] - mn);
             l += p;
             #pragma unroll
-            for (int e = 0; e < MAXE; e++) acc[e] += p * vv[c][e];
+            for (int e = 0; e < ME; e++) acc[e] += p * vv[c][e];
         }
         m = mn;
     }
     float* o = part + gw * (hd + 2);
     #pragma unroll
-    for (int e = 0; e < MAXE; e++)
+    for (int e = 0; e < ME; e++)
         if (e < per) o[lane + 32 * e] = acc[e];
     if (lane == 0) {
         o[hd] = m;
@@ -174,16 +174,26 @@ extern "C" __global__ void attention_split_f32(const float* __restrict__ q,
     }
 }
 
-// Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
-// each.
-extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
-                                                 float* __restrict__ out, int t, int H, int hd,
-                                                 int S) {
-    PDL_ENTER();
-    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (gw >= (long)t * H) return;
-    int per = hd >> 5;
+#define ATTENTION_SPLIT_KERNEL(NAME, ME, KC)                                                  \
+    extern "C" __global__ void NAME(const float* __restrict__ q, const float* __restrict__ k,  \
+                                    const float* __restrict__ v, float* __restrict__ part,     \
+                                    int t, const int* __restrict__ rpos, int H, int KVH,       \
+                                    int hd, float scale, int window, float softcap, int S) {   \
+        PDL_ENTER();                                                                          \
+        attention_split<ME, KC>(q, k, v, part, t, rpos, H, KVH, hd, scale, window, softcap,   \
+                                S);                                                           \
+    }
+// Any head size up to 256; and heads up to 128 (a quarter of the registers per key, so twice
+// the keys per step: half the dependent rounds).
+ATTENTION_SPLIT_KERNEL(attention_split_f32, MAXE, KCH)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128, 4, 2 * KCH)
+
+// The merge of (row, head) gw's S partials of attention_split into v (lane's values
+// lane + 32 e, e < hd / 32): the running maxima rescaled to the largest, weighted sums over the
+// slices in order.
+__device__ __forceinline__ void combine_head(const float* __restrict__ part, long gw, int hd,
+                                             int S, float (&v)[MAXE]) {
+    int lane = threadIdx.x & 31, per = hd >> 5;
     const float* p = part + gw * S * (hd + 2);
     float mx = __int_as_float(0xff800000);
     for (int s = 0; s < S; s++)
@@ -202,8 +212,57 @@ extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
             if (e < per) acc[e] += ps[lane + 32 * e] * c;
     }
     float inv = 1.f / sum;
-    long r = gw / H, h = gw % H;
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++) v[e] = acc[e] * inv;
+}
+
+// Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
+// each.
+extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
+                                                 float* __restrict__ out, int t, int H, int hd,
+                                                 int S) {
+    PDL_ENTER();
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (gw >= (long)t * H) return;
+    float v[MAXE];
+    combine_head(part, gw, hd, S, v);
     #pragma unroll
     for (int e = 0; e < MAXE; e++)
-        if (e < per) out[r * H * hd + h * hd + lane + 32 * e] = acc[e] * inv;
+        if (e < (hd >> 5)) out[gw * hd + lane + 32 * e] = v[e];
+}
+
+// attention_combine_f32 and the int8 quantization of its output for the next GEMV
+// (quant_act_i8) in one kernel. A block covers L = max(B, hd) consecutive values of
+// out [t, H*hd] (B and hd powers of two, H*hd a multiple of L) with L / hd warps: each merges
+// one head exactly as attention_combine_f32 does (so out is bit-identical to it) into out and
+// shared memory, then the block's warps quantize its L / B blocks of B (32 or 256) into q / dq /
+// qs (quant_act_i8's layout).
+extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
+                                                float* __restrict__ out, i8* __restrict__ q,
+                                                float* __restrict__ dq, int* __restrict__ qs,
+                                                int t, int H, int hd, int S, int B) {
+    PDL_ENTER();
+    __shared__ float vals[32 * MAXE];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int L = max(B, hd), per = hd >> 5;
+    long gw = (long)blockIdx.x * (L / hd) + warp;
+    float v[MAXE];
+    combine_head(part, gw, hd, S, v);
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++) {
+        if (e < per) {
+            out[gw * hd + lane + 32 * e] = v[e];
+            vals[warp * hd + lane + 32 * e] = v[e];
+        }
+    }
+    __syncthreads();
+    int pb = B >> 5;
+    for (int b = warp; b < L / B; b += nw) {
+        float x[8];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = i < pb ? vals[b * B + lane + 32 * i] : 0.f;
+        long blk = (long)blockIdx.x * (L / B) + b;
+        warp_quant_block(x, B, q + blk * B, dq + blk, qs + blk * pb);
+    }
 }

@@ -58,9 +58,12 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 
 // One block of the int8 activation quantization (the CPU kernels' q8 quantization): d = amax /
 // 127, q = round(x / d) clamped to ±127. The warp's lane holds v[i] = element lane + 32 i of a
-// block of B (32 or 256) values (i < B / 32); writes q and, from lane 0, the scale d.
+// block of B (32 or 256) values (i < B / 32); writes q and, from lane 0, the scale d and (when
+// s_out is not null) the integer sum of each run of 32 values (B / 32 of them: the int8 GEMV
+// reads these instead of summing the activations for every weight row).
 __device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8* __restrict__ q,
-                                                 float* __restrict__ d_out) {
+                                                 float* __restrict__ d_out,
+                                                 int* __restrict__ s_out) {
     int lane = threadIdx.x & 31, per = B >> 5;
     float amax = 0.f;
     #pragma unroll
@@ -71,8 +74,16 @@ __device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8*
     float d = amax / 127.f;
     float id = amax == 0.f ? 0.f : 1.f / d;
     #pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (i < per) q[lane + 32 * i] = (i8)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
+    for (int i = 0; i < 8; i++) {
+        if (i < per) {
+            int qi = (int)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
+            q[lane + 32 * i] = (i8)qi;
+            if (s_out) {
+                int sum = __reduce_add_sync(0xffffffffu, qi);
+                if (lane == 0) s_out[i] = sum;
+            }
+        }
+    }
     if (lane == 0) *d_out = d;
 }
 

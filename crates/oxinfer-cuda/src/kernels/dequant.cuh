@@ -46,6 +46,25 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, floa
     }
 }
 
+// Byte i (0..11) of the 12 scale bytes of a Q4_K / Q5_K super-block held as three words, by
+// selects (an indexed local array would live in local memory).
+__device__ __forceinline__ u32 scale_byte(const u32 (&w)[3], int i) {
+    u32 v = i < 4 ? w[0] : (i < 8 ? w[1] : w[2]);
+    return (v >> (8 * (i & 3))) & 0xffu;
+}
+
+// scale_min_k4 on the scale bytes held in registers.
+__device__ __forceinline__ void scale_min_k4_w(int j, const u32 (&w)[3], float* sc, float* mn) {
+    if (j < 4) {
+        *sc = (float)(scale_byte(w, j) & 63);
+        *mn = (float)(scale_byte(w, j + 4) & 63);
+    } else {
+        u32 hi = scale_byte(w, j + 4);
+        *sc = (float)((hi & 0xF) | ((scale_byte(w, j - 4) >> 6) << 4));
+        *mn = (float)((hi >> 4) | ((scale_byte(w, j) >> 6) << 4));
+    }
+}
+
 template <int F> __device__ __forceinline__ void dq16(const u8* row, int k, float* y);
 
 template <> __device__ __forceinline__ void dq16<FMT_Q4_0>(const u8* row, int k, float* y) {

@@ -13,17 +13,20 @@
 #define GEMV_WARPS 4
 
 // Sums each of the T per-row partials of a warp and stores row r's at y[r * rows + row] (lane 0,
-// rows r < t): the one epilogue of every GEMV kernel.
+// rows r < t; with `accum`, adds it to what y holds): the one epilogue of every GEMV kernel.
 template <int T>
 __device__ __forceinline__ void gemv_store(const float (&acc)[T], float* __restrict__ y,
-                                           int rows, int row, int t) {
+                                           int rows, int row, int t, int accum = 0) {
     int lane = threadIdx.x & 31;
     #pragma unroll
     for (int r = 0; r < T; r++) {
         float s = acc[r];
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0 && r < t) y[(long)r * rows + row] = s;
+        if (lane == 0 && r < t) {
+            float* yo = y + (long)r * rows + row;
+            *yo = accum ? *yo + s : s;
+        }
     }
 }
 
@@ -93,26 +96,28 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 
 // The int8 GEMV bodies below add, for each activation row r < t, share `share` of `split` of
 // one weight row wr (cols weights; the `split` warps given one row take interleaved runs of its
-// blocks) times the int8 activations xq [t, cols] with their block scales xd into acc[r] (lane
+// blocks) times the int8 activations xq [t, cols] with their block scales xd and the sums of
+// each run of 32 activations xs [t, cols / 32] (quant_act_i8's layout) into acc[r] (lane
 // `lane`; the caller sums over the lanes and the row's warps).
 
-// Q4_K on int8 activations (llama.cpp's MMVQ scheme, the CPU's q4_K x q8_K dot): the
-// activations are int8 values with one scale per 256 ([t, cols / 256]), exactly the CPU's Q8_K
-// quantization, so the integer sums per sub-block are the CPU's and only the final f32
-// combination differs in order. Eight lanes per super-block (a warp takes four, the block's
-// warps interleaved), each reading 16 bytes of quants
-// (32 weights: 16 low nibbles of sub-block 2c, 16 high nibbles of sub-block 2c+1) and the 32
-// matching int8 activations as two 16-byte loads, so every warp load is contiguous.
+// Q4_K on int8 activations (the CPU's q4_K x q8_K dot): the activations are int8 values with
+// one scale per 256 ([t, cols / 256]), exactly the CPU's Q8_K quantization, so the integer sums
+// per sub-block are the CPU's and only the final f32 combination differs in order. Four lanes
+// per super-block (a warp takes eight, the block's warps interleaved): lane c takes sub-block
+// pair (2c, 2c + 1), i.e. 32 bytes of quants (low nibbles: sub-block 2c, high: 2c + 1) as two
+// 16-byte loads, the 64 matching int8 activations as four, and their two precomputed sums
+// (the mins' term), decoding the pair's scales once.
 template <int T, int R>
 __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, int cols, int t,
+                                            const float* __restrict__ xd,
+                                            const int* __restrict__ xs, int cols, int t,
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
-    int j = lane & 7, c = j >> 1, half = j & 1;
+    int c = lane & 3;
     // Unrolled so that several blocks' loads are in flight at once.
-    #pragma unroll 4
-    for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
+    #pragma unroll 2
+    for (int b = (lane >> 2) + 8 * share; b < nb; b += 8 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
         float (&acc)[T] = accs[rr];
@@ -122,29 +127,30 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
         const u32* s32 = (const u32*)(blk + 4);
         u32 sw[3] = {s32[0], s32[1], s32[2]};
         float sc0, mn0, sc1, mn1;
-        scale_min_k4(2 * c, (const u8*)sw, &sc0, &mn0);
-        scale_min_k4(2 * c + 1, (const u8*)sw, &sc1, &mn1);
-        uint4 q = *(const uint4*)(blk + 16 + c * 32 + half * 16);
-        int qw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
-        int k0 = b * 256 + c * 64 + half * 16;
+        scale_min_k4_w(2 * c, sw, &sc0, &mn0);
+        scale_min_k4_w(2 * c + 1, sw, &sc1, &mn1);
+        uint4 qa = *(const uint4*)(blk + 16 + c * 32);
+        uint4 qb = *(const uint4*)(blk + 32 + c * 32);
+        int qw[8] = {(int)qa.x, (int)qa.y, (int)qa.z, (int)qa.w,
+                     (int)qb.x, (int)qb.y, (int)qb.z, (int)qb.w};
+        int k0 = b * 256 + c * 64;
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                int4 xl = *(const int4*)(xq + (long)r * cols + k0);
-                int4 xh = *(const int4*)(xq + (long)r * cols + k0 + 32);
-                int xlo[4] = {xl.x, xl.y, xl.z, xl.w};
-                int xhi[4] = {xh.x, xh.y, xh.z, xh.w};
-                int dl = 0, dh = 0, sl = 0, sh = 0;
+                const int4* xr = (const int4*)(xq + (long)r * cols + k0);
+                int4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+                int xlo[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int xhi[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+                int dl = 0, dh = 0;
                 #pragma unroll
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < 8; i++) {
                     dl = dp4a(qw[i] & 0x0F0F0F0F, xlo[i], dl);
                     dh = dp4a((qw[i] >> 4) & 0x0F0F0F0F, xhi[i], dh);
-                    sl = dp4a(0x01010101, xlo[i], sl);
-                    sh = dp4a(0x01010101, xhi[i], sh);
                 }
+                int2 sm = *(const int2*)(xs + (long)r * (cols >> 5) + b * 8 + 2 * c);
                 float dx = xd[(long)r * nb + b];
                 acc[r] += dx * (d * (sc0 * (float)dl + sc1 * (float)dh) -
-                                dmin * (mn0 * (float)sl + mn1 * (float)sh));
+                                dmin * (mn0 * (float)sm.x + mn1 * (float)sm.y));
             }
         }
       }
@@ -158,7 +164,8 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
 template <int T, int R>
 __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, int cols, int t,
+                                            const float* __restrict__ xd,
+                                            const int* __restrict__ xs, int cols, int t,
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 8;
     int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
@@ -213,37 +220,38 @@ __device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_
     }
 }
 
-// One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words),
-// scaled by the activations' block scale dx: the CPU's integer block sums.
-template <int F> __device__ __forceinline__ float dot32_i8(const u8* blk, const int* x, float dx);
+// One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words,
+// their sum sx precomputed by the quantization), scaled by the activations' block scale dx: the
+// CPU's integer block sums.
+template <int F>
+__device__ __forceinline__ float dot32_i8(const u8* blk, const int* x, int sx, float dx);
 
-template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_0>(const u8* blk, const int* x, float dx) {
-    int dot = 0, sx = 0;
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_Q4_0>(const u8* blk, const int* x, int sx, float dx) {
+    int dot = 0;
     #pragma unroll
     for (int i = 0; i < 4; i++) {
         int w = ld32_a2(blk + 2 + 4 * i);
         dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
         dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
     }
-    #pragma unroll
-    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
     return dx * h2f(ld16(blk)) * (float)(dot - 8 * sx);
 }
 
-template <> __device__ __forceinline__ float dot32_i8<FMT_Q4_1>(const u8* blk, const int* x, float dx) {
-    int dot = 0, sx = 0;
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_Q4_1>(const u8* blk, const int* x, int sx, float dx) {
+    int dot = 0;
     #pragma unroll
     for (int i = 0; i < 4; i++) {
         int w = ld32_a2(blk + 4 + 4 * i);
         dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
         dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
     }
-    #pragma unroll
-    for (int i = 0; i < 8; i++) sx = dp4a(0x01010101, x[i], sx);
     return dx * (h2f(ld16(blk)) * (float)dot + h2f(ld16(blk + 2)) * (float)sx);
 }
 
-template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, const int* x, float dx) {
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, const int* x, int sx, float dx) {
     int dot = 0;
     #pragma unroll
     for (int i = 0; i < 8; i++) dot = dp4a(ld32_a2(blk + 2 + 4 * i), x[i], dot);
@@ -256,7 +264,8 @@ template <> __device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, c
 template <int F, int T, int R>
 __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
-                                            const float* __restrict__ xd, int cols, int t,
+                                            const float* __restrict__ xd,
+                                            const int* __restrict__ xs, int cols, int t,
                                             int lane, int share, int split, float (&accs)[R][T]) {
     int nb = cols >> 5;
     #pragma unroll 4
@@ -268,12 +277,45 @@ __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ w0, long row_
                 int4 a = xr[0], c = xr[1];
                 int x[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
                 float dx = xd[(long)r * nb + b];
+                int sx = F == FMT_Q8_0 ? 0 : xs[(long)r * nb + b];
                 #pragma unroll
                 for (int rr = 0; rr < R; rr++)
-                    accs[rr][r] += dot32_i8<F>(w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES, x, dx);
+                    accs[rr][r] += dot32_i8<F>(w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES, x, sx,
+                                               dx);
             }
         }
     }
+}
+
+// Copies `nbytes` from global `src` into shared `dst` with 16-byte asynchronous copies
+// (cp.async, compute 8.0+) by `nthreads` threads (this one is `tid`), and returns where src's
+// first byte lies in dst: the copies start at the 16-byte boundary at or below src (dst keeps
+// src's offset within 16 bytes, so 4- and 16-byte loads stay aligned) and may cover up to 15
+// bytes past its end (device buffers have DEV_BUF_SLACK readable bytes after them). Every
+// chunk is in flight at once; the caller waits (cp_async_wait_all) and synchronizes the threads.
+__device__ __forceinline__ const u8* stage_bytes(u8* dst, const u8* src, long nbytes, int tid,
+                                                 int nthreads) {
+    unsigned long long a = (unsigned long long)src;
+    int off = (int)(a & 15ull);
+    const u8* base = src - off;
+    long chunks = (nbytes + off + 15) >> 4;
+    u32 s0 = smem_addr(dst);
+    for (long c = tid; c < chunks; c += nthreads)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s0 + (u32)(c << 4)),
+                     "l"(base + (c << 4))
+                     : "memory");
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    return dst + off;
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Bytes of shared memory a staged int8 GEMV gives one staged unit (a warp's R rows, or a
+// block's one row when split): 16-byte aligned with room for the 16-byte misalignment.
+__device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
+    return ((R * row_bytes + 15) & ~15l) + 16;
 }
 
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
@@ -283,14 +325,25 @@ __device__ __forceinline__ void b32_i8_rows(const u8* __restrict__ w0, long row_
 // warps); with GEMV_WARPS, the block's warps split one row's blocks and add their partial sums in
 // a fixed order (more warps in flight for matrices of few rows: the host picks, ops.rs). With a
 // second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
-// of the grid multiply w2 into y2 (two projections of one input in one launch).
-template <int F, int T, int R>
+// of the grid multiply w2 into y2 (two projections of one input in one launch). With `accum`,
+// the first matrix's results are added to y (y += x · Wᵀ: the residual add of the CPU's order,
+// one f32 add of the same sum) instead of stored. xd holds the activations' scales [t, cols / act_block]
+// (act_block = 256 for the K-quants, else 32; their count rounded up to 4) followed by their run
+// sums [t, cols / 32] as i32 (ops::int8_side_bytes).
+//
+// STAGED: the weight rows are first copied whole into shared memory with cp.async (a warp its
+// own R rows, or the block its one row when split: every byte in flight at once, each lane's
+// copies contiguous 16-byte chunks), then the same dot products read them there; the host
+// gives it staged_unit_bytes per warp (split 1) or per block (split) of dynamic shared memory.
+template <int F, int T, int R, bool STAGED>
 __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
                                         long row_bytes, const i8* __restrict__ xq,
                                         const float* __restrict__ xd, float* __restrict__ y,
                                         float* __restrict__ y2, int rows, int rows2, int cols,
-                                        int t, int split) {
+                                        int t, int split, int accum) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K) ? 256 : 32;
+    const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     // Uniform over the block when split == GEMV_WARPS (one row per block), so the early
     // returns below never skip the __syncthreads of that case.
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
@@ -301,20 +354,34 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         w = w2;
         y = y2;
         rows = rows2;
+        accum = 0;
         if (row >= rows) return;
     }
     const u8* wr = w + (long)row * row_bytes;
+    if constexpr (STAGED) {
+        extern __shared__ __align__(16) u8 gemv_smem[];
+        long unit = staged_unit_bytes(row_bytes, R);
+        if (split == 1) {
+            wr = stage_bytes(gemv_smem + warp * unit, wr, R * row_bytes, lane, 32);
+            cp_async_wait_all();
+            __syncwarp();
+        } else {
+            wr = stage_bytes(gemv_smem, wr, row_bytes, threadIdx.x, blockDim.x);
+            cp_async_wait_all();
+            __syncthreads();
+        }
+    }
     float acc[R][T];
     #pragma unroll
     for (int rr = 0; rr < R; rr++)
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
-    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     if (split == 1) {
         #pragma unroll
-        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], y, rows, row + rr, t);
+        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], y, rows, row + rr, t, accum);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
@@ -330,20 +397,23 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         float v = 0.f;
         #pragma unroll
         for (int k = 0; k < GEMV_WARPS; k++) v += partial[k][threadIdx.x];
-        y[(long)threadIdx.x * rows + row] = v;
+        float* yo = y + (long)threadIdx.x * rows + row;
+        *yo = accum ? *yo + v : v;
     }
 }
 
-#define GEMV_I8_KERNEL(F, NAME, T, R, SUFFIX)                                                  \
+#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, SUFFIX)                                          \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t, int split) {                          \
+        float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
         PDL_ENTER();                                                                           \
-        gemv_i8<F, T, R>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split);         \
+        gemv_i8<F, T, R, STAGED>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split,  \
+                                 accum);                                                       \
     }
 #define GEMV_I8(F, NAME)                                                                       \
-    GEMV_I8_KERNEL(F, NAME, 1, 1, _1) GEMV_I8_KERNEL(F, NAME, 4, 1, _4)                         \
-    GEMV_I8_KERNEL(F, NAME, 8, 1, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, _r2_1)
+    GEMV_I8_KERNEL(F, NAME, 1, 1, false, _1) GEMV_I8_KERNEL(F, NAME, 4, 1, false, _4)           \
+    GEMV_I8_KERNEL(F, NAME, 8, 1, false, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, false, _r2_1)        \
+    GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1)
 
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)

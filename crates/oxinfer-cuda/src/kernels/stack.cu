@@ -46,7 +46,7 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 // GEMV's input after it: with res != 0 first x += res (add_f32, written back), then
 // y = x / sqrt(mean(x^2) + eps) · w over rows of `dim` (the sum of squares in f64 like the CPU
 // reference; y may equal x), then, with q != 0, y quantized to int8 blocks of B values into
-// q [rows * dim] and dq [rows * dim / B] (quant_act_i8). One block per row, up to RMS_THREADS
+// q [rows * dim], dq [rows * dim / B] and qs [rows * dim / 32] (quant_act_i8). One block per row, up to RMS_THREADS
 // threads, dim ≤ RMS_THREADS · RMS_PER (ops.rs checks): each thread loads its RMS_PER values of
 // x and res into registers before it writes anything, so the loads are in flight together (a
 // loop that stores x between loads waited for each load in turn: 16 µs for one 3584-wide row
@@ -55,7 +55,7 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 #define RMS_PER 16
 extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
     float* x, const float* __restrict__ res, const float* __restrict__ w, float* y, i8* q,
-    float* dq, int rows, int dim, float eps, int B) {
+    float* dq, int* qs, int rows, int dim, float eps, int B) {
     PDL_ENTER();
     int r = blockIdx.x;
     if (r >= rows) return;
@@ -109,14 +109,88 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
         #pragma unroll
         for (int i = 0; i < 8; i++) vb[i] = i < per ? yr[b * B + lane + 32 * i] : 0.f;
         long blk = ((long)r * dim) / B + b;
-        warp_quant_block(vb, B, q + blk * B, dq + blk);
+        warp_quant_block(vb, B, q + blk * B, dq + blk, qs + blk * per);
+    }
+}
+
+// The RMSNorm + int8 quantization of add_rms_norm_q8 without the residual add (the decode
+// stack adds the residual in the GEMV that produced it) over a grid of (rows, slices of
+// RMS_SLICE values): every block reduces its whole row in exactly add_rms_norm_q8's order (same
+// threads, same per-thread values, same tree), so every block gets the same bit-identical 1/rms;
+// then its first warp normalizes its slice from registers, stores it to y and quantizes it in
+// blocks of B (32 or 256; RMS_SLICE a multiple of both, dim a multiple of B). No value is
+// written before being read back, so the whole step is one round of loads: against one block
+// per row that stored y and read it again to quantize. y must not alias x (other blocks of the
+// row still read x).
+#define RMS_SLICE 256
+extern "C" __global__ void __launch_bounds__(RMS_THREADS) rms_norm_q8_slices(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* q,
+    float* dq, int* qs, int rows, int dim, float eps, int B) {
+    PDL_ENTER();
+    int r = blockIdx.x, sl = blockIdx.y;
+    if (r >= rows) return;
+    const float* xr = x + (long)r * dim;
+    int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31;
+    float v[RMS_PER];
+    #pragma unroll
+    for (int k = 0; k < RMS_PER; k++) {
+        int i = tid + k * nt;
+        v[k] = i < dim ? xr[i] : 0.f;
+    }
+    // The slice's own values and gains (first warp), loaded with the row.
+    int s0 = sl * RMS_SLICE;
+    float xs[8], ws[8];
+    if (warp == 0) {
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int c = s0 + lane + 32 * i;
+            xs[i] = c < dim ? xr[c] : 0.f;
+            ws[i] = c < dim ? w[c] : 0.f;
+        }
+    }
+    double ss = 0.0;
+    #pragma unroll
+    for (int k = 0; k < RMS_PER; k++) ss += (double)v[k] * (double)v[k];
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ double part[32];
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp != 0) return;
+    int nw = nt >> 5;
+    ss = lane < nw ? part[lane] : 0.0;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    float ys[8];
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int c = s0 + lane + 32 * i;
+        ys[i] = xs[i] * inv * ws[i];
+        if (c < dim) y[(long)r * dim + c] = ys[i];
+    }
+    if (q == 0) return;
+    long row_blocks = (long)r * (dim / B);
+    if (B == 256) {
+        long blk = row_blocks + s0 / 256;
+        if (s0 < dim) warp_quant_block(ys, 256, q + blk * 256, dq + blk, qs + blk * 8);
+        return;
+    }
+    // Blocks of 32: sub-block i of the slice is element lane + 32 i, one per lane.
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int c0 = s0 + 32 * i;
+        if (c0 >= dim) break;
+        float one[8] = {ys[i], 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        long blk = row_blocks + c0 / 32;
+        warp_quant_block(one, 32, q + blk * 32, dq + blk, qs + blk);
     }
 }
 
 // The gated activation (gated_act_f32: g = act(g) · u, written back) and the int8 quantization
 // of the result in blocks of B (quant_act_i8) in one kernel: one warp per block.
 extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i8* q, float* dq,
-                                        long nblocks, int B, int act) {
+                                        int* qs, long nblocks, int B, int act) {
     PDL_ENTER();
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -141,7 +215,7 @@ extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i
             g[b * B + lane + 32 * i] = v[i];
         }
     }
-    warp_quant_block(v, B, q + b * B, dq + b);
+    warp_quant_block(v, B, q + b * B, dq + b, qs + b * per);
 }
 
 // The new rows of one sequence after the q/k/v projections, in one kernel: per (row, head) of

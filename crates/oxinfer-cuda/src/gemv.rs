@@ -1,0 +1,166 @@
+//! Launchers of the quantized GEMV kernels (`kernels/gemv.cu`): decode-sized products
+//! `y[t, rows] = x[t, cols] · Wᵀ` for `t` ≤ [`GEMV_MAX_ROWS`] activation rows, weights read in
+//! their GGUF blocks. Pointers are device addresses in the [`Gpu`]'s context; work is queued on
+//! its stream.
+
+use crate::gpu::Gpu;
+use crate::kernels::{GEMV_MAX_ROWS, GEMV_WARPS};
+use crate::matrix::DeviceMatrix;
+use crate::ops::arg;
+use cudarc::driver::sys::CUdeviceptr;
+use std::sync::OnceLock;
+
+/// Quantized GEMV `y[t, rows] = x[t, cols] · Wᵀ` for `t` ≤ [`GEMV_MAX_ROWS`] rows of f32
+/// activations `x` (int8 block values, see `quant_act`), weights decoded in registers.
+pub(crate) fn gemv(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    x: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+) -> Result<(), String> {
+    let f =
+        g.k.gemv(w.format, t)
+            .ok_or_else(|| format!("no GEMV for {} with {t} rows", w.format))?;
+    debug_assert!(t <= GEMV_MAX_ROWS);
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    let [rows, cols, t_i] = [w.rows, w.cols, t].map(|v| v as i32);
+    g.declare_bytes(w.buf.bytes());
+    g.launch(
+        f,
+        (w.rows.div_ceil(GEMV_WARPS) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
+        &mut [
+            arg(&wp),
+            arg(&rb),
+            arg(&x),
+            arg(&y),
+            arg(&rows),
+            arg(&cols),
+            arg(&t_i),
+        ],
+    )
+}
+
+/// How the int8 GEMV's output row meets `y`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum GemvOut {
+    /// `y = x · Wᵀ`.
+    Store,
+    /// `y += x · Wᵀ` (the residual add after a block's last product, one f32 add of the same
+    /// sum as the CPU's separate add; the second matrix of a pair always stores).
+    Accumulate,
+}
+
+/// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` (or `+=`,
+/// `out`) with `xq` the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols /
+/// block]`, from `quant_act_i8`), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four
+/// warps of a block per row when the matrices have too few rows to fill the device
+/// ([`gemv_split`]). With `second` = `(w2, y2)` (same format and width as `w`, any number of
+/// rows), also `y2 = x · W2ᵀ` in the same launch. One-row products take the staged kernel
+/// (weight rows copied whole into shared memory first) when [`staged`] says so and the rows
+/// fit [`STAGED_MAX_SMEM`]. `xd` holds the scales and then the run sums
+/// ([`crate::ops::int8_side_bytes`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_i8(
+    g: &Gpu,
+    w: &DeviceMatrix,
+    second: Option<(&DeviceMatrix, CUdeviceptr)>,
+    xq: CUdeviceptr,
+    xd: CUdeviceptr,
+    y: CUdeviceptr,
+    t: usize,
+    out: GemvOut,
+) -> Result<(), String> {
+    let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
+    let total = w.rows + n2;
+    let split = gemv_split(total, g.sm_count);
+    let pair =
+        t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
+    // Shared bytes of the staged kernel: a row per warp, or the block's one row when split.
+    let units = if split == 1 { GEMV_WARPS } else { 1 };
+    let smem = staged_unit_bytes(w.row_bytes) * units;
+    let stage = t == 1 && !pair && staged() && smem <= STAGED_MAX_SMEM;
+    let f = if pair {
+        g.k.gemv_i8_pair(w.format)
+    } else if stage {
+        g.k.gemv_i8_staged(w.format)
+    } else {
+        g.k.gemv_i8(w.format, t)
+    }
+    .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
+    let wp = w.buf.ptr();
+    let rb = w.row_bytes as i64;
+    g.declare_bytes(w.buf.bytes() + second.map_or(0, |(m, _)| m.buf.bytes()));
+    let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
+    let accum = i32::from(out == GemvOut::Accumulate);
+    let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
+    g.launch_smem(
+        f,
+        (total.div_ceil(rows_per_block) as u32, 1, 1),
+        ((32 * GEMV_WARPS) as u32, 1, 1),
+        if stage { smem as u32 } else { 0 },
+        &mut [
+            arg(&wp),
+            arg(&w2),
+            arg(&rb),
+            arg(&xq),
+            arg(&xd),
+            arg(&y),
+            arg(&y2),
+            arg(&rows),
+            arg(&rows2),
+            arg(&cols),
+            arg(&t_i),
+            arg(&split_i),
+            arg(&accum),
+        ],
+    )
+}
+
+/// Most dynamic shared memory a staged GEMV block takes (its kernels are allowed this much,
+/// kernels.rs).
+pub(crate) const STAGED_MAX_SMEM: usize = 96 * 1024;
+
+/// Shared bytes the staged GEMV gives one row (`staged_unit_bytes` in gemv.cu with R = 1): the
+/// row rounded up to 16 bytes, plus 16 for its misalignment.
+fn staged_unit_bytes(row_bytes: usize) -> usize {
+    row_bytes.next_multiple_of(16) + 16
+}
+
+/// Whether one-row int8 GEMVs copy their weight rows into shared memory before the dot
+/// products (unless `OXINFER_CUDA_GEMV_STAGED=0`; measured in docs/gpu.md).
+fn staged() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_STAGED").is_ok_and(|v| v == "0"))
+}
+
+/// Warps that share one output row of the int8 GEMV for a grid of `rows` output rows on a
+/// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
+/// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
+/// 32 warps per multiprocessor, then [`GEMV_WARPS`] (the row's blocks split over a block's
+/// warps). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one or the other (for measuring).
+fn gemv_split(rows: usize, sm_count: usize) -> usize {
+    static FORCED: OnceLock<Option<bool>> = OnceLock::new();
+    let forced =
+        *FORCED.get_or_init(
+            || match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
+                Ok("0") => Some(false),
+                Ok("1") => Some(true),
+                _ => None,
+            },
+        );
+    if forced.unwrap_or(rows < 32 * sm_count) {
+        GEMV_WARPS
+    } else {
+        1
+    }
+}
+
+/// Whether one-row int8 GEMVs give each warp two output rows (`OXINFER_CUDA_GEMV_ROWS=2`;
+/// default one).
+fn gemv_pairs() -> bool {
+    static PAIRS: OnceLock<bool> = OnceLock::new();
+    *PAIRS.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV_ROWS").is_ok_and(|v| v == "2"))
+}
