@@ -8,6 +8,7 @@ use crate::kernels::{GEMV_MAX_ROWS, GEMV_WARPS};
 use crate::matrix::DeviceMatrix;
 use crate::ops::arg;
 use cudarc::driver::sys::CUdeviceptr;
+use oxinfer_kernels::WeightFormat;
 use std::sync::OnceLock;
 
 /// Quantized GEMV `y[t, rows] = x[t, cols] · Wᵀ` for `t` ≤ [`GEMV_MAX_ROWS`] rows of f32
@@ -75,11 +76,11 @@ pub(crate) fn gemv_i8(
 ) -> Result<(), String> {
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let total = w.rows + n2;
-    let split = gemv_split(total, g.sm_count);
+    let split = gemv_split(w, total, g.sm_count);
     let pair =
         t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
-    // Shared bytes of the staged kernel: a row per warp, or the block's one row when split.
-    let units = if split == 1 { GEMV_WARPS } else { 1 };
+    // Shared bytes of the staged kernel: one row per `split` warps.
+    let units = GEMV_WARPS / split;
     let smem = staged_unit_bytes(w.row_bytes) * units;
     let stage = t == 1 && !pair && staged() && smem <= STAGED_MAX_SMEM;
     let f = if pair {
@@ -136,26 +137,38 @@ fn staged() -> bool {
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_STAGED").is_ok_and(|v| v == "0"))
 }
 
-/// Warps that share one output row of the int8 GEMV for a grid of `rows` output rows on a
+/// Warps that share one output row of `w`'s int8 GEMV for a grid of `rows` output rows on a
 /// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
-/// 32 warps per multiprocessor, then [`GEMV_WARPS`] (the row's blocks split over a block's
-/// warps). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one or the other (for measuring).
-fn gemv_split(rows: usize, sm_count: usize) -> usize {
-    static FORCED: OnceLock<Option<bool>> = OnceLock::new();
+/// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
+/// (a warp's lanes take 8 Q4_K super-blocks, 4 Q6_K or 32 of the 32-weight formats per step:
+/// a 3584-wide Q4_K row has work for two). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
+/// four warps per row, `few4` four whenever the rows are few (for measuring).
+fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
+    static FORCED: OnceLock<Option<usize>> = OnceLock::new();
     let forced =
         *FORCED.get_or_init(
             || match std::env::var("OXINFER_CUDA_GEMV_SPLIT").as_deref() {
-                Ok("0") => Some(false),
-                Ok("1") => Some(true),
+                Ok("0") => Some(1),
+                Ok("1") => Some(GEMV_WARPS),
+                // Session 7's rule: four warps per row whenever the rows are few.
+                Ok("few4") => Some(0),
                 _ => None,
             },
         );
-    if forced.unwrap_or(rows < 32 * sm_count) {
-        GEMV_WARPS
-    } else {
-        1
+    match forced {
+        Some(0) if rows < 32 * sm_count => return GEMV_WARPS,
+        Some(s) if s > 0 => return s,
+        _ if rows >= 32 * sm_count => return 1,
+        _ => {}
     }
+    let (block_cols, per_step) = match w.format {
+        WeightFormat::Q4K => (256, 8),
+        WeightFormat::Q6K => (256, 4),
+        _ => (32, 32),
+    };
+    let warps = (w.cols / block_cols).div_ceil(per_step);
+    warps.next_power_of_two().clamp(1, GEMV_WARPS)
 }
 
 /// Whether one-row int8 GEMVs give each warp two output rows (`OXINFER_CUDA_GEMV_ROWS=2`;

@@ -171,6 +171,22 @@ pub(crate) fn attention_split(
             arg(&s),
         ],
     )?;
+    attention_merge(g, part, out, a, splits, quant)
+}
+
+/// The merge of [`attention_split`]'s `splits` partials per
+/// (row, head) into `out` `[t, n_heads * head_dim]`, quantizing it to int8 blocks there with
+/// `quant` (see [`attention_split`]).
+pub(crate) fn attention_merge(
+    g: &Gpu,
+    part: CUdeviceptr,
+    out: CUdeviceptr,
+    a: &AttentionGeom,
+    splits: usize,
+    quant: Option<Int8Out>,
+) -> Result<(), String> {
+    let sh = &a.shape;
+    let [t, h, hd, s] = [a.t, sh.n_heads, sh.head_dim, splits].map(|v| v as i32);
     if let Some(o) = quant {
         // A block per max(block, head) values, a warp per head in it.
         let span = o.block.max(sh.head_dim);

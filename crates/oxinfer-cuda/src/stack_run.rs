@@ -510,8 +510,6 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                 pos: rpos,
                 eps: d.eps,
             };
-            let heads = (d.n_heads, d.n_kv_heads, hd);
-            ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, row, len, heads)?;
             let a = geom(d, len, p.pos0[si], l.spec.window);
             let a = AttentionGeom {
                 shape: AttnShape {
@@ -521,15 +519,17 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                 ..a
             };
             let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
+            let splits = ops::attention_splits(&a);
+            // This sequence's rows of the quantized input (1 byte per value).
+            let quant = o_quant.map(|o| ops::Int8Out {
+                q: o.q + (row * q_row) as u64,
+                d: at(o.d, row * q_row / o.block),
+                s: at(o.s, row * q_row / 32),
+                ..o
+            });
+            let heads = (d.n_heads, d.n_kv_heads, hd);
+            ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, row, len, heads)?;
             if len <= ops::SPLIT_ATTN_MAX_ROWS {
-                let splits = ops::attention_splits(&a);
-                // This sequence's rows of the quantized input (1 byte per value).
-                let quant = o_quant.map(|o| ops::Int8Out {
-                    q: o.q + (row * q_row) as u64,
-                    d: at(o.d, row * q_row / o.block),
-                    s: at(o.s, row * q_row / 32),
-                    ..o
-                });
                 let rp = at(rpos, row);
                 ops::attention_split(g, q, kb, vb, out, b.part, rp, &a, splits, quant)?;
             } else {

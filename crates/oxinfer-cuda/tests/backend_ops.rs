@@ -271,6 +271,9 @@ fn gemv_matches_cpu_twin() {
         // a block's warps; ops::gemv_split).
         (9000, 512, 1),
         (9000, 256, 4),
+        // A 3584-wide Q4_K row of few rows: two warps per row (gemv::gemv_split).
+        (700, 3584, 1),
+        (700, 3584, 2),
     ];
     for f in FORMATS.into_iter().filter(|f| f.is_quantized()) {
         for &(n, k, t) in &shapes {

@@ -80,44 +80,17 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     }
 }
 
-// Decode attention split over the keys (flash-decoding), for a few query rows over a long
-// cache: warp (row r, head h, split s) runs the online softmax over slice s of the S slices of
-// the keys row r sees and writes its unnormalized output, running max and sum to
-// part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
-// the S partials of each (row, head). Same q/k/v layouts as attention_f32, but row r's position
-// is read from the device (rpos[r]), so a captured decode step stays valid as it advances; the
-// slices are S equal parts of however many keys the row sees. ME: values per lane (hd ≤ 32 ME);
-// KC: keys per step, their key and value rows loaded together before any arithmetic (one key
-// per step made a chain of dependent loads: ~1 µs per key, 19 µs per 32-key slice).
+// The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
+// j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
+// their key and value rows loaded together before any arithmetic (one key per step made a chain
+// of dependent loads: ~1 µs per key, 19 µs per 32-key slice): running max m, sum l, output acc.
 template <int ME, int KC>
-__device__ __forceinline__ void attention_split(const float* __restrict__ q,
-                                                const float* __restrict__ k,
-                                                const float* __restrict__ v,
-                                                float* __restrict__ part, int t,
-                                                const int* __restrict__ rpos, int H, int KVH,
-                                                int hd, float scale, int window, float softcap,
-                                                int S) {
-    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (gw >= (long)t * H * S) return;
-    int s = (int)(gw % S);
-    int h = (int)((gw / S) % H);
-    int r = (int)(gw / ((long)S * H));
-    int kvh = h / (H / KVH);
-    int per = hd >> 5;
-    int q_row = H * hd, kv_row = KVH * hd;
-    int pos = rpos[r];
-    int first = window > 0 ? max(0, pos - window + 1) : 0;
-    int n = pos - first + 1;
-    int chunk = (n + S - 1) / S;
-    int j0 = first + s * chunk, j1 = min(pos + 1, j0 + chunk);
-    float qv[ME], acc[ME];
-    #pragma unroll
-    for (int e = 0; e < ME; e++) {
-        acc[e] = 0.f;
-        qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
-    }
-    float m = __int_as_float(0xff800000), l = 0.f;
+__device__ __forceinline__ void softmax_keys(const float* __restrict__ k,
+                                             const float* __restrict__ v, int kv_row, int kvh,
+                                             int hd, int j0, int j1, const float (&qv)[ME],
+                                             float scale, float softcap, float& m, float& l,
+                                             float (&acc)[ME]) {
+    int lane = threadIdx.x & 31, per = hd >> 5;
     for (int j = j0; j < j1; j += KC) {
         float kk[KC][ME], vv[KC][ME];
         #pragma unroll
@@ -164,6 +137,13 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
         }
         m = mn;
     }
+}
+
+// One warp's partial (unnormalized output, running max, sum) at part + gw · (hd + 2).
+template <int ME>
+__device__ __forceinline__ void store_partial(float* __restrict__ part, long gw, int hd,
+                                              const float (&acc)[ME], float m, float l) {
+    int lane = threadIdx.x & 31, per = hd >> 5;
     float* o = part + gw * (hd + 2);
     #pragma unroll
     for (int e = 0; e < ME; e++)
@@ -172,6 +152,53 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
         o[hd] = m;
         o[hd + 1] = l;
     }
+}
+
+// The first key of slice s of S equal slices of the n keys from `first` on, and its end.
+__device__ __forceinline__ void slice_keys(int first, int n, int s, int S, int& j0, int& j1) {
+    int chunk = (n + S - 1) / S;
+    j0 = first + s * chunk;
+    j1 = min(first + n, j0 + chunk);
+}
+
+// Decode attention split over the keys (flash-decoding), for a few query rows over a long
+// cache: warp (row r, head h, split s) runs the online softmax over slice s of the S slices of
+// the keys row r sees and writes its unnormalized output, running max and sum to
+// part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
+// the S partials of each (row, head). Same q/k/v layouts as attention_f32, but row r's position
+// is read from the device (rpos[r]), so a captured decode step stays valid as it advances; the
+// slices are S equal parts of however many keys the row sees. ME: values per lane (hd ≤ 32 ME);
+// KC: keys per step (softmax_keys).
+template <int ME, int KC>
+__device__ __forceinline__ void attention_split(const float* __restrict__ q,
+                                                const float* __restrict__ k,
+                                                const float* __restrict__ v,
+                                                float* __restrict__ part, int t,
+                                                const int* __restrict__ rpos, int H, int KVH,
+                                                int hd, float scale, int window, float softcap,
+                                                int S) {
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (gw >= (long)t * H * S) return;
+    int s = (int)(gw % S);
+    int h = (int)((gw / S) % H);
+    int r = (int)(gw / ((long)S * H));
+    int kvh = h / (H / KVH);
+    int per = hd >> 5;
+    int q_row = H * hd, kv_row = KVH * hd;
+    int pos = rpos[r];
+    int first = window > 0 ? max(0, pos - window + 1) : 0;
+    int j0, j1;
+    slice_keys(first, pos - first + 1, s, S, j0, j1);
+    float qv[ME], acc[ME];
+    #pragma unroll
+    for (int e = 0; e < ME; e++) {
+        acc[e] = 0.f;
+        qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
+    }
+    float m = __int_as_float(0xff800000), l = 0.f;
+    softmax_keys<ME, KC>(k, v, kv_row, kvh, hd, j0, j1, qv, scale, softcap, m, l, acc);
+    store_partial<ME>(part, gw, hd, acc, m, l);
 }
 
 #define ATTENTION_SPLIT_KERNEL(NAME, ME, KC)                                                  \

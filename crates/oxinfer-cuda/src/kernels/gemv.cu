@@ -320,10 +320,11 @@ __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
 
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
-// only with split == 1 and row counts that are multiples of R). `split` is 1 or GEMV_WARPS: with 1,
-// each warp of a block computes R output rows (the fastest when the grid has several waves of
-// warps); with GEMV_WARPS, the block's warps split one row's blocks and add their partial sums in
-// a fixed order (more warps in flight for matrices of few rows: the host picks, ops.rs). With a
+// only with split == 1 and row counts that are multiples of R). `split` is 1, 2 or GEMV_WARPS:
+// with 1, each warp of a block computes R output rows (the fastest when the grid has several
+// waves of warps); with more, each `split` warps of the block share one row's blocks and add
+// their partial sums in a fixed order (more warps in flight for matrices of few rows; 2 where
+// a row has too few blocks to keep four warps busy: the host picks, gemv.rs). With a
 // second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
 // of the grid multiply w2 into y2 (two projections of one input in one launch). With `accum`,
 // the first matrix's results are added to y (y += x · Wᵀ: the residual add of the CPU's order,
@@ -344,20 +345,15 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
-    // Uniform over the block when split == GEMV_WARPS (one row per block), so the early
-    // returns below never skip the __syncthreads of that case.
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
-    if (row >= rows) {
-        if (w2 == 0) return;
-        row -= rows;
-        w = w2;
-        y = y2;
-        rows = rows2;
-        accum = 0;
-        if (row >= rows) return;
-    }
-    const u8* wr = w + (long)row * row_bytes;
+    bool second = row >= rows;
+    int lrow = second ? row - rows : row;
+    bool valid = lrow < (second ? rows2 : rows) && (!second || w2 != 0);
+    // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
+    // warps per row, every warp stays for the __syncthreads below.
+    if (split == 1 && !valid) return;
+    const u8* wr = (second ? w2 : w) + (long)(valid ? lrow : 0) * row_bytes;
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(row_bytes, R);
@@ -366,7 +362,9 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
             cp_async_wait_all();
             __syncwarp();
         } else {
-            wr = stage_bytes(gemv_smem, wr, row_bytes, threadIdx.x, blockDim.x);
+            // The row's split warps copy it together.
+            int u = warp / split, ut = threadIdx.x - u * 32 * split;
+            if (valid) wr = stage_bytes(gemv_smem + u * unit, wr, row_bytes, ut, 32 * split);
             cp_async_wait_all();
             __syncthreads();
         }
@@ -376,12 +374,16 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     for (int rr = 0; rr < R; rr++)
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
-    if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-    else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    if (valid) {
+        if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    }
     if (split == 1) {
+        float* yy = second ? y2 : y;
+        int n = second ? rows2 : rows, ac = second ? 0 : accum;
         #pragma unroll
-        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], y, rows, row + rr, t, accum);
+        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], yy, n, lrow + rr, t, ac);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
@@ -393,12 +395,20 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         if (lane == 0) partial[warp][r] = v;
     }
     __syncthreads();
-    if (threadIdx.x < T && threadIdx.x < t) {
-        float v = 0.f;
-        #pragma unroll
-        for (int k = 0; k < GEMV_WARPS; k++) v += partial[k][threadIdx.x];
-        float* yo = y + (long)threadIdx.x * rows + row;
-        *yo = accum ? *yo + v : v;
+    // Thread u·T + r stores row u's result for activation row r: its split warps' partials
+    // added in warp order.
+    int units = GEMV_WARPS / split;
+    if (threadIdx.x < units * T) {
+        int u = threadIdx.x / T, r = threadIdx.x % T;
+        int grow = blockIdx.x * units + u;
+        bool sec = grow >= rows;
+        int lr = sec ? grow - rows : grow;
+        if (r < t && lr < (sec ? rows2 : rows) && (!sec || w2 != 0)) {
+            float v = 0.f;
+            for (int k = 0; k < split; k++) v += partial[u * split + k][r];
+            float* yo = (sec ? y2 : y) + (long)r * (sec ? rows2 : rows) + lr;
+            *yo = !sec && accum ? *yo + v : v;
+        }
     }
 }
 
