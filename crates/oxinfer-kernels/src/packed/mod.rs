@@ -36,6 +36,17 @@
 //!   Q4_0), then high bits (2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
 //!   the top two bits of quant `16h + 4k + b`); weight = `d * sc * (q - 32)`.
 //!
+//! - `IQ4_NL` (144 B): `d: [f16; 8]`, nibble chunks as Q4_0 holding 4-bit indices; weight =
+//!   `d * KVALUES_IQ4NL[q]`. `MXFP4` (136 B): the E8M0 bytes `e: [u8; 8]`, then the same
+//!   chunks; weight = `e8m0_half(e) * KVALUES_MXFP4[q]`. The kernels look the indices up with
+//!   a byte shuffle and multiply the signed values as Q8_0's.
+//! - 256-weight table formats (IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+//!   TQ1_0, TQ2_0; 1168 B): every one of their integer quants takes at most 16 values, so
+//!   packing decodes the grids once and stores 4-bit indices into a per-format table
+//!   (`pack::t4_table`): `d: [f16; 8]`, integer scales `sc: [i8; 16 groups][8 lanes]`, then 8
+//!   sub-blocks of 4 nibble chunks as Q4_0; weight = `d * unit * sc[group] * table[q]`. The
+//!   decode kernels then skip the grid lookups (IQ2_XS: 592 B per 8 rows become 1168 B).
+//!
 //! The other formats are not packed ([`PackedMatrix::pack`] returns `None`) and keep the
 //! row-major kernels of [`crate::fast`].
 
@@ -94,7 +105,8 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+    /// IQ4_NL, MXFP4 and the 256-weight IQ/TQ formats).
     pub fn supports(format: WeightFormat) -> bool {
         pack::packed_block_bytes(format).is_some()
     }

@@ -6,7 +6,7 @@ use super::*;
 use crate::dispatch::available_isas;
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 8] = [
+const FORMATS: [WeightFormat; 20] = [
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
     WeightFormat::Q5_0,
@@ -15,10 +15,27 @@ const FORMATS: [WeightFormat; 8] = [
     WeightFormat::Q4K,
     WeightFormat::Q5K,
     WeightFormat::Q6K,
+    // Table formats: 4-bit indices into a 16-value table.
+    WeightFormat::IQ4_NL,
+    WeightFormat::MXFP4,
+    WeightFormat::IQ4_XS,
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ2_XS,
+    WeightFormat::IQ2_S,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ1_S,
+    WeightFormat::IQ1_M,
+    WeightFormat::TQ1_0,
+    WeightFormat::TQ2_0,
 ];
 
 /// `rows` rows of `cols` weights of `format` from random bytes with sane f16 scales.
 fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    if WeightFormat::IQ.contains(&format) {
+        // Scales wherever each IQ/TQ/MXFP4 layout keeps them: the row kernels' test rows.
+        return crate::vecdot::tests::random_row(format, rows * cols, seed);
+    }
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = || {
         s ^= s << 13;
@@ -90,7 +107,7 @@ fn check(format: WeightFormat, rows: usize, blocks: usize, t: usize, seed: u64) 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
     #[test]
     fn packed_matches_twins(
         f in 0usize..FORMATS.len(),
@@ -120,7 +137,13 @@ fn extreme_quants_do_not_overflow() {
         let mut data = random_matrix(f, rows, cols, 5);
         let bb = f.block_bytes();
         for blk in data.chunks_exact_mut(bb) {
+            // Largest quant magnitudes: index 0 of the IQ4 table is -127, and IQ4_XS scale
+            // code 0 is -32.
             let q = match f {
+                WeightFormat::IQ4_NL => 2..18,
+                WeightFormat::IQ4_XS => 2..136,
+                WeightFormat::MXFP4 => 1..17,
+                f if WeightFormat::IQ.contains(&f) => continue,
                 WeightFormat::Q4_0 => 2..18,
                 WeightFormat::Q4_1 => 4..20,
                 WeightFormat::Q5_0 => 2..22,
@@ -130,7 +153,12 @@ fn extreme_quants_do_not_overflow() {
                 WeightFormat::Q5K => 4..176,
                 _ => 0..208,
             };
-            let fill = if f == WeightFormat::Q8_0 { 0x81 } else { 0xFF };
+            let fill = match f {
+                WeightFormat::Q8_0 => 0x81,
+                WeightFormat::IQ4_NL | WeightFormat::IQ4_XS => 0x00,
+                WeightFormat::MXFP4 => 0xFF, // code 15: -12, the largest
+                _ => 0xFF,
+            };
             blk[q].fill(fill);
         }
         let w = WeightMatrix::new(f, &data, rows, cols).unwrap();
@@ -161,7 +189,7 @@ fn unsupported_formats_are_not_packed() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
     /// A row read back from the packed copy has the same bits as the row-major dequantizer
     /// gives on the original bytes (tied embeddings read rows from the packed head).
     #[test]

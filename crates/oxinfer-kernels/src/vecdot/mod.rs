@@ -353,4 +353,4 @@ mod check {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
