@@ -7,6 +7,7 @@
 
 mod avx2;
 mod iq_avx2;
+mod iq_neon;
 pub(crate) mod neon;
 mod neon_mm;
 mod scalar;
@@ -289,6 +290,10 @@ pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: Isa) 
         // (checked above).
         if unsafe { neon::unpack_quants(format, b, &mut out.q) } {
             unpack::unpack_scales(format, b, out);
+            return;
+        }
+        // SAFETY: as above.
+        if unsafe { iq_neon::unpack_iq(format, b, out) } {
             return;
         }
     }
