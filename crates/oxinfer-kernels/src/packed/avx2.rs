@@ -44,11 +44,11 @@ unsafe fn signed_sums4<const N: usize>(w: [__m256i; 4], xq: [*const i8; N]) -> [
     // AVX2.
     unsafe {
         let ones = _mm256_set1_epi16(1);
-        for j in 0..4 {
-            let wa = _mm256_sign_epi8(w[j], w[j]);
+        for (j, &wj) in w.iter().enumerate() {
+            let wa = _mm256_sign_epi8(wj, wj);
             for k in 0..N {
                 let xb = bcast4(xq[k].add(4 * j));
-                let p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, w[j]));
+                let p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, wj));
                 s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(p16, ones));
             }
         }
