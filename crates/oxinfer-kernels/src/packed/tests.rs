@@ -225,3 +225,52 @@ fn decode_pairs_of_groups() {
         }
     }
 }
+
+/// Every value the grids of the 256-weight table formats can decode to (each grid byte with
+/// either sign; IQ1: `8 g ± 1`) has an index in the format's packed table, so packing never
+/// meets a quant it cannot store (random blocks reach only some grid entries).
+#[test]
+fn every_grid_value_has_a_table_index() {
+    use crate::dequant::iq_grids::*;
+    use pack::t4_table;
+    let has = |f: WeightFormat, v: i32| t4_table(f).unwrap().0.iter().any(|&t| i32::from(t) == v);
+    let bytes64 = |g: &[u64]| -> Vec<i32> {
+        g.iter()
+            .flat_map(|e| e.to_le_bytes())
+            .map(i32::from)
+            .collect()
+    };
+    let bytes32 = |g: &[u32]| -> Vec<i32> {
+        g.iter()
+            .flat_map(|e| e.to_le_bytes())
+            .map(i32::from)
+            .collect()
+    };
+    let signed = [
+        (WeightFormat::IQ2_XXS, bytes64(&IQ2XXS_GRID)),
+        (WeightFormat::IQ2_XS, bytes64(&IQ2XS_GRID)),
+        (WeightFormat::IQ2_S, bytes64(&IQ2S_GRID)),
+        (WeightFormat::IQ3_XXS, bytes32(&IQ3XXS_GRID)),
+        (WeightFormat::IQ3_S, bytes32(&IQ3S_GRID)),
+    ];
+    for (f, values) in signed {
+        for v in values {
+            assert!(has(f, v) && has(f, -v), "{f}: grid value {v}");
+        }
+    }
+    for e in IQ1S_GRID.iter().flat_map(|e| e.to_le_bytes()) {
+        let g = i32::from(e as i8);
+        for f in [WeightFormat::IQ1_S, WeightFormat::IQ1_M] {
+            assert!(
+                has(f, 8 * g + 1) && has(f, 8 * g - 1),
+                "{f}: grid value {g}"
+            );
+        }
+    }
+    for v in KVALUES_IQ4NL {
+        assert!(has(WeightFormat::IQ4_XS, i32::from(v)));
+    }
+    for f in [WeightFormat::TQ1_0, WeightFormat::TQ2_0] {
+        assert!((-1..=2).all(|v| has(f, v)), "{f}");
+    }
+}
