@@ -188,6 +188,38 @@ fn unsupported_formats_are_not_packed() {
     assert!(!packing_pays(WeightFormat::Q3K));
 }
 
+#[test]
+fn memory_rule_packs_growing_formats_only_on_request() {
+    for f in FORMATS {
+        // The growth is the layouts' own sizes: a packed matrix of 8 rows against the file's.
+        let rows = 8;
+        let cols = f.block_size() * 2;
+        let data = random_matrix(f, rows, cols, 7);
+        let w = WeightMatrix::new(f, &data, rows, cols).unwrap();
+        let p = PackedMatrix::pack(&w).unwrap();
+        let growth = packed_growth(f).unwrap();
+        assert_eq!(growth, p.size_bytes() as f64 / data.len() as f64, "{f}");
+        assert!(packing_allowed(f, PackingMode::All), "{f}");
+        assert!(!packing_allowed(f, PackingMode::Off), "{f}");
+        let compact = packing_allowed(f, PackingMode::Compact);
+        assert_eq!(compact, growth <= MAX_DEFAULT_GROWTH, "{f}: {growth}");
+    }
+    // What the rule is for: IQ4_XS (1.07x) and the K-quants stay packed by default; the
+    // IQ1/IQ2 types people pick to fit a model in RAM (2-3x packed) do not.
+    use WeightFormat::*;
+    for f in [Q4_0, Q8_0, Q4K, Q6K, IQ4_NL, MXFP4, IQ4_XS] {
+        assert!(packing_allowed(f, PackingMode::Compact), "{f}");
+    }
+    for f in [
+        IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0,
+    ] {
+        assert!(!packing_allowed(f, PackingMode::Compact), "{f}");
+    }
+    for mode in [PackingMode::Off, PackingMode::Compact, PackingMode::All] {
+        assert!(!packing_allowed(Q3K, mode));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// A row read back from the packed copy has the same bits as the row-major dequantizer
