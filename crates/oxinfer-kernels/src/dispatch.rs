@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `OXINFER_KERNELS` | `auto` (default), `scalar` | `scalar` runs the plain reference kernels everywhere ([`kernel_set`]) |
 //! | `OXINFER_VNNI` | `0` | keeps an AVX-512 VNNI CPU on the AVX2 kernels ([`detected_isa`]; A/B runs) |
-//! | `OXINFER_PACKED` | `0` | no weight packing: the row-major kernels run ([`packing_enabled`]; A/B runs) |
+//! | `OXINFER_PACKED` | `0`, `all` | `0`: no weight packing, the row-major kernels run (A/B runs); `all`: also pack the formats whose packed copy outgrows the file by more than 1.25× (IQ2/IQ3/IQ1/TQ, for speed at 1.3–2.9× their RAM); unset: only the formats that stay within 1.25× ([`packing_mode`], [`crate::packed::packing_allowed`]) |
 //! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
 //! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
 //! | `OXINFER_HUGEPAGES` | `0` | repacked weights and the memory probe on ordinary pages, not transparent huge pages ([`huge_pages_enabled`]; A/B runs) |
@@ -28,7 +28,8 @@ use std::sync::OnceLock;
 pub const KERNELS_VAR: &str = "OXINFER_KERNELS";
 /// The variable that, set to `0`, keeps an AVX-512 VNNI CPU on the AVX2 kernels.
 pub const VNNI_VAR: &str = "OXINFER_VNNI";
-/// The variable that, set to `0`, turns weight packing off ([`packing_enabled`]).
+/// The variable that turns weight packing off (`0`) or on for every packed format (`all`)
+/// ([`packing_mode`]).
 pub const PACKED_VAR: &str = "OXINFER_PACKED";
 /// The variable that forces the 512-bit two-group kernels off (`0`) or on (`1`)
 /// ([`two_group_choice`]).
@@ -121,11 +122,66 @@ pub fn set_kernel_set(set: KernelSet) -> KernelSet {
     *KERNEL_SET.get_or_init(|| set)
 }
 
-/// Whether weights may be repacked for the packed kernels: `OXINFER_PACKED` is not `0` (read
-/// once).
+/// Which weights are repacked for the packed kernels (`OXINFER_PACKED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PackingMode {
+    /// No packing: the row-major kernels run (`0`).
+    Off,
+    /// The default: pack the formats whose packed copy stays within
+    /// [`crate::packed::MAX_DEFAULT_GROWTH`] of the file's bytes (unset, `1` or `auto`).
+    #[default]
+    Compact,
+    /// Pack every format that has a packed layout, whatever its memory cost (`all`).
+    All,
+}
+
+impl PackingMode {
+    /// Parses an `OXINFER_PACKED` value (`0`; `1` or `auto`; `all`; case-insensitive,
+    /// surrounding whitespace ignored); `None` for anything else.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "0" => Some(Self::Off),
+            "1" | "auto" => Some(Self::Compact),
+            "all" => Some(Self::All),
+            _ => None,
+        }
+    }
+
+    /// The mode selected by an optional `OXINFER_PACKED` value, plus a warning line when the
+    /// value was not understood (then [`PackingMode::Compact`] is used).
+    fn from_env_value(value: Option<&str>) -> (Self, Option<String>) {
+        match value {
+            None => (Self::Compact, None),
+            Some(v) => match Self::parse(v) {
+                Some(m) => (m, None),
+                None => (
+                    Self::Compact,
+                    Some(format!(
+                        "oxinfer: warning: unknown {PACKED_VAR}={v:?} (expected \"0\", \"auto\" or \"all\"); using auto"
+                    )),
+                ),
+            },
+        }
+    }
+}
+
+/// The packing mode of this process, read once from `OXINFER_PACKED` (default
+/// [`PackingMode::Compact`]; an unknown value prints one warning line to stderr and selects it).
+pub fn packing_mode() -> PackingMode {
+    static MODE: OnceLock<PackingMode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let (mode, warning) = PackingMode::from_env_value(env_value(PACKED_VAR).as_deref());
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        mode
+    })
+}
+
+/// Whether weights may be repacked at all: `OXINFER_PACKED` is not `0` (read once). Which
+/// formats are packed is [`crate::packed::packing_allowed`]'s rule.
 pub fn packing_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !switched_off(env_value(PACKED_VAR).as_deref()))
+    packing_mode() != PackingMode::Off
 }
 
 /// Whether kernel variants may be measured at start-up ([`crate::tuning`]): `OXINFER_TUNE` is
@@ -469,6 +525,24 @@ mod tests {
         }
         // reading the process value works and is stable
         assert_eq!(kernel_set(), kernel_set());
+    }
+
+    #[test]
+    fn packing_mode_values() {
+        assert_eq!(PackingMode::parse(" 0\n"), Some(PackingMode::Off));
+        assert_eq!(PackingMode::parse("1"), Some(PackingMode::Compact));
+        assert_eq!(PackingMode::parse("Auto"), Some(PackingMode::Compact));
+        assert_eq!(PackingMode::parse("ALL"), Some(PackingMode::All));
+        assert_eq!(PackingMode::parse("yes"), None);
+        assert_eq!(
+            PackingMode::from_env_value(None),
+            (PackingMode::Compact, None)
+        );
+        let (m, w) = PackingMode::from_env_value(Some("everything"));
+        assert_eq!(m, PackingMode::Compact);
+        let w = w.unwrap();
+        assert!(w.contains("OXINFER_PACKED") && w.contains("\"everything\"") && !w.contains('\n'));
+        assert_eq!(packing_enabled(), packing_mode() != PackingMode::Off);
     }
 
     #[test]

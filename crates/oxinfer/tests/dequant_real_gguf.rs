@@ -99,3 +99,66 @@ fn real_files_dequantize_like_the_gguf_package() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// The weight matrices of `file` whose packed product (this CPU's best packed kernels)
+/// differs from the row-major scalar kernels' on the same int8 activations by more than
+/// float-order rounding, as lines; and how many matrices were compared.
+fn packed_mismatches(file: &Path) -> (usize, Vec<String>) {
+    use oxinfer_kernels::dispatch::Isa;
+    use oxinfer_kernels::packed::{matmul_packed, PackedMatrix};
+    use oxinfer_kernels::WeightMatrix;
+    let g = GgufFile::open(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let (mut n, mut bad) = (0, Vec::new());
+    for info in g.tensors() {
+        let view = g.tensor(&info.name).expect("listed tensor");
+        let [rows, cols] = view.shape[..] else {
+            continue;
+        };
+        if !PackedMatrix::supports(view.format) {
+            continue;
+        }
+        let w = WeightMatrix::new(view.format, view.bytes(), rows, cols)
+            .unwrap_or_else(|e| panic!("{}: {}: {e}", file.display(), info.name));
+        let p = PackedMatrix::pack(&w).expect("a packed format");
+        let t = 3;
+        let x: Vec<f32> = (0..t * cols)
+            .map(|i| ((i * 7919 % 2001) as f32 / 1000.0 - 1.0) * (1 + i % 5) as f32)
+            .collect();
+        let (mut want, mut got) = (vec![0f32; t * rows], vec![0f32; t * rows]);
+        oxinfer_kernels::fast::matmul_fast(&w, &x, t, &mut want, Isa::Scalar);
+        matmul_packed(&p, &x, t, &mut got);
+        let scale = 1.0 + want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let close = worst <= 2e-5 * scale && got.iter().all(|v| v.is_finite());
+        if !close {
+            bad.push(format!(
+                "{} ({}): packed product off by {worst} (largest value {scale})",
+                info.name, view.format
+            ));
+        }
+        n += 1;
+    }
+    (n, bad)
+}
+
+/// The packed kernels (IQ formats decoded to table indices at load) on every real matrix of
+/// the same files: same products as the row-major kernels up to float-order rounding.
+#[test]
+fn real_files_packed_products_match_the_row_kernels() {
+    let Some(list) = std::env::var_os(FILES_VAR) else {
+        eprintln!("skipping: {FILES_VAR} is not set");
+        return;
+    };
+    let mut failed = Vec::new();
+    for file in std::env::split_paths(&list) {
+        let (n, bad) = packed_mismatches(&file);
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        eprintln!("{name}: {n} packed matrices, {} differ", bad.len());
+        failed.extend(bad.into_iter().map(|b| format!("{name}: {b}")));
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

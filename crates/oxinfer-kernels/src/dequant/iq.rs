@@ -241,7 +241,7 @@ pub(crate) fn decode(format: WeightFormat, b: &[u8], out: &mut IqBlock) {
 
 /// The float scale gguf computes for scale code `c` of a block with scale `d` (the factor the
 /// quants of [`IqBlock::q`] are multiplied by; IQ1 quants are in eighths, see [`dequantize`]).
-fn float_scale(format: WeightFormat, d: f32, c: u8) -> f32 {
+pub(crate) fn float_scale(format: WeightFormat, d: f32, c: u8) -> f32 {
     use WeightFormat::*;
     match format {
         IQ2_XXS | IQ2_XS | IQ2_S => d * (0.5 + f32::from(c)) * 0.25,
@@ -264,6 +264,16 @@ pub(crate) fn int_scale(format: WeightFormat, d: f32, c: u8) -> (i16, f32) {
         IQ3_S => (odd, d),
         IQ4_XS => (i16::from(c) - 32, d),
         _ => (1, d),
+    }
+}
+
+/// The raw scale code whose [`int_scale`] is `sc` (its inverse, for codes that exist).
+pub(crate) fn code_of_int_scale(format: WeightFormat, sc: i16) -> u8 {
+    use WeightFormat::*;
+    match format {
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ1_S | IQ1_M | IQ3_XXS | IQ3_S => ((sc - 1) / 2) as u8,
+        IQ4_XS => (sc + 32) as u8,
+        _ => 0,
     }
 }
 

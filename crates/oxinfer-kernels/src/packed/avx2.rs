@@ -34,6 +34,28 @@ unsafe fn q8_0_sums<const N: usize>(qs: *const u8, xq: [*const i8; N]) -> [__m25
     s32
 }
 
+/// Per lane, Σ over the four signed quant registers `w` (`W_j`: quants `4j .. 4j + 4` of each
+/// lane) × the 16 activation bytes at `xq[k]`, widened to i32 after every `maddubs` (the
+/// sign trick keeps `|w| · |x|` pair sums ≤ 32258).
+#[inline(always)]
+unsafe fn signed_sums4<const N: usize>(w: [__m256i; 4], xq: [*const i8; N]) -> [__m256i; N] {
+    let mut s32 = [_mm256_setzero_si256(); N];
+    // SAFETY: the caller guarantees 16 activations at each xq[k]; the enclosing kernel has
+    // AVX2.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        for (j, &wj) in w.iter().enumerate() {
+            let wa = _mm256_sign_epi8(wj, wj);
+            for k in 0..N {
+                let xb = bcast4(xq[k].add(4 * j));
+                let p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, wj));
+                s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(p16, ones));
+            }
+        }
+    }
+    s32
+}
+
 /// Adds the four nibble chunks at `qs` (fifth bits from `hb` with `FIVE`) × the 32 activation
 /// bytes at `xq[k]` to `s32[k]`, times the lanes' scales `sc` with `SCALED`.
 #[inline(always)]

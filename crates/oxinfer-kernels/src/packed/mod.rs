@@ -36,6 +36,20 @@
 //!   Q4_0), then high bits (2 × 32 B: chunk `h` byte `4r + b` holds, at bits `2k .. 2k + 2`,
 //!   the top two bits of quant `16h + 4k + b`); weight = `d * sc * (q - 32)`.
 //!
+//! - `IQ4_NL` (144 B): `d: [f16; 8]`, nibble chunks as Q4_0 holding 4-bit indices; weight =
+//!   `d * KVALUES_IQ4NL[q]`. `MXFP4` (136 B): the E8M0 bytes `e: [u8; 8]`, then the same
+//!   chunks; weight = `e8m0_half(e) * KVALUES_MXFP4[q]`. The kernels look the indices up with
+//!   a byte shuffle and multiply the signed values as Q8_0's.
+//! - 256-weight table formats (IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+//!   TQ1_0, TQ2_0; 1168 B): every one of their integer quants takes at most 16 values, so
+//!   packing decodes the grids once and stores 4-bit indices into a per-format table
+//!   (`pack::t4_table`): `d: [f16; 8]`, integer scales `sc: [i8; 16 groups][8 lanes]`, then 8
+//!   sub-blocks of 4 nibble chunks as Q4_0; weight = `d * unit * sc[group] * table[q]`. The
+//!   decode kernels then skip the grid lookups (IQ2_XS: 592 B per 8 rows become 1168 B), at a
+//!   memory cost: by default only the formats whose packed copy stays within
+//!   [`MAX_DEFAULT_GROWTH`] of the file are packed (of these, IQ4_XS), the rest on request
+//!   (`OXINFER_PACKED=all`; [`packing_allowed`]).
+//!
 //! The other formats are not packed ([`PackedMatrix::pack`] returns `None`) and keep the
 //! row-major kernels of [`crate::fast`].
 
@@ -55,7 +69,7 @@ mod vnni_gemv;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::dispatch::{detected_isa, Isa};
+use crate::dispatch::{detected_isa, Isa, PackingMode};
 use crate::fast::{quantize_acts, Acts, SyncPtr};
 use crate::format::WeightFormat;
 use crate::huge::HugeBytes;
@@ -94,7 +108,8 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+    /// IQ4_NL, MXFP4 and the 256-weight IQ/TQ formats).
     pub fn supports(format: WeightFormat) -> bool {
         pack::packed_block_bytes(format).is_some()
     }
@@ -197,14 +212,40 @@ impl PackedMatrix {
     }
 }
 
-/// Whether the packed kernels beat the row-major ones here, for `format`: the CPU has AVX2,
-/// the kernel set is `auto` (the scalar twin exists for tests, not for speed) and packing is
-/// not switched off ([`crate::dispatch::packing_enabled`], `OXINFER_PACKED=0`).
+/// The most packed bytes per file byte that a format may cost by default: the packed copy
+/// replaces the mapped rows, so a format above it (IQ3_S 1.33×, IQ3_XXS 1.49×, IQ2_S 1.78×,
+/// IQ2_XS 1.97×, IQ2_XXS / TQ2_0 2.21×, IQ1_M 2.61×, TQ1_0 2.70×, IQ1_S 2.92×: what a user
+/// picked to fit a model in RAM) stays on its row-major kernels unless `OXINFER_PACKED=all`.
+/// Everything at or below it grows by at most 7.4 % (IQ4_XS; the K-quants 2.3–2.8 %, the
+/// 32-weight formats and Q6_K 0 %).
+pub const MAX_DEFAULT_GROWTH: f64 = 1.25;
+
+/// Packed bytes per file byte of `format` (one packed block of eight rows against eight rows'
+/// GGUF blocks; a last group of fewer than eight rows adds its zero padding on top), `None`
+/// for formats without a packed layout.
+pub fn packed_growth(format: WeightFormat) -> Option<f64> {
+    let packed = pack::packed_block_bytes(format)?;
+    Some(packed as f64 / (LANES * format.block_bytes()) as f64)
+}
+
+/// The memory rule: whether weights of `format` are packed under `mode` ([`PackingMode::Off`]:
+/// none; [`PackingMode::All`]: every format with a packed layout; [`PackingMode::Compact`], the
+/// default: those whose [`packed_growth`] is at most [`MAX_DEFAULT_GROWTH`]).
+pub fn packing_allowed(format: WeightFormat, mode: PackingMode) -> bool {
+    match (mode, packed_growth(format)) {
+        (_, None) | (PackingMode::Off, _) => false,
+        (PackingMode::All, Some(_)) => true,
+        (PackingMode::Compact, Some(g)) => g <= MAX_DEFAULT_GROWTH,
+    }
+}
+
+/// Whether `format` is packed here: the memory rule allows it under this process's
+/// `OXINFER_PACKED` ([`packing_allowed`], [`crate::dispatch::packing_mode`]), the CPU has AVX2
+/// and the kernel set is `auto` (the scalar twin exists for tests, not for speed).
 pub fn packing_pays(format: WeightFormat) -> bool {
-    crate::dispatch::packing_enabled()
+    packing_allowed(format, crate::dispatch::packing_mode())
         && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
         && detected_isa().has_avx2()
-        && PackedMatrix::supports(format)
 }
 
 /// `y[t][rows] = x[t][cols] · Wᵀ` with the packed weights `w` (activations quantized to int8

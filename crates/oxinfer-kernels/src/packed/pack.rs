@@ -1,6 +1,8 @@
 //! Row-major GGUF blocks → the interleaved layouts described in `mod.rs`.
 #![allow(clippy::needless_range_loop)] // index arithmetic mirrors the block layouts
 
+use crate::dequant::iq::{self, IqBlock};
+use crate::dequant::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::format::WeightFormat;
 use crate::matrix::WeightMatrix;
 use crate::vecdot::{unpack_k, KBlock};
@@ -47,6 +49,60 @@ pub(crate) mod q6k {
     }
 }
 
+/// Byte offsets inside a packed block of a 256-weight table format (IQ2/IQ3/IQ1/IQ4_XS/TQ):
+/// the eight lanes' f16 `d`, their integer scales per group of 16 weights, then per 32-weight
+/// sub-block four nibble chunks of 4-bit indices into the format's [`t4_table`].
+pub(crate) mod t4 {
+    /// Integer scales: `sc: [i8; 16 groups][8 lanes]`.
+    pub const SC: usize = 16;
+    /// Nibble chunks of sub-block 0.
+    pub const QS: usize = 144;
+    /// Bytes of one packed block.
+    pub const BYTES: usize = QS + 8 * 128;
+    /// Nibble chunks of sub-block `s`.
+    pub const fn qs(s: usize) -> usize {
+        QS + 128 * s
+    }
+}
+
+/// Signed values of the 2-bit grids (IQ2_XXS, IQ2_XS, IQ2_S: magnitudes 8, 25, 43).
+const TABLE_IQ2: [i8; 16] = [0, 8, 25, 43, -8, -25, -43, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// IQ3_XXS: grid magnitudes 4, 12, …, 52, 62 and their negatives.
+const TABLE_IQ3XXS: [i8; 16] = [
+    4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62,
+];
+/// IQ3_S: odd grid magnitudes 1 ..= 15 and their negatives.
+const TABLE_IQ3S: [i8; 16] = [1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15];
+/// IQ1_S / IQ1_M: `8 g ± 1` for grid values `g` in {-1, 0, 1}.
+const TABLE_IQ1: [i8; 16] = [0, 1, -1, 7, -7, 9, -9, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// TQ1_0 / TQ2_0: ternary (TQ2_0 codes also reach 2).
+const TABLE_TQ: [i8; 16] = [0, 1, -1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// The 16 signed quant values of a 256-weight table format's packed indices and the factor of
+/// its f16 `d` that gives the float unit (weight = `d * unit * sc[group] * table[index]`,
+/// as [`iq::int_scale`]); `None` for other formats.
+pub(crate) fn t4_table(format: WeightFormat) -> Option<(&'static [i8; 16], f32)> {
+    use WeightFormat::*;
+    Some(match format {
+        IQ4_XS => (&KVALUES_IQ4NL, 1.0),
+        IQ2_XXS | IQ2_XS | IQ2_S => (&TABLE_IQ2, 0.125),
+        IQ3_XXS => (&TABLE_IQ3XXS, 0.25),
+        IQ3_S => (&TABLE_IQ3S, 1.0),
+        IQ1_S | IQ1_M => (&TABLE_IQ1, 0.125),
+        TQ1_0 | TQ2_0 => (&TABLE_TQ, 1.0),
+        _ => return None,
+    })
+}
+
+/// The 16-entry value table of a 32-weight table format (IQ4_NL, MXFP4), `None` otherwise.
+pub(crate) fn table32(format: WeightFormat) -> Option<&'static [i8; 16]> {
+    match format {
+        WeightFormat::IQ4_NL => Some(&KVALUES_IQ4NL),
+        WeightFormat::MXFP4 => Some(&KVALUES_MXFP4),
+        _ => None,
+    }
+}
+
 /// Bytes of one packed block of `format` (eight rows), `None` for formats without a layout.
 pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
     match format {
@@ -58,6 +114,9 @@ pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
         WeightFormat::Q4K => Some(q4k::BYTES),
         WeightFormat::Q5K => Some(q5k::BYTES),
         WeightFormat::Q6K => Some(q6k::BYTES),
+        WeightFormat::IQ4_NL => Some(144),
+        WeightFormat::MXFP4 => Some(136),
+        f if t4_table(f).is_some() => Some(t4::BYTES),
         _ => None,
     }
 }
@@ -66,6 +125,7 @@ pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
 /// format.
 pub(crate) const fn qs_offset(format: WeightFormat) -> usize {
     match format {
+        WeightFormat::MXFP4 => 8,
         WeightFormat::Q4_1 => 32,
         WeightFormat::Q5_0 => 48,
         WeightFormat::Q5_1 => 64,
@@ -100,6 +160,7 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
     let bb = format.block_bytes();
     let nb = w.cols / format.block_size();
     let mut kb = KBlock::default();
+    let mut ib = IqBlock::default();
     for r in 0..LANES {
         let row = g * LANES + r;
         if row >= w.rows {
@@ -148,6 +209,18 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                         }
                         o[qho + 4 * r + b4] = v;
                     }
+                }
+                WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
+                    // IQ4_NL: f16 d as Q4_0's; MXFP4: the E8M0 byte, one per lane.
+                    let qs = if format == WeightFormat::IQ4_NL {
+                        o[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+                        &b[2..18]
+                    } else {
+                        o[r] = b[0];
+                        &b[1..17]
+                    };
+                    let q: [u8; 32] = std::array::from_fn(|j| qs[j % 16] >> (4 * (j / 16)) & 15);
+                    put_nibbles(&mut o[qs_offset(format)..], r, &q);
                 }
                 WeightFormat::Q8_0 => {
                     o[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
@@ -208,8 +281,30 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                         }
                     }
                 }
+                f if t4_table(f).is_some() => pack_t4(f, b, r, o, &mut ib),
                 other => unreachable!("{other} has no packed layout"),
             }
         }
+    }
+}
+
+/// Lane `r` of packed block `o` from one super-block `b` of a 256-weight table format:
+/// decoded to integers ([`iq::decode`]), each quant replaced by its index in the table.
+fn pack_t4(format: WeightFormat, b: &[u8], r: usize, o: &mut [u8], blk: &mut IqBlock) {
+    let (table, _) = t4_table(format).expect("a table format");
+    iq::decode(format, b, blk);
+    // d came from an f16 (IQ1_M assembles one from its scale bits): converting back is exact.
+    o[2 * r..2 * r + 2].copy_from_slice(&half::f16::from_f32(blk.d).to_le_bytes());
+    for g in 0..16 {
+        let (sc, _) = iq::int_scale(format, blk.d, blk.code[g]);
+        o[t4::SC + 8 * g + r] = sc as i8 as u8;
+    }
+    for s in 0..8 {
+        let q: [u8; 32] = std::array::from_fn(|i| {
+            let v = blk.q[32 * s + i];
+            let at = table.iter().position(|&t| t == v);
+            at.unwrap_or_else(|| unreachable!("{format} quant {v} outside its table")) as u8
+        });
+        put_nibbles(&mut o[t4::qs(s)..], r, &q);
     }
 }

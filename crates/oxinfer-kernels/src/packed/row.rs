@@ -5,9 +5,11 @@
 //! Each formula repeats the row-major dequantizer's float operations in the same order
 //! (`crate::dequant::{legacy, kquants}`), so both give the same bits.
 
-use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
+use super::pack::table32;
+use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table};
 use super::scalar::nibble;
 use crate::dequant::f16_at;
+use crate::dequant::iq::{code_of_int_scale, e8m0_half, float_scale};
 use crate::format::WeightFormat;
 
 /// Dequantizes lane `r` (< 8) of the packed group `g` (`nb` blocks of `format`) into `out`
@@ -20,6 +22,7 @@ pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [
             WeightFormat::Q4K => lane_q4k(blk, r, y, false),
             WeightFormat::Q5K => lane_q4k(blk, r, y, true),
             WeightFormat::Q6K => lane_q6k(blk, r, y),
+            f if t4_table(f).is_some() => lane_t4(format, blk, r, y),
             _ => lane32(format, blk, r, y),
         }
     }
@@ -27,7 +30,11 @@ pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [
 
 /// One 32-weight block of a legacy format.
 fn lane32(format: WeightFormat, blk: &[u8], r: usize, y: &mut [f32]) {
-    let d = f16_at(blk, 2 * r);
+    let d = if format == WeightFormat::MXFP4 {
+        e8m0_half(blk[r])
+    } else {
+        f16_at(blk, 2 * r)
+    };
     let qs = &blk[qs_offset(format)..];
     for (i, v) in y.iter_mut().enumerate() {
         *v = match format {
@@ -42,6 +49,10 @@ fn lane32(format: WeightFormat, blk: &[u8], r: usize, y: &mut [f32]) {
                 } else {
                     q as f32 * d + f16_at(blk, 16 + 2 * r)
                 }
+            }
+            WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
+                let table = table32(format).expect("a table format");
+                d * f32::from(table[nibble(qs, r, i) as usize])
             }
             _ => unreachable!("not a packed 32-weight format: {format}"),
         };
@@ -82,6 +93,23 @@ fn lane_q6k(blk: &[u8], r: usize, y: &mut [f32]) {
                 let q = nibble(ql, r, 16 * h + i) | i32::from(hi) << 4;
                 *v = ds * (q - 32) as f32;
             }
+        }
+    }
+}
+
+/// One super-block of a 256-weight table format: `scale(group) * q` as `iq::dequantize`
+/// computes it (IQ1_S / IQ1_M quants are eighths).
+fn lane_t4(format: WeightFormat, blk: &[u8], r: usize, y: &mut [f32]) {
+    let (table, _) = t4_table(format).expect("a table format");
+    let eighths = matches!(format, WeightFormat::IQ1_S | WeightFormat::IQ1_M);
+    let d = f16_at(blk, 2 * r);
+    for (g, yg) in y.chunks_exact_mut(16).enumerate() {
+        let sc = i16::from(blk[t4::SC + 8 * g + r] as i8);
+        let db = float_scale(format, d, code_of_int_scale(format, sc));
+        let qs = &blk[t4::qs(g / 2)..];
+        for (i, v) in yg.iter_mut().enumerate() {
+            let q = f32::from(table[nibble(qs, r, 16 * (g % 2) + i) as usize]);
+            *v = db * if eighths { q * 0.125 } else { q };
         }
     }
 }

@@ -4,8 +4,10 @@
 
 use super::pack::LANES;
 use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
+use super::pack::{t4, t4_table, table32};
 use super::tiles::TILE_TOKENS;
 use crate::dequant::f16_at;
+use crate::dequant::iq::e8m0_half;
 use crate::fast::Acts;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
@@ -33,7 +35,9 @@ pub(crate) fn tile(
                 Acts::Q8(q) => lane32(format, g, pb, r, &q[(ti + k) * nb..(ti + k + 1) * nb]),
                 Acts::Q8K(q) => {
                     let x = &q[(ti + k) * nb..(ti + k + 1) * nb];
-                    if format == WeightFormat::Q4K {
+                    if t4_table(format).is_some() {
+                        lane_t4(format, g, r, x)
+                    } else if format == WeightFormat::Q4K {
                         lane_q4k(g, r, x, false)
                     } else if format == WeightFormat::Q5K {
                         lane_q4k(g, r, x, true)
@@ -50,13 +54,21 @@ pub(crate) fn tile(
 /// Lane `r` of a 32-weight format's group `g` dotted with one token's blocks `x`.
 fn lane32(format: WeightFormat, g: &[u8], pb: usize, r: usize, x: &[BlockQ8]) -> f32 {
     let mut acc = 0f32;
+    let table = table32(format);
     for (blk, y) in g.chunks_exact(pb).zip(x) {
-        let d = f16_at(blk, 2 * r);
+        let d = if format == WeightFormat::MXFP4 {
+            e8m0_half(blk[r])
+        } else {
+            f16_at(blk, 2 * r)
+        };
         let qs = &blk[qs_offset(format)..];
         let s: i32 = (0..32)
             .map(|i| {
                 let q = match format {
                     WeightFormat::Q8_0 => i32::from(qs[32 * (i / 4) + 4 * r + i % 4] as i8),
+                    WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
+                        i32::from(table.expect("a table format")[nibble(qs, r, i) as usize])
+                    }
                     WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
                         let hb = blk[qh_offset(format) + 4 * r + i % 4];
                         nibble(qs, r, i) | i32::from((hb >> (i / 4)) & 1) << 4
@@ -131,6 +143,28 @@ fn lane_q6k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
             }
         }
         acc = (f16_at(blk, 2 * r) * y.d).mul_add(sumi as f32, acc);
+    }
+    acc
+}
+
+/// Lane `r` of a 256-weight table format's group `g` dotted with one token's super-blocks
+/// `x`: per group of 16, the integer scale times Σ table value × activation.
+fn lane_t4(format: WeightFormat, g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
+    let (table, unit) = t4_table(format).expect("a table format");
+    let mut acc = 0f32;
+    for (blk, y) in g.chunks_exact(t4::BYTES).zip(x) {
+        let mut sumi = 0i32;
+        for grp in 0..16 {
+            let qs = &blk[t4::qs(grp / 2)..];
+            let part: i32 = (0..16)
+                .map(|i| {
+                    let q = i32::from(table[nibble(qs, r, 16 * (grp % 2) + i) as usize]);
+                    q * i32::from(y.qs[16 * grp + i])
+                })
+                .sum();
+            sumi += i32::from(blk[t4::SC + 8 * grp + r] as i8) * part;
+        }
+        acc = ((f16_at(blk, 2 * r) * unit) * y.d).mul_add(sumi as f32, acc);
     }
     acc
 }

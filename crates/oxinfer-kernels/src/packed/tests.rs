@@ -6,7 +6,7 @@ use super::*;
 use crate::dispatch::available_isas;
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 8] = [
+const FORMATS: [WeightFormat; 20] = [
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
     WeightFormat::Q5_0,
@@ -15,10 +15,27 @@ const FORMATS: [WeightFormat; 8] = [
     WeightFormat::Q4K,
     WeightFormat::Q5K,
     WeightFormat::Q6K,
+    // Table formats: 4-bit indices into a 16-value table.
+    WeightFormat::IQ4_NL,
+    WeightFormat::MXFP4,
+    WeightFormat::IQ4_XS,
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ2_XS,
+    WeightFormat::IQ2_S,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ1_S,
+    WeightFormat::IQ1_M,
+    WeightFormat::TQ1_0,
+    WeightFormat::TQ2_0,
 ];
 
 /// `rows` rows of `cols` weights of `format` from random bytes with sane f16 scales.
 fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    if WeightFormat::IQ.contains(&format) {
+        // Scales wherever each IQ/TQ/MXFP4 layout keeps them: the row kernels' test rows.
+        return crate::vecdot::tests::random_row(format, rows * cols, seed);
+    }
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = || {
         s ^= s << 13;
@@ -90,7 +107,7 @@ fn check(format: WeightFormat, rows: usize, blocks: usize, t: usize, seed: u64) 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
     #[test]
     fn packed_matches_twins(
         f in 0usize..FORMATS.len(),
@@ -120,7 +137,13 @@ fn extreme_quants_do_not_overflow() {
         let mut data = random_matrix(f, rows, cols, 5);
         let bb = f.block_bytes();
         for blk in data.chunks_exact_mut(bb) {
+            // Largest quant magnitudes: index 0 of the IQ4 table is -127, and IQ4_XS scale
+            // code 0 is -32.
             let q = match f {
+                WeightFormat::IQ4_NL => 2..18,
+                WeightFormat::IQ4_XS => 2..136,
+                WeightFormat::MXFP4 => 1..17,
+                f if WeightFormat::IQ.contains(&f) => continue,
                 WeightFormat::Q4_0 => 2..18,
                 WeightFormat::Q4_1 => 4..20,
                 WeightFormat::Q5_0 => 2..22,
@@ -130,7 +153,12 @@ fn extreme_quants_do_not_overflow() {
                 WeightFormat::Q5K => 4..176,
                 _ => 0..208,
             };
-            let fill = if f == WeightFormat::Q8_0 { 0x81 } else { 0xFF };
+            let fill = match f {
+                WeightFormat::Q8_0 => 0x81,
+                WeightFormat::IQ4_NL | WeightFormat::IQ4_XS => 0x00,
+                WeightFormat::MXFP4 => 0xFF, // code 15: -12, the largest
+                _ => 0xFF,
+            };
             blk[q].fill(fill);
         }
         let w = WeightMatrix::new(f, &data, rows, cols).unwrap();
@@ -160,8 +188,40 @@ fn unsupported_formats_are_not_packed() {
     assert!(!packing_pays(WeightFormat::Q3K));
 }
 
+#[test]
+fn memory_rule_packs_growing_formats_only_on_request() {
+    for f in FORMATS {
+        // The growth is the layouts' own sizes: a packed matrix of 8 rows against the file's.
+        let rows = 8;
+        let cols = f.block_size() * 2;
+        let data = random_matrix(f, rows, cols, 7);
+        let w = WeightMatrix::new(f, &data, rows, cols).unwrap();
+        let p = PackedMatrix::pack(&w).unwrap();
+        let growth = packed_growth(f).unwrap();
+        assert_eq!(growth, p.size_bytes() as f64 / data.len() as f64, "{f}");
+        assert!(packing_allowed(f, PackingMode::All), "{f}");
+        assert!(!packing_allowed(f, PackingMode::Off), "{f}");
+        let compact = packing_allowed(f, PackingMode::Compact);
+        assert_eq!(compact, growth <= MAX_DEFAULT_GROWTH, "{f}: {growth}");
+    }
+    // What the rule is for: IQ4_XS (1.07x) and the K-quants stay packed by default; the
+    // IQ1/IQ2 types people pick to fit a model in RAM (2-3x packed) do not.
+    use WeightFormat::*;
+    for f in [Q4_0, Q8_0, Q4K, Q6K, IQ4_NL, MXFP4, IQ4_XS] {
+        assert!(packing_allowed(f, PackingMode::Compact), "{f}");
+    }
+    for f in [
+        IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0,
+    ] {
+        assert!(!packing_allowed(f, PackingMode::Compact), "{f}");
+    }
+    for mode in [PackingMode::Off, PackingMode::Compact, PackingMode::All] {
+        assert!(!packing_allowed(Q3K, mode));
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
     /// A row read back from the packed copy has the same bits as the row-major dequantizer
     /// gives on the original bytes (tied embeddings read rows from the packed head).
     #[test]
@@ -195,5 +255,54 @@ fn decode_pairs_of_groups() {
         for (i, rows) in [8, 9, 16, 17, 24, 67, 200, 521].into_iter().enumerate() {
             check(f, rows, 3, 1, 97 + i as u64);
         }
+    }
+}
+
+/// Every value the grids of the 256-weight table formats can decode to (each grid byte with
+/// either sign; IQ1: `8 g ± 1`) has an index in the format's packed table, so packing never
+/// meets a quant it cannot store (random blocks reach only some grid entries).
+#[test]
+fn every_grid_value_has_a_table_index() {
+    use crate::dequant::iq_grids::*;
+    use pack::t4_table;
+    let has = |f: WeightFormat, v: i32| t4_table(f).unwrap().0.iter().any(|&t| i32::from(t) == v);
+    let bytes64 = |g: &[u64]| -> Vec<i32> {
+        g.iter()
+            .flat_map(|e| e.to_le_bytes())
+            .map(i32::from)
+            .collect()
+    };
+    let bytes32 = |g: &[u32]| -> Vec<i32> {
+        g.iter()
+            .flat_map(|e| e.to_le_bytes())
+            .map(i32::from)
+            .collect()
+    };
+    let signed = [
+        (WeightFormat::IQ2_XXS, bytes64(&IQ2XXS_GRID)),
+        (WeightFormat::IQ2_XS, bytes64(&IQ2XS_GRID)),
+        (WeightFormat::IQ2_S, bytes64(&IQ2S_GRID)),
+        (WeightFormat::IQ3_XXS, bytes32(&IQ3XXS_GRID)),
+        (WeightFormat::IQ3_S, bytes32(&IQ3S_GRID)),
+    ];
+    for (f, values) in signed {
+        for v in values {
+            assert!(has(f, v) && has(f, -v), "{f}: grid value {v}");
+        }
+    }
+    for e in IQ1S_GRID.iter().flat_map(|e| e.to_le_bytes()) {
+        let g = i32::from(e as i8);
+        for f in [WeightFormat::IQ1_S, WeightFormat::IQ1_M] {
+            assert!(
+                has(f, 8 * g + 1) && has(f, 8 * g - 1),
+                "{f}: grid value {g}"
+            );
+        }
+    }
+    for v in KVALUES_IQ4NL {
+        assert!(has(WeightFormat::IQ4_XS, i32::from(v)));
+    }
+    for f in [WeightFormat::TQ1_0, WeightFormat::TQ2_0] {
+        assert!((-1..=2).all(|v| has(f, v)), "{f}");
     }
 }

@@ -35,9 +35,9 @@ pub const TILE_TOKENS: usize = 8;
 #[cfg(target_arch = "x86_64")]
 macro_rules! packed_tiles {
     ($d:tt features = $features:literal, wide = [$($wide:literal),*]) => {
-        use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset};
-        use super::x86::{f16x8, format_of, high2, prefetch_ahead};
-        use super::x86::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+        use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table, table32};
+        use super::x86::{e8m0_half_x8, f16x8, format_of, high2, prefetch_ahead, table16};
+        use super::x86::{IQ4_NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
         use super::pack::LANES;
         use super::tiles::TILE_TOKENS;
         use crate::fast::Acts;
@@ -62,24 +62,34 @@ macro_rules! packed_tiles {
             tile: &mut [[f32; LANES]; TILE_TOKENS],
         ) {
             let gp = g.as_ptr();
-            // Calls kernel `$k` (its generic arguments before the width in `$f`) on the tile
-            // width `n`, with the activation rows of tokens ti .. ti + n of `$q`.
+            // Calls kernel `$k` (its generic arguments before the width in `$f`, arguments
+            // after the output tile in `$a`) on the tile width `n`, with the activation rows
+            // of tokens ti .. ti + n of `$q`.
             macro_rules! go {
-                ($d q:expr, $d k:ident $d (, $d f:expr)?) => {{
+                ($d q:expr, $d k:ident $d (, $d f:expr)? $d (; $d ($d a:expr),*)?) => {{
                     let x = |k: usize| $d q[(ti + k) * nb..(ti + k + 1) * nb].as_ptr();
                     match n {
-                        1 => $d k::<$d ({ $d f },)? 1>(gp, nb, [x(0)], tile),
-                        2 => $d k::<$d ({ $d f },)? 2>(gp, nb, [x(0), x(1)], tile),
-                        3 => $d k::<$d ({ $d f },)? 3>(gp, nb, [x(0), x(1), x(2)], tile),
+                        1 => $d k::<$d ({ $d f },)? 1>(
+                            gp, nb, [x(0)], tile $d ($d (, $d a)*)?
+                        ),
+                        2 => $d k::<$d ({ $d f },)? 2>(
+                            gp, nb, [x(0), x(1)], tile $d ($d (, $d a)*)?
+                        ),
+                        3 => $d k::<$d ({ $d f },)? 3>(
+                            gp, nb, [x(0), x(1), x(2)], tile $d ($d (, $d a)*)?
+                        ),
                         $(
                             $wide => $d k::<$d ({ $d f },)? $wide>(
                                 gp,
                                 nb,
                                 std::array::from_fn(x),
-                                tile,
+                                tile
+                                $d ($d (, $d a)*)?
                             ),
                         )*
-                        _ => $d k::<$d ({ $d f },)? 4>(gp, nb, [x(0), x(1), x(2), x(3)], tile),
+                        _ => $d k::<$d ({ $d f },)? 4>(
+                            gp, nb, [x(0), x(1), x(2), x(3)], tile $d ($d (, $d a)*)?
+                        ),
                     }
                 }};
             }
@@ -91,16 +101,22 @@ macro_rules! packed_tiles {
                     (Acts::Q8(q), WeightFormat::Q4_1) => go!(q, tile32, Q4_1),
                     (Acts::Q8(q), WeightFormat::Q5_0) => go!(q, tile32, Q5_0),
                     (Acts::Q8(q), WeightFormat::Q5_1) => go!(q, tile32, Q5_1),
+                    (Acts::Q8(q), WeightFormat::IQ4_NL) => go!(q, tile32, IQ4_NL),
+                    (Acts::Q8(q), WeightFormat::MXFP4) => go!(q, tile32, MXFP4),
                     (Acts::Q8(q), _) => go!(q, tile32, Q8_0),
                     (Acts::Q8K(q), WeightFormat::Q4K) => go!(q, tile_q4k_),
                     (Acts::Q8K(q), WeightFormat::Q5K) => go!(q, tile_q5k_),
+                    (Acts::Q8K(q), f) if t4_table(f).is_some() => {
+                        let (table, unit) = t4_table(f).expect("a table format");
+                        go!(q, tile_t4; table, unit)
+                    }
                     (Acts::Q8K(q), _) => go!(q, tile_q6k),
                     (Acts::F32(_), _) => unreachable!("float formats are not packed"),
                 }
             }
         }
 
-        /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: `N` tokens × eight rows.
+        /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4: `N` tokens × eight rows.
         #[target_feature(enable = $features)]
         unsafe fn tile32<const F: u8, const N: usize>(
             g: *const u8,
@@ -113,9 +129,13 @@ macro_rules! packed_tiles {
                 Q4_1 => 160,
                 Q5_0 => 176,
                 Q5_1 => 192,
+                IQ4_NL => 144,
+                MXFP4 => 136,
                 _ => 272,
             };
             let qo = qs_offset(format_of(F));
+            // SAFETY: a 16-byte table; the kernel has AVX2.
+            let table = unsafe { table16(table32(format_of(F)).unwrap_or(&[0; 16])) };
             let mut acc = [_mm256_setzero_ps(); N];
             for i in 0..nb {
                 // SAFETY: block i of the group spans [i*pb, (i+1)*pb) (the group holds nb
@@ -124,7 +144,11 @@ macro_rules! packed_tiles {
                 unsafe {
                     let p = g.add(i * pb);
                     prefetch_ahead(p, pb);
-                    let d = f16x8(p);
+                    let d = if F == MXFP4 {
+                        e8m0_half_x8(p)
+                    } else {
+                        f16x8(p)
+                    };
                     let qs = p.add(qo);
                     let mut xq = [std::ptr::null::<i8>(); N];
                     for k in 0..N {
@@ -132,6 +156,11 @@ macro_rules! packed_tiles {
                     }
                     let s32 = if F == Q8_0 {
                         q8_0_sums::<N>(qs, xq)
+                    } else if F == IQ4_NL || F == MXFP4 {
+                        let w = table_quants(qs, table);
+                        let a = signed_sums4::<N>([w[0], w[1], w[2], w[3]], xq);
+                        let b = signed_sums4::<N>([w[4], w[5], w[6], w[7]], xq.map(|x| x.add(16)));
+                        std::array::from_fn(|k| _mm256_add_epi32(a[k], b[k]))
                     } else {
                         let mut s32 = [_mm256_setzero_si256(); N];
                         let zero = _mm256_setzero_si256();
@@ -163,6 +192,79 @@ macro_rules! packed_tiles {
                             }
                             _ => {}
                         }
+                    }
+                }
+            }
+            for k in 0..N {
+                // SAFETY: out[k] holds 8 f32.
+                unsafe { _mm256_storeu_ps(out[k].as_mut_ptr(), acc[k]) };
+            }
+        }
+
+        /// The eight signed quant registers `W_0 .. W_7` of the four nibble chunks at `qs`:
+        /// each 4-bit index looked up in `table` (16 i8 values in both 128-bit halves).
+        #[inline(always)]
+        unsafe fn table_quants(qs: *const u8, table: __m256i) -> [__m256i; 8] {
+            let zero = _mm256_setzero_si256();
+            let mut w = [zero; 8];
+            for c in 0..4 {
+                // SAFETY: the caller guarantees 128 readable bytes at `qs`; the kernels that
+                // inline this have AVX2.
+                unsafe {
+                    let (lo, hi) = super::x86::nibble_pair::<false>(qs, zero, c);
+                    w[2 * c] = _mm256_shuffle_epi8(table, lo);
+                    w[2 * c + 1] = _mm256_shuffle_epi8(table, hi);
+                }
+            }
+            w
+        }
+
+        /// 256-weight table formats (IQ4_XS, IQ2_*, IQ3_*, IQ1_*, TQ*): `N` tokens × eight
+        /// rows; `table` holds the 16 values of the packed indices, `unit` the factor of `d`.
+        #[target_feature(enable = $features)]
+        unsafe fn tile_t4<const N: usize>(
+            g: *const u8,
+            nb: usize,
+            xs: [*const BlockQ8K; N],
+            out: &mut [[f32; LANES]; TILE_TOKENS],
+            table: &[i8; 16],
+            unit: f32,
+        ) {
+            // SAFETY: a 16-byte table; the kernel has AVX2.
+            let tv = unsafe { table16(table) };
+            let mut acc = [_mm256_setzero_ps(); N];
+            for i in 0..nb {
+                // SAFETY: block i of the group spans [i*t4::BYTES, (i+1)*t4::BYTES); token k's
+                // super-block i exists; offsets follow the layout.
+                unsafe {
+                    let p = g.add(i * t4::BYTES);
+                    prefetch_ahead(p, t4::BYTES);
+                    let mut s32 = [_mm256_setzero_si256(); N];
+                    for s in 0..8 {
+                        // Lanes' integer scales of groups 2s (low 8 bytes) and 2s + 1.
+                        let scb = _mm_loadu_si128(p.add(t4::SC + 16 * s) as *const __m128i);
+                        let sc0 = _mm256_cvtepi8_epi32(scb);
+                        let sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(scb));
+                        let w = table_quants(p.add(t4::qs(s)), tv);
+                        let mut xq = [std::ptr::null::<i8>(); N];
+                        for k in 0..N {
+                            xq[k] = (*xs[k].add(i)).qs.as_ptr().add(32 * s);
+                        }
+                        let a = signed_sums4::<N>([w[0], w[1], w[2], w[3]], xq);
+                        let b = signed_sums4::<N>([w[4], w[5], w[6], w[7]], xq.map(|x| x.add(16)));
+                        for k in 0..N {
+                            let part = _mm256_add_epi32(
+                                _mm256_mullo_epi32(a[k], sc0),
+                                _mm256_mullo_epi32(b[k], sc1),
+                            );
+                            s32[k] = _mm256_add_epi32(s32[k], part);
+                        }
+                    }
+                    let d = _mm256_mul_ps(f16x8(p), _mm256_set1_ps(unit));
+                    for k in 0..N {
+                        let y = &*xs[k].add(i);
+                        let dd = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                        acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s32[k]), acc[k]);
                     }
                 }
             }

@@ -79,6 +79,37 @@ unsafe fn q8_0_sums<const N: usize>(qs: *const u8, xq: [*const i8; N]) -> [__m25
     ea
 }
 
+/// Per lane, Σ over the four signed quant registers `w` (`W_j`: quants `4j .. 4j + 4` of each
+/// lane) × the 16 activation bytes at `xq[k]` (`|w|` as the unsigned operand, the sign moved
+/// onto x).
+#[inline(always)]
+unsafe fn signed_sums4<const N: usize>(w: [__m256i; 4], xq: [*const i8; N]) -> [__m256i; N] {
+    let mut ea = [_mm256_setzero_si256(); N];
+    let mut oa = [_mm256_setzero_si256(); N];
+    // SAFETY: the caller guarantees 16 activations at each xq[k]; the enclosing kernel has
+    // AVX2 and VNNI.
+    unsafe {
+        let a = [
+            _mm256_abs_epi8(w[0]),
+            _mm256_abs_epi8(w[1]),
+            _mm256_abs_epi8(w[2]),
+            _mm256_abs_epi8(w[3]),
+        ];
+        for j in (0..4).step_by(2) {
+            for k in 0..N {
+                let x = xq[k].add(4 * j);
+                let x0 = _mm256_sign_epi8(bcast4(x), w[j]);
+                let x1 = _mm256_sign_epi8(bcast4(x.add(4)), w[j + 1]);
+                dp_pair::<N>(&mut ea[k], &mut oa[k], (a[j], x0), (a[j + 1], x1));
+            }
+        }
+        for k in 0..N {
+            ea[k] = _mm256_add_epi32(ea[k], oa[k]);
+        }
+    }
+    ea
+}
+
 /// Adds the four nibble chunks at `qs` (fifth bits from `hb` with `FIVE`) × the 32 activation
 /// bytes at `xq[k]` to `s32[k]`, times the lanes' scales `sc` with `SCALED`.
 #[inline(always)]

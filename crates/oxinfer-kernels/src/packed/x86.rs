@@ -14,6 +14,8 @@ pub(super) const Q4_1: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
 pub(super) const Q5_0: u8 = 3;
 pub(super) const Q5_1: u8 = 4;
+pub(super) const IQ4_NL: u8 = 5;
+pub(super) const MXFP4: u8 = 6;
 
 /// The weight format of a `tile32` format code.
 pub(super) const fn format_of(f: u8) -> WeightFormat {
@@ -22,6 +24,8 @@ pub(super) const fn format_of(f: u8) -> WeightFormat {
         Q4_1 => WeightFormat::Q4_1,
         Q5_0 => WeightFormat::Q5_0,
         Q5_1 => WeightFormat::Q5_1,
+        IQ4_NL => WeightFormat::IQ4_NL,
+        MXFP4 => WeightFormat::MXFP4,
         _ => WeightFormat::Q8_0,
     }
 }
@@ -83,6 +87,26 @@ pub(super) fn prefetch_ahead(p: *const u8, bytes: usize) {
         // computation defined whatever it points to.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off) as *const i8) };
         off += 64;
+    }
+}
+
+/// A 16-entry i8 table in both 128-bit halves, for `_mm256_shuffle_epi8` lookups.
+#[inline(always)]
+pub(super) unsafe fn table16(t: &[i8; 16]) -> __m256i {
+    // SAFETY: `t` is 16 readable bytes; every caller is an AVX2 (or AVX2 + VNNI) kernel.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i)) }
+}
+
+/// The eight E8M0 bytes at `p` as halved f32 scales, as `dequant::iq::e8m0_half` (MXFP4).
+#[inline(always)]
+pub(super) unsafe fn e8m0_half_x8(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 8 readable bytes at `p`; every caller is an AVX2 kernel.
+    unsafe {
+        let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+        _mm256_castsi256_ps(_mm256_blendv_epi8(tiny, normal, is_normal))
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod avx2;
 mod iq_avx2;
+mod iq_neon;
 pub(crate) mod neon;
 mod neon_mm;
 mod scalar;
@@ -291,6 +292,10 @@ pub fn unpack_k_isa(format: WeightFormat, b: &[u8], out: &mut KBlock, isa: Isa) 
             unpack::unpack_scales(format, b, out);
             return;
         }
+        // SAFETY: as above.
+        if unsafe { iq_neon::unpack_iq(format, b, out) } {
+            return;
+        }
     }
     let _ = isa;
     unpack_k(format, b, out);
@@ -353,4 +358,4 @@ mod check {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,7 +8,7 @@ use crate::test_util::panic_message;
 use proptest::prelude::*;
 
 /// A row of `n` weights of `format` from random bytes with sane f16 scales.
-fn random_row(format: WeightFormat, n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn random_row(format: WeightFormat, n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = || {
         s ^= s << 13;
