@@ -10,7 +10,7 @@
 //! values. A row of `k` values keeps about `46340 / √k` integer steps per rms value (1.2e-4
 //! relative rounding at `k` = 1536), some 5–10× finer than bf16's 8-bit mantissa. On
 //! all-MiniLM-L6-v2 the embeddings stay within cosine 0.9999993 of sentence-transformers' f32
-//! ones (docs/embeddings.md). Results are `f32(Σ q_x q_w) / (s_x s_w)`, plus the bias.
+//! ones (docs/embeddings.md). Opt-in: [`int16_gemm_pays`]. Results are `f32(Σ q_x q_w) / (s_x s_w)`, plus the bias.
 //!
 //! [`PackedInt16Matrix`] stores panels of [`NR`] rows: for each pair of input features `(2j,
 //! 2j+1)`, the 16 rows' two values, `panel[j * 32 + 2r + e] = q[16p + r][2j + e]` (odd widths
@@ -19,6 +19,9 @@
 //! the f32 one (tasks of 96 tokens × ≤ 8 panels, the k loop in slices that keep the weight
 //! slice in L1); the AVX-512 tile (12 tokens × 16 rows) writes `y` directly, the scalar twin
 //! through a stack tile.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use crate::dispatch::{detected_isa, Isa};
 use crate::fast::SyncPtr;
@@ -42,19 +45,45 @@ const NORM_BOUND: f64 = 46340.0 * 0.999;
 /// value (`NORM_BOUND / √k`) and the f32 GEMM is used instead.
 pub const MAX_INT16_COLS: usize = 32 * 1024;
 
-/// The variable that, set to `0`, keeps the encoders' float weights on the f32 GEMM.
+/// The variable that, set to `1`, puts the encoders' float weights on the int16 GEMM (where the
+/// CPU has AVX-512 VNNI); unset or anything else keeps them on the exact f32 GEMM. Read once;
+/// [`set_int16_gemm`] overrides it.
 pub const INT16_VAR: &str = "OXINFER_INT16_GEMM";
 
+/// The process-wide choice of [`set_int16_gemm`]: 0 = as [`INT16_VAR`] says, 1 = on, 2 = off.
+static CHOICE: AtomicU8 = AtomicU8::new(0);
+
+/// Switches the int16 GEMM on (`Some(true)`) or off (`Some(false)`) for weights prepared from
+/// now on (an encoder prepares each weight at its first product), or back to [`INT16_VAR`]'s
+/// choice (`None`). Process-wide.
+pub fn set_int16_gemm(choice: Option<bool>) {
+    CHOICE.store(
+        match choice {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
 /// Whether the int16 GEMM should run for float weights of `format` with `cols` input features
-/// here: an AVX-512 VNNI CPU, the packed float GEMM allowed
-/// ([`float_packing_pays`](super::float_packing_pays)), `cols ≤` [`MAX_INT16_COLS`], and
-/// [`INT16_VAR`] not `0`.
+/// here: asked for ([`set_int16_gemm`], else [`INT16_VAR`] `= 1`), an AVX-512 VNNI CPU, the
+/// packed float GEMM allowed ([`float_packing_pays`](super::float_packing_pays)), and `cols ≤`
+/// [`MAX_INT16_COLS`]. It is not the default: its results differ from the f32 product by the
+/// rounding of the module doc (1e-4 relative), where the f32 GEMM matches transformers' float32
+/// to the last bits that the tiny-checkpoint tests check.
 pub fn int16_gemm_pays(format: WeightFormat, cols: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| {
-        detected_isa().has_vnni() && std::env::var(INT16_VAR).map_or(true, |v| v.trim() != "0")
-    });
-    on && cols <= MAX_INT16_COLS && super::float_packing_pays(format)
+    static FROM_ENV: OnceLock<bool> = OnceLock::new();
+    let asked = match CHOICE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => *FROM_ENV.get_or_init(|| std::env::var(INT16_VAR).is_ok_and(|v| v.trim() == "1")),
+    };
+    asked
+        && detected_isa().has_vnni()
+        && cols <= MAX_INT16_COLS
+        && super::float_packing_pays(format)
 }
 
 /// The scale of one row `v` (see the module doc): `q = round(v · s)` keeps `|q| ≤ 32767` and
@@ -127,7 +156,7 @@ impl PackedInt16Matrix {
         let (panels, pairs) = (rows.div_ceil(NR), cols.div_ceil(2));
         let mut data = vec![0i16; panels * NR * pairs * 2];
         let mut unscale = vec![0f32; panels * NR];
-        let ok = std::sync::atomic::AtomicBool::new(true);
+        let ok = AtomicBool::new(true);
         let vnni = cfg!(target_arch = "x86_64") && detected_isa().has_vnni();
         let (dp, up) = (SyncPtr(data.as_mut_ptr()), SyncPtr(unscale.as_mut_ptr()));
         parallel_for(panels, &|p| {
@@ -145,7 +174,7 @@ impl PackedInt16Matrix {
             for r in 0..NR.min(rows - p * NR) {
                 w.dequantize_row_into(p * NR + r, &mut row);
                 let Some(s) = row_scale(&row, vnni) else {
-                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                    ok.store(false, Ordering::Relaxed);
                     return;
                 };
                 quantize_into(&row, s, &mut q, vnni);
