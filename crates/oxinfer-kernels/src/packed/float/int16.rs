@@ -10,7 +10,8 @@
 //! values. A row of `k` values keeps about `46340 / √k` integer steps per rms value (1.2e-4
 //! relative rounding at `k` = 1536), some 5–10× finer than bf16's 8-bit mantissa. On
 //! all-MiniLM-L6-v2 the embeddings stay within cosine 0.9999993 of sentence-transformers' f32
-//! ones (docs/embeddings.md). Opt-in: [`int16_gemm_pays`]. Results are `f32(Σ q_x q_w) / (s_x s_w)`, plus the bias.
+//! ones (docs/embeddings.md). Opt-in: [`int16_gemm_pays`]. Results are
+//! `f32(Σ q_x q_w) / (s_x s_w)`, plus the bias.
 //!
 //! [`PackedInt16Matrix`] stores panels of [`NR`] rows: for each pair of input features `(2j,
 //! 2j+1)`, the 16 rows' two values, `panel[j * 32 + 2r + e] = q[16p + r][2j + e]` (odd widths
