@@ -3,7 +3,7 @@
 //! overflow bound on adversarial rows, and the bias / epilogue / non-finite rules.
 
 use super::int16::*;
-use crate::dispatch::{available_isas, Isa};
+use crate::dispatch::available_isas;
 use crate::format::WeightFormat;
 use crate::matrix::WeightMatrix;
 
@@ -132,7 +132,7 @@ fn aligned_rows_do_not_overflow() {
 #[test]
 fn vnni_tile_matches_the_scalar_twin() {
     #[cfg(target_arch = "x86_64")]
-    if available_isas().contains(&Isa::Avx512Vnni) {
+    if available_isas().contains(&crate::dispatch::Isa::Avx512Vnni) {
         let (kp, lda) = (37, 2 * 37 + 6);
         let ints = |n: usize, seed: u64| -> Vec<i16> {
             random_f32(n, seed)
