@@ -22,7 +22,6 @@ use super::encoder_math;
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::{TensorStore, TensorView};
-use crate::nn::layer_norm::layer_norm_row;
 use crate::nn::moe::expert_rows;
 use crate::nn::{Embedding, LayerNorm, Linear, Rope};
 
@@ -676,8 +675,8 @@ pub(crate) fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h
     }
 }
 
-/// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel (each row as
-/// [`LayerNorm::forward_inplace`] computes it).
+/// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel, each row with
+/// [`layer_norm_lanes`].
 fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
     const ROWS_PER_PART: usize = 32;
     let dim = norm.weight.len().max(1);
@@ -686,7 +685,22 @@ fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
     oxinfer_kernels::pool::for_each_mut(&mut parts, |i, xs| {
         xs.iter_mut().zip(&y[i * part..]).for_each(|(a, b)| *a += b);
         for row in xs.chunks_exact_mut(dim) {
-            layer_norm_row(row, &norm.weight, &norm.bias, norm.eps);
+            layer_norm_lanes(row, &norm.weight, &norm.bias, norm.eps);
         }
     });
+}
+
+/// LayerNorm of one row in place, `(v − mean) / √(var + eps) · w + b`, with the mean and the
+/// (two-pass) variance summed in f32 over 8 lanes ([`encoder_math::lanes_fold`]), as torch's
+/// f32 LayerNorm sums in f32, so the loops vectorize (the f64 sums of
+/// `nn::layer_norm::layer_norm_row` run one value at a time: 4 % of an encoder's time).
+fn layer_norm_lanes(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = row.len() as f32;
+    let mean = encoder_math::lanes_fold(row, 0.0, |a, v| a + v) / n;
+    row.iter_mut().for_each(|v| *v -= mean);
+    let var = encoder_math::lanes_sum_of(row, |v| v * v) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, &g), &bias) in row.iter_mut().zip(w).zip(b) {
+        *v = *v * inv * g + bias;
+    }
 }

@@ -116,27 +116,11 @@ fn head_attention<'a>(
 /// window), with the vectorizable [`encoder_math::exp`].
 fn softmax_scaled(row: &mut [f32], scale: f32, lo: usize, hi: usize) {
     let live = &mut row[lo..hi];
-    let max = lanes_fold(live, f32::NEG_INFINITY, f32::max);
+    let max = encoder_math::lanes_fold(live, f32::NEG_INFINITY, f32::max);
     live.iter_mut()
         .for_each(|s| *s = encoder_math::exp((*s - max) * scale));
-    let inv = 1.0 / lanes_fold(live, 0.0, |a, b| a + b);
+    let inv = 1.0 / encoder_math::lanes_fold(live, 0.0, |a, b| a + b);
     live.iter_mut().for_each(|s| *s *= inv);
     row[..lo].fill(0.0);
     row[hi..].fill(0.0);
-}
-
-/// `v` folded with `f` (associative and commutative: max, +) in 8 interleaved lanes, so the
-/// loop vectorizes; the lanes are combined at the end.
-#[inline(always)]
-fn lanes_fold(v: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut acc = [init; 8];
-    let chunks = v.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = f(*a, x);
-        }
-    }
-    let lanes = acc.into_iter().fold(init, &f);
-    rest.iter().fold(lanes, |a, &x| f(a, x))
 }

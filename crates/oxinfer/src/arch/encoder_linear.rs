@@ -1,11 +1,19 @@
 //! The linear layer of the encoders: an [`nn::Linear`](crate::nn::Linear) whose f32 / f16 /
-//! bf16 weight is, on the CPU, widened and packed once for the packed float GEMM
-//! ([`oxinfer_kernels::packed::float`]), the fast path for the hundreds of tokens of an
-//! encoder batch. Quantized weights, an installed backend that takes the product, and
+//! bf16 weight is, on the CPU, prepared once for a GEMM made for the hundreds of tokens of an
+//! encoder batch: widened and packed for the packed f32 GEMM
+//! ([`oxinfer_kernels::packed::float`]), or, when asked (`OXINFER_INT16_GEMM=1`,
+//! [`set_int16_gemm`](oxinfer_kernels::packed::float::int16::set_int16_gemm)) on an AVX-512
+//! VNNI CPU, rounded to int16 per row for the int16 GEMM
+//! ([`oxinfer_kernels::packed::float::int16`]: twice the multiply-adds per instruction of f32,
+//! 1.2e-4 relative rounding at 1,536 features).
+//! Quantized weights, an installed backend that takes the product, and
 //! `OXINFER_KERNELS=scalar` / `OXINFER_PACKED=0` go through `Linear` unchanged.
 
 use std::sync::OnceLock;
 
+use oxinfer_kernels::packed::float::int16::{
+    int16_gemm_pays, matmul_int16_packed_post, PackedInt16Matrix,
+};
 use oxinfer_kernels::packed::float::{
     float_packing_pays, matmul_float_packed_post, Epilogue, PackedFloatMatrix,
 };
@@ -15,10 +23,35 @@ use crate::error::LoadError;
 use crate::loader::TensorStore;
 use crate::nn::Linear;
 
-/// A linear layer `y = x Wᵀ + b` with the packed float GEMM on the CPU.
+/// A weight prepared for one of the CPU's encoder GEMMs.
+enum Packed {
+    /// Widened to f32, for the packed f32 GEMM.
+    F32(PackedFloatMatrix),
+    /// Rounded to int16 per row, for the int16 GEMM.
+    Int16(PackedInt16Matrix),
+}
+
+impl Packed {
+    /// `y = x Wᵀ (+ bias)`, then `post`, on this weight's GEMM.
+    fn matmul(
+        &self,
+        x: &[f32],
+        t: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+        post: Option<Epilogue<'_>>,
+    ) {
+        match self {
+            Packed::F32(p) => matmul_float_packed_post(p, x, t, bias, y, post),
+            Packed::Int16(p) => matmul_int16_packed_post(p, x, t, bias, y, post),
+        }
+    }
+}
+
+/// A linear layer `y = x Wᵀ + b` with an encoder GEMM on the CPU (module doc).
 pub struct EncoderLinear {
     inner: Linear,
-    packed: OnceLock<Option<PackedFloatMatrix>>,
+    packed: OnceLock<Option<Packed>>,
 }
 
 impl EncoderLinear {
@@ -56,7 +89,7 @@ impl EncoderLinear {
             return self.inner.forward(x, t);
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, None);
+        p.matmul(x, t, self.inner.bias(), &mut y, None);
         y
     }
 
@@ -70,7 +103,7 @@ impl EncoderLinear {
             return y;
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        matmul_float_packed_post(p, x, t, self.inner.bias(), &mut y, Some(post));
+        p.matmul(x, t, self.inner.bias(), &mut y, Some(post));
         y
     }
 
@@ -84,9 +117,9 @@ impl EncoderLinear {
         Linear::forward_shared(&inner, x, t)
     }
 
-    /// The packed weight (made on first call) when the product of `t` tokens runs on the CPU's
-    /// packed float GEMM here: no backend takes it and the format and kernel set allow it.
-    fn packed_here(&self, t: usize) -> Option<&PackedFloatMatrix> {
+    /// The prepared weight (made on first call) when the product of `t` tokens runs on one of
+    /// the CPU's encoder GEMMs here: no backend takes it and the format and kernel set allow it.
+    fn packed_here(&self, t: usize) -> Option<&Packed> {
         let l = &self.inner;
         if !float_packing_pays(l.weight().format) {
             return None;
@@ -96,7 +129,12 @@ impl EncoderLinear {
         }
         self.packed
             .get_or_init(|| {
-                let p = PackedFloatMatrix::pack(&l.matrix());
+                let m = l.matrix();
+                let p = match int16_gemm_pays(m.format, m.cols) {
+                    true => PackedInt16Matrix::pack(&m).map(Packed::Int16),
+                    false => None,
+                }
+                .or_else(|| PackedFloatMatrix::pack(&m).map(Packed::F32));
                 if p.is_some() {
                     l.weight().release_rows(0..l.n_out);
                 }

@@ -59,6 +59,37 @@ pub fn exp(x: f32) -> f32 {
     e * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
+/// `v` folded with `f` (associative and commutative: max, +) in 8 interleaved lanes, so the
+/// loop vectorizes; the lanes are combined at the end.
+#[inline(always)]
+pub fn lanes_fold(v: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x);
+        }
+    }
+    let lanes = acc.into_iter().fold(init, &f);
+    rest.iter().fold(lanes, |a, &x| f(a, x))
+}
+
+/// `Σ f(v[j])` in 8 interleaved lanes (as [`lanes_fold`]), so the loop vectorizes.
+#[inline(always)]
+pub fn lanes_sum_of(v: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(x);
+        }
+    }
+    let lanes: f32 = acc.iter().sum();
+    rest.iter().fold(lanes, |a, &x| a + f(x))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::decoder::DecoderStates;
+use super::sequence_groups::forward_in_groups;
 use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
 use crate::arch::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::error::{LoadError, Result};
@@ -79,13 +80,33 @@ impl TextEncoder {
     }
 
     /// The hidden states of every sequence of `batch`, concatenated: `[Σ tᵢ, hidden]`, the rows
-    /// of sequence `i` after those of sequences `0 .. i`. A decoder ignores token types.
+    /// of sequence `i` after those of sequences `0 .. i`. A decoder ignores token types. When
+    /// [`Self::runs_sequences_apart`], a big enough batch runs as groups of sequences on separate
+    /// threads ([`sequence_groups`](super::sequence_groups)); the rows are the same.
     pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
+        if !self.runs_sequences_apart() {
+            return self.forward_whole(batch);
+        }
+        let threads = oxinfer_kernels::pool::pool_threads();
+        forward_in_groups(batch, threads, |part| self.forward_whole(part))
+    }
+
+    /// [`Self::forward`] in one pass over the whole batch, every product split across the pool
+    /// (or run on the calling thread when it is a pool task).
+    pub fn forward_whole(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
         match self {
             TextEncoder::Bert(b) => b.forward(batch),
             TextEncoder::ModernBert(m) => m.forward(batch),
             TextEncoder::Decoder(d) => d.forward(batch),
         }
+    }
+
+    /// Whether whole sequences may run on separate threads: a bidirectional encoder (its
+    /// sequences are independent and it holds no state between calls) on the CPU (no backend
+    /// installed, which wants big batches instead). A decoder runs through the generation
+    /// engine's batch and is never split.
+    pub fn runs_sequences_apart(&self) -> bool {
+        !matches!(self, TextEncoder::Decoder(_)) && crate::backend::active().is_none()
     }
 
     /// Width of a hidden state.

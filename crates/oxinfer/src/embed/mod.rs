@@ -18,6 +18,7 @@ pub mod gguf_bert;
 pub mod layout;
 pub mod pooling;
 pub mod rerank;
+pub mod sequence_groups;
 pub mod template;
 pub mod yes_no;
 
@@ -293,31 +294,57 @@ impl Embedder {
     }
 
     /// Embeddings of inputs made by [`encode`](Self::encode) / [`encode_ids`](Self::encode_ids),
-    /// `opts.batch_size` per encoder pass.
+    /// `opts.batch_size` per encoder pass. With several passes and an encoder whose sequences
+    /// run apart ([`TextEncoder::runs_sequences_apart`]), the passes run on separate threads
+    /// (one pool task each, its products on its thread), so the threads wait for each other
+    /// once, at the end, instead of at every product.
     pub fn embed_encoded(&self, inputs: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         let normalize = opts.normalize.unwrap_or(self.layout.normalize);
+        let chunks: Vec<&[Encoded]> = inputs.chunks(opts.batch_size.max(1)).collect();
+        if chunks.len() < 2 || !self.encoder.runs_sequences_apart() {
+            let mut out = Vec::with_capacity(inputs.len());
+            for chunk in chunks {
+                out.extend(self.embed_pass(chunk, normalize)?);
+            }
+            return Ok(out);
+        }
+        let mut passes: Vec<Result<Vec<Vec<f32>>>> =
+            chunks.iter().map(|_| Ok(Vec::new())).collect();
+        oxinfer_kernels::pool::for_each_mut(&mut passes, |i, pass| {
+            *pass = self.embed_pass(chunks[i], normalize);
+        });
         let mut out = Vec::with_capacity(inputs.len());
-        for chunk in inputs.chunks(opts.batch_size.max(1)) {
-            let hidden = self.hidden_states(chunk)?;
-            let d = self.encoder.hidden_size();
-            let mut row = 0;
-            let mut pooled = Vec::with_capacity(chunk.len() * self.layout.pooling.out_dim(d));
-            for e in chunk {
-                let n = e.ids.len();
-                pooled.extend(self.layout.pooling.pool(&hidden[row * d..(row + n) * d], d));
-                row += n;
-            }
-            for dense in &self.layout.dense {
-                pooled = dense.forward(&pooled, chunk.len());
-            }
-            for mut v in pooled.chunks_exact(self.dim()).map(<[f32]>::to_vec) {
+        for pass in passes {
+            out.extend(pass?);
+        }
+        Ok(out)
+    }
+
+    /// The embeddings of one encoder pass over `chunk`: hidden states, pooling, the dense
+    /// projections and (when `normalize`) unit length.
+    fn embed_pass(&self, chunk: &[Encoded], normalize: bool) -> Result<Vec<Vec<f32>>> {
+        let hidden = self.hidden_states(chunk)?;
+        let d = self.encoder.hidden_size();
+        let mut row = 0;
+        let mut pooled = Vec::with_capacity(chunk.len() * self.layout.pooling.out_dim(d));
+        for e in chunk {
+            let n = e.ids.len();
+            pooled.extend(self.layout.pooling.pool(&hidden[row * d..(row + n) * d], d));
+            row += n;
+        }
+        for dense in &self.layout.dense {
+            pooled = dense.forward(&pooled, chunk.len());
+        }
+        Ok(pooled
+            .chunks_exact(self.dim())
+            .map(|v| {
+                let mut v = v.to_vec();
                 if normalize {
                     pooling::normalize(&mut v);
                 }
-                out.push(v);
-            }
-        }
-        Ok(out)
+                v
+            })
+            .collect())
     }
 
     /// The encoder's last hidden states of `inputs`, concatenated (`[Σ tᵢ, hidden]`).

@@ -18,6 +18,11 @@
 //! stack tile. Every product is the exact f32 sum of the widened weights times the activations;
 //! only the summation order differs between instruction sets (results agree to rounding).
 
+pub mod int16;
+#[cfg(test)]
+mod int16_tests;
+#[cfg(target_arch = "x86_64")]
+mod int16_x86;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
