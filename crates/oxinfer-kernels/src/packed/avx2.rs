@@ -16,22 +16,15 @@ super::tiles::packed_tiles!($ features = "avx2,fma,f16c", wide = []);
 /// Σ over the eight signed quant registers at `qs` × the 32 activation bytes at `xq[k]`.
 #[inline(always)]
 unsafe fn q8_0_sums<const N: usize>(qs: *const u8, xq: [*const i8; N]) -> [__m256i; N] {
-    let mut s32 = [_mm256_setzero_si256(); N];
-    // SAFETY: the caller guarantees 256 quant bytes at `qs` and 32 activations at each xq[k];
-    // the enclosing kernel has AVX2.
+    // SAFETY: the caller guarantees 256 quant bytes at `qs` and 32 activations at each xq[k]
+    // (the second half's 16 start 16 bytes in); the enclosing kernel has AVX2.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
-        for j in 0..8 {
-            let w = _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
-            let wa = _mm256_sign_epi8(w, w);
-            for k in 0..N {
-                let xb = bcast4(xq[k].add(4 * j));
-                let p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, w));
-                s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(p16, ones));
-            }
-        }
+        let w = |j: usize| _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
+        // Quants 0..16 of each lane, then 16..32: integer sums, so their order is free.
+        let lo = signed_sums4([w(0), w(1), w(2), w(3)], xq);
+        let hi = signed_sums4([w(4), w(5), w(6), w(7)], xq.map(|p| p.add(16)));
+        std::array::from_fn(|k| _mm256_add_epi32(lo[k], hi[k]))
     }
-    s32
 }
 
 /// Per lane, Σ over the four signed quant registers `w` (`W_j`: quants `4j .. 4j + 4` of each

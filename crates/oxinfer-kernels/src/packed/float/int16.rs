@@ -28,9 +28,9 @@ use crate::dispatch::{detected_isa, Isa};
 use crate::fast::SyncPtr;
 use crate::format::WeightFormat;
 use crate::matrix::WeightMatrix;
-use crate::pool::{parallel_for, pool_threads};
+use crate::pool::parallel_for;
 
-use super::{Epilogue, MAX_MR, MAX_PANEL_CHUNK, NR, TOKEN_BLOCK};
+use super::{Epilogue, MAX_MR, NR};
 
 /// Feature pairs per slice of the k loop (a `KP × 16` pair slice of weights is 16 KiB).
 const KP: usize = 256;
@@ -315,15 +315,7 @@ pub fn matmul_int16_packed_isa(
     let (pairs, width) = (w.pairs(), cols.div_ceil(2) * 2);
     let mr = if vnni { MAX_MR } else { 4 };
     let panels = rows.div_ceil(NR);
-    let token_blocks = t.div_ceil(TOKEN_BLOCK);
-    let panel_tasks = (pool_threads() * 4).div_ceil(token_blocks).max(1);
-    let chunk = panels.div_ceil(panel_tasks).clamp(1, MAX_PANEL_CHUNK);
-    let panel_chunks = panels.div_ceil(chunk);
-    let out = SyncPtr(y.as_mut_ptr());
-    parallel_for(token_blocks * panel_chunks, &|task| {
-        let (tb, pc) = (task / panel_chunks, task % panel_chunks);
-        let (t0, t1) = (tb * TOKEN_BLOCK, ((tb + 1) * TOKEN_BLOCK).min(t));
-        let (p0, p1) = (pc * chunk, ((pc + 1) * chunk).min(panels));
+    super::for_each_task(t, rows, panels, y, post, &|(t0, t1), (p0, p1), out| {
         // With no input features the k loop runs once, on an empty slice, to store the bias.
         for j0 in (0..pairs.max(1)).step_by(KP) {
             let kp = KP.min(pairs - j0.min(pairs));
@@ -362,18 +354,6 @@ pub fn matmul_int16_packed_isa(
                     // to this task alone; xs holds n values, ws 16, the bias `live`.
                     unsafe { store_scaled(&sums[..n], &dest) };
                 }
-            }
-        }
-        if let Some(f) = post {
-            let (r0, r1) = (p0 * NR, (p1 * NR).min(rows));
-            for i in t0..t1 {
-                // SAFETY: features r0 .. r1 of token i lie inside y and belong to this task
-                // alone; its sums are complete (all k slices done).
-                f(
-                    unsafe {
-                        std::slice::from_raw_parts_mut(out.get().add(i * rows + r0), r1 - r0)
-                    },
-                );
             }
         }
     });

@@ -3,21 +3,10 @@
 //! overflow bound on adversarial rows, and the bias / epilogue / non-finite rules.
 
 use super::int16::*;
+use super::tests::random_f32;
 use crate::dispatch::available_isas;
 use crate::format::WeightFormat;
 use crate::matrix::WeightMatrix;
-
-fn random_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 20001) as f32 / 10000.0 - 1.0
-        })
-        .collect()
-}
 
 fn matrix(vals: &[f32], rows: usize, cols: usize) -> (Vec<u8>, usize, usize) {
     (

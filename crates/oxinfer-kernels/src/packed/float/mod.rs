@@ -296,16 +296,7 @@ fn run_packed(
         return;
     }
     let mr = tile_tokens(isa);
-    let panels = w.panels();
-    let token_blocks = t.div_ceil(TOKEN_BLOCK);
-    let panel_tasks = (pool_threads() * 4).div_ceil(token_blocks).max(1);
-    let chunk = panels.div_ceil(panel_tasks).clamp(1, MAX_PANEL_CHUNK);
-    let panel_chunks = panels.div_ceil(chunk);
-    let out = SyncPtr(y.as_mut_ptr());
-    parallel_for(token_blocks * panel_chunks, &|task| {
-        let (tb, pc) = (task / panel_chunks, task % panel_chunks);
-        let (t0, t1) = (tb * TOKEN_BLOCK, ((tb + 1) * TOKEN_BLOCK).min(t));
-        let (p0, p1) = (pc * chunk, ((pc + 1) * chunk).min(panels));
+    for_each_task(t, rows, w.panels(), y, post, &|(t0, t1), (p0, p1), out| {
         let mut tile = [[0f32; NR]; MAX_MR];
         for k0 in (0..cols).step_by(KC) {
             let kc = KC.min(cols - k0);
@@ -351,11 +342,40 @@ fn run_packed(
                 }
             }
         }
+    });
+}
+
+/// One task of [`for_each_task`]: its tokens `(t0, t1)`, its panels `(p0, p1)` and `y`.
+pub(super) type TaskBody<'a> = &'a (dyn Fn((usize, usize), (usize, usize), SyncPtr<f32>) + Sync);
+
+/// The pool tasks of a packed GEMM writing `y` (`[t, rows]`, `panels` panels of [`NR`] rows):
+/// blocks of [`TOKEN_BLOCK`] tokens × chunks of consecutive panels (about four tasks per
+/// thread). Each task runs `body((t0, t1), (p0, p1), y)`, which must write only features
+/// `p0·NR .. min(p1·NR, rows)` of tokens `t0 .. t1`, then `post` over those finished outputs
+/// (the f32 and int16 GEMMs' shared schedule).
+pub(super) fn for_each_task(
+    t: usize,
+    rows: usize,
+    panels: usize,
+    y: &mut [f32],
+    post: Option<Epilogue<'_>>,
+    body: TaskBody<'_>,
+) {
+    let token_blocks = t.div_ceil(TOKEN_BLOCK);
+    let panel_tasks = (pool_threads() * 4).div_ceil(token_blocks).max(1);
+    let chunk = panels.div_ceil(panel_tasks).clamp(1, MAX_PANEL_CHUNK);
+    let panel_chunks = panels.div_ceil(chunk);
+    let out = SyncPtr(y.as_mut_ptr());
+    parallel_for(token_blocks * panel_chunks, &|task| {
+        let (tb, pc) = (task / panel_chunks, task % panel_chunks);
+        let (t0, t1) = (tb * TOKEN_BLOCK, ((tb + 1) * TOKEN_BLOCK).min(t));
+        let (p0, p1) = (pc * chunk, ((pc + 1) * chunk).min(panels));
+        body((t0, t1), (p0, p1), out);
         if let Some(f) = post {
             let (r0, r1) = (p0 * NR, (p1 * NR).min(rows));
             for i in t0..t1 {
-                // SAFETY: as for the stores above: features r0 .. r1 of token i lie inside y
-                // and belong to this task alone; its sums are complete (all k slices done).
+                // SAFETY: features r0 .. r1 of token i lie inside y ([t, rows]) and belong to
+                // this task alone; its sums are complete (`body` did every k slice).
                 f(
                     unsafe {
                         std::slice::from_raw_parts_mut(out.get().add(i * rows + r0), r1 - r0)

@@ -6,7 +6,9 @@ use super::*;
 use crate::dispatch::available_isas;
 use proptest::prelude::*;
 
-fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+/// `n` values in [−1, 1] from a xorshift generator seeded with `seed` (shared by the int16
+/// tests).
+pub(super) fn random_f32(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
