@@ -238,9 +238,10 @@ macro_rules! packed_tiles {
                 // super-block i exists; offsets follow the layout.
                 unsafe {
                     let p = g.add(i * t4::BYTES);
-                    prefetch_ahead(p, t4::BYTES);
+                    prefetch_ahead(p, t4::QS);
                     let mut s32 = [_mm256_setzero_si256(); N];
                     for s in 0..8 {
+                        prefetch_ahead(p.add(t4::qs(s)), 128);
                         // Lanes' integer scales of groups 2s (low 8 bytes) and 2s + 1.
                         let scb = _mm_loadu_si128(p.add(t4::SC + 16 * s) as *const __m128i);
                         let sc0 = _mm256_cvtepi8_epi32(scb);
@@ -314,13 +315,14 @@ macro_rules! packed_tiles {
                 unsafe {
                     let pb = if FIVE { q5k::BYTES } else { q4k::BYTES };
                     let p = g.add(i * pb);
-                    prefetch_ahead(p, pb);
+                    prefetch_ahead(p, q4k::QS);
                     let mut s32 = [_mm256_setzero_si256(); N];
                     for s in 0..8 {
                         let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
                             p.add(q4k::SC + 8 * s) as *const __m128i
                         ));
                         let qs = p.add(if FIVE { q5k::qs(s) } else { q4k::QS + 128 * s });
+                        prefetch_ahead(qs, if FIVE { 160 } else { 128 });
                         let hb = if FIVE {
                             _mm256_loadu_si256(p.add(q5k::qh(s)) as *const __m256i)
                         } else {
@@ -384,9 +386,10 @@ macro_rules! packed_tiles {
                 // super-block i exists; offsets follow the layout.
                 unsafe {
                     let p = g.add(i * q6k::BYTES);
-                    prefetch_ahead(p, q6k::BYTES);
+                    prefetch_ahead(p, q6k::QL);
                     let mut s32 = [_mm256_setzero_si256(); N];
                     for s in 0..8 {
+                        prefetch_ahead(p.add(q6k::ql(s)), 192);
                         // Lanes r: (sc[2s], sc[2s + 1]) as i16.
                         let scq = _mm256_cvtepi8_epi16(_mm_loadu_si128(
                             p.add(q6k::SC + 16 * s) as *const __m128i

@@ -86,8 +86,8 @@ pub(super) unsafe fn gemv2_q4k<const N: usize>(
         // exists; offsets follow the layout.
         unsafe {
             let (p0, p1) = (g0.add(i * q4k::BYTES), g1.add(i * q4k::BYTES));
-            prefetch_ahead(p0, q4k::BYTES);
-            prefetch_ahead(p1, q4k::BYTES);
+            prefetch_ahead(p0, q4k::QS);
+            prefetch_ahead(p1, q4k::QS);
             let ys: [&BlockQ8K; N] = std::array::from_fn(|k| &*xs[k].add(i));
             let mut s32 = [_mm512_setzero_si512(); N];
             for s in 0..8 {
@@ -96,6 +96,8 @@ pub(super) unsafe fn gemv2_q4k<const N: usize>(
                     _mm_loadl_epi64(p1.add(q4k::SC + 8 * s) as *const __m128i),
                 ));
                 let qo = q4k::QS + 128 * s;
+                prefetch_ahead(p0.add(qo), 128);
+                prefetch_ahead(p1.add(qo), 128);
                 let mut ea = [_mm512_setzero_si512(); N];
                 let mut oa = [_mm512_setzero_si512(); N];
                 for c in 0..4 {
@@ -179,8 +181,8 @@ pub(super) unsafe fn gemv2_q6k<const N: usize>(
         // exists; offsets follow the layout.
         unsafe {
             let (p0, p1) = (g0.add(i * q6k::BYTES), g1.add(i * q6k::BYTES));
-            prefetch_ahead(p0, q6k::BYTES);
-            prefetch_ahead(p1, q6k::BYTES);
+            prefetch_ahead(p0, q6k::QL);
+            prefetch_ahead(p1, q6k::QL);
             let ys: [&BlockQ8K; N] = std::array::from_fn(|k| &*xs[k].add(i));
             let mut s32 = [_mm512_setzero_si512(); N];
             for s in 0..8 {
@@ -192,6 +194,8 @@ pub(super) unsafe fn gemv2_q6k<const N: usize>(
                 let sc0 = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(scq));
                 let sc1 = _mm512_srai_epi32::<16>(scq);
                 let (ql, qh) = (q6k::ql(s), q6k::qh(s));
+                prefetch_ahead(p0.add(ql), 192);
+                prefetch_ahead(p1.add(ql), 192);
                 for (h, scv) in [(0usize, sc0), (1, sc1)] {
                     let hb = load2(p0.add(qh + 32 * h), p1.add(qh + 32 * h));
                     let v0 = load2(p0.add(ql + 64 * h), p1.add(ql + 64 * h));

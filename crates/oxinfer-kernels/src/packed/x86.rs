@@ -79,6 +79,11 @@ pub(super) unsafe fn bcast4(p: *const i8) -> __m256i {
 
 /// Prefetches the `bytes` bytes that start [`PREFETCH_AHEAD`] bytes after `p` (the
 /// weights a few blocks ahead: a hint, never a fault, even past the end of the group).
+///
+/// Kernels over large blocks call it per sub-block (the block's header first, then each
+/// sub-block's quants as the loop reaches them), so a few prefetches go out per step of
+/// work: a whole 1.2–1.7 KiB K-quant block's 19–27 prefetches issued back to back at the
+/// block's start halved Q6_K's rate from memory (one thread, 11.7 → 22.3 GB/s when spread).
 #[inline(always)]
 pub(super) fn prefetch_ahead(p: *const u8, bytes: usize) {
     let mut off = 0;
