@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `OXINFER_KERNELS` | `auto` (default), `scalar` | `scalar` runs the plain reference kernels everywhere ([`kernel_set`]) |
 //! | `OXINFER_VNNI` | `0` | keeps an AVX-512 VNNI CPU on the AVX2 kernels ([`detected_isa`]; A/B runs) |
-//! | `OXINFER_PACKED` | `0`, `all` | `0`: no weight packing, the row-major kernels run (A/B runs); `all`: also pack the formats whose packed copy outgrows the file by more than 1.25× (IQ2/IQ3/IQ1/TQ, for speed at 1.3–2.9× their RAM); unset: only the formats that stay within 1.25× ([`packing_mode`], [`crate::packed::packing_allowed`]) |
+//! | `OXINFER_PACKED` | `0`, `all` | `0`: no weight packing, the row-major kernels run (A/B runs); `all`: also pack the formats whose packed copy outgrows the file by more than 1.25× (IQ2/IQ3/IQ1/TQ, for speed at 1.3–2.9× their RAM); unset: the formats that stay within 1.25×, and the others too in a model that as a whole stays within 1.25× packed ([`packing_mode`], [`crate::packed::packing_allowed`], [`crate::packed::model_fits_packed`]) |
 //! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
 //! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
 //! | `OXINFER_HUGEPAGES` | `0` | repacked weights and the memory probe on ordinary pages, not transparent huge pages ([`huge_pages_enabled`]; A/B runs) |

@@ -17,6 +17,10 @@ use std::sync::Arc;
 pub struct MappedFile {
     path: PathBuf,
     data: Backing,
+    /// Whether the model this file belongs to stays within the memory rule with every
+    /// packable tensor packed ([`oxinfer_kernels::packed::model_fits_packed`]), so that its
+    /// growing formats are packed too; set by the loader once it knows the whole model.
+    fits_packed: std::sync::atomic::AtomicBool,
 }
 
 enum Backing {
@@ -40,6 +44,7 @@ impl MappedFile {
             return Ok(MappedFile {
                 path: path.to_path_buf(),
                 data: Backing::Owned(Vec::new()),
+                fits_packed: Default::default(),
             });
         }
         // SAFETY: `Mmap` hands out `&[u8]` for the mapping's life, which is sound only while
@@ -63,6 +68,7 @@ impl MappedFile {
         Ok(MappedFile {
             path: path.to_path_buf(),
             data,
+            fits_packed: Default::default(),
         })
     }
 
@@ -97,7 +103,20 @@ impl MappedFile {
         MappedFile {
             path: path.into(),
             data: Backing::Owned(bytes),
+            fits_packed: Default::default(),
         }
+    }
+
+    /// Records whether the model this file belongs to fits the memory rule with every
+    /// packable tensor packed ([`oxinfer_kernels::packed::model_fits_packed`]).
+    pub fn set_fits_packed(&self, fits: bool) {
+        self.fits_packed
+            .store(fits, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What [`set_fits_packed`](Self::set_fits_packed) recorded (false until then).
+    pub fn fits_packed(&self) -> bool {
+        self.fits_packed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The file's bytes.

@@ -215,7 +215,9 @@ impl PackedMatrix {
 /// The most packed bytes per file byte that a format may cost by default: the packed copy
 /// replaces the mapped rows, so a format above it (IQ3_S 1.33×, IQ3_XXS 1.49×, IQ2_S 1.78×,
 /// IQ2_XS 1.97×, IQ2_XXS / TQ2_0 2.21×, IQ1_M 2.61×, TQ1_0 2.70×, IQ1_S 2.92×: what a user
-/// picked to fit a model in RAM) stays on its row-major kernels unless `OXINFER_PACKED=all`.
+/// picked to fit a model in RAM) stays on its row-major kernels unless the whole model stays
+/// within it anyway ([`model_fits_packed`]: a few such tensors among 4-bit ones) or
+/// `OXINFER_PACKED=all`.
 /// Everything at or below it grows by at most 7.4 % (IQ4_XS; the K-quants 2.3–2.8 %, the
 /// 32-weight formats and Q6_K 0 %).
 pub const MAX_DEFAULT_GROWTH: f64 = 1.25;
@@ -243,9 +245,35 @@ pub fn packing_allowed(format: WeightFormat, mode: PackingMode) -> bool {
 /// `OXINFER_PACKED` ([`packing_allowed`], [`crate::dispatch::packing_mode`]), the CPU has AVX2
 /// and the kernel set is `auto` (the scalar twin exists for tests, not for speed).
 pub fn packing_pays(format: WeightFormat) -> bool {
-    packing_allowed(format, crate::dispatch::packing_mode())
+    packing_pays_in(format, false)
+}
+
+/// [`packing_pays`] for a weight of a model that [`model_fits_packed`]: under the default
+/// mode such a model's growing formats (IQ2_XS and the like, usually a few tensors among
+/// 4-bit ones) are packed too, since the whole model stays within [`MAX_DEFAULT_GROWTH`] of
+/// its file.
+pub fn packing_pays_in(format: WeightFormat, model_fits: bool) -> bool {
+    let mode = crate::dispatch::packing_mode();
+    let allowed = packing_allowed(format, mode)
+        || (model_fits
+            && mode == crate::dispatch::PackingMode::Compact
+            && packed_growth(format).is_some());
+    allowed
         && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
         && detected_isa().has_avx2()
+}
+
+/// The memory rule over a whole model: whether packing every tensor whose format has a packed
+/// layout (`tensors`: each one's format and file bytes) keeps the model within
+/// [`MAX_DEFAULT_GROWTH`] of its file bytes. Tensors that are never packed (embedding tables,
+/// norms) are counted as if they were, so the estimate errs on the side of memory.
+pub fn model_fits_packed(tensors: impl IntoIterator<Item = (WeightFormat, usize)>) -> bool {
+    let (mut file, mut packed) = (0f64, 0f64);
+    for (format, bytes) in tensors {
+        file += bytes as f64;
+        packed += bytes as f64 * packed_growth(format).unwrap_or(1.0);
+    }
+    packed <= file * MAX_DEFAULT_GROWTH
 }
 
 /// `y[t][rows] = x[t][cols] · Wᵀ` with the packed weights `w` (activations quantized to int8

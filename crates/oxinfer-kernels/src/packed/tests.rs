@@ -220,6 +220,34 @@ fn memory_rule_packs_growing_formats_only_on_request() {
     }
 }
 
+/// The whole-model rule: a few growing tensors among compact ones keep the model within
+/// 1.25x (SmolLM2's IQ2_XS file: 27 IQ2_XS `ffn_down` among IQ4_NL / Q4_0 / Q8_0), a model
+/// made of them does not; formats without a packed layout count once.
+#[test]
+fn memory_rule_over_a_whole_model() {
+    use WeightFormat::*;
+    let growth = packed_growth(IQ2_XS).unwrap();
+    // IQ2_XS bytes b among 4-bit bytes a fit exactly while a + growth b <= 1.25 (a + b).
+    let a = 1_000_000usize;
+    let fits_up_to = (0.25 * a as f64 / (growth - MAX_DEFAULT_GROWTH)) as usize;
+    assert!(model_fits_packed([(IQ4_NL, a), (IQ2_XS, fits_up_to)]));
+    assert!(!model_fits_packed([
+        (IQ4_NL, a),
+        (IQ2_XS, fits_up_to + 1000)
+    ]));
+    assert!(!model_fits_packed([(IQ2_XS, a)]));
+    assert!(model_fits_packed([(Q4K, a), (Q6K, a), (F32, a), (Q3K, a)]));
+    assert!(model_fits_packed(std::iter::empty()));
+    // A fitting model packs its growing formats where packing runs at all; one that does not
+    // fit keeps them row-major (the default mode here: the tests do not set OXINFER_PACKED).
+    if packing_pays(Q4_0) && crate::dispatch::packing_mode() == PackingMode::Compact {
+        assert!(packing_pays_in(IQ2_XS, true));
+        assert!(!packing_pays_in(IQ2_XS, false));
+        assert!(!packing_pays_in(Q3K, true));
+        assert!(packing_pays_in(Q4_0, false));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// A row read back from the packed copy has the same bits as the row-major dequantizer

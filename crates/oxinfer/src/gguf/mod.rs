@@ -84,7 +84,16 @@ impl GgufFile {
     /// `split.count` > 1), every part is mapped and presented as one model ([`split::join`]);
     /// a missing or mismatched part is an error naming the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
-        split::join(Self::open_single(path.as_ref())?)
+        let file = split::join(Self::open_single(path.as_ref())?)?;
+        // The memory rule over the whole model (every part): a few growing tensors (IQ2_XS
+        // `ffn_down` among 4-bit ones) are packed when the model stays within the rule.
+        let fits = oxinfer_kernels::packed::model_fits_packed(
+            file.tensors.iter().map(|t| (t.format, t.size)),
+        );
+        for part in &file.parts {
+            part.set_fits_packed(fits);
+        }
+        Ok(file)
     }
 
     /// Maps and parses one GGUF file, without looking for the other parts of a split model.

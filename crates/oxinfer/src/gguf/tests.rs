@@ -315,3 +315,35 @@ fn iq_tq_mxfp4_tensors_load_and_dequantize_like_gguf_py() {
         assert_eq!(got, want, "{f}");
     }
 }
+
+/// `open` applies the memory rule to the whole model: a file with one IQ2_XS block among Q4_0
+/// ones fits it packed, a file of IQ2_XS alone does not (`MappedFile::fits_packed`, read by
+/// `Linear` to pack the growing formats).
+#[test]
+fn open_records_whether_the_model_fits_packed() {
+    let dir = std::env::temp_dir().join(format!("oxinfer-fits-packed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, tensors: &[(u32, usize, usize)]| {
+        // (ggml type, elements, bytes) per tensor, zero bytes (valid blocks: scale 0).
+        let mut w = Writer::new(3, tensors.len() as u64, 0);
+        let mut offset = 0u64;
+        for (i, &(ty, n, _)) in tensors.iter().enumerate() {
+            w.tensor(&format!("t{i}"), &[n as u64], ty, offset);
+            offset += tensors[i].2.div_ceil(32) as u64 * 32;
+        }
+        w.pad(32);
+        for &(_, _, bytes) in tensors {
+            w.buf
+                .extend(std::iter::repeat_n(0u8, bytes.div_ceil(32) * 32));
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, &w.buf).unwrap();
+        GgufFile::open(&path).unwrap()
+    };
+    let (iq2_xs, q4_0) = (17, 2);
+    let mixed = write("mixed.gguf", &[(iq2_xs, 256, 74), (q4_0, 64 * 32, 64 * 18)]);
+    assert!(mixed.parts.iter().all(|p| p.fits_packed()));
+    let pure = write("pure.gguf", &[(iq2_xs, 4 * 256, 4 * 74)]);
+    assert!(pure.parts.iter().all(|p| !p.fits_packed()));
+    std::fs::remove_dir_all(&dir).ok();
+}

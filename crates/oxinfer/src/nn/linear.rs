@@ -4,7 +4,7 @@ use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use crate::plan::ProjOp;
-use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
+use oxinfer_kernels::packed::{matmul_packed, packing_pays_in, PackedMatrix};
 use oxinfer_kernels::two_term;
 use oxinfer_kernels::WeightMatrix;
 use std::sync::{Arc, OnceLock};
@@ -180,7 +180,7 @@ impl Linear {
     /// The weight repacked for the CPU's packed kernels (made on first call), or `None` when
     /// they do not pay here (format, CPU, `OXINFER_KERNELS=scalar`).
     fn packed(&self) -> Option<&PackedMatrix> {
-        if !packing_pays(self.weight.format) {
+        if !packing_pays_in(self.weight.format, self.weight.file.fits_packed()) {
             return None;
         }
         self.packed
