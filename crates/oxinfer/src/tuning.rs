@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Version of the cache file layout; a file of another version is measured again.
-const CACHE_VERSION: u32 = 1;
+/// Version of the cache file (its layout, and the kernels it timed); a file of another
+/// version is measured again. 2: the packed K-quant kernels prefetch per sub-block, which
+/// changed their speed from memory (timings of version 1 are of other kernels).
+const CACHE_VERSION: u32 = 2;
 
 /// What [`ensure`] decided for this process.
 #[derive(Clone, Debug)]
@@ -266,10 +268,16 @@ mod tests {
         // another CPU, another thread count: measure again
         assert_eq!(read_cache(&path, "Other CPU", 2), None);
         assert_eq!(read_cache(&path, "Some CPU", 4), None);
-        // a damaged or hostile file is measured again, never trusted
-        std::fs::write(&path, b"{\"version\":1,\"cpu\":\"Some CPU\",\"threads\":2,").unwrap();
+        // timings of an older version are of other kernels: measure again
+        let mut old: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        old["version"] = serde_json::json!(CACHE_VERSION - 1);
+        std::fs::write(&path, old.to_string()).unwrap();
         assert_eq!(read_cache(&path, "Some CPU", 2), None);
-        let bad = serde_json::json!({"version": 1, "cpu": "Some CPU", "threads": 2, "timings": [
+        // a damaged or hostile file is measured again, never trusted
+        std::fs::write(&path, b"{\"version\":2,\"cpu\":\"Some CPU\",\"threads\":2,").unwrap();
+        assert_eq!(read_cache(&path, "Some CPU", 2), None);
+        let bad = serde_json::json!({"version": CACHE_VERSION, "cpu": "Some CPU", "threads": 2, "timings": [
             {"format": "Q4_K", "one_group_gbs": -1.0, "two_group_gbs": 3.0},
             {"format": "Q6_K", "one_group_gbs": 1.0, "two_group_gbs": 3.0}]});
         std::fs::write(&path, bad.to_string()).unwrap();
