@@ -1,5 +1,5 @@
 //! CPU-time A/B of the row-major fast matmul and the packed GEMM on one matrix:
-//! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed] [THREADS]`; prints GFLOP/s and GB/s of
+//! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed] [THREADS]` (float formats: `fast` only); prints GFLOP/s and GB/s of
 //! weights per user-CPU second, and GFLOP/s of the fastest single call (the one no other
 //! process interrupted: the steadiest A/B number on a loaded machine). THREADS (default 1) sizes the kernel pool: one thread measures a
 //! core's kernel throughput without the pool's spin-waits in the CPU time; a matrix larger than
@@ -33,14 +33,15 @@ fn main() {
         .map(|i| ((i % 97) as f32 / 48.0) - 1.0)
         .collect();
     let mut y = vec![0f32; t * rows];
-    let p = PackedMatrix::pack(&w).unwrap();
     let packed = a.get(6).map(|v| v == "packed").unwrap_or(true);
+    // Float formats have no packed layout here: only `fast` runs them.
+    let p = packed.then(|| PackedMatrix::pack(&w).expect("a format with a packed layout"));
     let (c0, w0) = (user_cpu(), std::time::Instant::now());
     let mut best = f64::INFINITY;
     for _ in 0..iters {
         let t0 = std::time::Instant::now();
         if packed {
-            matmul_packed(&p, &x, t, &mut y);
+            matmul_packed(p.as_ref().expect("packed above"), &x, t, &mut y);
         } else {
             matmul_fast(&w, &x, t, &mut y, detected_isa());
         }
