@@ -153,6 +153,7 @@ def main() -> None:
         video_grid_thw=inputs["video_grid_thw"])
     ref.update({
         "chat_template_text": text,
+        "question": question,
         "video_order": order,
         "prompt_ids": ids,
         "expanded_text": tok.decode(ids),
