@@ -169,17 +169,23 @@ pub fn encode(
         let t = match towers {
             Some(t) if t.accepts(m.kind) => t,
             _ => {
-                let tower = match m.kind {
-                    MediaKind::Image | MediaKind::Video => "vision",
-                    MediaKind::Audio => "audio",
+                let why = match m.kind {
+                    MediaKind::Image => {
+                        "this model has no vision tower, so it cannot take image \
+                                         input"
+                    }
+                    MediaKind::Audio => {
+                        "this model has no audio tower, so it cannot take audio \
+                                         input"
+                    }
+                    MediaKind::Video => {
+                        "this model cannot take video input (Qwen 3.5 vision \
+                                         checkpoints can)"
+                    }
                 };
-                return Err(ApiError::bad_request(format!(
-                    "{}: this model has no {tower} tower, so it cannot take {} input",
-                    m.name,
-                    m.kind.name()
-                ))
-                .with_param(m.name.clone())
-                .with_code("model_not_supported"));
+                return Err(ApiError::bad_request(format!("{}: {why}", m.name))
+                    .with_param(m.name.clone())
+                    .with_code("model_not_supported"));
             }
         };
         let e = encode_media(
