@@ -157,7 +157,7 @@ fn chat_template_expansion_and_rotary_positions_match() {
     let r = reference();
     let msg = message(&r);
     let text = model
-        .render_chat(&[msg.clone()], true, &Value::Null)
+        .render_chat(std::slice::from_ref(&msg), true, &Value::Null)
         .unwrap();
     assert_eq!(text, r["chat_template_text"].as_str().unwrap());
     // Rendered, tokenized and expanded as `oxinfer run --image … --video …` does: the ids of
