@@ -15,6 +15,8 @@ Writes into tests/fixtures/qwen35-vl-tiny/ (or qwen35moe-vl-tiny with `--variant
   clip.gif                         6 frames of 40x28, 250 ms each (4 fps): Pillow-made from logo.png.
   short.gif                        3 frames of 20x12, 100 ms each: fewer frames than min_frames, an
                                    odd count (the last frame is repeated to fill the patch).
+  clip.png, clip.webp              clip.gif's frames (as Pillow decodes them) as an APNG and a
+                                   lossless animated WebP, 250 ms each: the same video.
   pixels_video_<name>.npy          float32 [patches, 3 * 2 * patch^2]: pixel_values_videos.
   vision_video_<name>.npy          float32 [soft tokens, text hidden]: get_video_features.
   logits_video.npy                 float32 [n_prompt, vocab]: logits of the text+image+video prompt.
@@ -65,6 +67,18 @@ def make_gifs(out: Path) -> None:
                   for i in range(n)]
         frames[0].save(out / f"{name}.gif", save_all=True, append_images=frames[1:], duration=ms,
                        loop=0, optimize=False, disposal=1)
+    n, ms = VIDEOS["clip"][0], VIDEOS["clip"][3]
+    decoded = [f.convert("RGB") for f in ImageSequence.Iterator(Image.open(out / "clip.gif"))]
+    assert len(decoded) == n
+    decoded[0].save(out / "clip.png", save_all=True, append_images=decoded[1:], duration=ms,
+                    loop=0, default_image=False)
+    decoded[0].save(out / "clip.webp", save_all=True, append_images=decoded[1:], duration=ms,
+                    loop=0, lossless=True)
+    for ext in ("png", "webp"):
+        again = [np.asarray(f.convert("RGB"))
+                 for f in ImageSequence.Iterator(Image.open(out / f"clip.{ext}"))]
+        assert len(again) == n and all(np.array_equal(a, np.asarray(d))
+                                       for a, d in zip(again, decoded)), ext
 
 
 def read_gif(path: Path) -> tuple[np.ndarray, VideoMetadata]:

@@ -5,7 +5,8 @@
 //! group `<t seconds><|vision_start|>` + pads + `<|vision_end|>`), the multimodal rotary
 //! positions (`get_rope_index` with video grids), the logits of a text + image + video prompt
 //! (whole and chunked prefill) and 32 greedy tokens; a folder of the same frames gives the same
-//! soft tokens; bad videos fail naming the input.
+//! soft tokens, and so do its frames as an APNG and an animated WebP; bad videos fail naming
+//! the input.
 
 mod common;
 
@@ -149,6 +150,35 @@ fn video_soft_tokens_match_and_a_frame_folder_gives_the_same() {
     let e = read_frame_dir(&folder, None, &Limits::default()).unwrap_err();
     assert!(e.to_string().contains("frames differ in size"), "{e}");
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[test]
+fn apng_and_animated_webp_decode_as_the_gif() {
+    // clip.png / clip.webp hold clip.gif's frames as Pillow decodes them (lossless), 250 ms each.
+    // The APNG decodes to the same bytes. The WebP's later frames come out one level low in
+    // many pixels: image-webp 0.2.4 blends fully opaque pixels of a blended frame through its
+    // alpha formula (255 · 2^24 / 255 ≈ 1 − 2^-24, floored), where libwebp (Pillow) copies them
+    // (`BlendPixelRowNonPremult`); the test holds that difference to at most one level.
+    let lim = Limits::default();
+    let want = decode_video(&gif("clip"), "clip.gif", &lim).unwrap();
+    for (f, tol) in [("clip.png", 0), ("clip.webp", 1)] {
+        let got = decode_video(&std::fs::read(dir().join(f)).unwrap(), f, &lim).unwrap();
+        assert_eq!(got.frames.len(), want.frames.len(), "{f}");
+        for (i, (a, b)) in got.frames.iter().zip(&want.frames).enumerate() {
+            assert_eq!((a.width, a.height), (b.width, b.height), "{f}: frame {i}");
+            let d = a
+                .pixels
+                .iter()
+                .zip(&b.pixels)
+                .map(|(x, y)| x.abs_diff(*y))
+                .max();
+            assert!(
+                d <= Some(tol),
+                "{f}: frame {i} differs from the GIF's by {d:?}"
+            );
+        }
+        assert_eq!(got.fps, want.fps, "{f}: frame rate");
+    }
 }
 
 #[test]
