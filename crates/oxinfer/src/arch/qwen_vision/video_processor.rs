@@ -27,12 +27,16 @@ pub struct VideoProcessor {
     pub fps: Option<f64>,
     /// A fixed number of frames to sample.
     pub num_frames: Option<usize>,
+    /// Fewest frames sampled (`min_frames`, default 4; fewer when the video has fewer).
     pub min_frames: usize,
+    /// Most frames sampled (`max_frames`, default 768).
     pub max_frames: usize,
     /// `do_sample_frames` (default true); false: every frame is used.
     pub sample: bool,
-    /// `cap_pixels_per_frame` (unset: false) with its `max_video_tokens`.
+    /// `cap_pixels_per_frame` (unset: false): each frame's pixels capped at
+    /// `max_video_tokens` merged patches or its share of the budget.
     pub cap_pixels_per_frame: bool,
+    /// `max_video_tokens` (default 768): soft tokens per frame under the cap.
     pub max_video_tokens: usize,
 }
 
