@@ -101,7 +101,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         crate::interrupt::catch();
     }
     let mut params = a.sampling.params_over(&defaults);
-    let mut media = crate::media_args::ChatMedia::default();
+    let mut media = crate::media_args::ChatMedia::new(a.media.video_fps);
     for (kind, path) in a.media.inputs() {
         media.attach(&model, kind, &path)?;
     }

@@ -1,13 +1,16 @@
-//! `--image FILE` / `--audio FILE` of `oxinfer run` and `chat`, and the chat's `/image PATH` /
-//! `/audio PATH` commands: the files are decoded and encoded by the model's towers, then
-//! placed in the prompt (the chat template's markers expanded, or with `--tokens` the runs of
-//! placeholder ids already there filled in order).
+//! `--image FILE` / `--audio FILE` / `--video PATH` of `oxinfer run` and `chat`, and the chat's
+//! `/image PATH` / `/audio PATH` / `/video PATH` commands: the files are decoded and encoded by
+//! the model's towers, then placed in the prompt (the chat template's markers expanded, or
+//! with `--tokens` the runs of placeholder ids already there filled in order). A video is an
+//! animated GIF / WebP / PNG, or a folder of still frames (file-name order, `--video-fps`).
 
 use anyhow::{bail, Result};
 use clap::Args;
 use oxinfer::arch::multimodal::{MediaKind, MediaTowers};
-use oxinfer::engine::media::{encode_media, expand_markers, fill_runs, EncodedMedia};
-use oxinfer::media::{read_file, Limits};
+use oxinfer::engine::media::{
+    encode_media, encode_video_clip, expand_markers, fill_runs, EncodedMedia,
+};
+use oxinfer::media::{decode_video, read_file, read_frame_dir, Limits};
 use oxinfer::plan::media::MediaEmbeds;
 use oxinfer::Model;
 use std::path::{Path, PathBuf};
@@ -22,19 +25,28 @@ pub struct MediaArgs {
     /// An audio clip for the prompt (WAV or FLAC; repeatable, in order).
     #[arg(long = "audio", value_name = "FILE")]
     pub audio: Vec<PathBuf>,
+    /// A video for the prompt: an animated GIF / WebP / PNG, or a folder of still frames in
+    /// file-name order (repeatable, in order; Qwen 3.5).
+    #[arg(long = "video", value_name = "PATH")]
+    pub videos: Vec<PathBuf>,
+    /// Frame rate of a --video folder of frames (default: unknown, which the processor takes
+    /// as 24), or of an animated file instead of its frame delays.
+    #[arg(long = "video-fps", value_name = "F")]
+    pub video_fps: Option<f64>,
 }
 
 impl MediaArgs {
     /// Whether no media was given.
     pub fn is_empty(&self) -> bool {
-        self.images.is_empty() && self.audio.is_empty()
+        self.images.is_empty() && self.audio.is_empty() && self.videos.is_empty()
     }
 
-    /// Every input with its kind, images first.
+    /// Every input with its kind: images, then audio, then videos.
     pub fn inputs(&self) -> Vec<(MediaKind, PathBuf)> {
         let im = self.images.iter().map(|p| (MediaKind::Image, p.clone()));
         let au = self.audio.iter().map(|p| (MediaKind::Audio, p.clone()));
-        im.chain(au).collect()
+        let vi = self.videos.iter().map(|p| (MediaKind::Video, p.clone()));
+        im.chain(au).chain(vi).collect()
     }
 }
 
@@ -43,34 +55,51 @@ pub fn towers(model: &Model) -> Result<&dyn MediaTowers> {
     match model.lm().media() {
         Some(t) => Ok(t),
         None => bail!(
-            "{} has no vision or audio tower: --image / --audio need a multimodal checkpoint \
-             (for example a Gemma 4 safetensors folder with its vision tower)",
+            "{} has no vision or audio tower: --image / --audio / --video need a multimodal \
+             checkpoint (for example a Gemma 4 safetensors folder with its vision tower)",
             crate::run::model_name(model)
         ),
     }
 }
 
-/// Decodes and encodes `inputs` in order.
-pub fn encode(model: &Model, inputs: &[(MediaKind, PathBuf)]) -> Result<Vec<EncodedMedia>> {
+/// Decodes and encodes `inputs` in order (`fps`: `--video-fps`).
+pub fn encode(
+    model: &Model,
+    inputs: &[(MediaKind, PathBuf)],
+    fps: Option<f64>,
+) -> Result<Vec<EncodedMedia>> {
     let t = towers(model)?;
     let mut out = Vec::with_capacity(inputs.len());
     for (kind, path) in inputs {
-        out.push(encode_file(t, *kind, path)?);
+        out.push(encode_file(t, *kind, path, fps)?);
     }
     Ok(out)
 }
 
-fn encode_file(t: &dyn MediaTowers, kind: MediaKind, path: &Path) -> Result<EncodedMedia> {
-    let bytes = read_file(path)?;
+fn encode_file(
+    t: &dyn MediaTowers,
+    kind: MediaKind,
+    path: &Path,
+    fps: Option<f64>,
+) -> Result<EncodedMedia> {
     let name = path.display().to_string();
-    Ok(encode_media(
-        t,
-        kind,
-        &bytes,
-        &name,
-        &Limits::default(),
-        None,
-    )?)
+    let lim = Limits::default();
+    if kind == MediaKind::Video && path.is_dir() {
+        let (clip, identity) = read_frame_dir(path, fps, &lim)?;
+        return Ok(encode_video_clip(t, &clip, &identity, &name, None)?);
+    }
+    let bytes = read_file(path)?;
+    if let (MediaKind::Video, Some(f)) = (kind, fps) {
+        if !(f.is_finite() && f > 0.0) {
+            bail!("--video-fps {f}: not a positive number");
+        }
+        let mut clip = decode_video(&bytes, &name, &lim)?;
+        clip.fps = Some(f);
+        let mut identity = bytes;
+        identity.extend(f.to_le_bytes());
+        return Ok(encode_video_clip(t, &clip, &identity, &name, None)?);
+    }
+    Ok(encode_media(t, kind, &bytes, &name, &lim, None)?)
 }
 
 /// Places `media` on `ids` that already hold the expanded placeholder runs (`--tokens`).
@@ -86,7 +115,7 @@ pub fn expand(
     media: &[EncodedMedia],
 ) -> Result<(Vec<u32>, Arc<MediaEmbeds>)> {
     let dim = model.config().hidden_size;
-    let (ids, m) = expand_markers(ids, towers(model)?, media, dim)?;
+    let (ids, m) = expand_markers(ids, towers(model)?, media, dim, model.tokenizer())?;
     Ok((ids, Arc::new(m)))
 }
 
@@ -115,9 +144,12 @@ pub fn place(
     }
     towers(model)?;
     if raw && !from_ids {
-        bail!("--image / --audio go through the chat template (drop --raw) or into --tokens ids");
+        bail!(
+            "--image / --audio / --video go through the chat template (drop --raw) or into \
+             --tokens ids"
+        );
     }
-    let media = encode(model, &m.inputs())?;
+    let media = encode(model, &m.inputs(), m.video_fps)?;
     if from_ids {
         let e = fill(model, &prompt, &media)?;
         Ok((prompt, Some(e)))
@@ -127,10 +159,12 @@ pub fn place(
     }
 }
 
-/// The media of a chat: `/image PATH` and `/audio PATH` attach an input to the next turn;
-/// every turn's inputs stay placed in the conversation (encoded once).
+/// The media of a chat: `/image PATH`, `/audio PATH` and `/video PATH` attach an input to the
+/// next turn; every turn's inputs stay placed in the conversation (encoded once).
 #[derive(Default)]
 pub struct ChatMedia {
+    /// `--video-fps`, for the videos attached.
+    video_fps: Option<f64>,
     /// Attached, for the next turn.
     pending: Vec<EncodedMedia>,
     /// Of the turns so far, in order.
@@ -140,13 +174,24 @@ pub struct ChatMedia {
 }
 
 impl ChatMedia {
-    /// Handles `line` when it is `/image PATH` or `/audio PATH` (encoding the file now);
-    /// returns whether it was one.
+    /// No inputs yet; videos attached later read at `video_fps` (`--video-fps`).
+    pub fn new(video_fps: Option<f64>) -> Self {
+        ChatMedia {
+            video_fps,
+            ..ChatMedia::default()
+        }
+    }
+
+    /// Handles `line` when it is `/image PATH`, `/audio PATH` or `/video PATH` (encoding the
+    /// input now); returns whether it was one.
     pub fn command(&mut self, model: &Model, line: &str) -> Result<bool> {
         let (kind, path) = match line.split_once(char::is_whitespace) {
             Some(("/image", p)) => (MediaKind::Image, p.trim()),
             Some(("/audio", p)) => (MediaKind::Audio, p.trim()),
-            _ if line == "/image" || line == "/audio" => bail!("{line} needs a file: {line} PATH"),
+            Some(("/video", p)) => (MediaKind::Video, p.trim()),
+            _ if matches!(line, "/image" | "/audio" | "/video") => {
+                bail!("{line} needs a file: {line} PATH")
+            }
             _ => return Ok(false),
         };
         self.attach(model, kind, Path::new(path))?;
@@ -155,7 +200,7 @@ impl ChatMedia {
 
     /// Encodes `path` and attaches it to the next turn.
     pub fn attach(&mut self, model: &Model, kind: MediaKind, path: &Path) -> Result<()> {
-        let m = encode_file(towers(model)?, kind, path)?;
+        let m = encode_file(towers(model)?, kind, path, self.video_fps)?;
         eprintln!(
             "({} {} attached to the next message: {} soft tokens)",
             kind.name(),
@@ -194,8 +239,8 @@ impl ChatMedia {
         self.last_turn = 0;
     }
 
-    /// Forgets everything.
+    /// Forgets every input (the settings stay).
     pub fn clear(&mut self) {
-        *self = ChatMedia::default();
+        *self = ChatMedia::new(self.video_fps);
     }
 }

@@ -138,7 +138,7 @@ pub struct Message {
 }
 
 /// Message content: a string or a list of parts (`text`, and for a model with media towers
-/// `image_url` and `input_audio`: see [`crate::media_parts`]).
+/// `image_url`, `input_audio` and `video_url`: see [`crate::media_parts`]).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
@@ -156,6 +156,8 @@ pub struct Part {
     pub image_url: Option<Value>,
     /// `{"data": "<base64>", "format": "wav"}` of an `input_audio` part.
     pub input_audio: Option<Value>,
+    /// `{"url": "data:image/gif;base64,..."}` of a `video_url` part.
+    pub video_url: Option<Value>,
 }
 
 impl Content {

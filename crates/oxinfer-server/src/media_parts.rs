@@ -1,8 +1,11 @@
-//! Images and audio in chat requests: OpenAI's content parts
+//! Images, audio and videos in chat requests: OpenAI's content parts
 //! `{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}` and
-//! `{"type": "input_audio", "input_audio": {"data": "<base64>", "format": "wav"}}`.
+//! `{"type": "input_audio", "input_audio": {"data": "<base64>", "format": "wav"}}`, and the
+//! `{"type": "video_url", "video_url": {"url": "data:image/gif;base64,..."}}` part vLLM-style
+//! servers take (an animated GIF, WebP or PNG here).
 //!
-//! Each part becomes a `{"type": "image"}` / `{"type": "audio"}` part for the chat template
+//! Each part becomes a `{"type": "image"}` / `{"type": "audio"}` / `{"type": "video"}` part
+//! for the chat template
 //! (which writes the model's marker there) and a media input, decoded and encoded by the
 //! model's towers before the request is queued; the encoded soft tokens ride with the
 //! sequence through continuous batching ([`oxinfer::plan::media`]). Encoder outputs are kept
@@ -37,7 +40,8 @@ pub struct MediaInput {
 }
 
 /// The content parts of `content` as the chat template reads them: text parts as given,
-/// `image_url` as `{"type": "image"}`, `input_audio` as `{"type": "audio"}`. Content without
+/// `image_url` as `{"type": "image"}`, `input_audio` as `{"type": "audio"}`, `video_url` as
+/// `{"type": "video"}`. Content without
 /// media stays one string (the text parts joined), as before.
 pub fn template_content(content: Option<&Content>, i: usize) -> Result<Value, ApiError> {
     let param = || format!("messages[{i}].content");
@@ -74,9 +78,10 @@ fn part_kind(p: &Part, i: usize, j: usize) -> Result<Option<MediaKind>, ApiError
         ),
         "image_url" => Ok(Some(MediaKind::Image)),
         "input_audio" => Ok(Some(MediaKind::Audio)),
+        "video_url" => Ok(Some(MediaKind::Video)),
         other => Err(ApiError::bad_request(format!(
             "{param}: content part of type '{other}' is not supported (text, image_url, \
-             input_audio)"
+             input_audio, video_url)"
         ))
         .with_param(param)),
     }
@@ -100,19 +105,33 @@ pub fn media_inputs(msgs: &[Message]) -> Result<Vec<MediaInput>, ApiError> {
                 ApiError::bad_request(format!("{name}: {what}")).with_param(name.clone())
             };
             let bytes = match kind {
-                MediaKind::Image => {
-                    let url = p
-                        .image_url
+                MediaKind::Image | MediaKind::Video => {
+                    let (field, what) = match kind {
+                        MediaKind::Image => ("image_url", "image"),
+                        _ => ("video_url", "video"),
+                    };
+                    let part = if kind == MediaKind::Image {
+                        &p.image_url
+                    } else {
+                        &p.video_url
+                    };
+                    let url = part
                         .as_ref()
                         .and_then(|v| v.get("url").or(Some(v)))
                         .and_then(Value::as_str)
-                        .ok_or_else(|| bad("an image_url part needs image_url.url".into()))?;
+                        .ok_or_else(|| bad(format!("the {field} part needs {field}.url")))?;
                     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
                     if lower.starts_with("http://") || lower.starts_with("https:/") {
-                        return Err(bad("remote image URLs are refused: this server makes no \
-                             network fetches; send the image inline as a data: URL \
-                             (data:image/png;base64,...)"
-                            .into()));
+                        return Err(bad(format!(
+                            "remote {what} URLs are refused: this server makes no network \
+                             fetches; send the {what} inline as a data: URL \
+                             (data:image/{}base64,...)",
+                            if kind == MediaKind::Image {
+                                "png;"
+                            } else {
+                                "gif;"
+                            }
+                        )));
                     }
                     parse_data_url(url, &name).map_err(|e| bad(e.what))?.bytes
                 }
@@ -150,17 +169,23 @@ pub fn encode(
         let t = match towers {
             Some(t) if t.accepts(m.kind) => t,
             _ => {
-                let tower = match m.kind {
-                    MediaKind::Image => "vision",
-                    MediaKind::Audio => "audio",
+                let why = match m.kind {
+                    MediaKind::Image => {
+                        "this model has no vision tower, so it cannot take image \
+                                         input"
+                    }
+                    MediaKind::Audio => {
+                        "this model has no audio tower, so it cannot take audio \
+                                         input"
+                    }
+                    MediaKind::Video => {
+                        "this model cannot take video input (Qwen 3.5 vision \
+                                         checkpoints can)"
+                    }
                 };
-                return Err(ApiError::bad_request(format!(
-                    "{}: this model has no {tower} tower, so it cannot take {} input",
-                    m.name,
-                    m.kind.name()
-                ))
-                .with_param(m.name.clone())
-                .with_code("model_not_supported"));
+                return Err(ApiError::bad_request(format!("{}: {why}", m.name))
+                    .with_param(m.name.clone())
+                    .with_code("model_not_supported"));
             }
         };
         let e = encode_media(
@@ -189,7 +214,7 @@ pub fn place(
         .media()
         .ok_or_else(|| ApiError::internal("media were encoded for a model without towers"))?;
     let dim = model.config().hidden_size;
-    let (ids, embeds) = expand_markers(ids, towers, encoded, dim)
+    let (ids, embeds) = expand_markers(ids, towers, encoded, dim, model.tokenizer())
         .map_err(|e| ApiError::bad_request(e.to_string()).with_param("messages"))?;
     Ok((ids, Arc::new(embeds)))
 }
@@ -238,14 +263,20 @@ mod tests {
             {"type": "text", "text": "Look"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}},
             {"type": "input_audio", "input_audio": {"data": "aGV5", "format": "wav"}},
+            {"type": "video_url", "video_url": {"url": "data:image/gif;base64,R0lG"}},
         ]}]));
         let t = template_content(m[0].content.as_ref(), 0).unwrap();
         assert_eq!(
             t,
-            json!([{"type": "text", "text": "Look"}, {"type": "image"}, {"type": "audio"}])
+            json!([{"type": "text", "text": "Look"}, {"type": "image"}, {"type": "audio"},
+                   {"type": "video"}])
         );
         let inputs = media_inputs(&m).unwrap();
-        assert_eq!(inputs.len(), 2);
+        assert_eq!(inputs.len(), 3);
+        assert_eq!(
+            (inputs[2].kind, &inputs[2].bytes[..]),
+            (MediaKind::Video, &b"GIF"[..])
+        );
         assert_eq!(
             (inputs[0].kind, &inputs[0].bytes[..]),
             (MediaKind::Image, &b"hi"[..])
@@ -287,7 +318,14 @@ mod tests {
         assert!(e.contains("audio format 'mp3' is not supported"), "{e}");
         let e = one(json!({"type": "image_url"}));
         assert!(e.contains("needs image_url.url"), "{e}");
+        let e = one(json!({"type": "video_url", "video_url": {"url": "http://x.org/a.gif"}}));
+        assert!(
+            e.contains("messages[0].content[0]: remote video URLs are refused"),
+            "{e}"
+        );
         let e = one(json!({"type": "video_url"}));
-        assert!(e.contains("'video_url' is not supported"), "{e}");
+        assert!(e.contains("the video_url part needs video_url.url"), "{e}");
+        let e = one(json!({"type": "input_video"}));
+        assert!(e.contains("'input_video' is not supported"), "{e}");
     }
 }

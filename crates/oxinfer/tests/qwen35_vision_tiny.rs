@@ -104,7 +104,7 @@ fn chat_template_and_rotary_positions_match() {
     let towers = model.lm().media().unwrap();
     let dim = model.config().hidden_size;
     let marked = model.chat_tokens(&[msg]).unwrap();
-    let (prompt, media) = expand_markers(&marked, towers, &inputs, dim).unwrap();
+    let (prompt, media) = expand_markers(&marked, towers, &inputs, dim, model.tokenizer()).unwrap();
     assert_eq!(prompt, ids(&r["prompt_ids"]));
     let want = r["mrope_positions"].as_array().unwrap();
     let axis = |a: usize| ids(&want[a]);

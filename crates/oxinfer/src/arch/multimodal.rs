@@ -2,26 +2,34 @@
 //! an input becomes, the token ids that stand for it in a prompt, and its encoding into rows
 //! of the text model's embedding space.
 
-use crate::media::{RgbImage, Waveform};
+use crate::media::{RgbImage, VideoClip, Waveform};
 
 /// A kind of media input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MediaKind {
     Image,
     Audio,
+    /// A sequence of frames (Qwen 3.5: encoded two frames at a time, one soft-token group per
+    /// frame pair, each preceded by its timestamp text).
+    Video,
 }
 
 impl MediaKind {
-    /// `image` or `audio`, for messages.
+    /// Every kind, in the order inputs are given on the command line.
+    pub const ALL: [MediaKind; 3] = [MediaKind::Image, MediaKind::Audio, MediaKind::Video];
+
+    /// `image`, `audio` or `video`, for messages (and the chat templates' content part type).
     pub fn name(self) -> &'static str {
         match self {
             MediaKind::Image => "image",
             MediaKind::Audio => "audio",
+            MediaKind::Video => "video",
         }
     }
 }
 
-/// The ids that stand for one input in a prompt: `start`, `count` × `placeholder`, `end`.
+/// The ids that stand for one input in a prompt: `start`, `count` × `placeholder`, `end`
+/// (for a video: per frame group, after its timestamp text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MediaTokens {
     pub start: Option<u32>,
@@ -61,9 +69,27 @@ pub trait MediaTowers: Send + Sync {
         None
     }
 
+    /// Encodes a video: its soft tokens per frame group and where each group sits in time.
+    fn encode_video(&self, video: &VideoClip) -> Result<EncodedVideo, String> {
+        let _ = video;
+        Err("this model has no video input".into())
+    }
+
     /// Encodes 16 kHz mono audio: soft tokens `[n, hidden]`.
     fn encode_audio(&self, audio: &Waveform) -> Result<Vec<f32>, String> {
         let _ = audio;
         Err("this model has no audio tower".into())
     }
+}
+
+/// A video through the towers: `groups` frame groups of `grid` soft tokens each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncodedVideo {
+    /// `[groups · rows · cols, hidden]` soft tokens, group after group (each row-major).
+    pub rows: Vec<f32>,
+    /// Each group's soft tokens as a `[rows, cols]` grid.
+    pub grid: [usize; 2],
+    /// Each group's time in seconds (the mean of its first and last frame's times), as the
+    /// prompt's `<t seconds>` text gives it.
+    pub seconds: Vec<f64>,
 }

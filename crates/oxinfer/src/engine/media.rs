@@ -3,24 +3,61 @@
 //! placement of the soft tokens — either by expanding each marker the chat template wrote
 //! (one placeholder id per input) into the model's `start, n × placeholder, end` ids, or, for
 //! ids that already hold the expanded runs (`--tokens`), by filling the runs in order.
+//!
+//! A video is placed as its frame groups, each `<t seconds>` text (tokenized), `start`,
+//! its soft tokens, `end`, and each group is a span of its own (with the grid of one group).
 
 use crate::arch::multimodal::{MediaKind, MediaTowers};
 use crate::error::{Error, Result};
-use crate::media::{decode_audio, decode_image, Limits};
+use crate::media::{decode_audio, decode_image, decode_video, Limits, VideoClip};
 use crate::plan::media::{MediaEmbeds, MediaSpan};
+use crate::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One media input encoded: its soft tokens `[n, dim]`, the hash of its bytes and, for
-/// M-RoPE models, the soft tokens' `[rows, cols]` grid ([`MediaTowers::image_grid`]).
+/// M-RoPE models, the soft tokens' `[rows, cols]` grid ([`MediaTowers::image_grid`]; for a
+/// video, the grid of one frame group).
 #[derive(Clone, Debug)]
 pub struct EncodedMedia {
     pub kind: MediaKind,
     pub rows: Arc<Vec<f32>>,
     pub key: u64,
     pub grid: Option<[usize; 2]>,
+    /// A video's frame groups: each one's time in seconds (empty for other kinds).
+    pub seconds: Vec<f64>,
+}
+
+impl EncodedMedia {
+    /// The runs of soft tokens this input is placed as: `(first row, rows)` — one per frame
+    /// group of a video, else one.
+    fn runs(&self, dim: usize) -> Vec<(usize, usize)> {
+        let n = self.rows.len() / dim.max(1);
+        let groups = self.seconds.len();
+        if self.kind != MediaKind::Video || groups == 0 {
+            return vec![(0, n)];
+        }
+        let per = n / groups;
+        (0..groups).map(|g| (g * per, per)).collect()
+    }
+
+    /// The span of run `(first, len)` of this input (run `g`) starting at `start`.
+    fn span(&self, start: usize, g: usize, (first, len): (usize, usize), dim: usize) -> MediaSpan {
+        let whole = first == 0 && len * dim == self.rows.len();
+        MediaSpan {
+            start,
+            rows: if whole {
+                self.rows.clone()
+            } else {
+                Arc::new(self.rows[first * dim..(first + len) * dim].to_vec())
+            },
+            // Each group its own identity (equal keys and starts mean equal rows).
+            key: self.key ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            grid: self.grid,
+        }
+    }
 }
 
 /// The content hash of `bytes` of `kind` (64 bits of SHA-256).
@@ -116,6 +153,78 @@ pub fn encode_media(
         )));
     }
     let key = media_key(kind, bytes);
+    cached(cache, key, || {
+        let (rows, grid, seconds) = match kind {
+            MediaKind::Image => {
+                let img = decode_image(bytes, name, limits)?;
+                (
+                    towers.encode_image(&img),
+                    towers.image_grid(&img),
+                    Vec::new(),
+                )
+            }
+            MediaKind::Audio => (
+                towers.encode_audio(&decode_audio(bytes, name, limits)?),
+                None,
+                Vec::new(),
+            ),
+            MediaKind::Video => {
+                return encode_video(towers, &decode_video(bytes, name, limits)?, key, name);
+            }
+        };
+        let rows = Arc::new(rows.map_err(|e| Error::Request(format!("{name}: {e}")))?);
+        Ok(EncodedMedia {
+            kind,
+            rows,
+            key,
+            grid,
+            seconds,
+        })
+    })
+}
+
+/// Encodes a decoded video (`name` in errors, `identity`: what identifies it, such as its
+/// frames' bytes) with `towers`, through `cache` when given.
+pub fn encode_video_clip(
+    towers: &dyn MediaTowers,
+    video: &VideoClip,
+    identity: &[u8],
+    name: &str,
+    cache: Option<&MediaCache>,
+) -> Result<EncodedMedia> {
+    if !towers.accepts(MediaKind::Video) {
+        return Err(Error::Request(format!(
+            "{name}: this model does not take video input"
+        )));
+    }
+    let key = media_key(MediaKind::Video, identity);
+    cached(cache, key, || encode_video(towers, video, key, name))
+}
+
+fn encode_video(
+    towers: &dyn MediaTowers,
+    video: &VideoClip,
+    key: u64,
+    name: &str,
+) -> Result<EncodedMedia> {
+    let v = towers
+        .encode_video(video)
+        .map_err(|e| Error::Request(format!("{name}: {e}")))?;
+    Ok(EncodedMedia {
+        kind: MediaKind::Video,
+        rows: Arc::new(v.rows),
+        key,
+        grid: Some(v.grid),
+        seconds: v.seconds,
+    })
+}
+
+/// `encode()`'s result for `key`, from `cache` when it holds it (then stored there).
+fn cached(
+    cache: Option<&MediaCache>,
+    key: u64,
+    encode: impl FnOnce() -> Result<EncodedMedia>,
+) -> Result<EncodedMedia> {
     if let Some(c) = cache {
         if let Some(hit) = c.get(key) {
             c.hits.fetch_add(1, Ordering::Relaxed);
@@ -123,23 +232,7 @@ pub fn encode_media(
         }
         c.misses.fetch_add(1, Ordering::Relaxed);
     }
-    let (rows, grid) = match kind {
-        MediaKind::Image => {
-            let img = decode_image(bytes, name, limits)?;
-            (towers.encode_image(&img), towers.image_grid(&img))
-        }
-        MediaKind::Audio => (
-            towers.encode_audio(&decode_audio(bytes, name, limits)?),
-            None,
-        ),
-    };
-    let rows = Arc::new(rows.map_err(|e| Error::Request(format!("{name}: {e}")))?);
-    let media = EncodedMedia {
-        kind,
-        rows,
-        key,
-        grid,
-    };
+    let media = encode()?;
     if let Some(c) = cache {
         c.put(key, media.clone());
     }
@@ -159,17 +252,24 @@ fn count_error(kind: MediaKind, found: usize, given: usize, what: &str) -> Error
     ))
 }
 
+/// The `<t seconds>` text before a video frame group (`Qwen3VLProcessor`: `f"<{t:.1f}
+/// seconds>"`; Rust's `{:.1}` rounds the exact value half to even, as Python does).
+pub fn timestamp_text(seconds: f64) -> String {
+    format!("<{seconds:.1} seconds>")
+}
+
 /// Expands each template marker of `ids` (one placeholder id per input, as the chat template
 /// writes them) into the model's ids for the next input of that kind, with `dim`-wide soft
-/// tokens placed there.
+/// tokens placed there. A video's timestamp texts are tokenized with `tokenizer`.
 pub fn expand_markers(
     ids: &[u32],
     towers: &dyn MediaTowers,
     inputs: &[EncodedMedia],
     dim: usize,
+    tokenizer: Option<&Tokenizer>,
 ) -> Result<(Vec<u32>, MediaEmbeds)> {
-    let kinds = [MediaKind::Image, MediaKind::Audio];
-    let mut used = [0usize; 2];
+    let kinds = MediaKind::ALL;
+    let mut used = [0usize; MediaKind::ALL.len()];
     let mut out = Vec::with_capacity(ids.len());
     let mut spans = Vec::new();
     for &id in ids {
@@ -186,18 +286,21 @@ pub fn expand_markers(
             .ok_or_else(|| count_error(kind, used[k] + 1, given, "marker(s)"))?;
         used[k] += 1;
         let t = towers.tokens(kind);
-        out.extend(t.start);
-        spans.push(MediaSpan {
-            start: out.len(),
-            rows: m.rows.clone(),
-            key: m.key,
-            grid: m.grid,
-        });
-        out.extend(std::iter::repeat_n(
-            t.placeholder,
-            m.rows.len() / dim.max(1),
-        ));
-        out.extend(t.end);
+        for (g, run) in m.runs(dim).into_iter().enumerate() {
+            if let Some(&s) = m.seconds.get(g) {
+                let tok = tokenizer.ok_or_else(|| {
+                    Error::Request("a video's timestamps need the model's tokenizer".into())
+                })?;
+                out.extend(
+                    tok.encode(&timestamp_text(s), false)
+                        .map_err(|e| Error::Request(e.to_string()))?,
+                );
+            }
+            out.extend(t.start);
+            spans.push(m.span(out.len(), g, run, dim));
+            out.extend(std::iter::repeat_n(t.placeholder, run.1));
+            out.extend(t.end);
+        }
     }
     for (k, &kind) in kinds.iter().enumerate() {
         let given = inputs.iter().filter(|m| m.kind == kind).count();
@@ -225,9 +328,20 @@ pub fn fill_runs(
     dim: usize,
 ) -> Result<MediaEmbeds> {
     let mut spans = Vec::new();
-    for kind in [MediaKind::Image, MediaKind::Audio] {
-        let given = inputs.iter().filter(|m| m.kind == kind).count();
-        if given == 0 {
+    for kind in MediaKind::ALL {
+        // Every run of soft tokens of this kind, in order, with its input.
+        let wanted: Vec<(usize, &EncodedMedia, usize, (usize, usize))> = inputs
+            .iter()
+            .filter(|m| m.kind == kind)
+            .enumerate()
+            .flat_map(|(n, m)| {
+                m.runs(dim)
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(g, r)| (n, m, g, r))
+            })
+            .collect();
+        if wanted.is_empty() {
             continue;
         }
         let p = towers.tokens(kind).placeholder;
@@ -244,29 +358,29 @@ pub fn fill_runs(
                 i += 1;
             }
         }
-        if runs.len() != given {
-            return Err(count_error(kind, runs.len(), given, "placeholder run(s)"));
-        }
-        for (n, ((start, len), m)) in runs
-            .into_iter()
-            .zip(inputs.iter().filter(|m| m.kind == kind))
-            .enumerate()
-        {
-            let want = m.rows.len() / dim.max(1);
-            if len != want {
+        if runs.len() != wanted.len() {
+            let given = inputs.iter().filter(|m| m.kind == kind).count();
+            if kind == MediaKind::Video {
                 return Err(Error::Request(format!(
-                    "{} {}: its placeholder run at position {start} has {len} ids, the input \
-                     gives {want} soft tokens",
-                    kind.name(),
-                    n + 1
+                    "the prompt has {} video placeholder run(s) for the {} frame group(s) of \
+                     {given} video input(s) (one run per group)",
+                    runs.len(),
+                    wanted.len()
                 )));
             }
-            spans.push(MediaSpan {
-                start,
-                rows: m.rows.clone(),
-                key: m.key,
-                grid: m.grid,
-            });
+            return Err(count_error(kind, runs.len(), given, "placeholder run(s)"));
+        }
+        for ((start, len), (n, m, g, run)) in runs.into_iter().zip(wanted) {
+            if len != run.1 {
+                return Err(Error::Request(format!(
+                    "{} {}: its placeholder run at position {start} has {len} ids, the input \
+                     gives {} soft tokens",
+                    kind.name(),
+                    n + 1,
+                    run.1
+                )));
+            }
+            spans.push(m.span(start, g, run, dim));
         }
     }
     spans.sort_by_key(|s| s.start);

@@ -47,15 +47,7 @@ pub fn decode_image(bytes: &[u8], input: &str, limits: &Limits) -> Result<RgbIma
     let (w, h) = reader(bytes)?
         .into_dimensions()
         .map_err(|e| err(format!("bad {name} header: {e}")))?;
-    if w == 0 || h == 0 {
-        return Err(err(format!("{name} image of {w}×{h} pixels")));
-    }
-    if w > limits.max_side || h > limits.max_side || w as u64 * h as u64 > limits.max_pixels {
-        return Err(err(format!(
-            "{name} image of {w}×{h} pixels is too large (at most {} a side and {} pixels)",
-            limits.max_side, limits.max_pixels
-        )));
-    }
+    check_size(w, h, &format!("{name} image"), limits).map_err(err)?;
     let mut r = reader(bytes)?;
     let mut lim = ::image::Limits::default();
     lim.max_image_width = Some(limits.max_side);
@@ -71,6 +63,20 @@ pub fn decode_image(bytes: &[u8], input: &str, limits: &Limits) -> Result<RgbIma
         height: rgb.height(),
         pixels: rgb.into_raw(),
     })
+}
+
+/// Refuses a `w × h` picture (`what`: `PNG image`, `video`) that is empty or over `limits`.
+pub(super) fn check_size(w: u32, h: u32, what: &str, limits: &Limits) -> Result<(), String> {
+    if w == 0 || h == 0 {
+        return Err(format!("{what} of {w}×{h} pixels"));
+    }
+    if w > limits.max_side || h > limits.max_side || w as u64 * h as u64 > limits.max_pixels {
+        return Err(format!(
+            "{what} of {w}×{h} pixels is too large (at most {} a side and {} pixels)",
+            limits.max_side, limits.max_pixels
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

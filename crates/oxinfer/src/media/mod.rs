@@ -1,5 +1,6 @@
 //! Media inputs of the vision and audio towers: images (PNG, JPEG, WebP, GIF's first frame)
-//! decoded to RGB, audio (WAV, FLAC) decoded to 16 kHz mono, and `data:` URLs. Sizes are
+//! decoded to RGB, videos (animated GIF / WebP / PNG, folders of frames) decoded to RGB
+//! frames, audio (WAV, FLAC) decoded to 16 kHz mono, and `data:` URLs. Sizes are
 //! checked against [`Limits`] from the headers, before any pixel or sample buffer is allocated.
 //! Every error names the input it came from.
 
@@ -7,10 +8,12 @@ pub mod audio;
 pub mod data_url;
 pub mod image;
 pub mod resize;
+pub mod video;
 
 pub use self::audio::{decode_audio, Waveform, AUDIO_RATE};
 pub use self::image::{decode_image, RgbImage};
-pub use self::resize::{resize_bicubic, resized_bicubic};
+pub use self::resize::{resize_bicubic, resize_bicubic_torch, resized_bicubic};
+pub use self::video::{decode_video, read_frame_dir, VideoClip};
 pub use data_url::{parse_data_url, DataUrl};
 
 /// What a media input may be at most.

@@ -47,7 +47,8 @@ pub fn check_mixed_prompt(
         .as_str()
         .expect("chat_template_text");
     let marked = model.tokenize(text, false).unwrap();
-    let (expanded, from_markers) = expand_markers(&marked, towers, inputs, dim).unwrap();
+    let (expanded, from_markers) =
+        expand_markers(&marked, towers, inputs, dim, model.tokenizer()).unwrap();
     let prompt = super::ids(&r["prompt_ids"]);
     assert_eq!(expanded, prompt, "template markers expanded");
     let media = fill_runs(&prompt, towers, inputs, dim).unwrap();

@@ -206,12 +206,14 @@ impl MediaTowers for Gemma4Media {
         match kind {
             MediaKind::Image => self.vision.is_some(),
             MediaKind::Audio => self.audio.is_some(),
+            MediaKind::Video => false,
         }
     }
 
     fn tokens(&self, kind: MediaKind) -> MediaTokens {
         match kind {
-            MediaKind::Image => self.image,
+            // Videos are not accepted: their ids are never looked up.
+            MediaKind::Image | MediaKind::Video => self.image,
             MediaKind::Audio => self.audio_tokens,
         }
     }
@@ -220,6 +222,7 @@ impl MediaTowers for Gemma4Media {
         match kind {
             MediaKind::Image => "<|image|>",
             MediaKind::Audio => "<|audio|>",
+            MediaKind::Video => "<|video|>",
         }
     }
 

@@ -48,6 +48,17 @@ impl ImageProcessor {
         let j = json
             .map(|j| j.get("image_processor").unwrap_or(j))
             .unwrap_or(&empty);
+        Self::parse(j, tower, (56 * 56, 28 * 28 * 1280), (CLIP_MEAN, CLIP_STD))
+    }
+
+    /// Reads the settings shared by the image and the video processor from `j`, with the
+    /// class defaults `pixels` (min, max) and `mean_std` where absent.
+    pub(super) fn parse(
+        j: &Value,
+        tower: &VisionConfig,
+        pixels: (usize, usize),
+        mean_std: ([f32; 3], [f32; 3]),
+    ) -> Result<Self, String> {
         let num = |k: &str| j.get(k).and_then(Value::as_u64).map(|v| v as usize);
         let size = j.get("size");
         let bound = |k: &str, old: &str, d: usize| {
@@ -76,8 +87,8 @@ impl ImageProcessor {
             patch: num("patch_size").unwrap_or(tower.patch),
             merge: num("merge_size").unwrap_or(tower.merge),
             temporal_patch: num("temporal_patch_size").unwrap_or(tower.temporal_patch),
-            min_pixels: bound("shortest_edge", "min_pixels", 56 * 56),
-            max_pixels: bound("longest_edge", "max_pixels", 28 * 28 * 1280),
+            min_pixels: bound("shortest_edge", "min_pixels", pixels.0),
+            max_pixels: bound("longest_edge", "max_pixels", pixels.1),
             resize: flag("do_resize"),
             rescale: if flag("do_rescale") {
                 j.get("rescale_factor")
@@ -86,8 +97,12 @@ impl ImageProcessor {
             } else {
                 1.0
             },
-            normalize: flag("do_normalize")
-                .then(|| (three("image_mean", CLIP_MEAN), three("image_std", CLIP_STD))),
+            normalize: flag("do_normalize").then(|| {
+                (
+                    three("image_mean", mean_std.0),
+                    three("image_std", mean_std.1),
+                )
+            }),
         };
         if (p.patch, p.merge, p.temporal_patch) != (tower.patch, tower.merge, tower.temporal_patch)
         {
@@ -152,31 +167,38 @@ impl ImageProcessor {
         Ok([th / side, tw / side])
     }
 
-    /// Resizes, rescales, normalizes and patches `img`.
+    /// Resizes, rescales, normalizes and patches `img` (repeated over the temporal patch).
     pub fn preprocess(&self, img: &RgbImage) -> Result<VisionPatches, String> {
         let (h, w) = (img.height as usize, img.width as usize);
         let (th, tw) = self.target_size(h, w)?;
         let img = resized_bicubic(img, tw as u32, th as u32);
-        let value = |y: usize, x: usize, c: usize| -> f32 {
-            let mut f = img.pixels[(y * tw + x) * 3 + c] as f32 * self.rescale;
+        Ok(self.patches(&vec![img.as_ref(); self.temporal_patch]))
+    }
+
+    /// Rescales, normalizes and patches `frames` (one temporal patch: `temporal_patch`
+    /// frames of one size, whose sides are multiples of `patch · merge`).
+    pub fn patches(&self, frames: &[&RgbImage]) -> VisionPatches {
+        let (th, tw) = (frames[0].height as usize, frames[0].width as usize);
+        let value = |f: usize, y: usize, x: usize, c: usize| -> f32 {
+            let mut v = frames[f].pixels[(y * tw + x) * 3 + c] as f32 * self.rescale;
             if let Some((mean, std)) = &self.normalize {
-                f = (f - mean[c]) / std[c];
+                v = (v - mean[c]) / std[c];
             }
-            f
+            v
         };
-        let (p, m, frames) = (self.patch, self.merge, self.temporal_patch);
+        let (p, m) = (self.patch, self.merge);
         let (rows, cols) = (th / p, tw / p);
-        let mut values = Vec::with_capacity(rows * cols * 3 * frames * p * p);
+        let mut values = Vec::with_capacity(rows * cols * 3 * frames.len() * p * p);
         for br in 0..rows / m {
             for bc in 0..cols / m {
                 for ir in 0..m {
                     for ic in 0..m {
                         let (y0, x0) = ((br * m + ir) * p, (bc * m + ic) * p);
                         for c in 0..3 {
-                            for _ in 0..frames {
+                            for f in 0..frames.len() {
                                 for y in 0..p {
                                     for x in 0..p {
-                                        values.push(value(y0 + y, x0 + x, c));
+                                        values.push(value(f, y0 + y, x0 + x, c));
                                     }
                                 }
                             }
@@ -185,7 +207,7 @@ impl ImageProcessor {
                 }
             }
         }
-        Ok(VisionPatches { values, rows, cols })
+        VisionPatches { values, rows, cols }
     }
 }
 
