@@ -1,6 +1,6 @@
 //! CPU-time A/B of the row-major fast matmul and the packed GEMM on one matrix:
 //! `packed_cpu FORMAT ROWS COLS T ITERS [fast|packed] [THREADS]` (float formats: `fast` only); prints GFLOP/s and GB/s of
-//! weights per user-CPU second, and GFLOP/s of the fastest single call (the one no other
+//! weights per user-CPU second (`HUGE=1`: the weights on transparent huge pages), and GFLOP/s of the fastest single call (the one no other
 //! process interrupted: the steadiest A/B number on a loaded machine). THREADS (default 1) sizes the kernel pool: one thread measures a
 //! core's kernel throughput without the pool's spin-waits in the CPU time; a matrix larger than
 //! the last-level cache (e.g. `Q4_K 18944 3584 1 ...`) measures the DRAM-streaming decode.
@@ -28,7 +28,13 @@ fn main() {
     oxinfer_kernels::set_num_threads(threads);
     let data = oxinfer_kernels::synthetic::random_matrix(format, rows, cols, 0x1234_5678_9abc_def1)
         .expect("cols fits the block size");
-    let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+    // HUGE=1: the weights on transparent huge pages (as packed copies are), not the
+    // allocator's 4 KiB pages (as a mapped file's row-major weights are).
+    let data: Vec<u8> = data;
+    let huge = std::env::var("HUGE").is_ok_and(|v| v == "1");
+    let held = huge.then(|| oxinfer_kernels::huge::HugeBytes::copy_of(&data));
+    let bytes: &[u8] = held.as_deref().unwrap_or(&data);
+    let w = WeightMatrix::new(format, bytes, rows, cols).unwrap();
     let x: Vec<f32> = (0..t * cols)
         .map(|i| ((i % 97) as f32 / 48.0) - 1.0)
         .collect();
