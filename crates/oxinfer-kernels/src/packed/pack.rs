@@ -49,6 +49,30 @@ pub(crate) mod q6k {
     }
 }
 
+/// Byte offsets inside a packed Q3_K block: the lanes' f16 `d`, the Q6_K scale layout (`SC`:
+/// per sub-block `s`, lane `r`'s `(sc[2s], sc[2s + 1])` as i8 at `SC + 16 s + 2 r`, the offset
+/// 32 already taken off), then per 32-weight sub-block its 2-bit low planes (64 B) and 1-bit
+/// high plane (32 B) side by side: 114 bytes per row against the file's 110.
+///
+/// Quants are unsigned `u = q + 4` (0..7). In low plane `h` (16-weight half `h` of the
+/// sub-block), byte `4 r + b` holds at bits `2k, 2k + 1` the low bits of lane `r`'s quant
+/// `16 h + 4 k + b`; in the high plane, byte `4 r + b` holds at bit `4 h + k` that quant's
+/// third bit: register `(L_h >> 2k) & 3 | high` is the quants `16 h + 4 k ..` of every lane, as
+/// Q6_K's nibble registers are.
+pub(crate) mod q3k {
+    pub const SC: usize = 16;
+    pub const QL: usize = 144;
+    pub const BYTES: usize = QL + 8 * 96;
+    /// Low planes of sub-block `s` (two of 32 bytes).
+    pub const fn ql(s: usize) -> usize {
+        QL + 96 * s
+    }
+    /// High plane of sub-block `s`.
+    pub const fn qh(s: usize) -> usize {
+        QL + 96 * s + 64
+    }
+}
+
 /// Byte offsets inside a packed block of a 256-weight table format (IQ2/IQ3/IQ1/IQ4_XS/TQ):
 /// the eight lanes' f16 `d`, their integer scales per group of 16 weights, then per 32-weight
 /// sub-block four nibble chunks of 4-bit indices into the format's [`t4_table`].
@@ -114,6 +138,7 @@ pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
         WeightFormat::Q4K => Some(q4k::BYTES),
         WeightFormat::Q5K => Some(q5k::BYTES),
         WeightFormat::Q6K => Some(q6k::BYTES),
+        WeightFormat::Q3K => Some(q3k::BYTES),
         WeightFormat::IQ4_NL => Some(144),
         WeightFormat::MXFP4 => Some(136),
         f if t4_table(f).is_some() => Some(t4::BYTES),
@@ -278,6 +303,30 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                                 }
                                 o[q6k::qh(s) + 32 * h + 4 * r + b4] = v;
                             }
+                        }
+                    }
+                }
+                WeightFormat::Q3K => {
+                    unpack_k(format, b, &mut kb);
+                    o[2 * r..2 * r + 2].copy_from_slice(&b[108..110]);
+                    for s in 0..8 {
+                        for e in 0..2 {
+                            o[q3k::SC + 16 * s + 2 * r + e] = kb.sc[2 * s + e] as i8 as u8;
+                        }
+                        // Unsigned 3-bit quants (the unpacker subtracted 4 where due).
+                        let u: [u8; 32] = std::array::from_fn(|i| (kb.q[32 * s + i] + 4) as u8);
+                        for b4 in 0..4 {
+                            let mut high = 0u8;
+                            for h in 0..2 {
+                                let mut low = 0u8;
+                                for k in 0..4 {
+                                    let q = u[16 * h + 4 * k + b4];
+                                    low |= (q & 3) << (2 * k);
+                                    high |= (q >> 2) << (4 * h + k);
+                                }
+                                o[q3k::ql(s) + 32 * h + 4 * r + b4] = low;
+                            }
+                            o[q3k::qh(s) + 4 * r + b4] = high;
                         }
                     }
                 }

@@ -6,8 +6,8 @@
 //! (`crate::dequant::{legacy, kquants}`), so both give the same bits.
 
 use super::pack::table32;
-use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table};
-use super::scalar::nibble;
+use super::pack::{packed_block_bytes, q3k, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table};
+use super::scalar::{nibble, q3k_quant};
 use crate::dequant::f16_at;
 use crate::dequant::iq::{code_of_int_scale, e8m0_half, float_scale};
 use crate::format::WeightFormat;
@@ -22,6 +22,7 @@ pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [
             WeightFormat::Q4K => lane_q4k(blk, r, y, false),
             WeightFormat::Q5K => lane_q4k(blk, r, y, true),
             WeightFormat::Q6K => lane_q6k(blk, r, y),
+            WeightFormat::Q3K => lane_q3k(blk, r, y),
             f if t4_table(f).is_some() => lane_t4(format, blk, r, y),
             _ => lane32(format, blk, r, y),
         }
@@ -92,6 +93,20 @@ fn lane_q6k(blk: &[u8], r: usize, y: &mut [f32]) {
                 let hi = (qh[32 * h + 4 * r + b] >> (2 * k)) & 3;
                 let q = nibble(ql, r, 16 * h + i) | i32::from(hi) << 4;
                 *v = ds * (q - 32) as f32;
+            }
+        }
+    }
+}
+
+/// One Q3_K super-block: `(d * (sc - 32)) * (q - 4)` per 16-weight group, the row-major
+/// dequantizer's order.
+fn lane_q3k(blk: &[u8], r: usize, y: &mut [f32]) {
+    let d = f16_at(blk, 2 * r);
+    for (s, ys) in y.chunks_exact_mut(32).enumerate() {
+        for (h, yh) in ys.chunks_exact_mut(16).enumerate() {
+            let dl = d * f32::from(blk[q3k::SC + 16 * s + 2 * r + h] as i8);
+            for (i, v) in yh.iter_mut().enumerate() {
+                *v = dl * (q3k_quant(blk, s, r, 16 * h + i) - 4) as f32;
             }
         }
     }

@@ -3,7 +3,7 @@
 //! the two agree bit for bit.
 
 use super::pack::LANES;
-use super::pack::{packed_block_bytes, q4k, q5k, q6k, qh_offset, qs_offset};
+use super::pack::{packed_block_bytes, q3k, q4k, q5k, q6k, qh_offset, qs_offset};
 use super::pack::{t4, t4_table, table32};
 use super::tiles::TILE_TOKENS;
 use crate::dequant::f16_at;
@@ -41,6 +41,8 @@ pub(crate) fn tile(
                         lane_q4k(g, r, x, false)
                     } else if format == WeightFormat::Q5K {
                         lane_q4k(g, r, x, true)
+                    } else if format == WeightFormat::Q3K {
+                        lane_q3k(g, r, x)
                     } else {
                         lane_q6k(g, r, x)
                     }
@@ -145,6 +147,36 @@ fn lane_q6k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
         acc = (f16_at(blk, 2 * r) * y.d).mul_add(sumi as f32, acc);
     }
     acc
+}
+
+/// Lane `r` of a Q3_K group `g` dotted with one token's super-blocks `x` (as [`lane_q6k`],
+/// with 3-bit quants offset by 4).
+fn lane_q3k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (blk, y) in g.chunks_exact(q3k::BYTES).zip(x) {
+        let mut sumi = 0i32;
+        for s in 0..8 {
+            for h in 0..2 {
+                let sc = i32::from(blk[q3k::SC + 16 * s + 2 * r + h] as i8);
+                let part: i32 = (0..16)
+                    .map(|i| {
+                        q3k_quant(blk, s, r, 16 * h + i) * i32::from(y.qs[32 * s + 16 * h + i])
+                    })
+                    .sum();
+                sumi += sc * (part - 4 * i32::from(y.bsums[2 * s + h]));
+            }
+        }
+        acc = (f16_at(blk, 2 * r) * y.d).mul_add(sumi as f32, acc);
+    }
+    acc
+}
+
+/// Unsigned quant `i` (0..32, value 0..7) of lane `r` in sub-block `s` of a packed Q3_K block.
+pub(crate) fn q3k_quant(blk: &[u8], s: usize, r: usize, i: usize) -> i32 {
+    let (h, k, b) = (i / 16, i % 16 / 4, i % 4);
+    let low = (blk[q3k::ql(s) + 32 * h + 4 * r + b] >> (2 * k)) & 3;
+    let high = (blk[q3k::qh(s) + 4 * r + b] >> (4 * h + k)) & 1;
+    i32::from(low | high << 2)
 }
 
 /// Lane `r` of a 256-weight table format's group `g` dotted with one token's super-blocks

@@ -35,7 +35,7 @@ pub const TILE_TOKENS: usize = 8;
 #[cfg(target_arch = "x86_64")]
 macro_rules! packed_tiles {
     ($d:tt features = $features:literal, wide = [$($wide:literal),*]) => {
-        use super::pack::{q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table, table32};
+        use super::pack::{q3k, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table, table32};
         use super::x86::{e8m0_half_x8, f16x8, format_of, high2, prefetch_ahead, table16};
         use super::x86::{IQ4_NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
         use super::pack::LANES;
@@ -110,7 +110,8 @@ macro_rules! packed_tiles {
                         let (table, unit) = t4_table(f).expect("a table format");
                         go!(q, tile_t4; table, unit)
                     }
-                    (Acts::Q8K(q), _) => go!(q, tile_q6k),
+                    (Acts::Q8K(q), WeightFormat::Q3K) => go!(q, tile_q6k, true),
+                    (Acts::Q8K(q), _) => go!(q, tile_q6k, false),
                     (Acts::F32(_), _) => unreachable!("float formats are not packed"),
                 }
             }
@@ -371,48 +372,84 @@ macro_rules! packed_tiles {
             }
         }
 
-        /// Q6_K: `N` tokens × eight rows.
+        /// Q6_K (Q3_K with `THREE`: its 2-bit and 1-bit planes, offset 4 instead of 32; the
+        /// same scale layout and sums): `N` tokens × eight rows.
         #[target_feature(enable = $features)]
-        unsafe fn tile_q6k<const N: usize>(
+        unsafe fn tile_q6k<const THREE: bool, const N: usize>(
             g: *const u8,
             nb: usize,
             xs: [*const BlockQ8K; N],
             out: &mut [[f32; LANES]; TILE_TOKENS],
         ) {
             let m4 = _mm256_set1_epi8(0x0F);
+            let (m3, m4b) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x04));
+            let (pb, sc_at, sub) = if THREE {
+                (q3k::BYTES, q3k::SC, 96)
+            } else {
+                (q6k::BYTES, q6k::SC, 192)
+            };
             let mut acc = [_mm256_setzero_ps(); N];
             for i in 0..nb {
-                // SAFETY: block i of the group spans [i*1680, (i+1)*1680); token k's
-                // super-block i exists; offsets follow the layout.
+                // SAFETY: block i of the group spans [i*pb, (i+1)*pb); token k's super-block
+                // i exists; offsets follow the layout.
                 unsafe {
-                    let p = g.add(i * q6k::BYTES);
+                    let p = g.add(i * pb);
                     prefetch_ahead(p, q6k::QL);
                     let mut s32 = [_mm256_setzero_si256(); N];
                     for s in 0..8 {
-                        prefetch_ahead(p.add(q6k::ql(s)), 192);
+                        let ql = p.add(if THREE { q3k::ql(s) } else { q6k::ql(s) });
+                        prefetch_ahead(ql, sub);
                         // Lanes r: (sc[2s], sc[2s + 1]) as i16.
                         let scq = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                            p.add(q6k::SC + 16 * s) as *const __m128i
+                            p.add(sc_at + 16 * s) as *const __m128i
                         ));
                         let (sc0, sc1) = q6k_scales(scq);
-                        let ql = p.add(q6k::ql(s));
-                        let qh = p.add(q6k::qh(s));
                         for (h, scv) in [(0usize, sc0), (1, sc1)] {
-                            let hb = _mm256_loadu_si256(qh.add(32 * h) as *const __m256i);
-                            let v0 = _mm256_loadu_si256(ql.add(64 * h) as *const __m256i);
-                            let v1 = _mm256_loadu_si256(ql.add(64 * h + 32) as *const __m256i);
-                            let w = [
-                                _mm256_or_si256(_mm256_and_si256(v0, m4), high2::<0>(hb)),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4),
-                                    high2::<1>(hb),
-                                ),
-                                _mm256_or_si256(_mm256_and_si256(v1, m4), high2::<2>(hb)),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4),
-                                    high2::<3>(hb),
-                                ),
-                            ];
+                            let w = if THREE {
+                                // Low bits (L >> 2k) & 3, third bit (H >> (4h + k)) & 1 at bit 2.
+                                let lo = _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                                let hb = _mm256_loadu_si256(p.add(q3k::qh(s)) as *const __m256i);
+                                let hb = if h == 0 {
+                                    _mm256_slli_epi16::<2>(hb)
+                                } else {
+                                    _mm256_srli_epi16::<2>(hb)
+                                };
+                                [
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(lo, m3),
+                                        _mm256_and_si256(hb, m4b),
+                                    ),
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(_mm256_srli_epi16::<2>(lo), m3),
+                                        _mm256_and_si256(_mm256_srli_epi16::<1>(hb), m4b),
+                                    ),
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(_mm256_srli_epi16::<4>(lo), m3),
+                                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m4b),
+                                    ),
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(_mm256_srli_epi16::<6>(lo), m3),
+                                        _mm256_and_si256(_mm256_srli_epi16::<3>(hb), m4b),
+                                    ),
+                                ]
+                            } else {
+                                let qh = p.add(q6k::qh(s));
+                                let hb = _mm256_loadu_si256(qh.add(32 * h) as *const __m256i);
+                                let v0 = _mm256_loadu_si256(ql.add(64 * h) as *const __m256i);
+                                let v1 = _mm256_loadu_si256(ql.add(64 * h + 32) as *const __m256i);
+                                [
+                                    _mm256_or_si256(_mm256_and_si256(v0, m4), high2::<0>(hb)),
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4),
+                                        high2::<1>(hb),
+                                    ),
+                                    _mm256_or_si256(_mm256_and_si256(v1, m4), high2::<2>(hb)),
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4),
+                                        high2::<3>(hb),
+                                    ),
+                                ]
+                            };
                             let mut xq = [std::ptr::null::<i8>(); N];
                             for k in 0..N {
                                 xq[k] = (*xs[k].add(i)).qs.as_ptr().add(32 * s + 16 * h);
@@ -420,12 +457,18 @@ macro_rules! packed_tiles {
                             q6k_sums::<N>(w, xq, scv, &mut s32);
                         }
                         for k in 0..N {
-                            // -32 · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1]) per lane.
+                            // -32 (Q3_K: -4) · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1])
+                            // per lane.
                             let y = &*xs[k].add(i);
                             let bs = _mm256_set1_epi32(std::ptr::read_unaligned(
                                 y.bsums.as_ptr().add(2 * s) as *const i32,
                             ));
-                            let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scq, bs));
+                            let sums = _mm256_madd_epi16(scq, bs);
+                            let corr = if THREE {
+                                _mm256_slli_epi32::<2>(sums)
+                            } else {
+                                _mm256_slli_epi32::<5>(sums)
+                            };
                             s32[k] = _mm256_sub_epi32(s32[k], corr);
                         }
                     }
