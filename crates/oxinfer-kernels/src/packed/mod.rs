@@ -40,6 +40,10 @@
 //!   `2k .. 2k + 2`, the low bits of quant `16h + 4k + b`) and one high plane (byte `4r + b`,
 //!   bit `4h + k`: that quant's third bit); weight = `d * sc * (q - 4)`. The `Q6_K` kernel
 //!   runs it with another unpacking of its four registers: +3.6 % over the file.
+//! - `Q2_K` (672 B, 256 weights): `d: [f16; 8]`, `dmin: [f16; 8]`, the file's scale bytes
+//!   (`sc | m << 4` per group of 16) as pairs `[8 sub][8 lanes][2]`, then 8 sub-blocks of two
+//!   2-bit planes as `Q3_K`'s low planes; weight = `d * sc * q - dmin * m`. The same kernel,
+//!   with the mins' `m · bsums` summed apart as `Q4_K`'s: the file's size.
 //!
 //! - `IQ4_NL` (144 B): `d: [f16; 8]`, nibble chunks as Q4_0 holding 4-bit indices; weight =
 //!   `d * KVALUES_IQ4NL[q]`. `MXFP4` (136 B): the E8M0 bytes `e: [u8; 8]`, then the same
@@ -113,7 +117,7 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K,
+    /// Whether `format` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
     /// IQ4_NL, MXFP4 and the 256-weight IQ/TQ formats).
     pub fn supports(format: WeightFormat) -> bool {
         pack::packed_block_bytes(format).is_some()
@@ -224,7 +228,7 @@ impl PackedMatrix {
 /// within it anyway ([`model_fits_packed`]: a few such tensors among 4-bit ones) or
 /// `OXINFER_PACKED=all`.
 /// Everything at or below it grows by at most 7.4 % (IQ4_XS; the K-quants 2.3–2.8 %, the
-/// 32-weight formats and Q6_K 0 %, Q3_K 3.6 %).
+/// 32-weight formats, Q2_K and Q6_K 0 %, Q3_K 3.6 %).
 pub const MAX_DEFAULT_GROWTH: f64 = 1.25;
 
 /// Packed bytes per file byte of `format` (one packed block of eight rows against eight rows'

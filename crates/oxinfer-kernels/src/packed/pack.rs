@@ -73,6 +73,21 @@ pub(crate) mod q3k {
     }
 }
 
+/// Byte offsets inside a packed Q2_K block: the lanes' f16 `d` and `dmin`, then per sub-block
+/// `s` lane `r`'s scale bytes of groups `2s`, `2s + 1` as the file has them (`sc | m << 4`) at
+/// `SCM + 16 s + 2 r`, then per sub-block two 32-byte planes of 2-bit quants laid out as
+/// [`q3k`]'s low planes: 84 bytes per row-block, the file's size.
+pub(crate) mod q2k {
+    pub const DMIN: usize = 16;
+    pub const SCM: usize = 32;
+    pub const QL: usize = 160;
+    pub const BYTES: usize = QL + 8 * 64;
+    /// 2-bit planes of sub-block `s` (two of 32 bytes).
+    pub const fn ql(s: usize) -> usize {
+        QL + 64 * s
+    }
+}
+
 /// Byte offsets inside a packed block of a 256-weight table format (IQ2/IQ3/IQ1/IQ4_XS/TQ):
 /// the eight lanes' f16 `d`, their integer scales per group of 16 weights, then per 32-weight
 /// sub-block four nibble chunks of 4-bit indices into the format's [`t4_table`].
@@ -139,6 +154,7 @@ pub(crate) fn packed_block_bytes(format: WeightFormat) -> Option<usize> {
         WeightFormat::Q5K => Some(q5k::BYTES),
         WeightFormat::Q6K => Some(q6k::BYTES),
         WeightFormat::Q3K => Some(q3k::BYTES),
+        WeightFormat::Q2K => Some(q2k::BYTES),
         WeightFormat::IQ4_NL => Some(144),
         WeightFormat::MXFP4 => Some(136),
         f if t4_table(f).is_some() => Some(t4::BYTES),
@@ -173,6 +189,20 @@ fn put_nibbles(out: &mut [u8], r: usize, q: &[u8]) {
     for c in 0..4 {
         for b in 0..4 {
             out[32 * c + 4 * r + b] = (q[8 * c + b] & 0x0F) | (q[8 * c + 4 + b] & 0x0F) << 4;
+        }
+    }
+}
+
+/// Lane `r`'s two 2-bit planes of one 32-quant sub-block `q` (values below 4 after masking):
+/// plane `h` byte `4 r + b` holds at bits `2k, 2k + 1` the low bits of quant `16 h + 4 k + b`.
+fn put_low_planes(out: &mut [u8], r: usize, q: &[u8; 32]) {
+    for h in 0..2 {
+        for b in 0..4 {
+            let mut v = 0u8;
+            for k in 0..4 {
+                v |= (q[16 * h + 4 * k + b] & 3) << (2 * k);
+            }
+            out[32 * h + 4 * r + b] = v;
         }
     }
 }
@@ -315,19 +345,28 @@ pub(crate) fn pack_group(w: &WeightMatrix, g: usize, out: &mut [u8]) {
                         }
                         // Unsigned 3-bit quants (the unpacker subtracted 4 where due).
                         let u: [u8; 32] = std::array::from_fn(|i| (kb.q[32 * s + i] + 4) as u8);
+                        put_low_planes(&mut o[q3k::ql(s)..], r, &u);
                         for b4 in 0..4 {
                             let mut high = 0u8;
                             for h in 0..2 {
-                                let mut low = 0u8;
                                 for k in 0..4 {
-                                    let q = u[16 * h + 4 * k + b4];
-                                    low |= (q & 3) << (2 * k);
-                                    high |= (q >> 2) << (4 * h + k);
+                                    high |= (u[16 * h + 4 * k + b4] >> 2) << (4 * h + k);
                                 }
-                                o[q3k::ql(s) + 32 * h + 4 * r + b4] = low;
                             }
                             o[q3k::qh(s) + 4 * r + b4] = high;
                         }
+                    }
+                }
+                WeightFormat::Q2K => {
+                    unpack_k(format, b, &mut kb);
+                    o[2 * r..2 * r + 2].copy_from_slice(&b[80..82]);
+                    o[q2k::DMIN + 2 * r..q2k::DMIN + 2 * r + 2].copy_from_slice(&b[82..84]);
+                    for s in 0..8 {
+                        // The file's scale bytes (groups in order), lane by lane.
+                        o[q2k::SCM + 16 * s + 2 * r..q2k::SCM + 16 * s + 2 * r + 2]
+                            .copy_from_slice(&b[2 * s..2 * s + 2]);
+                        let u: [u8; 32] = std::array::from_fn(|i| kb.q[32 * s + i] as u8);
+                        put_low_planes(&mut o[q2k::ql(s)..], r, &u);
                     }
                 }
                 f if t4_table(f).is_some() => pack_t4(f, b, r, o, &mut ib),

@@ -6,8 +6,9 @@
 //! (`crate::dequant::{legacy, kquants}`), so both give the same bits.
 
 use super::pack::table32;
-use super::pack::{packed_block_bytes, q3k, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table};
-use super::scalar::{nibble, q3k_quant};
+use super::pack::{packed_block_bytes, q2k, q3k, q4k, q5k, q6k, qh_offset, qs_offset};
+use super::pack::{t4, t4_table};
+use super::scalar::{low2, nibble, q3k_quant};
 use crate::dequant::f16_at;
 use crate::dequant::iq::{code_of_int_scale, e8m0_half, float_scale};
 use crate::format::WeightFormat;
@@ -23,6 +24,7 @@ pub(crate) fn dequant_lane(format: WeightFormat, g: &[u8], r: usize, out: &mut [
             WeightFormat::Q5K => lane_q4k(blk, r, y, true),
             WeightFormat::Q6K => lane_q6k(blk, r, y),
             WeightFormat::Q3K => lane_q3k(blk, r, y),
+            WeightFormat::Q2K => lane_q2k(blk, r, y),
             f if t4_table(f).is_some() => lane_t4(format, blk, r, y),
             _ => lane32(format, blk, r, y),
         }
@@ -107,6 +109,22 @@ fn lane_q3k(blk: &[u8], r: usize, y: &mut [f32]) {
             let dl = d * f32::from(blk[q3k::SC + 16 * s + 2 * r + h] as i8);
             for (i, v) in yh.iter_mut().enumerate() {
                 *v = dl * (q3k_quant(blk, s, r, 16 * h + i) - 4) as f32;
+            }
+        }
+    }
+}
+
+/// One Q2_K super-block: `(d * sc) * q - dmin * m` per 16-weight group, the row-major
+/// dequantizer's order.
+fn lane_q2k(blk: &[u8], r: usize, y: &mut [f32]) {
+    let (d, dmin) = (f16_at(blk, 2 * r), f16_at(blk, q2k::DMIN + 2 * r));
+    for (s, ys) in y.chunks_exact_mut(32).enumerate() {
+        for (h, yh) in ys.chunks_exact_mut(16).enumerate() {
+            let scm = blk[q2k::SCM + 16 * s + 2 * r + h];
+            let dl = d * (scm & 0x0F) as f32;
+            let ml = dmin * (scm >> 4) as f32;
+            for (i, v) in yh.iter_mut().enumerate() {
+                *v = dl * low2(&blk[q2k::ql(s)..], r, 16 * h + i) as f32 - ml;
             }
         }
     }

@@ -3,7 +3,7 @@
 //! the two agree bit for bit.
 
 use super::pack::LANES;
-use super::pack::{packed_block_bytes, q3k, q4k, q5k, q6k, qh_offset, qs_offset};
+use super::pack::{packed_block_bytes, q2k, q3k, q4k, q5k, q6k, qh_offset, qs_offset};
 use super::pack::{t4, t4_table, table32};
 use super::tiles::TILE_TOKENS;
 use crate::dequant::f16_at;
@@ -43,6 +43,8 @@ pub(crate) fn tile(
                         lane_q4k(g, r, x, true)
                     } else if format == WeightFormat::Q3K {
                         lane_q3k(g, r, x)
+                    } else if format == WeightFormat::Q2K {
+                        lane_q2k(g, r, x)
                     } else {
                         lane_q6k(g, r, x)
                     }
@@ -174,9 +176,38 @@ fn lane_q3k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
 /// Unsigned quant `i` (0..32, value 0..7) of lane `r` in sub-block `s` of a packed Q3_K block.
 pub(crate) fn q3k_quant(blk: &[u8], s: usize, r: usize, i: usize) -> i32 {
     let (h, k, b) = (i / 16, i % 16 / 4, i % 4);
-    let low = (blk[q3k::ql(s) + 32 * h + 4 * r + b] >> (2 * k)) & 3;
     let high = (blk[q3k::qh(s) + 4 * r + b] >> (4 * h + k)) & 1;
-    i32::from(low | high << 2)
+    low2(&blk[q3k::ql(s)..], r, i) | i32::from(high) << 2
+}
+
+/// The 2-bit value of quant `i` (0..32) of lane `r` in a pair of 2-bit planes at `planes`
+/// (`pack::put_low_planes`' layout).
+pub(crate) fn low2(planes: &[u8], r: usize, i: usize) -> i32 {
+    let (h, k, b) = (i / 16, i % 16 / 4, i % 4);
+    i32::from((planes[32 * h + 4 * r + b] >> (2 * k)) & 3)
+}
+
+/// Lane `r` of a Q2_K group `g` dotted with one token's super-blocks `x`: per group of 16,
+/// `sc · Σ q x`, and the mins `m · bsums` apart (as [`lane_q4k`] per 32).
+fn lane_q2k(g: &[u8], r: usize, x: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (blk, y) in g.chunks_exact(q2k::BYTES).zip(x) {
+        let (mut sumi, mut summ) = (0i32, 0i32);
+        for s in 0..8 {
+            let planes = &blk[q2k::ql(s)..];
+            for h in 0..2 {
+                let scm = blk[q2k::SCM + 16 * s + 2 * r + h];
+                let part: i32 = (0..16)
+                    .map(|i| low2(planes, r, 16 * h + i) * i32::from(y.qs[32 * s + 16 * h + i]))
+                    .sum();
+                sumi += i32::from(scm & 0x0F) * part;
+                summ += i32::from(scm >> 4) * i32::from(y.bsums[2 * s + h]);
+            }
+        }
+        acc = (f16_at(blk, 2 * r) * y.d).mul_add(sumi as f32, acc);
+        acc = (-(f16_at(blk, q2k::DMIN + 2 * r) * y.d)).mul_add(summ as f32, acc);
+    }
+    acc
 }
 
 /// Lane `r` of a 256-weight table format's group `g` dotted with one token's super-blocks

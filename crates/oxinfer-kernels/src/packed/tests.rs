@@ -6,7 +6,7 @@ use super::*;
 use crate::dispatch::available_isas;
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 21] = [
+const FORMATS: [WeightFormat; 22] = [
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
     WeightFormat::Q5_0,
@@ -16,6 +16,7 @@ const FORMATS: [WeightFormat; 21] = [
     WeightFormat::Q5K,
     WeightFormat::Q6K,
     WeightFormat::Q3K,
+    WeightFormat::Q2K,
     // Table formats: 4-bit indices into a 16-value table.
     WeightFormat::IQ4_NL,
     WeightFormat::MXFP4,
@@ -59,6 +60,10 @@ fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> V
                 put(2, b);
             }
             WeightFormat::Q3K => put(108, a),
+            WeightFormat::Q2K => {
+                put(80, a);
+                put(82, b);
+            }
             _ => put(208, a),
         }
     }
@@ -155,6 +160,8 @@ fn extreme_quants_do_not_overflow() {
                 WeightFormat::Q5K => 4..176,
                 // Q3_K: no high bit and low bits 0 is quant -4; scale bits 0 are -32.
                 WeightFormat::Q3K => 0..108,
+                // Q2_K: scale and min 15, quants 3.
+                WeightFormat::Q2K => 0..80,
                 _ => 0..208,
             };
             let fill = match f {
@@ -187,10 +194,10 @@ fn extreme_quants_do_not_overflow() {
 
 #[test]
 fn unsupported_formats_are_not_packed() {
-    let data = vec![0u8; WeightFormat::Q2K.row_bytes(256).unwrap()];
-    let w = WeightMatrix::new(WeightFormat::Q2K, &data, 1, 256).unwrap();
+    let data = vec![0u8; WeightFormat::Q8K.row_bytes(256).unwrap()];
+    let w = WeightMatrix::new(WeightFormat::Q8K, &data, 1, 256).unwrap();
     assert!(PackedMatrix::pack(&w).is_none());
-    assert!(!packing_pays(WeightFormat::Q2K));
+    assert!(!packing_pays(WeightFormat::Q8K));
 }
 
 #[test]
@@ -212,7 +219,7 @@ fn memory_rule_packs_growing_formats_only_on_request() {
     // What the rule is for: IQ4_XS (1.07x) and the K-quants stay packed by default; the
     // IQ1/IQ2 types people pick to fit a model in RAM (2-3x packed) do not.
     use WeightFormat::*;
-    for f in [Q4_0, Q8_0, Q3K, Q4K, Q6K, IQ4_NL, MXFP4, IQ4_XS] {
+    for f in [Q4_0, Q8_0, Q2K, Q3K, Q4K, Q6K, IQ4_NL, MXFP4, IQ4_XS] {
         assert!(packing_allowed(f, PackingMode::Compact), "{f}");
     }
     for f in [
@@ -221,7 +228,7 @@ fn memory_rule_packs_growing_formats_only_on_request() {
         assert!(!packing_allowed(f, PackingMode::Compact), "{f}");
     }
     for mode in [PackingMode::Off, PackingMode::Compact, PackingMode::All] {
-        assert!(!packing_allowed(Q2K, mode));
+        assert!(!packing_allowed(Q8K, mode));
     }
 }
 
@@ -241,14 +248,14 @@ fn memory_rule_over_a_whole_model() {
         (IQ2_XS, fits_up_to + 1000)
     ]));
     assert!(!model_fits_packed([(IQ2_XS, a)]));
-    assert!(model_fits_packed([(Q4K, a), (Q6K, a), (F32, a), (Q2K, a)]));
+    assert!(model_fits_packed([(Q4K, a), (Q6K, a), (F32, a), (Q8K, a)]));
     assert!(model_fits_packed(std::iter::empty()));
     // A fitting model packs its growing formats where packing runs at all; one that does not
     // fit keeps them row-major (the default mode here: the tests do not set OXINFER_PACKED).
     if packing_pays(Q4_0) && crate::dispatch::packing_mode() == PackingMode::Compact {
         assert!(packing_pays_in(IQ2_XS, true));
         assert!(!packing_pays_in(IQ2_XS, false));
-        assert!(!packing_pays_in(Q2K, true));
+        assert!(!packing_pays_in(Q8K, true));
         assert!(packing_pays_in(Q4_0, false));
     }
 }

@@ -35,7 +35,7 @@ pub const TILE_TOKENS: usize = 8;
 #[cfg(target_arch = "x86_64")]
 macro_rules! packed_tiles {
     ($d:tt features = $features:literal, wide = [$($wide:literal),*]) => {
-        use super::pack::{q3k, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table, table32};
+        use super::pack::{q2k, q3k, q4k, q5k, q6k, qh_offset, qs_offset, t4, t4_table, table32};
         use super::x86::{e8m0_half_x8, f16x8, format_of, high2, prefetch_ahead, table16};
         use super::x86::{IQ4_NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
         use super::pack::LANES;
@@ -110,8 +110,9 @@ macro_rules! packed_tiles {
                         let (table, unit) = t4_table(f).expect("a table format");
                         go!(q, tile_t4; table, unit)
                     }
-                    (Acts::Q8K(q), WeightFormat::Q3K) => go!(q, tile_q6k, true),
-                    (Acts::Q8K(q), _) => go!(q, tile_q6k, false),
+                    (Acts::Q8K(q), WeightFormat::Q3K) => go!(q, tile_q6k, 3),
+                    (Acts::Q8K(q), WeightFormat::Q2K) => go!(q, tile_q6k, 2),
+                    (Acts::Q8K(q), _) => go!(q, tile_q6k, 6),
                     (Acts::F32(_), _) => unreachable!("float formats are not packed"),
                 }
             }
@@ -372,10 +373,12 @@ macro_rules! packed_tiles {
             }
         }
 
-        /// Q6_K (Q3_K with `THREE`: its 2-bit and 1-bit planes, offset 4 instead of 32; the
-        /// same scale layout and sums): `N` tokens × eight rows.
+        /// The K-quants with a scale per 16 weights, `N` tokens × eight rows: Q6_K (`BITS` 6),
+        /// Q3_K (3: 2-bit and 1-bit planes, offset 4 instead of 32) and Q2_K (2: 2-bit planes,
+        /// a min per 16 weights as Q4_K's per 32). One scale layout (lanes' pairs of i8
+        /// scales per sub-block) and the same sums.
         #[target_feature(enable = $features)]
-        unsafe fn tile_q6k<const THREE: bool, const N: usize>(
+        unsafe fn tile_q6k<const BITS: u8, const N: usize>(
             g: *const u8,
             nb: usize,
             xs: [*const BlockQ8K; N],
@@ -383,10 +386,10 @@ macro_rules! packed_tiles {
         ) {
             let m4 = _mm256_set1_epi8(0x0F);
             let (m3, m4b) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x04));
-            let (pb, sc_at, sub) = if THREE {
-                (q3k::BYTES, q3k::SC, 96)
-            } else {
-                (q6k::BYTES, q6k::SC, 192)
+            let (pb, head, sub) = match BITS {
+                3 => (q3k::BYTES, q3k::QL, 96),
+                2 => (q2k::BYTES, q2k::QL, 64),
+                _ => (q6k::BYTES, q6k::QL, 192),
             };
             let mut acc = [_mm256_setzero_ps(); N];
             for i in 0..nb {
@@ -394,18 +397,42 @@ macro_rules! packed_tiles {
                 // i exists; offsets follow the layout.
                 unsafe {
                     let p = g.add(i * pb);
-                    prefetch_ahead(p, q6k::QL);
+                    prefetch_ahead(p, head);
                     let mut s32 = [_mm256_setzero_si256(); N];
+                    // Q2_K: Σ m · bsums per lane.
+                    let mut m32 = [_mm256_setzero_si256(); N];
                     for s in 0..8 {
-                        let ql = p.add(if THREE { q3k::ql(s) } else { q6k::ql(s) });
+                        let ql = p.add(match BITS {
+                            3 => q3k::ql(s),
+                            2 => q2k::ql(s),
+                            _ => q6k::ql(s),
+                        });
                         prefetch_ahead(ql, sub);
-                        // Lanes r: (sc[2s], sc[2s + 1]) as i16.
-                        let scq = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                            p.add(sc_at + 16 * s) as *const __m128i
-                        ));
+                        // Lanes r: (sc[2s], sc[2s + 1]) as i16 (Q2_K: their low nibbles; the
+                        // mins, the high nibbles, in mq).
+                        let (scq, mq) = if BITS == 2 {
+                            let raw = _mm_loadu_si128(p.add(q2k::SCM + 16 * s) as *const __m128i);
+                            let m15 = _mm_set1_epi8(0x0F);
+                            (
+                                _mm256_cvtepu8_epi16(_mm_and_si128(raw, m15)),
+                                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(raw), m15)),
+                            )
+                        } else {
+                            let sc_at = if BITS == 3 { q3k::SC } else { q6k::SC };
+                            let raw = _mm_loadu_si128(p.add(sc_at + 16 * s) as *const __m128i);
+                            (_mm256_cvtepi8_epi16(raw), _mm256_setzero_si256())
+                        };
                         let (sc0, sc1) = q6k_scales(scq);
                         for (h, scv) in [(0usize, sc0), (1, sc1)] {
-                            let w = if THREE {
+                            let w = if BITS == 2 {
+                                let lo = _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                                [
+                                    _mm256_and_si256(lo, m3),
+                                    _mm256_and_si256(_mm256_srli_epi16::<2>(lo), m3),
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(lo), m3),
+                                    _mm256_and_si256(_mm256_srli_epi16::<6>(lo), m3),
+                                ]
+                            } else if BITS == 3 {
                                 // Low bits (L >> 2k) & 3, third bit (H >> (4h + k)) & 1 at bit 2.
                                 let lo = _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
                                 let hb = _mm256_loadu_si256(p.add(q3k::qh(s)) as *const __m256i);
@@ -458,18 +485,22 @@ macro_rules! packed_tiles {
                         }
                         for k in 0..N {
                             // -32 (Q3_K: -4) · (sc[2s] · bsums[2s] + sc[2s + 1] · bsums[2s + 1])
-                            // per lane.
+                            // per lane; Q2_K: the mins' m · bsums, kept apart.
                             let y = &*xs[k].add(i);
                             let bs = _mm256_set1_epi32(std::ptr::read_unaligned(
                                 y.bsums.as_ptr().add(2 * s) as *const i32,
                             ));
-                            let sums = _mm256_madd_epi16(scq, bs);
-                            let corr = if THREE {
-                                _mm256_slli_epi32::<2>(sums)
-                            } else {
-                                _mm256_slli_epi32::<5>(sums)
-                            };
-                            s32[k] = _mm256_sub_epi32(s32[k], corr);
+                            match BITS {
+                                2 => m32[k] = _mm256_add_epi32(m32[k], _mm256_madd_epi16(mq, bs)),
+                                3 => {
+                                    let corr = _mm256_slli_epi32::<2>(_mm256_madd_epi16(scq, bs));
+                                    s32[k] = _mm256_sub_epi32(s32[k], corr);
+                                }
+                                _ => {
+                                    let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scq, bs));
+                                    s32[k] = _mm256_sub_epi32(s32[k], corr);
+                                }
+                            }
                         }
                     }
                     let d = f16x8(p);
@@ -477,6 +508,11 @@ macro_rules! packed_tiles {
                         let y = &*xs[k].add(i);
                         let dd = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
                         acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s32[k]), acc[k]);
+                        if BITS == 2 {
+                            let dmin = f16x8(p.add(q2k::DMIN));
+                            let dm = _mm256_mul_ps(dmin, _mm256_set1_ps(y.d));
+                            acc[k] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(m32[k]), acc[k]);
+                        }
                     }
                 }
             }
