@@ -17,42 +17,56 @@ const FIXTURES: [(&str, [&str; 2]); 2] = [
     ("tiny_gemma4_mm", ["scene.png", "logo.png"]),
 ];
 
+/// `oxinfer run -m dir --tokens r["prompt_ids"] MEDIA… --temp 0 --show-tokens --dump-logits
+/// out` (each `(flag, file)` of `media` in order): prints `r["greedy_ids"]`, and the dumped
+/// prompt logits match `dir/logits` within 1e-4.
+fn check_tokens_run(
+    dir: &std::path::Path,
+    r: &serde_json::Value,
+    media: &[(&str, std::path::PathBuf)],
+    logits: &str,
+    out: &std::path::Path,
+    label: &str,
+) {
+    let join = |v: &serde_json::Value| ids(v).iter().map(|i| i.to_string()).collect::<Vec<_>>();
+    let (prompt, want) = (join(&r["prompt_ids"]), join(&r["greedy_ids"]));
+    let (prompt, n) = (prompt.join(","), want.len().to_string());
+    let mut args = vec!["run", "-m", dir.to_str().unwrap(), "--tokens", &prompt];
+    for (flag, file) in media {
+        args.extend([*flag, file.to_str().unwrap()]);
+    }
+    args.extend([
+        "--temp",
+        "0",
+        "--max-tokens",
+        &n,
+        "--show-tokens",
+        "--dump-logits",
+    ]);
+    args.push(out.to_str().unwrap());
+    let o = oxinfer(&args);
+    assert!(o.status.success(), "{label}: {}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), want.join(" "), "{label}");
+    let (got_shape, got) = read_npy_f32(out);
+    let (want_shape, want) = read_npy_f32(&dir.join(logits));
+    assert_eq!(got_shape, want_shape, "{label}");
+    let d = max_abs_diff(&got, &want);
+    println!("{label}: --dump-logits max diff {d:e}");
+    assert!(d <= 1e-4, "{label}: logits differ by {d}");
+}
+
 #[test]
 fn tokens_with_images_match_transformers() {
     let tmp = scratch_dir("media-cli");
     for (name, images) in FIXTURES {
         let dir = fixtures().join(name);
         let r = common::reference(&dir);
-        let join = |v: &serde_json::Value| ids(v).iter().map(|i| i.to_string()).collect::<Vec<_>>();
-        let (prompt, want) = (join(&r["prompt_ids"]), join(&r["greedy_ids"]));
+        let media = [
+            ("--image", dir.join(images[0])),
+            ("--image", dir.join(images[1])),
+        ];
         let out = tmp.join(format!("{name}.npy"));
-        let (a, b) = (dir.join(images[0]), dir.join(images[1]));
-        let o = oxinfer(&[
-            "run",
-            "-m",
-            dir.to_str().unwrap(),
-            "--tokens",
-            &prompt.join(","),
-            "--image",
-            a.to_str().unwrap(),
-            "--image",
-            b.to_str().unwrap(),
-            "--temp",
-            "0",
-            "--max-tokens",
-            &want.len().to_string(),
-            "--show-tokens",
-            "--dump-logits",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
-        assert_eq!(stdout(&o).trim(), want.join(" "), "{name}");
-        let (got_shape, got) = read_npy_f32(&out);
-        let (want_shape, want) = read_npy_f32(&dir.join("logits.npy"));
-        assert_eq!(got_shape, want_shape, "{name}");
-        let d = max_abs_diff(&got, &want);
-        println!("{name}: --dump-logits max diff {d:e}");
-        assert!(d <= 1e-4, "{name}: logits differ by {d}");
+        check_tokens_run(&dir, &r, &media, "logits.npy", &out, name);
     }
 }
 
@@ -95,38 +109,21 @@ fn tokens_with_an_image_and_videos_match_transformers() {
     let dir = fixtures().join("qwen35-vl-tiny");
     let text = std::fs::read_to_string(dir.join("reference_video.json")).unwrap();
     let r: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let join = |v: &serde_json::Value| ids(v).iter().map(|i| i.to_string()).collect::<Vec<_>>();
-    let (prompt, want) = (join(&r["prompt_ids"]), join(&r["greedy_ids"]));
     let out = scratch_dir("media-cli-video").join("video.npy");
+    let media = [
+        ("--image", dir.join("wide.png")),
+        ("--video", dir.join("clip.gif")),
+        ("--video", dir.join("short.gif")),
+    ];
+    check_tokens_run(
+        &dir,
+        &r,
+        &media,
+        "logits_video.npy",
+        &out,
+        "qwen35-vl-tiny with videos",
+    );
     let path = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    let o = oxinfer(&[
-        "run",
-        "-m",
-        dir.to_str().unwrap(),
-        "--tokens",
-        &prompt.join(","),
-        "--image",
-        &path("wide.png"),
-        "--video",
-        &path("clip.gif"),
-        "--video",
-        &path("short.gif"),
-        "--temp",
-        "0",
-        "--max-tokens",
-        &want.len().to_string(),
-        "--show-tokens",
-        "--dump-logits",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).trim(), want.join(" "));
-    let (got_shape, got) = read_npy_f32(&out);
-    let (want_shape, want) = read_npy_f32(&dir.join("logits_video.npy"));
-    assert_eq!(got_shape, want_shape);
-    let d = max_abs_diff(&got, &want);
-    println!("qwen35-vl-tiny with videos: --dump-logits max diff {d:e}");
-    assert!(d <= 1e-4, "logits differ by {d}");
     // Through the chat template: the video's markers expanded with its timestamps.
     let o = oxinfer(&[
         "run",

@@ -10,7 +10,10 @@
 
 mod common;
 
-use common::{check_mixed_prompt, encode_files, fixtures, ids, max_abs_diff, read_npy_f32};
+use common::{
+    check_mixed_prompt, check_mrope_positions, encode_files, fixtures, ids, max_abs_diff,
+    read_npy_f32,
+};
 use oxinfer::arch::multimodal::MediaKind;
 use oxinfer::arch::qwen_vision::config::VisionConfig;
 use oxinfer::arch::qwen_vision::video_processor::VideoProcessor;
@@ -19,7 +22,6 @@ use oxinfer::engine::media::{
 };
 use oxinfer::error::LoadError;
 use oxinfer::media::{decode_video, read_frame_dir, Limits};
-use oxinfer::plan::RowPositions;
 use oxinfer::{ChatMessage, Model};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -198,27 +200,9 @@ fn chat_template_expansion_and_rotary_positions_match() {
     let marked = model.chat_tokens(&[msg]).unwrap();
     let (prompt, media) = expand_markers(&marked, towers, &inputs, dim, model.tokenizer()).unwrap();
     assert_eq!(prompt, ids(&r["prompt_ids"]));
-    let want = r["mrope_positions"].as_array().unwrap();
-    let axis = |a: usize| ids(&want[a]);
-    let (t, h, w) = (axis(0), axis(1), axis(2));
-    for pos0 in [0, 40] {
-        let pos = RowPositions {
-            pos0,
-            media: Some(&media),
-        };
-        for i in 0..prompt.len() - pos0 {
-            let p = pos0 + i;
-            let got = pos.axes(i).map(|v| v as u32);
-            assert_eq!(got, [t[p], h[p], w[p]], "position {p}");
-        }
-    }
-    let n = prompt.len();
-    let delta = r["mrope_delta"].as_i64().unwrap();
-    let next = RowPositions {
-        pos0: n,
-        media: Some(&media),
-    };
-    assert_eq!(next.axes(0)[0] as i64, n as i64 + delta);
+    // Every prompt row, read whole and from a later chunk start; a decode step continues at
+    // the sequence index plus transformers' rope delta.
+    check_mrope_positions(&prompt, &media, &r, 40);
 }
 
 #[test]

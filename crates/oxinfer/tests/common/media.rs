@@ -5,6 +5,8 @@
 use oxinfer::arch::multimodal::MediaKind;
 use oxinfer::engine::media::{encode_media, expand_markers, fill_runs, EncodedMedia};
 use oxinfer::media::Limits;
+use oxinfer::plan::media::MediaEmbeds;
+use oxinfer::plan::RowPositions;
 use oxinfer::{GenerateOptions, Model, SamplingParams};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -77,4 +79,32 @@ pub fn check_mixed_prompt(
         worst = worst.max(d);
     }
     worst
+}
+
+/// Checks the M-RoPE positions of `prompt` (its markers expanded into `media`) against
+/// transformers' `get_rope_index` in reference `r` (`r["mrope_positions"]`: the three axes of
+/// every row), reading the rows whole and from the later chunk start `chunk_start`, and that a
+/// decode step after the prompt continues at the sequence index plus `r["mrope_delta"]`.
+pub fn check_mrope_positions(prompt: &[u32], media: &MediaEmbeds, r: &Value, chunk_start: usize) {
+    let want = r["mrope_positions"].as_array().expect("mrope_positions");
+    let axis = |a: usize| super::ids(&want[a]);
+    let (t, h, w) = (axis(0), axis(1), axis(2));
+    for pos0 in [0, chunk_start] {
+        let pos = RowPositions {
+            pos0,
+            media: Some(media),
+        };
+        for i in 0..prompt.len() - pos0 {
+            let p = pos0 + i;
+            let got = pos.axes(i).map(|v| v as u32);
+            assert_eq!(got, [t[p], h[p], w[p]], "position {p}");
+        }
+    }
+    let n = prompt.len();
+    let delta = r["mrope_delta"].as_i64().expect("mrope_delta");
+    let next = RowPositions {
+        pos0: n,
+        media: Some(media),
+    };
+    assert_eq!(next.axes(0)[0] as i64, n as i64 + delta);
 }
