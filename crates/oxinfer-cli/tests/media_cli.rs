@@ -55,6 +55,27 @@ fn check_tokens_run(
     assert!(d <= 1e-4, "{label}: logits differ by {d}");
 }
 
+/// `oxinfer run -m dir -p PROMPT FLAG FILE --temp 0 --max-tokens 4 --show-tokens` (the chat
+/// template with the media's markers) succeeds and prints four ids.
+fn check_chat_run(dir: &std::path::Path, prompt: &str, flag: &str, file: &std::path::Path) {
+    let o = oxinfer(&[
+        "run",
+        "-m",
+        dir.to_str().unwrap(),
+        "-p",
+        prompt,
+        flag,
+        file.to_str().unwrap(),
+        "--temp",
+        "0",
+        "--max-tokens",
+        "4",
+        "--show-tokens",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).split_whitespace().count(), 4, "{}", stdout(&o));
+}
+
 #[test]
 fn tokens_with_images_match_transformers() {
     let tmp = scratch_dir("media-cli");
@@ -74,22 +95,7 @@ fn tokens_with_images_match_transformers() {
 fn a_chat_prompt_with_an_image_runs_and_bad_images_fail_by_name() {
     let dir = fixtures().join("qwen35-vl-tiny");
     let img = dir.join("logo.png");
-    let o = oxinfer(&[
-        "run",
-        "-m",
-        dir.to_str().unwrap(),
-        "-p",
-        "What is it?",
-        "--image",
-        img.to_str().unwrap(),
-        "--temp",
-        "0",
-        "--max-tokens",
-        "4",
-        "--show-tokens",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).split_whitespace().count(), 4, "{}", stdout(&o));
+    check_chat_run(&dir, "What is it?", "--image", &img);
     let cut = scratch_dir("media-cli-bad").join("cut.png");
     std::fs::write(&cut, &std::fs::read(&img).unwrap()[..300]).unwrap();
     let o = oxinfer(&[
@@ -125,22 +131,7 @@ fn tokens_with_an_image_and_videos_match_transformers() {
     );
     let path = |f: &str| dir.join(f).to_str().unwrap().to_string();
     // Through the chat template: the video's markers expanded with its timestamps.
-    let o = oxinfer(&[
-        "run",
-        "-m",
-        dir.to_str().unwrap(),
-        "-p",
-        "What happens?",
-        "--video",
-        &path("clip.gif"),
-        "--temp",
-        "0",
-        "--max-tokens",
-        "4",
-        "--show-tokens",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).split_whitespace().count(), 4, "{}", stdout(&o));
+    check_chat_run(&dir, "What happens?", "--video", &dir.join("clip.gif"));
     // A still image is not a video.
     let o = oxinfer(&[
         "run",

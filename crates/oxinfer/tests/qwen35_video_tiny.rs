@@ -11,15 +11,13 @@
 mod common;
 
 use common::{
-    check_mixed_prompt, check_mrope_positions, encode_files, fixtures, ids, max_abs_diff,
-    read_npy_f32,
+    check_mixed_prompt, check_mrope_positions, encode_error, encode_files, fixtures, ids,
+    max_abs_diff, read_npy_f32,
 };
 use oxinfer::arch::multimodal::MediaKind;
 use oxinfer::arch::qwen_vision::config::VisionConfig;
 use oxinfer::arch::qwen_vision::video_processor::VideoProcessor;
-use oxinfer::engine::media::{
-    encode_media, encode_video_clip, expand_markers, fill_runs, EncodedMedia,
-};
+use oxinfer::engine::media::{encode_video_clip, expand_markers, fill_runs, EncodedMedia};
 use oxinfer::error::LoadError;
 use oxinfer::media::{decode_video, read_frame_dir, Limits};
 use oxinfer::{ChatMessage, Model};
@@ -224,18 +222,7 @@ fn text_image_video_prompt_logits_and_greedy_match() {
 fn bad_videos_fail_naming_the_input() {
     let model = Model::load(dir()).unwrap();
     let towers = model.lm().media().unwrap();
-    let enc = |bytes: &[u8], name: &str| {
-        encode_media(
-            towers,
-            MediaKind::Video,
-            bytes,
-            name,
-            &Limits::default(),
-            None,
-        )
-        .unwrap_err()
-        .to_string()
-    };
+    let enc = |bytes: &[u8], name: &str| encode_error(&model, MediaKind::Video, bytes, name);
     let png = std::fs::read(dir().join("wide.png")).unwrap();
     let e = enc(&png, "still.png");
     assert!(

@@ -9,8 +9,8 @@ mod common;
 
 use common::reference;
 use common::{
-    check_mixed_prompt, check_mrope_positions, encode_files, fixtures, ids, max_abs_diff,
-    read_npy_f32,
+    check_mixed_prompt, check_mrope_positions, encode_error, encode_files, fixtures, ids,
+    max_abs_diff, read_npy_f32,
 };
 use oxinfer::arch::multimodal::MediaKind;
 use oxinfer::arch::qwen_vision::config::VisionConfig;
@@ -130,18 +130,7 @@ fn mixed_prompt_logits_and_greedy_match() {
 fn bad_images_fail_naming_the_input() {
     let model = Model::load(dir()).unwrap();
     let towers = model.lm().media().unwrap();
-    let enc = |bytes: &[u8], name: &str| {
-        encode_media(
-            towers,
-            MediaKind::Image,
-            bytes,
-            name,
-            &Limits::default(),
-            None,
-        )
-        .unwrap_err()
-        .to_string()
-    };
+    let enc = |bytes: &[u8], name: &str| encode_error(&model, MediaKind::Image, bytes, name);
     let png = std::fs::read(dir().join("logo.png")).unwrap();
     let e = enc(&png[..200], "cut.png");
     assert!(e.starts_with("cut.png: "), "{e}");

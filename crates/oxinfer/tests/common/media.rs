@@ -29,6 +29,18 @@ pub fn encode_files(
         .collect()
 }
 
+/// The error of encoding `bytes` (named `name`) as an input of `kind` with the model's towers.
+///
+/// # Panics
+/// If the input encodes.
+pub fn encode_error(model: &Model, kind: MediaKind, bytes: &[u8], name: &str) -> String {
+    let towers = model.lm().media().expect("media towers loaded");
+    encode_media(towers, kind, bytes, name, &Limits::default(), None)
+        .err()
+        .unwrap_or_else(|| panic!("{name} encoded"))
+        .to_string()
+}
+
 /// Checks the mixed prompt of reference `r` (in `dir`): `r["chat_template_text"]` tokenized
 /// with its markers expanded for `inputs` gives `r["prompt_ids"]`, and placing the inputs on
 /// those ids directly (what `--tokens` does) gives the same media; then, for each prefill
