@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::int16::Dest16;
+use super::x86::{by_tokens, live_mask, row_prior, slice_base};
 use super::NR;
 
 /// Tile of `n` tokens (1 ..= 12) over `kp` feature pairs.
@@ -23,23 +24,7 @@ pub(super) unsafe fn tile(
     dest: &Dest16,
 ) {
     // SAFETY: forwarded from this function's contract.
-    unsafe {
-        match n {
-            1 => tile_n::<1>(a, lda, b, kp, dest),
-            2 => tile_n::<2>(a, lda, b, kp, dest),
-            3 => tile_n::<3>(a, lda, b, kp, dest),
-            4 => tile_n::<4>(a, lda, b, kp, dest),
-            5 => tile_n::<5>(a, lda, b, kp, dest),
-            6 => tile_n::<6>(a, lda, b, kp, dest),
-            7 => tile_n::<7>(a, lda, b, kp, dest),
-            8 => tile_n::<8>(a, lda, b, kp, dest),
-            9 => tile_n::<9>(a, lda, b, kp, dest),
-            10 => tile_n::<10>(a, lda, b, kp, dest),
-            11 => tile_n::<11>(a, lda, b, kp, dest),
-            12 => tile_n::<12>(a, lda, b, kp, dest),
-            n => unreachable!("a tile of {n} tokens"),
-        }
-    }
+    unsafe { by_tokens!(tile_n, n, (a, lda, b, kp, dest); 1 2 3 4 5 6 7 8 9 10 11 12) }
 }
 
 #[target_feature(enable = "avx512f,avx512vnni")]
@@ -63,24 +48,12 @@ unsafe fn tile_n<const MR: usize>(
                 *c = _mm512_dpwssd_epi32(*c, _mm512_set1_epi32(pair), w);
             }
         }
-        let mask: __mmask16 = if dest.live >= NR {
-            0xffff
-        } else {
-            (1u16 << dest.live) - 1
-        };
+        let mask = live_mask(dest.live);
         let ws = _mm512_loadu_ps(dest.ws);
-        let base = if !dest.first || dest.bias.is_null() {
-            _mm512_setzero_ps()
-        } else {
-            _mm512_maskz_loadu_ps(mask, dest.bias)
-        };
+        let base = slice_base(dest.first, dest.bias, mask);
         for (i, c) in acc.into_iter().enumerate() {
             let p = dest.ptr.add(i * dest.ldo);
-            let add = if dest.first {
-                base
-            } else {
-                _mm512_maskz_loadu_ps(mask, p)
-            };
+            let add = row_prior(p, dest.first, base, mask);
             let scale = _mm512_mul_ps(_mm512_set1_ps(*dest.xs.add(i)), ws);
             let v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), scale, add);
             _mm512_mask_storeu_ps(p, mask, v);

@@ -6,14 +6,60 @@ use std::arch::x86_64::*;
 
 use super::NR;
 
-/// Calls `$kern::<N>` for the tile's token count `N` (1 ..= the listed maximum).
+/// Calls `$kern::<N>` with the parenthesized arguments `$args` for the tile's token count
+/// `$n` (one of the listed counts).
 macro_rules! by_tokens {
-    ($kern:ident, $a:expr, $lda:expr, $b:expr, $kc:expr, $tile:expr; $($n:literal)+) => {
-        match $tile.len() {
-            $($n => $kern::<$n>($a, $lda, $b, $kc, $tile),)+
+    ($kern:ident, $n:expr, $args:tt; $($k:literal)+) => {
+        match $n {
+            $($k => $kern::<$k> $args,)+
             n => unreachable!("a tile of {n} tokens"),
         }
     };
+}
+pub(super) use by_tokens;
+
+/// The lanes of a panel's `live` rows (`live <= 16`), for the AVX-512 tiles' masked stores.
+pub(super) fn live_mask(live: usize) -> __mmask16 {
+    if live >= NR {
+        0xffff
+    } else {
+        (1u16 << live) - 1
+    }
+}
+
+/// What a tile's first k slice adds its sums to: the `mask`ed `bias` on the `first` slice when
+/// there is one, else zero.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `bias` (when not null and `first`) holds the mask's floats.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn slice_base(first: bool, bias: *const f32, mask: __mmask16) -> __m512 {
+    if !first || bias.is_null() {
+        _mm512_setzero_ps()
+    } else {
+        // SAFETY: the contract.
+        unsafe { _mm512_maskz_loadu_ps(mask, bias) }
+    }
+}
+
+/// What an output row's sums are added to: `base` on the first k slice, else the `mask`ed
+/// values already at `p`.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `p` holds the mask's floats.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn row_prior(
+    p: *const f32,
+    first: bool,
+    base: __m512,
+    mask: __mmask16,
+) -> __m512 {
+    if first {
+        base
+    } else {
+        // SAFETY: the contract.
+        unsafe { _mm512_maskz_loadu_ps(mask, p) }
+    }
 }
 
 /// Where an AVX-512 tile's sums go: token `i`'s `live` values (rows `0 .. live` of the panel,
@@ -44,23 +90,7 @@ pub(super) unsafe fn tile_avx512(
     dest: &Dest,
 ) {
     // SAFETY: forwarded from this function's contract.
-    unsafe {
-        match n {
-            1 => tile_avx512_n::<1>(a, lda, b, kc, dest),
-            2 => tile_avx512_n::<2>(a, lda, b, kc, dest),
-            3 => tile_avx512_n::<3>(a, lda, b, kc, dest),
-            4 => tile_avx512_n::<4>(a, lda, b, kc, dest),
-            5 => tile_avx512_n::<5>(a, lda, b, kc, dest),
-            6 => tile_avx512_n::<6>(a, lda, b, kc, dest),
-            7 => tile_avx512_n::<7>(a, lda, b, kc, dest),
-            8 => tile_avx512_n::<8>(a, lda, b, kc, dest),
-            9 => tile_avx512_n::<9>(a, lda, b, kc, dest),
-            10 => tile_avx512_n::<10>(a, lda, b, kc, dest),
-            11 => tile_avx512_n::<11>(a, lda, b, kc, dest),
-            12 => tile_avx512_n::<12>(a, lda, b, kc, dest),
-            n => unreachable!("a tile of {n} tokens"),
-        }
-    }
+    unsafe { by_tokens!(tile_avx512_n, n, (a, lda, b, kc, dest); 1 2 3 4 5 6 7 8 9 10 11 12) }
 }
 
 #[target_feature(enable = "avx512f")]
@@ -82,23 +112,11 @@ unsafe fn tile_avx512_n<const MR: usize>(
                 *c = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(i * lda + k)), w, *c);
             }
         }
-        let mask: __mmask16 = if dest.live >= NR {
-            0xffff
-        } else {
-            (1u16 << dest.live) - 1
-        };
-        let base = if !dest.first || dest.bias.is_null() {
-            _mm512_setzero_ps()
-        } else {
-            _mm512_maskz_loadu_ps(mask, dest.bias)
-        };
+        let mask = live_mask(dest.live);
+        let base = slice_base(dest.first, dest.bias, mask);
         for (i, c) in acc.into_iter().enumerate() {
             let p = dest.ptr.add(i * dest.ldo);
-            let add = if dest.first {
-                base
-            } else {
-                _mm512_maskz_loadu_ps(mask, p)
-            };
+            let add = row_prior(p, dest.first, base, mask);
             _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(c, add));
         }
     }
@@ -118,7 +136,7 @@ pub(super) unsafe fn tile_avx2(
     tile: &mut [[f32; NR]],
 ) {
     // SAFETY: forwarded from this function's contract.
-    unsafe { by_tokens!(tile_avx2_n, a, lda, b, kc, tile; 1 2 3 4 5 6) }
+    unsafe { by_tokens!(tile_avx2_n, tile.len(), (a, lda, b, kc, tile); 1 2 3 4 5 6) }
 }
 
 #[target_feature(enable = "avx2,fma")]
