@@ -62,12 +62,13 @@ impl QuantPath {
 /// Device memory kept free when caching f16 decodings (for activations, scratch, cuBLAS).
 const F16_CACHE_RESERVE: usize = 4 << 30;
 
-/// Whether f16 decodings of quantized weights are kept on the device (`OXINFER_CUDA_F16_CACHE`,
-/// on unless `0`): 2 bytes per weight (15 GB for a 7B) buys back the decoding every product
-/// re-did (a few ms per 7B pass on an H200).
+/// Whether f16 decodings of quantized weights are kept on the device (`OXINFER_CUDA_F16_CACHE=1`;
+/// off by default, so device memory stays near the file's size): 2 bytes per weight (15 GB for
+/// a 7B) buys back the decoding every prompt-sized product re-does (about 6 ms per 512-token
+/// pass of a 7B on an H200, 14 % of pp512: docs/gpu.md).
 fn f16_cache_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_F16_CACHE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_F16_CACHE").is_ok_and(|v| v == "1"))
 }
 
 /// Whether the device handles weights in `f`.

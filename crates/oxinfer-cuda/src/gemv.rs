@@ -76,7 +76,7 @@ pub(crate) fn gemv_i8(
 ) -> Result<(), String> {
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let total = w.rows + n2;
-    let split = gemv_split(w, total, g.sm_count);
+    let split = gemv_split(w, total, t, g.sm_count);
     let pair =
         t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
     // Shared bytes of the staged kernel: one row per `split` warps.
@@ -86,7 +86,7 @@ pub(crate) fn gemv_i8(
     let f = if pair {
         g.k.gemv_i8_pair(w.format)
     } else if stage {
-        g.k.gemv_i8_staged(w.format)
+        g.k.gemv_i8_staged(w.format, staged_early())
     } else {
         g.k.gemv_i8(w.format, t)
     }
@@ -137,14 +137,22 @@ fn staged() -> bool {
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_STAGED").is_ok_and(|v| v == "0"))
 }
 
+/// Whether the staged one-row GEMV fetches its weight rows before waiting for the previous
+/// kernel (unless `OXINFER_CUDA_GEMV_EARLY=0`; measured in docs/gpu.md). Without programmatic
+/// dependent launch (before compute 9.0, or `OXINFER_CUDA_PDL=0`) the two variants are the same.
+fn staged_early() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_EARLY").is_ok_and(|v| v == "0"))
+}
+
 /// Warps that share one output row of `w`'s int8 GEMV for a grid of `rows` output rows on a
 /// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
 /// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
-/// (a warp's lanes take 8 Q4_K super-blocks, 4 Q6_K or 32 of the 32-weight formats per step:
-/// a 3584-wide Q4_K row has work for two). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
+/// (a warp's lanes take 8 Q4_K super-blocks per step for one activation row `t`, 2 for several
+/// and for Q6_K, or 32 blocks of the 32-weight formats). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
 /// four warps per row, `few4` four whenever the rows are few (for measuring).
-fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
+fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
     let forced =
         *FORCED.get_or_init(
@@ -163,8 +171,8 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
         _ => {}
     }
     let (block_cols, per_step) = match w.format {
-        WeightFormat::Q4K => (256, 8),
-        WeightFormat::Q6K => (256, 4),
+        WeightFormat::Q4K if t == 1 => (256, 8),
+        WeightFormat::Q4K | WeightFormat::Q6K => (256, 2),
         _ => (32, 32),
     };
     let warps = (w.cols / block_cols).div_ceil(per_step);

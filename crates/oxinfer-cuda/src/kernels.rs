@@ -98,8 +98,9 @@ pub(crate) struct Kernels {
     /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`],
     /// one activation row with two output rows per warp.
     gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
-    /// One-row int8 GEMVs with the weight rows staged in shared memory, per format.
-    gemv_i8_staged: Vec<(WeightFormat, sys::CUfunction)>,
+    /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
+    /// for the previous kernel first, and fetching the weights before waiting.
+    gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
     /// Split decode attention for heads of at most 128 (twice the keys per step).
     pub attention_split_h128: sys::CUfunction,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
@@ -281,7 +282,13 @@ impl Kernels {
                 .iter()
                 .map(|&(f, n)| {
                     let smem = crate::gemv::STAGED_MAX_SMEM;
-                    Ok((f, get_smem(&format!("gemv_{n}_i8_s1"), smem)?))
+                    Ok((
+                        f,
+                        [
+                            get_smem(&format!("gemv_{n}_i8_s1"), smem)?,
+                            get_smem(&format!("gemv_{n}_i8_s1e"), smem)?,
+                        ],
+                    ))
                 })
                 .collect::<Result<_, String>>()?,
             attention_split_h128: get("attention_split_f32_h128")?,
@@ -360,9 +367,12 @@ impl Kernels {
         Some(self.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
     }
 
-    /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory.
-    pub fn gemv_i8_staged(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        for_format(&self.gemv_i8_staged, f)
+    /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory;
+    /// with `early`, the variant that issues its weight copies before waiting for the previous
+    /// kernel (programmatic dependent launch).
+    pub fn gemv_i8_staged(&self, f: WeightFormat, early: bool) -> Option<sys::CUfunction> {
+        let k = self.gemv_i8_staged.iter().find(|(g, _)| *g == f)?.1;
+        Some(k[usize::from(early)])
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
@@ -444,6 +454,7 @@ mod tests {
             "rms_norm_q8_slices",
             "attention_combine_q8",
             "gemv_q4_k_i8_s1",
+            "gemv_q6_k_i8_s1e",
             "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",

@@ -13,10 +13,18 @@ typedef unsigned int u32;
 // wait until the previous kernel has completed and its writes are visible. Every kernel of a
 // decode step starts with it, before it reads anything, so a launch with the attribute
 // (`OXINFER_CUDA_PDL`, gpu.rs) overlaps only the next kernel's launch with this one's tail.
+//
+// PDL_LAUNCH / PDL_WAIT are the two halves, for a kernel that has work which reads nothing the
+// previous kernels write (a GEMV's weight rows) and starts it in between, so that work overlaps
+// the previous kernel instead of following it.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #else
 #define PDL_ENTER() do {} while (0)
+#define PDL_LAUNCH() do {} while (0)
+#define PDL_WAIT() do {} while (0)
 #endif
 
 __device__ __forceinline__ float h2f(u16 h) {

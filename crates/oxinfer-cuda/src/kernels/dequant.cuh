@@ -46,23 +46,24 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, floa
     }
 }
 
-// Byte i (0..11) of the 12 scale bytes of a Q4_K / Q5_K super-block held as three words, by
-// selects (an indexed local array would live in local memory).
-__device__ __forceinline__ u32 scale_byte(const u32 (&w)[3], int i) {
-    u32 v = i < 4 ? w[0] : (i < 8 ? w[1] : w[2]);
-    return (v >> (8 * (i & 3))) & 0xffu;
+// The 6-bit scales and mins of sub-blocks 2c and 2c + 1 (c = 0..3) of a Q4_K / Q5_K super-block
+// from its 12 scale bytes held as three words (llama.cpp's byte-parallel unpacking): the four
+// low sub-blocks' values are the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the four
+// high ones take their low 4 bits from bytes 8..11 and their top 2 from the top bits of bytes
+// 0..3 / 4..7. Returns (scale 2c, scale 2c + 1, min 2c, min 2c + 1) as integers.
+__device__ __forceinline__ int4 scale_min_k4_pair(int c, const u32 (&w)[3]) {
+    u32 sc = c < 2 ? (w[0] & 0x3f3f3f3fu) : ((w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u));
+    u32 mn = c < 2 ? (w[1] & 0x3f3f3f3fu)
+                   : (((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u));
+    int sh = (c & 1) * 16;
+    return make_int4((int)((sc >> sh) & 0xffu), (int)((sc >> (sh + 8)) & 0xffu),
+                     (int)((mn >> sh) & 0xffu), (int)((mn >> (sh + 8)) & 0xffu));
 }
 
-// scale_min_k4 on the scale bytes held in registers.
-__device__ __forceinline__ void scale_min_k4_w(int j, const u32 (&w)[3], float* sc, float* mn) {
-    if (j < 4) {
-        *sc = (float)(scale_byte(w, j) & 63);
-        *mn = (float)(scale_byte(w, j + 4) & 63);
-    } else {
-        u32 hi = scale_byte(w, j + 4);
-        *sc = (float)((hi & 0xF) | ((scale_byte(w, j - 4) >> 6) << 4));
-        *mn = (float)((hi >> 4) | ((scale_byte(w, j) >> 6) << 4));
-    }
+// The 6-bit scale and min of sub-block j (0..7) alone, as scale_min_k4_pair: (scale, min).
+__device__ __forceinline__ int2 scale_min_k4_one(int j, const u32 (&w)[3]) {
+    int4 p = scale_min_k4_pair(j >> 1, w);
+    return (j & 1) ? make_int2(p.y, p.w) : make_int2(p.x, p.z);
 }
 
 template <int F> __device__ __forceinline__ void dq16(const u8* row, int k, float* y);

@@ -126,14 +126,20 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
         float d = h2f((u16)(dm & 0xffffu)), dmin = h2f((u16)(dm >> 16));
         const u32* s32 = (const u32*)(blk + 4);
         u32 sw[3] = {s32[0], s32[1], s32[2]};
-        float sc0, mn0, sc1, mn1;
-        scale_min_k4_w(2 * c, sw, &sc0, &mn0);
-        scale_min_k4_w(2 * c + 1, sw, &sc1, &mn1);
         uint4 qa = *(const uint4*)(blk + 16 + c * 32);
         uint4 qb = *(const uint4*)(blk + 32 + c * 32);
         int qw[8] = {(int)qa.x, (int)qa.y, (int)qa.z, (int)qa.w,
                      (int)qb.x, (int)qb.y, (int)qb.z, (int)qb.w};
         int k0 = b * 256 + c * 64;
+        // The sub-block sums combined in integers (scale 63 x |dot| 60,960 x 2 < 2^24, so
+        // the one conversion per term is exact: the same f32 values as scaling each sum).
+        int4 sm4 = scale_min_k4_pair(c, sw);
+        int lo[8], hi[8];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = qw[i] & 0x0F0F0F0F;
+            hi[i] = (qw[i] >> 4) & 0x0F0F0F0F;
+        }
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
@@ -144,76 +150,105 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
                 int dl = 0, dh = 0;
                 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    dl = dp4a(qw[i] & 0x0F0F0F0F, xlo[i], dl);
-                    dh = dp4a((qw[i] >> 4) & 0x0F0F0F0F, xhi[i], dh);
+                    dl = dp4a(lo[i], xlo[i], dl);
+                    dh = dp4a(hi[i], xhi[i], dh);
                 }
                 int2 sm = *(const int2*)(xs + (long)r * (cols >> 5) + b * 8 + 2 * c);
                 float dx = xd[(long)r * nb + b];
-                acc[r] += dx * (d * (sc0 * (float)dl + sc1 * (float)dh) -
-                                dmin * (mn0 * (float)sm.x + mn1 * (float)sm.y));
+                int isc = sm4.x * dl + sm4.y * dh, imn = sm4.z * sm.x + sm4.w * sm.y;
+                acc[r] += dx * (d * (float)isc - dmin * (float)imn);
             }
         }
       }
     }
 }
 
-// Q6_K on int8 activations (the CPU's q6_K x q8_K dot), activations as for Q4_K. Eight lanes
-// per super-block: lane j takes half n = j / 4 and the 8 positions l0 = 8 (j % 4) .. + 8 of
-// each of its four 32-weight quarters (32 weights), reading 16 bytes of low quants, 8 of high
-// bits and four 8-byte runs of activations; each quarter's 8 weights share one scale.
+// Q4_K as above with sixteen lanes per super-block (a warp takes two per step): lane l takes
+// sub-block j = l / 2, half h = l % 2, i.e. 16 weights (the low nibbles of quant bytes
+// 32 (j / 2) + 16 h .. + 16 for even j, the high ones for odd j) against the 16 int8
+// activations 256 b + 16 l. So the lanes' activation loads are one contiguous run, and their
+// quant loads are too (pairs of lanes read the same 16 bytes): the four-lane layout's loads
+// strode 64 bytes per lane, several times the L1 wavefronts per byte. The half-h = 0 lane adds
+// the sub-block's mins term (its precomputed sum of 32 activations).
 template <int T, int R>
-__device__ __forceinline__ void q6k_i8_rows(const u8* __restrict__ w0, long row_bytes,
-                                            const i8* __restrict__ xq,
-                                            const float* __restrict__ xd,
-                                            const int* __restrict__ xs, int cols, int t,
-                                            int lane, int share, int split, float (&accs)[R][T]) {
+__device__ __forceinline__ void q4k16_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                              const i8* __restrict__ xq,
+                                              const float* __restrict__ xd,
+                                              const int* __restrict__ xs, int cols, int t,
+                                              int lane, int share, int split,
+                                              float (&accs)[R][T]) {
     int nb = cols >> 8;
-    int j = lane & 7, n = j >> 2, part = j & 3, l0 = part * 8;
-    #pragma unroll 4
-    for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
+    int l = lane & 15, j = l >> 1, h = l & 1;
+    int nib = (j & 1) * 4;
+    #pragma unroll 2
+    for (int b = (lane >> 4) + 2 * share; b < nb; b += 2 * split) {
+      #pragma unroll
+      for (int rr = 0; rr < R; rr++) {
+        float (&acc)[T] = accs[rr];
+        const u8* blk = w0 + rr * row_bytes + (long)b * 144;
+        u32 dm = *(const u32*)blk;
+        const u32* s32 = (const u32*)(blk + 4);
+        u32 sw[3] = {s32[0], s32[1], s32[2]};
+        uint4 q = *(const uint4*)(blk + 16 + 32 * (j >> 1) + 16 * h);
+        int qv[4] = {(int)((q.x >> nib) & 0x0F0F0F0Fu), (int)((q.y >> nib) & 0x0F0F0F0Fu),
+                     (int)((q.z >> nib) & 0x0F0F0F0Fu), (int)((q.w >> nib) & 0x0F0F0F0Fu)};
+        int2 scm = scale_min_k4_one(j, sw);
+        float ds = h2f((u16)(dm & 0xffffu)) * (float)scm.x;
+        float dm_ = h == 0 ? h2f((u16)(dm >> 16)) * (float)scm.y : 0.f;
+        int k0 = b * 256 + 16 * l;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (T == 1 || r < t) {
+                int4 x = *(const int4*)(xq + (long)r * cols + k0);
+                int dot = dp4a(qv[0], x.x, dp4a(qv[1], x.y, dp4a(qv[2], x.z, dp4a(qv[3], x.w, 0))));
+                int sm = h == 0 ? xs[(long)r * (cols >> 5) + b * 8 + j] : 0;
+                acc[r] += xd[(long)r * nb + b] * (ds * (float)dot - dm_ * (float)sm);
+            }
+        }
+      }
+    }
+}
+
+// Q6_K on int8 activations (the CPU's q6_K x q8_K dot, activations as for Q4_K) with sixteen
+// lanes per super-block (a warp takes two per step), the layout of q4k16_i8_rows: lane l takes the 16 weights 16 l .. + 16 (half n = l / 8, quarter qu = (l % 8)
+// / 2, positions l0 = 16 (l % 2) .. + 16 of the quarter: one scale), i.e. 16 bytes of low quants
+// (the low nibbles of ql[64 n + 32 (qu % 2) + l0 ..] for qu < 2, the high ones above), 16 of high
+// bits (qh[32 n + l0 ..], bits 2 qu) and 16 contiguous activations, whose sum (4 dp4a) gives
+// the -32 offset's term. Blocks are 210 bytes, so the quant words are read 2-byte aligned.
+template <int T, int R>
+__device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                              const i8* __restrict__ xq,
+                                              const float* __restrict__ xd,
+                                              const int* __restrict__ xs, int cols, int t,
+                                              int lane, int share, int split,
+                                              float (&accs)[R][T]) {
+    int nb = cols >> 8;
+    int l = lane & 15, n = l >> 3, qu = (l & 7) >> 1, l0 = 16 * (l & 1);
+    int nib = (qu >> 1) * 4, hsh = 2 * qu;
+    #pragma unroll 2
+    for (int b = (lane >> 4) + 2 * share; b < nb; b += 2 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
         float (&acc)[T] = accs[rr];
         const u8* blk = w0 + rr * row_bytes + (long)b * 210;
-        float d = h2f(*(const u16*)(blk + 208));
-        const i8* sc = (const i8*)(blk + 192) + n * 8 + (part >> 1);
-        const u8* ql = blk + n * 64 + l0;
+        const u8* ql = blk + n * 64 + (qu & 1) * 32 + l0;
         const u8* qh = blk + 128 + n * 32 + l0;
-        int lo[2][2], hb[2];
+        int q6[4];
         #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            lo[0][i] = ld32_a2(ql + 4 * i);
-            lo[1][i] = ld32_a2(ql + 32 + 4 * i);
-            hb[i] = ld32_a2(qh + 4 * i);
+        for (int i = 0; i < 4; i++) {
+            int lo = (ld32_a2(ql + 4 * i) >> nib) & 0x0F0F0F0F;
+            q6[i] = lo | (((ld32_a2(qh + 4 * i) >> hsh) & 0x03030303) << 4);
         }
-        // Quarter qu: low nibbles of ql (qu 0, 1) or high nibbles (qu 2, 3), bits 2 qu of qh.
-        int q6[4][2];
-        #pragma unroll
-        for (int qu = 0; qu < 4; qu++) {
-            #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                int l = lo[qu & 1][i];
-                int nib = qu < 2 ? (l & 0x0F0F0F0F) : ((l >> 4) & 0x0F0F0F0F);
-                q6[qu][i] = nib | (((hb[i] >> (2 * qu)) & 0x03030303) << 4);
-            }
-        }
-        float s[4];
-        #pragma unroll
-        for (int qu = 0; qu < 4; qu++) s[qu] = d * (float)sc[2 * qu];
-        int k0 = b * 256 + n * 128 + l0;
+        float s = h2f(*(const u16*)(blk + 208)) * (float)((const i8*)(blk + 192))[n * 8 + 2 * qu + (l & 1)];
+        int k0 = b * 256 + 16 * l;
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                const i8* xr = xq + (long)r * cols + k0;
-                float sum = 0.f;
-                #pragma unroll
-                for (int qu = 0; qu < 4; qu++) {
-                    int2 xv = *(const int2*)(xr + qu * 32);
-                    int dot = dp4a(q6[qu][0], xv.x, dp4a(q6[qu][1], xv.y, 0));
-                    int sx = dp4a(0x01010101, xv.x, dp4a(0x01010101, xv.y, 0));
-                    sum += s[qu] * (float)(dot - 32 * sx);
-                }
-                acc[r] += xd[(long)r * nb + b] * sum;
+                int4 x = *(const int4*)(xq + (long)r * cols + k0);
+                int dot = dp4a(q6[0], x.x, dp4a(q6[1], x.y, dp4a(q6[2], x.z, dp4a(q6[3], x.w, 0))));
+                int sx = dp4a(0x01010101, x.x, dp4a(0x01010101, x.y,
+                              dp4a(0x01010101, x.z, dp4a(0x01010101, x.w, 0))));
+                acc[r] += xd[(long)r * nb + b] * (s * (float)(dot - 32 * sx));
             }
         }
       }
@@ -336,12 +371,23 @@ __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
 // own R rows, or the block its one row when split: every byte in flight at once, each lane's
 // copies contiguous 16-byte chunks), then the same dot products read them there; the host
 // gives it staged_unit_bytes per warp (split 1) or per block (split) of dynamic shared memory.
-template <int F, int T, int R, bool STAGED>
+//
+// EARLY (with STAGED): the kernel was entered with PDL_LAUNCH only, and waits for the previous
+// kernels (PDL_WAIT) after issuing its weight copies and before reading anything they write (the
+// activations, y): the weights are never written during a pass, so the blocks resident while
+// the previous kernel runs fetch their rows during it.
+//
+// Lane layouts (measured on an H200, docs/gpu.md): one activation row takes Q4_K with four lanes
+// per super-block (q4k_i8_rows: sixteen lanes were 20 % slower there, bound by their
+// instruction count), several take it with sixteen (q4k16_i8_rows: coalesced activation
+// loads, +17-47 % at 4-8 rows); Q6_K takes sixteen lanes at any row count (q6k16_i8_rows).
+template <int F, int T, int R, bool STAGED, bool EARLY = false>
 __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
                                         long row_bytes, const i8* __restrict__ xq,
                                         const float* __restrict__ xd, float* __restrict__ y,
                                         float* __restrict__ y2, int rows, int rows2, int cols,
                                         int t, int split, int accum) {
+    static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
@@ -359,12 +405,14 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         long unit = staged_unit_bytes(row_bytes, R);
         if (split == 1) {
             wr = stage_bytes(gemv_smem + warp * unit, wr, R * row_bytes, lane, 32);
+            if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
             __syncwarp();
         } else {
             // The row's split warps copy it together.
             int u = warp / split, ut = threadIdx.x - u * 32 * split;
             if (valid) wr = stage_bytes(gemv_smem + u * unit, wr, row_bytes, ut, 32 * split);
+            if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
             __syncthreads();
         }
@@ -375,8 +423,9 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
     if (valid) {
-        if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-        else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {
@@ -420,10 +469,19 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         gemv_i8<F, T, R, STAGED>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split,  \
                                  accum);                                                       \
     }
+// The staged one-row GEMV that fetches its weight rows before waiting for the previous kernel.
+#define GEMV_I8_EARLY_KERNEL(F, NAME)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_s1e(         \
+        const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
+        float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
+        PDL_LAUNCH();                                                                          \
+        gemv_i8<F, 1, 1, true, true>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t,     \
+                                     split, accum);                                            \
+    }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, _1) GEMV_I8_KERNEL(F, NAME, 4, 1, false, _4)           \
     GEMV_I8_KERNEL(F, NAME, 8, 1, false, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, false, _r2_1)        \
-    GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1)
+    GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1) GEMV_I8_EARLY_KERNEL(F, NAME)
 
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)
