@@ -129,7 +129,7 @@ impl Staged {
         gpu.bind()?;
         let xp = gpu.scratch(Slot::X, std::mem::size_of_val(x))?;
         gpu.upload(xp, x)?;
-        let wp = gemm::f32_weights(gpu, w)?;
+        let wp = gemm::f32_weights(gpu, w, None)?;
         let norm = upload_norm(gpu, g, norm)?;
         let yp = gpu.scratch(Slot::Y, g.oh * g.ow * w.rows * 4)?;
         Ok(Staged {

@@ -62,13 +62,28 @@ impl QuantPath {
 /// Device memory kept free when caching f16 decodings (for activations, scratch, cuBLAS).
 const F16_CACHE_RESERVE: usize = 4 << 30;
 
-/// Whether f16 decodings of quantized weights are kept on the device (`OXINFER_CUDA_F16_CACHE=1`;
-/// off by default, so device memory stays near the file's size): 2 bytes per weight (15 GB for
-/// a 7B) buys back the decoding every prompt-sized product re-does (about 6 ms per 512-token
-/// pass of a 7B on an H200, 14 % of pp512: docs/gpu.md).
-fn f16_cache_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_F16_CACHE").is_ok_and(|v| v == "1"))
+/// Most activation rows of a product whose weight decoding is kept by default (batched decode
+/// steps: decoding a 7B's weights, about 5 ms on an H200, costs more than such a step's
+/// products themselves, so a server decoding 9-128 sequences per step keeps the decodings).
+pub(crate) const KEEP_DECODING_MAX_ROWS: usize = 128;
+
+/// Whether the decoding (f16, or f32 for the exact path and convolutions) of a weight used by a
+/// product with `rows` activation rows is kept on the device (`OXINFER_CUDA_F16_CACHE`): `1`
+/// always, `0` never; by default only for products of at most [`KEEP_DECODING_MAX_ROWS`] rows,
+/// so prompt processing (the 7B's pp512 pays 14 % for it, docs/gpu.md) and single-stream use
+/// leave device memory near the file's size, and batched decoding keeps what it reuses every
+/// step; `rows` = `None` (a convolution's weights, run again at every denoising step) is kept
+/// too. A kept decoding costs 2 bytes per weight (4 for f32; 15 GB for a 7B's f16).
+fn keep_decoding(rows: Option<usize>) -> bool {
+    static MODE: OnceLock<Option<bool>> = OnceLock::new();
+    let mode = *MODE.get_or_init(
+        || match std::env::var("OXINFER_CUDA_F16_CACHE").as_deref() {
+            Ok("1") => Some(true),
+            Ok("0") => Some(false),
+            _ => None,
+        },
+    );
+    mode.unwrap_or(rows.is_none_or(|r| r <= KEEP_DECODING_MAX_ROWS))
 }
 
 /// Whether the device handles weights in `f`.
@@ -328,7 +343,7 @@ pub(crate) fn matmul(
     alpha: Option<CUdeviceptr>,
 ) -> Result<(), String> {
     if path == QuantPath::Exact {
-        let w32 = f32_weights(gpu, w)?;
+        let w32 = f32_weights(gpu, w, Some(t))?;
         let ty = blas_sys::cudaDataType::CUDA_R_32F;
         return cublas(gpu, w32, ty, x16, y, t, w.rows, w.cols, alpha);
     }
@@ -343,7 +358,7 @@ pub(crate) fn matmul(
         }
         // The in-tile kernel steps over GEMM_BK columns; other widths take the cuBLAS path.
         _ if path == QuantPath::DequantCublas || !w.cols.is_multiple_of(GEMM_BK) => {
-            let w16 = f16_weights(gpu, w)?;
+            let w16 = f16_weights(gpu, w, Some(t))?;
             cublas(
                 gpu,
                 w16,
@@ -360,44 +375,58 @@ pub(crate) fn matmul(
     }
 }
 
-/// Queues the f16 decoding of quantized `w` and returns where it lies: the kept
-/// copy (made now on first use when the cache is on and memory allows), else scratch space.
-fn f16_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
-    decoded_weights(gpu, w, &w.f16, 2, |gpu, dst| {
+/// Queues the f16 decoding of quantized `w` for a product with `rows` activation rows and
+/// returns where it lies: the kept copy (made now when [`keep_decoding`] says so and memory
+/// allows), else scratch space.
+fn f16_weights(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    rows: Option<usize>,
+) -> Result<CUdeviceptr, String> {
+    decoded_weights(gpu, w, &w.f16, 2, rows, |gpu, dst| {
         ops::dequant(gpu, w, dst, true)
     })
 }
 
 /// Queues the exact f32 decoding `[rows, cols]` of `w` (any device format) for the
 /// exact-product path and the convolution, and returns where it lies, kept or in scratch space
-/// (the `W16` slot) like [`f16_weights`]; f32 weights are their own decoding.
-pub(crate) fn f32_weights(gpu: &mut Gpu, w: &DeviceMatrix) -> Result<CUdeviceptr, String> {
+/// (the `W16` slot) like [`f16_weights`] (`rows`: the product's activation rows, `None` for a
+/// convolution's weights); f32 weights are their own decoding.
+pub(crate) fn f32_weights(
+    gpu: &mut Gpu,
+    w: &DeviceMatrix,
+    rows: Option<usize>,
+) -> Result<CUdeviceptr, String> {
     match w.format {
         WeightFormat::F32 => Ok(w.buf.ptr()),
         WeightFormat::F16 | WeightFormat::BF16 => {
-            decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| ops::half_to_f32(gpu, w, dst))
+            decoded_weights(gpu, w, &w.f32, 4, rows, |gpu, dst| {
+                ops::half_to_f32(gpu, w, dst)
+            })
         }
-        _ => decoded_weights(gpu, w, &w.f32, 4, |gpu, dst| {
+        _ => decoded_weights(gpu, w, &w.f32, 4, rows, |gpu, dst| {
             ops::dequant(gpu, w, dst, false)
         }),
     }
 }
 
-/// A decoding of `w` with `elem` bytes per weight: the copy kept in `cache` if there is one;
-/// else `decode(gpu, dst)` is queued into a new kept buffer (cache on and memory to spare) or
-/// into the `W16` scratch slot, and that is returned.
+/// A decoding of `w` with `elem` bytes per weight for a product with `rows` activation rows:
+/// the copy kept in `cache` if there is one; else `decode(gpu, dst)` is queued into a new kept
+/// buffer ([`keep_decoding`] and memory to spare) or into the `W16` scratch slot, and that is
+/// returned.
 fn decoded_weights(
     gpu: &mut Gpu,
     w: &DeviceMatrix,
     cache: &OnceLock<DevBuf>,
     elem: usize,
+    rows: Option<usize>,
     decode: impl FnOnce(&Gpu, CUdeviceptr) -> Result<(), String>,
 ) -> Result<CUdeviceptr, String> {
     if let Some(b) = cache.get() {
         return Ok(b.ptr());
     }
     let bytes = w.rows * w.cols * elem;
-    let keep = f16_cache_enabled()
+    let keep = keep_decoding(rows)
         && cudarc::driver::result::mem_get_info()
             .is_ok_and(|(free, _)| free > bytes + F16_CACHE_RESERVE);
     let dst = if keep {

@@ -14,9 +14,9 @@ pub(crate) struct DeviceMatrix {
     pub cols: usize,
     pub row_bytes: usize,
     pub buf: DevBuf,
-    /// The f16 decoding `[rows, cols]`, kept only with `OXINFER_CUDA_F16_CACHE=1` and memory to
-    /// spare (made on first use); otherwise empty, and decoded into scratch space for every
-    /// product.
+    /// The f16 decoding `[rows, cols]`, kept when `gemm::keep_decoding` says so (batched
+    /// decoding, or `OXINFER_CUDA_F16_CACHE=1`) and memory is to spare; otherwise empty, and
+    /// decoded into scratch space for every product.
     pub f16: OnceLock<DevBuf>,
     /// The f32 decoding for the exact-product path, kept under the same rules.
     pub f32: OnceLock<DevBuf>,
