@@ -351,7 +351,7 @@ fn random_device_matrix(
     n: usize,
     k: usize,
 ) -> Result<DeviceMatrix, String> {
-    if !gemm::supported(format) {
+    if !gemm::supported(format) || (format.is_quantized() && !g.k.handles(format)) {
         return Err(format!("{format} is not handled on the device"));
     }
     let row_bytes = format
@@ -393,6 +393,11 @@ impl Backend for CudaBackend {
         }
         let start = Instant::now();
         let g = self.lock();
+        // The IQ formats' kernels are a second program, which may have failed to compile (said
+        // once when the backend opened).
+        if w.format.is_quantized() && !g.k.handles(w.format) {
+            return None;
+        }
         let buf = match g.bind().and_then(|_| DevBuf::from_host(&g.ctx, w.data)) {
             Ok(b) => b,
             Err(e) => {

@@ -164,7 +164,7 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
     }
     let (block_cols, per_step) = match w.format {
         WeightFormat::Q4K => (256, 8),
-        WeightFormat::Q6K => (256, 4),
+        WeightFormat::Q6K | WeightFormat::IQ4_XS => (256, 4),
         _ => (32, 32),
     };
     let warps = (w.cols / block_cols).div_ceil(per_step);

@@ -21,6 +21,19 @@
 #define FMT_Q6_K 14
 #define FMT_Q8_K 15
 #define FMT_BF16 30
+// The IQ / TQ / MXFP4 formats (decoders in iq_dequant.cuh, compiled in the second program).
+#define FMT_IQ2_XXS 16
+#define FMT_IQ2_XS 17
+#define FMT_IQ3_XXS 18
+#define FMT_IQ1_S 19
+#define FMT_IQ4_NL 20
+#define FMT_IQ3_S 21
+#define FMT_IQ2_S 22
+#define FMT_IQ4_XS 23
+#define FMT_IQ1_M 29
+#define FMT_TQ1_0 34
+#define FMT_TQ2_0 35
+#define FMT_MXFP4 39
 
 template <int F> struct Fmt;
 template <> struct Fmt<FMT_Q4_0> { enum { QK = 32, BYTES = 18 }; };

@@ -69,6 +69,7 @@ __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
     }
 #define GEMV_INSTANTIATE(F, NAME) GEMV_KERNEL(F, NAME, 1) GEMV_KERNEL(F, NAME, 8)
 
+#ifndef OXINFER_TEMPLATES_ONLY
 GEMV_INSTANTIATE(FMT_Q4_0, q4_0)
 GEMV_INSTANTIATE(FMT_Q4_1, q4_1)
 GEMV_INSTANTIATE(FMT_Q5_0, q5_0)
@@ -80,6 +81,7 @@ GEMV_INSTANTIATE(FMT_Q4_K, q4_k)
 GEMV_INSTANTIATE(FMT_Q5_K, q5_k)
 GEMV_INSTANTIATE(FMT_Q6_K, q6_k)
 GEMV_INSTANTIATE(FMT_Q8_K, q8_k)
+#endif  // OXINFER_TEMPLATES_ONLY
 
 // int8 dot product of four packed bytes (a unsigned 0..15 or signed, b signed) added to c.
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
@@ -318,6 +320,13 @@ __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
     return ((R * row_bytes + 15) & ~15l) + 16;
 }
 
+// IQ4_XS on int8 activations in blocks of 256 (iq_gemv.cuh; instantiated in the IQ program).
+template <int T, int R>
+__device__ __forceinline__ void iq4xs_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                              const i8* __restrict__ xq,
+                                              const float* __restrict__ xd, int cols, int t,
+                                              int lane, int share, int split, float (&accs)[R][T]);
+
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
 // only with split == 1 and row counts that are multiples of R). `split` is 1, 2 or GEMV_WARPS:
@@ -343,7 +352,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
                                         float* __restrict__ y2, int rows, int rows2, int cols,
                                         int t, int split, int accum) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K) ? 256 : 32;
+    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || F == FMT_IQ4_XS) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
@@ -377,6 +386,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     if (valid) {
         if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_IQ4_XS) iq4xs_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {
@@ -425,8 +435,10 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     GEMV_I8_KERNEL(F, NAME, 8, 1, false, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, false, _r2_1)        \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1)
 
+#ifndef OXINFER_TEMPLATES_ONLY
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)
 GEMV_I8(FMT_Q4_0, q4_0)
 GEMV_I8(FMT_Q4_1, q4_1)
 GEMV_I8(FMT_Q8_0, q8_0)
+#endif  // OXINFER_TEMPLATES_ONLY
