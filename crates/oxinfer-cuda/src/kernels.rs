@@ -359,46 +359,45 @@ impl FormatKernels {
     }
 }
 
-/// Loads the second program's `ptx` ([`IQ_UNIT`]) into `ctx` and its kernels; their `.entry`
-/// names that wait for the previous grid are added to `waiting`.
-fn load_iq(
+/// A compiled program loaded into `ctx` (the driver compiles the PTX for the device here), with
+/// the `.entry` names of its kernels that wait for the previous grid ([`dependent_entries`]).
+fn load_program(
     ctx: &Arc<CudaContext>,
-    ptx: Ptx,
-    names: &RefCell<HashMap<usize, String>>,
-    waiting: &mut HashSet<String>,
-) -> Result<(Arc<CudaModule>, FormatKernels), String> {
-    waiting.extend(dependent_entries(&ptx.to_src()));
+    ptx: Result<Ptx, String>,
+) -> Result<(Arc<CudaModule>, HashSet<String>), String> {
+    let ptx = ptx?;
+    let waiting = dependent_entries(&ptx.to_src());
     let module = ctx
         .load_module(ptx)
         .map_err(|e| format!("loading the kernels: {e:?}"))?;
-    let k = FormatKernels::load(&module, names, &IQ_FORMATS, &IQ_INT8_GEMV_FORMATS)?;
-    Ok((module, k))
+    Ok((module, waiting))
 }
 
 impl Kernels {
     /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`: the
-    /// main program and the IQ program ([`IQ_UNIT`]) compile in parallel. A failure of the IQ
+    /// main program and the IQ program ([`IQ_UNIT`]) compile and load in parallel. A failure of the IQ
     /// program is reported on stderr and leaves its formats without kernels (their weights are
     /// then declined at upload and run on the CPU); a failure of the main one is an error.
     pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
-        let (ptx, iq_ptx) = std::thread::scope(|s| {
-            let iq = s.spawn(|| compile_iq_ptx(major, minor));
-            let main = compile_ptx(major, minor);
+        let (main, iq) = std::thread::scope(|s| {
+            let iq = s.spawn(|| load_program(ctx, compile_iq_ptx(major, minor)));
+            let main = load_program(ctx, compile_ptx(major, minor));
             let iq = iq
                 .join()
                 .unwrap_or_else(|_| Err("the compile thread panicked".to_string()));
             (main, iq)
         });
-        let ptx = ptx?;
-        let mut waiting = dependent_entries(&ptx.to_src());
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| format!("loading the kernels: {e:?}"))?;
+        let (module, mut waiting) = main?;
         let names = RefCell::new(HashMap::new());
         let get = |name: &str| load(&module, &names, name);
         let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
-        let iq_module = match iq_ptx.and_then(|p| load_iq(ctx, p, &names, &mut waiting)) {
-            Ok((m, k)) => {
+        let iq_kernels = iq.and_then(|(m, w)| {
+            let k = FormatKernels::load(&m, &names, &IQ_FORMATS, &IQ_INT8_GEMV_FORMATS)?;
+            Ok((m, w, k))
+        });
+        let iq_module = match iq_kernels {
+            Ok((m, w, k)) => {
+                waiting.extend(w);
                 formats.extend(k);
                 Some(m)
             }

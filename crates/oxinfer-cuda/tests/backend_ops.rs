@@ -4,6 +4,9 @@
 //! first CUDA GPU; where there is none it prints one "skipped: no CUDA device" line to stderr
 //! and passes.
 
+#[path = "common/blocks.rs"]
+mod blocks;
+
 use half::{bf16, f16};
 use oxinfer::backend::{AttentionGeom, AttnShape, Backend, Job};
 use oxinfer_cuda::{CudaBackend, QuantPath};
@@ -34,33 +37,20 @@ impl Rng {
     }
 }
 
-/// Random but valid weights `[rows, cols]` in `f`: random quants, scales set to sane values.
+/// Random but valid weights `[rows, cols]` in `f`: random quants, scales set to sane values
+/// (every byte pattern is a valid code in every block format).
 fn random_weights(f: WeightFormat, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     let n_blocks = rows * cols / f.block_size();
     let bb = f.block_bytes();
     let mut data: Vec<u8> = (0..n_blocks * bb).map(|_| rng.next() as u8).collect();
-    let put16 = |b: &mut [u8], at: usize, v: f32| {
-        b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
-    };
     for blk in data.chunks_exact_mut(bb) {
         let d = 0.002 + 0.01 * rng.f().abs();
         let m = 0.01 * rng.f();
         match f {
             WeightFormat::F16 => blk.copy_from_slice(&f16::from_f32(rng.f()).to_le_bytes()),
             WeightFormat::BF16 => blk.copy_from_slice(&bf16::from_f32(rng.f()).to_le_bytes()),
-            WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => put16(blk, 0, d),
-            WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
-                put16(blk, 0, d);
-                put16(blk, 2, m.abs());
-            }
-            WeightFormat::Q2K => {
-                put16(blk, 80, d);
-                put16(blk, 82, m.abs());
-            }
-            WeightFormat::Q3K => put16(blk, 108, d),
-            WeightFormat::Q6K => put16(blk, 208, d),
-            WeightFormat::Q8K => blk[..4].copy_from_slice(&(d * 0.1).to_le_bytes()),
-            _ => unreachable!("format {f} not in the grid"),
+            WeightFormat::Q8K => blocks::set_scales(f, blk, d * 0.1, 0.0),
+            _ => blocks::set_scales(f, blk, d, m.abs()),
         }
     }
     data
@@ -78,6 +68,27 @@ fn rel_err(a: &[f32], b: &[f32]) -> f64 {
         }
     }
     md / mr.max(1e-30)
+}
+
+/// The IQ / TQ / MXFP4 formats (the device's second program).
+const IQ_FORMATS: [WeightFormat; 12] = [
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ2_XS,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ1_S,
+    WeightFormat::IQ4_NL,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ2_S,
+    WeightFormat::IQ4_XS,
+    WeightFormat::IQ1_M,
+    WeightFormat::TQ1_0,
+    WeightFormat::TQ2_0,
+    WeightFormat::MXFP4,
+];
+
+/// Every weight format the device takes: the legacy and K-quants, the floats, [`IQ_FORMATS`].
+fn formats() -> impl Iterator<Item = WeightFormat> {
+    FORMATS.into_iter().chain(IQ_FORMATS)
 }
 
 const FORMATS: [WeightFormat; 13] = [
@@ -207,7 +218,7 @@ fn check_matmul(path: QuantPath) {
     let Some(b) = gpu(path) else { return };
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
     let mut worst = Vec::new();
-    for f in FORMATS {
+    for f in formats() {
         if path == QuantPath::DequantCublas && !f.is_quantized() {
             continue;
         }
@@ -275,7 +286,7 @@ fn gemv_matches_cpu_twin() {
         (700, 3584, 1),
         (700, 3584, 2),
     ];
-    for f in FORMATS.into_iter().filter(|f| f.is_quantized()) {
+    for f in formats().filter(|f| f.is_quantized()) {
         for &(n, k, t) in &shapes {
             let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
             let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
@@ -292,6 +303,9 @@ fn gemv_matches_cpu_twin() {
         WeightFormat::Q8_0,
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
+        WeightFormat::IQ4_XS,
+        WeightFormat::IQ4_NL,
+        WeightFormat::IQ2_XS,
     ] {
         for (n, k) in [(18944, 3584), (3584, 18944), (152064, 3584)] {
             for t in [1, 4, 8] {
@@ -325,7 +339,7 @@ fn matmul_exact_matches_cpu_twin() {
         return;
     };
     let mut rng = Rng(0x5EED_1234_ABCD_0002);
-    for f in FORMATS {
+    for f in formats() {
         for &(n, k, t) in &SHAPES {
             let (k, data, x, y) = device_matmul(&b, f, (n, k, t), &mut rng);
             let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
@@ -446,6 +460,14 @@ fn gated_mlp_matches_cpu() {
             17,
             GateAct::GeluTanh,
         ),
+        (
+            WeightFormat::IQ4_NL,
+            WeightFormat::IQ3_XXS,
+            256,
+            768,
+            40,
+            GateAct::Silu,
+        ),
     ];
     for (fg, fd, dim, ffn, t, act) in cases {
         let gd = random_weights(fg, ffn, dim, &mut rng);
@@ -496,16 +518,47 @@ fn gated_mlp_matches_cpu() {
 /// may move by the int8 jitter the CPU executor itself shows.
 #[test]
 fn plan_f16_weights_matches_cpu() {
-    plan_case(true);
+    plan_case(PlanWeights::F16);
 }
 
 /// [`plan_f16_weights_matches_cpu`] with quantized weights.
 #[test]
 fn plan_matches_cpu() {
-    plan_case(false);
+    plan_case(PlanWeights::Quantized);
 }
 
-fn plan_case(float: bool) {
+/// [`plan_matches_cpu`] with IQ weights (the int8 GEMVs of IQ4_XS, IQ4_NL and MXFP4 in decode,
+/// the register-decoding GEMV of IQ2_XXS and IQ3_S).
+#[test]
+fn plan_iq_weights_matches_cpu() {
+    plan_case(PlanWeights::Iq);
+}
+
+/// The weights of [`plan_case`]'s model.
+#[derive(Clone, Copy, PartialEq)]
+enum PlanWeights {
+    /// Every matrix F16.
+    F16,
+    /// Q4_K (layer 0) and Q4_1 (layer 1) projections, Q8_0 values and head, Q6_K down.
+    Quantized,
+    /// IQ4_XS (layer 0) and IQ2_XXS (layer 1) projections, IQ4_NL values, IQ3_S down, MXFP4 head.
+    Iq,
+}
+
+impl PlanWeights {
+    /// Formats of: layer 0's projections, layer 1's, the values, the down projections, the head.
+    fn formats(self) -> [WeightFormat; 5] {
+        use WeightFormat::*;
+        match self {
+            PlanWeights::F16 => [F16; 5],
+            PlanWeights::Quantized => [Q4K, Q4_1, Q8_0, Q6K, Q8_0],
+            PlanWeights::Iq => [IQ4_XS, IQ2_XXS, IQ4_NL, IQ3_S, MXFP4],
+        }
+    }
+}
+
+fn plan_case(weights: PlanWeights) {
+    let [f0, f1, fv, fdown, fhead] = weights.formats();
     use oxinfer::config::{RopeConfig, RopeScaling, RopeStyle};
     use oxinfer::loader::TensorView;
     use oxinfer::nn::SelfAttention;
@@ -516,11 +569,11 @@ fn plan_case(float: bool) {
     let mut rng = Rng(0x57AC_0000_0000_0001);
     let (dim, heads, kv_heads, hd, ffn, vocab, n_layers) = (256, 4, 2, 64, 512, 320, 2);
     let (q_row, kv_row) = (heads * hd, kv_heads * hd);
-    // K-quant super-block scales divided by 64 so weights stay near the 32-block formats'
-    // magnitudes (random 6/8-bit sub-block scales otherwise make weights up to ~50 and the MLP
-    // intermediates overflow f16 past the first layer, which no real model comes near).
+    // K-quant (and IQ4_XS, IQ3_S) super-block scales divided by 64 so weights stay near the
+    // 32-block formats' magnitudes (random 6/8-bit sub-block scales otherwise make weights up to
+    // ~50 and the MLP intermediates overflow f16 past the first layer, which no real model comes
+    // near).
     let mut lin = |f: WeightFormat, rows: usize, cols: usize, bias: Option<Vec<f32>>| {
-        let f = if float { WeightFormat::F16 } else { f };
         let mut data = random_weights(f, rows, cols, &mut rng);
         if f == WeightFormat::F16 {
             // Weights of ~0.06 keep activations in a real model's range.
@@ -532,6 +585,7 @@ fn plan_case(float: bool) {
         let d_at: &[usize] = match f {
             WeightFormat::Q4K => &[0, 2],
             WeightFormat::Q6K => &[208],
+            WeightFormat::IQ4_XS | WeightFormat::IQ3_S => &[0],
             _ => &[],
         };
         for blk in data.chunks_exact_mut(f.block_bytes()) {
@@ -571,17 +625,13 @@ fn plan_case(float: bool) {
     };
     let blocks: Vec<Block> = (0..n_layers)
         .map(|li| {
-            let f = if li == 0 {
-                WeightFormat::Q4K
-            } else {
-                WeightFormat::Q4_1
-            };
+            let f = if li == 0 { f0 } else { f1 };
             Block {
                 attn_norm: norm(dim, &mut vr),
                 attn: SelfAttention {
                     q: lin(f, q_row, dim, Some(vecf(q_row, 0.0, 0.1, &mut vr))),
                     k: lin(f, kv_row, dim, Some(vecf(kv_row, 0.0, 0.1, &mut vr))),
-                    v: lin(WeightFormat::Q8_0, kv_row, dim, None),
+                    v: lin(fv, kv_row, dim, None),
                     o: lin(f, dim, q_row, None),
                     q_norm: Some(norm(hd, &mut vr)),
                     k_norm: Some(norm(hd, &mut vr)),
@@ -592,14 +642,14 @@ fn plan_case(float: bool) {
                 mlp: GatedMlp {
                     gate: lin(f, ffn, dim, None),
                     up: lin(f, ffn, dim, None),
-                    down: lin(WeightFormat::Q6K, dim, ffn, None),
+                    down: lin(fdown, dim, ffn, None),
                     act: GateAct::Silu,
                 },
                 post_ffn_norm: norm(dim, &mut vr),
             }
         })
         .collect();
-    let head = lin(WeightFormat::Q8_0, vocab, dim, None);
+    let head = lin(fhead, vocab, dim, None);
     let final_norm = norm(dim, &mut vr);
     let table: Vec<u8> = vecf(vocab * dim, 0.0, 1.0, &mut vr)
         .iter()
