@@ -14,8 +14,13 @@ use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// The backend on GPU 0 taking every op (min_tokens 1), or `None` after printing why not.
 fn gpu(path: QuantPath) -> Option<CudaBackend> {
+    let start = std::time::Instant::now();
     match CudaBackend::with_options(0, path, 1) {
-        Ok(b) => Some(b),
+        Ok(b) => {
+            // Start-up: both NVRTC programs compiled and loaded (in parallel).
+            println!("backend opened in {:.2} s", start.elapsed().as_secs_f64());
+            Some(b)
+        }
         Err(e) => {
             eprintln!("skipped: no CUDA device ({e})");
             None
