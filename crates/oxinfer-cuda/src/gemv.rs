@@ -141,7 +141,8 @@ fn staged() -> bool {
 /// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
 /// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
-/// (a warp's lanes take 8 Q4_K super-blocks, 4 Q6_K or 32 of the 32-weight formats per step:
+/// (a warp's lanes take 8 Q4_K super-blocks, 4 of Q6_K and the IQ/TQ formats, or 32 of the
+/// 32-weight formats per step:
 /// a 3584-wide Q4_K row has work for two). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
 /// four warps per row, `few4` four whenever the rows are few (for measuring).
 fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
@@ -164,7 +165,8 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, sm_count: usize) -> usize {
     }
     let (block_cols, per_step) = match w.format {
         WeightFormat::Q4K => (256, 8),
-        WeightFormat::Q6K | WeightFormat::IQ4_XS => (256, 4),
+        // Q6_K and the 256-weight IQ/TQ formats: eight lanes per super-block.
+        f if f.block_size() == 256 => (256, 4),
         _ => (32, 32),
     };
     let warps = (w.cols / block_cols).div_ceil(per_step);

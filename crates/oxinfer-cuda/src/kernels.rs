@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 13] = [
+const FILES: [(&str, &str); 14] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
@@ -26,6 +26,7 @@ const FILES: [(&str, &str); 13] = [
     ("iq_dequant.cuh", include_str!("kernels/iq_dequant.cuh")),
     ("iq_gemv.cuh", include_str!("kernels/iq_gemv.cuh")),
     ("iq.cu", include_str!("kernels/iq.cu")),
+    ("iq_i8.cu", include_str!("kernels/iq_i8.cu")),
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
@@ -38,10 +39,11 @@ pub const KERNEL_UNITS: [&str; 6] = [
     "conv.cu",
 ];
 
-/// The unit of the second program: the GEMM, GEMV and decoder templates instantiated for
-/// [`IQ_FORMATS`] (compiled in parallel with the first; if it fails, those formats stay on the
-/// CPU and the rest runs).
-pub const IQ_UNIT: &str = "iq.cu";
+/// The units of the IQ programs, one program each: the GEMM, GEMV and decoder templates
+/// instantiated for [`IQ_FORMATS`] (`iq.cu`), and their int8 GEMVs (`iq_i8.cu`). They compile
+/// in parallel with the main program; if one fails, those formats stay on the CPU and the rest
+/// runs.
+pub const IQ_UNITS: [&str; 2] = ["iq.cu", "iq_i8.cu"];
 
 /// Block formats with a decoder in the main program, and the suffix of their kernels' names.
 pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
@@ -58,8 +60,8 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
     (WeightFormat::Q8K, "q8_k"),
 ];
 
-/// The IQ / TQ / MXFP4 block formats (decoders in `iq_dequant.cuh`, kernels in [`IQ_UNIT`]'s
-/// program), and the suffix of their kernels' names.
+/// The IQ / TQ / MXFP4 block formats (decoders in `iq_dequant.cuh`, kernels in the programs of
+/// [`IQ_UNITS`]), and the suffix of their kernels' names.
 pub(crate) const IQ_FORMATS: [(WeightFormat, &str); 12] = [
     (WeightFormat::IQ2_XXS, "iq2_xxs"),
     (WeightFormat::IQ2_XS, "iq2_xs"),
@@ -93,13 +95,9 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
     (WeightFormat::Q8_0, "q8_0"),
 ];
 
-/// The formats of [`IQ_FORMATS`] with an int8 GEMV (values from a 16-entry int8 table; IQ4_XS
-/// on activations in blocks of 256, the others 32, as the CPU quantizes them).
-pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 3] = [
-    (WeightFormat::IQ4_NL, "iq4_nl"),
-    (WeightFormat::IQ4_XS, "iq4_xs"),
-    (WeightFormat::MXFP4, "mxfp4"),
-];
+/// The formats of [`IQ_FORMATS`] with an int8 GEMV: all of them (activations in blocks of 32
+/// for IQ4_NL and MXFP4, 256 for the others, as the CPU quantizes them).
+pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 12] = IQ_FORMATS;
 
 /// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
 /// an output row; the int8 GEMV either does too or splits one output row over them.
@@ -122,8 +120,8 @@ pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
 /// Function handles into the compiled module.
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
-    /// The second program's module ([`IQ_UNIT`]), when it compiled and loaded.
-    _iq_module: Option<Arc<CudaModule>>,
+    /// The IQ programs' modules ([`IQ_UNITS`]), when they compiled and loaded.
+    _iq_modules: Vec<Arc<CudaModule>>,
     /// Each loaded kernel's name by its function handle (`OXINFER_CUDA_PROFILE=kernels`).
     pub names: HashMap<usize, String>,
     /// The kernels that wait for the previous grid in their first instruction (`PDL_ENTER`),
@@ -214,15 +212,6 @@ pub fn compile_ptx(major: i32, minor: i32) -> Result<Ptx, String> {
     nvrtc::compile(&main, &FILES, arch(major, minor))
 }
 
-/// Compiles the second program ([`IQ_UNIT`]: the kernels of the IQ / TQ / MXFP4 formats) for
-/// compute capability `major.minor` (no GPU needed).
-///
-/// # Errors
-/// NVRTC missing, or its compile log.
-pub fn compile_iq_ptx(major: i32, minor: i32) -> Result<Ptx, String> {
-    compile_unit_ptx(IQ_UNIT, major, minor)
-}
-
 /// The kernels (`.entry` names) of `ptx` whose code waits for the previous grid
 /// (`griddepcontrol.wait`, from `PDL_ENTER` in `kernels/common.cuh`; compute 9.0+ only). A
 /// kernel without it must not be launched as a programmatic dependent: it could read its
@@ -236,15 +225,15 @@ pub(crate) fn dependent_entries(ptx: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`], or [`IQ_UNIT`]) on its own,
+/// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`] or [`IQ_UNITS`]) on its own,
 /// which checks that it includes every header it uses.
 ///
 /// # Errors
 /// An unknown unit, NVRTC missing, or its compile log.
 pub fn compile_unit_ptx(unit: &str, major: i32, minor: i32) -> Result<Ptx, String> {
-    if !KERNEL_UNITS.contains(&unit) && unit != IQ_UNIT {
+    if !KERNEL_UNITS.contains(&unit) && !IQ_UNITS.contains(&unit) {
         return Err(format!(
-            "{unit} is not a kernel unit (one of {KERNEL_UNITS:?} or {IQ_UNIT})"
+            "{unit} is not a kernel unit (one of {KERNEL_UNITS:?} or {IQ_UNITS:?})"
         ));
     }
     nvrtc::compile(
@@ -375,38 +364,56 @@ fn load_program(
 
 impl Kernels {
     /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`: the
-    /// main program and the IQ program ([`IQ_UNIT`]) compile and load in parallel. A failure of the IQ
+    /// main program and the IQ programs ([`IQ_UNITS`]) compile and load in parallel. A failure of an IQ
     /// program is reported on stderr and leaves its formats without kernels (their weights are
     /// then declined at upload and run on the CPU); a failure of the main one is an error.
     pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
         let (main, iq) = std::thread::scope(|s| {
-            let iq = s.spawn(|| load_program(ctx, compile_iq_ptx(major, minor)));
+            let iq: Vec<_> = IQ_UNITS
+                .map(|u| s.spawn(move || load_program(ctx, compile_unit_ptx(u, major, minor))))
+                .into_iter()
+                .collect();
             let main = load_program(ctx, compile_ptx(major, minor));
-            let iq = iq
-                .join()
-                .unwrap_or_else(|_| Err("the compile thread panicked".to_string()));
+            let iq: Result<Vec<_>, String> = iq
+                .into_iter()
+                .zip(IQ_UNITS)
+                .map(|(h, u)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err("the compile thread panicked".to_string()));
+                    r.map_err(|e| format!("{u}: {e}"))
+                })
+                .collect();
             (main, iq)
         });
         let (module, mut waiting) = main?;
         let names = RefCell::new(HashMap::new());
         let get = |name: &str| load(&module, &names, name);
         let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
-        let iq_kernels = iq.and_then(|(m, w)| {
-            let k = FormatKernels::load(&m, &names, &IQ_FORMATS, &IQ_INT8_GEMV_FORMATS)?;
-            Ok((m, w, k))
+        // iq.cu holds the formats' GEMM, decoders and GEMVs, iq_i8.cu their int8 GEMVs.
+        let iq_kernels = iq.and_then(|programs| {
+            let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
+            let mut k = FormatKernels::load(&m0, &names, &IQ_FORMATS, &[])?;
+            k.extend(FormatKernels::load(
+                &m1,
+                &names,
+                &[],
+                &IQ_INT8_GEMV_FORMATS,
+            )?);
+            Ok((vec![m0, m1], [w0, w1], k))
         });
-        let iq_module = match iq_kernels {
+        let iq_modules = match iq_kernels {
             Ok((m, w, k)) => {
-                waiting.extend(w);
+                waiting.extend(w.into_iter().flatten());
                 formats.extend(k);
-                Some(m)
+                m
             }
             Err(e) => {
                 eprintln!(
                     "oxinfer-cuda: the IQ/TQ/MXFP4 kernels are unavailable, weights in \
                          those formats run on the CPU: {e}"
                 );
-                None
+                Vec::new()
             }
         };
         let conv_igemm_bf16 = load_smem(&module, &names, "conv_igemm_bf16", GEMM_SMEM as usize)?;
@@ -456,7 +463,7 @@ impl Kernels {
             names: HashMap::new(),
             dependents: HashSet::new(),
             _module: module.clone(),
-            _iq_module: iq_module,
+            _iq_modules: iq_modules,
         };
         let names = names.into_inner();
         let dependents = names
@@ -607,9 +614,12 @@ mod tests {
         }
         // The IQ program, on its own for both architectures; its int8 GEMVs wait like the
         // main program's.
-        compile_iq_ptx(8, 0).unwrap_or_else(|e| panic!("{IQ_UNIT}: {e}"));
-        let iq = compile_iq_ptx(9, 0).unwrap_or_else(|e| panic!("{IQ_UNIT} for 9.0: {e}"));
-        let iq_src = iq.to_src();
+        let mut iq_src = String::new();
+        for unit in IQ_UNITS {
+            compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
+            let iq = compile_unit_ptx(unit, 9, 0).unwrap_or_else(|e| panic!("{unit} for 9.0: {e}"));
+            iq_src.push_str(&iq.to_src());
+        }
         let iq_waiting = dependent_entries(&iq_src);
         for (_, n) in IQ_FORMATS {
             for k in [

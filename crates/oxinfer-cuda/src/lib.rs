@@ -53,5 +53,5 @@ mod timing;
 pub use backend::CudaBackend;
 pub use conv::ConvPath;
 pub use gemm::QuantPath;
-pub use kernels::{compile_iq_ptx, compile_ptx, compile_unit_ptx, IQ_UNIT, KERNEL_UNITS};
+pub use kernels::{compile_ptx, compile_unit_ptx, IQ_UNITS, KERNEL_UNITS};
 pub use probe::{probe, CudaProvider};

@@ -30,6 +30,7 @@ const SHIM: &str = r#"
 #include <cstdint>
 #include <cstring>
 #define __device__
+#define __host__
 #define __global__
 #define __forceinline__ inline
 #define __restrict__
@@ -49,6 +50,12 @@ inline float4 make_float4(float a, float b, float c, float d) { return float4{a,
 inline float __uint_as_float(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline u32 __float_as_uint(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
 template <class T> inline T __ldg(const T* p) { return *p; }
+// CUDA: per-byte subtraction, no borrow between bytes.
+inline u32 __vsub4(u32 a, u32 b) {
+    u32 r = 0;
+    for (int n = 0; n < 4; n++) r |= ((((a >> (8 * n)) & 0xff) - ((b >> (8 * n)) & 0xff)) & 0xff) << (8 * n);
+    return r;
+}
 // CUDA: result byte n = byte (s >> 4n) & 7 of {y, x} (x bytes 0..3, y bytes 4..7).
 inline u32 __byte_perm(u32 x, u32 y, u32 s) {
     unsigned long long v = (unsigned long long)x | ((unsigned long long)y << 32);
@@ -81,7 +88,9 @@ template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
 "#;
 
 /// Reads records `[u32 ggml id][u32 cols][u32 n][n bytes of a row]` from stdin and writes each row
-/// decoded with dq16 (f32, little endian) to stdout; with argument `lut`, writes instead
+/// decoded with dq16 (f32, little endian) to stdout; with argument `group`, reads records
+/// `[u32 ggml id][u32 n][n bytes of one 256-weight block]` and writes iq_group32 of each of its
+/// eight groups (8 i32 words of int8 quants, 2 i32 scales, f32 unit); with argument `lut`, writes instead
 /// lut16_x4 of every four-code word for IQ4_NL's and MXFP4's tables, then dot32_i8 of the
 /// blocks on stdin (IQ4_NL: 18 bytes + 32 int8 activations; MXFP4: 17 + 32) with dx = 1.
 const DRIVER: &str = r#"
@@ -108,7 +117,37 @@ static bool decode(u32 id, const u8* r, int cols, float* y) {
     }
 }
 
+template <int F> void groups(const u8* blk) {
+    for (int ib = 0; ib < 8; ib++) {
+        int q[8], s[2];
+        float unit;
+        iq_group32<F>(blk, ib, q, s, unit);
+        std::fwrite(q, 4, 8, stdout);
+        std::fwrite(s, 4, 2, stdout);
+        std::fwrite(&unit, 4, 1, stdout);
+    }
+}
+
+static bool group(u32 id, const u8* blk) {
+    switch (id) {
+#define GROUPS(F) case F: groups<F>(blk); return true;
+    GROUPS(FMT_IQ2_XXS) GROUPS(FMT_IQ2_XS) GROUPS(FMT_IQ3_XXS) GROUPS(FMT_IQ1_S)
+    GROUPS(FMT_IQ3_S) GROUPS(FMT_IQ2_S) GROUPS(FMT_IQ4_XS) GROUPS(FMT_IQ1_M) GROUPS(FMT_TQ1_0)
+    GROUPS(FMT_TQ2_0)
+    default: return false;
+    }
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "group") == 0) {
+        u32 hdr[2];
+        while (std::fread(hdr, 4, 2, stdin) == 2) {
+            std::vector<u8> blk(hdr[1]);
+            if (std::fread(blk.data(), 1, blk.size(), stdin) != blk.size()) return 2;
+            if (!group(hdr[0], blk.data())) return 3;
+        }
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "lut") == 0) {
         for (u32 c = 0; c < 65536; c++) {
             u32 codes = (c & 15) | ((c >> 4 & 15) << 8) | ((c >> 8 & 15) << 16) | ((c >> 12) << 24);
@@ -371,5 +410,65 @@ fn int8_table_lookups_match_the_cpu_tables() {
             g.to_bits() == w.to_bits(),
             "{f} block {i}: dot {g:e} vs {w:e}"
         );
+    }
+}
+
+/// The int8 GEMVs' decoding of the 256-weight IQ/TQ formats (iq_group32: int8 quants, integer
+/// scale per 16 weights, float unit) against the CPU dequantizer: unit * scale * quant, computed
+/// in f64, equals the CPU's f32 weight exactly (both are exact products of the same factors: f16
+/// scale, small integer codes and quants), on random blocks with extreme scales.
+#[test]
+fn int8_group_decoders_match_the_cpu_dequantizer() {
+    let Some(exe) = build_driver("group") else {
+        return;
+    };
+    use WeightFormat::*;
+    let formats = [
+        IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0,
+    ];
+    let mut rng = Rng(0x6A0E_5EED_0000_0003);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for f in formats {
+        for n in 0..200 {
+            let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
+            let (d, m) = SCALES[n % SCALES.len()];
+            blocks::set_scales(f, &mut blk, d, m);
+            let mut w = vec![0f32; 256];
+            oxinfer_kernels::dequantize_row(f, &blk, &mut w).expect("CPU dequantizer");
+            input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+            input.extend((blk.len() as u32).to_le_bytes());
+            input.extend(&blk);
+            want.push((f, n, w));
+        }
+    }
+    let out = run(&exe, &["group"], &input);
+    let words: Vec<[u8; 4]> = out
+        .chunks_exact(4)
+        .map(|c| [c[0], c[1], c[2], c[3]])
+        .collect();
+    assert_eq!(words.len(), want.len() * 8 * 11, "driver output size");
+    for (bi, (f, n, w)) in want.iter().enumerate() {
+        for ib in 0..8 {
+            let at = (bi * 8 + ib) * 11;
+            let q: Vec<i8> = words[at..at + 8]
+                .iter()
+                .flatten()
+                .map(|&b| b as i8)
+                .collect();
+            let s = [0, 1].map(|h| i32::from_le_bytes(words[at + 8 + h]));
+            let unit = f32::from_le_bytes(words[at + 10]);
+            for j in 0..32 {
+                let dev = f64::from(unit) * f64::from(s[j / 16]) * f64::from(q[j]);
+                let cpu = f64::from(w[32 * ib + j]);
+                assert!(
+                    dev == cpu,
+                    "{f} block {n} weight {}: {unit:e} * {} * {} = {dev:e}, CPU {cpu:e}",
+                    32 * ib + j,
+                    s[j / 16],
+                    q[j]
+                );
+            }
+        }
     }
 }

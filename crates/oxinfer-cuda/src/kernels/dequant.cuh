@@ -35,6 +35,13 @@
 #define FMT_TQ2_0 35
 #define FMT_MXFP4 39
 
+// The 256-weight IQ / TQ formats (their int8 GEMV body is iq_i8_rows in iq_gemv.cuh).
+__host__ __device__ constexpr bool is_iq256(int f) {
+    return f == FMT_IQ2_XXS || f == FMT_IQ2_XS || f == FMT_IQ3_XXS || f == FMT_IQ1_S ||
+           f == FMT_IQ3_S || f == FMT_IQ2_S || f == FMT_IQ4_XS || f == FMT_IQ1_M ||
+           f == FMT_TQ1_0 || f == FMT_TQ2_0;
+}
+
 template <int F> struct Fmt;
 template <> struct Fmt<FMT_Q4_0> { enum { QK = 32, BYTES = 18 }; };
 template <> struct Fmt<FMT_Q4_1> { enum { QK = 32, BYTES = 20 }; };

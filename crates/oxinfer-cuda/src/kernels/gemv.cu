@@ -320,12 +320,13 @@ __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
     return ((R * row_bytes + 15) & ~15l) + 16;
 }
 
-// IQ4_XS on int8 activations in blocks of 256 (iq_gemv.cuh; instantiated in the IQ program).
-template <int T, int R>
-__device__ __forceinline__ void iq4xs_i8_rows(const u8* __restrict__ w0, long row_bytes,
-                                              const i8* __restrict__ xq,
-                                              const float* __restrict__ xd, int cols, int t,
-                                              int lane, int share, int split, float (&accs)[R][T]);
+// The 256-weight IQ/TQ formats on int8 activations in blocks of 256 (iq_gemv.cuh; instantiated
+// in the IQ program).
+template <int F, int T, int R>
+__device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]);
 
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
@@ -352,7 +353,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
                                         float* __restrict__ y2, int rows, int rows2, int cols,
                                         int t, int split, int accum) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || F == FMT_IQ4_XS) ? 256 : 32;
+    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
@@ -386,7 +387,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     if (valid) {
         if constexpr (F == FMT_Q4_K) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q6_K) q6k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-        else if constexpr (F == FMT_IQ4_XS) iq4xs_i8_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+        else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {

@@ -1,14 +1,13 @@
-// The second program: the kernels of gemm.cu (in-tile GEMM, whole-matrix f16/f32 decoders) and
-// gemv.cu (register-decoding GEMV for 1 and up to 8 rows; int8 GEMVs for IQ4_NL, IQ4_XS and
-// MXFP4) instantiated for the IQ / TQ / MXFP4 formats. It is compiled apart from the main
-// program (in parallel, kernels.rs) so start-up does not wait for both in a row, and a failure
-// here leaves the other formats running.
+// The IQ programs (this one and iq_i8.cu): the kernels of gemm.cu (in-tile GEMM, whole-matrix
+// f16/f32 decoders) and gemv.cu (register-decoding GEMV for 1 and up to 8 rows) instantiated for
+// the IQ / TQ / MXFP4 formats. Each is compiled apart from the main program, in parallel
+// (kernels.rs), so start-up does not wait for them in a row, and a failure here leaves the other
+// formats running.
 
 #define OXINFER_TEMPLATES_ONLY
 #include "gemm.cu"
 #include "gemv.cu"
 #include "iq_dequant.cuh"
-#include "iq_gemv.cuh"
 
 #define IQ_ALL(F, NAME) INSTANTIATE(F, NAME) GEMV_INSTANTIATE(F, NAME)
 
@@ -24,7 +23,3 @@ IQ_ALL(FMT_IQ1_M, iq1_m)
 IQ_ALL(FMT_TQ1_0, tq1_0)
 IQ_ALL(FMT_TQ2_0, tq2_0)
 IQ_ALL(FMT_MXFP4, mxfp4)
-
-GEMV_I8(FMT_IQ4_NL, iq4_nl)
-GEMV_I8(FMT_IQ4_XS, iq4_xs)
-GEMV_I8(FMT_MXFP4, mxfp4)

@@ -187,28 +187,30 @@ template <> __device__ __forceinline__ void dq16<FMT_IQ4_XS>(const u8* row, int 
 
 // TQ1_0: 160 weights from bytes 0..32 (five base-3 digits each, digit p of byte m is weight
 // 32 p + m), 80 from bytes 32..48 (weight 160 + 16 p + m), 16 from bytes 48..52 (four digits,
-// weight 240 + 4 p + m); digit p of byte v is ((v * 3^p mod 256) * 3) >> 8.
+// weight 240 + 4 p + m); digit p of byte v is ((v * 3^p mod 256) * 3) >> 8. Returns weight
+// e + i of block b (e a multiple of 16, i < 16) as -1, 0 or 1.
+__device__ __forceinline__ int tq1_q(const u8* b, int e, int i) {
+    int byte, p;
+    if (e < 160) {
+        p = e >> 5;
+        byte = (e & 31) + i;
+    } else if (e < 240) {
+        p = (e - 160) >> 4;
+        byte = 32 + i;
+    } else {
+        p = i >> 2;
+        byte = 48 + (i & 3);
+    }
+    u32 pw = p == 0 ? 1u : p == 1 ? 3u : p == 2 ? 9u : p == 3 ? 27u : 81u;
+    u32 v = ((u32)b[byte] * pw) & 0xffu;
+    return (int)((v * 3u) >> 8) - 1;
+}
+
 template <> __device__ __forceinline__ void dq16<FMT_TQ1_0>(const u8* row, int k, float* y) {
     const u8* b = row + (k / 256) * 54;
     float d = h2f(ld16(b + 52));
-    int e = k & 255;
     #pragma unroll
-    for (int i = 0; i < 16; i++) {
-        int byte, p;
-        if (e < 160) {
-            p = e >> 5;
-            byte = (e & 31) + i;
-        } else if (e < 240) {
-            p = (e - 160) >> 4;
-            byte = 32 + i;
-        } else {
-            p = i >> 2;
-            byte = 48 + (i & 3);
-        }
-        u32 pw = p == 0 ? 1u : p == 1 ? 3u : p == 2 ? 9u : p == 3 ? 27u : 81u;
-        u32 v = ((u32)b[byte] * pw) & 0xffu;
-        y[i] = d * (float)((int)((v * 3u) >> 8) - 1);
-    }
+    for (int i = 0; i < 16; i++) y[i] = d * (float)tq1_q(b, k & 255, i);
 }
 
 template <> __device__ __forceinline__ void dq16<FMT_TQ2_0>(const u8* row, int k, float* y) {
