@@ -357,6 +357,43 @@ fn matmul_exact_matches_cpu_twin() {
     }
 }
 
+/// The device's whole-matrix f32 decoders (the exact path's; the same per-format dq16 code as
+/// every kernel) against the CPU dequantizer, bit for bit, for the IQ / TQ / MXFP4 formats,
+/// whose decoders only multiply. The other block formats are printed, not asserted: their
+/// `d * q - m` may be contracted to one FMA on the device.
+#[test]
+fn dequant_matches_cpu_bit_for_bit() {
+    let Some(b) = gpu(QuantPath::Exact) else {
+        return;
+    };
+    let mut rng = Rng(0xDE0A_0000_0000_0004);
+    for f in formats().filter(|f| f.is_quantized()) {
+        let (n, k) = (37, 4 * f.block_size());
+        let data = random_weights(f, n, k, &mut rng);
+        let w = WeightMatrix::new(f, &data, n, k).expect("valid matrix");
+        let dev = b.dequantize(&w).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let mut cpu = vec![0f32; n * k];
+        for (r, row) in cpu.chunks_exact_mut(k).enumerate() {
+            w.dequantize_row_into(r, row);
+        }
+        let differ = dev
+            .iter()
+            .zip(&cpu)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        println!(
+            "dequant {f:7}: {differ} of {} values differ from the CPU's bits",
+            n * k
+        );
+        if IQ_FORMATS.contains(&f) {
+            assert_eq!(
+                differ, 0,
+                "{f}: device decoder differs from the CPU dequantizer"
+            );
+        }
+    }
+}
+
 /// Matmul inputs far beyond f16's ±65504 (rows of ~1e6 and one of ~1e-3) still match the CPU
 /// int8 matmul: the device scales f16 inputs by a power of two and the product back.
 #[test]
