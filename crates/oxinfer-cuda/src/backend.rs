@@ -240,6 +240,31 @@ impl CudaBackend {
         self.lock().k.resource_report()
     }
 
+    /// Block-quantized `w` decoded on the device by its format's whole-matrix f32 decoder (the
+    /// exact path's; every kernel decodes with the same per-format code), `[rows, cols]`
+    /// row-major: for checking the device decoders against the CPU dequantizer.
+    ///
+    /// # Errors
+    /// A format the device does not decode, or a device failure.
+    pub fn dequantize(&self, w: &WeightMatrix) -> Result<Vec<f32>, String> {
+        if !w.format.is_quantized() {
+            return Err(format!("{} is not a block format", w.format));
+        }
+        let dev = self
+            .upload(w)
+            .ok_or_else(|| format!("{} weights not taken", w.format))?;
+        let m = dev
+            .downcast_ref::<DeviceMatrix>()
+            .ok_or("not a device matrix")?;
+        let mut g = self.lock();
+        g.bind()?;
+        let dst = g.scratch(Slot::W16, m.rows * m.cols * 4)?;
+        ops::dequant(&g, m, dst, false)?;
+        let mut out = vec![0f32; m.rows * m.cols];
+        g.download(&mut out, dst)?;
+        Ok(out)
+    }
+
     /// Seconds per `[t, k] × [n, k]ᵀ` matmul with weights in `format` already on the device
     /// (random contents; transfers excluded), the mean of `reps` after one warm-up. For GEMM
     /// throughput measurements.
@@ -351,7 +376,7 @@ fn random_device_matrix(
     n: usize,
     k: usize,
 ) -> Result<DeviceMatrix, String> {
-    if !gemm::supported(format) {
+    if !gemm::supported(format) || (format.is_quantized() && !g.k.handles(format)) {
         return Err(format!("{format} is not handled on the device"));
     }
     let row_bytes = format
@@ -393,6 +418,11 @@ impl Backend for CudaBackend {
         }
         let start = Instant::now();
         let g = self.lock();
+        // The IQ formats' kernels are a second program, which may have failed to compile (said
+        // once when the backend opened).
+        if w.format.is_quantized() && !g.k.handles(w.format) {
+            return None;
+        }
         let buf = match g.bind().and_then(|_| DevBuf::from_host(&g.ctx, w.data)) {
             Ok(b) => b,
             Err(e) => {

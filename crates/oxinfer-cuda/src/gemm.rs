@@ -86,10 +86,11 @@ fn keep_decoding(rows: Option<usize>) -> bool {
     mode.unwrap_or(rows.is_none_or(|r| r <= KEEP_DECODING_MAX_ROWS))
 }
 
-/// Whether the device handles weights in `f`.
+/// Whether the device has kernels for weights in `f` (the IQ formats' also need their program
+/// to have compiled: `Kernels::handles`).
 pub(crate) fn supported(f: WeightFormat) -> bool {
     matches!(f, WeightFormat::F16 | WeightFormat::BF16)
-        || crate::kernels::QUANT_FORMATS.iter().any(|(g, _)| *g == f)
+        || crate::kernels::block_formats().any(|(g, _)| g == f)
 }
 
 /// The activations a weight's GEMM takes (16-bit on the fast paths, f32 on the exact one).
@@ -308,6 +309,7 @@ pub(crate) fn has_int8_gemv(f: WeightFormat) -> bool {
     *ON.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV").map_or(true, |v| v != "generic"))
         && crate::kernels::INT8_GEMV_FORMATS
             .iter()
+            .chain(&crate::kernels::IQ_INT8_GEMV_FORMATS)
             .any(|(g, _)| *g == f)
 }
 
@@ -315,10 +317,7 @@ pub(crate) fn has_int8_gemv(f: WeightFormat) -> bool {
 /// [`GEMV_MAX_ROWS`] rows: decode), on every path: it reads the blocks as stored and sums in
 /// f32 like the exact path.
 pub(crate) fn uses_gemv(w: &DeviceMatrix, t: usize) -> bool {
-    t <= GEMV_MAX_ROWS
-        && crate::kernels::QUANT_FORMATS
-            .iter()
-            .any(|(f, _)| *f == w.format)
+    t <= GEMV_MAX_ROWS && crate::kernels::block_formats().any(|(f, _)| f == w.format)
 }
 
 /// The f32 int8-block activations quantized weights in `f` take (blocks of 256 for the

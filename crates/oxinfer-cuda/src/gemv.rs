@@ -150,7 +150,8 @@ fn staged_early() -> bool {
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
 /// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
 /// (a warp's lanes take 8 Q4_K super-blocks per step for one activation row `t`, 2 for several
-/// and for Q6_K, or 32 blocks of the 32-weight formats). `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
+/// and for Q6_K, 4 of the IQ/TQ formats, or 32 blocks of the 32-weight formats).
+/// `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
 /// four warps per row, `few4` four whenever the rows are few (for measuring).
 fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
@@ -173,6 +174,8 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize
     let (block_cols, per_step) = match w.format {
         WeightFormat::Q4K if t == 1 => (256, 8),
         WeightFormat::Q4K | WeightFormat::Q6K => (256, 2),
+        // The 256-weight IQ/TQ formats: eight lanes per super-block.
+        f if f.block_size() == 256 => (256, 4),
         _ => (32, 32),
     };
     let warps = (w.cols / block_cols).div_ceil(per_step);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 9] = [
+const FILES: [(&str, &str); 14] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
@@ -22,6 +22,11 @@ const FILES: [(&str, &str); 9] = [
     ("attention.cu", include_str!("kernels/attention.cu")),
     ("stack.cu", include_str!("kernels/stack.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
+    ("iq_grids.cuh", include_str!("kernels/iq_grids.cuh")),
+    ("iq_dequant.cuh", include_str!("kernels/iq_dequant.cuh")),
+    ("iq_gemv.cuh", include_str!("kernels/iq_gemv.cuh")),
+    ("iq.cu", include_str!("kernels/iq.cu")),
+    ("iq_i8.cu", include_str!("kernels/iq_i8.cu")),
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
@@ -34,7 +39,13 @@ pub const KERNEL_UNITS: [&str; 6] = [
     "conv.cu",
 ];
 
-/// Block formats with a decoder, and the suffix of their kernels' names.
+/// The units of the IQ programs, one program each: the GEMM, GEMV and decoder templates
+/// instantiated for [`IQ_FORMATS`] (`iq.cu`), and their int8 GEMVs (`iq_i8.cu`). They compile
+/// in parallel with the main program; if one fails, those formats stay on the CPU and the rest
+/// runs.
+pub const IQ_UNITS: [&str; 2] = ["iq.cu", "iq_i8.cu"];
+
+/// Block formats with a decoder in the main program, and the suffix of their kernels' names.
 pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
     (WeightFormat::Q4_0, "q4_0"),
     (WeightFormat::Q4_1, "q4_1"),
@@ -49,6 +60,28 @@ pub(crate) const QUANT_FORMATS: [(WeightFormat, &str); 11] = [
     (WeightFormat::Q8K, "q8_k"),
 ];
 
+/// The IQ / TQ / MXFP4 block formats (decoders in `iq_dequant.cuh`, kernels in the programs of
+/// [`IQ_UNITS`]), and the suffix of their kernels' names.
+pub(crate) const IQ_FORMATS: [(WeightFormat, &str); 12] = [
+    (WeightFormat::IQ2_XXS, "iq2_xxs"),
+    (WeightFormat::IQ2_XS, "iq2_xs"),
+    (WeightFormat::IQ3_XXS, "iq3_xxs"),
+    (WeightFormat::IQ1_S, "iq1_s"),
+    (WeightFormat::IQ4_NL, "iq4_nl"),
+    (WeightFormat::IQ3_S, "iq3_s"),
+    (WeightFormat::IQ2_S, "iq2_s"),
+    (WeightFormat::IQ4_XS, "iq4_xs"),
+    (WeightFormat::IQ1_M, "iq1_m"),
+    (WeightFormat::TQ1_0, "tq1_0"),
+    (WeightFormat::TQ2_0, "tq2_0"),
+    (WeightFormat::MXFP4, "mxfp4"),
+];
+
+/// Every block format the device decodes: [`QUANT_FORMATS`] and [`IQ_FORMATS`].
+pub(crate) fn block_formats() -> impl Iterator<Item = (WeightFormat, &'static str)> {
+    QUANT_FORMATS.into_iter().chain(IQ_FORMATS)
+}
+
 /// Most activation rows the quantized GEMV kernels take (`gemv_*_8`); more go to the GEMM.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
 
@@ -61,6 +94,10 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
     (WeightFormat::Q4_1, "q4_1"),
     (WeightFormat::Q8_0, "q8_0"),
 ];
+
+/// The formats of [`IQ_FORMATS`] with an int8 GEMV: all of them (activations in blocks of 32
+/// for IQ4_NL and MXFP4, 256 for the others, as the CPU quantizes them).
+pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 12] = IQ_FORMATS;
 
 /// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
 /// an output row; the int8 GEMV either does too or splits one output row over them.
@@ -83,6 +120,8 @@ pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
 /// Function handles into the compiled module.
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
+    /// The IQ programs' modules ([`IQ_UNITS`]), when they compiled and loaded.
+    _iq_modules: Vec<Arc<CudaModule>>,
     /// Each loaded kernel's name by its function handle (`OXINFER_CUDA_PROFILE=kernels`).
     pub names: HashMap<usize, String>,
     /// The kernels that wait for the previous grid in their first instruction (`PDL_ENTER`),
@@ -187,15 +226,15 @@ pub(crate) fn dependent_entries(ptx: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`]) on its own, which checks that it
-/// includes every header it uses.
+/// Compiles the translation unit `unit` (one of [`KERNEL_UNITS`] or [`IQ_UNITS`]) on its own,
+/// which checks that it includes every header it uses.
 ///
 /// # Errors
 /// An unknown unit, NVRTC missing, or its compile log.
 pub fn compile_unit_ptx(unit: &str, major: i32, minor: i32) -> Result<Ptx, String> {
-    if !KERNEL_UNITS.contains(&unit) {
+    if !KERNEL_UNITS.contains(&unit) && !IQ_UNITS.contains(&unit) {
         return Err(format!(
-            "{unit} is not a kernel unit (one of {KERNEL_UNITS:?})"
+            "{unit} is not a kernel unit (one of {KERNEL_UNITS:?} or {IQ_UNITS:?})"
         ));
     }
     nvrtc::compile(
@@ -213,84 +252,188 @@ fn for_format(
     list.iter().find(|(g, _)| *g == f).map(|(_, k)| *k)
 }
 
-impl Kernels {
-    /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`.
-    pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
-        let ptx = compile_ptx(major, minor)?;
-        let waiting = dependent_entries(&ptx.to_src());
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| format!("loading the kernels: {e:?}"))?;
-        let names = RefCell::new(HashMap::new());
-        let get = |name: &str| -> Result<sys::CUfunction, String> {
-            let f = module
-                .load_function(name)
-                .map(|f| f.cu_function())
-                .map_err(|e| format!("kernel {name}: {e:?}"))?;
-            names.borrow_mut().insert(f as usize, name.to_string());
-            Ok(f)
-        };
-        // A kernel allowed `bytes` of dynamic shared memory.
-        let get_smem = |name: &str, bytes: usize| -> Result<sys::CUfunction, String> {
-            let f = get(name)?;
-            // SAFETY: `f` is a live function of the module; the size is within the device's
-            // opt-in shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
-            unsafe {
-                sys::cuFuncSetAttribute(
-                    f,
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    bytes as i32,
-                )
-            }
-            .result()
-            .map_err(|e| format!("{name}: shared memory size: {e:?}"))?;
-            Ok(f)
-        };
-        // A kernel on the GEMM's tile, allowed its `GEMM_SMEM` bytes of dynamic shared memory.
-        let get_tiled = |name: &str| get_smem(name, GEMM_SMEM as usize);
-        let mut gemm = Vec::new();
-        let mut dequant_f16 = Vec::new();
-        let mut dequant_f32 = Vec::new();
-        let (mut gemv1, mut gemv8) = (Vec::new(), Vec::new());
-        for (f, n) in QUANT_FORMATS {
-            gemv1.push((f, get(&format!("gemv_{n}_1"))?));
-            gemv8.push((f, get(&format!("gemv_{n}_8"))?));
-            gemm.push((f, get_tiled(&format!("gemm_{n}"))?));
-            dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
-            dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
+/// Loads kernel `name` of `module` and records its name by handle in `names`.
+fn load(
+    module: &Arc<CudaModule>,
+    names: &RefCell<HashMap<usize, String>>,
+    name: &str,
+) -> Result<sys::CUfunction, String> {
+    let f = module
+        .load_function(name)
+        .map(|f| f.cu_function())
+        .map_err(|e| format!("kernel {name}: {e:?}"))?;
+    names.borrow_mut().insert(f as usize, name.to_string());
+    Ok(f)
+}
+
+/// [`load`], allowing the kernel `bytes` of dynamic shared memory.
+fn load_smem(
+    module: &Arc<CudaModule>,
+    names: &RefCell<HashMap<usize, String>>,
+    name: &str,
+    bytes: usize,
+) -> Result<sys::CUfunction, String> {
+    let f = load(module, names, name)?;
+    // SAFETY: `f` is a live function of the module; the size is within the device's opt-in
+    // shared memory per block (227 KiB on compute 9.0, 163 KiB on 8.0).
+    unsafe {
+        sys::cuFuncSetAttribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    }
+    .result()
+    .map_err(|e| format!("{name}: shared memory size: {e:?}"))?;
+    Ok(f)
+}
+
+/// The per-format kernels of one program.
+#[derive(Default)]
+struct FormatKernels {
+    gemm: Vec<(WeightFormat, sys::CUfunction)>,
+    dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
+    dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
+    gemv1: Vec<(WeightFormat, sys::CUfunction)>,
+    gemv8: Vec<(WeightFormat, sys::CUfunction)>,
+    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
+    gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+}
+
+impl FormatKernels {
+    /// The kernels of `formats` (all templates) and `int8` (the int8 GEMVs) in `module`.
+    fn load(
+        module: &Arc<CudaModule>,
+        names: &RefCell<HashMap<usize, String>>,
+        formats: &[(WeightFormat, &str)],
+        int8: &[(WeightFormat, &str)],
+    ) -> Result<Self, String> {
+        let get = |name: &str| load(module, names, name);
+        let mut k = FormatKernels::default();
+        for &(f, n) in formats {
+            k.gemv1.push((f, get(&format!("gemv_{n}_1"))?));
+            k.gemv8.push((f, get(&format!("gemv_{n}_8"))?));
+            k.gemm.push((
+                f,
+                load_smem(module, names, &format!("gemm_{n}"), GEMM_SMEM as usize)?,
+            ));
+            k.dequant_f16.push((f, get(&format!("dequant_f16_{n}"))?));
+            k.dequant_f32.push((f, get(&format!("dequant_f32_{n}"))?));
         }
-        let conv_igemm_bf16 = get_tiled("conv_igemm_bf16")?;
+        for &(f, n) in int8 {
+            k.gemv_i8.push((
+                f,
+                [
+                    get(&format!("gemv_{n}_i8_1"))?,
+                    get(&format!("gemv_{n}_i8_4"))?,
+                    get(&format!("gemv_{n}_i8_8"))?,
+                    get(&format!("gemv_{n}_i8_r2_1"))?,
+                ],
+            ));
+            let smem = crate::gemv::STAGED_MAX_SMEM;
+            let staged = load_smem(module, names, &format!("gemv_{n}_i8_s1"), smem)?;
+            let early = load_smem(module, names, &format!("gemv_{n}_i8_s1e"), smem)?;
+            k.gemv_i8_staged.push((f, [staged, early]));
+        }
+        Ok(k)
+    }
+
+    /// `self` followed by `other`'s kernels.
+    fn extend(&mut self, other: FormatKernels) {
+        self.gemm.extend(other.gemm);
+        self.dequant_f16.extend(other.dequant_f16);
+        self.dequant_f32.extend(other.dequant_f32);
+        self.gemv1.extend(other.gemv1);
+        self.gemv8.extend(other.gemv8);
+        self.gemv_i8.extend(other.gemv_i8);
+        self.gemv_i8_staged.extend(other.gemv_i8_staged);
+    }
+}
+
+/// A compiled program loaded into `ctx` (the driver compiles the PTX for the device here), with
+/// the `.entry` names of its kernels that wait for the previous grid ([`dependent_entries`]).
+fn load_program(
+    ctx: &Arc<CudaContext>,
+    ptx: Result<Ptx, String>,
+) -> Result<(Arc<CudaModule>, HashSet<String>), String> {
+    let ptx = ptx?;
+    let waiting = dependent_entries(&ptx.to_src());
+    let module = ctx
+        .load_module(ptx)
+        .map_err(|e| format!("loading the kernels: {e:?}"))?;
+    Ok((module, waiting))
+}
+
+impl Kernels {
+    /// Compiles the kernels for compute capability `major.minor` and loads them into `ctx`: the
+    /// main program and the IQ programs ([`IQ_UNITS`]) compile and load in parallel. A failure of an IQ
+    /// program is reported on stderr and leaves its formats without kernels (their weights are
+    /// then declined at upload and run on the CPU); a failure of the main one is an error.
+    pub fn compile(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<Self, String> {
+        let (main, iq) = std::thread::scope(|s| {
+            let iq: Vec<_> = IQ_UNITS
+                .map(|u| s.spawn(move || load_program(ctx, compile_unit_ptx(u, major, minor))))
+                .into_iter()
+                .collect();
+            let main = load_program(ctx, compile_ptx(major, minor));
+            let iq: Result<Vec<_>, String> = iq
+                .into_iter()
+                .zip(IQ_UNITS)
+                .map(|(h, u)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err("the compile thread panicked".to_string()));
+                    r.map_err(|e| format!("{u}: {e}"))
+                })
+                .collect();
+            (main, iq)
+        });
+        let (module, mut waiting) = main?;
+        let names = RefCell::new(HashMap::new());
+        let get = |name: &str| load(&module, &names, name);
+        let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
+        // iq.cu holds the formats' GEMM, decoders and GEMVs, iq_i8.cu their int8 GEMVs.
+        let iq_kernels = iq.and_then(|programs| {
+            let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
+            let mut k = FormatKernels::load(&m0, &names, &IQ_FORMATS, &[])?;
+            k.extend(FormatKernels::load(
+                &m1,
+                &names,
+                &[],
+                &IQ_INT8_GEMV_FORMATS,
+            )?);
+            Ok((vec![m0, m1], [w0, w1], k))
+        });
+        let iq_modules = match iq_kernels {
+            Ok((m, w, k)) => {
+                waiting.extend(w.into_iter().flatten());
+                formats.extend(k);
+                m
+            }
+            Err(e) => {
+                eprintln!(
+                    "oxinfer-cuda: the IQ/TQ/MXFP4 kernels are unavailable, weights in \
+                         those formats run on the CPU: {e}"
+                );
+                Vec::new()
+            }
+        };
+        let conv_igemm_bf16 = load_smem(&module, &names, "conv_igemm_bf16", GEMM_SMEM as usize)?;
+        let FormatKernels {
+            gemm,
+            dequant_f16,
+            dequant_f32,
+            gemv1,
+            gemv8,
+            gemv_i8,
+            gemv_i8_staged,
+        } = formats;
         let k = Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
-            gemv_i8: INT8_GEMV_FORMATS
-                .iter()
-                .map(|&(f, n)| {
-                    Ok((
-                        f,
-                        [
-                            get(&format!("gemv_{n}_i8_1"))?,
-                            get(&format!("gemv_{n}_i8_4"))?,
-                            get(&format!("gemv_{n}_i8_8"))?,
-                            get(&format!("gemv_{n}_i8_r2_1"))?,
-                        ],
-                    ))
-                })
-                .collect::<Result<_, String>>()?,
-            gemv_i8_staged: INT8_GEMV_FORMATS
-                .iter()
-                .map(|&(f, n)| {
-                    let smem = crate::gemv::STAGED_MAX_SMEM;
-                    Ok((
-                        f,
-                        [
-                            get_smem(&format!("gemv_{n}_i8_s1"), smem)?,
-                            get_smem(&format!("gemv_{n}_i8_s1e"), smem)?,
-                        ],
-                    ))
-                })
-                .collect::<Result<_, String>>()?,
+            gemv_i8,
+            gemv_i8_staged,
             attention_split_h128: get("attention_split_f32_h128")?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,
@@ -322,6 +465,7 @@ impl Kernels {
             names: HashMap::new(),
             dependents: HashSet::new(),
             _module: module.clone(),
+            _iq_modules: iq_modules,
         };
         let names = names.into_inner();
         let dependents = names
@@ -334,6 +478,11 @@ impl Kernels {
             dependents,
             ..k
         })
+    }
+
+    /// Whether the device has kernels for block format `f` (the IQ program may be missing).
+    pub fn handles(&self, f: WeightFormat) -> bool {
+        for_format(&self.gemv1, f).is_some()
     }
 
     /// The in-tile dequantizing GEMM for `f`.
@@ -469,6 +618,33 @@ mod tests {
         for unit in KERNEL_UNITS {
             compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
         }
+        // The IQ program, on its own for both architectures; its int8 GEMVs wait like the
+        // main program's.
+        let mut iq_src = String::new();
+        for unit in IQ_UNITS {
+            compile_unit_ptx(unit, 8, 0).unwrap_or_else(|e| panic!("{unit}: {e}"));
+            let iq = compile_unit_ptx(unit, 9, 0).unwrap_or_else(|e| panic!("{unit} for 9.0: {e}"));
+            iq_src.push_str(&iq.to_src());
+        }
+        let iq_waiting = dependent_entries(&iq_src);
+        for (_, n) in IQ_FORMATS {
+            for k in [
+                format!("gemm_{n}"),
+                format!("dequant_f16_{n}"),
+                format!("gemv_{n}_8"),
+            ] {
+                assert!(iq_src.contains(&format!(".entry {k}(")), "{k} missing");
+            }
+        }
+        for (_, n) in IQ_INT8_GEMV_FORMATS {
+            let k = format!("gemv_{n}_i8_1");
+            assert!(iq_waiting.contains(&k), "{k} does not wait");
+        }
+        // The IQ program holds none of the main program's kernels.
+        assert!(
+            !iq_src.contains(".entry gemm_q4_k("),
+            "main kernels in the IQ program"
+        );
         assert!(
             compile_unit_ptx("common.cuh", 8, 0).is_err(),
             "a header is no unit"

@@ -7,8 +7,10 @@
 //!
 //! What runs on the device ([`CudaBackend`]):
 //! - matmul with bf16/f16 weights through cuBLAS (`cublasGemmEx`, f32 accumulation);
-//! - matmul with GGUF block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K),
-//!   kept quantized on the device and decoded inside the tile of a tensor-core (mma) GEMM;
+//! - matmul with GGUF block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K,
+//!   and the IQ / TQ / MXFP4 types, whose kernels are programs of their own: `kernels/iq.cu`,
+//!   `kernels/iq_i8.cu`), kept quantized on the device and decoded inside the tile of a
+//!   tensor-core (mma) GEMM;
 //! - fused flash-style attention with GQA, sliding window and soft-cap;
 //! - `k × k` convolutions as an implicit GEMM (f32 FMA, or bf16 tensor cores with
 //!   `OXINFER_CUDA_CONV=mma`) that gathers its input neighbourhoods itself and applies a
@@ -22,7 +24,7 @@
 //!   CUDA graphs (`graph`).
 //!
 //! Modules, each importing only those before it: `nvrtc` and `kernels` (the CUDA sources, their
-//! compilation and function handles), `graph` (decode steps recorded, compared and replayed as
+//! compilation and function handles), `iq_grids` (the generated IQ lookup-table header's text), `graph` (decode steps recorded, compared and replayed as
 //! CUDA graphs), `kernel_profile` (per-kernel device time, `OXINFER_CUDA_PROFILE=kernels`), `gpu` (context, stream, buffers, transfers), `matrix` (uploaded weights), `kv` (device KV caches), `ops` (one launcher per kernel: the only place
 //! that builds kernel arguments), `timing`, `gemm` / `conv` / `stack` / `stack_run` (host-side
 //! logic of each op), `backend`, `probe`.
@@ -38,6 +40,7 @@ mod gemm;
 mod gemv;
 mod gpu;
 mod graph;
+pub mod iq_grids;
 mod kernel_profile;
 mod kernels;
 mod kv;
@@ -52,5 +55,5 @@ mod timing;
 pub use backend::CudaBackend;
 pub use conv::ConvPath;
 pub use gemm::QuantPath;
-pub use kernels::{compile_ptx, compile_unit_ptx, KERNEL_UNITS};
+pub use kernels::{compile_ptx, compile_unit_ptx, IQ_UNITS, KERNEL_UNITS};
 pub use probe::{probe, CudaProvider};

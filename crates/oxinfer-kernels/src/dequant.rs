@@ -15,6 +15,35 @@ mod split;
 pub(crate) use float::f16_at;
 pub(crate) use iq_grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
+/// The lookup tables of the IQ and MXFP4 formats (grid entries pack one value per byte, byte
+/// `j` little endian = weight `j`), read-only, for backends that build their own copy of them
+/// (oxinfer-cuda generates its `kernels/iq_grids.cuh` from these).
+#[allow(missing_docs)] // each field is the table of the same name in `iq_grids`
+pub struct IqTables {
+    pub ksigns_iq2xs: &'static [u8; 128],
+    pub iq2xxs_grid: &'static [u64; 256],
+    pub iq2xs_grid: &'static [u64; 512],
+    pub iq2s_grid: &'static [u64; 1024],
+    pub iq1s_grid: &'static [u64; 2048],
+    pub iq3xxs_grid: &'static [u32; 256],
+    pub iq3s_grid: &'static [u32; 512],
+    pub kvalues_iq4nl: &'static [i8; 16],
+    pub kvalues_mxfp4: &'static [i8; 16],
+}
+
+/// The tables the CPU dequantizer uses ([`IqTables`]).
+pub static IQ_TABLES: IqTables = IqTables {
+    ksigns_iq2xs: &iq_grids::KSIGNS_IQ2XS,
+    iq2xxs_grid: &iq_grids::IQ2XXS_GRID,
+    iq2xs_grid: &iq_grids::IQ2XS_GRID,
+    iq2s_grid: &iq_grids::IQ2S_GRID,
+    iq1s_grid: &iq_grids::IQ1S_GRID,
+    iq3xxs_grid: &iq_grids::IQ3XXS_GRID,
+    iq3s_grid: &iq_grids::IQ3S_GRID,
+    kvalues_iq4nl: &iq_grids::KVALUES_IQ4NL,
+    kvalues_mxfp4: &iq_grids::KVALUES_MXFP4,
+};
+
 use crate::error::KernelError;
 use crate::format::WeightFormat;
 

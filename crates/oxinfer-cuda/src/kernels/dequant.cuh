@@ -21,6 +21,26 @@
 #define FMT_Q6_K 14
 #define FMT_Q8_K 15
 #define FMT_BF16 30
+// The IQ / TQ / MXFP4 formats (decoders in iq_dequant.cuh, compiled in the second program).
+#define FMT_IQ2_XXS 16
+#define FMT_IQ2_XS 17
+#define FMT_IQ3_XXS 18
+#define FMT_IQ1_S 19
+#define FMT_IQ4_NL 20
+#define FMT_IQ3_S 21
+#define FMT_IQ2_S 22
+#define FMT_IQ4_XS 23
+#define FMT_IQ1_M 29
+#define FMT_TQ1_0 34
+#define FMT_TQ2_0 35
+#define FMT_MXFP4 39
+
+// The 256-weight IQ / TQ formats (their int8 GEMV body is iq_i8_rows in iq_gemv.cuh).
+__host__ __device__ constexpr bool is_iq256(int f) {
+    return f == FMT_IQ2_XXS || f == FMT_IQ2_XS || f == FMT_IQ3_XXS || f == FMT_IQ1_S ||
+           f == FMT_IQ3_S || f == FMT_IQ2_S || f == FMT_IQ4_XS || f == FMT_IQ1_M ||
+           f == FMT_TQ1_0 || f == FMT_TQ2_0;
+}
 
 template <int F> struct Fmt;
 template <> struct Fmt<FMT_Q4_0> { enum { QK = 32, BYTES = 18 }; };
@@ -44,26 +64,6 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, floa
         *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
-}
-
-// The 6-bit scales and mins of sub-blocks 2c and 2c + 1 (c = 0..3) of a Q4_K / Q5_K super-block
-// from its 12 scale bytes held as three words (llama.cpp's byte-parallel unpacking): the four
-// low sub-blocks' values are the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the four
-// high ones take their low 4 bits from bytes 8..11 and their top 2 from the top bits of bytes
-// 0..3 / 4..7. Returns (scale 2c, scale 2c + 1, min 2c, min 2c + 1) as integers.
-__device__ __forceinline__ int4 scale_min_k4_pair(int c, const u32 (&w)[3]) {
-    u32 sc = c < 2 ? (w[0] & 0x3f3f3f3fu) : ((w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u));
-    u32 mn = c < 2 ? (w[1] & 0x3f3f3f3fu)
-                   : (((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u));
-    int sh = (c & 1) * 16;
-    return make_int4((int)((sc >> sh) & 0xffu), (int)((sc >> (sh + 8)) & 0xffu),
-                     (int)((mn >> sh) & 0xffu), (int)((mn >> (sh + 8)) & 0xffu));
-}
-
-// The 6-bit scale and min of sub-block j (0..7) alone, as scale_min_k4_pair: (scale, min).
-__device__ __forceinline__ int2 scale_min_k4_one(int j, const u32 (&w)[3]) {
-    int4 p = scale_min_k4_pair(j >> 1, w);
-    return (j & 1) ? make_int2(p.y, p.w) : make_int2(p.x, p.z);
 }
 
 template <int F> __device__ __forceinline__ void dq16(const u8* row, int k, float* y);

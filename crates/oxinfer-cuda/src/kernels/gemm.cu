@@ -115,6 +115,7 @@ __device__ void gemm_q(const u8* __restrict__ w, long row_bytes, const u16* __re
         dequant_32<F>(w, out, rows, cols, row_bytes);                                          \
     }
 
+#ifndef OXINFER_TEMPLATES_ONLY
 INSTANTIATE(FMT_Q4_0, q4_0)
 INSTANTIATE(FMT_Q4_1, q4_1)
 INSTANTIATE(FMT_Q5_0, q5_0)
@@ -132,3 +133,4 @@ extern "C" __global__ void half_to_f32(const u16* x, float* y, long n, int bf) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = bf ? __uint_as_float((u32)x[i] << 16) : h2f(x[i]);
 }
+#endif  // OXINFER_TEMPLATES_ONLY

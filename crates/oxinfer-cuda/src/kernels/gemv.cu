@@ -69,6 +69,7 @@ __device__ __forceinline__ void gemv_q(const u8* __restrict__ w, long row_bytes,
     }
 #define GEMV_INSTANTIATE(F, NAME) GEMV_KERNEL(F, NAME, 1) GEMV_KERNEL(F, NAME, 8)
 
+#ifndef OXINFER_TEMPLATES_ONLY
 GEMV_INSTANTIATE(FMT_Q4_0, q4_0)
 GEMV_INSTANTIATE(FMT_Q4_1, q4_1)
 GEMV_INSTANTIATE(FMT_Q5_0, q5_0)
@@ -80,12 +81,33 @@ GEMV_INSTANTIATE(FMT_Q4_K, q4_k)
 GEMV_INSTANTIATE(FMT_Q5_K, q5_k)
 GEMV_INSTANTIATE(FMT_Q6_K, q6_k)
 GEMV_INSTANTIATE(FMT_Q8_K, q8_k)
+#endif  // OXINFER_TEMPLATES_ONLY
 
 // int8 dot product of four packed bytes (a unsigned 0..15 or signed, b signed) added to c.
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+}
+
+// The 6-bit scales and mins of sub-blocks 2c and 2c + 1 (c = 0..3) of a Q4_K / Q5_K super-block
+// from its 12 scale bytes held as three words (llama.cpp's byte-parallel unpacking): the four
+// low sub-blocks' values are the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the four
+// high ones take their low 4 bits from bytes 8..11 and their top 2 from the top bits of bytes
+// 0..3 / 4..7. Returns (scale 2c, scale 2c + 1, min 2c, min 2c + 1) as integers.
+__device__ __forceinline__ int4 scale_min_k4_pair(int c, const u32 (&w)[3]) {
+    u32 sc = c < 2 ? (w[0] & 0x3f3f3f3fu) : ((w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u));
+    u32 mn = c < 2 ? (w[1] & 0x3f3f3f3fu)
+                   : (((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u));
+    int sh = (c & 1) * 16;
+    return make_int4((int)((sc >> sh) & 0xffu), (int)((sc >> (sh + 8)) & 0xffu),
+                     (int)((mn >> sh) & 0xffu), (int)((mn >> (sh + 8)) & 0xffu));
+}
+
+// The 6-bit scale and min of sub-block j (0..7) alone, as scale_min_k4_pair: (scale, min).
+__device__ __forceinline__ int2 scale_min_k4_one(int j, const u32 (&w)[3]) {
+    int4 p = scale_min_k4_pair(j >> 1, w);
+    return (j & 1) ? make_int2(p.y, p.w) : make_int2(p.x, p.z);
 }
 
 // Four bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes: only 2-byte aligned).
@@ -353,6 +375,14 @@ __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
     return ((R * row_bytes + 15) & ~15l) + 16;
 }
 
+// The 256-weight IQ/TQ formats on int8 activations in blocks of 256 (iq_gemv.cuh; instantiated
+// in the IQ program).
+template <int F, int T, int R>
+__device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]);
+
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
 // only with split == 1 and row counts that are multiples of R). `split` is 1, 2 or GEMV_WARPS:
@@ -389,7 +419,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
                                         int t, int split, int accum) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K) ? 256 : 32;
+    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
@@ -426,6 +456,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {
@@ -483,8 +514,10 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     GEMV_I8_KERNEL(F, NAME, 8, 1, false, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, false, _r2_1)        \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1) GEMV_I8_EARLY_KERNEL(F, NAME)
 
+#ifndef OXINFER_TEMPLATES_ONLY
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)
 GEMV_I8(FMT_Q4_0, q4_0)
 GEMV_I8(FMT_Q4_1, q4_1)
 GEMV_I8(FMT_Q8_0, q8_0)
+#endif  // OXINFER_TEMPLATES_ONLY

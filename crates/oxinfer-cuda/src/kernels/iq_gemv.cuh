@@ -1,0 +1,276 @@
+// int8 (dp4a) GEMV bodies of the IQ / TQ / MXFP4 formats. IQ4_NL and MXFP4 (32-weight blocks of
+// 4-bit codes into a 16-entry int8 table; activations in blocks of 32): dot32_i8 for gemv.cu's
+// b32_i8_rows, byte permutes turning four codes into four table bytes. The 256-weight formats
+// (activations in blocks of 256, the CPU's Q8_K): iq_i8_rows, each lane decoding one 32-weight
+// group to int8 quants with the integer scales of the CPU's int_scale (iq_group32). The integer
+// sums are the CPU's; only the f32 combination differs in order. Included after gemv.cu (it
+// uses dp4a, ld32_a2 and the templates declared there).
+
+#ifndef OXINFER_IQ_GEMV_CUH
+#define OXINFER_IQ_GEMV_CUH
+
+#include "iq_dequant.cuh"
+
+// Four 4-bit codes (one per byte of `codes`, each 0..15) -> the four int8 table entries
+// (table as four little-endian words w0..w3), packed in byte order.
+__device__ __forceinline__ int lut16_x4(u32 codes, u32 w0, u32 w1, u32 w2, u32 w3) {
+    u32 n = codes | (codes >> 4);
+    u32 sel = (n & 0xffu) | ((n >> 8) & 0xff00u);  // the four codes as nibbles
+    u32 lo = __byte_perm(w0, w1, sel & 0x7777u);   // entries 0..7
+    u32 hi = __byte_perm(w2, w3, sel & 0x7777u);   // entries 8..15
+    return (int)__byte_perm(lo, hi, 0x3210u | ((sel & 0x8888u) >> 1));
+}
+
+// The 16 weights' int8 table values of four bytes of codes: low nibbles (lo) and high (hi).
+#define IQ4NL_X4(c) lut16_x4((c), KVALUES_IQ4NL_W0, KVALUES_IQ4NL_W1, KVALUES_IQ4NL_W2, KVALUES_IQ4NL_W3)
+#define MXFP4_X4(c) lut16_x4((c), KVALUES_MXFP4_W0, KVALUES_MXFP4_W1, KVALUES_MXFP4_W2, KVALUES_MXFP4_W3)
+
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+    int dot = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 w = (u32)ld32_a2(blk + 2 + 4 * i);
+        dot = dp4a(IQ4NL_X4(w & 0x0F0F0F0Fu), x[i], dot);
+        dot = dp4a(IQ4NL_X4((w >> 4) & 0x0F0F0F0Fu), x[4 + i], dot);
+    }
+    return dx * h2f(ld16(blk)) * (float)dot;
+}
+
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_MXFP4>(const u8* blk, const int* x, int sx, float dx) {
+    int dot = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 w = ld32_a1(blk + 1 + 4 * i);
+        dot = dp4a(MXFP4_X4(w & 0x0F0F0F0Fu), x[i], dot);
+        dot = dp4a(MXFP4_X4((w >> 4) & 0x0F0F0F0Fu), x[4 + i], dot);
+    }
+    return dx * e8m0_half(blk[0]) * (float)dot;
+}
+
+// Four sign bits (bit j set: byte j negative) as a mask of 0xff bytes.
+__device__ __forceinline__ u32 sign_mask4(u32 bits) {
+    return (((bits & 15u) * 0x00204081u) & 0x01010101u) * 0xffu;
+}
+
+// Four magnitudes (the bytes of g, each 1..127) with four sign bits: four int8 values
+// (g ^ m) + (m & 1) negates the bytes under the mask; no byte carries since g >= 1.
+__device__ __forceinline__ int signed4(u32 g, u32 bits) {
+    u32 m = sign_mask4(bits);
+    return (int)((g ^ m) + (m & 0x01010101u));
+}
+
+// Four IQ1 grid values (bytes of g as i8 in {-1, 0, 1}) as 8 g + 1, or 8 g - 1 when `neg`.
+__device__ __forceinline__ int iq1_4(u32 g, bool neg) {
+    u32 x = (g << 3) & 0xf8f8f8f8u;
+    return (int)(neg ? __vsub4(x, 0x01010101u) : (x | 0x01010101u));
+}
+
+// Group ib (0..7: weights 32 ib .. 32 ib + 31) of a 256-weight IQ/TQ block as int8 quants: q[i]
+// holds weights 4 i .. 4 i + 3 (byte order), s[h] the integer scale of weights 16 h .. 16 h + 15
+// and unit the block's float factor, so weight = unit * s[h] * q: the CPU's IqBlock quants (IQ1
+// in eighths) and int_scale (oxinfer-kernels/src/dequant/iq.rs).
+template <int F>
+__device__ __forceinline__ void iq_group32(const u8* blk, int ib, int (&q)[8], int (&s)[2],
+                                           float& unit);
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ2_XXS>(const u8* blk, int ib, int (&q)[8],
+                                                        int (&s)[2], float& unit) {
+    const u8* g = blk + 2 + 8 * ib;
+    u32 aux = ld32_a1(g + 4);
+    unit = h2f(ld16(blk)) * 0.125f;
+    s[0] = s[1] = 2 * (int)(aux >> 28) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        unsigned long long gr = __ldg(&IQ2XXS_GRID[g[l]]);
+        u32 sg = __ldg(&KSIGNS_IQ2XS[(aux >> (7 * l)) & 127u]);
+        q[2 * l] = signed4((u32)gr, sg);
+        q[2 * l + 1] = signed4((u32)(gr >> 32), sg >> 4);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ2_XS>(const u8* blk, int ib, int (&q)[8],
+                                                       int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk)) * 0.125f;
+    u32 c = blk[66 + ib];
+    s[0] = 2 * (int)(c & 15u) + 1;
+    s[1] = 2 * (int)(c >> 4) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        u32 v = ld16(blk + 2 + 2 * (4 * ib + l));
+        unsigned long long gr = __ldg(&IQ2XS_GRID[v & 511u]);
+        u32 sg = __ldg(&KSIGNS_IQ2XS[v >> 9]);
+        q[2 * l] = signed4((u32)gr, sg);
+        q[2 * l + 1] = signed4((u32)(gr >> 32), sg >> 4);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ2_S>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk)) * 0.125f;
+    u32 c = blk[74 + ib], qh = blk[66 + ib];
+    s[0] = 2 * (int)(c & 15u) + 1;
+    s[1] = 2 * (int)(c >> 4) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        int i = 4 * ib + l;
+        u32 idx = (u32)blk[2 + i] | (((qh >> (2 * l)) & 3u) << 8);
+        unsigned long long gr = __ldg(&IQ2S_GRID[idx]);
+        u32 sg = blk[34 + i];
+        q[2 * l] = signed4((u32)gr, sg);
+        q[2 * l + 1] = signed4((u32)(gr >> 32), sg >> 4);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ3_XXS>(const u8* blk, int ib, int (&q)[8],
+                                                        int (&s)[2], float& unit) {
+    const u8* qs = blk + 2 + 8 * ib;
+    u32 aux = ld32_a1(blk + 66 + 4 * ib);
+    unit = h2f(ld16(blk)) * 0.25f;
+    s[0] = s[1] = 2 * (int)(aux >> 28) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        u32 sg = __ldg(&KSIGNS_IQ2XS[(aux >> (7 * l)) & 127u]);
+        q[2 * l] = signed4(__ldg(&IQ3XXS_GRID[qs[2 * l]]), sg);
+        q[2 * l + 1] = signed4(__ldg(&IQ3XXS_GRID[qs[2 * l + 1]]), sg >> 4);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ3_S>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk));
+    u32 qh = blk[66 + ib];
+    s[0] = s[1] = 2 * (int)((blk[106 + ib / 2] >> (4 * (ib & 1))) & 15u) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        int i = 4 * ib + l;
+        u32 sg = blk[74 + i];
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int k = 2 * i + m;
+            u32 idx = (u32)blk[2 + k] | (((qh >> (k & 7)) & 1u) << 8);
+            q[2 * l + m] = signed4(__ldg(&IQ3S_GRID[idx]), sg >> (4 * m));
+        }
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ1_S>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    u32 qh = ld16(blk + 34 + 2 * ib);
+    unit = h2f(ld16(blk)) * 0.125f;
+    s[0] = s[1] = 2 * (int)((qh >> 12) & 7u) + 1;
+    bool neg = (qh & 0x8000u) != 0;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        u32 idx = (u32)blk[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8);
+        unsigned long long gr = __ldg(&IQ1S_GRID[idx]);
+        q[2 * l] = iq1_4((u32)gr, neg);
+        q[2 * l + 1] = iq1_4((u32)(gr >> 32), neg);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ1_M>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    u32 sc0 = ld16(blk + 48), sc1 = ld16(blk + 50), sc2 = ld16(blk + 52), sc3 = ld16(blk + 54);
+    u32 bits = (sc0 >> 12) | ((sc1 >> 8) & 0x00F0u) | ((sc2 >> 4) & 0x0F00u) | (sc3 & 0xF000u);
+    unit = h2f((u16)bits) * 0.125f;
+    u32 sc = ld16(blk + 48 + 2 * (ib / 2));
+    #pragma unroll
+    for (int h = 0; h < 2; h++) s[h] = 2 * (int)((sc >> (3 * ((2 * ib + h) & 3))) & 7u) + 1;
+    #pragma unroll
+    for (int l = 0; l < 4; l++) {
+        int i = 4 * ib + l;
+        u32 hb = (u32)(blk[32 + i / 2] >> (4 * (i & 1)));
+        u32 idx = (u32)blk[i] | ((hb & 7u) << 8);
+        unsigned long long gr = __ldg(&IQ1S_GRID[idx]);
+        q[2 * l] = iq1_4((u32)gr, (hb & 8u) != 0);
+        q[2 * l + 1] = iq1_4((u32)(gr >> 32), (hb & 8u) != 0);
+    }
+}
+
+// IQ4_XS: blocks are 136 bytes, so a group's 16 bytes of codes are 8-byte aligned.
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ4_XS>(const u8* blk, int ib, int (&q)[8],
+                                                       int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk));
+    u32 sh = ld16(blk + 2);
+    s[0] = s[1] = (int)(((blk[4 + ib / 2] >> (4 * (ib & 1))) & 15u) | (((sh >> (2 * ib)) & 3u) << 4)) - 32;
+    const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
+    uint2 qa = qs[0], qb = qs[1];
+    u32 qw[4] = {qa.x, qa.y, qb.x, qb.y};
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        q[i] = IQ4NL_X4(qw[i] & 0x0F0F0F0Fu);
+        q[4 + i] = IQ4NL_X4((qw[i] >> 4) & 0x0F0F0F0Fu);
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_TQ1_0>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk + 52));
+    s[0] = s[1] = 1;
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int e = 32 * ib + 16 * (i >> 2), j0 = 4 * (i & 3);
+        u32 w = 0;
+        #pragma unroll
+        for (int j = 0; j < 4; j++) w |= ((u32)tq1_q(blk, e, j0 + j) & 0xffu) << (8 * j);
+        q[i] = (int)w;
+    }
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_TQ2_0>(const u8* blk, int ib, int (&q)[8],
+                                                      int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk + 64));
+    s[0] = s[1] = 1;
+    const u8* b = blk + 32 * (ib >> 2);
+    int sh = 2 * (ib & 3);
+    #pragma unroll
+    for (int i = 0; i < 8; i++)
+        q[i] = (int)__vsub4((ld32_a1(b + 4 * i) >> sh) & 0x03030303u, 0x01010101u);
+}
+
+// A 256-weight IQ/TQ format on int8 activations in blocks of 256 (xd: one scale per 256):
+// eight lanes per super-block (a warp takes four, the block's warps interleaved), lane j
+// decoding 32-weight group j (iq_group32) against its 32 int8 activations.
+template <int F, int T, int R>
+__device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]) {
+    int nb = cols >> 8;
+    int ib = lane & 7;
+    #pragma unroll 2
+    for (int b = (lane >> 3) + 4 * share; b < nb; b += 4 * split) {
+      #pragma unroll
+      for (int rr = 0; rr < R; rr++) {
+        float (&acc)[T] = accs[rr];
+        int q[8], s[2];
+        float unit;
+        iq_group32<F>(w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES, ib, q, s, unit);
+        int k0 = b * 256 + ib * 32;
+        #pragma unroll
+        for (int r = 0; r < T; r++) {
+            if (T == 1 || r < t) {
+                const int4* xr = (const int4*)(xq + (long)r * cols + k0);
+                int4 x0 = xr[0], x1 = xr[1];
+                int d0 = dp4a(q[0], x0.x, dp4a(q[1], x0.y, dp4a(q[2], x0.z, dp4a(q[3], x0.w, 0))));
+                int d1 = dp4a(q[4], x1.x, dp4a(q[5], x1.y, dp4a(q[6], x1.z, dp4a(q[7], x1.w, 0))));
+                acc[r] += xd[(long)r * nb + b] * (unit * (float)(s[0] * d0 + s[1] * d1));
+            }
+        }
+      }
+    }
+}
+
+#endif  // OXINFER_IQ_GEMV_CUH

@@ -1,0 +1,474 @@
+//! The device decoders (`dq16<F>` of kernels/dequant.cuh and kernels/iq_dequant.cuh) and the
+//! int8 table lookups of kernels/iq_gemv.cuh, compiled for the host with the system C++
+//! compiler (a small shim replaces common.cuh: CUDA qualifiers defined away, the intrinsics
+//! emulated as the CUDA documentation specifies them) and compared bit for bit with the CPU
+//! reference dequantizer on random valid blocks, extreme scales included. This proves the
+//! decoders without a GPU. Skipped, with one line, where `g++` is missing.
+
+#[path = "common/blocks.rs"]
+mod blocks;
+
+use oxinfer_kernels::WeightFormat;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The kernel headers the driver includes, by name (common.cuh is the shim's).
+const HEADERS: [(&str, &str); 4] = [
+    ("dequant.cuh", include_str!("../src/kernels/dequant.cuh")),
+    ("iq_grids.cuh", include_str!("../src/kernels/iq_grids.cuh")),
+    (
+        "iq_dequant.cuh",
+        include_str!("../src/kernels/iq_dequant.cuh"),
+    ),
+    ("iq_gemv.cuh", include_str!("../src/kernels/iq_gemv.cuh")),
+];
+
+/// Host stand-ins for what the kernels take from common.cuh and from CUDA.
+const SHIM: &str = r#"
+#pragma once
+#include <cstdint>
+#include <cstring>
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef short i16;
+typedef unsigned int u32;
+struct uint2 { u32 x, y; };
+struct uint4 { u32 x, y, z, w; };
+struct int4 { int x, y, z, w; };
+struct float4 { float x, y, z, w; };
+struct idx3 { unsigned x, y, z; };
+static idx3 blockIdx, blockDim, threadIdx;
+inline uint4 make_uint4(u32 a, u32 b, u32 c, u32 d) { return uint4{a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float __uint_as_float(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline u32 __float_as_uint(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+// CUDA: per-byte subtraction, no borrow between bytes.
+inline u32 __vsub4(u32 a, u32 b) {
+    u32 r = 0;
+    for (int n = 0; n < 4; n++) r |= ((((a >> (8 * n)) & 0xff) - ((b >> (8 * n)) & 0xff)) & 0xff) << (8 * n);
+    return r;
+}
+// CUDA: result byte n = byte (s >> 4n) & 7 of {y, x} (x bytes 0..3, y bytes 4..7).
+inline u32 __byte_perm(u32 x, u32 y, u32 s) {
+    unsigned long long v = (unsigned long long)x | ((unsigned long long)y << 32);
+    u32 r = 0;
+    for (int n = 0; n < 4; n++) r |= (u32)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+    return r;
+}
+// IEEE half -> float, exact (subnormals included).
+inline float h2f(u16 h) {
+    u32 s = (u32)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, bits;
+    if (e == 0 && m == 0) bits = s;
+    else if (e == 0) {
+        int sh = 0;
+        while (!(m & 0x400)) { m <<= 1; sh++; }
+        bits = s | ((u32)(113 - sh) << 23) | ((m & 0x3ff) << 13);
+    } else if (e == 31) bits = s | 0x7f800000u | (m << 13);
+    else bits = s | ((e + 112) << 23) | (m << 13);
+    return __uint_as_float(bits);
+}
+inline u16 f2h(float) { return 0; }
+inline u32 pack_bf2(float, float) { return 0; }
+inline u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
+// gemv.cu's helpers that iq_gemv.cuh uses.
+inline int dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(i8)(a >> (8 * i)) * (int)(i8)(b >> (8 * i));
+    return c;
+}
+inline int ld32_a2(const u8* p) { return (int)((u32)ld16(p) | ((u32)ld16(p + 2) << 16)); }
+template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
+"#;
+
+/// Reads records `[u32 ggml id][u32 cols][u32 n][n bytes of a row]` from stdin and writes each row
+/// decoded with dq16 (f32, little endian) to stdout; with argument `group`, reads records
+/// `[u32 ggml id][u32 n][n bytes of one 256-weight block]` and writes iq_group32 of each of its
+/// eight groups (8 i32 words of int8 quants, 2 i32 scales, f32 unit); with argument `lut`, writes instead
+/// lut16_x4 of every four-code word for IQ4_NL's and MXFP4's tables, then dot32_i8 of the
+/// blocks on stdin (IQ4_NL: 18 bytes + 32 int8 activations; MXFP4: 17 + 32) with dx = 1.
+const DRIVER: &str = r#"
+#include "common.cuh"
+#include "dequant.cuh"
+#include "iq_dequant.cuh"
+#include "iq_gemv.cuh"
+#include <cstdio>
+#include <vector>
+
+template <int F> void row(const u8* r, int cols, float* y) {
+    for (int k = 0; k < cols; k += 16) dq16<F>(r, k, y + k);
+}
+
+static bool decode(u32 id, const u8* r, int cols, float* y) {
+    switch (id) {
+#define CASE(F) case F: row<F>(r, cols, y); return true;
+    CASE(FMT_Q4_0) CASE(FMT_Q4_1) CASE(FMT_Q5_0) CASE(FMT_Q5_1) CASE(FMT_Q8_0)
+    CASE(FMT_Q2_K) CASE(FMT_Q3_K) CASE(FMT_Q4_K) CASE(FMT_Q5_K) CASE(FMT_Q6_K) CASE(FMT_Q8_K)
+    CASE(FMT_IQ2_XXS) CASE(FMT_IQ2_XS) CASE(FMT_IQ3_XXS) CASE(FMT_IQ1_S) CASE(FMT_IQ4_NL)
+    CASE(FMT_IQ3_S) CASE(FMT_IQ2_S) CASE(FMT_IQ4_XS) CASE(FMT_IQ1_M) CASE(FMT_TQ1_0)
+    CASE(FMT_TQ2_0) CASE(FMT_MXFP4)
+    default: return false;
+    }
+}
+
+template <int F> void groups(const u8* blk) {
+    for (int ib = 0; ib < 8; ib++) {
+        int q[8], s[2];
+        float unit;
+        iq_group32<F>(blk, ib, q, s, unit);
+        std::fwrite(q, 4, 8, stdout);
+        std::fwrite(s, 4, 2, stdout);
+        std::fwrite(&unit, 4, 1, stdout);
+    }
+}
+
+static bool group(u32 id, const u8* blk) {
+    switch (id) {
+#define GROUPS(F) case F: groups<F>(blk); return true;
+    GROUPS(FMT_IQ2_XXS) GROUPS(FMT_IQ2_XS) GROUPS(FMT_IQ3_XXS) GROUPS(FMT_IQ1_S)
+    GROUPS(FMT_IQ3_S) GROUPS(FMT_IQ2_S) GROUPS(FMT_IQ4_XS) GROUPS(FMT_IQ1_M) GROUPS(FMT_TQ1_0)
+    GROUPS(FMT_TQ2_0)
+    default: return false;
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "group") == 0) {
+        u32 hdr[2];
+        while (std::fread(hdr, 4, 2, stdin) == 2) {
+            std::vector<u8> blk(hdr[1]);
+            if (std::fread(blk.data(), 1, blk.size(), stdin) != blk.size()) return 2;
+            if (!group(hdr[0], blk.data())) return 3;
+        }
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "lut") == 0) {
+        for (u32 c = 0; c < 65536; c++) {
+            u32 codes = (c & 15) | ((c >> 4 & 15) << 8) | ((c >> 8 & 15) << 16) | ((c >> 12) << 24);
+            int a = IQ4NL_X4(codes), b = MXFP4_X4(codes);
+            std::fwrite(&a, 4, 1, stdout);
+            std::fwrite(&b, 4, 1, stdout);
+        }
+        u32 id;
+        while (std::fread(&id, 4, 1, stdin) == 1) {
+            u8 blk[18];
+            int x[8];
+            int n = id == FMT_IQ4_NL ? 18 : 17;
+            if (std::fread(blk, 1, n, stdin) != (size_t)n || std::fread(x, 4, 8, stdin) != 8) return 2;
+            float v = id == FMT_IQ4_NL ? dot32_i8<FMT_IQ4_NL>(blk, x, 0, 1.f)
+                                       : dot32_i8<FMT_MXFP4>(blk, x, 0, 1.f);
+            std::fwrite(&v, 4, 1, stdout);
+        }
+        return 0;
+    }
+    u32 hdr[3];
+    while (std::fread(hdr, 4, 3, stdin) == 3) {
+        std::vector<u8> r(hdr[2]);
+        if (std::fread(r.data(), 1, r.size(), stdin) != r.size()) return 2;
+        std::vector<float> y(hdr[1]);
+        if (!decode(hdr[0], r.data(), (int)hdr[1], y.data())) return 3;
+        std::fwrite(y.data(), 4, y.size(), stdout);
+    }
+    return 0;
+}
+"#;
+
+/// xorshift64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Every GGML block format: the legacy and K-quants (dequant.cuh) and the 12 IQ/TQ/MXFP4 ones.
+const FORMATS: [WeightFormat; 23] = {
+    use WeightFormat::*;
+    [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K, IQ2_XXS, IQ2_XS, IQ3_XXS,
+        IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4,
+    ]
+};
+
+/// Writes the kernel headers, the shim and the driver into a directory of this process named
+/// after `test` and compiles the driver; `None` (after the skip line) when there is no `g++`.
+fn build_driver(test: &str) -> Option<PathBuf> {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipped: g++ not found (the host check of the device decoders needs it)");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("oxinfer-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (name, text) in HEADERS {
+        std::fs::write(dir.join(name), text).expect("header");
+    }
+    std::fs::write(dir.join("common.cuh"), SHIM).expect("shim");
+    std::fs::write(dir.join("driver.cpp"), DRIVER).expect("driver");
+    let exe = dir.join("driver");
+    let out = Command::new("g++")
+        .args([
+            "-std=c++17",
+            "-O1",
+            "-ffp-contract=off",
+            "-Wno-unknown-pragmas",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(dir.join("driver.cpp"))
+        .output()
+        .expect("running g++");
+    assert!(
+        out.status.success(),
+        "g++ failed on the device headers:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Runs `exe` (with `args`) on `input`; returns its stdout.
+fn run(exe: &Path, args: &[&str], input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("driver starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().expect("driver output");
+    writer
+        .join()
+        .expect("writer")
+        .expect("writing the driver's input");
+    assert!(out.status.success(), "driver failed: {:?}", out.status);
+    out.stdout
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Block scales the rows take in turn: ordinary, the f16 extremes (largest, smallest normal,
+/// subnormal), negative and zero.
+const SCALES: [(f32, f32); 8] = [
+    (0.0123, 0.004),
+    (65504.0, -65504.0),
+    (6.104e-5, 3.0e-5),
+    (5.96e-8, -5.96e-8),
+    (-0.75, 0.25),
+    (0.0, 0.0),
+    (1.0, -1.0),
+    (-1234.5, 777.0),
+];
+
+#[test]
+fn device_decoders_match_the_cpu_dequantizer_bit_for_bit() {
+    let Some(exe) = build_driver("decoders") else {
+        return;
+    };
+    let mut rng = Rng(0x1DDE_C0DE_5EED_0001);
+    // Per format: 64 rows of 4 blocks, each row with its own scales.
+    let mut input = Vec::new();
+    let mut expect = Vec::new();
+    for f in FORMATS {
+        let cols = 4 * f.block_size();
+        for r in 0..64 {
+            let mut data: Vec<u8> = (0..f.row_bytes(cols).expect("whole blocks"))
+                .map(|_| rng.next() as u8)
+                .collect();
+            for (i, blk) in data.chunks_exact_mut(f.block_bytes()).enumerate() {
+                let (d, m) = SCALES[(r + i) % SCALES.len()];
+                if f == WeightFormat::MXFP4 {
+                    // Every E8M0 exponent, the subnormal ones (0, 1) and the largest included.
+                    blk[0] = ((r * 4 + i) * 3 % 256) as u8;
+                } else {
+                    blocks::set_scales(f, blk, d, m);
+                }
+            }
+            let mut want = vec![0f32; cols];
+            oxinfer_kernels::dequantize_row(f, &data, &mut want).expect("CPU dequantizer");
+            let id = f.ggml_type().expect("GGML format");
+            input.extend(id.to_le_bytes());
+            input.extend((cols as u32).to_le_bytes());
+            input.extend((data.len() as u32).to_le_bytes());
+            input.extend(&data);
+            expect.push((f, r, want));
+        }
+    }
+    let got = f32s(&run(&exe, &[], &input));
+    let mut at = 0;
+    let mut checked = std::collections::BTreeMap::new();
+    for (f, r, want) in &expect {
+        let g = &got[at..at + want.len()];
+        at += want.len();
+        for (i, (a, b)) in g.iter().zip(want).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits(),
+                "{f} row {r} weight {i}: device decoder {a:e} ({:#010x}), CPU {b:e} ({:#010x})",
+                a.to_bits(),
+                b.to_bits()
+            );
+        }
+        *checked.entry(f.to_string()).or_insert(0) += want.len();
+    }
+    assert_eq!(at, got.len(), "driver wrote more values than asked");
+    println!("bit-exact: {checked:?}");
+}
+
+/// The int8 GEMVs' table lookup (four 4-bit codes -> four int8 table values by byte permutes)
+/// for every one of the 65536 code words of both tables, and the 32-weight block dots of IQ4_NL
+/// and MXFP4 on random blocks and activations, against the CPU's tables and dequantizer.
+#[test]
+fn int8_table_lookups_match_the_cpu_tables() {
+    let Some(exe) = build_driver("lut") else {
+        return;
+    };
+    let mut rng = Rng(0x7AB1_E5EE_D000_0002);
+    // The tables as the CPU dequantizer sees them: code c of a block with scale 1 (MXFP4's
+    // values are doubled, as in the kernels' table).
+    let table = |f: WeightFormat| -> [i8; 16] {
+        let mut blk = vec![0u8; f.block_bytes()];
+        blocks::set_scales(f, &mut blk, 1.0, 0.0);
+        let off = f.block_bytes() - 16;
+        for j in 0..16 {
+            blk[off + j] = j as u8;
+        }
+        let mut y = vec![0f32; 32];
+        oxinfer_kernels::dequantize_row(f, &blk, &mut y).expect("dequantize");
+        std::array::from_fn(|j| y[j] as i8)
+    };
+    let (t4, tm) = (table(WeightFormat::IQ4_NL), table(WeightFormat::MXFP4));
+    let mut input = Vec::new();
+    let mut want_dots = Vec::new();
+    for n in 0..2000 {
+        let f = if n % 2 == 0 {
+            WeightFormat::IQ4_NL
+        } else {
+            WeightFormat::MXFP4
+        };
+        let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
+        if f == WeightFormat::IQ4_NL {
+            blocks::set_scales(f, &mut blk, SCALES[n / 2 % SCALES.len()].0, 0.0);
+        } else {
+            // Exponents that keep d * 12 finite.
+            blk[0] = (rng.next() % 250) as u8;
+        }
+        let x: Vec<i8> = (0..32).map(|_| (rng.next() % 255) as i8).collect();
+        let mut w = vec![0f32; 32];
+        oxinfer_kernels::dequantize_row(f, &blk, &mut w).expect("dequantize");
+        let (tab, off) = if f == WeightFormat::IQ4_NL {
+            (&t4, 2)
+        } else {
+            (&tm, 1)
+        };
+        let q = |j: usize| (blk[off + j % 16] >> (4 * (j / 16)) & 15) as usize;
+        let dot: i32 = (0..32)
+            .map(|j| i32::from(tab[q(j)]) * i32::from(x[j]))
+            .sum();
+        // The block scale: the dequantized value of a non-zero code over its table value.
+        let d = (0..32)
+            .find(|&j| tab[q(j)] != 0)
+            .map_or(0.0, |j| w[j] / f32::from(tab[q(j)]));
+        want_dots.push((f, 1.0f32 * d * dot as f32));
+        input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+        input.extend(&blk);
+        input.extend(x.iter().map(|&v| v as u8));
+    }
+    let out = run(&exe, &["lut"], &input);
+    let words: Vec<i32> = out
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    for c in 0..65536usize {
+        let codes = [c & 15, c >> 4 & 15, c >> 8 & 15, c >> 12];
+        for (k, tab) in [&t4, &tm].into_iter().enumerate() {
+            let want = i32::from_le_bytes(codes.map(|q| tab[q] as u8));
+            let got = words[2 * c + k];
+            assert_eq!(
+                got, want,
+                "table {k}, codes {codes:?}: {got:#010x} vs {want:#010x}"
+            );
+        }
+    }
+    let dots = f32s(&out[4 * 2 * 65536..]);
+    assert_eq!(dots.len(), want_dots.len());
+    for (i, (g, (f, w))) in dots.iter().zip(&want_dots).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{f} block {i}: dot {g:e} vs {w:e}"
+        );
+    }
+}
+
+/// The int8 GEMVs' decoding of the 256-weight IQ/TQ formats (iq_group32: int8 quants, integer
+/// scale per 16 weights, float unit) against the CPU dequantizer: unit * scale * quant, computed
+/// in f64, equals the CPU's f32 weight exactly (both are exact products of the same factors: f16
+/// scale, small integer codes and quants), on random blocks with extreme scales.
+#[test]
+fn int8_group_decoders_match_the_cpu_dequantizer() {
+    let Some(exe) = build_driver("group") else {
+        return;
+    };
+    use WeightFormat::*;
+    let formats = [
+        IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0,
+    ];
+    let mut rng = Rng(0x6A0E_5EED_0000_0003);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for f in formats {
+        for n in 0..200 {
+            let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
+            let (d, m) = SCALES[n % SCALES.len()];
+            blocks::set_scales(f, &mut blk, d, m);
+            let mut w = vec![0f32; 256];
+            oxinfer_kernels::dequantize_row(f, &blk, &mut w).expect("CPU dequantizer");
+            input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+            input.extend((blk.len() as u32).to_le_bytes());
+            input.extend(&blk);
+            want.push((f, n, w));
+        }
+    }
+    let out = run(&exe, &["group"], &input);
+    let words: Vec<[u8; 4]> = out
+        .chunks_exact(4)
+        .map(|c| [c[0], c[1], c[2], c[3]])
+        .collect();
+    assert_eq!(words.len(), want.len() * 8 * 11, "driver output size");
+    for (bi, (f, n, w)) in want.iter().enumerate() {
+        for ib in 0..8 {
+            let at = (bi * 8 + ib) * 11;
+            let q: Vec<i8> = words[at..at + 8]
+                .iter()
+                .flatten()
+                .map(|&b| b as i8)
+                .collect();
+            let s = [0, 1].map(|h| i32::from_le_bytes(words[at + 8 + h]));
+            let unit = f32::from_le_bytes(words[at + 10]);
+            for j in 0..32 {
+                let dev = f64::from(unit) * f64::from(s[j / 16]) * f64::from(q[j]);
+                let cpu = f64::from(w[32 * ib + j]);
+                assert!(
+                    dev == cpu,
+                    "{f} block {n} weight {}: {unit:e} * {} * {} = {dev:e}, CPU {cpu:e}",
+                    32 * ib + j,
+                    s[j / 16],
+                    q[j]
+                );
+            }
+        }
+    }
+}
