@@ -100,12 +100,27 @@ impl ModelArgs {
 
     /// Applies `--threads`, `--profile` and the device choice (before any model is loaded).
     pub fn prepare_runtime(&self) -> Result<()> {
+        self.prepare_runtime_for(false)
+    }
+
+    /// [`Self::prepare_runtime`] for an encoder (embeddings, reranking): `auto` means the CPU.
+    /// Encoders reach a GPU backend op by op, each product's activations crossing the bus, and
+    /// all-MiniLM-L6-v2 ran 6–17× slower that way than on the host's cores (docs/embeddings.md);
+    /// `--device cuda` still asks for it.
+    pub fn prepare_encoder_runtime(&self) -> Result<()> {
+        self.prepare_runtime_for(true)
+    }
+
+    fn prepare_runtime_for(&self, encoder: bool) -> Result<()> {
         if let Some(n) = self.threads {
             anyhow::ensure!(n > 0, "--threads must be at least 1");
             oxinfer_kernels::set_num_threads(n);
         }
         oxinfer_kernels::profile::enable(self.profile);
-        let (pref, gpu_asked) = self.device_request();
+        let (mut pref, gpu_asked) = self.device_request();
+        if encoder && pref == DevicePref::Auto && !gpu_asked {
+            pref = DevicePref::Cpu;
+        }
         crate::devices::select(pref, gpu_asked || self.verbose)?;
         Ok(())
     }

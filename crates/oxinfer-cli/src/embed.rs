@@ -45,8 +45,9 @@ pub struct EmbedArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Compute device: auto (a GPU when one works, else the CPU), cpu, cuda, or wgpu (aliases
-    /// vulkan, metal).
+    /// Compute device: cpu (the default: encoders reach a GPU op by op, which is slower than
+    /// the CPU for small encoders, docs/embeddings.md), auto (a GPU when one works), cuda, or
+    /// wgpu (aliases vulkan, metal).
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Cpu)]
     pub device: oxinfer::backend::DevicePref,
     /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
@@ -181,7 +182,7 @@ pub fn serve(
     listener: std::net::TcpListener,
     config: impl FnOnce(String, usize) -> oxinfer_server::ServerConfig,
 ) -> Result<()> {
-    a.model.prepare_runtime()?;
+    a.model.prepare_encoder_runtime()?;
     if oxinfer::embed::is_reranker_model(path) {
         return crate::rerank::serve(path, listener, config);
     }
