@@ -33,7 +33,7 @@ fn matrix(format: WeightFormat) -> Vec<u8> {
         .expect("COLS fits the block size")
 }
 
-const FORMATS: [WeightFormat; 15] = [
+const FORMATS: [WeightFormat; 23] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -47,7 +47,15 @@ const FORMATS: [WeightFormat; 15] = [
     WeightFormat::Q5K,
     WeightFormat::Q6K,
     WeightFormat::IQ4_XS,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ2_S,
     WeightFormat::IQ2_XS,
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ1_M,
+    WeightFormat::IQ1_S,
+    WeightFormat::TQ2_0,
+    WeightFormat::TQ1_0,
     WeightFormat::IQ4_NL,
 ];
 
