@@ -4,6 +4,7 @@
 
 use crate::dequant::f16_at;
 use crate::dequant::iq::{self, IqBlock};
+use crate::dequant::iq_layout;
 use crate::dequant::kquants::{q3_k_scales, scale_min_k4};
 use crate::format::WeightFormat;
 
@@ -45,6 +46,17 @@ pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut
         out.sc[g] = sc;
         out.d = unit;
     }
+}
+
+/// [`iq_scales`] of super-block `b` of a 256-weight IQ/TQ `format`: the integer scales and
+/// factor the portable unpacker gives, for the SIMD unpackers (which unpack only the quants).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code) // only the x86 and NEON quant unpackers call it
+)]
+pub(super) fn iq_block_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
+    let (d, code) = iq_layout::scale_codes(format, b);
+    iq_scales(format, d, &code, out);
 }
 
 /// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
