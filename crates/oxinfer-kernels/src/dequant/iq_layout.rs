@@ -8,11 +8,13 @@ use super::iq_grids::*;
 use crate::format::WeightFormat;
 
 /// Little-endian u16 at `b[i..i + 2]`.
+#[inline(always)]
 pub(super) fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
 
 /// Little-endian u32 at `b[i..i + 4]`.
+#[inline(always)]
 pub(super) fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
@@ -44,7 +46,7 @@ pub(crate) fn scale_codes(format: WeightFormat, b: &[u8]) -> (f32, [u8; 16]) {
         ),
         IQ1_M => {
             // The f16 `d` is split over the top nibbles of the four scale words.
-            let sc = [0, 1, 2, 3].map(|k| u16_at(b, 48 + 2 * k));
+            let sc = four(|k| u16_at(b, 48 + 2 * k));
             let bits =
                 (sc[0] >> 12) | (sc[1] >> 8 & 0x00F0) | (sc[2] >> 4 & 0x0F00) | (sc[3] & 0xF000);
             let d = half::f16::from_bits(bits).to_f32();
@@ -62,9 +64,14 @@ pub(crate) fn scale_codes(format: WeightFormat, b: &[u8]) -> (f32, [u8; 16]) {
     }
 }
 
-/// The 16 codes `f(s)`, `s` in `0..16`. (The code of group `s` of 16 odd: `s / 2` of 32.)
+/// The 16 codes `f(s)`, `s` in `0..16` (formats with a code per 32 weights read `s / 2`).
+#[inline(always)]
 fn codes(f: impl Fn(usize) -> u8) -> [u8; 16] {
-    std::array::from_fn(f)
+    let mut c = [0; 16];
+    for (s, c) in c.iter_mut().enumerate() {
+        *c = f(s);
+    }
+    c
 }
 
 /// TQ1_0's digit weights: base-3 digit `p` of byte `v` is `((v · POW3[p] mod 256) · 3) >> 8`.
@@ -110,16 +117,16 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
             let off = 2 + 8 * k;
             let aux = u32_at(b, off + 4);
             GridGroup {
-                grid: [0, 1, 2, 3].map(|e| IQ2XXS_GRID[b[off + e] as usize]),
+                grid: four(|e| IQ2XXS_GRID[b[off + e] as usize]),
                 bits: ksigns(aux),
             }
         }
         IQ2_XS => {
             // 4 u16: a 9-bit grid index and a 7-bit sign-table index each.
-            let v = [0, 1, 2, 3].map(|e| u16_at(b, 2 + 2 * (4 * k + e)));
+            let v = four(|e| u16_at(b, 2 + 2 * (4 * k + e)));
             GridGroup {
-                grid: v.map(|x| IQ2XS_GRID[(x & 511) as usize]),
-                bits: signs4(v.map(|x| KSIGNS_IQ2XS[(x >> 9) as usize])),
+                grid: four(|e| IQ2XS_GRID[(v[e] & 511) as usize]),
+                bits: signs4(four(|e| KSIGNS_IQ2XS[(v[e] >> 9) as usize])),
             }
         }
         IQ2_S => {
@@ -127,7 +134,7 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
             // one byte per 8 weights.
             let qh = b[66 + k];
             GridGroup {
-                grid: [0, 1, 2, 3].map(|e| {
+                grid: four(|e| {
                     let idx = b[2 + 4 * k + e] as usize | ((qh >> (2 * e) & 3) as usize) << 8;
                     IQ2S_GRID[idx]
                 }),
@@ -139,7 +146,7 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
             // sign-table indices and the scale code (66..98).
             let qs = &b[2 + 8 * k..10 + 8 * k];
             GridGroup {
-                grid: [0, 1, 2, 3].map(|e| {
+                grid: four(|e| {
                     let g = |i: usize| u64::from(IQ3XXS_GRID[qs[i] as usize]);
                     g(2 * e) | g(2 * e + 1) << 32
                 }),
@@ -154,7 +161,7 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
                 u64::from(IQ3S_GRID[idx])
             };
             GridGroup {
-                grid: [0, 1, 2, 3].map(|e| g(2 * e) | g(2 * e + 1) << 32),
+                grid: four(|e| g(2 * e) | g(2 * e + 1) << 32),
                 bits: u32_at(b, 74 + 4 * k),
             }
         }
@@ -162,7 +169,7 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
             // 4 index bytes (2..34); qh (34..50): 4 × 3 high index bits, code, shift sign.
             let qh = u16_at(b, 34 + 2 * k);
             GridGroup {
-                grid: [0, 1, 2, 3].map(|e| {
+                grid: four(|e| {
                     let idx = b[2 + 4 * k + e] as usize | ((qh >> (3 * e) & 7) as usize) << 8;
                     IQ1S_GRID[idx]
                 }),
@@ -172,11 +179,10 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
         IQ1_M => {
             // Index bytes (0..32); qh (32..48): a nibble per 8 weights, 3 high index bits and
             // the shift sign.
-            let h = [0, 1, 2, 3].map(|e| b[32 + 2 * k + e / 2] >> (4 * (e % 2)));
+            let h = four(|e| b[32 + 2 * k + e / 2] >> (4 * (e % 2)));
             GridGroup {
-                grid: [0, 1, 2, 3]
-                    .map(|e| IQ1S_GRID[b[4 * k + e] as usize | ((h[e] & 7) as usize) << 8]),
-                bits: signs4(h.map(|x| if x & 8 != 0 { 0xFF } else { 0 })),
+                grid: four(|e| IQ1S_GRID[b[4 * k + e] as usize | ((h[e] & 7) as usize) << 8]),
+                bits: signs4(four(|e| if h[e] & 8 != 0 { 0xFF } else { 0 })),
             }
         }
         other => unreachable!("{other} is not an IQ grid format"),
@@ -184,11 +190,20 @@ pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup 
 }
 
 /// The 32 sign bits of four 7-bit sign-table indices in the low 28 bits of `aux`.
+#[inline(always)]
 fn ksigns(aux: u32) -> u32 {
-    signs4([0, 1, 2, 3].map(|l| KSIGNS_IQ2XS[(aux >> (7 * l) & 127) as usize]))
+    signs4(four(|l| KSIGNS_IQ2XS[(aux >> (7 * l) & 127) as usize]))
+}
+
+/// `[f(0), f(1), f(2), f(3)]`, written out (`array::map` and `from_fn` are not always inlined
+/// into the unpack loops).
+#[inline(always)]
+fn four<T>(f: impl Fn(usize) -> T) -> [T; 4] {
+    [f(0), f(1), f(2), f(3)]
 }
 
 /// Four sign bytes (weights `8 e .. 8 e + 8` in byte `e`) as one u32.
+#[inline(always)]
 fn signs4(s: [u8; 4]) -> u32 {
     u32::from_le_bytes(s)
 }

@@ -45,8 +45,8 @@ unsafe fn grid_quants(format: WeightFormat, b: &[u8], dst: *mut __m256i) {
         let g = grid_group(format, b, k);
         // SAFETY: avx2 is enabled; store k of 8 stays inside `dst`.
         unsafe {
-            let [g0, g1, g2, g3] = g.grid.map(|w| w as i64);
-            let mag = _mm256_set_epi64x(g3, g2, g1, g0);
+            let w = |e: usize| g.grid[e] as i64;
+            let mag = _mm256_set_epi64x(w(3), w(2), w(1), w(0));
             let neg = bits_32(g.bits);
             let q = if iq1 {
                 // 8 g: a 16-bit shift, then the bits shifted in from the byte below cleared.
