@@ -8,7 +8,7 @@
 
 use super::float::f16_at;
 use super::iq_grids::*;
-use super::iq_layout::{grid_group, is_grid, is_iq1, scale_codes, TQ1_POW3};
+use super::iq_layout::{for_each_group, is_grid, is_iq1, scale_codes, TQ1_POW3};
 use crate::format::WeightFormat;
 
 /// One 256-weight IQ/TQ super-block as integers: weight `i` is `scale(code[i / 16]) * q[i]`
@@ -79,20 +79,17 @@ pub(crate) fn decode(format: WeightFormat, b: &[u8], out: &mut IqBlock) {
     let b = &b[..format.block_bytes()];
     (out.d, out.code) = scale_codes(format, b);
     match format {
-        f if is_grid(f) => {
-            for k in 0..8 {
-                let g = grid_group(f, b, k);
-                for e in 0..4 {
-                    let (grid, signs) = (g.grid[e].to_le_bytes(), (g.bits >> (8 * e)) as u8);
-                    let q = &mut out.q[32 * k + 8 * e..];
-                    if is_iq1(f) {
-                        put_iq1(q, grid, signs != 0);
-                    } else {
-                        put_signed8(q, grid, signs);
-                    }
+        f if is_grid(f) => for_each_group(f, b, |k, g| {
+            for e in 0..4 {
+                let (grid, signs) = (g.grid[e].to_le_bytes(), (g.bits >> (8 * e)) as u8);
+                let q = &mut out.q[32 * k + 8 * e..];
+                if is_iq1(f) {
+                    put_iq1(q, grid, signs != 0);
+                } else {
+                    put_signed8(q, grid, signs);
                 }
             }
-        }
+        }),
         IQ4_XS => {
             let qs = &b[8..136];
             for ib in 0..8 {
@@ -144,6 +141,7 @@ pub(crate) fn float_scale(format: WeightFormat, d: f32, c: u8) -> f32 {
 /// Integer scale of code `c` and the float unit of the block (`d` times a power of two) so
 /// that weight = `unit * int_scale * q` — what the integer matmul kernels use. The product
 /// equals [`dequantize`]'s value up to float rounding.
+#[inline]
 pub(crate) fn int_scale(format: WeightFormat, d: f32, c: u8) -> (i16, f32) {
     use WeightFormat::*;
     let odd = 2 * i16::from(c) + 1;

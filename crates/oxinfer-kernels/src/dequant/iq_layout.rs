@@ -10,14 +10,68 @@ use crate::format::WeightFormat;
 /// Little-endian u16 at `b[i..i + 2]`.
 #[inline(always)]
 pub(super) fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[i], b[i + 1]])
+    u16::from_le_bytes(b[i..i + 2].try_into().expect("2 bytes"))
 }
 
 /// Little-endian u32 at `b[i..i + 4]`.
 #[inline(always)]
 pub(super) fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
 }
+
+/// `match format { .. }` with one arm per 256-weight IQ/TQ format, each running `body` with
+/// `f` bound to that format as a constant: code inlined into `body` then folds its own
+/// per-format matches (the readers below, the scales) instead of branching on them. Formats
+/// outside the list give `other`.
+macro_rules! per_iq_format {
+    ($format:expr, |$f:ident| $body:expr, else $other:expr) => {{
+        use $crate::format::WeightFormat as W;
+        match $format {
+            W::IQ2_XXS => {
+                let $f = W::IQ2_XXS;
+                $body
+            }
+            W::IQ2_XS => {
+                let $f = W::IQ2_XS;
+                $body
+            }
+            W::IQ2_S => {
+                let $f = W::IQ2_S;
+                $body
+            }
+            W::IQ3_XXS => {
+                let $f = W::IQ3_XXS;
+                $body
+            }
+            W::IQ3_S => {
+                let $f = W::IQ3_S;
+                $body
+            }
+            W::IQ1_S => {
+                let $f = W::IQ1_S;
+                $body
+            }
+            W::IQ1_M => {
+                let $f = W::IQ1_M;
+                $body
+            }
+            W::IQ4_XS => {
+                let $f = W::IQ4_XS;
+                $body
+            }
+            W::TQ1_0 => {
+                let $f = W::TQ1_0;
+                $body
+            }
+            W::TQ2_0 => {
+                let $f = W::TQ2_0;
+                $body
+            }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use per_iq_format;
 
 /// The block scale `d` (as f32) and the raw scale code of each group of 16 weights of a
 /// super-block `b` of a 256-weight IQ/TQ `format` (formats with one code per 32 weights repeat
@@ -25,6 +79,7 @@ pub(super) fn u32_at(b: &[u8], i: usize) -> u32 {
 ///
 /// # Panics
 /// If `format` is not such a format or `b` is shorter than its block.
+#[inline(always)]
 pub(crate) fn scale_codes(format: WeightFormat, b: &[u8]) -> (f32, [u8; 16]) {
     use WeightFormat::*;
     let nibble = |at: usize, i: usize| b[at + i / 2] >> (4 * (i % 2)) & 15;
@@ -89,7 +144,7 @@ pub(crate) struct GridGroup {
     pub bits: u32,
 }
 
-/// Whether `format` is a grid format ([`grid_group`] reads it).
+/// Whether `format` is a grid format ([`for_each_group`] reads it).
 pub(crate) fn is_grid(format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(
@@ -104,12 +159,32 @@ pub(crate) fn is_iq1(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::IQ1_S | WeightFormat::IQ1_M)
 }
 
+/// Calls `f(k, group k)` for the eight groups of super-block `b` of the grid `format`, in
+/// order. The match on `format` is taken once, outside a loop of its own per format, so each
+/// loop inlines its format's reader ([`grid_group`]) with the block length known.
+///
+/// # Panics
+/// If `format` is not a grid format ([`is_grid`]) or `b` is shorter than its block.
+#[inline(always)]
+pub(crate) fn for_each_group(format: WeightFormat, b: &[u8], mut f: impl FnMut(usize, GridGroup)) {
+    per_iq_format!(
+        format,
+        |fmt| {
+            let b = &b[..fmt.block_bytes()];
+            for k in 0..8 {
+                f(k, grid_group(fmt, b, k));
+            }
+        },
+        else unreachable!("{format} is not an IQ grid format")
+    )
+}
+
 /// Group `k` (weights `32 k .. 32 k + 32`, `k < 8`) of super-block `b` of the grid `format`.
 ///
 /// # Panics
 /// If `format` is not a grid format ([`is_grid`]) or `b` is shorter than its block.
 #[inline(always)]
-pub(crate) fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup {
+fn grid_group(format: WeightFormat, b: &[u8], k: usize) -> GridGroup {
     use WeightFormat::*;
     match format {
         IQ2_XXS => {

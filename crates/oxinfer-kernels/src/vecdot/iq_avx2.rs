@@ -8,7 +8,7 @@
 use super::avx2::{bits_32, nibbles_32, table_256};
 use super::unpack::{iq_block_scales, KBlock};
 use crate::dequant::iq_grids::KVALUES_IQ4NL;
-use crate::dequant::iq_layout::{grid_group, is_grid, is_iq1, TQ1_POW3};
+use crate::dequant::iq_layout::{for_each_group, is_grid, is_iq1, per_iq_format, TQ1_POW3};
 use crate::format::WeightFormat;
 use std::arch::x86_64::*;
 
@@ -22,15 +22,21 @@ pub unsafe fn unpack_iq(format: WeightFormat, b: &[u8], out: &mut KBlock) -> boo
     let dst = out.q.as_mut_ptr() as *mut __m256i;
     // SAFETY (all arms): avx2 is enabled; `b` is one whole super-block of `format` and
     // `out.q` holds 8 stores of 32 bytes.
-    match format {
-        f if is_grid(f) => unsafe { grid_quants(f, b, dst) },
-        WeightFormat::IQ4_XS => unsafe { iq4_xs_quants(b, dst) },
-        WeightFormat::TQ1_0 => unsafe { tq1_quants(b, dst) },
-        WeightFormat::TQ2_0 => unsafe { tq2_quants(b, dst) },
-        _ => return false,
-    }
-    iq_block_scales(format, b, out);
-    true
+    per_iq_format!(
+        format,
+        |f| {
+            match f {
+                f if is_grid(f) => unsafe { grid_quants(f, b, dst) },
+                WeightFormat::IQ4_XS => unsafe { iq4_xs_quants(b, dst) },
+                WeightFormat::TQ1_0 => unsafe { tq1_quants(b, dst) },
+                WeightFormat::TQ2_0 => unsafe { tq2_quants(b, dst) },
+                other => unreachable!("{other} is not a 256-weight IQ/TQ format"),
+            }
+            iq_block_scales(f, b, out);
+            true
+        },
+        else false
+    )
 }
 
 /// The grid formats: per group of 32, four grid words and 32 sign bits (`iq_layout`) become
@@ -41,23 +47,20 @@ pub unsafe fn unpack_iq(format: WeightFormat, b: &[u8], out: &mut KBlock) -> boo
 #[target_feature(enable = "avx2")]
 unsafe fn grid_quants(format: WeightFormat, b: &[u8], dst: *mut __m256i) {
     let iq1 = is_iq1(format);
-    for k in 0..8 {
-        let g = grid_group(format, b, k);
-        // SAFETY: avx2 is enabled; store k of 8 stays inside `dst`.
-        unsafe {
-            let w = |e: usize| g.grid[e] as i64;
-            let mag = _mm256_set_epi64x(w(3), w(2), w(1), w(0));
-            let neg = bits_32(g.bits);
-            let q = if iq1 {
-                // 8 g: a 16-bit shift, then the bits shifted in from the byte below cleared.
-                let g8 = _mm256_and_si256(_mm256_slli_epi16::<3>(mag), _mm256_set1_epi8(-8));
-                _mm256_add_epi8(g8, _mm256_or_si256(neg, _mm256_set1_epi8(1)))
-            } else {
-                _mm256_sub_epi8(_mm256_xor_si256(mag, neg), neg)
-            };
-            _mm256_storeu_si256(dst.add(k), q);
-        }
-    }
+    for_each_group(format, b, |k, g| {
+        let w = |e: usize| g.grid[e] as i64;
+        let mag = _mm256_set_epi64x(w(3), w(2), w(1), w(0));
+        let neg = bits_32(g.bits);
+        let q = if iq1 {
+            // 8 g: a 16-bit shift, then the bits shifted in from the byte below cleared.
+            let g8 = _mm256_and_si256(_mm256_slli_epi16::<3>(mag), _mm256_set1_epi8(-8));
+            _mm256_add_epi8(g8, _mm256_or_si256(neg, _mm256_set1_epi8(1)))
+        } else {
+            _mm256_sub_epi8(_mm256_xor_si256(mag, neg), neg)
+        };
+        // SAFETY: store k of 8 stays inside `dst`.
+        unsafe { _mm256_storeu_si256(dst.add(k), q) };
+    });
 }
 
 /// IQ4_XS: 32 nibbles per group through the IQ4_NL table.

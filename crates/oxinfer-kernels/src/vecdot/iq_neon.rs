@@ -7,7 +7,7 @@
 
 use super::unpack::{iq_block_scales, KBlock};
 use crate::dequant::iq_grids::KVALUES_IQ4NL;
-use crate::dequant::iq_layout::{grid_group, is_grid, is_iq1, TQ1_POW3};
+use crate::dequant::iq_layout::{for_each_group, is_grid, is_iq1, per_iq_format, TQ1_POW3};
 use crate::format::WeightFormat;
 use std::arch::aarch64::*;
 
@@ -24,15 +24,21 @@ const SIGN_BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64
 pub unsafe fn unpack_iq(format: WeightFormat, b: &[u8], out: &mut KBlock) -> bool {
     let dst = out.q.as_mut_ptr();
     // SAFETY (all arms): `b` is one whole super-block of `format`; `out.q` holds 256 bytes.
-    match format {
-        f if is_grid(f) => unsafe { grid_quants(f, b, dst) },
-        WeightFormat::IQ4_XS => unsafe { iq4_xs_quants(b, dst) },
-        WeightFormat::TQ1_0 => unsafe { tq1_quants(b, dst) },
-        WeightFormat::TQ2_0 => unsafe { tq2_quants(b, dst) },
-        _ => return false,
-    }
-    iq_block_scales(format, b, out);
-    true
+    per_iq_format!(
+        format,
+        |f| {
+            match f {
+                f if is_grid(f) => unsafe { grid_quants(f, b, dst) },
+                WeightFormat::IQ4_XS => unsafe { iq4_xs_quants(b, dst) },
+                WeightFormat::TQ1_0 => unsafe { tq1_quants(b, dst) },
+                WeightFormat::TQ2_0 => unsafe { tq2_quants(b, dst) },
+                other => unreachable!("{other} is not a 256-weight IQ/TQ format"),
+            }
+            iq_block_scales(f, b, out);
+            true
+        },
+        else false
+    )
 }
 
 /// The grid formats: per group of 32, four grid words and 32 sign bits (`iq_layout`) become
@@ -45,8 +51,7 @@ unsafe fn grid_quants(format: WeightFormat, b: &[u8], dst: *mut i8) {
     let iq1 = is_iq1(format);
     // SAFETY: a 16-byte constant.
     let bits = unsafe { vld1q_u8(SIGN_BITS.as_ptr()) };
-    for k in 0..8 {
-        let g = grid_group(format, b, k);
+    for_each_group(format, b, |k, g| {
         let s = g.bits.to_le_bytes();
         for h in 0..2 {
             // SAFETY: register arithmetic; the store writes bytes 32 k + 16 h .. + 16 of the 256
@@ -64,7 +69,7 @@ unsafe fn grid_quants(format: WeightFormat, b: &[u8], dst: *mut i8) {
                 vst1q_s8(dst.add(32 * k + 16 * h), q);
             }
         }
-    }
+    });
 }
 
 /// IQ4_XS: 32 nibbles per group through the IQ4_NL table.

@@ -38,13 +38,17 @@ impl Default for KBlock {
 
 /// Integer scales and factor of an IQ/TQ block with f16 scale `d` and scale codes `code` (one
 /// per 16 weights; no mins).
+#[inline(always)]
 pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut KBlock) {
     out.dmin = 0.0;
     out.m = [0; 16];
+    // `int_scale` is affine in the code (2c + 1, c - 32 or 1): taken at 0 and 1, the loop is
+    // one multiply-add per group (and vectorizes).
+    let (sc0, unit) = iq::int_scale(format, d, 0);
+    let step = iq::int_scale(format, d, 1).0 - sc0;
+    out.d = unit;
     for g in 0..16 {
-        let (sc, unit) = iq::int_scale(format, d, code[g]);
-        out.sc[g] = sc;
-        out.d = unit;
+        out.sc[g] = sc0 + step * i16::from(code[g]);
     }
 }
 
@@ -54,6 +58,7 @@ pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut
     not(any(target_arch = "x86_64", target_arch = "aarch64")),
     allow(dead_code) // only the x86 and NEON quant unpackers call it
 )]
+#[inline(always)]
 pub(super) fn iq_block_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
     let (d, code) = iq_layout::scale_codes(format, b);
     iq_scales(format, d, &code, out);
