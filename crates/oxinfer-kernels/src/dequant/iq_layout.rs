@@ -71,6 +71,10 @@ macro_rules! per_iq_format {
         }
     }};
 }
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_imports) // only the x86 and NEON unpackers use it outside this file
+)]
 pub(crate) use per_iq_format;
 
 /// The block scale `d` (as f32) and the raw scale code of each group of 16 weights of a
