@@ -24,49 +24,19 @@ pub(super) fn u32_at(b: &[u8], i: usize) -> u32 {
 /// per-format matches (the readers below, the scales) instead of branching on them. Formats
 /// outside the list give `other`.
 macro_rules! per_iq_format {
-    ($format:expr, |$f:ident| $body:expr, else $other:expr) => {{
+    ($format:expr, |$f:ident| $body:expr, else $other:expr) => {
+        $crate::dequant::iq_layout::per_iq_format!(
+            @arms $format, $f, $body, $other,
+            IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M IQ4_XS TQ1_0 TQ2_0
+        )
+    };
+    (@arms $format:expr, $f:ident, $body:expr, $other:expr, $($v:ident)*) => {{
         use $crate::format::WeightFormat as W;
         match $format {
-            W::IQ2_XXS => {
-                let $f = W::IQ2_XXS;
+            $(W::$v => {
+                let $f = W::$v;
                 $body
-            }
-            W::IQ2_XS => {
-                let $f = W::IQ2_XS;
-                $body
-            }
-            W::IQ2_S => {
-                let $f = W::IQ2_S;
-                $body
-            }
-            W::IQ3_XXS => {
-                let $f = W::IQ3_XXS;
-                $body
-            }
-            W::IQ3_S => {
-                let $f = W::IQ3_S;
-                $body
-            }
-            W::IQ1_S => {
-                let $f = W::IQ1_S;
-                $body
-            }
-            W::IQ1_M => {
-                let $f = W::IQ1_M;
-                $body
-            }
-            W::IQ4_XS => {
-                let $f = W::IQ4_XS;
-                $body
-            }
-            W::TQ1_0 => {
-                let $f = W::TQ1_0;
-                $body
-            }
-            W::TQ2_0 => {
-                let $f = W::TQ2_0;
-                $body
-            }
+            })*
             _ => $other,
         }
     }};
