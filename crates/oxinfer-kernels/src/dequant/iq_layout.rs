@@ -56,6 +56,9 @@ pub(crate) use per_iq_format;
 #[inline(always)]
 pub(crate) fn scale_codes(format: WeightFormat, b: &[u8]) -> (f32, [u8; 16]) {
     use WeightFormat::*;
+    // The exact block: with `format` a constant (`per_iq_format!`) its length is one too, and
+    // the reads below need no bounds checks (which kept them from vectorizing).
+    let b = &b[..format.block_bytes()];
     let nibble = |at: usize, i: usize| b[at + i / 2] >> (4 * (i % 2)) & 15;
     match format {
         IQ2_XXS => (
