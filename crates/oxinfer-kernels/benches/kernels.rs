@@ -6,6 +6,12 @@
 //!   multiply-adds × 2, so criterion's "elements/s" read as FLOP/s); `<isa>` `packed` is the
 //!   packed GEMM ([`oxinfer_kernels::packed`], eight interleaved rows) on the best ISA, for the
 //!   formats that have a packed layout (also under `matvec`);
+//! - `unpack_dot/<format>/<isa>`: the row-major decode kernel of the K-quant and IQ/TQ
+//!   formats on one thread, without the pool: every super-block of the same matrix unpacked
+//!   ([`oxinfer_kernels::vecdot::unpack_k_isa`]) and dotted with one token
+//!   ([`oxinfer_kernels::vecdot::dot_kblock`]); throughput in bytes of weights, as `matvec`
+//!   (timed in the thread's CPU time where Linux gives it, so a loaded machine disturbs it
+//!   less than `matvec`, whose region waits for a descheduled worker);
 //! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads);
 //! - `parallel_region/<pool|rayon>/<tasks>`: dispatch overhead of one parallel region of tiny
 //!   tasks on our pool ([`oxinfer_kernels::pool::parallel_for`]) and on rayon (`par_iter`), the
@@ -20,7 +26,10 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use oxinfer_kernels::attention::{attention, AttnShape};
 use oxinfer_kernels::fast::matmul_fast;
 use oxinfer_kernels::packed::{matmul_packed, packing_pays, PackedMatrix};
-use oxinfer_kernels::vecdot::available_isas;
+use oxinfer_kernels::q8::{quantize_q8k, BlockQ8K};
+use oxinfer_kernels::vecdot::{
+    act_kind, available_isas, dot_kblock, unpack_k_isa, ActKind, KBlock,
+};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::hint::black_box;
 
@@ -33,7 +42,7 @@ fn matrix(format: WeightFormat) -> Vec<u8> {
         .expect("COLS fits the block size")
 }
 
-const FORMATS: [WeightFormat; 15] = [
+const FORMATS: [WeightFormat; 23] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -47,7 +56,15 @@ const FORMATS: [WeightFormat; 15] = [
     WeightFormat::Q5K,
     WeightFormat::Q6K,
     WeightFormat::IQ4_XS,
+    WeightFormat::IQ3_S,
+    WeightFormat::IQ3_XXS,
+    WeightFormat::IQ2_S,
     WeightFormat::IQ2_XS,
+    WeightFormat::IQ2_XXS,
+    WeightFormat::IQ1_M,
+    WeightFormat::IQ1_S,
+    WeightFormat::TQ2_0,
+    WeightFormat::TQ1_0,
     WeightFormat::IQ4_NL,
 ];
 
@@ -82,6 +99,71 @@ fn bench_matmul(c: &mut Criterion) {
             }
         }
         g.finish();
+    }
+}
+
+fn bench_unpack_dot(c: &mut Criterion) {
+    let mut g = c.benchmark_group("unpack_dot");
+    g.sample_size(10);
+    let x: Vec<f32> = (0..COLS).map(|i| ((i % 97) as f32 / 48.0) - 1.0).collect();
+    let mut xq = vec![BlockQ8K::default(); COLS / 256];
+    quantize_q8k(&x, &mut xq);
+    for format in FORMATS.into_iter().filter(|f| act_kind(*f) == ActKind::Q8K) {
+        let data = matrix(format);
+        let bb = format.block_bytes();
+        g.throughput(Throughput::Bytes(data.len() as u64));
+        for isa in available_isas() {
+            g.bench_with_input(
+                BenchmarkId::new(format.to_string(), isa.name()),
+                &isa,
+                |b, &isa| {
+                    let mut kb = KBlock::default();
+                    b.iter_custom(|iters| {
+                        let t0 = CpuClock::now();
+                        for _ in 0..iters {
+                            let mut sum = 0f32;
+                            for (blk, y) in data.chunks_exact(bb).zip(xq.iter().cycle()) {
+                                unpack_k_isa(format, black_box(blk), &mut kb, isa);
+                                sum += dot_kblock(&kb, y, isa);
+                            }
+                            black_box(sum);
+                        }
+                        t0.elapsed()
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+/// The calling thread's time on a CPU (Linux: `/proc/thread-self/schedstat`, nanoseconds),
+/// else wall time: the single-thread groups then measure work, not the other processes'
+/// share of a loaded machine.
+enum CpuClock {
+    Thread(u64),
+    Wall(std::time::Instant),
+}
+
+impl CpuClock {
+    fn thread_ns() -> Option<u64> {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    }
+
+    fn now() -> Self {
+        match Self::thread_ns() {
+            Some(ns) => CpuClock::Thread(ns),
+            None => CpuClock::Wall(std::time::Instant::now()),
+        }
+    }
+
+    fn elapsed(&self) -> std::time::Duration {
+        match (self, Self::thread_ns()) {
+            (CpuClock::Thread(t0), Some(t1)) => std::time::Duration::from_nanos(t1 - t0),
+            (CpuClock::Wall(t0), _) => t0.elapsed(),
+            (CpuClock::Thread(_), None) => unreachable!("schedstat was readable a moment ago"),
+        }
     }
 }
 
@@ -149,6 +231,7 @@ fn bench_parallel_region(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_matmul,
+    bench_unpack_dot,
     bench_attention,
     bench_parallel_region
 );

@@ -8,6 +8,7 @@ mod float;
 pub(crate) mod iq;
 #[rustfmt::skip]
 pub(crate) mod iq_grids;
+pub(crate) mod iq_layout;
 pub(crate) mod kquants;
 mod legacy;
 mod split;

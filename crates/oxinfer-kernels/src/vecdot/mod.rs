@@ -358,4 +358,6 @@ mod check {
 }
 
 #[cfg(test)]
+mod iq_tests;
+#[cfg(test)]
 pub(crate) mod tests;

@@ -4,6 +4,7 @@
 
 use crate::dequant::f16_at;
 use crate::dequant::iq::{self, IqBlock};
+use crate::dequant::iq_layout;
 use crate::dequant::kquants::{q3_k_scales, scale_min_k4};
 use crate::format::WeightFormat;
 
@@ -37,14 +38,30 @@ impl Default for KBlock {
 
 /// Integer scales and factor of an IQ/TQ block with f16 scale `d` and scale codes `code` (one
 /// per 16 weights; no mins).
+#[inline(always)]
 pub(super) fn iq_scales(format: WeightFormat, d: f32, code: &[u8; 16], out: &mut KBlock) {
     out.dmin = 0.0;
     out.m = [0; 16];
+    // `int_scale` is affine in the code (2c + 1, c - 32 or 1): taken at 0 and 1, the loop is
+    // one multiply-add per group (and vectorizes).
+    let (sc0, unit) = iq::int_scale(format, d, 0);
+    let step = iq::int_scale(format, d, 1).0 - sc0;
+    out.d = unit;
     for g in 0..16 {
-        let (sc, unit) = iq::int_scale(format, d, code[g]);
-        out.sc[g] = sc;
-        out.d = unit;
+        out.sc[g] = sc0 + step * i16::from(code[g]);
     }
+}
+
+/// [`iq_scales`] of super-block `b` of a 256-weight IQ/TQ `format`: the integer scales and
+/// factor the portable unpacker gives, for the SIMD unpackers (which unpack only the quants).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code) // only the x86 and NEON quant unpackers call it
+)]
+#[inline(always)]
+pub(super) fn iq_block_scales(format: WeightFormat, b: &[u8], out: &mut KBlock) {
+    let (d, code) = iq_layout::scale_codes(format, b);
+    iq_scales(format, d, &code, out);
 }
 
 /// Scales, mins and factors of Q4_K/Q5_K/Q6_K (the quants are unpacked elsewhere).
