@@ -240,6 +240,12 @@ impl CudaBackend {
         self.lock().k.resource_report()
     }
 
+    /// `w` uploaded (for the measuring and checking entry points below), or why not.
+    fn uploaded(&self, w: &WeightMatrix) -> Result<DeviceWeight, String> {
+        self.upload(w)
+            .ok_or_else(|| format!("{} weights not taken", w.format))
+    }
+
     /// Block-quantized `w` decoded on the device by its format's whole-matrix f32 decoder (the
     /// exact path's; every kernel decodes with the same per-format code), `[rows, cols]`
     /// row-major: for checking the device decoders against the CPU dequantizer.
@@ -250,12 +256,8 @@ impl CudaBackend {
         if !w.format.is_quantized() {
             return Err(format!("{} is not a block format", w.format));
         }
-        let dev = self
-            .upload(w)
-            .ok_or_else(|| format!("{} weights not taken", w.format))?;
-        let m = dev
-            .downcast_ref::<DeviceMatrix>()
-            .ok_or("not a device matrix")?;
+        let dev = self.uploaded(w)?;
+        let m = as_matrix(&dev)?;
         let mut g = self.lock();
         g.bind()?;
         let dst = g.scratch(Slot::W16, m.rows * m.cols * 4)?;
@@ -354,12 +356,8 @@ impl CudaBackend {
         w: &WeightMatrix,
         reps: usize,
     ) -> Result<f64, String> {
-        let dev = self
-            .upload(w)
-            .ok_or_else(|| format!("{} weights not taken", w.format))?;
-        let m = dev
-            .downcast_ref::<DeviceMatrix>()
-            .ok_or("not a device matrix")?;
+        let dev = self.uploaded(w)?;
+        let m = as_matrix(&dev)?;
         if !crate::conv::supported(x, g, norm, m, g.oh * g.ow * m.rows) {
             return Err(format!("convolution {g:?} not taken"));
         }
@@ -579,4 +577,10 @@ impl Backend for CudaBackend {
         out.push_str(kernels.as_deref().unwrap_or(""));
         Some(out)
     }
+}
+
+/// The device matrix behind an uploaded weight.
+fn as_matrix(dev: &DeviceWeight) -> Result<&DeviceMatrix, String> {
+    dev.downcast_ref::<DeviceMatrix>()
+        .ok_or_else(|| "not a device matrix".to_string())
 }

@@ -6,6 +6,9 @@
 
 #[path = "common/blocks.rs"]
 mod blocks;
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 use half::{bf16, f16};
 use oxinfer::backend::{AttentionGeom, AttnShape, Backend, Job};
@@ -25,20 +28,6 @@ fn gpu(path: QuantPath) -> Option<CudaBackend> {
             eprintln!("skipped: no CUDA device ({e})");
             None
         }
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
 
@@ -75,25 +64,9 @@ fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     md / mr.max(1e-30)
 }
 
-/// The IQ / TQ / MXFP4 formats (the device's second program).
-const IQ_FORMATS: [WeightFormat; 12] = [
-    WeightFormat::IQ2_XXS,
-    WeightFormat::IQ2_XS,
-    WeightFormat::IQ3_XXS,
-    WeightFormat::IQ1_S,
-    WeightFormat::IQ4_NL,
-    WeightFormat::IQ3_S,
-    WeightFormat::IQ2_S,
-    WeightFormat::IQ4_XS,
-    WeightFormat::IQ1_M,
-    WeightFormat::TQ1_0,
-    WeightFormat::TQ2_0,
-    WeightFormat::MXFP4,
-];
-
-/// Every weight format the device takes: the legacy and K-quants, the floats, [`IQ_FORMATS`].
+/// Every weight format the device takes: the legacy and K-quants, the floats, [`WeightFormat::IQ`].
 fn formats() -> impl Iterator<Item = WeightFormat> {
-    FORMATS.into_iter().chain(IQ_FORMATS)
+    FORMATS.into_iter().chain(WeightFormat::IQ)
 }
 
 const FORMATS: [WeightFormat; 13] = [
@@ -385,7 +358,7 @@ fn dequant_matches_cpu_bit_for_bit() {
             "dequant {f:7}: {differ} of {} values differ from the CPU's bits",
             n * k
         );
-        if IQ_FORMATS.contains(&f) {
+        if WeightFormat::IQ.contains(&f) {
             assert_eq!(
                 differ, 0,
                 "{f}: device decoder differs from the CPU dequantizer"

@@ -7,6 +7,9 @@
 
 #[path = "common/blocks.rs"]
 mod blocks;
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 use oxinfer_kernels::WeightFormat;
 use std::io::Write;
@@ -178,17 +181,6 @@ int main(int argc, char** argv) {
     return 0;
 }
 "#;
-
-/// xorshift64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// Every GGML block format: the legacy and K-quants (dequant.cuh) and the 12 IQ/TQ/MXFP4 ones.
 const FORMATS: [WeightFormat; 23] = {

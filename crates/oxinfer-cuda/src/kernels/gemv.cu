@@ -492,27 +492,27 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     }
 }
 
-#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, SUFFIX)                                          \
+// An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
+// waits inside gemv_i8, after issuing its weight copies.
+#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
         float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
-        PDL_ENTER();                                                                           \
-        gemv_i8<F, T, R, STAGED>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, split,  \
-                                 accum);                                                       \
-    }
-// The staged one-row GEMV that fetches its weight rows before waiting for the previous kernel.
-#define GEMV_I8_EARLY_KERNEL(F, NAME)                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_s1e(         \
-        const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
-        PDL_LAUNCH();                                                                          \
-        gemv_i8<F, 1, 1, true, true>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t,     \
-                                     split, accum);                                            \
+        if (EARLY) {                                                                           \
+            PDL_LAUNCH();                                                                      \
+        } else {                                                                               \
+            PDL_ENTER();                                                                       \
+        }                                                                                      \
+        gemv_i8<F, T, R, STAGED, EARLY>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, \
+                                        split, accum);                                         \
     }
 #define GEMV_I8(F, NAME)                                                                       \
-    GEMV_I8_KERNEL(F, NAME, 1, 1, false, _1) GEMV_I8_KERNEL(F, NAME, 4, 1, false, _4)           \
-    GEMV_I8_KERNEL(F, NAME, 8, 1, false, _8) GEMV_I8_KERNEL(F, NAME, 1, 2, false, _r2_1)        \
-    GEMV_I8_KERNEL(F, NAME, 1, 1, true, _s1) GEMV_I8_EARLY_KERNEL(F, NAME)
+    GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
+    GEMV_I8_KERNEL(F, NAME, 4, 1, false, false, _4)                                            \
+    GEMV_I8_KERNEL(F, NAME, 8, 1, false, false, _8)                                            \
+    GEMV_I8_KERNEL(F, NAME, 1, 2, false, false, _r2_1)                                         \
+    GEMV_I8_KERNEL(F, NAME, 1, 1, true, false, _s1)                                            \
+    GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)
 
 #ifndef OXINFER_TEMPLATES_ONLY
 GEMV_I8(FMT_Q4_K, q4_k)
