@@ -1,5 +1,6 @@
 """Load generator for OpenAI-compatible servers: C concurrent clients, each sending R streamed
-chat requests one after another (loopback only, bounded count and time). Prints aggregate
+chat requests one after another (loopback only, bounded count and time), after --warmup
+requests (default 1) that are not counted. Prints aggregate
 generated tokens/s and time-to-first-token p50/p99 per concurrency level, as a markdown table.
 
     python tools/bench/serve_bench.py --url http://127.0.0.1:8080 --clients 1,4,16 \
@@ -112,7 +113,12 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--budget", type=float, default=300, help="seconds per level at most")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="requests sent one after another before measuring (not counted): a "
+                         "server's first request may pay one-time costs (GPU graph capture)")
     a = ap.parse_args()
+    for i in range(a.warmup):
+        one_request(a.url, a.model, PROMPTS[i % len(PROMPTS)], a.max_tokens, time.time() + a.budget)
     print(f"| server | clients | requests | generated tokens | aggregate tok/s | TTFT p50 (s) | TTFT p99 (s) | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for c in [int(x) for x in a.clients.split(",")]:
