@@ -1,0 +1,61 @@
+"""Embedding speed on a CUDA machine: texts/s for 1,000 texts (16-128 tokens, embed_bench.py's
+texts) with a random-weight BertModel of a sentence-transformers model's config and tokenizer
+(all-MiniLM-L6-v2's in docs/embeddings.md, whose weights were too large to carry to the GPU
+host): `oxinfer embed --device cuda` and `--device cpu` (whole processes) against transformers on
+the GPU (BertModel + mean pooling + L2 norm, fp32 and fp16, model loaded before timing), batch 32,
+with the worst cosine of oxinfer's CUDA vectors against transformers fp32.
+
+    python tools/bench/embed_gpu_bench.py MODEL_DIR_WITHOUT_WEIGHTS path/to/oxinfer
+
+MODEL_DIR: config.json, tokenizer files, modules.json, 1_Pooling/ (no weights needed: random
+ones are written to a copy in /tmp/minilm). Needs torch with CUDA and transformers."""
+import os, subprocess, sys, time
+import numpy as np, torch
+sys.path.insert(0, "tools/bench")
+from embed_bench import make_texts
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+src, ox = sys.argv[1], sys.argv[2]
+d = "/tmp/minilm"
+subprocess.run(["cp", "-r", src, d], check=True)
+torch.manual_seed(0)
+m = BertModel(BertConfig.from_pretrained(d), add_pooling_layer=False)
+m.save_pretrained(d, safe_serialization=True)
+tok = AutoTokenizer.from_pretrained(d)
+texts = make_texts(tok, 1000)
+with open("/tmp/texts.txt", "w") as f:
+    f.write("\n".join(texts) + "\n")
+lens = [len(tok(t)["input_ids"]) for t in texts]
+print(f"{len(texts)} texts, {min(lens)}-{max(lens)} tokens (mean {np.mean(lens):.1f}), batch 32")
+
+def torch_encode(model, dtype):
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(texts), 32):
+            b = tok(texts[i:i + 32], padding=True, truncation=True, return_tensors="pt").to("cuda")
+            h = model(**b).last_hidden_state.float()
+            mask = b["attention_mask"].unsqueeze(-1).float()
+            v = (h * mask).sum(1) / mask.sum(1)
+            out.append(torch.nn.functional.normalize(v, dim=-1).cpu())
+    torch.cuda.synchronize()
+    return torch.cat(out).numpy()
+
+for dtype in (torch.float32, torch.float16):
+    model = BertModel.from_pretrained(d, add_pooling_layer=False, torch_dtype=dtype).cuda().eval()
+    torch_encode(model, dtype)  # warm-up
+    for r in range(2):
+        t0 = time.perf_counter(); ref = torch_encode(model, dtype); s = time.perf_counter() - t0
+        print(f"transformers cuda {str(dtype)[6:]}: {len(texts)/s:.0f} texts/s ({s:.3f} s)")
+    if dtype == torch.float32:
+        ref32 = ref
+for r in range(3):
+    t0 = time.perf_counter()
+    subprocess.run([ox, "embed", "-m", d, "-f", "/tmp/texts.txt", "-o", "/tmp/ox.npy", "--device", "cuda", "--batch", "32"], check=True, stderr=subprocess.DEVNULL)
+    s = time.perf_counter() - t0
+    v = np.load("/tmp/ox.npy")
+    cos = (v * ref32).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref32, axis=1)
+    print(f"oxinfer embed --device cuda (whole process, load included): {len(texts)/s:.0f} texts/s ({s:.3f} s), worst cosine vs transformers fp32 {cos.min():.7f}")
+t0 = time.perf_counter()
+subprocess.run([ox, "embed", "-m", d, "-f", "/tmp/texts.txt", "-o", "/tmp/oxc.npy", "--device", "cpu", "--batch", "32"], check=True, stderr=subprocess.DEVNULL)
+s = time.perf_counter() - t0
+print(f"oxinfer embed --device cpu (16 host cores): {len(texts)/s:.0f} texts/s ({s:.3f} s)")
