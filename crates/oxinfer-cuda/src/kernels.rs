@@ -127,19 +127,8 @@ pub(crate) struct Kernels {
     /// The kernels that wait for the previous grid in their first instruction (`PDL_ENTER`),
     /// by function handle: only these may be launched as programmatic dependents.
     pub dependents: HashSet<usize>,
-    gemm: Vec<(WeightFormat, sys::CUfunction)>,
-    dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
-    dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
-    /// Quantized GEMV for one activation row, per format.
-    gemv1: Vec<(WeightFormat, sys::CUfunction)>,
-    /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
-    gemv8: Vec<(WeightFormat, sys::CUfunction)>,
-    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`],
-    /// one activation row with two output rows per warp.
-    gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
-    /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
-    /// for the previous kernel first, and fetching the weights before waiting.
-    gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    /// The per-format kernels of every program (the main one, then the IQ ones).
+    formats: FormatKernels,
     /// Split decode attention for heads of at most 128 (twice the keys per step).
     pub attention_split_h128: sys::CUfunction,
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
@@ -294,9 +283,15 @@ struct FormatKernels {
     gemm: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f16: Vec<(WeightFormat, sys::CUfunction)>,
     dequant_f32: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Quantized GEMV for one activation row, per format.
     gemv1: Vec<(WeightFormat, sys::CUfunction)>,
+    /// Quantized GEMV for up to [`GEMV_MAX_ROWS`] activation rows, per format.
     gemv8: Vec<(WeightFormat, sys::CUfunction)>,
+    /// GEMVs on int8 activations (dp4a) per format: one row, up to 4, up to [`GEMV_MAX_ROWS`],
+    /// one activation row with two output rows per warp.
     gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
+    /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
+    /// for the previous kernel first, and fetching the weights before waiting.
     gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
 }
 
@@ -419,21 +414,10 @@ impl Kernels {
             }
         };
         let conv_igemm_bf16 = load_smem(&module, &names, "conv_igemm_bf16", GEMM_SMEM as usize)?;
-        let FormatKernels {
-            gemm,
-            dequant_f16,
-            dequant_f32,
-            gemv1,
-            gemv8,
-            gemv_i8,
-            gemv_i8_staged,
-        } = formats;
         let k = Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
-            gemv_i8,
-            gemv_i8_staged,
             attention_split_h128: get("attention_split_f32_h128")?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,
@@ -457,11 +441,7 @@ impl Kernels {
             conv_stats_layer: get("conv_stats_layer")?,
             conv_igemm_f32: get("conv_igemm_f32")?,
             conv_igemm_bf16,
-            gemm,
-            dequant_f16,
-            dequant_f32,
-            gemv1,
-            gemv8,
+            formats,
             names: HashMap::new(),
             dependents: HashSet::new(),
             _module: module.clone(),
@@ -482,19 +462,19 @@ impl Kernels {
 
     /// Whether the device has kernels for block format `f` (the IQ program may be missing).
     pub fn handles(&self, f: WeightFormat) -> bool {
-        for_format(&self.gemv1, f).is_some()
+        for_format(&self.formats.gemv1, f).is_some()
     }
 
     /// The in-tile dequantizing GEMM for `f`.
     pub fn gemm(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        for_format(&self.gemm, f)
+        for_format(&self.formats.gemm, f)
     }
 
     /// The quantized GEMV for `f` taking `t` activation rows (1 or up to [`GEMV_MAX_ROWS`]).
     pub fn gemv(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
         match t {
-            1 => for_format(&self.gemv1, f),
-            2..=GEMV_MAX_ROWS => for_format(&self.gemv8, f),
+            1 => for_format(&self.formats.gemv1, f),
+            2..=GEMV_MAX_ROWS => for_format(&self.formats.gemv8, f),
             _ => None,
         }
     }
@@ -502,7 +482,7 @@ impl Kernels {
     /// The int8-activation GEMV for `f` taking `t` activation rows (1, up to 4, or up to
     /// [`GEMV_MAX_ROWS`]).
     pub fn gemv_i8(&self, f: WeightFormat, t: usize) -> Option<sys::CUfunction> {
-        let k = self.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
+        let k = self.formats.gemv_i8.iter().find(|(g, _)| *g == f)?.1;
         match t {
             1 => Some(k[0]),
             2..=4 => Some(k[1]),
@@ -513,25 +493,25 @@ impl Kernels {
 
     /// The int8-activation GEMV for `f` on one activation row with two output rows per warp.
     pub fn gemv_i8_pair(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        Some(self.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
+        Some(self.formats.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
     }
 
     /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory;
     /// with `early`, the variant that issues its weight copies before waiting for the previous
     /// kernel (programmatic dependent launch).
     pub fn gemv_i8_staged(&self, f: WeightFormat, early: bool) -> Option<sys::CUfunction> {
-        let k = self.gemv_i8_staged.iter().find(|(g, _)| *g == f)?.1;
+        let k = self.formats.gemv_i8_staged.iter().find(|(g, _)| *g == f)?.1;
         Some(k[usize::from(early)])
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
     pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        for_format(&self.dequant_f16, f)
+        for_format(&self.formats.dequant_f16, f)
     }
 
     /// The whole-matrix dequantizer to f32 for `f` (exact-product path).
     pub fn dequant_f32(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        for_format(&self.dequant_f32, f)
+        for_format(&self.formats.dequant_f32, f)
     }
 
     /// Registers and local (spill) bytes per thread of each GEMM kernel, one line each.
@@ -543,7 +523,7 @@ impl Kernels {
             v
         };
         let mut out = String::new();
-        for (fmt, f) in &self.gemm {
+        for (fmt, f) in &self.formats.gemm {
             out.push_str(&format!(
                 "gemm {fmt}: {} registers, {} local bytes\n",
                 attr(*f, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS),

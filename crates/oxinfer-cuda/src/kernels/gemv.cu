@@ -90,6 +90,17 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return r;
 }
 
+// The int8 dot product of 16 packed weights q[0..4] with 16 activations x.
+__device__ __forceinline__ int dot16(const int* q, int4 x) {
+    return dp4a(q[0], x.x, dp4a(q[1], x.y, dp4a(q[2], x.z, dp4a(q[3], x.w, 0))));
+}
+
+// The sum of 16 packed int8 activations x.
+__device__ __forceinline__ int sum16(int4 x) {
+    const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+    return dot16(ones, x);
+}
+
 // The 6-bit scales and mins of sub-blocks 2c and 2c + 1 (c = 0..3) of a Q4_K / Q5_K super-block
 // from its 12 scale bytes held as three words (llama.cpp's byte-parallel unpacking): the four
 // low sub-blocks' values are the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the four
@@ -222,7 +233,7 @@ __device__ __forceinline__ void q4k16_i8_rows(const u8* __restrict__ w0, long ro
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
                 int4 x = *(const int4*)(xq + (long)r * cols + k0);
-                int dot = dp4a(qv[0], x.x, dp4a(qv[1], x.y, dp4a(qv[2], x.z, dp4a(qv[3], x.w, 0))));
+                int dot = dot16(qv, x);
                 int sm = h == 0 ? xs[(long)r * (cols >> 5) + b * 8 + j] : 0;
                 acc[r] += xd[(long)r * nb + b] * (ds * (float)dot - dm_ * (float)sm);
             }
@@ -267,9 +278,7 @@ __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long ro
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
                 int4 x = *(const int4*)(xq + (long)r * cols + k0);
-                int dot = dp4a(q6[0], x.x, dp4a(q6[1], x.y, dp4a(q6[2], x.z, dp4a(q6[3], x.w, 0))));
-                int sx = dp4a(0x01010101, x.x, dp4a(0x01010101, x.y,
-                              dp4a(0x01010101, x.z, dp4a(0x01010101, x.w, 0))));
+                int dot = dot16(q6, x), sx = sum16(x);
                 acc[r] += xd[(long)r * nb + b] * (s * (float)(dot - 32 * sx));
             }
         }
