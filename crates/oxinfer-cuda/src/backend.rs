@@ -186,7 +186,7 @@ impl CudaBackend {
             g.upload(pp, &pos)?;
             ops::attention_split(&g, qp, kp, vp, op, part, pp, a, splits, None)?;
         } else {
-            ops::attention(&g, qp, kp, vp, op, a)?;
+            ops::attention(&g, qp, kp, vp, op, a, self.path != QuantPath::Exact)?;
         }
         g.download(out, op)?;
         drop(g);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 14] = [
+const FILES: [(&str, &str); 15] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
@@ -20,6 +20,10 @@ const FILES: [(&str, &str); 14] = [
     ("gemv.cu", include_str!("kernels/gemv.cu")),
     ("act_quant.cu", include_str!("kernels/act_quant.cu")),
     ("attention.cu", include_str!("kernels/attention.cu")),
+    (
+        "flash_attention.cu",
+        include_str!("kernels/flash_attention.cu"),
+    ),
     ("stack.cu", include_str!("kernels/stack.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
     ("iq_grids.cuh", include_str!("kernels/iq_grids.cuh")),
@@ -30,11 +34,12 @@ const FILES: [(&str, &str); 14] = [
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
-pub const KERNEL_UNITS: [&str; 6] = [
+pub const KERNEL_UNITS: [&str; 7] = [
     "gemm.cu",
     "gemv.cu",
     "act_quant.cu",
     "attention.cu",
+    "flash_attention.cu",
     "stack.cu",
     "conv.cu",
 ];
@@ -113,6 +118,21 @@ pub(crate) const GEMM_BK: usize = 64;
 /// rows padded by 8 (`2 * (BM + BN) * (BK + 8) * 2` bytes).
 pub(crate) const GEMM_SMEM: u32 = 2 * (GEMM_TILE.0 + GEMM_TILE.1) * (GEMM_BK as u32 + 8) * 2;
 
+/// Head sizes of the tensor-core prompt attention (`flash_attention_h{64,128,256}`, in the
+/// order of `Kernels::flash_attention`); other sizes use `attention_f32`.
+pub(crate) const FLASH_ATTENTION_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Query rows per block of the tensor-core prompt attention (`FA_BQ` in flash_attention.cu).
+pub(crate) const FLASH_ATTENTION_ROWS: usize = 64;
+
+/// Dynamic shared memory of `flash_attention_h{head_dim}`: the f16 query tile and one key and
+/// one value tile, rows padded by 8 (`(FA_BQ + 2 BKV) (head_dim + 8) 2` bytes, with 64 keys
+/// per tile up to heads of 128 and 32 above).
+pub(crate) fn flash_attention_smem(head_dim: usize) -> usize {
+    let keys = if head_dim > 128 { 32 } else { 64 };
+    (FLASH_ATTENTION_ROWS + 2 * keys) * (head_dim + 8) * 2
+}
+
 /// Output tile of the f32 implicit-GEMM convolution (pixels × output channels), as compiled
 /// (`CBM`/`CBN` in conv.cu).
 pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
@@ -136,6 +156,8 @@ pub(crate) struct Kernels {
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     pub attention: sys::CUfunction,
+    /// Prompt attention on the tensor cores per head size ([`FLASH_ATTENTION_HEAD_DIMS`]).
+    pub flash_attention: [sys::CUfunction; 3],
     /// Decode attention over slices of the keys (flash-decoding), and the merge of the slices.
     pub attention_split: sys::CUfunction,
     pub attention_combine: sys::CUfunction,
@@ -418,6 +440,26 @@ impl Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
             attention: get("attention_f32")?,
+            flash_attention: [
+                load_smem(
+                    &module,
+                    &names,
+                    "flash_attention_h64",
+                    flash_attention_smem(64),
+                )?,
+                load_smem(
+                    &module,
+                    &names,
+                    "flash_attention_h128",
+                    flash_attention_smem(128),
+                )?,
+                load_smem(
+                    &module,
+                    &names,
+                    "flash_attention_h256",
+                    flash_attention_smem(256),
+                )?,
+            ],
             attention_split_h128: get("attention_split_f32_h128")?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: get("attention_split_f32")?,

@@ -4,7 +4,10 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kernels::{CONV_TILE, GEMM_SMEM, GEMM_TILE};
+use crate::kernels::{
+    flash_attention_smem, CONV_TILE, FLASH_ATTENTION_HEAD_DIMS, FLASH_ATTENTION_ROWS, GEMM_SMEM,
+    GEMM_TILE,
+};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
@@ -34,7 +37,9 @@ fn launch_1d(g: &Gpu, f: CUfunction, n: usize, params: &mut [*mut c_void]) -> Re
 }
 
 /// Fused attention: `q`/`out` `[t, n_heads * head_dim]`, `k`/`v` `[pos0 + t, n_kv_heads *
-/// head_dim]`.
+/// head_dim]`. With `tensor_cores`, heads of 64, 128 or 256 run on the tensor cores
+/// (`flash_attention_h*`: f16-rounded inputs, f32 sums) unless `OXINFER_CUDA_FLASH_ATTENTION=0`;
+/// otherwise, and for other head sizes, in f32 (`attention_f32`).
 pub(crate) fn attention(
     g: &Gpu,
     q: CUdeviceptr,
@@ -42,33 +47,58 @@ pub(crate) fn attention(
     v: CUdeviceptr,
     out: CUdeviceptr,
     a: &AttentionGeom,
+    tensor_cores: bool,
 ) -> Result<(), String> {
     let sh = &a.shape;
-    let warps = sh.n_heads * a.t.div_ceil(4);
-    let blocks = (warps * 32).div_ceil(128) as u32;
     let [t, pos0, h, kvh, hd] =
         [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
-    g.launch(
-        g.k.attention,
-        (blocks, 1, 1),
-        (128, 1, 1),
-        &mut [
-            arg(&q),
-            arg(&k),
-            arg(&v),
-            arg(&out),
-            arg(&t),
-            arg(&pos0),
-            arg(&h),
-            arg(&kvh),
-            arg(&hd),
-            arg(&sh.scale),
-            arg(&window),
-            arg(&softcap),
-        ],
-    )
+    let mut params = [
+        arg(&q),
+        arg(&k),
+        arg(&v),
+        arg(&out),
+        arg(&t),
+        arg(&pos0),
+        arg(&h),
+        arg(&kvh),
+        arg(&hd),
+        arg(&sh.scale),
+        arg(&window),
+        arg(&softcap),
+    ];
+    let flash = FLASH_ATTENTION_HEAD_DIMS
+        .iter()
+        .position(|&d| d == sh.head_dim)
+        .filter(|_| tensor_cores && flash_attention_enabled());
+    if let Some(i) = flash {
+        // The head size is in the kernel's name, not among its arguments.
+        params.copy_within(9.., 8);
+        let grid = (
+            a.t.div_ceil(FLASH_ATTENTION_ROWS) as u32,
+            sh.n_heads as u32,
+            1,
+        );
+        let smem = flash_attention_smem(sh.head_dim) as u32;
+        return g.launch_smem(
+            g.k.flash_attention[i],
+            grid,
+            (128, 1, 1),
+            smem,
+            &mut params[..11],
+        );
+    }
+    let warps = sh.n_heads * a.t.div_ceil(4);
+    let blocks = (warps * 32).div_ceil(128) as u32;
+    g.launch(g.k.attention, (blocks, 1, 1), (128, 1, 1), &mut params)
+}
+
+/// Whether the tensor-core prompt attention is on (`OXINFER_CUDA_FLASH_ATTENTION`, default on;
+/// `0` runs every prompt's attention in f32).
+fn flash_attention_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_FLASH_ATTENTION").as_deref() != Ok("0"))
 }
 
 /// Most query rows the split (flash-decoding) attention takes; more use [`attention`].

@@ -533,7 +533,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                 let rp = at(rpos, row);
                 ops::attention_split(g, q, kb, vb, out, b.part, rp, &a, splits, quant)?;
             } else {
-                ops::attention(g, q, kb, vb, out, &a)?;
+                ops::attention(g, q, kb, vb, out, &a, path != QuantPath::Exact)?;
             }
         }
         let res = if fold_residual && lp.post_attn_norm.is_none() {

@@ -398,9 +398,18 @@ fn matmul_guards_f16_overflow() {
     }
 }
 
+/// Attention against the CPU's: f32 on the exact path (`attention_f32` for prompts, the split
+/// kernel for decode rows), and prompts on the tensor cores (`flash_attention_h*`, f16-rounded
+/// inputs) on the fast paths.
 #[test]
 fn attention_matches_cpu() {
-    let Some(b) = gpu(QuantPath::Mma) else { return };
+    for (path, bound) in [(QuantPath::Exact, 1e-4), (QuantPath::Mma, 3e-3)] {
+        let Some(b) = gpu(path) else { return };
+        attention_case(&b, bound);
+    }
+}
+
+fn attention_case(b: &CudaBackend, bound: f64) {
     let mut rng = Rng(0xA77E_0000_0000_0042);
     // (t, pos0, heads, kv heads, head dim, window, softcap)
     let cases = [
@@ -410,6 +419,10 @@ fn attention_matches_cpu() {
         (64, 100, 9, 3, 64, Some(40), None),
         (50, 0, 4, 1, 256, Some(16), Some(50.0)),
         (130, 0, 28, 4, 128, None, None),
+        // Several query and key tiles, windows across tile edges, pos0 off the tile grid.
+        (300, 700, 8, 2, 128, Some(256), None),
+        (200, 37, 4, 2, 256, None, Some(30.0)),
+        (129, 0, 6, 6, 96, Some(100), None),
         // Decode-sized (the split flash-decoding kernel) at long contexts.
         (1, 16383, 28, 4, 128, None, None),
         (4, 4092, 8, 1, 256, Some(1024), Some(50.0)),
@@ -438,7 +451,7 @@ fn attention_matches_cpu() {
         let cpu = oxinfer::nn::attention::attention_cpu(&q, &k, &v, &g);
         let e = rel_err(&out, &cpu);
         println!("attention {g:?}: {e:.2e}");
-        assert!(e < 1e-4, "{g:?}: error {e}");
+        assert!(e < bound, "{g:?}: error {e} (bound {bound:.0e})");
     }
 }
 

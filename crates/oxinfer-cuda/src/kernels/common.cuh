@@ -54,6 +54,13 @@ __device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
     return r;
 }
 
+// Two floats -> packed f16x2 (lo in the low half), round to nearest.
+__device__ __forceinline__ u32 pack_h2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 __device__ __forceinline__ u16 ld16(const u8* p) {
     return (u16)p[0] | ((u16)p[1] << 8);
 }

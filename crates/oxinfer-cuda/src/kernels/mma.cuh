@@ -38,6 +38,21 @@ __device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
+// The same with each 8 x 8 matrix transposed: a lane gets two values of one column (rows
+// 2 (lane % 4) and + 1 at column lane / 4), the B fragment of a row-major [k][n] tile.
+__device__ __forceinline__ void ldsm4_t(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// mma.sync m16n8k16 with f16 inputs and f32 accumulation (c += a . b).
+__device__ __forceinline__ void mma_f16(float* c, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // Stores this thread's W_PER_THREAD segments (16 values each, packed bf16 pairs in p) of a
 // BM-row tile into shared memory s (rows padded to LDS).
 __device__ __forceinline__ void store_w(u16* s, const u32* p) {
