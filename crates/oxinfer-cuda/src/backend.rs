@@ -180,11 +180,23 @@ impl CudaBackend {
         g.upload(vp, v)?;
         if a.t <= ops::SPLIT_ATTN_MAX_ROWS {
             let splits = ops::attention_splits(a);
-            let part = g.scratch(Slot::AttPart, ops::attention_part_len(a, splits) * 4)?;
-            let pos: Vec<i32> = (a.pos0..a.n_keys()).map(|p| p as i32).collect();
-            let pp = g.scratch(Slot::Pos, pos.len() * 4)?;
-            g.upload(pp, &pos)?;
-            ops::attention_split(&g, qp, kp, vp, op, part, pp, a, splits, None)?;
+            let part_len = ops::attention_part_len(a.t, &a.shape, splits);
+            let part = g.scratch(Slot::AttPart, part_len * 4)?;
+            // Each row's position, each row's sequence (0), then the one sequence's key and
+            // value addresses (u64 each, 8-byte aligned).
+            let mut rows: Vec<u32> = (a.pos0..a.n_keys()).map(|p| p as u32).collect();
+            rows.resize(2 * a.t, 0);
+            let table_at = rows.len() * 4;
+            for p in [kp, vp] {
+                rows.extend([p as u32, (p >> 32) as u32]);
+            }
+            let pp = g.scratch(Slot::Pos, rows.len() * 4)?;
+            g.upload(pp, &rows)?;
+            let kv = ops::KvRows {
+                table: pp + table_at as u64,
+                rseq: pp + (a.t * 4) as u64,
+            };
+            ops::attention_split(&g, qp, kv, op, part, pp, a, splits, None)?;
         } else {
             ops::attention(&g, qp, kp, vp, op, a, self.path != QuantPath::Exact)?;
         }

@@ -10,7 +10,7 @@ use crate::kernels::{
 };
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
-use oxinfer::backend::{AttentionGeom, ConvGeom, GateAct};
+use oxinfer::backend::{AttentionGeom, AttnShape, ConvGeom, GateAct};
 use oxinfer_kernels::WeightFormat;
 use std::ffi::c_void;
 
@@ -109,12 +109,18 @@ pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
 /// is rounded up to a power of two first, so consecutive decode steps share the count (and a
 /// captured step's launch stays valid) until the cache length crosses the next power of two.
 pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
-    let keys = match a.shape.window {
-        Some(w) => w.min(a.n_keys()),
-        None => a.n_keys(),
+    split_count(a.t, a.n_keys(), &a.shape)
+}
+
+/// [`attention_splits`] for `rows` query rows (of one sequence or several) of which the longest
+/// sees `keys` positions.
+pub(crate) fn split_count(rows: usize, keys: usize, shape: &AttnShape) -> usize {
+    let keys = match shape.window {
+        Some(w) => w.min(keys),
+        None => keys,
     }
     .next_power_of_two();
-    let warps = (a.t * a.shape.n_heads).max(1);
+    let warps = (rows * shape.n_heads).max(1);
     (2048 / warps)
         .clamp(1, 128)
         .min(keys.div_ceil(split_attention_keys()).max(1))
@@ -134,9 +140,10 @@ fn split_attention_keys() -> usize {
     })
 }
 
-/// f32 values of the partials buffer the split attention needs for `a` with `splits` slices.
-pub(crate) fn attention_part_len(a: &AttentionGeom, splits: usize) -> usize {
-    a.t * a.shape.n_heads * splits * (a.shape.head_dim + 2)
+/// f32 values of the partials buffer the split attention needs for `rows` query rows of
+/// heads `shape` with `splits` slices.
+pub(crate) fn attention_part_len(rows: usize, shape: &AttnShape, splits: usize) -> usize {
+    rows * shape.n_heads * splits * (shape.head_dim + 2)
 }
 
 /// Whether [`attention_split`] can quantize its output to int8 blocks of `block` for rows of
@@ -151,18 +158,18 @@ pub(crate) fn split_attention_quantizes(n_heads: usize, head_dim: usize, block: 
         && (n_heads * head_dim).is_multiple_of(span)
 }
 
-/// Decode attention split over the keys ([`attention_splits`] slices, partials in `part` of
-/// [`attention_part_len`] f32): same layouts and result as [`attention`], for at most
-/// [`SPLIT_ATTN_MAX_ROWS`] query rows, whose positions (`a.pos0 ..`, as i32) the kernel reads
-/// at `rpos` on the device (`a.pos0` itself is not passed: a captured step stays valid). With
+/// Decode attention split over the keys (`splits` slices, partials in `part` of
+/// [`attention_part_len`] f32): the result of [`attention`] for `a.t` query rows, each of a
+/// sequence of at most [`SPLIT_ATTN_MAX_ROWS`] new rows, whose caches (`kv`) and positions (as
+/// i32 at `rpos`) the kernel reads on the device (`a.pos0` is not used: a captured step stays
+/// valid). With
 /// `quant`, the merge also quantizes `out` to int8 blocks there (`n_heads · head_dim` a
 /// multiple of the block; the pointers at this call's first row), as [`quant_act_i8`] would.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_split(
     g: &Gpu,
     q: CUdeviceptr,
-    k: CUdeviceptr,
-    v: CUdeviceptr,
+    kv: KvRows,
     out: CUdeviceptr,
     part: CUdeviceptr,
     rpos: CUdeviceptr,
@@ -187,8 +194,8 @@ pub(crate) fn attention_split(
         (128, 1, 1),
         &mut [
             arg(&q),
-            arg(&k),
-            arg(&v),
+            arg(&kv.table),
+            arg(&kv.rseq),
             arg(&part),
             arg(&t),
             arg(&rpos),
@@ -466,14 +473,33 @@ pub(crate) struct QkvPost {
     pub sin: CUdeviceptr,
     pub half: usize,
     pub interleaved: bool,
-    /// Row 0 of this layer's keys and values in the sequence's cache.
-    pub k_cache: CUdeviceptr,
-    pub v_cache: CUdeviceptr,
+    /// This layer's cache of each row's sequence (the table and `rseq` from row 0 of the pass).
+    pub kv: KvRows,
+    /// Each row's position (i32, from row 0 of the pass).
     pub pos: CUdeviceptr,
     pub eps: f32,
 }
 
-/// Rows `row0 .. row0 + n` (one sequence) after the q/k/v projections: biases, QK-norm and
+/// Where the keys and values of each query row are, read by the kernels on the device: `table`
+/// holds per sequence the device addresses of row 0 of its keys and of its values in one
+/// layer's cache (two u64 each), `rseq` each row's sequence index (i32 per row).
+#[derive(Clone, Copy)]
+pub(crate) struct KvRows {
+    pub table: CUdeviceptr,
+    pub rseq: CUdeviceptr,
+}
+
+impl KvRows {
+    /// The same table seen from row `row` on (`rseq` advanced by `row` entries).
+    pub fn at_row(self, row: usize) -> Self {
+        KvRows {
+            rseq: self.rseq + (row * 4) as CUdeviceptr,
+            ..self
+        }
+    }
+}
+
+/// Rows `row0 .. row0 + n` (of one sequence or several) after the q/k/v projections: biases, QK-norm and
 /// RoPE as the CPU does them (bias, per-head RMSNorm in f64, then the rotation), the queries in place in `q`
 /// (`[t, n_heads * hd]`), the keys and values of `kn` / `vn` (`[t, n_kv_heads * hd]`) into the
 /// cache rows at each row's position, in one kernel.
@@ -497,8 +523,8 @@ pub(crate) fn qkv_post(
         arg(&q),
         arg(&kn),
         arg(&vn),
-        arg(&p.k_cache),
-        arg(&p.v_cache),
+        arg(&p.kv.table),
+        arg(&p.kv.rseq),
         arg(&qb),
         arg(&kb),
         arg(&vb),

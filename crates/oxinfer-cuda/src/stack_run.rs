@@ -113,6 +113,22 @@ fn tail(p: [&[f32]; 2], skip: usize) -> [&[f32]; 2] {
 /// Per layer, the device addresses of one sequence's keys and values (row 0).
 type LayerBases = Vec<(CUdeviceptr, CUdeviceptr)>;
 
+/// The caches' table the kernels read (`ops::KvRows`): per layer, per sequence, the addresses
+/// of row 0 of its keys and of its values as u64, in the per-pass f32 values' bits.
+fn kv_table(bases: &[LayerBases]) -> Vec<f32> {
+    let layers = bases.first().map_or(0, Vec::len);
+    let mut table = Vec::with_capacity(layers * bases.len() * 4);
+    for li in 0..layers {
+        for seq in bases {
+            let (k, v) = seq[li];
+            for p in [k, v] {
+                table.extend([f32::from_bits(p as u32), f32::from_bits((p >> 32) as u32)]);
+            }
+        }
+    }
+    table
+}
+
 /// Gives every sequence's cache a device mirror with room for its new rows, queues the upload
 /// of the rows only its host holds (written by CPU passes since the last device pass) into
 /// `parts`, and returns each sequence's layer bases. The host rows of a sliding layer that
@@ -226,6 +242,14 @@ pub(crate) fn run(
         }
     }
     let pos_o = per_pass.push(&bits(&mut row_pos.into_iter()));
+    // Each row's sequence, and per layer and sequence the addresses of row 0 of its keys and
+    // values (two u64, filled in once the mirrors are ready).
+    let mut row_seq = vec![0usize; t];
+    for (si, s) in seqs.iter().enumerate() {
+        row_seq[s.row..s.row + s.len].fill(si);
+    }
+    let seq_o = per_pass.push(&bits(&mut row_seq.into_iter()));
+    let kv_o = per_pass.push(&vec![0.0; d.n_layers() * seqs.len() * 4]);
     let targets_o = match &out {
         Out::Scores { targets, .. } => {
             Some(per_pass.push(&bits(&mut targets.iter().map(|&t| t as usize))))
@@ -239,16 +263,27 @@ pub(crate) fn run(
         .chain([head.rows * head.cols])
         .max()
         .unwrap_or(0);
-    // Partials of the split decode attention: the most any sequence of the pass needs.
-    let part_len = seqs
+    // Partials of the split decode attention: for all rows at once when every sequence's rows
+    // go through it, else the most any one sequence needs.
+    let max_keys = seqs
         .iter()
-        .filter(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS)
-        .map(|s| {
-            let a = geom(d, s.len, s.cache.len(), None);
-            ops::attention_part_len(&a, ops::attention_splits(&a))
-        })
+        .map(|s| s.cache.len() + s.len)
         .max()
         .unwrap_or(0);
+    let all_split = seqs.iter().all(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS);
+    let shape = geom(d, t, 0, None).shape;
+    let part_len = if all_split {
+        ops::attention_part_len(t, &shape, ops::split_count(t, max_keys, &shape))
+    } else {
+        seqs.iter()
+            .filter(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS)
+            .map(|s| {
+                let a = geom(d, s.len, s.cache.len(), None);
+                ops::attention_part_len(s.len, &shape, ops::attention_splits(&a))
+            })
+            .max()
+            .unwrap_or(0)
+    };
 
     g.bind()?;
     let timing = Timing::start(g)?;
@@ -282,9 +317,11 @@ pub(crate) fn run(
         ..bufs
     };
     let bases = {
-        let mut parts: Vec<(CUdeviceptr, &[f32])> =
-            vec![(bufs.x, i.x), (bufs.per_pass, &per_pass.0)];
+        let mut parts: Vec<(CUdeviceptr, &[f32])> = vec![(bufs.x, i.x)];
         let bases = prepare_mirrors(g, gpu, d, seqs, &mut parts)?;
+        let table = kv_table(&bases);
+        per_pass.0[kv_o..kv_o + table.len()].copy_from_slice(&table);
+        parts.push((bufs.per_pass, &per_pass.0));
         parts.retain(|(_, p)| !p.is_empty());
         g.upload_many(&parts)?;
         bases
@@ -298,6 +335,10 @@ pub(crate) fn run(
         rope_o: &rope_o,
         idx_o,
         pos_o,
+        seq_o,
+        kv_o,
+        max_keys,
+        all_split,
         bases: &bases,
         pos0: &pos0,
         t,
@@ -403,6 +444,15 @@ struct Pass<'p, 'a> {
     rope_o: &'p [(usize, usize)],
     idx_o: usize,
     pos_o: usize,
+    /// Offsets in the per-pass values of each row's sequence index and of the caches' table
+    /// (`ops::KvRows`, `[layers][sequences]` pairs of u64).
+    seq_o: usize,
+    kv_o: usize,
+    /// The most positions any sequence's rows see.
+    max_keys: usize,
+    /// Whether every sequence's attention runs in the split kernel (at most
+    /// `ops::SPLIT_ATTN_MAX_ROWS` rows each), all rows in one launch per layer.
+    all_split: bool,
     bases: &'p [LayerBases],
     pos0: &'p [usize],
     t: usize,
@@ -468,7 +518,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     let mut pending: Option<CUdeviceptr> = None;
     let fold_residual = residual_in_gemv();
     // Every sequence's attention is the split kernel, whose merge can quantize its output.
-    let all_split = rows.iter().all(|&(_, len)| len <= ops::SPLIT_ATTN_MAX_ROWS);
+    let all_split = p.all_split;
     for (li, (l, m)) in d.layers.iter().zip(p.mats).enumerate() {
         let lp = &p.lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
@@ -493,47 +543,54 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             }
             _ => None,
         };
-        for (si, &(row, len)) in rows.iter().enumerate() {
-            let (kb, vb) = p.bases[si][li];
-            let post = ops::QkvPost {
-                q_bias: opt_p(lp.q_bias),
-                k_bias: opt_p(lp.k_bias),
-                v_bias: opt_p(lp.v_bias),
-                q_norm: opt_p(lp.q_norm),
-                k_norm: opt_p(lp.k_norm),
-                cos: at(b.per_pass, cos_o),
-                sin: at(b.per_pass, sin_o),
-                half: rope_dim / 2,
-                interleaved,
-                k_cache: kb,
-                v_cache: vb,
-                pos: rpos,
-                eps: d.eps,
-            };
-            let a = geom(d, len, p.pos0[si], l.spec.window);
-            let a = AttentionGeom {
-                shape: AttnShape {
-                    scale: l.spec.scale,
-                    ..a.shape
-                },
-                ..a
-            };
-            let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
-            let splits = ops::attention_splits(&a);
-            // This sequence's rows of the quantized input (1 byte per value).
-            let quant = o_quant.map(|o| ops::Int8Out {
-                q: o.q + (row * q_row) as u64,
-                d: at(o.d, row * q_row / o.block),
-                s: at(o.s, row * q_row / 32),
-                ..o
-            });
-            let heads = (d.n_heads, d.n_kv_heads, hd);
-            ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, row, len, heads)?;
-            if len <= ops::SPLIT_ATTN_MAX_ROWS {
-                let rp = at(rpos, row);
-                ops::attention_split(g, q, kb, vb, out, b.part, rp, &a, splits, quant)?;
-            } else {
-                ops::attention(g, q, kb, vb, out, &a, path != QuantPath::Exact)?;
+        // This layer's cache of every row's sequence, read by the kernels on the device.
+        let kv = ops::KvRows {
+            table: at(b.per_pass, p.kv_o + li * p.bases.len() * 4),
+            rseq: at(b.per_pass, p.seq_o),
+        };
+        let post = ops::QkvPost {
+            q_bias: opt_p(lp.q_bias),
+            k_bias: opt_p(lp.k_bias),
+            v_bias: opt_p(lp.v_bias),
+            q_norm: opt_p(lp.q_norm),
+            k_norm: opt_p(lp.k_norm),
+            cos: at(b.per_pass, cos_o),
+            sin: at(b.per_pass, sin_o),
+            half: rope_dim / 2,
+            interleaved,
+            kv,
+            pos: rpos,
+            eps: d.eps,
+        };
+        let heads = (d.n_heads, d.n_kv_heads, hd);
+        // Every row of every sequence in one kernel.
+        ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, 0, t, heads)?;
+        let shape = AttnShape {
+            scale: l.spec.scale,
+            ..geom(d, t, 0, l.spec.window).shape
+        };
+        if all_split {
+            // Batched decode (or one sequence's few rows): every row in one split attention,
+            // each row reading its own sequence's cache.
+            let a = AttentionGeom { t, pos0: 0, shape };
+            let splits = ops::split_count(t, p.max_keys, &shape);
+            ops::attention_split(g, b.q, kv, b.att, b.part, rpos, &a, splits, o_quant)?;
+        } else {
+            for (si, &(row, len)) in rows.iter().enumerate() {
+                let a = AttentionGeom {
+                    t: len,
+                    pos0: p.pos0[si],
+                    shape,
+                };
+                let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
+                if len <= ops::SPLIT_ATTN_MAX_ROWS {
+                    let (rp, kv) = (at(rpos, row), kv.at_row(row));
+                    let splits = ops::attention_splits(&a);
+                    ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
+                } else {
+                    let (kb, vb) = p.bases[si][li];
+                    ops::attention(g, q, kb, vb, out, &a, path != QuantPath::Exact)?;
+                }
             }
         }
         let res = if fold_residual && lp.post_attn_norm.is_none() {

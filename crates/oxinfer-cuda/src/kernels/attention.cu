@@ -161,18 +161,20 @@ __device__ __forceinline__ void slice_keys(int first, int n, int s, int S, int& 
     j1 = min(first + n, j0 + chunk);
 }
 
-// Decode attention split over the keys (flash-decoding), for a few query rows over a long
-// cache: warp (row r, head h, split s) runs the online softmax over slice s of the S slices of
-// the keys row r sees and writes its unnormalized output, running max and sum to
-// part[((r * H + h) * S + s) * (hd + 2)] (output, then m, then l); attention_combine_f32 merges
-// the S partials of each (row, head). Same q/k/v layouts as attention_f32, but row r's position
-// is read from the device (rpos[r]), so a captured decode step stays valid as it advances; the
-// slices are S equal parts of however many keys the row sees. ME: values per lane (hd ≤ 32 ME);
-// KC: keys per step (softmax_keys).
+// Decode attention split over the keys (flash-decoding), for query rows that each see a long
+// cache, of one sequence or of many (batched decode): warp (row r, head h, split s) runs the
+// online softmax over slice s of the S slices of the keys row r sees and writes its
+// unnormalized output, running max and sum to part[((r * H + h) * S + s) * (hd + 2)] (output,
+// then m, then l); attention_combine_f32 merges the S partials of each (row, head). q as
+// attention_f32's; row r's keys and values are the cache of its sequence (row 0 of the keys at
+// kv[2 rseq[r]], of the values at kv[2 rseq[r] + 1], [*, KVH * hd] each) and its position is
+// rpos[r], all read on the device, so a captured decode step stays valid as it advances; the
+// slices are S equal parts of however many keys the row sees. ME: values per lane
+// (hd ≤ 32 ME); KC: keys per step (softmax_keys).
 template <int ME, int KC>
 __device__ __forceinline__ void attention_split(const float* __restrict__ q,
-                                                const float* __restrict__ k,
-                                                const float* __restrict__ v,
+                                                const unsigned long long* __restrict__ kv,
+                                                const int* __restrict__ rseq,
                                                 float* __restrict__ part, int t,
                                                 const int* __restrict__ rpos, int H, int KVH,
                                                 int hd, float scale, int window, float softcap,
@@ -197,18 +199,21 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
         qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
     }
     float m = __int_as_float(0xff800000), l = 0.f;
+    const float* k = (const float*)kv[2 * rseq[r]];
+    const float* v = (const float*)kv[2 * rseq[r] + 1];
     softmax_keys<ME, KC>(k, v, kv_row, kvh, hd, j0, j1, qv, scale, softcap, m, l, acc);
     store_partial<ME>(part, gw, hd, acc, m, l);
 }
 
 #define ATTENTION_SPLIT_KERNEL(NAME, ME, KC)                                                  \
-    extern "C" __global__ void NAME(const float* __restrict__ q, const float* __restrict__ k,  \
-                                    const float* __restrict__ v, float* __restrict__ part,     \
-                                    int t, const int* __restrict__ rpos, int H, int KVH,       \
-                                    int hd, float scale, int window, float softcap, int S) {   \
+    extern "C" __global__ void NAME(                                                          \
+        const float* __restrict__ q, const unsigned long long* __restrict__ kv,               \
+        const int* __restrict__ rseq, float* __restrict__ part, int t,                        \
+        const int* __restrict__ rpos, int H, int KVH, int hd, float scale, int window,        \
+        float softcap, int S) {                                                               \
         PDL_ENTER();                                                                          \
-        attention_split<ME, KC>(q, k, v, part, t, rpos, H, KVH, hd, scale, window, softcap,   \
-                                S);                                                           \
+        attention_split<ME, KC>(q, kv, rseq, part, t, rpos, H, KVH, hd, scale, window,        \
+                                softcap, S);                                                  \
     }
 // Any head size up to 256; and heads up to 128 (a quarter of the registers per key, so twice
 // the keys per step: half the dependent rounds).

@@ -269,16 +269,18 @@ __device__ __forceinline__ void head_post(const float* __restrict__ src,
     __syncwarp();
 }
 
-// The new rows of one sequence after the q/k/v projections, in one kernel: per (row, head) of
-// the queries, keys and values, head_post (bias, the per-head RMSNorm of queries and keys, RoPE
-// per-row tables cs / sn [*, half]); queries stay in q, keys and values go to the sequence's
-// cache rows kc / vc at the row's position pos[row] (read on the device, so a captured decode
-// step stays valid as the positions advance). Rows row0 .. row0 + n of q [*, H * hd],
+// The new rows after the q/k/v projections, in one kernel: per (row, head) of the queries,
+// keys and values, head_post (bias, the per-head RMSNorm of queries and keys, RoPE per-row
+// tables cs / sn [*, half]); queries stay in q, keys and values go to the cache of the row's
+// sequence (row 0 of its keys at kv[2 rseq[row]], of its values at kv[2 rseq[row] + 1]) at the
+// row's position pos[row] (both read on the device, so a captured decode step stays valid as
+// the positions advance and the caches move). Rows row0 .. row0 + n of q [*, H * hd],
 // kn / vn [*, KVH * hd], cs / sn [*, half], pos; any of qb, kb, vb, qn, kw may be 0 (absent).
 // One warp per (row, head), heads ordered q, k, v.
 #define QKV_WARPS 4
 extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
-    float* q, const float* __restrict__ kn, const float* __restrict__ vn, float* kc, float* vc,
+    float* q, const float* __restrict__ kn, const float* __restrict__ vn,
+    const unsigned long long* __restrict__ kv, const int* __restrict__ rseq,
     const float* __restrict__ qb, const float* __restrict__ kb, const float* __restrict__ vb,
     const float* __restrict__ qn, const float* __restrict__ kw, const float* __restrict__ cs,
     const float* __restrict__ sn, const int* __restrict__ pos, int row0, int n, int H, int KVH,
@@ -303,14 +305,14 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     } else if (h < H + KVH) {
         int kh = h - H;
         src = kn + (long)row * kv_row + kh * hd;
-        dst = kc + (long)pos[row] * kv_row + kh * hd;
+        dst = (float*)kv[2 * rseq[row]] + (long)pos[row] * kv_row + kh * hd;
         bias = kb ? kb + kh * hd : 0;
         gain = kw;
         rotate = true;
     } else {
         int vh = h - H - KVH;
         src = vn + (long)row * kv_row + vh * hd;
-        dst = vc + (long)pos[row] * kv_row + vh * hd;
+        dst = (float*)kv[2 * rseq[row] + 1] + (long)pos[row] * kv_row + vh * hd;
         bias = vb ? vb + vh * hd : 0;
         gain = 0;
         rotate = false;
