@@ -370,3 +370,32 @@ fn stop_strings_eos_grammar_and_logprobs_on_smollm2() {
     let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     assert!(doc["name"].is_string() && doc["age"].is_i64(), "{doc}");
 }
+
+/// Greedy sequences without log-probabilities run passes that return only each row's argmax
+/// (`forward_batch_argmax`); asking for log-probabilities brings the whole rows back. Both give
+/// the same tokens, batched, with prompts long enough to be prefilled in pieces.
+#[test]
+fn argmax_passes_match_whole_logit_rows() {
+    let model = tiny();
+    let vocab = model.config().vocab_size;
+    let run = |logprobs: Option<usize>| {
+        let mut batch = BatchGenerator::new(model.lm(), None, &BatchConfig::new(3, 512));
+        let mut done: Vec<Option<Finished>> = vec![None; 3];
+        for (i, n) in [7usize, 200, 33].into_iter().enumerate() {
+            let mut r = request(
+                prompt(20 + i as u64, n, vocab),
+                14,
+                SamplingParams::greedy(),
+            );
+            r.opts.logprobs = logprobs;
+            batch.admit(r, i).expect("admit");
+        }
+        run_all(&mut batch, &mut done);
+        done.into_iter()
+            .map(|f| f.expect("finished").tokens)
+            .collect::<Vec<_>>()
+    };
+    let (argmax, whole) = (run(None), run(Some(1)));
+    assert!(argmax.iter().all(|t| t.len() == 14));
+    assert_eq!(argmax, whole);
+}

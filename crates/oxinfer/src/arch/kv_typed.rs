@@ -45,6 +45,10 @@ impl CausalLm for KvTyped {
         self.inner.forward_batch(batch)
     }
 
+    fn forward_batch_argmax(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<u32>> {
+        self.inner.forward_batch_argmax(batch)
+    }
+
     fn forward_scores(
         &self,
         tokens: &[u32],

@@ -50,6 +50,15 @@ pub trait CausalLm: Send + Sync {
         run_plan(&self.plan(), batch)
     }
 
+    /// Runs every sequence of `batch` (each with `all_logits` off) as
+    /// [`forward_batch`](Self::forward_batch) does and returns, per sequence, the index of the
+    /// largest logit of its last position (the first on ties, as greedy sampling picks):
+    /// reduced on the device when the backend can ([`run_plan_argmax`]), so the `vocab`-wide
+    /// rows need not come back.
+    fn forward_batch_argmax(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<u32>> {
+        run_plan_argmax(&self.plan(), batch)
+    }
+
     /// Runs every sequence of `batch` as [`forward_batch`](Self::forward_batch) does but returns
     /// the final-normed hidden state of every new position instead of logits, stacked:
     /// `[Σ tokens, hidden]` ([`run_plan_hidden`]; on the CPU).
@@ -110,6 +119,35 @@ pub fn run_plan(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>
         }
     }
     plan::cpu::forward(plan, &ids, x, &mut seqs)
+}
+
+/// Runs `plan` over `batch` as [`run_plan`] does and returns per sequence the argmax of its
+/// last logit row ([`CausalLm::forward_batch_argmax`]): on the installed backend, reduced there
+/// when it can ([`crate::backend::Backend::run_plan_scored`]), else from the logits on the host.
+///
+/// # Errors
+/// A sequence asks for every position's logits, or the pass failed.
+pub fn run_plan_argmax(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<u32>> {
+    if batch.iter().any(|s| s.all_logits) {
+        return Err(crate::error::Error::Request(
+            "an argmax pass returns one row per sequence; a sequence asked for all logits".into(),
+        ));
+    }
+    let (ids, x, mut seqs) = embed_batch(plan, batch)?;
+    if let Some(b) = crate::backend::active() {
+        // The scored pass computes each row's argmax; the targets' log-probabilities are unused.
+        let targets = vec![0; seqs.len()];
+        let scored = crate::backend::plan_run::run_scored(b, plan, &ids, &x, &mut seqs, &targets);
+        if let Some(r) = scored {
+            return r.map(|rows| rows.iter().map(|s| s.argmax).collect());
+        }
+    }
+    let vocab = plan.head.matrix().rows;
+    let logits = plan::cpu::forward(plan, &ids, x, &mut seqs)?;
+    Ok(logits
+        .iter()
+        .map(|l| crate::engine::sampler::argmax(&l[l.len() - vocab..]))
+        .collect())
 }
 
 /// Runs `plan` over one sequence (`tokens` appended to `cache`) and scores every new position

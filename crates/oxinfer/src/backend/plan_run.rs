@@ -62,7 +62,7 @@ pub fn run(
     Some(counts.map(|counts| split_logits(logits, vocab, &counts)))
 }
 
-/// [`run`] for one sequence whose every logit row is scored against a target token
+/// [`run`] with every logit row (of one sequence or several) scored against a target token
 /// (`targets[i]` for the `i`-th logit row): on the device when `b` implements
 /// [`Backend::run_plan_scored`], else from [`Backend::run_plan`]'s logits on the host
 /// ([`RowScore::from_logits`]). `None` when `b` declines the plan.

@@ -58,6 +58,14 @@ pub struct Finished {
 }
 
 /// What a sequence made of one pass's logits.
+/// What a pass returned for one sequence.
+pub(super) enum PassOut {
+    /// Its logit rows, `[n, vocab]` (the last position only unless it asked for all).
+    Logits(Vec<f32>),
+    /// Only the argmax of its last row ([`Sequence::argmax_is_enough`]).
+    Argmax(u32),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Accepted {
     /// Tokens sampled.
@@ -208,6 +216,17 @@ impl<'m> Sequence<'m> {
         }
     }
 
+    /// Whether the next pass may return just the argmax of this sequence's last logit row
+    /// ([`PassOut::Argmax`]): plain greedy sampling, no grammar, no log-probabilities, no draft
+    /// to verify and no prompt logits kept — the token [`Self::accept`] would pick from the
+    /// whole row is then that index.
+    pub(super) fn argmax_is_enough(&self) -> bool {
+        self.sampler.is_plain_greedy()
+            && self.constraint.is_none()
+            && self.opts.logprobs.is_none()
+            && !self.wants_all_logits()
+    }
+
     /// How speculation is asked for.
     pub(super) fn speculation(&self) -> Speculation {
         self.opts.speculation
@@ -259,12 +278,16 @@ impl<'m> Sequence<'m> {
     pub(super) fn accept(
         &mut self,
         n: usize,
-        logits: Vec<f32>,
+        out: PassOut,
         vocab: usize,
         cache_len: usize,
         capacity: usize,
         emit: &mut dyn FnMut(SeqEvent) -> bool,
     ) -> Accepted {
+        let logits = match out {
+            PassOut::Logits(logits) => logits,
+            PassOut::Argmax(id) => return self.accept_argmax(n, id, cache_len, capacity, emit),
+        };
         if self.pos >= self.prompt.len() {
             return self.accept_decode(n, logits, vocab, cache_len, capacity, emit);
         }
@@ -296,12 +319,51 @@ impl<'m> Sequence<'m> {
         Accepted { sampled: 1, ..ran }
     }
 
+    /// [`Self::accept`] for a pass that returned only the argmax `id` of the last row (asked
+    /// for when [`Self::argmax_is_enough`]): the prompt advances by `n`, and once it is done
+    /// (or while decoding) `id` is the sampled token.
+    fn accept_argmax(
+        &mut self,
+        n: usize,
+        id: u32,
+        cache_len: usize,
+        capacity: usize,
+        emit: &mut dyn FnMut(SeqEvent) -> bool,
+    ) -> Accepted {
+        let prefilling = self.pos < self.prompt.len();
+        if prefilling {
+            self.pos += n;
+            if self.pos < self.prompt.len() {
+                return Accepted {
+                    sampled: 0,
+                    kept: n,
+                };
+            }
+            self.timings.prompt_time = self.started.elapsed();
+            self.decode_started = Some(Instant::now());
+            if self.opts.max_tokens == 0 {
+                self.finish(StopReason::MaxTokens, emit);
+                return Accepted {
+                    sampled: 0,
+                    kept: n,
+                };
+            }
+        }
+        if let Some(reason) = self.take(id, None, cache_len, capacity, emit) {
+            self.finish(reason, emit);
+        }
+        Accepted {
+            sampled: 1,
+            kept: n,
+        }
+    }
+
     /// [`Self::accept`] for a decoding step that ran the last sampled token and a draft of
     /// `n − 1` tokens (`logits`: one row per token).
     fn accept_decode(
         &mut self,
         n: usize,
-        logits: Vec<f32>,
+        mut logits: Vec<f32>,
         vocab: usize,
         cache_len: usize,
         capacity: usize,
@@ -311,10 +373,9 @@ impl<'m> Sequence<'m> {
         let draft = self.pending.split_off(1);
         self.timings.draft.drafted += draft.len();
         let mut kept = n;
-        for (i, row) in logits.chunks_exact(vocab).take(n).enumerate() {
-            let mut row = row.to_vec();
+        for (i, row) in logits.chunks_exact_mut(vocab).take(n).enumerate() {
             let guess = draft.get(i).copied();
-            let (stop, hit) = self.sample(&mut row, guess, before + i + 1, capacity, emit);
+            let (stop, hit) = self.sample(row, guess, before + i + 1, capacity, emit);
             self.timings.draft.accepted += usize::from(hit);
             if let Some(reason) = stop {
                 self.finish(reason, emit);
@@ -350,16 +411,28 @@ impl<'m> Sequence<'m> {
         // The penalties are already in the logits.
         let (id, hit) = match draft {
             Some(d) => self.sampler.verify_draft(logits, d),
-            None => (self.sampler.sample(logits, &[]), false),
+            None => (self.sampler.sample_penalized(logits), false),
         };
         let logprob = logprob.map(|(lse, top)| TokenLogprob {
             logprob: logits[id as usize] - lse,
             top,
         });
+        (self.take(id, logprob, cache_len, capacity, emit), hit)
+    }
+
+    /// Makes `id` the sampled token: into the history, next to run, and streamed; says whether
+    /// generation ends.
+    fn take(
+        &mut self,
+        id: u32,
+        logprob: Option<TokenLogprob>,
+        cache_len: usize,
+        capacity: usize,
+        emit: &mut dyn FnMut(SeqEvent) -> bool,
+    ) -> Option<StopReason> {
         self.history.push(id);
         self.pending[0] = id;
-        let stop = self.stream_token(id, logprob, cache_len, capacity, emit);
-        (stop, hit)
+        self.stream_token(id, logprob, cache_len, capacity, emit)
     }
 
     /// Advances the grammar past the sampled token `id`, streams it, and says whether

@@ -2,7 +2,7 @@
 //! prefilling ones share a budget of prompt tokens, all together in one
 //! [`CausalLm::forward_batch`]; then each sequence takes its logits.
 
-use super::sequence::{SeqEvent, Sequence};
+use super::sequence::{PassOut, SeqEvent, Sequence};
 use crate::arch::{CausalLm, SeqBatch};
 use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::engine::speculative::lookup::lookup_draft;
@@ -70,6 +70,8 @@ pub(super) fn run_step(
         make_draft(drafter, lane).map_err(|e| (e, vec![i]))?;
     }
     let plan = plan(lanes, budget);
+    // When every sequence samples the argmax of its last row, only those indices come back.
+    let argmax = plan.iter().all(|&(i, _)| lanes[i].seq.argmax_is_enough());
     let mut batch: Vec<SeqBatch<'_>> = Vec::with_capacity(plan.len());
     let mut next = plan.iter().peekable();
     for (i, lane) in lanes.iter_mut().enumerate() {
@@ -84,7 +86,13 @@ pub(super) fn run_step(
             });
         }
     }
-    let result = lm.forward_batch(&mut batch);
+    let result = if argmax {
+        lm.forward_batch_argmax(&mut batch)
+            .map(|ids| ids.into_iter().map(PassOut::Argmax).collect::<Vec<_>>())
+    } else {
+        lm.forward_batch(&mut batch)
+            .map(|l| l.into_iter().map(PassOut::Logits).collect())
+    };
     drop(batch);
     let ran: Vec<usize> = plan.iter().map(|&(i, _)| i).collect();
     let logits = result.map_err(|e| (e, ran.clone()))?;
