@@ -145,6 +145,14 @@ fn staged_early() -> bool {
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_EARLY").is_ok_and(|v| v == "0"))
 }
 
+/// Whether the IQ4_XS / IQ4_NL int8 GEMVs are session 10's kernels (a byte load per scale
+/// byte, a table lookup per four codes) instead of today's (`OXINFER_CUDA_IQ4_GEMV=old`, for
+/// A/B on the device; both give the same integer sums and the same results). Read once.
+pub(crate) fn iq4_gemv_old() -> bool {
+    static OLD: OnceLock<bool> = OnceLock::new();
+    *OLD.get_or_init(|| std::env::var("OXINFER_CUDA_IQ4_GEMV").is_ok_and(|v| v == "old"))
+}
+
 /// Warps that share one output row of `w`'s int8 GEMV for a grid of `rows` output rows on a
 /// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than

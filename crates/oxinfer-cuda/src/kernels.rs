@@ -104,6 +104,22 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
 /// for IQ4_NL and MXFP4, 256 for the others, as the CPU quantizes them).
 pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 12] = IQ_FORMATS;
 
+/// The IQ4 formats whose int8 GEMVs also exist in their session-10 decoding (kernels named
+/// `gemv_{name}_v0_i8_*`, for A/B on the device: `OXINFER_CUDA_IQ4_GEMV=old`).
+pub(crate) const IQ4_V0_FORMATS: [WeightFormat; 2] = [WeightFormat::IQ4_NL, WeightFormat::IQ4_XS];
+
+/// The kernel-name suffix of each [`IQ_INT8_GEMV_FORMATS`] entry: with `old`, the IQ4 formats'
+/// session-10 kernels ([`IQ4_V0_FORMATS`]).
+fn iq_int8_kernel_names(old: bool) -> Vec<(WeightFormat, String)> {
+    IQ_INT8_GEMV_FORMATS
+        .iter()
+        .map(|&(f, n)| {
+            let v0 = old && IQ4_V0_FORMATS.contains(&f);
+            (f, if v0 { format!("{n}_v0") } else { n.to_string() })
+        })
+        .collect()
+}
+
 /// Warps per block of the GEMV kernels (`GEMV_WARPS` in gemv.cu): the f32 GEMV gives each warp
 /// an output row; the int8 GEMV either does too or splits one output row over them.
 pub(crate) const GEMV_WARPS: usize = 4;
@@ -413,12 +429,10 @@ impl Kernels {
         let iq_kernels = iq.and_then(|programs| {
             let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
             let mut k = FormatKernels::load(&m0, &names, &IQ_FORMATS, &[])?;
-            k.extend(FormatKernels::load(
-                &m1,
-                &names,
-                &[],
-                &IQ_INT8_GEMV_FORMATS,
-            )?);
+            let int8 = iq_int8_kernel_names(crate::gemv::iq4_gemv_old());
+            let int8: Vec<(WeightFormat, &str)> =
+                int8.iter().map(|(f, n)| (*f, n.as_str())).collect();
+            k.extend(FormatKernels::load(&m1, &names, &[], &int8)?);
             Ok((vec![m0, m1], [w0, w1], k))
         });
         let iq_modules = match iq_kernels {
@@ -658,10 +672,22 @@ mod tests {
                 assert!(iq_src.contains(&format!(".entry {k}(")), "{k} missing");
             }
         }
-        for (_, n) in IQ_INT8_GEMV_FORMATS {
-            let k = format!("gemv_{n}_i8_1");
-            assert!(iq_waiting.contains(&k), "{k} does not wait");
+        for old in [false, true] {
+            for (_, n) in iq_int8_kernel_names(old) {
+                // Every variant waits (the early-fetch one after its weight copies).
+                for s in ["1", "4", "8", "r2_1", "s1", "s1e"] {
+                    let k = format!("gemv_{n}_i8_{s}");
+                    assert!(iq_waiting.contains(&k), "{k} does not wait");
+                }
+            }
         }
+        assert_eq!(
+            iq_int8_kernel_names(true)
+                .iter()
+                .filter(|(_, n)| n.ends_with("_v0"))
+                .count(),
+            IQ4_V0_FORMATS.len()
+        );
         // The IQ program holds none of the main program's kernels.
         assert!(
             !iq_src.contains(".entry gemm_q4_k("),

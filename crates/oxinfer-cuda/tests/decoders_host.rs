@@ -45,6 +45,8 @@ typedef unsigned int u32;
 struct uint2 { u32 x, y; };
 struct uint4 { u32 x, y, z, w; };
 struct int4 { int x, y, z, w; };
+struct int2 { int x, y; };
+inline int2 make_int2(int a, int b) { return int2{a, b}; }
 struct float4 { float x, y, z, w; };
 struct idx3 { unsigned x, y, z; };
 static idx3 blockIdx, blockDim, threadIdx;
@@ -85,6 +87,18 @@ inline u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
 inline int dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(i8)(a >> (8 * i)) * (int)(i8)(b >> (8 * i));
     return c;
+}
+// PTX prmt.b32, default mode: byte n = byte (s >> 4n) & 7 of {b, a}, its sign replicated when
+// bit 4n + 3 of s is set.
+inline u32 prmt(u32 a, u32 b, u32 s) {
+    unsigned long long v = (unsigned long long)a | ((unsigned long long)b << 32);
+    u32 r = 0;
+    for (int n = 0; n < 4; n++) {
+        u32 sel = (s >> (4 * n)) & 15, byte = (u32)(v >> (8 * (sel & 7))) & 0xff;
+        if (sel & 8) byte = (byte & 0x80) ? 0xff : 0;
+        r |= byte << (8 * n);
+    }
+    return r;
 }
 inline int ld32_a2(const u8* p) { return (int)((u32)ld16(p) | ((u32)ld16(p + 2) << 16)); }
 template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
@@ -136,7 +150,7 @@ static bool group(u32 id, const u8* blk) {
 #define GROUPS(F) case F: groups<F>(blk); return true;
     GROUPS(FMT_IQ2_XXS) GROUPS(FMT_IQ2_XS) GROUPS(FMT_IQ3_XXS) GROUPS(FMT_IQ1_S)
     GROUPS(FMT_IQ3_S) GROUPS(FMT_IQ2_S) GROUPS(FMT_IQ4_XS) GROUPS(FMT_IQ1_M) GROUPS(FMT_TQ1_0)
-    GROUPS(FMT_TQ2_0)
+    GROUPS(FMT_TQ2_0) GROUPS(FMT_IQ4_XS_V0)
     default: return false;
     }
 }
@@ -158,14 +172,26 @@ int main(int argc, char** argv) {
             std::fwrite(&a, 4, 1, stdout);
             std::fwrite(&b, 4, 1, stdout);
         }
+        // lut16_x8: every 16-bit pattern in both halves of a word.
+        for (u32 c = 0; c < 65536; c++) {
+            u32 q = c | ((c * 40503u + 7919u) & 0xffffu) << 16;
+            int2 v[2] = {IQ4NL_X8(q), MXFP4_X8(q)};
+            std::fwrite(&q, 4, 1, stdout);
+            std::fwrite(v, 4, 4, stdout);
+        }
         u32 id;
         while (std::fread(&id, 4, 1, stdin) == 1) {
-            u8 blk[18];
+            // The block at a 4-byte aligned address or 2 past one (IQ4_NL's two cases), with
+            // readable bytes after it (as device buffers have).
+            alignas(16) u8 buf[32] = {};
+            u8* blk = buf + (id >> 16);
+            id &= 0xffffu;
             int x[8];
-            int n = id == FMT_IQ4_NL ? 18 : 17;
+            int n = id == FMT_MXFP4 ? 17 : 18;
             if (std::fread(blk, 1, n, stdin) != (size_t)n || std::fread(x, 4, 8, stdin) != 8) return 2;
-            float v = id == FMT_IQ4_NL ? dot32_i8<FMT_IQ4_NL>(blk, x, 0, 1.f)
-                                       : dot32_i8<FMT_MXFP4>(blk, x, 0, 1.f);
+            float v = id == FMT_IQ4_NL      ? dot32_i8<FMT_IQ4_NL>(blk, x, 0, 1.f)
+                      : id == FMT_IQ4_NL_V0 ? dot32_i8<FMT_IQ4_NL_V0>(blk, x, 0, 1.f)
+                                            : dot32_i8<FMT_MXFP4>(blk, x, 0, 1.f);
             std::fwrite(&v, 4, 1, stdout);
         }
         return 0;
@@ -345,11 +371,13 @@ fn int8_table_lookups_match_the_cpu_tables() {
     let (t4, tm) = (table(WeightFormat::IQ4_NL), table(WeightFormat::MXFP4));
     let mut input = Vec::new();
     let mut want_dots = Vec::new();
-    for n in 0..2000 {
-        let f = if n % 2 == 0 {
-            WeightFormat::IQ4_NL
-        } else {
-            WeightFormat::MXFP4
+    for n in 0..3000 {
+        // IQ4_NL's kernel of today (at both alignments of its 18-byte blocks), its session-10
+        // kernel (FMT_IQ4_NL_V0, id 120) and MXFP4.
+        let (f, id) = match n % 3 {
+            0 => (WeightFormat::IQ4_NL, 20 | (n / 3 % 2 * 2) << 16),
+            1 => (WeightFormat::IQ4_NL, 120 | (n / 3 % 2 * 2) << 16),
+            _ => (WeightFormat::MXFP4, 39),
         };
         let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
         if f == WeightFormat::IQ4_NL {
@@ -375,7 +403,7 @@ fn int8_table_lookups_match_the_cpu_tables() {
             .find(|&j| tab[q(j)] != 0)
             .map_or(0.0, |j| w[j] / f32::from(tab[q(j)]));
         want_dots.push((f, 1.0f32 * d * dot as f32));
-        input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+        input.extend((id as u32).to_le_bytes());
         input.extend(&blk);
         input.extend(x.iter().map(|&v| v as u8));
     }
@@ -395,7 +423,21 @@ fn int8_table_lookups_match_the_cpu_tables() {
             );
         }
     }
-    let dots = f32s(&out[4 * 2 * 65536..]);
+    // lut16_x8: each byte's low nibble's entry in x, its high nibble's in y.
+    for c in 0..65536usize {
+        let at = 2 * 65536 + 5 * c;
+        let q = words[at] as u32;
+        for (k, tab) in [&t4, &tm].into_iter().enumerate() {
+            let nib = |h: u32| {
+                i32::from_le_bytes(
+                    [0, 1, 2, 3].map(|j| tab[(q >> (8 * j + 4 * h) & 15) as usize] as u8),
+                )
+            };
+            let (x, y) = (words[at + 1 + 2 * k], words[at + 2 + 2 * k]);
+            assert_eq!((x, y), (nib(0), nib(1)), "table {k}, codes {q:#010x}");
+        }
+    }
+    let dots = f32s(&out[4 * 7 * 65536..]);
     assert_eq!(dots.len(), want_dots.len());
     for (i, (g, (f, w))) in dots.iter().zip(&want_dots).enumerate() {
         assert!(
@@ -415,20 +457,26 @@ fn int8_group_decoders_match_the_cpu_dequantizer() {
         return;
     };
     use WeightFormat::*;
+    // The last IQ4_XS is the kernels' session-10 decoding (FMT_IQ4_XS_V0, id 123).
     let formats = [
-        IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0,
+        IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, IQ4_XS,
     ];
     let mut rng = Rng(0x6A0E_5EED_0000_0003);
     let mut input = Vec::new();
     let mut want = Vec::new();
-    for f in formats {
+    for (i, f) in formats.into_iter().enumerate() {
+        let id = if i == formats.len() - 1 {
+            123
+        } else {
+            f.ggml_type().expect("GGML format")
+        };
         for n in 0..200 {
             let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
             let (d, m) = SCALES[n % SCALES.len()];
             blocks::set_scales(f, &mut blk, d, m);
             let mut w = vec![0f32; 256];
             oxinfer_kernels::dequantize_row(f, &blk, &mut w).expect("CPU dequantizer");
-            input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+            input.extend(id.to_le_bytes());
             input.extend((blk.len() as u32).to_le_bytes());
             input.extend(&blk);
             want.push((f, n, w));

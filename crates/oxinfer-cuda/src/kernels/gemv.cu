@@ -90,6 +90,15 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return r;
 }
 
+// PTX prmt.b32 (default mode): byte n of the result is byte (s >> 4n) & 7 of {b, a} (a: bytes
+// 0..3), or that byte's sign replicated when bit 4n + 3 of s is set. Unlike __byte_perm, the
+// compiler adds no mask of the selector, so callers pass selectors whose top bits are clear.
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 s) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+    return r;
+}
+
 // The int8 dot product of 16 packed weights q[0..4] with 16 activations x.
 __device__ __forceinline__ int dot16(const int* q, int4 x) {
     return dp4a(q[0], x.x, dp4a(q[1], x.y, dp4a(q[2], x.z, dp4a(q[3], x.w, 0))));
@@ -448,9 +457,11 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
             cp_async_wait_all();
             __syncwarp();
         } else {
-            // The row's split warps copy it together.
+            // The row's split warps copy it together (an idle unit copies at most the 16
+            // bytes around row 0's start: wr then points into shared memory on every path,
+            // so the dot products read it with shared loads, not generic ones).
             int u = warp / split, ut = threadIdx.x - u * 32 * split;
-            if (valid) wr = stage_bytes(gemv_smem + u * unit, wr, row_bytes, ut, 32 * split);
+            wr = stage_bytes(gemv_smem + u * unit, wr, valid ? row_bytes : 0, ut, 32 * split);
             if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
             __syncthreads();

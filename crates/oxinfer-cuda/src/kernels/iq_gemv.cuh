@@ -1,6 +1,6 @@
 // int8 (dp4a) GEMV bodies of the IQ / TQ / MXFP4 formats. IQ4_NL and MXFP4 (32-weight blocks of
 // 4-bit codes into a 16-entry int8 table; activations in blocks of 32): dot32_i8 for gemv.cu's
-// b32_i8_rows, byte permutes turning four codes into four table bytes. The 256-weight formats
+// b32_i8_rows, byte permutes turning eight codes into eight table bytes. The 256-weight formats
 // (activations in blocks of 256, the CPU's Q8_K): iq_i8_rows, each lane decoding one 32-weight
 // group to int8 quants with the integer scales of the CPU's int_scale (iq_group32). The integer
 // sums are the CPU's; only the f32 combination differs in order. Included after gemv.cu (it
@@ -25,27 +25,65 @@ __device__ __forceinline__ int lut16_x4(u32 codes, u32 w0, u32 w1, u32 w2, u32 w
 #define IQ4NL_X4(c) lut16_x4((c), KVALUES_IQ4NL_W0, KVALUES_IQ4NL_W1, KVALUES_IQ4NL_W2, KVALUES_IQ4NL_W3)
 #define MXFP4_X4(c) lut16_x4((c), KVALUES_MXFP4_W0, KVALUES_MXFP4_W1, KVALUES_MXFP4_W2, KVALUES_MXFP4_W3)
 
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+// Eight 4-bit codes (the two nibbles of each byte of `q`) -> their int8 table entries (table
+// as four little-endian words): x holds the low nibbles' four values, y the high nibbles', each
+// in byte order. llama.cpp's get_int_from_table_16: each half-word of q (two bytes, four codes
+// in nibble order lo0 hi0 lo1 hi1) is looked up whole in both table halves, a third permute picks
+// each byte's half by the code's top bit, and two permutes split the even bytes (low nibbles)
+// from the odd ones: about 13 instructions for eight values, where lut16_x4 takes about 24 (it
+// first gathers each nibble half into a selector). Every selector has its top bits clear (prmt).
+__device__ __forceinline__ int2 lut16_x8(u32 q, u32 w0, u32 w1, u32 w2, u32 w3) {
+    u32 m = q & 0x77777777u, mh = m >> 16;                    // each code's index mod 8
+    u32 sel = ((q & 0x88888888u) >> 1) + 0x32103210u;         // byte i of lo, or of hi if >= 8
+    u32 a = prmt(prmt(w0, w1, m), prmt(w2, w3, m), sel);
+    u32 b = prmt(prmt(w0, w1, mh), prmt(w2, w3, mh), sel >> 16);
+    return make_int2((int)prmt(a, b, 0x6420u), (int)prmt(a, b, 0x7531u));
+}
+
+#define IQ4NL_X8(c) lut16_x8((c), KVALUES_IQ4NL_W0, KVALUES_IQ4NL_W1, KVALUES_IQ4NL_W2, KVALUES_IQ4NL_W3)
+#define MXFP4_X8(c) lut16_x8((c), KVALUES_MXFP4_W0, KVALUES_MXFP4_W1, KVALUES_MXFP4_W2, KVALUES_MXFP4_W3)
+
+// The integer dot product of 32 weights given as 16 bytes of 4-bit codes (words c: byte j holds
+// weight j's code in its low nibble and weight 16 + j's in its high one) with their 32 int8
+// activations x (eight packed words), through the table w0..w3 (lut16_x8): exact.
+__device__ __forceinline__ int dot32_codes(const u32 (&c)[4], const int* x, u32 w0, u32 w1,
+                                           u32 w2, u32 w3) {
     int dot = 0;
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        u32 w = (u32)ld32_a2(blk + 2 + 4 * i);
-        dot = dp4a(IQ4NL_X4(w & 0x0F0F0F0Fu), x[i], dot);
-        dot = dp4a(IQ4NL_X4((w >> 4) & 0x0F0F0F0Fu), x[4 + i], dot);
+        int2 v = lut16_x8(c[i], w0, w1, w2, w3);
+        dot = dp4a(v.y, x[4 + i], dp4a(v.x, x[i], dot));
     }
-    return dx * h2f(ld16(blk)) * (float)dot;
+    return dot;
+}
+
+// IQ4_NL: 18-byte blocks are only 2-byte aligned, so the block is read as the five aligned
+// words covering it (from blk rounded down to 4: up to 2 bytes past the block, which every
+// device buffer and staged row has readable) and its scale and code words are cut out of them
+// with byte permutes: 5 word loads where 2-byte loads took 9.
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+    u32 o = (u32)(unsigned long long)blk & 2u;
+    const u32* a = (const u32*)(blk - o);
+    u32 w[5];
+    #pragma unroll
+    for (int i = 0; i < 5; i++) w[i] = a[i];
+    u32 c[4];
+    #pragma unroll
+    for (int i = 0; i < 4; i++) c[i] = __byte_perm(w[i], w[i + 1], o ? 0x7654u : 0x5432u);
+    u16 d = (u16)__byte_perm(w[0], 0u, o ? 0x32u : 0x10u);
+    int dot = dot32_codes(c, x, KVALUES_IQ4NL_W0, KVALUES_IQ4NL_W1, KVALUES_IQ4NL_W2,
+                          KVALUES_IQ4NL_W3);
+    return dx * h2f(d) * (float)dot;
 }
 
 template <>
 __device__ __forceinline__ float dot32_i8<FMT_MXFP4>(const u8* blk, const int* x, int sx, float dx) {
-    int dot = 0;
+    u32 c[4];
     #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        u32 w = ld32_a1(blk + 1 + 4 * i);
-        dot = dp4a(MXFP4_X4(w & 0x0F0F0F0Fu), x[i], dot);
-        dot = dp4a(MXFP4_X4((w >> 4) & 0x0F0F0F0Fu), x[4 + i], dot);
-    }
+    for (int i = 0; i < 4; i++) c[i] = ld32_a1(blk + 1 + 4 * i);
+    int dot = dot32_codes(c, x, KVALUES_MXFP4_W0, KVALUES_MXFP4_W1, KVALUES_MXFP4_W2,
+                          KVALUES_MXFP4_W3);
     return dx * e8m0_half(blk[0]) * (float)dot;
 }
 
@@ -196,20 +234,24 @@ __device__ __forceinline__ void iq_group32<FMT_IQ1_M>(const u8* blk, int ib, int
     }
 }
 
-// IQ4_XS: blocks are 136 bytes, so a group's 16 bytes of codes are 8-byte aligned.
+// IQ4_XS: blocks are 136 bytes, so a block and a group's 16 bytes of codes are 8-byte aligned:
+// the header (f16 d, the 16 bits of high scale bits, the four bytes of low ones) is one 8-byte
+// load and the codes two.
 template <>
 __device__ __forceinline__ void iq_group32<FMT_IQ4_XS>(const u8* blk, int ib, int (&q)[8],
                                                        int (&s)[2], float& unit) {
-    unit = h2f(ld16(blk));
-    u32 sh = ld16(blk + 2);
-    s[0] = s[1] = (int)(((blk[4 + ib / 2] >> (4 * (ib & 1))) & 15u) | (((sh >> (2 * ib)) & 3u) << 4)) - 32;
+    uint2 h = *(const uint2*)blk;
+    unit = h2f((u16)(h.x & 0xffffu));
+    u32 ls = ((h.y >> (4 * ib)) & 15u) | (((h.x >> (16 + 2 * ib)) & 3u) << 4);
+    s[0] = s[1] = (int)ls - 32;
     const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
     uint2 qa = qs[0], qb = qs[1];
     u32 qw[4] = {qa.x, qa.y, qb.x, qb.y};
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        q[i] = IQ4NL_X4(qw[i] & 0x0F0F0F0Fu);
-        q[4 + i] = IQ4NL_X4((qw[i] >> 4) & 0x0F0F0F0Fu);
+        int2 v = IQ4NL_X8(qw[i]);
+        q[i] = v.x;
+        q[4 + i] = v.y;
     }
 }
 
@@ -270,6 +312,41 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
             }
         }
       }
+    }
+}
+
+// The session-10 decoding of IQ4_NL and IQ4_XS (a byte load per scale byte, 2-byte loads of
+// IQ4_NL's codes, lut16_x4 per nibble half), kept under their own format ids as the kernels
+// `OXINFER_CUDA_IQ4_GEMV=old` selects (A/B on the device). Same integer sums, same results.
+template <> struct Fmt<FMT_IQ4_NL_V0> : Fmt<FMT_IQ4_NL> {};
+template <> struct Fmt<FMT_IQ4_XS_V0> : Fmt<FMT_IQ4_XS> {};
+
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL_V0>(const u8* blk, const int* x, int sx,
+                                                         float dx) {
+    int dot = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 w = (u32)ld32_a2(blk + 2 + 4 * i);
+        dot = dp4a(IQ4NL_X4(w & 0x0F0F0F0Fu), x[i], dot);
+        dot = dp4a(IQ4NL_X4((w >> 4) & 0x0F0F0F0Fu), x[4 + i], dot);
+    }
+    return dx * h2f(ld16(blk)) * (float)dot;
+}
+
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ4_XS_V0>(const u8* blk, int ib, int (&q)[8],
+                                                          int (&s)[2], float& unit) {
+    unit = h2f(ld16(blk));
+    u32 sh = ld16(blk + 2);
+    s[0] = s[1] = (int)(((blk[4 + ib / 2] >> (4 * (ib & 1))) & 15u) | (((sh >> (2 * ib)) & 3u) << 4)) - 32;
+    const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
+    uint2 qa = qs[0], qb = qs[1];
+    u32 qw[4] = {qa.x, qa.y, qb.x, qb.y};
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        q[i] = IQ4NL_X4(qw[i] & 0x0F0F0F0Fu);
+        q[4 + i] = IQ4NL_X4((qw[i] >> 4) & 0x0F0F0F0Fu);
     }
 }
 

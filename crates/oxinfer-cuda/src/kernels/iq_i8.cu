@@ -18,3 +18,6 @@ GEMV_I8(FMT_IQ1_M, iq1_m)
 GEMV_I8(FMT_TQ1_0, tq1_0)
 GEMV_I8(FMT_TQ2_0, tq2_0)
 GEMV_I8(FMT_MXFP4, mxfp4)
+// The session-10 IQ4 decoding, for A/B (OXINFER_CUDA_IQ4_GEMV=old).
+GEMV_I8(FMT_IQ4_NL_V0, iq4_nl_v0)
+GEMV_I8(FMT_IQ4_XS_V0, iq4_xs_v0)
