@@ -257,10 +257,16 @@ pub(crate) fn run(
         Out::Logits(_) => None,
     };
     let widest = [dim, ffn, q_row].into_iter().max().unwrap_or(dim);
+    // The largest weight decoded into scratch space: only products that are not GEMVs decode
+    // (the head's product has one row per wanted logit row, usually a GEMV: sizing for the
+    // 152k-row head of a 7B would hold 1.1 GB for nothing).
     let biggest_w = mats
         .iter()
-        .flat_map(|m| m.iter().map(|w| w.rows * w.cols))
-        .chain([head.rows * head.cols])
+        .flatten()
+        .map(|&w| (w, t))
+        .chain([(head, n_logit)])
+        .filter(|&(w, rows)| !gemm::uses_gemv(w, rows))
+        .map(|(w, _)| w.rows * w.cols)
         .max()
         .unwrap_or(0);
     // Partials of the split decode attention: for all rows at once when every sequence's rows
