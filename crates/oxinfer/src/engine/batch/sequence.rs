@@ -420,8 +420,9 @@ impl<'m> Sequence<'m> {
         (self.take(id, logprob, cache_len, capacity, emit), hit)
     }
 
-    /// Makes `id` the sampled token: into the history, next to run, and streamed; says whether
-    /// generation ends.
+    /// Makes `id` the sampled token (into the history, next to run), advances the grammar past
+    /// it, streams it, and says whether generation ends (`cache_len`: positions the cache holds
+    /// once `id`'s predecessor ran).
     fn take(
         &mut self,
         id: u32,
@@ -432,19 +433,6 @@ impl<'m> Sequence<'m> {
     ) -> Option<StopReason> {
         self.history.push(id);
         self.pending[0] = id;
-        self.stream_token(id, logprob, cache_len, capacity, emit)
-    }
-
-    /// Advances the grammar past the sampled token `id`, streams it, and says whether
-    /// generation ends (`cache_len`: positions the cache holds once `id`'s predecessor ran).
-    fn stream_token(
-        &mut self,
-        id: u32,
-        logprob: Option<TokenLogprob>,
-        cache_len: usize,
-        capacity: usize,
-        emit: &mut dyn FnMut(SeqEvent) -> bool,
-    ) -> Option<StopReason> {
         let grammar_done = self.constraint.as_mut().is_some_and(|c| {
             c.advance(id);
             c.is_finished()
