@@ -35,6 +35,7 @@ const SHIM: &str = r#"
 #define __device__
 #define __host__
 #define __global__
+#define __constant__
 #define __forceinline__ inline
 #define __restrict__
 typedef unsigned char u8;
@@ -181,6 +182,15 @@ int main(int argc, char** argv) {
         }
         u32 id;
         while (std::fread(&id, 4, 1, stdin) == 1) {
+            if (id == 0xffffffffu) {
+                // iq4nl_dot32 of four code words and eight activation words.
+                u32 c[4];
+                int x[8];
+                if (std::fread(c, 4, 4, stdin) != 4 || std::fread(x, 4, 8, stdin) != 8) return 2;
+                int v = iq4nl_dot32(c, x);
+                std::fwrite(&v, 4, 1, stdout);
+                continue;
+            }
             // The block at a 4-byte aligned address or 2 past one (IQ4_NL's two cases), with
             // readable bytes after it (as device buffers have).
             alignas(16) u8 buf[32] = {};
@@ -407,6 +417,27 @@ fn int8_table_lookups_match_the_cpu_tables() {
         input.extend(&blk);
         input.extend(x.iter().map(|&v| v as u8));
     }
+    // iq4nl_dot32 (IQ4_XS's one-row dot) on random codes and activations, extreme ones included.
+    let mut want_fused = Vec::new();
+    for n in 0..20000 {
+        let codes: Vec<u8> = (0..16).map(|_| rng.next() as u8).collect();
+        let x: Vec<i8> = (0..32)
+            .map(|_| match n % 4 {
+                0 => 127,
+                1 => -127,
+                _ => (rng.next() % 255) as i8,
+            })
+            .collect();
+        let dot: i32 = (0..32)
+            .map(|j| {
+                i32::from(t4[(codes[j % 16] >> (4 * (j / 16)) & 15) as usize]) * i32::from(x[j])
+            })
+            .sum();
+        want_fused.push(dot);
+        input.extend(u32::MAX.to_le_bytes());
+        input.extend(&codes);
+        input.extend(x.iter().map(|&v| v as u8));
+    }
     let out = run(&exe, &["lut"], &input);
     let words: Vec<i32> = out
         .chunks_exact(4)
@@ -437,8 +468,14 @@ fn int8_table_lookups_match_the_cpu_tables() {
             assert_eq!((x, y), (nib(0), nib(1)), "table {k}, codes {q:#010x}");
         }
     }
-    let dots = f32s(&out[4 * 7 * 65536..]);
-    assert_eq!(dots.len(), want_dots.len());
+    let rest = &out[4 * 7 * 65536..];
+    let (dots, fused) = rest.split_at(4 * want_dots.len());
+    let dots = f32s(dots);
+    assert_eq!(fused.len(), 4 * want_fused.len(), "driver output size");
+    for (i, (g, w)) in fused.chunks_exact(4).zip(&want_fused).enumerate() {
+        let g = i32::from_le_bytes([g[0], g[1], g[2], g[3]]);
+        assert_eq!(g, *w, "iq4nl_dot32 case {i}");
+    }
     for (i, (g, (f, w))) in dots.iter().zip(&want_dots).enumerate() {
         assert!(
             g.to_bits() == w.to_bits(),

@@ -512,10 +512,17 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     }
 }
 
+// Blocks per multiprocessor an int8 GEMV entry point is compiled for (__launch_bounds__' second
+// argument, which caps its registers at 65536 / (128 n)): 12 for the one-row IQ4_XS kernels,
+// whose loop otherwise takes 42 registers (10 blocks resident instead of 12: sm_90 allocates
+// registers per warp in units of 256) and at 40 needs no spill (IQ4_NL's spills at 40); 0 (no
+// bound, no .minnctapersm: a bound of 1 changes the registers ptxas gives) for the others.
+#define GEMV_I8_MIN_BLOCKS(F, T, R) ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1 ? 12 : 0)
+
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
 // waits inside gemv_i8, after issuing its weight copies.
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
         float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
         if (EARLY) {                                                                           \
