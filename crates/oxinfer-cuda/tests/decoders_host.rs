@@ -103,6 +103,12 @@ inline u32 prmt(u32 a, u32 b, u32 s) {
 }
 inline int ld32_a2(const u8* p) { return (int)((u32)ld16(p) | ((u32)ld16(p + 2) << 16)); }
 template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
+template <int F, int T, int R>
+void iq_i8_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols, int t,
+                int lane, int share, int split, float (&accs)[R][T]);
+template <int R>
+void iq4xs_wide_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols,
+                     int lane, int share, int split, float (&accs)[R][1]);
 "#;
 
 /// Reads records `[u32 ggml id][u32 cols][u32 n][n bytes of a row]` from stdin and writes each row
@@ -156,7 +162,37 @@ static bool group(u32 id, const u8* blk) {
     }
 }
 
+// One IQ4_XS row (nb blocks) times activations xq with scales xd per 256 as a warp's 32 lanes
+// compute it (each lane's partial sum, added in lane order as the warp's shuffles would not:
+// the layout is what is checked): the default one-row body, session 10's and the four-lane one.
+template <int F> float iq4xs_row(const u8* w, const i8* xq, const float* xd, int nb) {
+    float total = 0.f;
+    for (int lane = 0; lane < 32; lane++) {
+        float acc[1][1] = {{0.f}};
+        if constexpr (F == FMT_IQ4_XS_W) iq4xs_wide_rows<1>(w, 0, xq, xd, nb * 256, lane, 0, 1, acc);
+        else iq_i8_rows<F, 1, 1>(w, 0, xq, xd, nb * 256, 1, lane, 0, 1, acc);
+        total += acc[0][0];
+    }
+    return total;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "rows") == 0) {
+        u32 nb;
+        while (std::fread(&nb, 4, 1, stdin) == 1) {
+            std::vector<u8> w(136 * nb + 16);
+            std::vector<i8> x(256 * nb);
+            std::vector<float> d(nb);
+            if (std::fread(w.data(), 1, 136 * nb, stdin) != 136 * nb ||
+                std::fread(x.data(), 1, x.size(), stdin) != x.size() ||
+                std::fread(d.data(), 4, nb, stdin) != nb) return 2;
+            float v[3] = {iq4xs_row<FMT_IQ4_XS>(w.data(), x.data(), d.data(), (int)nb),
+                          iq4xs_row<FMT_IQ4_XS_V0>(w.data(), x.data(), d.data(), (int)nb),
+                          iq4xs_row<FMT_IQ4_XS_W>(w.data(), x.data(), d.data(), (int)nb)};
+            std::fwrite(v, 4, 3, stdout);
+        }
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "group") == 0) {
         u32 hdr[2];
         while (std::fread(hdr, 4, 2, stdin) == 2) {
@@ -547,5 +583,58 @@ fn int8_group_decoders_match_the_cpu_dequantizer() {
                 );
             }
         }
+    }
+}
+
+/// The one-row IQ4_XS GEMV bodies' lane layouts (today's eight lanes per super-block, session
+/// 10's, and the four-lane one of `OXINFER_CUDA_IQ4_GEMV=wide`), run for each of a warp's 32
+/// lanes on the host, against the f64 dot of the CPU dequantizer's weights with the activations:
+/// every weight is counted once, with its scale (rows of 1 to 19 blocks: ragged warp steps).
+#[test]
+fn iq4_xs_one_row_lane_layouts_match_the_cpu() {
+    let Some(exe) = build_driver("rows") else {
+        return;
+    };
+    let f = WeightFormat::IQ4_XS;
+    let mut rng = Rng(0x1A4E_5EED_0000_0005);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..60usize {
+        let nb = 1 + n % 19;
+        let mut w: Vec<u8> = (0..136 * nb).map(|_| rng.next() as u8).collect();
+        for (i, blk) in w.chunks_exact_mut(136).enumerate() {
+            let (d, m) = SCALES[(n + i) % SCALES.len()];
+            // Finite, non-zero scales (the f16 extremes overflow an f32 row sum).
+            let d = if d.abs() > 1e3 || d == 0.0 { 0.03 } else { d };
+            blocks::set_scales(f, blk, d, m);
+        }
+        let x: Vec<i8> = (0..256 * nb).map(|_| (rng.next() % 255) as i8).collect();
+        let xd: Vec<f32> = (0..nb).map(|i| 0.001 * (1 + (i + n) % 7) as f32).collect();
+        let mut deq = vec![0f32; 256 * nb];
+        oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
+        let dot: f64 = (0..256 * nb)
+            .map(|j| f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256]))
+            .sum();
+        let mag: f64 = (0..256 * nb)
+            .map(|j| (f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256])).abs())
+            .sum();
+        want.push((nb, dot, mag));
+        input.extend((nb as u32).to_le_bytes());
+        input.extend(&w);
+        input.extend(x.iter().map(|&v| v as u8));
+        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    let got = f32s(&run(&exe, &["rows"], &input));
+    assert_eq!(got.len(), 3 * want.len(), "driver output size");
+    for (i, (nb, dot, mag)) in want.iter().enumerate() {
+        for (k, name) in ["default", "session 10", "wide"].iter().enumerate() {
+            let g = f64::from(got[3 * i + k]);
+            assert!(
+                (g - dot).abs() <= 1e-5 * mag.max(1e-30),
+                "{name} row {i} ({nb} blocks): {g:e} vs CPU {dot:e}"
+            );
+        }
+        // Today's body and session 10's add the same lanes' same sums.
+        assert_eq!(got[3 * i].to_bits(), got[3 * i + 1].to_bits(), "row {i}");
     }
 }

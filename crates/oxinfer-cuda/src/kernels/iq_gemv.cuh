@@ -266,13 +266,14 @@ __device__ __forceinline__ void iq_group32<FMT_IQ1_M>(const u8* blk, int ib, int
 
 // IQ4_XS: blocks are 136 bytes, so a block and a group's 16 bytes of codes are 8-byte aligned:
 // the header (f16 d, the 16 bits of high scale bits, the four bytes of low ones) is one 8-byte
-// load and the codes two. iq4xs_scale: group ib's integer scale (the 6-bit code minus 32) and
-// the block's d as f32 (unit); iq4xs_codes: the group's codes as four words (dot32_codes' c).
-__device__ __forceinline__ int iq4xs_scale(const u8* blk, int ib, float& unit) {
-    uint2 h = *(const uint2*)blk;
-    unit = h2f((u16)(h.x & 0xffffu));
+// load and the codes two. iq4xs_scale: group ib's integer scale (the 6-bit code minus 32) from
+// the header h; iq4xs_unit: the block's d as f32; iq4xs_codes: the group's codes as four words
+// (dot32_codes' c).
+__device__ __forceinline__ int iq4xs_scale(uint2 h, int ib) {
     return (int)(((h.y >> (4 * ib)) & 15u) | (((h.x >> (16 + 2 * ib)) & 3u) << 4)) - 32;
 }
+
+__device__ __forceinline__ float iq4xs_unit(uint2 h) { return h2f((u16)(h.x & 0xffffu)); }
 
 __device__ __forceinline__ void iq4xs_codes(const u8* blk, int ib, u32 (&c)[4]) {
     const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
@@ -286,7 +287,9 @@ __device__ __forceinline__ void iq4xs_codes(const u8* blk, int ib, u32 (&c)[4]) 
 template <>
 __device__ __forceinline__ void iq_group32<FMT_IQ4_XS>(const u8* blk, int ib, int (&q)[8],
                                                        int (&s)[2], float& unit) {
-    s[0] = s[1] = iq4xs_scale(blk, ib, unit);
+    uint2 h = *(const uint2*)blk;
+    unit = iq4xs_unit(h);
+    s[0] = s[1] = iq4xs_scale(h, ib);
     u32 c[4];
     iq4xs_codes(blk, ib, c);
     #pragma unroll
@@ -344,8 +347,9 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
         if constexpr (F == FMT_IQ4_XS && T == 1) {
             // One activation row: IQ4_XS's table dot without decoding (iq4nl_dot32), the same
             // integer sum as the decoded one below, the same f32 steps.
-            float unit;
-            int ls = iq4xs_scale(blk, ib, unit);
+            uint2 h = *(const uint2*)blk;
+            int ls = iq4xs_scale(h, ib);
+            float unit = iq4xs_unit(h);
             u32 c[4];
             iq4xs_codes(blk, ib, c);
             const int4* xr = (const int4*)(xq + k0);
@@ -369,6 +373,48 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
         }
       }
     }
+}
+
+// IQ4_XS at one activation row with four lanes per super-block (a warp takes eight, the
+// block's warps interleaved), the kernels of FMT_IQ4_XS_W (OXINFER_CUDA_IQ4_GEMV=wide): lane c
+// takes groups c and c + 4 (iq4nl_dot32 each, activations 128 bytes apart), sharing the block's
+// header, activation scale and loop step between the two; their scaled integer sums (each
+// below 2^24) are added before the one conversion. As iq_i8_rows otherwise (T = 1).
+template <int R>
+__device__ __forceinline__ void iq4xs_wide_rows(const u8* __restrict__ w0, long row_bytes,
+                                                const i8* __restrict__ xq,
+                                                const float* __restrict__ xd, int cols, int lane,
+                                                int share, int split, float (&accs)[R][1]) {
+    int nb = cols >> 8;
+    int c = lane & 3;
+    #pragma unroll 2
+    for (int b = (lane >> 2) + 8 * share; b < nb; b += 8 * split) {
+        const int4* xr = (const int4*)(xq + b * 256 + 32 * c);
+        int4 a0 = xr[0], a1 = xr[1], b0 = xr[8], b1 = xr[9];
+        int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        float dx = xd[b];
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++) {
+            const u8* blk = w0 + rr * row_bytes + (long)b * Fmt<FMT_IQ4_XS>::BYTES;
+            uint2 h = *(const uint2*)blk;
+            u32 ca[4], cb[4];
+            iq4xs_codes(blk, c, ca);
+            iq4xs_codes(blk, c + 4, cb);
+            int sum = iq4xs_scale(h, c) * iq4nl_dot32(ca, xa) +
+                      iq4xs_scale(h, c + 4) * iq4nl_dot32(cb, xb);
+            accs[rr][0] += dx * (iq4xs_unit(h) * (float)sum);
+        }
+    }
+}
+
+template <> struct Fmt<FMT_IQ4_XS_W> : Fmt<FMT_IQ4_XS> {};
+
+// FMT_IQ4_XS_W at several activation rows: IQ4_XS's group decoding.
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ4_XS_W>(const u8* blk, int ib, int (&q)[8],
+                                                         int (&s)[2], float& unit) {
+    iq_group32<FMT_IQ4_XS>(blk, ib, q, s, unit);
 }
 
 // The session-10 decoding of IQ4_NL and IQ4_XS (a byte load per scale byte, 2-byte loads of
