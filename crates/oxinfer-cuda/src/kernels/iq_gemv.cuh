@@ -1,10 +1,11 @@
 // int8 (dp4a) GEMV bodies of the IQ / TQ / MXFP4 formats. IQ4_NL and MXFP4 (32-weight blocks of
 // 4-bit codes into a 16-entry int8 table; activations in blocks of 32): dot32_i8 for gemv.cu's
-// b32_i8_rows, byte permutes turning eight codes into eight table bytes. The 256-weight formats
-// (activations in blocks of 256, the CPU's Q8_K): iq_i8_rows, each lane decoding one 32-weight
-// group to int8 quants with the integer scales of the CPU's int_scale (iq_group32). The integer
-// sums are the CPU's; only the f32 combination differs in order. Included after gemv.cu (it
-// uses dp4a, ld32_a2 and the templates declared there).
+// b32_i8_rows, byte permutes looking codes up eight at a time (lut16_x8; IQ4_NL's sign-split
+// dot iq4nl_dot32). The 256-weight formats (activations in blocks of 256, the CPU's Q8_K):
+// iq_i8_rows, each lane decoding one 32-weight group to int8 quants with the integer scales of
+// the CPU's int_scale (iq_group32; one-row IQ4_XS takes iq4nl_dot32 instead, or
+// iq4xs_wide_rows). The integer sums are the CPU's; only the f32 combination differs in order.
+// Included after gemv.cu (it uses dp4a, prmt, ld32_a2 and the templates declared there).
 
 #ifndef OXINFER_IQ_GEMV_CUH
 #define OXINFER_IQ_GEMV_CUH
@@ -57,10 +58,6 @@ __device__ __forceinline__ int dot32_codes(const u32 (&c)[4], const int* x, u32 
     return dot;
 }
 
-// IQ4_NL: 18-byte blocks are only 2-byte aligned, so the block is read as the five aligned
-// words covering it (from blk rounded down to 4: up to 2 bytes past the block, which every
-// device buffer and staged row has readable) and its scale and code words are cut out of them
-// with byte permutes: 5 word loads where 2-byte loads took 9.
 // Four int8 bytes negated (two's complement per byte; no byte may be 0, so none carries).
 __host__ __device__ constexpr u32 neg4(u32 w) { return ~w + 0x01010101u; }
 
@@ -93,6 +90,10 @@ __device__ __forceinline__ int iq4nl_dot32(const u32 (&c)[4], const int* x) {
     return pos - neg;
 }
 
+// IQ4_NL: 18-byte blocks are only 2-byte aligned, so the block is read as the five aligned
+// words covering it (from blk rounded down to 4: up to 2 bytes past the block, which every
+// device buffer and staged row has readable) and its scale and code words are cut out of them
+// with byte permutes: 5 word loads where 2-byte loads took 9.
 template <>
 __device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
     u32 o = (u32)(unsigned long long)blk & 2u;
@@ -379,7 +380,8 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
 // block's warps interleaved), the kernels of FMT_IQ4_XS_W (OXINFER_CUDA_IQ4_GEMV=wide): lane c
 // takes groups c and c + 4 (iq4nl_dot32 each, activations 128 bytes apart), sharing the block's
 // header, activation scale and loop step between the two; their scaled integer sums (each
-// below 2^24) are added before the one conversion. As iq_i8_rows otherwise (T = 1).
+// below 2^24) are added and converted once (rounded only past 2^24). As iq_i8_rows otherwise
+// (T = 1).
 template <int R>
 __device__ __forceinline__ void iq4xs_wide_rows(const u8* __restrict__ w0, long row_bytes,
                                                 const i8* __restrict__ xq,
