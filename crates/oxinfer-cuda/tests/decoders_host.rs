@@ -106,6 +106,9 @@ template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
 template <int F, int T, int R>
 void iq_i8_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols, int t,
                 int lane, int share, int split, float (&accs)[R][T]);
+template <int T, int R>
+void iq4nl_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols, int t,
+                int lane, int share, int split, float (&accs)[R][T]);
 template <int R>
 void iq4xs_wide_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols,
                      int lane, int share, int split, float (&accs)[R][1]);
@@ -177,6 +180,37 @@ template <int F> float iq4xs_row(const u8* w, const i8* xq, const float* xd, int
 }
 
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "nlrows") == 0) {
+        // Three activation rows of an IQ4_NL row (nb blocks): per row, the lanes' sums of
+        // iq4nl_rows and of dot32_i8 per lane and block (b32_i8_rows' order).
+        u32 nb;
+        while (std::fread(&nb, 4, 1, stdin) == 1) {
+            std::vector<u8> w(18 * nb + 16);
+            std::vector<i8> x(3 * 32 * nb);
+            std::vector<float> d(3 * nb);
+            if (std::fread(w.data(), 1, 18 * nb, stdin) != 18 * nb ||
+                std::fread(x.data(), 1, x.size(), stdin) != x.size() ||
+                std::fread(d.data(), 4, d.size(), stdin) != d.size()) return 2;
+            int cols = 32 * (int)nb;
+            float got[3] = {0.f, 0.f, 0.f}, per_block[3] = {0.f, 0.f, 0.f};
+            for (int lane = 0; lane < 32; lane++) {
+                float acc[1][3] = {{0.f, 0.f, 0.f}};
+                iq4nl_rows<3, 1>(w.data(), 0, x.data(), d.data(), cols, 3, lane, 0, 1, acc);
+                for (int r = 0; r < 3; r++) {
+                    float a = 0.f;
+                    for (int b = lane; b < (int)nb; b += 32)
+                        a += dot32_i8<FMT_IQ4_NL>(w.data() + 18 * b,
+                                                   (const int*)(x.data() + r * cols + 32 * b), 0,
+                                                   d[r * nb + b]);
+                    got[r] += acc[0][r];
+                    per_block[r] += a;
+                }
+            }
+            std::fwrite(got, 4, 3, stdout);
+            std::fwrite(per_block, 4, 3, stdout);
+        }
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "rows") == 0) {
         u32 nb;
         while (std::fread(&nb, 4, 1, stdin) == 1) {
@@ -636,5 +670,52 @@ fn iq4_xs_one_row_lane_layouts_match_the_cpu() {
         }
         // Today's body and session 10's add the same lanes' same sums.
         assert_eq!(got[3 * i].to_bits(), got[3 * i + 1].to_bits(), "row {i}");
+    }
+}
+
+/// IQ4_NL's several-row body (weights looked up once per block for all activation rows) on the
+/// host, lane by lane, for three rows: equal bit for bit to the one-row dot per block and row
+/// in the same order, and to the CPU dequantizer's f64 dot within f32 rounding.
+#[test]
+fn iq4_nl_several_rows_match_the_cpu() {
+    let Some(exe) = build_driver("nlrows") else {
+        return;
+    };
+    let f = WeightFormat::IQ4_NL;
+    let mut rng = Rng(0x1A4E_5EED_0000_0006);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..40usize {
+        let nb = 1 + n * 7 % 75;
+        let mut w: Vec<u8> = (0..18 * nb).map(|_| rng.next() as u8).collect();
+        for blk in w.chunks_exact_mut(18) {
+            blocks::set_scales(f, blk, 0.01 * (1 + n % 5) as f32, 0.0);
+        }
+        let x: Vec<i8> = (0..3 * 32 * nb).map(|_| (rng.next() % 255) as i8).collect();
+        let xd: Vec<f32> = (0..3 * nb).map(|i| 0.001 * (1 + i % 9) as f32).collect();
+        let mut deq = vec![0f32; 32 * nb];
+        oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
+        for r in 0..3 {
+            let terms = (0..32 * nb).map(|j| {
+                f64::from(deq[j]) * f64::from(x[r * 32 * nb + j]) * f64::from(xd[r * nb + j / 32])
+            });
+            let mag: f64 = terms.clone().map(f64::abs).sum();
+            want.push((n, r, terms.sum::<f64>(), mag));
+        }
+        input.extend((nb as u32).to_le_bytes());
+        input.extend(&w);
+        input.extend(x.iter().map(|&v| v as u8));
+        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    let got = f32s(&run(&exe, &["nlrows"], &input));
+    assert_eq!(got.len(), 2 * want.len(), "driver output size");
+    for (i, (n, r, dot, mag)) in want.iter().enumerate() {
+        let (rows, per_block) = (got[6 * (i / 3) + r], got[6 * (i / 3) + 3 + r]);
+        assert_eq!(rows.to_bits(), per_block.to_bits(), "case {n} row {r}");
+        let g = f64::from(rows);
+        assert!(
+            (g - dot).abs() <= 1e-5 * mag.max(1e-30),
+            "case {n} row {r}: {g:e} vs CPU {dot:e}"
+        );
     }
 }

@@ -408,6 +408,13 @@ __device__ __forceinline__ void iq4xs_wide_rows(const u8* __restrict__ w0, long 
                                                 const float* __restrict__ xd, int cols, int lane,
                                                 int share, int split, float (&accs)[R][1]);
 
+// IQ4_NL at several activation rows, its weights decoded once per block (iq_gemv.cuh).
+template <int T, int R>
+__device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]);
+
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
 // only with split == 1 and row counts that are multiples of R). `split` is 1, 2 or GEMV_WARPS:
@@ -484,6 +491,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
+        else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }

@@ -90,22 +90,63 @@ __device__ __forceinline__ int iq4nl_dot32(const u32 (&c)[4], const int* x) {
     return pos - neg;
 }
 
-// IQ4_NL: 18-byte blocks are only 2-byte aligned, so the block is read as the five aligned
-// words covering it (from blk rounded down to 4: up to 2 bytes past the block, which every
-// device buffer and staged row has readable) and its scale and code words are cut out of them
-// with byte permutes: 5 word loads where 2-byte loads took 9.
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+// IQ4_NL: 18-byte blocks are only 2-byte aligned, so a block is read as the five aligned words
+// covering it (from blk rounded down to 4: up to 2 bytes past the block, which every device
+// buffer and staged row has readable) and its scale and code words are cut out of them with
+// byte permutes: 5 word loads where 2-byte loads took 9. Returns the f16 scale; c: the codes
+// as dot32_codes takes them.
+__device__ __forceinline__ u16 iq4nl_block(const u8* blk, u32 (&c)[4]) {
     u32 o = (u32)(unsigned long long)blk & 2u;
     const u32* a = (const u32*)(blk - o);
     u32 w[5];
     #pragma unroll
     for (int i = 0; i < 5; i++) w[i] = a[i];
-    u32 c[4];
     #pragma unroll
     for (int i = 0; i < 4; i++) c[i] = __byte_perm(w[i], w[i + 1], o ? 0x7654u : 0x5432u);
-    u16 d = (u16)__byte_perm(w[0], 0u, o ? 0x32u : 0x10u);
+    return (u16)__byte_perm(w[0], 0u, o ? 0x32u : 0x10u);
+}
+
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+    u32 c[4];
+    u16 d = iq4nl_block(blk, c);
     return dx * h2f(d) * (float)iq4nl_dot32(c, x);
+}
+
+// IQ4_NL at several activation rows: b32_i8_rows' layout (one lane per block), each block's
+// weights looked up once (lut16_x8) for all rows, where dot32_i8 redoes them per row. Each
+// accumulator gets the same f32 terms in the same order as there.
+template <int T, int R>
+__device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]) {
+    int nb = cols >> 5;
+    #pragma unroll 1
+    for (int b = lane + 32 * share; b < nb; b += 32 * split) {
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++) {
+            u32 c[4];
+            float d = h2f(iq4nl_block(w0 + rr * row_bytes + (long)b * Fmt<FMT_IQ4_NL>::BYTES, c));
+            int q[8];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int2 v = IQ4NL_X8(c[i]);
+                q[i] = v.x;
+                q[4 + i] = v.y;
+            }
+            #pragma unroll
+            for (int r = 0; r < T; r++) {
+                if (r < t) {
+                    const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
+                    int4 a = xr[0], e = xr[1];
+                    int dot = dp4a(q[0], a.x, dp4a(q[1], a.y, dp4a(q[2], a.z, dp4a(q[3], a.w, 0))));
+                    dot = dp4a(q[4], e.x, dp4a(q[5], e.y, dp4a(q[6], e.z, dp4a(q[7], e.w, dot))));
+                    accs[rr][r] += xd[(long)r * nb + b] * d * (float)dot;
+                }
+            }
+        }
+    }
 }
 
 template <>
