@@ -145,12 +145,29 @@ fn staged_early() -> bool {
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_EARLY").is_ok_and(|v| v == "0"))
 }
 
-/// Whether the IQ4_XS / IQ4_NL int8 GEMVs are session 10's kernels (a byte load per scale
-/// byte, a table lookup per four codes) instead of today's (`OXINFER_CUDA_IQ4_GEMV=old`, for
-/// A/B on the device; both give the same integer sums and the same results). Read once.
-pub(crate) fn iq4_gemv_old() -> bool {
-    static OLD: OnceLock<bool> = OnceLock::new();
-    *OLD.get_or_init(|| std::env::var("OXINFER_CUDA_IQ4_GEMV").is_ok_and(|v| v == "old"))
+/// Which IQ4_XS / IQ4_NL int8 GEMV kernels run (`OXINFER_CUDA_IQ4_GEMV`, read once; for A/B on
+/// the device).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Iq4Gemv {
+    /// Session 11's: the sign-split table dot, eight lanes per IQ4_XS super-block.
+    Default,
+    /// `old`: session 10's (a table lookup per four codes, byte loads of the scales); the same
+    /// integer sums and results as the default.
+    Old,
+    /// `wide`: one-row IQ4_XS with four lanes per super-block, two groups each (the sums in
+    /// another order: within the GEMV test's bounds, not bit-identical).
+    Wide,
+}
+
+/// The IQ4 GEMV kernels `OXINFER_CUDA_IQ4_GEMV` asks for (`old`, `wide`; anything else: the
+/// default). Read once.
+pub(crate) fn iq4_gemv() -> Iq4Gemv {
+    static V: OnceLock<Iq4Gemv> = OnceLock::new();
+    *V.get_or_init(|| match std::env::var("OXINFER_CUDA_IQ4_GEMV").as_deref() {
+        Ok("old") => Iq4Gemv::Old,
+        Ok("wide") => Iq4Gemv::Wide,
+        _ => Iq4Gemv::Default,
+    })
 }
 
 /// Warps that share one output row of `w`'s int8 GEMV for a grid of `rows` output rows on a
@@ -158,7 +175,8 @@ pub(crate) fn iq4_gemv_old() -> bool {
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
 /// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
 /// (a warp's lanes take 8 Q4_K super-blocks per step for one activation row `t`, 2 for several
-/// and for Q6_K, 4 of the IQ/TQ formats, or 32 blocks of the 32-weight formats).
+/// and for Q6_K, 4 of the IQ/TQ formats (8 of one-row IQ4_XS under [`Iq4Gemv::Wide`]), or 32
+/// blocks of the 32-weight formats).
 /// `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one warp /
 /// four warps per row, `few4` four whenever the rows are few (for measuring).
 fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize {
@@ -182,6 +200,7 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize
     let (block_cols, per_step) = match w.format {
         WeightFormat::Q4K if t == 1 => (256, 8),
         WeightFormat::Q4K | WeightFormat::Q6K => (256, 2),
+        WeightFormat::IQ4_XS if t == 1 && iq4_gemv() == Iq4Gemv::Wide => (256, 8),
         // The 256-weight IQ/TQ formats: eight lanes per super-block.
         f if f.block_size() == 256 => (256, 4),
         _ => (32, 32),

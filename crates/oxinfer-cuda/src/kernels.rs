@@ -1,6 +1,7 @@
 //! The CUDA C++ kernels (in `kernels/`), compiled by NVRTC when a backend opens, and their
 //! function handles.
 
+use crate::gemv::Iq4Gemv;
 use crate::nvrtc;
 use cudarc::driver::{sys, CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
@@ -108,14 +109,18 @@ pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 12] = IQ_FORMATS;
 /// `gemv_{name}_v0_i8_*`, for A/B on the device: `OXINFER_CUDA_IQ4_GEMV=old`).
 pub(crate) const IQ4_V0_FORMATS: [WeightFormat; 2] = [WeightFormat::IQ4_NL, WeightFormat::IQ4_XS];
 
-/// The kernel-name suffix of each [`IQ_INT8_GEMV_FORMATS`] entry: with `old`, the IQ4 formats'
-/// session-10 kernels ([`IQ4_V0_FORMATS`]).
-fn iq_int8_kernel_names(old: bool) -> Vec<(WeightFormat, String)> {
+/// The kernel names of each [`IQ_INT8_GEMV_FORMATS`] entry for the IQ4 GEMVs `v` asks for:
+/// [`IQ4_V0_FORMATS`]' session-10 kernels (`{name}_v0`) or IQ4_XS's four-lane one (`iq4_xs_w`).
+fn iq_int8_kernel_names(v: Iq4Gemv) -> Vec<(WeightFormat, String)> {
     IQ_INT8_GEMV_FORMATS
         .iter()
         .map(|&(f, n)| {
-            let v0 = old && IQ4_V0_FORMATS.contains(&f);
-            (f, if v0 { format!("{n}_v0") } else { n.to_string() })
+            let name = match v {
+                Iq4Gemv::Old if IQ4_V0_FORMATS.contains(&f) => format!("{n}_v0"),
+                Iq4Gemv::Wide if f == WeightFormat::IQ4_XS => format!("{n}_w"),
+                _ => n.to_string(),
+            };
+            (f, name)
         })
         .collect()
 }
@@ -429,7 +434,7 @@ impl Kernels {
         let iq_kernels = iq.and_then(|programs| {
             let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
             let mut k = FormatKernels::load(&m0, &names, &IQ_FORMATS, &[])?;
-            let int8 = iq_int8_kernel_names(crate::gemv::iq4_gemv_old());
+            let int8 = iq_int8_kernel_names(crate::gemv::iq4_gemv());
             let int8: Vec<(WeightFormat, &str)> =
                 int8.iter().map(|(f, n)| (*f, n.as_str())).collect();
             k.extend(FormatKernels::load(&m1, &names, &[], &int8)?);
@@ -672,8 +677,8 @@ mod tests {
                 assert!(iq_src.contains(&format!(".entry {k}(")), "{k} missing");
             }
         }
-        for old in [false, true] {
-            for (_, n) in iq_int8_kernel_names(old) {
+        for v in [Iq4Gemv::Default, Iq4Gemv::Old, Iq4Gemv::Wide] {
+            for (_, n) in iq_int8_kernel_names(v) {
                 // Every variant waits (the early-fetch one after its weight copies).
                 for s in ["1", "4", "8", "r2_1", "s1", "s1e"] {
                     let k = format!("gemv_{n}_i8_{s}");
@@ -681,13 +686,17 @@ mod tests {
                 }
             }
         }
-        assert_eq!(
-            iq_int8_kernel_names(true)
+        let renamed = |v| {
+            let names = iq_int8_kernel_names(v);
+            IQ_INT8_GEMV_FORMATS
                 .iter()
-                .filter(|(_, n)| n.ends_with("_v0"))
-                .count(),
-            IQ4_V0_FORMATS.len()
-        );
+                .zip(&names)
+                .filter(|((_, a), (_, b))| a != b)
+                .count()
+        };
+        assert_eq!(renamed(Iq4Gemv::Default), 0);
+        assert_eq!(renamed(Iq4Gemv::Old), IQ4_V0_FORMATS.len());
+        assert_eq!(renamed(Iq4Gemv::Wide), 1);
         // The IQ program holds none of the main program's kernels.
         assert!(
             !iq_src.contains(".entry gemm_q4_k("),

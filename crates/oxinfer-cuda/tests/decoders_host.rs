@@ -35,6 +35,7 @@ const SHIM: &str = r#"
 #define __device__
 #define __host__
 #define __global__
+#define __constant__
 #define __forceinline__ inline
 #define __restrict__
 typedef unsigned char u8;
@@ -102,6 +103,15 @@ inline u32 prmt(u32 a, u32 b, u32 s) {
 }
 inline int ld32_a2(const u8* p) { return (int)((u32)ld16(p) | ((u32)ld16(p + 2) << 16)); }
 template <int F> float dot32_i8(const u8* blk, const int* x, int sx, float dx);
+template <int F, int T, int R>
+void iq_i8_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols, int t,
+                int lane, int share, int split, float (&accs)[R][T]);
+template <int T, int R>
+void iq4nl_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols, int t,
+                int lane, int share, int split, float (&accs)[R][T]);
+template <int R>
+void iq4xs_wide_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd, int cols,
+                     int lane, int share, int split, float (&accs)[R][1]);
 "#;
 
 /// Reads records `[u32 ggml id][u32 cols][u32 n][n bytes of a row]` from stdin and writes each row
@@ -155,7 +165,68 @@ static bool group(u32 id, const u8* blk) {
     }
 }
 
+// One IQ4_XS row (nb blocks) times activations xq with scales xd per 256 as a warp's 32 lanes
+// compute it (each lane's partial sum, added in lane order as the warp's shuffles would not:
+// the layout is what is checked): the default one-row body, session 10's and the four-lane one.
+template <int F> float iq4xs_row(const u8* w, const i8* xq, const float* xd, int nb) {
+    float total = 0.f;
+    for (int lane = 0; lane < 32; lane++) {
+        float acc[1][1] = {{0.f}};
+        if constexpr (F == FMT_IQ4_XS_W) iq4xs_wide_rows<1>(w, 0, xq, xd, nb * 256, lane, 0, 1, acc);
+        else iq_i8_rows<F, 1, 1>(w, 0, xq, xd, nb * 256, 1, lane, 0, 1, acc);
+        total += acc[0][0];
+    }
+    return total;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "nlrows") == 0) {
+        // Three activation rows of an IQ4_NL row (nb blocks): per row, the lanes' sums of
+        // iq4nl_rows and of dot32_i8 per lane and block (b32_i8_rows' order).
+        u32 nb;
+        while (std::fread(&nb, 4, 1, stdin) == 1) {
+            std::vector<u8> w(18 * nb + 16);
+            std::vector<i8> x(3 * 32 * nb);
+            std::vector<float> d(3 * nb);
+            if (std::fread(w.data(), 1, 18 * nb, stdin) != 18 * nb ||
+                std::fread(x.data(), 1, x.size(), stdin) != x.size() ||
+                std::fread(d.data(), 4, d.size(), stdin) != d.size()) return 2;
+            int cols = 32 * (int)nb;
+            float got[3] = {0.f, 0.f, 0.f}, per_block[3] = {0.f, 0.f, 0.f};
+            for (int lane = 0; lane < 32; lane++) {
+                float acc[1][3] = {{0.f, 0.f, 0.f}};
+                iq4nl_rows<3, 1>(w.data(), 0, x.data(), d.data(), cols, 3, lane, 0, 1, acc);
+                for (int r = 0; r < 3; r++) {
+                    float a = 0.f;
+                    for (int b = lane; b < (int)nb; b += 32)
+                        a += dot32_i8<FMT_IQ4_NL>(w.data() + 18 * b,
+                                                   (const int*)(x.data() + r * cols + 32 * b), 0,
+                                                   d[r * nb + b]);
+                    got[r] += acc[0][r];
+                    per_block[r] += a;
+                }
+            }
+            std::fwrite(got, 4, 3, stdout);
+            std::fwrite(per_block, 4, 3, stdout);
+        }
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "rows") == 0) {
+        u32 nb;
+        while (std::fread(&nb, 4, 1, stdin) == 1) {
+            std::vector<u8> w(136 * nb + 16);
+            std::vector<i8> x(256 * nb);
+            std::vector<float> d(nb);
+            if (std::fread(w.data(), 1, 136 * nb, stdin) != 136 * nb ||
+                std::fread(x.data(), 1, x.size(), stdin) != x.size() ||
+                std::fread(d.data(), 4, nb, stdin) != nb) return 2;
+            float v[3] = {iq4xs_row<FMT_IQ4_XS>(w.data(), x.data(), d.data(), (int)nb),
+                          iq4xs_row<FMT_IQ4_XS_V0>(w.data(), x.data(), d.data(), (int)nb),
+                          iq4xs_row<FMT_IQ4_XS_W>(w.data(), x.data(), d.data(), (int)nb)};
+            std::fwrite(v, 4, 3, stdout);
+        }
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "group") == 0) {
         u32 hdr[2];
         while (std::fread(hdr, 4, 2, stdin) == 2) {
@@ -181,6 +252,15 @@ int main(int argc, char** argv) {
         }
         u32 id;
         while (std::fread(&id, 4, 1, stdin) == 1) {
+            if (id == 0xffffffffu) {
+                // iq4nl_dot32 of four code words and eight activation words.
+                u32 c[4];
+                int x[8];
+                if (std::fread(c, 4, 4, stdin) != 4 || std::fread(x, 4, 8, stdin) != 8) return 2;
+                int v = iq4nl_dot32(c, x);
+                std::fwrite(&v, 4, 1, stdout);
+                continue;
+            }
             // The block at a 4-byte aligned address or 2 past one (IQ4_NL's two cases), with
             // readable bytes after it (as device buffers have).
             alignas(16) u8 buf[32] = {};
@@ -407,6 +487,27 @@ fn int8_table_lookups_match_the_cpu_tables() {
         input.extend(&blk);
         input.extend(x.iter().map(|&v| v as u8));
     }
+    // iq4nl_dot32 (IQ4_XS's one-row dot) on random codes and activations, extreme ones included.
+    let mut want_fused = Vec::new();
+    for n in 0..20000 {
+        let codes: Vec<u8> = (0..16).map(|_| rng.next() as u8).collect();
+        let x: Vec<i8> = (0..32)
+            .map(|_| match n % 4 {
+                0 => 127,
+                1 => -127,
+                _ => (rng.next() % 255) as i8,
+            })
+            .collect();
+        let dot: i32 = (0..32)
+            .map(|j| {
+                i32::from(t4[(codes[j % 16] >> (4 * (j / 16)) & 15) as usize]) * i32::from(x[j])
+            })
+            .sum();
+        want_fused.push(dot);
+        input.extend(u32::MAX.to_le_bytes());
+        input.extend(&codes);
+        input.extend(x.iter().map(|&v| v as u8));
+    }
     let out = run(&exe, &["lut"], &input);
     let words: Vec<i32> = out
         .chunks_exact(4)
@@ -437,8 +538,14 @@ fn int8_table_lookups_match_the_cpu_tables() {
             assert_eq!((x, y), (nib(0), nib(1)), "table {k}, codes {q:#010x}");
         }
     }
-    let dots = f32s(&out[4 * 7 * 65536..]);
-    assert_eq!(dots.len(), want_dots.len());
+    let rest = &out[4 * 7 * 65536..];
+    let (dots, fused) = rest.split_at(4 * want_dots.len());
+    let dots = f32s(dots);
+    assert_eq!(fused.len(), 4 * want_fused.len(), "driver output size");
+    for (i, (g, w)) in fused.chunks_exact(4).zip(&want_fused).enumerate() {
+        let g = i32::from_le_bytes([g[0], g[1], g[2], g[3]]);
+        assert_eq!(g, *w, "iq4nl_dot32 case {i}");
+    }
     for (i, (g, (f, w))) in dots.iter().zip(&want_dots).enumerate() {
         assert!(
             g.to_bits() == w.to_bits(),
@@ -510,5 +617,105 @@ fn int8_group_decoders_match_the_cpu_dequantizer() {
                 );
             }
         }
+    }
+}
+
+/// The one-row IQ4_XS GEMV bodies' lane layouts (today's eight lanes per super-block, session
+/// 10's, and the four-lane one of `OXINFER_CUDA_IQ4_GEMV=wide`), run for each of a warp's 32
+/// lanes on the host, against the f64 dot of the CPU dequantizer's weights with the activations:
+/// every weight is counted once, with its scale (rows of 1 to 19 blocks: ragged warp steps).
+#[test]
+fn iq4_xs_one_row_lane_layouts_match_the_cpu() {
+    let Some(exe) = build_driver("rows") else {
+        return;
+    };
+    let f = WeightFormat::IQ4_XS;
+    let mut rng = Rng(0x1A4E_5EED_0000_0005);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..60usize {
+        let nb = 1 + n % 19;
+        let mut w: Vec<u8> = (0..136 * nb).map(|_| rng.next() as u8).collect();
+        for (i, blk) in w.chunks_exact_mut(136).enumerate() {
+            let (d, m) = SCALES[(n + i) % SCALES.len()];
+            // Finite, non-zero scales (the f16 extremes overflow an f32 row sum).
+            let d = if d.abs() > 1e3 || d == 0.0 { 0.03 } else { d };
+            blocks::set_scales(f, blk, d, m);
+        }
+        let x: Vec<i8> = (0..256 * nb).map(|_| (rng.next() % 255) as i8).collect();
+        let xd: Vec<f32> = (0..nb).map(|i| 0.001 * (1 + (i + n) % 7) as f32).collect();
+        let mut deq = vec![0f32; 256 * nb];
+        oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
+        let dot: f64 = (0..256 * nb)
+            .map(|j| f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256]))
+            .sum();
+        let mag: f64 = (0..256 * nb)
+            .map(|j| (f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256])).abs())
+            .sum();
+        want.push((nb, dot, mag));
+        input.extend((nb as u32).to_le_bytes());
+        input.extend(&w);
+        input.extend(x.iter().map(|&v| v as u8));
+        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    let got = f32s(&run(&exe, &["rows"], &input));
+    assert_eq!(got.len(), 3 * want.len(), "driver output size");
+    for (i, (nb, dot, mag)) in want.iter().enumerate() {
+        for (k, name) in ["default", "session 10", "wide"].iter().enumerate() {
+            let g = f64::from(got[3 * i + k]);
+            assert!(
+                (g - dot).abs() <= 1e-5 * mag.max(1e-30),
+                "{name} row {i} ({nb} blocks): {g:e} vs CPU {dot:e}"
+            );
+        }
+        // Today's body and session 10's add the same lanes' same sums.
+        assert_eq!(got[3 * i].to_bits(), got[3 * i + 1].to_bits(), "row {i}");
+    }
+}
+
+/// IQ4_NL's several-row body (weights looked up once per block for all activation rows) on the
+/// host, lane by lane, for three rows: equal bit for bit to the one-row dot per block and row
+/// in the same order, and to the CPU dequantizer's f64 dot within f32 rounding.
+#[test]
+fn iq4_nl_several_rows_match_the_cpu() {
+    let Some(exe) = build_driver("nlrows") else {
+        return;
+    };
+    let f = WeightFormat::IQ4_NL;
+    let mut rng = Rng(0x1A4E_5EED_0000_0006);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..40usize {
+        let nb = 1 + n * 7 % 75;
+        let mut w: Vec<u8> = (0..18 * nb).map(|_| rng.next() as u8).collect();
+        for blk in w.chunks_exact_mut(18) {
+            blocks::set_scales(f, blk, 0.01 * (1 + n % 5) as f32, 0.0);
+        }
+        let x: Vec<i8> = (0..3 * 32 * nb).map(|_| (rng.next() % 255) as i8).collect();
+        let xd: Vec<f32> = (0..3 * nb).map(|i| 0.001 * (1 + i % 9) as f32).collect();
+        let mut deq = vec![0f32; 32 * nb];
+        oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
+        for r in 0..3 {
+            let terms = (0..32 * nb).map(|j| {
+                f64::from(deq[j]) * f64::from(x[r * 32 * nb + j]) * f64::from(xd[r * nb + j / 32])
+            });
+            let mag: f64 = terms.clone().map(f64::abs).sum();
+            want.push((n, r, terms.sum::<f64>(), mag));
+        }
+        input.extend((nb as u32).to_le_bytes());
+        input.extend(&w);
+        input.extend(x.iter().map(|&v| v as u8));
+        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    let got = f32s(&run(&exe, &["nlrows"], &input));
+    assert_eq!(got.len(), 2 * want.len(), "driver output size");
+    for (i, (n, r, dot, mag)) in want.iter().enumerate() {
+        let (rows, per_block) = (got[6 * (i / 3) + r], got[6 * (i / 3) + 3 + r]);
+        assert_eq!(rows.to_bits(), per_block.to_bits(), "case {n} row {r}");
+        let g = f64::from(rows);
+        assert!(
+            (g - dot).abs() <= 1e-5 * mag.max(1e-30),
+            "case {n} row {r}: {g:e} vs CPU {dot:e}"
+        );
     }
 }

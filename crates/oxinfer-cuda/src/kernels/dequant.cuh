@@ -35,15 +35,17 @@
 #define FMT_TQ2_0 35
 #define FMT_MXFP4 39
 // Not GGML types: IQ4_NL and IQ4_XS decoded as in session 10 (iq_gemv.cuh), the int8 GEMV
-// kernels that OXINFER_CUDA_IQ4_GEMV=old selects.
+// kernels that OXINFER_CUDA_IQ4_GEMV=old selects, and IQ4_XS with four lanes per super-block
+// at one row (OXINFER_CUDA_IQ4_GEMV=wide).
 #define FMT_IQ4_NL_V0 120
 #define FMT_IQ4_XS_V0 123
+#define FMT_IQ4_XS_W 223
 
 // The 256-weight IQ / TQ formats (their int8 GEMV body is iq_i8_rows in iq_gemv.cuh).
 __host__ __device__ constexpr bool is_iq256(int f) {
     return f == FMT_IQ2_XXS || f == FMT_IQ2_XS || f == FMT_IQ3_XXS || f == FMT_IQ1_S ||
            f == FMT_IQ3_S || f == FMT_IQ2_S || f == FMT_IQ4_XS || f == FMT_IQ1_M ||
-           f == FMT_TQ1_0 || f == FMT_TQ2_0 || f == FMT_IQ4_XS_V0;
+           f == FMT_TQ1_0 || f == FMT_TQ2_0 || f == FMT_IQ4_XS_V0 || f == FMT_IQ4_XS_W;
 }
 
 template <int F> struct Fmt;

@@ -401,6 +401,20 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
                                            const float* __restrict__ xd, int cols, int t,
                                            int lane, int share, int split, float (&accs)[R][T]);
 
+// IQ4_XS at one row with four lanes per super-block (iq_gemv.cuh; FMT_IQ4_XS_W's kernels).
+template <int R>
+__device__ __forceinline__ void iq4xs_wide_rows(const u8* __restrict__ w0, long row_bytes,
+                                                const i8* __restrict__ xq,
+                                                const float* __restrict__ xd, int cols, int lane,
+                                                int share, int split, float (&accs)[R][1]);
+
+// IQ4_NL at several activation rows, its weights decoded once per block (iq_gemv.cuh).
+template <int T, int R>
+__device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]);
+
 // GEMV on int8 activations for format F and up to T rows, R consecutive output rows per warp
 // (R > 1 keeps R rows' weight loads in flight at once and reads each activation once for them;
 // only with split == 1 and row counts that are multiples of R). `split` is 1, 2 or GEMV_WARPS:
@@ -476,6 +490,8 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
         else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
+        else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
@@ -512,10 +528,18 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     }
 }
 
+// Blocks per multiprocessor an int8 GEMV entry point is compiled for (__launch_bounds__' second
+// argument, which caps its registers at 65536 / (128 n)): 12 for the one-row IQ4_XS kernels,
+// whose loop otherwise takes 42 registers (10 blocks resident instead of 12: sm_90 allocates
+// registers per warp in units of 256) and at 40 needs no spill (IQ4_NL's one-row kernels and
+// FMT_IQ4_XS_W's spill at 40); 0 (no bound, no .minnctapersm: a bound of 1 changes the
+// registers ptxas gives) for the others.
+#define GEMV_I8_MIN_BLOCKS(F, T, R) ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1 ? 12 : 0)
+
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
 // waits inside gemv_i8, after issuing its weight copies.
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
         float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
         if (EARLY) {                                                                           \

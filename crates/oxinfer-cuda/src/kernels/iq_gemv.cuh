@@ -1,10 +1,11 @@
 // int8 (dp4a) GEMV bodies of the IQ / TQ / MXFP4 formats. IQ4_NL and MXFP4 (32-weight blocks of
 // 4-bit codes into a 16-entry int8 table; activations in blocks of 32): dot32_i8 for gemv.cu's
-// b32_i8_rows, byte permutes turning eight codes into eight table bytes. The 256-weight formats
-// (activations in blocks of 256, the CPU's Q8_K): iq_i8_rows, each lane decoding one 32-weight
-// group to int8 quants with the integer scales of the CPU's int_scale (iq_group32). The integer
-// sums are the CPU's; only the f32 combination differs in order. Included after gemv.cu (it
-// uses dp4a, ld32_a2 and the templates declared there).
+// b32_i8_rows, byte permutes looking codes up eight at a time (lut16_x8; IQ4_NL's sign-split
+// dot iq4nl_dot32). The 256-weight formats (activations in blocks of 256, the CPU's Q8_K):
+// iq_i8_rows, each lane decoding one 32-weight group to int8 quants with the integer scales of
+// the CPU's int_scale (iq_group32; one-row IQ4_XS takes iq4nl_dot32 instead, or
+// iq4xs_wide_rows). The integer sums are the CPU's; only the f32 combination differs in order.
+// Included after gemv.cu (it uses dp4a, prmt, ld32_a2 and the templates declared there).
 
 #ifndef OXINFER_IQ_GEMV_CUH
 #define OXINFER_IQ_GEMV_CUH
@@ -57,24 +58,95 @@ __device__ __forceinline__ int dot32_codes(const u32 (&c)[4], const int* x, u32 
     return dot;
 }
 
-// IQ4_NL: 18-byte blocks are only 2-byte aligned, so the block is read as the five aligned
-// words covering it (from blk rounded down to 4: up to 2 bytes past the block, which every
-// device buffer and staged row has readable) and its scale and code words are cut out of them
-// with byte permutes: 5 word loads where 2-byte loads took 9.
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+// Four int8 bytes negated (two's complement per byte; no byte may be 0, so none carries).
+__host__ __device__ constexpr u32 neg4(u32 w) { return ~w + 0x01010101u; }
+
+// IQ4_NL's table split by sign for iq4nl_dot32: entries 0..7 negated (10..127) and entries
+// 8..15 (1..113), as words in constant memory: a byte permute takes one table word from a
+// register, and ptxas rematerializes an immediate's register before every use (16 moves per
+// 32 weights), where words loaded from constant memory stay in registers.
+__constant__ u32 IQ4NL_SPLIT[4] = {neg4(KVALUES_IQ4NL_W0), neg4(KVALUES_IQ4NL_W1),
+                                   KVALUES_IQ4NL_W2, KVALUES_IQ4NL_W3};
+
+// dot32_codes for IQ4_NL's table without building the weights' bytes. In prmt's sign mode (a
+// selector nibble with its top bit set) a byte comes out as its sign, 0 for the positive
+// entries of both split halves: the codes as stored select entries 0..7 of the negated half
+// and 0 for codes >= 8, the codes with their top bits flipped entries 8..15 and 0 for codes
+// < 8, so the dot is the second lookup's dp4a minus the first's. The lookups keep the codes'
+// order in a half-word (weight j, j + 16, j + 1, j + 17), so the activations are permuted to
+// it (two permutes per eight weights): 13 instructions per eight weights, against lut16_x8's
+// 13 plus two dp4a. The same integer sum.
+__device__ __forceinline__ int iq4nl_dot32(const u32 (&c)[4], const int* x) {
+    u32 n0 = IQ4NL_SPLIT[0], n1 = IQ4NL_SPLIT[1], p0 = IQ4NL_SPLIT[2], p1 = IQ4NL_SPLIT[3];
+    int pos = 0, neg = 0;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 q = c[i], qx = q ^ 0x88888888u, qh = q >> 16, qxh = qx >> 16;
+        int xa = (int)prmt((u32)x[i], (u32)x[4 + i], 0x5140u);
+        int xb = (int)prmt((u32)x[i], (u32)x[4 + i], 0x7362u);
+        neg = dp4a((int)prmt(n0, n1, qh), xb, dp4a((int)prmt(n0, n1, q), xa, neg));
+        pos = dp4a((int)prmt(p0, p1, qxh), xb, dp4a((int)prmt(p0, p1, qx), xa, pos));
+    }
+    return pos - neg;
+}
+
+// IQ4_NL: 18-byte blocks are only 2-byte aligned, so a block is read as the five aligned words
+// covering it (from blk rounded down to 4: up to 2 bytes past the block, which every device
+// buffer and staged row has readable) and its scale and code words are cut out of them with
+// byte permutes: 5 word loads where 2-byte loads took 9. Returns the f16 scale; c: the codes
+// as dot32_codes takes them.
+__device__ __forceinline__ u16 iq4nl_block(const u8* blk, u32 (&c)[4]) {
     u32 o = (u32)(unsigned long long)blk & 2u;
     const u32* a = (const u32*)(blk - o);
     u32 w[5];
     #pragma unroll
     for (int i = 0; i < 5; i++) w[i] = a[i];
-    u32 c[4];
     #pragma unroll
     for (int i = 0; i < 4; i++) c[i] = __byte_perm(w[i], w[i + 1], o ? 0x7654u : 0x5432u);
-    u16 d = (u16)__byte_perm(w[0], 0u, o ? 0x32u : 0x10u);
-    int dot = dot32_codes(c, x, KVALUES_IQ4NL_W0, KVALUES_IQ4NL_W1, KVALUES_IQ4NL_W2,
-                          KVALUES_IQ4NL_W3);
-    return dx * h2f(d) * (float)dot;
+    return (u16)__byte_perm(w[0], 0u, o ? 0x32u : 0x10u);
+}
+
+template <>
+__device__ __forceinline__ float dot32_i8<FMT_IQ4_NL>(const u8* blk, const int* x, int sx, float dx) {
+    u32 c[4];
+    u16 d = iq4nl_block(blk, c);
+    return dx * h2f(d) * (float)iq4nl_dot32(c, x);
+}
+
+// IQ4_NL at several activation rows: b32_i8_rows' layout (one lane per block), each block's
+// weights looked up once (lut16_x8) for all rows, where dot32_i8 redoes them per row. Each
+// accumulator gets the same f32 terms in the same order as there.
+template <int T, int R>
+__device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_bytes,
+                                           const i8* __restrict__ xq,
+                                           const float* __restrict__ xd, int cols, int t,
+                                           int lane, int share, int split, float (&accs)[R][T]) {
+    int nb = cols >> 5;
+    #pragma unroll 1
+    for (int b = lane + 32 * share; b < nb; b += 32 * split) {
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++) {
+            u32 c[4];
+            float d = h2f(iq4nl_block(w0 + rr * row_bytes + (long)b * Fmt<FMT_IQ4_NL>::BYTES, c));
+            int q[8];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int2 v = IQ4NL_X8(c[i]);
+                q[i] = v.x;
+                q[4 + i] = v.y;
+            }
+            #pragma unroll
+            for (int r = 0; r < T; r++) {
+                if (r < t) {
+                    const int4* xr = (const int4*)(xq + (long)r * cols + b * 32);
+                    int4 a = xr[0], e = xr[1];
+                    int dot = dp4a(q[0], a.x, dp4a(q[1], a.y, dp4a(q[2], a.z, dp4a(q[3], a.w, 0))));
+                    dot = dp4a(q[4], e.x, dp4a(q[5], e.y, dp4a(q[6], e.z, dp4a(q[7], e.w, dot))));
+                    accs[rr][r] += xd[(long)r * nb + b] * d * (float)dot;
+                }
+            }
+        }
+    }
 }
 
 template <>
@@ -236,20 +308,35 @@ __device__ __forceinline__ void iq_group32<FMT_IQ1_M>(const u8* blk, int ib, int
 
 // IQ4_XS: blocks are 136 bytes, so a block and a group's 16 bytes of codes are 8-byte aligned:
 // the header (f16 d, the 16 bits of high scale bits, the four bytes of low ones) is one 8-byte
-// load and the codes two.
+// load and the codes two. iq4xs_scale: group ib's integer scale (the 6-bit code minus 32) from
+// the header h; iq4xs_unit: the block's d as f32; iq4xs_codes: the group's codes as four words
+// (dot32_codes' c).
+__device__ __forceinline__ int iq4xs_scale(uint2 h, int ib) {
+    return (int)(((h.y >> (4 * ib)) & 15u) | (((h.x >> (16 + 2 * ib)) & 3u) << 4)) - 32;
+}
+
+__device__ __forceinline__ float iq4xs_unit(uint2 h) { return h2f((u16)(h.x & 0xffffu)); }
+
+__device__ __forceinline__ void iq4xs_codes(const u8* blk, int ib, u32 (&c)[4]) {
+    const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
+    uint2 qa = qs[0], qb = qs[1];
+    c[0] = qa.x;
+    c[1] = qa.y;
+    c[2] = qb.x;
+    c[3] = qb.y;
+}
+
 template <>
 __device__ __forceinline__ void iq_group32<FMT_IQ4_XS>(const u8* blk, int ib, int (&q)[8],
                                                        int (&s)[2], float& unit) {
     uint2 h = *(const uint2*)blk;
-    unit = h2f((u16)(h.x & 0xffffu));
-    u32 ls = ((h.y >> (4 * ib)) & 15u) | (((h.x >> (16 + 2 * ib)) & 3u) << 4);
-    s[0] = s[1] = (int)ls - 32;
-    const uint2* qs = (const uint2*)(blk + 8 + 16 * ib);
-    uint2 qa = qs[0], qb = qs[1];
-    u32 qw[4] = {qa.x, qa.y, qb.x, qb.y};
+    unit = iq4xs_unit(h);
+    s[0] = s[1] = iq4xs_scale(h, ib);
+    u32 c[4];
+    iq4xs_codes(blk, ib, c);
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        int2 v = IQ4NL_X8(qw[i]);
+        int2 v = IQ4NL_X8(c[i]);
         q[i] = v.x;
         q[4 + i] = v.y;
     }
@@ -297,10 +384,25 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
         float (&acc)[T] = accs[rr];
+        const u8* blk = w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES;
+        int k0 = b * 256 + ib * 32;
+        if constexpr (F == FMT_IQ4_XS && T == 1) {
+            // One activation row: IQ4_XS's table dot without decoding (iq4nl_dot32), the same
+            // integer sum as the decoded one below, the same f32 steps.
+            uint2 h = *(const uint2*)blk;
+            int ls = iq4xs_scale(h, ib);
+            float unit = iq4xs_unit(h);
+            u32 c[4];
+            iq4xs_codes(blk, ib, c);
+            const int4* xr = (const int4*)(xq + k0);
+            int4 x0 = xr[0], x1 = xr[1];
+            int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            acc[0] += xd[b] * (unit * (float)(ls * iq4nl_dot32(c, x)));
+            continue;
+        }
         int q[8], s[2];
         float unit;
-        iq_group32<F>(w0 + rr * row_bytes + (long)b * Fmt<F>::BYTES, ib, q, s, unit);
-        int k0 = b * 256 + ib * 32;
+        iq_group32<F>(blk, ib, q, s, unit);
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
@@ -313,6 +415,49 @@ __device__ __forceinline__ void iq_i8_rows(const u8* __restrict__ w0, long row_b
         }
       }
     }
+}
+
+// IQ4_XS at one activation row with four lanes per super-block (a warp takes eight, the
+// block's warps interleaved), the kernels of FMT_IQ4_XS_W (OXINFER_CUDA_IQ4_GEMV=wide): lane c
+// takes groups c and c + 4 (iq4nl_dot32 each, activations 128 bytes apart), sharing the block's
+// header, activation scale and loop step between the two; their scaled integer sums (each
+// below 2^24) are added and converted once (rounded only past 2^24). As iq_i8_rows otherwise
+// (T = 1).
+template <int R>
+__device__ __forceinline__ void iq4xs_wide_rows(const u8* __restrict__ w0, long row_bytes,
+                                                const i8* __restrict__ xq,
+                                                const float* __restrict__ xd, int cols, int lane,
+                                                int share, int split, float (&accs)[R][1]) {
+    int nb = cols >> 8;
+    int c = lane & 3;
+    #pragma unroll 2
+    for (int b = (lane >> 2) + 8 * share; b < nb; b += 8 * split) {
+        const int4* xr = (const int4*)(xq + b * 256 + 32 * c);
+        int4 a0 = xr[0], a1 = xr[1], b0 = xr[8], b1 = xr[9];
+        int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        float dx = xd[b];
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++) {
+            const u8* blk = w0 + rr * row_bytes + (long)b * Fmt<FMT_IQ4_XS>::BYTES;
+            uint2 h = *(const uint2*)blk;
+            u32 ca[4], cb[4];
+            iq4xs_codes(blk, c, ca);
+            iq4xs_codes(blk, c + 4, cb);
+            int sum = iq4xs_scale(h, c) * iq4nl_dot32(ca, xa) +
+                      iq4xs_scale(h, c + 4) * iq4nl_dot32(cb, xb);
+            accs[rr][0] += dx * (iq4xs_unit(h) * (float)sum);
+        }
+    }
+}
+
+template <> struct Fmt<FMT_IQ4_XS_W> : Fmt<FMT_IQ4_XS> {};
+
+// FMT_IQ4_XS_W at several activation rows: IQ4_XS's group decoding.
+template <>
+__device__ __forceinline__ void iq_group32<FMT_IQ4_XS_W>(const u8* blk, int ib, int (&q)[8],
+                                                         int (&s)[2], float& unit) {
+    iq_group32<FMT_IQ4_XS>(blk, ib, q, s, unit);
 }
 
 // The session-10 decoding of IQ4_NL and IQ4_XS (a byte load per scale byte, 2-byte loads of

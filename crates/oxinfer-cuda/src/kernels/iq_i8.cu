@@ -21,3 +21,5 @@ GEMV_I8(FMT_MXFP4, mxfp4)
 // The session-10 IQ4 decoding, for A/B (OXINFER_CUDA_IQ4_GEMV=old).
 GEMV_I8(FMT_IQ4_NL_V0, iq4_nl_v0)
 GEMV_I8(FMT_IQ4_XS_V0, iq4_xs_v0)
+// IQ4_XS with four lanes per super-block at one row (OXINFER_CUDA_IQ4_GEMV=wide).
+GEMV_I8(FMT_IQ4_XS_W, iq4_xs_w)
