@@ -130,6 +130,44 @@ pub struct Sampler {
     rng: Rng,
 }
 
+/// Candidate order: the larger logit first, the lower id first on ties.
+fn best_first(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `k` best finite entries of `logits` as (id, logit) in no particular order ([`best_first`]
+/// decides ties: the lower id stays), or every finite entry when `k` is 0 or covers them.
+/// One pass with a buffer of `2k`: an entry joins while it beats the k-th best kept so far, and
+/// a full buffer is cut back to its best `k` (no vocabulary-sized copy per token).
+fn top_candidates(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let finite = logits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_finite())
+        .map(|(i, &l)| (i as u32, l));
+    if k == 0 || k >= logits.len() {
+        return finite.collect();
+    }
+    let mut cand: Vec<(u32, f32)> = Vec::with_capacity(2 * k);
+    // The k-th best so far once the buffer was first cut; later ids lose ties to it.
+    let mut floor = f32::NEG_INFINITY;
+    for c in finite {
+        if c.1 > floor {
+            cand.push(c);
+            if cand.len() == 2 * k {
+                cand.select_nth_unstable_by(k - 1, best_first);
+                cand.truncate(k);
+                floor = cand[k - 1].1;
+            }
+        }
+    }
+    if cand.len() > k {
+        cand.select_nth_unstable_by(k - 1, best_first);
+        cand.truncate(k);
+    }
+    cand
+}
+
 /// Index of the largest value (the first one on ties), as greedy decoding picks. NaN never
 /// wins, except that a NaN at index 0 is returned as is (no value compares above it).
 pub fn argmax(logits: &[f32]) -> u32 {
@@ -257,26 +295,12 @@ impl Sampler {
         if p.temperature <= 0.0 {
             return Distribution::Greedy(argmax(logits));
         }
-        // Candidates sorted by logit, best first.
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
+        // Candidates sorted by logit, best first (the lower id first on ties).
+        let mut cand = top_candidates(logits, p.top_k);
         if cand.is_empty() {
             return Distribution::Greedy(argmax(logits));
         }
-        let k = if p.top_k == 0 {
-            cand.len()
-        } else {
-            p.top_k.min(cand.len())
-        };
-        if k < cand.len() {
-            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
-            cand.truncate(k);
-        }
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1));
+        cand.sort_unstable_by(best_first);
         let probs = softmax(cand.iter().map(|c| c.1));
         // top-p: the smallest prefix reaching p.
         let mut keep = cand.len();
@@ -346,6 +370,31 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The one-pass top-k keeps what sorting every finite entry (logit descending, id
+        /// ascending) and taking the first k keeps.
+        #[test]
+        fn top_candidates_match_a_full_sort(
+            picks in proptest::collection::vec(0usize..10, 0..300),
+            k in 0usize..40,
+        ) {
+            const VALUES: [f32; 10] =
+                [0.0, 1.5, -2.0, 3.25, f32::NAN, f32::NEG_INFINITY, 1.5, 7.0, -7.0, 0.5];
+            let logits: Vec<f32> = picks.iter().map(|&i| VALUES[i] + (i % 3) as f32).collect();
+            let mut got = top_candidates(&logits, k);
+            got.sort_unstable_by(best_first);
+            let mut want: Vec<(u32, f32)> = logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_finite())
+                .map(|(i, &l)| (i as u32, l))
+                .collect();
+            want.sort_by(best_first);
+            if k > 0 {
+                want.truncate(k);
+            }
+            proptest::prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn argmax_matches_the_reference_loop(
             // Few distinct values (many ties), with NaN, infinities and signed zeros mixed in.
