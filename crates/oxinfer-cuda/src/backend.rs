@@ -187,9 +187,7 @@ impl CudaBackend {
             let mut rows: Vec<u32> = (a.pos0..a.n_keys()).map(|p| p as u32).collect();
             rows.resize(2 * a.t, 0);
             let table_at = rows.len() * 4;
-            for p in [kp, vp] {
-                rows.extend([p as u32, (p >> 32) as u32]);
-            }
+            rows.extend(ops::KvRows::entry(kp, vp));
             let pp = g.scratch(Slot::Pos, rows.len() * 4)?;
             g.upload(pp, &rows)?;
             let kv = ops::KvRows {

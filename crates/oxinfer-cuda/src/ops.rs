@@ -490,6 +490,12 @@ pub(crate) struct KvRows {
 }
 
 impl KvRows {
+    /// One sequence's table entry as the kernels read it: the addresses of row 0 of its keys and
+    /// of its values, each a little-endian u64 in two u32 words.
+    pub fn entry(k: CUdeviceptr, v: CUdeviceptr) -> [u32; 4] {
+        [k as u32, (k >> 32) as u32, v as u32, (v >> 32) as u32]
+    }
+
     /// The same table seen from row `row` on (`rseq` advanced by `row` entries).
     pub fn at_row(self, row: usize) -> Self {
         KvRows {

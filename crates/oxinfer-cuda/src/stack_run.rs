@@ -121,9 +121,7 @@ fn kv_table(bases: &[LayerBases]) -> Vec<f32> {
     for li in 0..layers {
         for seq in bases {
             let (k, v) = seq[li];
-            for p in [k, v] {
-                table.extend([f32::from_bits(p as u32), f32::from_bits((p >> 32) as u32)]);
-            }
+            table.extend(ops::KvRows::entry(k, v).map(f32::from_bits));
         }
     }
     table

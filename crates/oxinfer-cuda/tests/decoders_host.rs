@@ -620,6 +620,25 @@ fn int8_group_decoders_match_the_cpu_dequantizer() {
     }
 }
 
+/// The f64 dot of dequantized weights `deq` with int8 activations `x` scaled per `block`
+/// values by `xd`, and the sum of its terms' magnitudes (the scale of its rounding).
+fn scaled_dot(deq: &[f32], x: &[i8], xd: &[f32], block: usize) -> (f64, f64) {
+    let terms = deq
+        .iter()
+        .zip(x)
+        .enumerate()
+        .map(|(j, (&w, &a))| f64::from(w) * f64::from(a) * f64::from(xd[j / block]));
+    (terms.clone().sum(), terms.map(f64::abs).sum())
+}
+
+/// One case of the row drivers' input: block count, weight blocks, int8 activations, scales.
+fn push_case(input: &mut Vec<u8>, nb: usize, w: &[u8], x: &[i8], xd: &[f32]) {
+    input.extend((nb as u32).to_le_bytes());
+    input.extend(w);
+    input.extend(x.iter().map(|&v| v as u8));
+    input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+}
+
 /// The one-row IQ4_XS GEMV bodies' lane layouts (today's eight lanes per super-block, session
 /// 10's, and the four-lane one of `OXINFER_CUDA_IQ4_GEMV=wide`), run for each of a warp's 32
 /// lanes on the host, against the f64 dot of the CPU dequantizer's weights with the activations:
@@ -646,17 +665,9 @@ fn iq4_xs_one_row_lane_layouts_match_the_cpu() {
         let xd: Vec<f32> = (0..nb).map(|i| 0.001 * (1 + (i + n) % 7) as f32).collect();
         let mut deq = vec![0f32; 256 * nb];
         oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
-        let dot: f64 = (0..256 * nb)
-            .map(|j| f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256]))
-            .sum();
-        let mag: f64 = (0..256 * nb)
-            .map(|j| (f64::from(deq[j]) * f64::from(x[j]) * f64::from(xd[j / 256])).abs())
-            .sum();
+        let (dot, mag) = scaled_dot(&deq, &x, &xd, 256);
         want.push((nb, dot, mag));
-        input.extend((nb as u32).to_le_bytes());
-        input.extend(&w);
-        input.extend(x.iter().map(|&v| v as u8));
-        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+        push_case(&mut input, nb, &w, &x, &xd);
     }
     let got = f32s(&run(&exe, &["rows"], &input));
     assert_eq!(got.len(), 3 * want.len(), "driver output size");
@@ -696,16 +707,11 @@ fn iq4_nl_several_rows_match_the_cpu() {
         let mut deq = vec![0f32; 32 * nb];
         oxinfer_kernels::dequantize_row(f, &w, &mut deq).expect("CPU dequantizer");
         for r in 0..3 {
-            let terms = (0..32 * nb).map(|j| {
-                f64::from(deq[j]) * f64::from(x[r * 32 * nb + j]) * f64::from(xd[r * nb + j / 32])
-            });
-            let mag: f64 = terms.clone().map(f64::abs).sum();
-            want.push((n, r, terms.sum::<f64>(), mag));
+            let xr = &x[r * 32 * nb..(r + 1) * 32 * nb];
+            let (dot, mag) = scaled_dot(&deq, xr, &xd[r * nb..(r + 1) * nb], 32);
+            want.push((n, r, dot, mag));
         }
-        input.extend((nb as u32).to_le_bytes());
-        input.extend(&w);
-        input.extend(x.iter().map(|&v| v as u8));
-        input.extend(xd.iter().flat_map(|v| v.to_le_bytes()));
+        push_case(&mut input, nb, &w, &x, &xd);
     }
     let got = f32s(&run(&exe, &["nlrows"], &input));
     assert_eq!(got.len(), 2 * want.len(), "driver output size");

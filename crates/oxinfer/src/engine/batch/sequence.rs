@@ -270,8 +270,10 @@ impl<'m> Sequence<'m> {
         &self.history[self.prompt.len()..]
     }
 
-    /// Takes the logits of a pass that ran `n` of this sequence's tokens (see [`Self::input`]);
-    /// `cache_len` and `capacity` describe its cache afterwards. Samples the next token once
+    /// Takes what a pass that ran `n` of this sequence's tokens (see [`Self::input`]) returned
+    /// for it: its logits, or only its last row's argmax when [`Self::argmax_is_enough`], which
+    /// is then the token; `cache_len` and `capacity` describe its cache afterwards. Samples the
+    /// next token once
     /// the prompt is done (while decoding with a draft: one token per row, each row's draft
     /// token verified, up to the first rejection), streams the tokens through `emit` (which
     /// returns `false` to cancel), and ends the sequence when a stop rule says so.
@@ -284,20 +286,30 @@ impl<'m> Sequence<'m> {
         capacity: usize,
         emit: &mut dyn FnMut(SeqEvent) -> bool,
     ) -> Accepted {
-        let logits = match out {
-            PassOut::Logits(logits) => logits,
-            PassOut::Argmax(id) => return self.accept_argmax(n, id, cache_len, capacity, emit),
-        };
         if self.pos >= self.prompt.len() {
-            return self.accept_decode(n, logits, vocab, cache_len, capacity, emit);
+            return match out {
+                PassOut::Logits(logits) => {
+                    self.accept_decode(n, logits, vocab, cache_len, capacity, emit)
+                }
+                // One row ran (no draft: `argmax_is_enough`); its argmax is the token.
+                PassOut::Argmax(id) => {
+                    if let Some(reason) = self.take(id, None, cache_len, capacity, emit) {
+                        self.finish(reason, emit);
+                    }
+                    Accepted {
+                        sampled: 1,
+                        kept: n,
+                    }
+                }
+            };
         }
         let ran = Accepted {
             sampled: 0,
             kept: n,
         };
         self.pos += n;
-        if let Some(all) = &mut self.prompt_logits {
-            all.extend_from_slice(&logits);
+        if let (Some(all), PassOut::Logits(logits)) = (&mut self.prompt_logits, &out) {
+            all.extend_from_slice(logits);
         }
         if self.pos < self.prompt.len() {
             return ran;
@@ -308,54 +320,19 @@ impl<'m> Sequence<'m> {
             self.finish(StopReason::MaxTokens, emit);
             return ran;
         }
-        let mut last = logits;
-        if last.len() > vocab {
-            last.drain(..last.len() - vocab);
-        }
-        let (stop, _) = self.sample(&mut last, None, cache_len, capacity, emit);
+        let stop = match out {
+            PassOut::Logits(mut last) => {
+                if last.len() > vocab {
+                    last.drain(..last.len() - vocab);
+                }
+                self.sample(&mut last, None, cache_len, capacity, emit).0
+            }
+            PassOut::Argmax(id) => self.take(id, None, cache_len, capacity, emit),
+        };
         if let Some(reason) = stop {
             self.finish(reason, emit);
         }
         Accepted { sampled: 1, ..ran }
-    }
-
-    /// [`Self::accept`] for a pass that returned only the argmax `id` of the last row (asked
-    /// for when [`Self::argmax_is_enough`]): the prompt advances by `n`, and once it is done
-    /// (or while decoding) `id` is the sampled token.
-    fn accept_argmax(
-        &mut self,
-        n: usize,
-        id: u32,
-        cache_len: usize,
-        capacity: usize,
-        emit: &mut dyn FnMut(SeqEvent) -> bool,
-    ) -> Accepted {
-        let prefilling = self.pos < self.prompt.len();
-        if prefilling {
-            self.pos += n;
-            if self.pos < self.prompt.len() {
-                return Accepted {
-                    sampled: 0,
-                    kept: n,
-                };
-            }
-            self.timings.prompt_time = self.started.elapsed();
-            self.decode_started = Some(Instant::now());
-            if self.opts.max_tokens == 0 {
-                self.finish(StopReason::MaxTokens, emit);
-                return Accepted {
-                    sampled: 0,
-                    kept: n,
-                };
-            }
-        }
-        if let Some(reason) = self.take(id, None, cache_len, capacity, emit) {
-            self.finish(reason, emit);
-        }
-        Accepted {
-            sampled: 1,
-            kept: n,
-        }
     }
 
     /// [`Self::accept`] for a decoding step that ran the last sampled token and a draft of
