@@ -12,7 +12,8 @@
 //!   ([`oxinfer_kernels::vecdot::dot_kblock`]); throughput in bytes of weights, as `matvec`
 //!   (timed in the thread's CPU time where Linux gives it, so a loaded machine disturbs it
 //!   less than `matvec`, whose region waits for a descheduled worker);
-//! - `attention/<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2 kv heads);
+//! - `attention/[model/]<t>x<keys>`: the fused causal attention kernel (head_dim 64, 8 heads, 2
+//!   kv heads; `smollm2/`, `gemma3/`: those models' head geometries at one decode step);
 //! - `parallel_region/<pool|rayon>/<tasks>`: dispatch overhead of one parallel region of tiny
 //!   tasks on our pool ([`oxinfer_kernels::pool::parallel_for`]) and on rayon (`par_iter`), the
 //!   cost a decode step pays a few hundred times.
@@ -170,27 +171,37 @@ impl CpuClock {
 fn bench_attention(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention");
     g.sample_size(10);
-    let s = AttnShape {
-        n_heads: 8,
-        n_kv_heads: 2,
-        head_dim: 64,
+    let shape = |n_heads, n_kv_heads, head_dim| AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
         scale: 0.125,
         window: None,
         softcap: None,
     };
-    for (t, pos0) in [(512usize, 0usize), (1, 2047)] {
+    // (name, shape, new queries, earlier keys): an 8-head model at prefill and at depth, and
+    // one decode step at a short depth of SmolLM2's and Gemma 3 270M's geometries (there the
+    // call's fixed costs and its split over the threads are most of the time).
+    let cases = [
+        ("", shape(8, 2, 64), 512usize, 0usize),
+        ("", shape(8, 2, 64), 1, 2047),
+        ("smollm2/", shape(9, 3, 64), 1, 127),
+        ("gemma3/", shape(4, 1, 256), 1, 127),
+    ];
+    for (name, s, t, pos0) in cases {
         let keys = pos0 + t;
-        let q: Vec<f32> = (0..t * 512)
+        let (q_row, kv_row) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
+        let q: Vec<f32> = (0..t * q_row)
             .map(|i| ((i % 89) as f32 / 44.0) - 1.0)
             .collect();
-        let kv: Vec<f32> = (0..keys * 128)
+        let kv: Vec<f32> = (0..keys * kv_row)
             .map(|i| ((i % 83) as f32 / 41.0) - 1.0)
             .collect();
-        let mut out = vec![0f32; t * 512];
+        let mut out = vec![0f32; t * q_row];
         g.throughput(Throughput::Elements(
-            (4 * t * keys * 512 / if t > 1 { 2 } else { 1 }) as u64,
+            (4 * t * keys * q_row / if t > 1 { 2 } else { 1 }) as u64,
         ));
-        g.bench_function(format!("{t}x{keys}"), |b| {
+        g.bench_function(format!("{name}{t}x{keys}"), |b| {
             b.iter(|| attention(black_box(&q), &kv, &kv, t, pos0, &s, &mut out))
         });
     }

@@ -64,6 +64,9 @@ struct Shared {
     failed: AtomicBool,
     /// The first panic of the current region, re-raised by its caller when the region ends.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Workers asleep on `wake` (or about to be): a region rings the condition variable only
+    /// when this is non-zero, so hot regions make no system call.
+    sleepers: AtomicUsize,
     sleep: Mutex<()>,
     wake: Condvar,
     workers: usize,
@@ -91,6 +94,7 @@ fn pool() -> &'static Pool {
             job_ptr: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
+            sleepers: AtomicUsize::new(0),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
             workers,
@@ -149,10 +153,13 @@ fn worker(s: &'static Shared) {
             if spins < SPIN_ITERS {
                 std::hint::spin_loop();
             } else {
-                let guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
-                if s.generation.load(Ordering::SeqCst) == seen {
-                    drop(s.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
+                let mut guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                s.sleepers.fetch_add(1, Ordering::SeqCst);
+                while s.generation.load(Ordering::SeqCst) == seen {
+                    guard = s.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
                 }
+                s.sleepers.fetch_sub(1, Ordering::SeqCst);
+                drop(guard);
                 spins = 0;
             }
         }
@@ -218,9 +225,13 @@ pub fn parallel_for(n: usize, f: &(dyn Fn(usize) + Sync)) {
     s.failed.store(false, Ordering::SeqCst);
     s.job_ptr
         .store(&job as *const Job as usize, Ordering::SeqCst);
-    {
+    s.generation.fetch_add(1, Ordering::SeqCst);
+    // A worker counts itself in `sleepers` (SeqCst, under `sleep`) before it re-reads the
+    // generation and waits. So either it is counted before this load, and the notify below
+    // (made under the lock it holds until it waits) wakes it, or its re-read comes after the
+    // increment above and it does not wait.
+    if s.sleepers.load(Ordering::SeqCst) != 0 {
         let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
-        s.generation.fetch_add(1, Ordering::SeqCst);
         s.wake.notify_all();
     }
     IN_POOL.with(|c| c.set(true));

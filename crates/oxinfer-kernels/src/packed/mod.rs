@@ -318,37 +318,138 @@ pub(crate) fn matmul_packed_variant(
     isa: Isa,
     pairs: bool,
 ) {
-    let pairs = pairs && pairs_possible(w.format, isa);
-    let (rows, cols) = (w.rows, w.cols);
-    crate::matrix::check_io(x.len(), y.len(), t, rows, cols);
-    if rows == 0 || t == 0 {
+    crate::matrix::check_io(x.len(), y.len(), t, w.rows, w.cols);
+    if w.rows == 0 || t == 0 {
         return;
     }
-    let acts = quantize_acts(w.format, x, t, cols);
-    let groups = w.groups();
-    let mut chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
-    if pairs {
-        // Tasks hold whole pairs of groups (the last task may end on a single one).
-        chunk = chunk.next_multiple_of(2);
-    }
-    let n_tasks = groups.div_ceil(chunk);
+    let acts = quantize_acts(w.format, x, t, w.cols);
+    let tasks = Tasks::new(w, isa, pairs);
     let out = SyncPtr(y.as_mut_ptr());
-    let nb = w.blocks_per_row();
-    let width = tile_width(isa);
-    parallel_for(n_tasks, &|task| {
-        let g0 = task * chunk;
-        let g1 = (g0 + chunk).min(groups);
+    parallel_for(tasks.count, &|task| tasks.run(w, &acts, task, t, &out));
+}
+
+/// Several packed products over one input: `ys[i][t][rows_i] = x[t][cols] · W_iᵀ` (the
+/// q/k/v or gate/up projections of a layer). When the matrices share `cols` and the
+/// activation rounding of their formats, the activations are rounded once and every
+/// matrix's row groups run in one parallel region (a decode step otherwise pays a region,
+/// its tail and a rounding per matrix); each output is bit-identical to [`matmul_packed`]
+/// on its matrix alone (the same tasks over the same groups). Otherwise, one
+/// [`matmul_packed`] each.
+///
+/// # Panics
+/// If `ws.len() != ys.len()`, or for any `i`, `x.len() != t * cols_i` or
+/// `ys[i].len() != t * rows_i`.
+pub fn matmul_packed_shared(ws: &[&PackedMatrix], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), ys.len(), "one output per matrix");
+    let Some(first) = ws.first() else { return };
+    let joint = ws.iter().all(|w| {
+        w.cols == first.cols
+            && crate::vecdot::act_kind(w.format) == crate::vecdot::act_kind(first.format)
+    });
+    if !joint || ws.len() == 1 {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            matmul_packed(w, x, t, y);
+        }
+        return;
+    }
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        crate::matrix::check_io(x.len(), y.len(), t, w.rows, w.cols);
+    }
+    let bytes: usize = ws.iter().map(|w| w.data.len()).sum();
+    let flops: usize = ws.iter().map(|w| 2 * w.rows * w.cols * t).sum();
+    let _p = crate::profile::scope(
+        || format!("matmul {}", joint_name(ws)),
+        bytes as u64,
+        flops as u64,
+    );
+    if t == 0 {
+        return;
+    }
+    let isa = detected_isa();
+    let acts = quantize_acts(first.format, x, t, first.cols);
+    let tasks: Vec<Tasks> = ws
+        .iter()
+        .map(|w| Tasks::new(w, isa, use_pairs(w.format, isa)))
+        .collect();
+    // Task i of the region is task i - starts[m] of matrix m, for the last m with
+    // starts[m] <= i.
+    let starts: Vec<usize> = tasks
+        .iter()
+        .scan(0, |acc, k| {
+            let s = *acc;
+            *acc += k.count;
+            Some(s)
+        })
+        .collect();
+    let total = starts.last().copied().unwrap_or(0) + tasks.last().map_or(0, |k| k.count);
+    let outs: Vec<SyncPtr<f32>> = ys.iter_mut().map(|y| SyncPtr(y.as_mut_ptr())).collect();
+    parallel_for(total, &|i| {
+        let m = starts.partition_point(|&s| s <= i) - 1;
+        tasks[m].run(ws[m], &acts, i - starts[m], t, &outs[m]);
+    });
+}
+
+/// The profile name of a joint product: its formats, each once, in order (`Q4_K+Q6_K`).
+fn joint_name(ws: &[&PackedMatrix]) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for w in ws {
+        let n = w.format.to_string();
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join("+")
+}
+
+/// How one matrix's product is cut into pool tasks: runs of `chunk` row groups (whole pairs
+/// with the two-group kernels), the same cut whether the matrix runs alone or beside others.
+struct Tasks {
+    chunk: usize,
+    count: usize,
+    isa: Isa,
+    pairs: bool,
+}
+
+impl Tasks {
+    fn new(w: &PackedMatrix, isa: Isa, pairs: bool) -> Self {
+        let pairs = pairs && pairs_possible(w.format, isa);
+        let groups = w.groups();
+        let mut chunk = groups.div_ceil(pool_threads() * 4).clamp(1, 32);
+        if pairs {
+            // Tasks hold whole pairs of groups (the last task may end on a single one).
+            chunk = chunk.next_multiple_of(2);
+        }
+        Tasks {
+            chunk,
+            count: if w.rows == 0 {
+                0
+            } else {
+                groups.div_ceil(chunk)
+            },
+            isa,
+            pairs,
+        }
+    }
+
+    /// Runs task `task`: its row groups against all `t` tokens of `acts`, into `out`
+    /// (`[t, rows]`, each task writing only its own rows).
+    fn run(&self, w: &PackedMatrix, acts: &Acts, task: usize, t: usize, out: &SyncPtr<f32>) {
+        let (rows, groups) = (w.rows, w.groups());
+        let nb = w.blocks_per_row();
+        let width = tile_width(self.isa);
+        let g0 = task * self.chunk;
+        let g1 = (g0 + self.chunk).min(groups);
         let mut tile = [[0f32; LANES]; TILE_TOKENS];
         for tb0 in (0..t).step_by(TOKEN_BLOCK) {
             let tb1 = (tb0 + TOKEN_BLOCK).min(t);
             let mut g = g0;
             while g < g1 {
                 #[cfg(target_arch = "x86_64")]
-                if pairs && g + 1 < g1 {
+                if self.pairs && g + 1 < g1 {
                     let mut ti = tb0;
                     while ti < tb1 {
                         let n = (tb1 - ti).min(PAIR_TOKENS);
-                        pair_tile(w, &acts, g, ti, n, &out);
+                        pair_tile(w, acts, g, ti, n, out);
                         ti += n;
                     }
                     g += 2;
@@ -360,12 +461,13 @@ pub(crate) fn matmul_packed_variant(
                 while ti < tb1 {
                     let rem = tb1 - ti;
                     let n = if rem >= width { width } else { rem.min(4) };
-                    run_tile(w.format, isa, gdata, nb, &acts, ti, n, &mut tile);
+                    run_tile(w.format, self.isa, gdata, nb, acts, ti, n, &mut tile);
                     for (k, lanes) in tile.iter().take(n).enumerate() {
                         // SAFETY: (ti + k) < t and g*8 + live <= rows, so the `live` elements
-                        // are inside y (t * rows); row groups g0..g1 belong to this task only,
-                        // so no two tasks write the same element; `y` outlives parallel_for.
-                        // (A whole group is one constant-size copy: one 32-byte store.)
+                        // are inside the output (t * rows); row groups g0..g1 belong to this
+                        // task only, so no two tasks write the same element; the output
+                        // outlives the parallel region. (A whole group is one constant-size
+                        // copy: one 32-byte store.)
                         unsafe {
                             let dst = out.get().add((ti + k) * rows + g * LANES);
                             if live == LANES {
@@ -380,7 +482,7 @@ pub(crate) fn matmul_packed_variant(
                 g += 1;
             }
         }
-    });
+    }
 }
 
 /// Tokens per call of the two-group kernels (four accumulators of 16 rows each per token fit

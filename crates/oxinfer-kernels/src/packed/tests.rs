@@ -127,6 +127,46 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Products sharing one input in one region give each matrix's own product bit for bit,
+    /// whether their formats round the activations alike (one rounding) or not (one call each).
+    #[test]
+    fn shared_products_match_one_call_each(
+        fs in proptest::collection::vec(0usize..FORMATS.len(), 1..4),
+        rows in proptest::collection::vec(1usize..41, 3),
+        t in 1usize..7,
+        seed in any::<u64>(),
+    ) {
+        let cols = 256; // whole blocks of every format
+        let data: Vec<Vec<u8>> = fs
+            .iter()
+            .zip(&rows)
+            .enumerate()
+            .map(|(i, (&f, &r))| random_matrix(FORMATS[f], r, cols, seed ^ i as u64))
+            .collect();
+        let ws: Vec<PackedMatrix> = fs
+            .iter()
+            .zip(&rows)
+            .zip(&data)
+            .map(|((&f, &r), d)| {
+                PackedMatrix::pack(&WeightMatrix::new(FORMATS[f], d, r, cols).unwrap()).unwrap()
+            })
+            .collect();
+        let x = random_acts(t * cols, seed ^ 0x5EED);
+        let refs: Vec<&PackedMatrix> = ws.iter().collect();
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; t * w.rows()]).collect();
+        let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+        matmul_packed_shared(&refs, &x, t, &mut outs);
+        for (w, y) in ws.iter().zip(&ys) {
+            let mut want = vec![0f32; t * w.rows()];
+            matmul_packed(w, &x, t, &mut want);
+            let same = y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{}: shared product differs from its own call", w.format());
+        }
+    }
+}
+
 #[test]
 fn token_blocks_and_many_groups() {
     // More tokens than one cache block (64), rows a ragged multiple of 8.

@@ -4,7 +4,7 @@ use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use crate::plan::ProjOp;
-use oxinfer_kernels::packed::{matmul_packed, packing_pays_in, PackedMatrix};
+use oxinfer_kernels::packed::{matmul_packed, matmul_packed_shared, packing_pays_in, PackedMatrix};
 use oxinfer_kernels::two_term;
 use oxinfer_kernels::WeightMatrix;
 use std::sync::{Arc, OnceLock};
@@ -167,14 +167,42 @@ impl Linear {
             layers.iter().all(|l| l.n_in == layers[0].n_in)
                 && b.matmul(x, t, layers[0].n_in, &mut jobs)
         });
-        for (l, y) in layers.iter().zip(ys.iter_mut()) {
-            if on_device {
-                l.add_bias(y);
+        if !on_device {
+            // On the CPU, layers whose products are plain packed ones share one rounding of
+            // `x` and one parallel region (bit-identical to one product each).
+            // (With a backend installed, each layer may still go to it on its own.)
+            let packed: Option<Vec<&PackedMatrix>> = if backend::active().is_some()
+                || std::env::var("XSHARED").is_ok_and(|v| v == "0")
+            {
+                None
             } else {
-                l.forward_into(x, t, y);
+                layers.iter().map(|l| l.plain_packed()).collect()
+            };
+            if let Some(ws) = packed.filter(|ws| ws.len() > 1) {
+                let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+                matmul_packed_shared(&ws, x, t, &mut outs);
+            } else {
+                for (l, y) in layers.iter().zip(ys.iter_mut()) {
+                    l.forward_into(x, t, y);
+                }
+                return ys;
             }
         }
+        for (l, y) in layers.iter().zip(ys.iter_mut()) {
+            l.add_bias(y);
+        }
         ys
+    }
+
+    /// The packed weight when this layer's CPU product is exactly [`matmul_packed`] on it: no
+    /// debug switch (`OXINFER_EXACT_MATMULS`, `OXINFER_TWO_TERM_MATMULS`) names it.
+    fn plain_packed(&self) -> Option<&PackedMatrix> {
+        if super::exact_matmuls::is_exact(&self.weight.name)
+            || super::exact_matmuls::is_two_term(&self.weight.name)
+        {
+            return None;
+        }
+        self.packed()
     }
 
     /// The weight repacked for the CPU's packed kernels (made on first call), or `None` when
