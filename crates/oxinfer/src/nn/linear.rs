@@ -171,12 +171,9 @@ impl Linear {
             // On the CPU, layers whose products are plain packed ones share one rounding of
             // `x` and one parallel region (bit-identical to one product each).
             // (With a backend installed, each layer may still go to it on its own.)
-            let packed: Option<Vec<&PackedMatrix>> = if backend::active().is_some()
-                || std::env::var("XSHARED").is_ok_and(|v| v == "0")
-            {
-                None
-            } else {
-                layers.iter().map(|l| l.plain_packed()).collect()
+            let packed: Option<Vec<&PackedMatrix>> = match backend::active() {
+                Some(_) => None,
+                None => layers.iter().map(|l| l.plain_packed()).collect(),
             };
             if let Some(ws) = packed.filter(|ws| ws.len() > 1) {
                 let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
