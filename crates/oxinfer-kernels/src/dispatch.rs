@@ -9,6 +9,7 @@
 //! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
 //! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
 //! | `OXINFER_HUGEPAGES` | `0` | repacked weights and the memory probe on ordinary pages, not transparent huge pages ([`huge_pages_enabled`]; A/B runs) |
+//! | `OXINFER_KV_ROTATION` | `0` | stores Q8_0 / Q4_0 KV rows unrotated ([`crate::attention::kv_rotation::rotation_enabled`]; A/B runs) |
 //! | `OXINFER_TEST_EXPECT_ISA` | an [`Isa::name`] | tests only: the level the test CPU must reach (CI under qemu) |
 //!
 //! The thread count belongs to the pool ([`crate::pool::set_num_threads`]).

@@ -22,17 +22,20 @@
 //! Keys and values may be stored in a [`KvType`] other than f32 (a quantized KV cache,
 //! [`attention_kv`]): each task then decodes the tiles it reads, one kv head's slice at a time
 //! ([`kv_tile`]), with the SIMD decoders of [`kv_dequant`], once for all the query heads and
-//! queries of the task.
+//! queries of the task. Rows stored in a block type are rotated first ([`kv_rotation`], by
+//! the caller that stores them and the one that attends over them).
 
 use crate::dispatch::{detected_isa, Isa};
 
 pub mod kv_dequant;
+pub mod kv_rotation;
 pub mod kv_tile;
 pub mod kv_type;
 mod partial;
 mod portable;
 mod schedule;
 
+pub use kv_rotation::{kv_rotation, rotate_chunks, KvRole};
 pub use kv_tile::KvView;
 pub use kv_type::KvType;
 

@@ -6,9 +6,10 @@
 
 pub use crate::backend::cpu_ref::attention::attention_cpu;
 use crate::backend::{self, AttentionGeom};
+use oxinfer_kernels::attention::kv_rotation::rotated;
 #[cfg(doc)]
 use oxinfer_kernels::attention::KvType;
-use oxinfer_kernels::attention::{AttnShape, KvView};
+use oxinfer_kernels::attention::{kv_rotation, rotate_chunks, AttnShape, KvRole, KvView};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
@@ -36,7 +37,9 @@ pub fn attention(
 /// `k`/`v` rows (f32 or another [`KvType`]) in position order (`ring = 0`) or a sliding
 /// layer's ring of `ring` rows (position `p` in row `p % ring`). The default CPU kernels read
 /// the rows in place (decoding stored types tile by tile); the scalar reference and an
-/// installed backend get the visible positions copied out in order, as f32.
+/// installed backend get the visible positions copied out in order, as f32. Rows of a block
+/// type stored rotated ([`crate::nn::KvCache::store`]) are attended with rotated queries,
+/// and the output is rotated back.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_cached(
     q: &[f32],
@@ -51,6 +54,27 @@ pub fn attention_cached(
     if let (true, KvView::F32(k), KvView::F32(v)) = (plain, k, v) {
         return attention(q, k, v, t, pos0, p);
     }
+    // Rows of a block type may be stored rotated (KvCache::store): the queries are rotated
+    // alike, and the output rotated back.
+    let q = rotated(q, kv_rotation(k.ty(), p.head_dim, KvRole::Key));
+    let mut out = attention_stored(&q, k, v, ring, t, pos0, p);
+    if let Some(n) = kv_rotation(v.ty(), p.head_dim, KvRole::Value) {
+        rotate_chunks(&mut out, n);
+    }
+    out
+}
+
+/// [`attention_cached`] over rows as stored (rotated rows with rotated queries).
+fn attention_stored(
+    q: &[f32],
+    k: KvView<'_>,
+    v: KvView<'_>,
+    ring: usize,
+    t: usize,
+    pos0: usize,
+    p: &AttnShape,
+) -> Vec<f32> {
+    let plain = ring == 0 || pos0 + t <= ring;
     let kv_row = p.n_kv_heads * p.head_dim;
     if backend::active().is_none()
         && oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar
@@ -282,6 +306,81 @@ mod tests {
         let out = attention_full(&[0.0; 4], &[0.0; 4], &v, 4, &p);
         for (got, want) in out.iter().zip([1.5, 7.0 / 3.0, 14.0 / 3.0, 6.0]) {
             assert!((got - want).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    /// A block-type cache stored through [`KvCache::store`] (rotated keys and values) gives
+    /// the f32 cache's attention closely, and closer than the same rows stored unrotated: keys
+    /// and values with one large channel, as real models' have, Q4_0 and Q8_0 rows.
+    #[test]
+    fn rotated_block_caches_attend_like_f32() {
+        use crate::plan::{KvCache, KvType, KvTypes};
+        let p = AttnShape {
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+        };
+        let (t, kv_row, q_row) = (40usize, 128usize, 256usize);
+        let val = |i: usize, s: usize| {
+            let mut x = (i as u64) << 8 | s as u64;
+            x = (x ^ (x >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            x = (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            ((x >> 40) % 2001) as f32 / 1000.0 - 1.0
+        };
+        let rows = |s: usize| -> Vec<f32> {
+            (0..t * kv_row)
+                .map(|i| {
+                    if i % kv_row == 9 {
+                        12.0 + val(i, s)
+                    } else {
+                        val(i, s)
+                    }
+                })
+                .collect()
+        };
+        let (k, v) = (rows(1), rows(2));
+        let q: Vec<f32> = (0..t * q_row).map(|i| val(i, 3)).collect();
+        let mut f32_cache = KvCache::new(1, kv_row, t);
+        f32_cache.store(0, &k, &v, p.head_dim);
+        let lc = &f32_cache.layers[0];
+        let want = attention_cached(&q, lc.k.view(), lc.v.view(), 0, t, 0, &p);
+        for ty in [KvType::Q4_0, KvType::Q8_0] {
+            let types = KvTypes { k: ty, v: ty };
+            let mut rotated = KvCache::new(1, kv_row, t).with_types(types);
+            rotated.store(0, &k, &v, p.head_dim);
+            let lc = &rotated.layers[0];
+            let got = attention_cached(&q, lc.k.view(), lc.v.view(), 0, t, 0, &p);
+            // The same rows stored as they are, attended by the kernel directly.
+            let mut plain = KvCache::new(1, kv_row, t).with_types(types);
+            plain.append(0, &k, &v);
+            let lc = &plain.layers[0];
+            let mut unrotated = vec![0f32; t * q_row];
+            oxinfer_kernels::attention::attention_kv(
+                &q,
+                lc.k.view(),
+                lc.v.view(),
+                t,
+                0,
+                0,
+                &p,
+                &mut unrotated,
+            );
+            let err = |x: &[f32]| {
+                x.iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max)
+            };
+            let (e_rot, e_plain) = (err(&got), err(&unrotated));
+            // (Outputs are of order 1; a Q4_0 step is 1/8 of a block's largest value.)
+            let bound = if ty == KvType::Q4_0 { 0.5 } else { 0.05 };
+            assert!(
+                e_rot * 2.0 < e_plain && e_rot < bound,
+                "{ty}: rotated {e_rot} vs unrotated {e_plain}"
+            );
         }
     }
 }

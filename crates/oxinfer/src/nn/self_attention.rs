@@ -137,7 +137,8 @@ impl SelfAttention {
         for sq in seqs.iter_mut() {
             let rows = sq.row * kv_row..(sq.row + sq.len) * kv_row;
             pos0s.push(sq.cache.len());
-            sq.cache.append(layer, &k[rows.clone()], &v[rows]);
+            sq.cache
+                .store(layer, &k[rows.clone()], &v[rows], s.head_dim);
         }
         let seqs: &[SeqRows<'_>] = seqs;
         let attend = |i: usize| {

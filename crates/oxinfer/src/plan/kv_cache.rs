@@ -11,8 +11,8 @@
 //! [`super::kv_mirror`]).
 //!
 //! Keys and values are stored in the cache's [`KvTypes`] ([`KvCache::with_types`]; f32 unless
-//! asked): a row of another type is converted as it is appended, and the attention kernels read
-//! it in place ([`super::kv_rows`]). Device mirrors hold f32 only: a backend declines a cache of
+//! asked): a row of another type is converted as it is appended (a block type's rows rotated
+//! first, [`KvCache::store`]), and the attention kernels read it in place ([`super::kv_rows`]). Device mirrors hold f32 only: a backend declines a cache of
 //! another type ([`KvCache::is_f32`]) and the CPU runs it. Recurrent state is always f32.
 
 use super::kv_mirror::DeviceKv;
@@ -252,6 +252,18 @@ impl KvCache {
             }
         }
         c.start = c.start.max((pos0 + t).saturating_sub(c.ring));
+    }
+
+    /// [`KvCache::append`] of the keys and values of heads of `head_dim` values as this cache
+    /// stores them: rows of a block type rotated first where
+    /// [`oxinfer_kernels::attention::kv_rotation`] says so (the attention over them rotates
+    /// its queries and output to match: [`crate::nn::attention_cached`]).
+    pub fn store(&mut self, layer: usize, k: &[f32], v: &[f32], head_dim: usize) {
+        use oxinfer_kernels::attention::kv_rotation::rotated;
+        use oxinfer_kernels::attention::{kv_rotation, KvRole};
+        let k = rotated(k, kv_rotation(self.types.k, head_dim, KvRole::Key));
+        let v = rotated(v, kv_rotation(self.types.v, head_dim, KvRole::Value));
+        self.append(layer, &k, &v);
     }
 
     /// Records that `t` positions were stored for every layer: appended to the host layers

@@ -148,7 +148,7 @@ impl AttentionOp for Attention {
                 let k = &mut k[rows.start * kv_row..rows.end * kv_row];
                 rope.apply(k, sq.len, nkv, hd, pos0);
                 sq.cache
-                    .append(layer, k, &v[rows.start * kv_row..rows.end * kv_row]);
+                    .store(layer, k, &v[rows.start * kv_row..rows.end * kv_row], hd);
             }
             let lc = &sq.cache.layers[self.kv_source];
             let out = attention_cached(q, lc.k.view(), lc.v.view(), lc.ring, sq.len, pos0, &params);
