@@ -90,7 +90,7 @@ impl EncoderAct {
     fn apply_times(self, h: &mut [f32], up: Option<&[f32]>) {
         match self {
             EncoderAct::GeluErf => apply_part(h, up, gelu_erf),
-            EncoderAct::GeluTanh => apply_part(h, up, |x| self.apply(x)),
+            EncoderAct::GeluTanh => apply_part(h, up, gelu_tanh),
             EncoderAct::Relu => apply_part(h, up, |x| x.max(0.0)),
             EncoderAct::Silu => apply_part(h, up, silu),
         }
@@ -100,7 +100,7 @@ impl EncoderAct {
     pub fn apply(self, x: f32) -> f32 {
         match self {
             EncoderAct::GeluErf => gelu_erf(x),
-            EncoderAct::GeluTanh => oxinfer_kernels::act::GateAct::GeluTanh.apply(x),
+            EncoderAct::GeluTanh => gelu_tanh(x),
             EncoderAct::Relu => x.max(0.0),
             EncoderAct::Silu => silu(x),
         }
@@ -120,6 +120,14 @@ fn apply_part(h: &mut [f32], up: Option<&[f32]>, act: impl Fn(f32) -> f32) {
 #[inline(always)]
 fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + encoder_math::erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// GELU's tanh form, `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`, with the
+/// vectorizable [`encoder_math::tanh`].
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    0.5 * x * (1.0 + encoder_math::tanh(C * (x + 0.044_715 * x * x * x)))
 }
 
 /// `x · sigmoid(x)` with the vectorizable [`encoder_math::exp`].

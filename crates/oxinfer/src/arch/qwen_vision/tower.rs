@@ -192,7 +192,7 @@ impl VisionTower {
         let mut h = x.to_vec();
         b.norm2.forward_inplace(&mut h);
         let mut m = b.fc1.forward(&h, n);
-        m.iter_mut().for_each(|v| *v = c.act.apply(*v));
+        c.act.apply_all(&mut m, None);
         let m = b.fc2.forward(&m, n);
         x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
     }
