@@ -407,6 +407,8 @@ struct Tasks {
     chunk: usize,
     count: usize,
     isa: Isa,
+    /// Whether the two-group (x86 AVX-512) kernels run it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pairs: bool,
 }
 
