@@ -9,7 +9,7 @@
 //! | `OXINFER_ZMM` | `0`, `1` | forces the 512-bit two-group Q4_K/Q6_K kernels off or on for VNNI CPUs ([`two_group_choice`]); unset, a measured or known-CPU choice decides |
 //! | `OXINFER_TUNE` | `0` | no start-up measurement of kernel variants: the known-CPU table decides ([`tuning_enabled`]) |
 //! | `OXINFER_HUGEPAGES` | `0` | repacked weights and the memory probe on ordinary pages, not transparent huge pages ([`huge_pages_enabled`]; A/B runs) |
-//! | `OXINFER_KV_ROTATION` | `0` | stores Q8_0 / Q4_0 KV rows unrotated ([`crate::attention::kv_rotation::rotation_enabled`]; A/B runs) |
+//! | `OXINFER_KV_ROTATION` | `0` | stores Q8_0 / Q4_0 KV rows unrotated ([`kv_rotation_enabled`]; A/B runs) |
 //! | `OXINFER_TEST_EXPECT_ISA` | an [`Isa::name`] | tests only: the level the test CPU must reach (CI under qemu) |
 //!
 //! The thread count belongs to the pool ([`crate::pool::set_num_threads`]).
@@ -197,6 +197,17 @@ pub fn tuning_enabled() -> bool {
 pub fn huge_pages_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !switched_off(env_value(HUGEPAGES_VAR).as_deref()))
+}
+
+/// The variable that, set to `0`, stores Q8_0 / Q4_0 KV rows unrotated
+/// ([`kv_rotation_enabled`]).
+pub const KV_ROTATION_VAR: &str = "OXINFER_KV_ROTATION";
+
+/// Whether quantized KV rows are rotated before they are rounded
+/// ([`crate::attention::kv_rotation`]): `OXINFER_KV_ROTATION` is not `0` (read once).
+pub fn kv_rotation_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !switched_off(env_value(KV_ROTATION_VAR).as_deref()))
 }
 
 /// Who decided whether the two-group kernels run ([`TwoGroupChoice::source`]).

@@ -12,14 +12,10 @@
 //! largest power of two dividing the head (64 … 512), values in chunks of 64. (llama.cpp turns
 //! the rotation off for a whole model whose layers differ in head width; here each layer
 //! follows the rule with its own width.) `OXINFER_KV_ROTATION=0` stores every type unrotated
-//! (A/B runs). With SmolLM2 on a Q4_0 key cache the rotation brings perplexity from 12.28 to
+//! (A/B runs; [`crate::dispatch::kv_rotation_enabled`]). With SmolLM2 on a Q4_0 key cache the rotation brings perplexity from 12.28 to
 //! llama.cpp's 10.94 (docs/kv-cache.md).
 
 use super::KvType;
-use std::sync::OnceLock;
-
-/// The variable that, set to `0`, stores quantized KV rows unrotated ([`rotation_enabled`]).
-pub const KV_ROTATION_VAR: &str = "OXINFER_KV_ROTATION";
 
 /// What a cached row holds: a key (rotated with the query) or a value (rotated back in the
 /// output).
@@ -31,18 +27,11 @@ pub enum KvRole {
     Value,
 }
 
-/// Whether quantized KV rows are rotated in this process: `OXINFER_KV_ROTATION` is not `0`
-/// (read once).
-pub fn rotation_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var(KV_ROTATION_VAR).map_or(true, |v| v.trim() != "0"))
-}
-
 /// The chunk width rows of `role` stored in `ty` are rotated in, for heads of `head_dim`
 /// values: `None` for the float types, heads whose width is not a multiple of 64, or with
 /// `OXINFER_KV_ROTATION=0`.
 pub fn kv_rotation(ty: KvType, head_dim: usize, role: KvRole) -> Option<usize> {
-    if !rotation_enabled() {
+    if !crate::dispatch::kv_rotation_enabled() {
         return None;
     }
     rotation_chunk(ty, head_dim, role)
@@ -150,6 +139,7 @@ mod tests {
         h
     }
 
+    /// Values in [−1, 1] in steps of 0.001, hashed from the index and `seed`.
     fn values(len: usize, seed: u32) -> Vec<f32> {
         (0..len)
             .map(|i| {

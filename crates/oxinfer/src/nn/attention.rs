@@ -57,26 +57,8 @@ pub fn attention_cached(
     // Rows of a block type may be stored rotated (KvCache::store): the queries are rotated
     // alike, and the output rotated back.
     let q = rotated(q, kv_rotation(k.ty(), p.head_dim, KvRole::Key));
-    let mut out = attention_stored(&q, k, v, ring, t, pos0, p);
-    if let Some(n) = kv_rotation(v.ty(), p.head_dim, KvRole::Value) {
-        rotate_chunks(&mut out, n);
-    }
-    out
-}
-
-/// [`attention_cached`] over rows as stored (rotated rows with rotated queries).
-fn attention_stored(
-    q: &[f32],
-    k: KvView<'_>,
-    v: KvView<'_>,
-    ring: usize,
-    t: usize,
-    pos0: usize,
-    p: &AttnShape,
-) -> Vec<f32> {
-    let plain = ring == 0 || pos0 + t <= ring;
     let kv_row = p.n_kv_heads * p.head_dim;
-    if backend::active().is_none()
+    let mut out = if backend::active().is_none()
         && oxinfer_kernels::kernel_set() != oxinfer_kernels::KernelSet::Scalar
     {
         let keys = if plain { pos0 + t } else { ring };
@@ -87,23 +69,28 @@ fn attention_stored(
             (4 * t * keys * p.n_heads * p.head_dim) as u64,
         );
         let mut out = vec![0f32; t * p.n_heads * p.head_dim];
-        oxinfer_kernels::attention::attention_kv(q, k, v, t, pos0, ring, p, &mut out);
-        return out;
-    }
-    // The oldest position the first query sees, then every position up to the last new one,
-    // copied out in order as f32; the mask only depends on position differences.
-    let first = match p.window {
-        Some(w) if !plain => (pos0 + 1).saturating_sub(w),
-        _ => 0,
+        oxinfer_kernels::attention::attention_kv(&q, k, v, t, pos0, ring, p, &mut out);
+        out
+    } else {
+        // The oldest position the first query sees, then every position up to the last new
+        // one, copied out in order as f32; the mask only depends on position differences.
+        let first = match p.window {
+            Some(w) if !plain => (pos0 + 1).saturating_sub(w),
+            _ => 0,
+        };
+        assert!(
+            plain || pos0 + t - first <= ring,
+            "a ring of {ring} rows cannot hold positions {first}..{}",
+            pos0 + t
+        );
+        let rows = || (first..pos0 + t).map(|pos| if plain { pos } else { pos % ring });
+        let (lk, lv) = (k.to_f32(rows(), kv_row), v.to_f32(rows(), kv_row));
+        attention(&q, &lk, &lv, t, pos0 - first, p)
     };
-    assert!(
-        plain || pos0 + t - first <= ring,
-        "a ring of {ring} rows cannot hold positions {first}..{}",
-        pos0 + t
-    );
-    let rows = || (first..pos0 + t).map(|pos| if plain { pos } else { pos % ring });
-    let (lk, lv) = (k.to_f32(rows(), kv_row), v.to_f32(rows(), kv_row));
-    attention(q, &lk, &lv, t, pos0 - first, p)
+    if let Some(n) = kv_rotation(v.ty(), p.head_dim, KvRole::Value) {
+        rotate_chunks(&mut out, n);
+    }
+    out
 }
 
 /// Attention without the causal mask (encoders, diffusion): each of the `n_q` queries sees

@@ -144,7 +144,8 @@ impl Linear {
     /// gets them as one batch (the input travels once).
     pub fn forward_shared(layers: &[&Linear], x: &[f32], t: usize) -> Vec<Vec<f32>> {
         let mut ys: Vec<Vec<f32>> = layers.iter().map(|l| vec![0f32; t * l.n_out]).collect();
-        let on_device = backend::active().is_some_and(|b| {
+        let active = backend::active();
+        let on_device = active.is_some_and(|b| {
             let devs: Option<Vec<&DeviceWeight>> = layers
                 .iter()
                 .map(|l| {
@@ -171,7 +172,7 @@ impl Linear {
             // On the CPU, layers whose products are plain packed ones share one rounding of
             // `x` and one parallel region (bit-identical to one product each).
             // (With a backend installed, each layer may still go to it on its own.)
-            let packed: Option<Vec<&PackedMatrix>> = match backend::active() {
+            let packed: Option<Vec<&PackedMatrix>> = match active {
                 Some(_) => None,
                 None => layers.iter().map(|l| l.plain_packed()).collect(),
             };
