@@ -40,3 +40,14 @@ pub fn split(data: &[u8]) -> (&[u8], &[u8]) {
         None => (data, &[]),
     }
 }
+
+/// Schema compilation limits for the fuzz targets: an eighth of the default work units, the
+/// default deadline. Under the fuzzer's sanitizer and coverage a unit costs ~5× what it does in
+/// a release build, so the default budget could legitimately run past libFuzzer's 1 s timeout;
+/// with an eighth of it, a timeout means work the budget does not charge.
+pub fn schema_limits() -> oxinfer::engine::grammar::CompileLimits {
+    oxinfer::engine::grammar::CompileLimits {
+        work: oxinfer::engine::grammar::DEFAULT_WORK / 8,
+        time: oxinfer::engine::grammar::DEFAULT_TIME,
+    }
+}

@@ -1,5 +1,5 @@
-//! JSON-schema compilation (with the default work and time budgets) and the byte matcher: the
-//! first part of the input is the schema, the rest is text pushed through the matcher.
+//! JSON-schema compilation (under `common::schema_limits`) and the byte matcher: the first part
+//! of the input is the schema, the rest is text pushed through the matcher.
 #![no_main]
 
 #[path = "common.rs"]
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(schema) = serde_json::from_slice::<Value>(schema) else {
         return;
     };
-    let Ok(grammar) = Grammar::from_schema(&schema) else {
+    let Ok(grammar) = Grammar::from_schema_with(&schema, common::schema_limits()) else {
         return;
     };
     let mut m = JsonMatcher::new(Arc::new(grammar));

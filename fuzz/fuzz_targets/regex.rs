@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let (pattern, text) = common::split(data);
     let pattern = String::from_utf8_lossy(pattern);
     let schema = serde_json::json!({"type": "string", "pattern": pattern});
-    let Ok(grammar) = Grammar::from_schema(&schema) else {
+    let Ok(grammar) = Grammar::from_schema_with(&schema, common::schema_limits()) else {
         return;
     };
     let mut m = JsonMatcher::new(Arc::new(grammar));

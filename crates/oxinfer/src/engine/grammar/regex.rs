@@ -516,17 +516,21 @@ impl Nfa<'_> {
         })
     }
 
-    /// The states reachable from `set` without consuming a character; `^` edges are followed
-    /// only with `start`, `$` edges only with `end`.
+    /// The states reachable from `set` without consuming a character, in increasing order;
+    /// `^` edges are followed only with `start`, `$` edges only with `end`.
     fn closure(&self, set: &[usize], start: bool, end: bool) -> Vec<usize> {
-        let mut seen = vec![false; self.edges.len()];
+        // A bit per NFA state: reading the set bits back gives the states sorted, without a
+        // sort (the scratch the budget charges as `edges / 64`).
+        let mut seen = vec![0u64; self.edges.len().div_ceil(64)];
         let mut stack: Vec<usize> = set.to_vec();
-        let mut out = Vec::new();
+        let mut count = 0;
         while let Some(s) = stack.pop() {
-            if std::mem::replace(&mut seen[s], true) {
+            let (word, bit) = (s / 64, 1u64 << (s % 64));
+            if seen[word] & bit != 0 {
                 continue;
             }
-            out.push(s);
+            seen[word] |= bit;
+            count += 1;
             for e in &self.edges[s] {
                 match *e {
                     Edge::Eps(t) => stack.push(t),
@@ -536,7 +540,14 @@ impl Nfa<'_> {
                 }
             }
         }
-        out.sort_unstable();
+        let mut out = Vec::with_capacity(count);
+        for (w, &bits) in seen.iter().enumerate() {
+            let mut b = bits;
+            while b != 0 {
+                out.push(w * 64 + b.trailing_zeros() as usize);
+                b &= b - 1;
+            }
+        }
         out
     }
 }
@@ -593,17 +604,20 @@ impl Dfa {
         let classes: Vec<(u32, u32)> = cuts.windows(2).map(|w| (w[0], w[1] - 1)).collect();
         let nc = classes.len();
         nfa.charge(nc * nfa.classes.len())?;
-        // Which alphabet classes each NFA class covers.
-        let covers: Vec<Vec<bool>> = nfa
+        // The alphabet classes each NFA class covers.
+        let covers: Vec<Vec<usize>> = nfa
             .classes
             .iter()
             .map(|r| {
                 classes
                     .iter()
-                    .map(|&(a, _)| r.iter().any(|&(lo, hi)| lo <= a && a <= hi))
+                    .enumerate()
+                    .filter(|&(_, &(a, _))| r.iter().any(|&(lo, hi)| lo <= a && a <= hi))
+                    .map(|(k, _)| k)
                     .collect()
             })
             .collect();
+        let scratch = nfa.edges.len() / 64;
         let mut ids: HashMap<(Vec<usize>, bool), u32> = HashMap::new();
         let mut sets: Vec<(Vec<usize>, bool)> = Vec::new();
         let first = (nfa.closure(&[start], true, false), true);
@@ -611,31 +625,48 @@ impl Dfa {
         sets.push(first);
         let mut trans = Vec::new();
         let mut acc = Vec::new();
+        // Per alphabet class, the NFA states one character of it leads to (reused per state).
+        let mut next: Vec<Vec<usize>> = vec![Vec::new(); nc];
+        // Per state, the DFA state each distinct `next` set closes to: classes that move alike
+        // (most of the alphabet, usually) cost one closure.
+        let mut closed: HashMap<Vec<usize>, u32> = HashMap::new();
         let mut i = 0;
         while i < sets.len() {
             let (set, is_start) = sets[i].clone();
             if (i + 1) * nc > MAX_TRANSITIONS {
                 return Err(format!("needs more than {MAX_TRANSITIONS} DFA transitions"));
             }
-            // One closure per class: its size, plus the NFA-sized scratch it clears.
-            nfa.charge(nc * (set.len() + 1 + nfa.edges.len() / 64))?;
+            // The accepting test's closure, and one slot per class.
+            nfa.charge(set.len() + scratch + nc)?;
             acc.push(nfa.closure(&set, is_start, true).contains(&accept));
-            for (k, _) in classes.iter().enumerate() {
-                let mut next = Vec::new();
-                for &s in &set {
-                    for e in &nfa.edges[s] {
-                        if let Edge::Class(c, t) = *e {
-                            if covers[c][k] {
-                                next.push(t);
-                            }
+            // One pass over the set's edges: each character edge feeds the classes it covers.
+            next.iter_mut().for_each(Vec::clear);
+            let mut work = 0;
+            for &s in &set {
+                for e in &nfa.edges[s] {
+                    work += 1;
+                    if let Edge::Class(c, t) = *e {
+                        work += covers[c].len();
+                        for &k in &covers[c] {
+                            next[k].push(t);
                         }
                     }
                 }
-                if next.is_empty() {
+            }
+            nfa.charge(work)?;
+            closed.clear();
+            for targets in &next {
+                if targets.is_empty() {
                     trans.push(DEAD);
                     continue;
                 }
-                let key = (nfa.closure(&next, false, false), false);
+                if let Some(&id) = closed.get(targets) {
+                    trans.push(id);
+                    continue;
+                }
+                let key = (nfa.closure(targets, false, false), false);
+                // The closure, its NFA-sized scratch, and hashing the set twice.
+                nfa.charge(targets.len() + scratch + 2 * key.0.len())?;
                 let id = match ids.get(&key) {
                     Some(&id) => id,
                     None => {
@@ -648,6 +679,7 @@ impl Dfa {
                         id
                     }
                 };
+                closed.insert(targets.clone(), id);
                 trans.push(id);
             }
             i += 1;
