@@ -109,26 +109,65 @@ fn prefilled(model: &Model, depth: usize, room: usize) -> Result<KvCache> {
     Ok(cache)
 }
 
-fn run_pp(model: &Model, base: &KvCache, n: usize, seed: u64) -> Result<f64> {
-    let lm = model.lm();
-    let ids = tokens(n, model.config().vocab_size, seed);
-    let mut cache = base.clone();
-    let t0 = Instant::now();
-    for chunk in ids.chunks(oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK) {
-        lm.forward(chunk, &mut cache, false)?;
-    }
-    Ok(n as f64 / t0.elapsed().as_secs_f64())
+/// The cache every test of one depth starts from, and how each repetition gets its own copy.
+struct DepthCache<'m> {
+    model: &'m Model,
+    depth: usize,
+    room: usize,
+    base: KvCache,
 }
 
-fn run_tg(model: &Model, base: &KvCache, n: usize, seed: u64) -> Result<f64> {
+impl<'m> DepthCache<'m> {
+    /// `depth` positions prefilled, with room for `room` more.
+    fn new(model: &'m Model, depth: usize, room: usize) -> Result<Self> {
+        let base = prefilled(model, depth, room)?;
+        Ok(DepthCache {
+            model,
+            depth,
+            room,
+            base,
+        })
+    }
+
+    /// Runs `f` on a cache holding the depth's positions. A host cache is copied; a cache whose
+    /// rows a device holds is used in place and rewound afterwards (`KvCache::clone` copies the
+    /// host's rows only, and uploading them again would fall inside the timed run), prefilled
+    /// again when it cannot rewind (recurrent state, a sliding ring that dropped rows).
+    fn run<T>(&mut self, f: impl FnOnce(&mut KvCache) -> Result<T>) -> Result<T> {
+        if self.base.device().is_none() {
+            return f(&mut self.base.clone());
+        }
+        let r = f(&mut self.base);
+        self.base.truncate(self.depth);
+        if self.base.len() != self.depth {
+            self.base = prefilled(self.model, self.depth, self.room)?;
+        }
+        r
+    }
+}
+
+fn run_pp(model: &Model, base: &mut DepthCache, n: usize, seed: u64) -> Result<f64> {
     let lm = model.lm();
     let ids = tokens(n, model.config().vocab_size, seed);
-    let mut cache = base.clone();
-    let t0 = Instant::now();
-    for &id in &ids {
-        lm.forward(&[id], &mut cache, false)?;
-    }
-    Ok(n as f64 / t0.elapsed().as_secs_f64())
+    base.run(|cache| {
+        let t0 = Instant::now();
+        for chunk in ids.chunks(oxinfer::engine::generate::DEFAULT_PREFILL_CHUNK) {
+            lm.forward(chunk, cache, false)?;
+        }
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
+    })
+}
+
+fn run_tg(model: &Model, base: &mut DepthCache, n: usize, seed: u64) -> Result<f64> {
+    let lm = model.lm();
+    let ids = tokens(n, model.config().vocab_size, seed);
+    base.run(|cache| {
+        let t0 = Instant::now();
+        for &id in &ids {
+            lm.forward(&[id], cache, false)?;
+        }
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
+    })
 }
 
 pub fn run(mut a: BenchArgs) -> Result<()> {
@@ -165,15 +204,15 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         if d + room > ctx {
             bail!("-d {d} with -p/-n up to {room} exceeds the model's context ({ctx})");
         }
-        let base = prefilled(&model, d, room + 1)?;
-        rows.extend(run_tests(&model, &a, &base)?);
+        let mut base = DepthCache::new(&model, d, room + 1)?;
+        rows.extend(run_tests(&model, &a, &mut base)?);
     }
     print_rows(&model, &a, &rows, threads)
 }
 
 /// The pp and tg tests of `a`, each starting from a copy of `base`.
-fn run_tests(model: &Model, a: &BenchArgs, base: &KvCache) -> Result<Vec<Row>> {
-    let d = base.len();
+fn run_tests(model: &Model, a: &BenchArgs, base: &mut DepthCache) -> Result<Vec<Row>> {
+    let d = base.depth;
     let at = |t: String| if d > 0 { format!("{t} @ d{d}") } else { t };
     let mut rows = Vec::new();
     for &p in a.n_prompt.iter().filter(|&&p| p > 0) {

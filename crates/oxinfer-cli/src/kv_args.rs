@@ -12,7 +12,8 @@ use oxinfer_kernels::attention::KvType;
 #[derive(Args, Debug, Clone, Default)]
 pub struct KvArgs {
     /// Type of the cached keys: f32 (default), f16, bf16, q8_0 or q4_0 (32-value blocks with
-    /// an f16 scale, as GGUF's). The CPU runs the other types than f32.
+    /// an f16 scale, as GGUF's). With --device cuda the GPU keeps f32, f16 or bf16 (keys and
+    /// values of one type); the other types run on the CPU.
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value_t = KvType::F32)]
     pub k: KvType,
     /// Type of the cached values (as --cache-type-k).
@@ -30,17 +31,25 @@ impl KvArgs {
     }
 
     /// `model` with its caches in the types asked for. Refused when a GPU backend runs the
-    /// model: device caches are f32 only (use `--device cpu`).
+    /// model and cannot keep those types on the device (the message lists the ones it can).
     pub fn apply(&self, model: Model) -> Result<Model> {
         let types = self.types();
-        if !types.is_f32() {
-            if let Some(b) = oxinfer::backend::active() {
+        if let Some(b) = oxinfer::backend::active() {
+            if !b.holds_kv(types) {
+                let held: Vec<String> = KvType::ALL
+                    .iter()
+                    .flat_map(|&k| KvType::ALL.iter().map(move |&v| KvTypes { k, v }))
+                    .filter(|&t| b.holds_kv(t))
+                    .map(|t| format!("{}/{}", t.k, t.v))
+                    .collect();
                 bail!(
-                    "--cache-type-k {} --cache-type-v {}: the {} backend keeps an f32 KV cache; \
-                     the other cache types run on the CPU (add --device cpu, or drop the flags)",
+                    "--cache-type-k {} --cache-type-v {}: the {} backend keeps its KV cache as \
+                     K/V {}; the other cache types run on the CPU (add --device cpu, or pick \
+                     one of those)",
                     types.k,
                     types.v,
-                    b.name()
+                    b.name(),
+                    held.join(", ")
                 );
             }
         }

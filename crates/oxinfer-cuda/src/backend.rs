@@ -10,7 +10,8 @@ use crate::stack_run::Out;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
-use oxinfer::plan::{Plan, PlanInput, RowScore, SeqRows};
+use crate::kv::KvElem;
+use oxinfer::plan::{KvTypes, Plan, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -193,10 +194,12 @@ impl CudaBackend {
             let kv = ops::KvRows {
                 table: pp + table_at as u64,
                 rseq: pp + (a.t * 4) as u64,
+                elem: KvElem::F32,
             };
             ops::attention_split(&g, qp, kv, op, part, pp, a, splits, None)?;
         } else {
-            ops::attention(&g, qp, kp, vp, op, a, self.path != QuantPath::Exact)?;
+            let kv = (kp, vp, KvElem::F32);
+            ops::attention(&g, qp, kv, op, a, self.path != QuantPath::Exact)?;
         }
         g.download(out, op)?;
         drop(g);
@@ -540,6 +543,10 @@ impl Backend for CudaBackend {
             Ok(()) => true,
             Err(e) => self.fail("gated_mlp", e),
         }
+    }
+
+    fn holds_kv(&self, types: KvTypes) -> bool {
+        KvElem::of(types).is_some()
     }
 
     fn run_plan(

@@ -5,7 +5,7 @@
 //! shared memory, so the normalized and unfolded activations never exist in memory.
 
 use crate::gemm;
-use crate::gpu::{Gpu, Slot};
+use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::CONV_TILE;
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, ConvNorm};
@@ -91,7 +91,7 @@ fn upload_norm(gpu: &mut Gpu, g: &ConvGeom, norm: Option<&NormSpec>) -> Result<C
     };
     let p = gpu.scratch(Slot::ConvNorm, (2 * g.cin + 2 * n_stats) * 4)?;
     let (gamma, beta, stats) = (p, p + 4 * g.cin as u64, p + 8 * g.cin as u64);
-    gpu.upload_many(&[(gamma, n.gamma), (beta, n.beta)])?;
+    gpu.upload_many(&[(gamma, HostSrc::F32(n.gamma)), (beta, HostSrc::F32(n.beta))])?;
     Ok(ConvNorm {
         mode,
         cpg: g.cin.checked_div(groups).unwrap_or(0) as i32,

@@ -320,17 +320,17 @@ impl Gpu {
 
     /// Copies each `(dst, src)` of `parts` to its device address through the pinned staging
     /// buffer (one staging pass, one wait at the end).
-    pub fn upload_many(&mut self, parts: &[(sys::CUdeviceptr, &[f32])]) -> Result<(), String> {
-        let bytes: usize = parts.iter().map(|(_, s)| std::mem::size_of_val(*s)).sum();
+    pub fn upload_many(&mut self, parts: &[(sys::CUdeviceptr, HostSrc<'_>)]) -> Result<(), String> {
+        let bytes: usize = parts.iter().map(|(_, s)| s.len_bytes()).sum();
         let p = self.staging(bytes)?;
         let mut off = 0;
         for (dst, src) in parts {
-            let n = std::mem::size_of_val(*src);
+            let n = src.len_bytes();
             // SAFETY: `p` holds `bytes` ≥ off + n; `src` is n bytes; distinct allocations; the
             // device copy reads `p + off` and completes (synchronized below) before `p` is
             // reused; callers pass a `dst` with room for `n` bytes.
             unsafe {
-                par_copy(p.add(off), src.as_ptr() as *const u8, n);
+                par_copy(p.add(off), src.as_ptr(), n);
                 sys::cuMemcpyHtoDAsync_v2(
                     *dst,
                     p.add(off) as *const std::ffi::c_void,
@@ -508,6 +508,37 @@ impl Drop for Gpu {
         unsafe {
             let _ = blas::destroy_handle(self.blas);
             let _ = result::stream::destroy(self.stream);
+        }
+    }
+}
+
+/// Host memory [`Gpu::upload_many`] copies: f32 values, or the bytes of another type (a KV
+/// cache's f16 / bf16 rows).
+#[derive(Clone, Copy, Debug)]
+pub enum HostSrc<'a> {
+    F32(&'a [f32]),
+    Bytes(&'a [u8]),
+}
+
+impl HostSrc<'_> {
+    /// Bytes to copy.
+    pub fn len_bytes(&self) -> usize {
+        match self {
+            HostSrc::F32(x) => std::mem::size_of_val(*x),
+            HostSrc::Bytes(b) => b.len(),
+        }
+    }
+
+    /// Whether there is nothing to copy.
+    pub fn is_empty(&self) -> bool {
+        self.len_bytes() == 0
+    }
+
+    /// The first byte.
+    fn as_ptr(&self) -> *const u8 {
+        match self {
+            HostSrc::F32(x) => x.as_ptr() as *const u8,
+            HostSrc::Bytes(b) => b.as_ptr(),
         }
     }
 }

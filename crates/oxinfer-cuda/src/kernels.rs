@@ -2,6 +2,7 @@
 //! function handles.
 
 use crate::gemv::Iq4Gemv;
+use crate::kv::KvElem;
 use crate::nvrtc;
 use cudarc::driver::{sys, CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
@@ -154,6 +155,13 @@ pub(crate) fn flash_attention_smem(head_dim: usize) -> usize {
     (FLASH_ATTENTION_ROWS + 2 * keys) * (head_dim + 8) * 2
 }
 
+/// One kernel per cache element type, in [`KvElem`] order: `f` gets the type's name suffix
+/// (`""` for f32, `"_kv_f16"`, `"_kv_bf16"`).
+fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; 3], String> {
+    let [a, b, c] = KvElem::ALL.map(KvElem::kernel_suffix);
+    Ok([f(a)?, f(b)?, f(c)?])
+}
+
 /// Output tile of the f32 implicit-GEMM convolution (pixels × output channels), as compiled
 /// (`CBM`/`CBN` in conv.cu).
 pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
@@ -170,17 +178,21 @@ pub(crate) struct Kernels {
     pub dependents: HashSet<usize>,
     /// The per-format kernels of every program (the main one, then the IQ ones).
     formats: FormatKernels,
-    /// Split decode attention for heads of at most 128 (twice the keys per step).
-    pub attention_split_h128: sys::CUfunction,
+    /// Split decode attention for heads of at most 128 (twice the keys per step), per cache
+    /// element type ([`KvElem`] order).
+    pub attention_split_h128: [sys::CUfunction; 3],
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
-    pub attention: sys::CUfunction,
-    /// Prompt attention on the tensor cores per head size ([`FLASH_ATTENTION_HEAD_DIMS`]).
-    pub flash_attention: [sys::CUfunction; 3],
-    /// Decode attention over slices of the keys (flash-decoding), and the merge of the slices.
-    pub attention_split: sys::CUfunction,
+    /// Prompt attention in f32 per cache element type ([`KvElem`] order).
+    pub attention: [sys::CUfunction; 3],
+    /// Prompt attention on the tensor cores per cache element type ([`KvElem`] order) and
+    /// head size ([`FLASH_ATTENTION_HEAD_DIMS`]).
+    pub flash_attention: [[sys::CUfunction; 3]; 3],
+    /// Decode attention over slices of the keys (flash-decoding) per cache element type
+    /// ([`KvElem`] order), and the merge of the slices.
+    pub attention_split: [sys::CUfunction; 3],
     pub attention_combine: sys::CUfunction,
     /// The merge of the slices with the int8 quantization of its output.
     pub attention_combine_q8: sys::CUfunction,
@@ -458,30 +470,18 @@ impl Kernels {
         let k = Kernels {
             f32_to_bf16: get("f32_to_bf16")?,
             f32_to_f16: get("f32_to_f16")?,
-            attention: get("attention_f32")?,
-            flash_attention: [
-                load_smem(
-                    &module,
-                    &names,
-                    "flash_attention_h64",
-                    flash_attention_smem(64),
-                )?,
-                load_smem(
-                    &module,
-                    &names,
-                    "flash_attention_h128",
-                    flash_attention_smem(128),
-                )?,
-                load_smem(
-                    &module,
-                    &names,
-                    "flash_attention_h256",
-                    flash_attention_smem(256),
-                )?,
-            ],
-            attention_split_h128: get("attention_split_f32_h128")?,
+            attention: per_elem(|s| get(&format!("attention_f32{s}")))?,
+            flash_attention: per_elem(|s| {
+                let mut f = [std::ptr::null_mut(); 3];
+                for (f, hd) in f.iter_mut().zip(FLASH_ATTENTION_HEAD_DIMS) {
+                    let name = format!("flash_attention_h{hd}{s}");
+                    *f = load_smem(&module, &names, &name, flash_attention_smem(hd))?;
+                }
+                Ok(f)
+            })?,
+            attention_split_h128: per_elem(|s| get(&format!("attention_split_f32_h128{s}")))?,
             quant_act_i8: get("quant_act_i8")?,
-            attention_split: get("attention_split_f32")?,
+            attention_split: per_elem(|s| get(&format!("attention_split_f32{s}")))?,
             attention_combine: get("attention_combine_f32")?,
             attention_combine_q8: get("attention_combine_q8")?,
             quant_act_f16: get("quant_act_f16")?,

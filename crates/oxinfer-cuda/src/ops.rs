@@ -4,6 +4,7 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
+use crate::kv::KvElem;
 use crate::kernels::{
     flash_attention_smem, CONV_TILE, FLASH_ATTENTION_HEAD_DIMS, FLASH_ATTENTION_ROWS, GEMM_SMEM,
     GEMM_TILE,
@@ -36,20 +37,21 @@ fn launch_1d(g: &Gpu, f: CUfunction, n: usize, params: &mut [*mut c_void]) -> Re
     g.launch(f, grid, (THREADS, 1, 1), params)
 }
 
-/// Fused attention: `q`/`out` `[t, n_heads * head_dim]`, `k`/`v` `[pos0 + t, n_kv_heads *
-/// head_dim]`. With `tensor_cores`, heads of 64, 128 or 256 run on the tensor cores
-/// (`flash_attention_h*`: f16-rounded inputs, f32 sums) unless `OXINFER_CUDA_FLASH_ATTENTION=0`;
-/// otherwise, and for other head sizes, in f32 (`attention_f32`).
+/// Fused attention: `q`/`out` `[t, n_heads * head_dim]` f32, `kv` = (`k`, `v`, their element
+/// type), each `[pos0 + t, n_kv_heads * head_dim]`. With `tensor_cores`, heads of 64, 128 or
+/// 256 run on the tensor cores (`flash_attention_h*`: f16-rounded inputs, f32 sums) unless
+/// `OXINFER_CUDA_FLASH_ATTENTION=0`; otherwise, and for other head sizes, in f32
+/// (`attention_f32*`).
 pub(crate) fn attention(
     g: &Gpu,
     q: CUdeviceptr,
-    k: CUdeviceptr,
-    v: CUdeviceptr,
+    kv: (CUdeviceptr, CUdeviceptr, KvElem),
     out: CUdeviceptr,
     a: &AttentionGeom,
     tensor_cores: bool,
 ) -> Result<(), String> {
     let sh = &a.shape;
+    let (k, v, elem) = kv;
     let [t, pos0, h, kvh, hd] =
         [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
@@ -82,7 +84,7 @@ pub(crate) fn attention(
         );
         let smem = flash_attention_smem(sh.head_dim) as u32;
         return g.launch_smem(
-            g.k.flash_attention[i],
+            g.k.flash_attention[elem.index()][i],
             grid,
             (128, 1, 1),
             smem,
@@ -91,7 +93,8 @@ pub(crate) fn attention(
     }
     let warps = sh.n_heads * a.t.div_ceil(4);
     let blocks = (warps * 32).div_ceil(128) as u32;
-    g.launch(g.k.attention, (blocks, 1, 1), (128, 1, 1), &mut params)
+    let kernel = g.k.attention[elem.index()];
+    g.launch(kernel, (blocks, 1, 1), (128, 1, 1), &mut params)
 }
 
 /// Whether the tensor-core prompt attention is on (`OXINFER_CUDA_FLASH_ATTENTION`, default on;
@@ -184,9 +187,9 @@ pub(crate) fn attention_split(
     let softcap = sh.softcap.unwrap_or(0.0);
     let warps = a.t * sh.n_heads * splits;
     let split_kernel = if sh.head_dim <= 128 {
-        g.k.attention_split_h128
+        g.k.attention_split_h128[kv.elem.index()]
     } else {
-        g.k.attention_split
+        g.k.attention_split[kv.elem.index()]
     };
     g.launch(
         split_kernel,
@@ -482,11 +485,13 @@ pub(crate) struct QkvPost {
 
 /// Where the keys and values of each query row are, read by the kernels on the device: `table`
 /// holds per sequence the device addresses of row 0 of its keys and of its values in one
-/// layer's cache (two u64 each), `rseq` each row's sequence index (i32 per row).
+/// layer's cache (two u64 each), `rseq` each row's sequence index (i32 per row); every cache
+/// of the pass stores values of type `elem`.
 #[derive(Clone, Copy)]
 pub(crate) struct KvRows {
     pub table: CUdeviceptr,
     pub rseq: CUdeviceptr,
+    pub elem: KvElem,
 }
 
 impl KvRows {
@@ -525,6 +530,7 @@ pub(crate) fn qkv_post(
     let [qb, kb, vb, qn, kw] = [p.q_bias, p.k_bias, p.v_bias, p.q_norm, p.k_norm].map(z);
     let [r0, n_i, h_i, kvh_i, hd_i, half, il] =
         [row0, n, h, kvh, hd, p.half, usize::from(p.interleaved)].map(|v| v as i32);
+    let kt = p.kv.elem.code();
     let params = &mut [
         arg(&q),
         arg(&kn),
@@ -547,6 +553,7 @@ pub(crate) fn qkv_post(
         arg(&half),
         arg(&il),
         arg(&p.eps),
+        arg(&kt),
     ];
     // One warp per (row, head of q, k and v); blocks of QKV_WARPS = 4 warps.
     let warps = n * (h + 2 * kvh);

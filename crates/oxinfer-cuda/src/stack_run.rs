@@ -9,9 +9,9 @@
 
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
-use crate::gpu::{Gpu, Slot};
+use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
-use crate::kv::DeviceKvCache;
+use crate::kv::{DeviceKvCache, KvElem};
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap};
 use crate::stack::StackDesc;
@@ -19,6 +19,7 @@ use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::{AttentionGeom, AttnShape, Weight};
 use oxinfer::plan::{KvCache, PlanInput, RowScore, SeqRows};
+use oxinfer_kernels::attention::KvView;
 use std::sync::{Arc, Mutex};
 
 /// Byte offset of f32 element `i`.
@@ -89,24 +90,34 @@ fn mirror(c: &mut KvCache) -> Option<&mut DeviceKvCache> {
 }
 
 /// Whether every cache can run on this backend: no mirror yet, or one of this backend with
-/// this geometry (a mirror of another backend makes the pass decline; the CPU then reads it).
+/// this geometry and element type (a mirror of another backend makes the pass decline; the
+/// CPU then reads it).
 fn mirrors_fit(
     seqs: &mut [SeqRows<'_>],
     gpu: &Arc<Mutex<Gpu>>,
     layers: usize,
     kv_row: usize,
+    elem: KvElem,
 ) -> bool {
     seqs.iter_mut().all(|s| {
-        s.cache.device().is_none() || mirror(s.cache).is_some_and(|m| m.fits(gpu, layers, kv_row))
+        s.cache.device().is_none()
+            || mirror(s.cache).is_some_and(|m| m.fits(gpu, layers, kv_row, elem))
     })
 }
 
-/// Rows `skip ..` of the two pieces `p` (`[n, row]` together), as at most two slices.
-fn tail(p: [&[f32]; 2], skip: usize) -> [&[f32]; 2] {
-    if skip <= p[0].len() {
-        [&p[0][skip..], p[1]]
-    } else {
-        [&[], &p[1][skip - p[0].len()..]]
+/// The device element type every sequence's cache shares, if the device holds it.
+fn pass_elem(seqs: &[SeqRows<'_>]) -> Option<KvElem> {
+    let elem = KvElem::of(seqs.first()?.cache.types())?;
+    seqs.iter()
+        .all(|s| KvElem::of(s.cache.types()) == Some(elem))
+        .then_some(elem)
+}
+
+/// Host cache rows as an upload source (the device keeps the host's bytes).
+fn host_src(v: KvView<'_>) -> HostSrc<'_> {
+    match v {
+        KvView::F32(x) => HostSrc::F32(x),
+        KvView::Packed { data, .. } => HostSrc::Bytes(data),
     }
 }
 
@@ -136,15 +147,16 @@ fn prepare_mirrors<'c>(
     g: &Gpu,
     gpu: &Arc<Mutex<Gpu>>,
     d: &StackDesc,
+    elem: KvElem,
     seqs: &'c mut [SeqRows<'_>],
-    parts: &mut Vec<(CUdeviceptr, &'c [f32])>,
+    parts: &mut Vec<(CUdeviceptr, HostSrc<'c>)>,
 ) -> Result<Vec<LayerBases>, String> {
     let (layers, kv_row) = (d.n_layers(), d.kv_row());
     let mut bases = Vec::with_capacity(seqs.len());
     let mut dev_lens = Vec::with_capacity(seqs.len());
     for s in seqs.iter_mut() {
         if s.cache.device().is_none() {
-            let m = DeviceKvCache::new(gpu.clone(), layers, kv_row, s.cache.capacity());
+            let m = DeviceKvCache::new(gpu.clone(), layers, kv_row, s.cache.capacity(), elem);
             s.cache.set_device(Box::new(m))?;
         }
         let pos0 = s.cache.len();
@@ -159,17 +171,23 @@ fn prepare_mirrors<'c>(
         if dev_len >= host_len {
             continue;
         }
+        let row_bytes = kv_row * elem.bytes();
         for (li, &(kb, vb)) in b.iter().enumerate() {
-            let past = c.past(li);
+            let past = c.past_views(li);
             let first = host_len - past.rows(kv_row);
             let from = dev_len.max(first);
-            let skip = (from - first) * kv_row;
-            let dst = from * kv_row;
-            let (k, v) = (tail(past.k, skip), tail(past.v, skip));
-            parts.push((at(kb, dst), k[0]));
-            parts.push((at(kb, dst + k[0].len()), k[1]));
-            parts.push((at(vb, dst), v[0]));
-            parts.push((at(vb, dst + v[0].len()), v[1]));
+            // Rows of the two pieces still to skip, and the device row the next one goes to.
+            let (mut skip, mut row) = (from - first, from);
+            for (k, v) in past.k.into_iter().zip(past.v) {
+                let n = k.rows(kv_row);
+                let take = skip.min(n);
+                skip -= take;
+                let (k, v) = (k.split_at_row(take, kv_row).1, v.split_at_row(take, kv_row).1);
+                let off = (row * row_bytes) as CUdeviceptr;
+                parts.push((kb + off, host_src(k)));
+                parts.push((vb + off, host_src(v)));
+                row += n - take;
+            }
         }
     }
     Ok(bases)
@@ -210,7 +228,12 @@ pub(crate) fn run(
     let Some(head) = mat(&d.head) else {
         return Ok(false);
     };
-    if i.rope_tables.len() != d.ropes.len() || !mirrors_fit(seqs, gpu, d.n_layers(), d.kv_row()) {
+    let Some(elem) = pass_elem(seqs) else {
+        return Ok(false);
+    };
+    if i.rope_tables.len() != d.ropes.len()
+        || !mirrors_fit(seqs, gpu, d.n_layers(), d.kv_row(), elem)
+    {
         return Ok(false);
     }
     let (t, dim) = (i.t(), d.dim);
@@ -321,11 +344,11 @@ pub(crate) fn run(
         ..bufs
     };
     let bases = {
-        let mut parts: Vec<(CUdeviceptr, &[f32])> = vec![(bufs.x, i.x)];
-        let bases = prepare_mirrors(g, gpu, d, seqs, &mut parts)?;
+        let mut parts: Vec<(CUdeviceptr, HostSrc)> = vec![(bufs.x, HostSrc::F32(i.x))];
+        let bases = prepare_mirrors(g, gpu, d, elem, seqs, &mut parts)?;
         let table = kv_table(&bases);
         per_pass.0[kv_o..kv_o + table.len()].copy_from_slice(&table);
-        parts.push((bufs.per_pass, &per_pass.0));
+        parts.push((bufs.per_pass, HostSrc::F32(&per_pass.0)));
         parts.retain(|(_, p)| !p.is_empty());
         g.upload_many(&parts)?;
         bases
@@ -343,6 +366,7 @@ pub(crate) fn run(
         kv_o,
         max_keys,
         all_split,
+        elem,
         bases: &bases,
         pos0: &pos0,
         t,
@@ -458,6 +482,8 @@ struct Pass<'p, 'a> {
     /// `ops::SPLIT_ATTN_MAX_ROWS` rows each), all rows in one launch per layer.
     all_split: bool,
     bases: &'p [LayerBases],
+    /// The element type of every sequence's device cache.
+    elem: KvElem,
     pos0: &'p [usize],
     t: usize,
     n_logit: usize,
@@ -551,6 +577,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let kv = ops::KvRows {
             table: at(b.per_pass, p.kv_o + li * p.bases.len() * 4),
             rseq: at(b.per_pass, p.seq_o),
+            elem: p.elem,
         };
         let post = ops::QkvPost {
             q_bias: opt_p(lp.q_bias),
@@ -593,7 +620,8 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                     ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
                 } else {
                     let (kb, vb) = p.bases[si][li];
-                    ops::attention(g, q, kb, vb, out, &a, path != QuantPath::Exact)?;
+                    let kv = (kb, vb, p.elem);
+                    ops::attention(g, q, kv, out, &a, path != QuantPath::Exact)?;
                 }
             }
         }

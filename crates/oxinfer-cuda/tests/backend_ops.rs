@@ -13,6 +13,7 @@ use rng::Rng;
 use half::{bf16, f16};
 use oxinfer::backend::{AttentionGeom, AttnShape, Backend, Job};
 use oxinfer_cuda::{CudaBackend, QuantPath};
+use oxinfer_kernels::attention::KvType;
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// The backend on GPU 0 taking every op (min_tokens 1), or `None` after printing why not.
@@ -546,20 +547,31 @@ fn gated_mlp_matches_cpu() {
 /// may move by the int8 jitter the CPU executor itself shows.
 #[test]
 fn plan_f16_weights_matches_cpu() {
-    plan::plan_case(plan::PlanWeights::F16);
+    plan::plan_case(plan::PlanWeights::F16, KvType::F32);
 }
 
 /// [`plan_f16_weights_matches_cpu`] with quantized weights.
 #[test]
 fn plan_matches_cpu() {
-    plan::plan_case(plan::PlanWeights::Quantized);
+    plan::plan_case(plan::PlanWeights::Quantized, KvType::F32);
+}
+
+/// [`plan_matches_cpu`] with f16 and with bf16 KV caches on both sides: the device keeps the
+/// host's type (its kernels round as the CPU does), rows go up and come down unchanged, and the
+/// f16 / bf16 prompt and decode attention read them.
+#[test]
+fn plan_half_caches_match_cpu() {
+    for kv in [KvType::F16, KvType::Bf16] {
+        println!("-- KV cache {kv}");
+        plan::plan_case(plan::PlanWeights::Quantized, kv);
+    }
 }
 
 /// [`plan_matches_cpu`] with IQ weights (IQ4_XS, IQ2_XXS, IQ4_NL, IQ3_S, MXFP4: their int8
 /// GEMVs in decode, or the register-decoding ones with `OXINFER_CUDA_GEMV=generic`).
 #[test]
 fn plan_iq_weights_matches_cpu() {
-    plan::plan_case(plan::PlanWeights::Iq);
+    plan::plan_case(plan::PlanWeights::Iq, KvType::F32);
 }
 
 /// Convolution (and the odd-width float uploads it needs): in its own file, same binary.

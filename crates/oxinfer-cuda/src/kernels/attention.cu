@@ -1,6 +1,8 @@
 // Fused causal attention over a KV cache (GQA, sliding window, soft-cap), flash-style: scores
 // never reach memory; each warp keeps a running max, sum and output for QR query rows of one
-// head and streams that head's keys and values once. f32 throughout.
+// head and streams that head's keys and values once. f32 arithmetic; the cache holds f32, f16
+// or bf16 values (the E template argument, common.cuh: one kernel per type, the type's suffix
+// in its name).
 //
 // q [t, H*hd], k/v [pos0+t, KVH*hd], out [t, H*hd]; hd a multiple of 32, at most 256.
 // Lane l holds elements l, l+32, ... of each row (coalesced loads).
@@ -12,10 +14,13 @@
 // Keys per step of the split decode attention.
 #define KCH 4
 
-extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ k,
-                                         const float* __restrict__ v, float* __restrict__ out,
-                                         int t, int pos0, int H, int KVH, int hd, float scale,
-                                         int window, float softcap) {
+template <typename E>
+__device__ __forceinline__ void attention_rows(const float* __restrict__ q,
+                                               const typename E::T* __restrict__ k,
+                                               const typename E::T* __restrict__ v,
+                                               float* __restrict__ out, int t, int pos0, int H,
+                                               int KVH, int hd, float scale, int window,
+                                               float softcap) {
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     int qblocks = (t + QR - 1) / QR;
@@ -42,12 +47,12 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     int first = window > 0 ? max(0, pos0 + i0 - window + 1) : 0;
     for (int j = first; j <= last; j++) {
         float kk[MAXE], vv[MAXE];
-        const float* kr = k + (long)j * kv_row + kvh * hd + lane;
-        const float* vr = v + (long)j * kv_row + kvh * hd + lane;
+        const typename E::T* kr = k + (long)j * kv_row + kvh * hd + lane;
+        const typename E::T* vr = v + (long)j * kv_row + kvh * hd + lane;
         #pragma unroll
         for (int e = 0; e < MAXE; e++) {
-            kk[e] = e < per ? kr[32 * e] : 0.f;
-            vv[e] = e < per ? vr[32 * e] : 0.f;
+            kk[e] = e < per ? E::ld(kr, 32 * e) : 0.f;
+            vv[e] = e < per ? E::ld(vr, 32 * e) : 0.f;
         }
         #pragma unroll
         for (int r = 0; r < QR; r++) {
@@ -80,13 +85,24 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     }
 }
 
+#define ATTENTION_KERNEL(NAME, E)                                                              \
+    extern "C" __global__ void NAME(const float* __restrict__ q, const E::T* __restrict__ k,   \
+                                    const E::T* __restrict__ v, float* __restrict__ out,       \
+                                    int t, int pos0, int H, int KVH, int hd, float scale,      \
+                                    int window, float softcap) {                               \
+        attention_rows<E>(q, k, v, out, t, pos0, H, KVH, hd, scale, window, softcap);          \
+    }
+ATTENTION_KERNEL(attention_f32, KvF32)
+ATTENTION_KERNEL(attention_f32_kv_f16, KvF16)
+ATTENTION_KERNEL(attention_f32_kv_bf16, KvBf16)
+
 // The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
 // j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
 // their key and value rows loaded together before any arithmetic (one key per step made a chain
 // of dependent loads: ~1 µs per key, 19 µs per 32-key slice): running max m, sum l, output acc.
-template <int ME, int KC>
-__device__ __forceinline__ void softmax_keys(const float* __restrict__ k,
-                                             const float* __restrict__ v, int kv_row, int kvh,
+template <int ME, int KC, typename E>
+__device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k,
+                                             const typename E::T* __restrict__ v, int kv_row, int kvh,
                                              int hd, int j0, int j1, const float (&qv)[ME],
                                              float scale, float softcap, float& m, float& l,
                                              float (&acc)[ME]) {
@@ -96,12 +112,12 @@ __device__ __forceinline__ void softmax_keys(const float* __restrict__ k,
         #pragma unroll
         for (int c = 0; c < KC; c++) {
             bool in = j + c < j1;
-            const float* kr = k + (long)(j + c) * kv_row + kvh * hd + lane;
-            const float* vr = v + (long)(j + c) * kv_row + kvh * hd + lane;
+            const typename E::T* kr = k + (long)(j + c) * kv_row + kvh * hd + lane;
+            const typename E::T* vr = v + (long)(j + c) * kv_row + kvh * hd + lane;
             #pragma unroll
             for (int e = 0; e < ME; e++) {
-                kk[c][e] = in && e < per ? kr[32 * e] : 0.f;
-                vv[c][e] = in && e < per ? vr[32 * e] : 0.f;
+                kk[c][e] = in && e < per ? E::ld(kr, 32 * e) : 0.f;
+                vv[c][e] = in && e < per ? E::ld(vr, 32 * e) : 0.f;
             }
         }
         float sc[KC];
@@ -171,7 +187,7 @@ __device__ __forceinline__ void slice_keys(int first, int n, int s, int S, int& 
 // rpos[r], all read on the device, so a captured decode step stays valid as it advances; the
 // slices are S equal parts of however many keys the row sees. ME: values per lane
 // (hd ≤ 32 ME); KC: keys per step (softmax_keys).
-template <int ME, int KC>
+template <int ME, int KC, typename E>
 __device__ __forceinline__ void attention_split(const float* __restrict__ q,
                                                 const unsigned long long* __restrict__ kv,
                                                 const int* __restrict__ rseq,
@@ -199,26 +215,30 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
         qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
     }
     float m = __int_as_float(0xff800000), l = 0.f;
-    const float* k = (const float*)kv[2 * rseq[r]];
-    const float* v = (const float*)kv[2 * rseq[r] + 1];
-    softmax_keys<ME, KC>(k, v, kv_row, kvh, hd, j0, j1, qv, scale, softcap, m, l, acc);
+    const typename E::T* k = (const typename E::T*)kv[2 * rseq[r]];
+    const typename E::T* v = (const typename E::T*)kv[2 * rseq[r] + 1];
+    softmax_keys<ME, KC, E>(k, v, kv_row, kvh, hd, j0, j1, qv, scale, softcap, m, l, acc);
     store_partial<ME>(part, gw, hd, acc, m, l);
 }
 
-#define ATTENTION_SPLIT_KERNEL(NAME, ME, KC)                                                  \
+#define ATTENTION_SPLIT_KERNEL(NAME, ME, KC, E)                                                \
     extern "C" __global__ void NAME(                                                          \
         const float* __restrict__ q, const unsigned long long* __restrict__ kv,               \
         const int* __restrict__ rseq, float* __restrict__ part, int t,                        \
         const int* __restrict__ rpos, int H, int KVH, int hd, float scale, int window,        \
         float softcap, int S) {                                                               \
         PDL_ENTER();                                                                          \
-        attention_split<ME, KC>(q, kv, rseq, part, t, rpos, H, KVH, hd, scale, window,        \
+        attention_split<ME, KC, E>(q, kv, rseq, part, t, rpos, H, KVH, hd, scale, window,     \
                                 softcap, S);                                                  \
     }
 // Any head size up to 256; and heads up to 128 (a quarter of the registers per key, so twice
 // the keys per step: half the dependent rounds).
-ATTENTION_SPLIT_KERNEL(attention_split_f32, MAXE, KCH)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128, 4, 2 * KCH)
+ATTENTION_SPLIT_KERNEL(attention_split_f32, MAXE, KCH, KvF32)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128, 4, 2 * KCH, KvF32)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_f16, MAXE, KCH, KvF16)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_f16, 4, 2 * KCH, KvF16)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_bf16, MAXE, KCH, KvBf16)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_bf16, 4, 2 * KCH, KvBf16)
 
 // The merge of (row, head) gw's S partials of attention_split into v (lane's values
 // lane + 32 e, e < hd / 32): the running maxima rescaled to the largest, weighted sums over the

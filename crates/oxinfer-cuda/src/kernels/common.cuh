@@ -71,6 +71,37 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 
+// Element types of a device KV cache (the host cache's KvType): f32, f16 or bf16 values, read
+// widened to f32 and written rounded to nearest even (the CPU's `half` conversions). The
+// attention kernels are templates over these; `KvElem::CODE` is the host's `KvElem` index.
+struct KvF32 {
+    typedef float T;
+    static constexpr int CODE = 0;
+    static __device__ __forceinline__ float ld(const T* p, long i) { return p[i]; }
+    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = v; }
+};
+struct KvF16 {
+    typedef u16 T;
+    static constexpr int CODE = 1;
+    static __device__ __forceinline__ float bits(u16 b) { return h2f(b); }
+    static __device__ __forceinline__ float ld(const T* p, long i) { return bits(p[i]); }
+    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = f2h(v); }
+};
+struct KvBf16 {
+    typedef u16 T;
+    static constexpr int CODE = 2;
+    static __device__ __forceinline__ float bits(u16 b) { return __uint_as_float((u32)b << 16); }
+    static __device__ __forceinline__ float ld(const T* p, long i) { return bits(p[i]); }
+    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = (u16)f2bf(v); }
+};
+
+// Stores v at element i of a cache row of element type `code` (KvF32 / KvF16 / KvBf16::CODE).
+__device__ __forceinline__ void kv_store(void* p, long i, float v, int code) {
+    if (code == KvF16::CODE) KvF16::st((u16*)p, i, v);
+    else if (code == KvBf16::CODE) KvBf16::st((u16*)p, i, v);
+    else KvF32::st((float*)p, i, v);
+}
+
 // One block of the int8 activation quantization (the CPU kernels' q8 quantization): d = amax /
 // 127, q = round(x / d) clamped to ±127. The warp's lane holds v[i] = element lane + 32 i of a
 // block of B (32 or 256) values (i < B / 32); writes q and, from lane 0, the scale d and (when

@@ -5,8 +5,9 @@
 // row) runs on S in registers, and P goes from the score accumulators straight into the A
 // fragments of the P . V product. GQA, sliding window and soft-cap as attention_f32.
 //
-// q [t, H*HD], k/v [pos0+t, KVH*HD] (f32, rows 16-byte aligned), out [t, H*HD]. Q, K and V are
-// rounded to f16 in shared memory (Q after the scale: |q . scale| and |k|, |v| must stay below
+// q [t, H*HD], k/v [pos0+t, KVH*HD] (q f32, rows 16-byte aligned; k/v in the cache's element
+// type E, common.cuh: f32, f16 or bf16, rows 8-byte aligned), out [t, H*HD]. Q, K and V are
+// rounded to f16 in shared memory (an f16 cache's rows are copied as they are) (Q after the scale: |q . scale| and |k|, |v| must stay below
 // 65504), so scores and outputs carry f16 rounding (~2^-11 relative); the exact path keeps
 // attention_f32. Grid (ceil(t / FA_BQ), H), FA_WARPS * 32 threads, fa_smem_bytes(HD) bytes of
 // dynamic shared memory (ops.rs).
@@ -25,11 +26,23 @@ struct FaGeom {
     static constexpr int LD = HD + 8;
 };
 
+// Four values of element type E at p (4-aligned index), as f32.
+template <typename E>
+__device__ __forceinline__ float4 fa_ld4(const typename E::T* p) {
+    if constexpr (E::CODE == KvF32::CODE) {
+        return *(const float4*)p;
+    } else {
+        uint2 h = *(const uint2*)p;
+        return make_float4(E::bits((u16)(h.x & 0xffffu)), E::bits((u16)(h.x >> 16)),
+                           E::bits((u16)(h.y & 0xffffu)), E::bits((u16)(h.y >> 16)));
+    }
+}
+
 // Loads rows r0 .. r0 + ROWS - 1 (row r at src + r * stride + c0; rows from `limit` on as zeros)
-// of HD f32 values each, times mul, into s as f16 (rows LD apart). Up to eight 16-byte loads per
+// of HD values of type E each, times mul, into s as f16 (rows LD apart). Up to eight loads per
 // thread are issued before their conversions.
-template <int ROWS, int HD>
-__device__ __forceinline__ void fa_load(const float* __restrict__ src, long stride, int r0,
+template <int ROWS, int HD, typename E = KvF32>
+__device__ __forceinline__ void fa_load(const typename E::T* __restrict__ src, long stride, int r0,
                                         int limit, int c0, u16* s, float mul) {
     constexpr int Q4 = HD / 4;
     constexpr int PER = ROWS * Q4 / (32 * FA_WARPS);
@@ -41,7 +54,7 @@ __device__ __forceinline__ void fa_load(const float* __restrict__ src, long stri
         for (int c = 0; c < CH; c++) {
             int idx = threadIdx.x + (base + c) * 32 * FA_WARPS;
             int r = idx / Q4, col = (idx % Q4) * 4;
-            v[c] = r0 + r < limit ? *(const float4*)(src + (long)(r0 + r) * stride + c0 + col)
+            v[c] = r0 + r < limit ? fa_ld4<E>(src + (long)(r0 + r) * stride + c0 + col)
                                   : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         #pragma unroll
@@ -54,10 +67,10 @@ __device__ __forceinline__ void fa_load(const float* __restrict__ src, long stri
     }
 }
 
-template <int HD>
+template <int HD, typename E>
 __device__ __forceinline__ void flash_attention(const float* __restrict__ q,
-                                                const float* __restrict__ k,
-                                                const float* __restrict__ v,
+                                                const typename E::T* __restrict__ k,
+                                                const typename E::T* __restrict__ v,
                                                 float* __restrict__ out, int t, int pos0, int H,
                                                 int KVH, float scale, int window, float softcap) {
     constexpr int BKV = FaGeom<HD>::BKV, LD = FaGeom<HD>::LD;
@@ -89,8 +102,8 @@ __device__ __forceinline__ void flash_attention(const float* __restrict__ q,
         for (int c = 0; c < 4; c++) o[d][c] = 0.f;
     for (int j0 = first - first % BKV; j0 <= last; j0 += BKV) {
         __syncthreads();  // every warp is done with the previous tile
-        fa_load<BKV, HD>(k, kv_row, j0, n_keys, kvh * HD, ks, 1.f);
-        fa_load<BKV, HD>(v, kv_row, j0, n_keys, kvh * HD, vs, 1.f);
+        fa_load<BKV, HD, E>(k, kv_row, j0, n_keys, kvh * HD, ks, 1.f);
+        fa_load<BKV, HD, E>(v, kv_row, j0, n_keys, kvh * HD, vs, 1.f);
         __syncthreads();
         float s[NS][4];
         #pragma unroll
@@ -182,14 +195,20 @@ __device__ __forceinline__ void flash_attention(const float* __restrict__ q,
     }
 }
 
-#define FLASH_ATTENTION_KERNEL(HD)                                                              \
-    extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attention_h##HD(         \
-        const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, \
+#define FLASH_ATTENTION_KERNEL(HD, E, SUFFIX)                                                   \
+    extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attention_h##HD##SUFFIX(  \
+        const float* __restrict__ q, const E::T* __restrict__ k, const E::T* __restrict__ v,   \
         float* __restrict__ out, int t, int pos0, int H, int KVH, float scale, int window,     \
         float softcap) {                                                                       \
-        flash_attention<HD>(q, k, v, out, t, pos0, H, KVH, scale, window, softcap);            \
+        flash_attention<HD, E>(q, k, v, out, t, pos0, H, KVH, scale, window, softcap);         \
     }
 
-FLASH_ATTENTION_KERNEL(64)
-FLASH_ATTENTION_KERNEL(128)
-FLASH_ATTENTION_KERNEL(256)
+FLASH_ATTENTION_KERNEL(64, KvF32, )
+FLASH_ATTENTION_KERNEL(128, KvF32, )
+FLASH_ATTENTION_KERNEL(256, KvF32, )
+FLASH_ATTENTION_KERNEL(64, KvF16, _kv_f16)
+FLASH_ATTENTION_KERNEL(128, KvF16, _kv_f16)
+FLASH_ATTENTION_KERNEL(256, KvF16, _kv_f16)
+FLASH_ATTENTION_KERNEL(64, KvBf16, _kv_bf16)
+FLASH_ATTENTION_KERNEL(128, KvBf16, _kv_bf16)
+FLASH_ATTENTION_KERNEL(256, KvBf16, _kv_bf16)

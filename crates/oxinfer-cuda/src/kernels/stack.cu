@@ -274,7 +274,8 @@ __device__ __forceinline__ void head_post(const float* __restrict__ src,
 // tables cs / sn [*, half]); queries stay in q, keys and values go to the cache of the row's
 // sequence (row 0 of its keys at kv[2 rseq[row]], of its values at kv[2 rseq[row] + 1]) at the
 // row's position pos[row] (both read on the device, so a captured decode step stays valid as
-// the positions advance and the caches move). Rows row0 .. row0 + n of q [*, H * hd],
+// the positions advance and the caches move), stored in the cache's element type `kt`
+// (KvF32 / KvF16 / KvBf16::CODE, common.cuh). Rows row0 .. row0 + n of q [*, H * hd],
 // kn / vn [*, KVH * hd], cs / sn [*, half], pos; any of qb, kb, vb, qn, kw may be 0 (absent).
 // One warp per (row, head), heads ordered q, k, v.
 #define QKV_WARPS 4
@@ -284,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     const float* __restrict__ qb, const float* __restrict__ kb, const float* __restrict__ vb,
     const float* __restrict__ qn, const float* __restrict__ kw, const float* __restrict__ cs,
     const float* __restrict__ sn, const int* __restrict__ pos, int row0, int n, int H, int KVH,
-    int hd, int half, int interleaved, float eps) {
+    int hd, int half, int interleaved, float eps, int kt) {
     PDL_ENTER();
     __shared__ float sh[QKV_WARPS][256];
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -294,25 +295,32 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     int row = row0 + (int)(gw / heads), h = (int)(gw % heads);
     int per = hd >> 5, q_row = H * hd, kv_row = KVH * hd;
     const float *src, *bias, *gain;
-    float* dst;
+    // Where the head goes: element `at` of `dst`, f32 (the queries) or the cache's type.
+    void* dst;
+    long at;
+    int code = kt;
     bool rotate;
     if (h < H) {
         src = q + (long)row * q_row + h * hd;
-        dst = q + (long)row * q_row + h * hd;
+        dst = q;
+        at = (long)row * q_row + h * hd;
+        code = KvF32::CODE;
         bias = qb ? qb + h * hd : 0;
         gain = qn;
         rotate = true;
     } else if (h < H + KVH) {
         int kh = h - H;
         src = kn + (long)row * kv_row + kh * hd;
-        dst = (float*)kv[2 * rseq[row]] + (long)pos[row] * kv_row + kh * hd;
+        dst = (void*)kv[2 * rseq[row]];
+        at = (long)pos[row] * kv_row + kh * hd;
         bias = kb ? kb + kh * hd : 0;
         gain = kw;
         rotate = true;
     } else {
         int vh = h - H - KVH;
         src = vn + (long)row * kv_row + vh * hd;
-        dst = (float*)kv[2 * rseq[row] + 1] + (long)pos[row] * kv_row + vh * hd;
+        dst = (void*)kv[2 * rseq[row] + 1];
+        at = (long)pos[row] * kv_row + vh * hd;
         bias = vb ? vb + vh * hd : 0;
         gain = 0;
         rotate = false;
@@ -322,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
               rotate, hd, eps, sh[wi], v);
     #pragma unroll
     for (int e = 0; e < 8; e++)
-        if (e < per) dst[lane + 32 * e] = v[e];
+        if (e < per) kv_store(dst, at + lane + 32 * e, v[e], code);
 }
 
 // Scores each logit row [rows, vocab] against its target (tgt: one i32 per row): out[2 r] =

@@ -17,12 +17,13 @@ pub(crate) fn decode_case(
     bound: f64,
 ) {
     use oxinfer::plan::{cpu, KvCache, SeqBatch};
-    let fresh = || {
-        [
-            past.clone(),
-            KvCache::new(windows.len(), past.row_width(0), 64).with_windows(windows),
-        ]
+    // Fresh caches of `past`'s geometry and storage types.
+    let empty = || {
+        KvCache::new(windows.len(), past.row_width(0), 64)
+            .with_windows(windows)
+            .with_types(past.types())
     };
+    let fresh = || [past.clone(), empty()];
     let (mut cpu_c, mut dev_c) = (fresh(), fresh());
     let step = |on_dev: bool, toks: &[Vec<u32>], caches: &mut [KvCache]| {
         let mut batch: Vec<SeqBatch> = toks
@@ -70,7 +71,7 @@ pub(crate) fn decode_case(
             cpu_c[0].reset();
             toks[0] = prompts[0].clone();
             let n = dev_c[1].len();
-            cpu_c[1] = KvCache::new(windows.len(), past.row_width(0), 64).with_windows(windows);
+            cpu_c[1] = empty();
             step(false, &[hist1[..n].to_vec()], &mut cpu_c[1..]);
             toks[1] = vec![hist1[n]];
             hist1.truncate(n);

@@ -24,7 +24,7 @@ pub enum KvView<'a> {
     },
 }
 
-impl KvView<'_> {
+impl<'a> KvView<'a> {
     /// Rows held, for rows of `width` values.
     pub fn rows(&self, width: usize) -> usize {
         match *self {
@@ -38,6 +38,39 @@ impl KvView<'_> {
         match *self {
             KvView::F32(_) => KvType::F32,
             KvView::Packed { ty, .. } => ty,
+        }
+    }
+
+    /// The rows before row `r` and the rows from it on, for rows of `width` values.
+    ///
+    /// # Panics
+    /// When the view holds fewer than `r` rows.
+    pub fn split_at_row(self, r: usize, width: usize) -> (KvView<'a>, KvView<'a>) {
+        match self {
+            KvView::F32(x) => {
+                let (a, b) = x.split_at(r * width);
+                (KvView::F32(a), KvView::F32(b))
+            }
+            KvView::Packed { ty, data } => {
+                let (a, b) = data.split_at(r * ty.row_bytes(width));
+                (KvView::Packed { ty, data: a }, KvView::Packed { ty, data: b })
+            }
+        }
+    }
+
+    /// The values of an f32 view (`None` for the other types).
+    pub fn as_f32(self) -> Option<&'a [f32]> {
+        match self {
+            KvView::F32(x) => Some(x),
+            KvView::Packed { .. } => None,
+        }
+    }
+
+    /// Whether the view holds no row.
+    pub fn is_empty(&self) -> bool {
+        match *self {
+            KvView::F32(x) => x.is_empty(),
+            KvView::Packed { data, .. } => data.is_empty(),
         }
     }
 

@@ -41,7 +41,7 @@ pub use registry::{
     DevicePref, GpuInfo, Provider,
 };
 
-use crate::plan::{Plan, PlanInput, ProjOp, RowScore, SeqRows};
+use crate::plan::{KvTypes, Plan, PlanInput, ProjOp, RowScore, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 
 /// One matmul of a batch that shares its input `x`: `y[t][n_out] = x[t][n_in] · Wᵀ`.
@@ -193,6 +193,13 @@ pub trait Backend: Send + Sync {
         _y: &mut [f32],
     ) -> bool {
         false
+    }
+
+    /// Whether this backend's device mirror of a KV cache can hold keys and values of `types`
+    /// (the host cache's storage types, kept as they are on the device). A cache of other
+    /// types is never given to [`run_plan`](Self::run_plan): the CPU runs those passes.
+    fn holds_kv(&self, types: KvTypes) -> bool {
+        types.is_f32()
     }
 
     /// A whole model pass with the hidden state resident on the device: `input.x` (the

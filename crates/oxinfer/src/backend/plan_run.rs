@@ -112,8 +112,8 @@ fn run_with(
     if plan.bidirectional {
         return None; // the backends' attention op is causal only
     }
-    if seqs.iter().any(|s| !s.cache.is_f32()) {
-        return None; // device mirrors hold f32 keys/values: a stored-type cache runs on the CPU
+    if seqs.iter().any(|s| !b.holds_kv(s.cache.types())) {
+        return None; // the device cannot keep this cache's types: the CPU runs it
     }
     let t = ids.len();
     let rope_tables: Vec<RopeTable> = plan

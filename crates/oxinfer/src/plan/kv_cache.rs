@@ -12,11 +12,14 @@
 //!
 //! Keys and values are stored in the cache's [`KvTypes`] ([`KvCache::with_types`]; f32 unless
 //! asked): a row of another type is converted as it is appended (a block type's rows rotated
-//! first, [`KvCache::store`]), and the attention kernels read it in place ([`super::kv_rows`]). Device mirrors hold f32 only: a backend declines a cache of
-//! another type ([`KvCache::is_f32`]) and the CPU runs it. Recurrent state is always f32.
+//! first, [`KvCache::store`]), and the attention kernels read it in place ([`super::kv_rows`]).
+//! A device mirror holds the host's type when its backend can
+//! ([`Backend::holds_kv`](crate::backend::Backend::holds_kv)); otherwise the backend declines
+//! the cache and the CPU runs it. Recurrent state is always f32.
 
 use super::kv_mirror::DeviceKv;
 use super::kv_rows::{KvRows, KvTypes};
+use oxinfer_kernels::attention::KvView;
 
 /// Keys and values of one attention layer, each `[rows, kv_heads * head_dim]` row-major in
 /// the cache's storage types. Global layers: row `i` holds position `i`. Sliding layers: a ring of [`LayerCache::ring`]
@@ -422,32 +425,43 @@ impl KvCache {
         Ok(())
     }
 
-    /// Layer `layer`'s stored rows in position order: the whole buffer, or, for a ring that
-    /// has wrapped, its oldest rows (from `len % ring`) then the rest.
-    /// Reads the host rows (positions before [`KvCache::host_len`]) of an f32 cache (device
-    /// backends decline the other types, [`KvCache::is_f32`]).
+    /// Layer `layer`'s stored rows in position order, in the cache's storage types: the whole
+    /// buffer, or, for a ring that has wrapped, its oldest rows (from `len % ring`) then the
+    /// rest. Reads the host rows (positions before [`KvCache::host_len`]).
+    pub fn past_views(&self, layer: usize) -> PastViews<'_> {
+        let l = &self.layers[layer];
+        let (k, v) = (l.k.view(), l.v.view());
+        if l.ring == 0 || self.host_len <= l.ring {
+            let (k_none, _) = k.split_at_row(0, 0);
+            let (v_none, _) = v.split_at_row(0, 0);
+            return PastViews {
+                k: [k, k_none],
+                v: [v, v_none],
+            };
+        }
+        let (row, at) = (self.row_width(layer), self.host_len % l.ring);
+        let ((k0, k1), (v0, v1)) = (k.split_at_row(at, row), v.split_at_row(at, row));
+        PastViews {
+            k: [k1, k0],
+            v: [v1, v0],
+        }
+    }
+
+    /// [`KvCache::past_views`] of an f32 cache, as f32 values.
     ///
     /// # Panics
     /// When the cache stores another type than f32.
-    pub fn past(&self, layer: usize) -> Past<'_> {
-        let l = &self.layers[layer];
-        let row = self.row_width(layer);
-        let (Some(k), Some(v)) = (l.k.as_f32(), l.v.as_f32()) else {
-            panic!(
-                "past() reads f32 caches only; this one stores {}",
-                self.types
-            );
+    pub fn past<'a>(&'a self, layer: usize) -> Past<'a> {
+        let p = self.past_views(layer);
+        let types = self.types;
+        let f32s = |v: KvView<'a>| -> &'a [f32] {
+            v.as_f32().unwrap_or_else(|| {
+                panic!("past() reads f32 caches only; this one stores {types}")
+            })
         };
-        if l.ring == 0 || self.host_len <= l.ring {
-            return Past {
-                k: [k, &[]],
-                v: [v, &[]],
-            };
-        }
-        let at = (self.host_len % l.ring) * row;
         Past {
-            k: [&k[at..], &k[..at]],
-            v: [&v[at..], &v[..at]],
+            k: p.k.map(f32s),
+            v: p.v.map(f32s),
         }
     }
 }
@@ -486,6 +500,20 @@ impl Past<'_> {
     /// Rows stored, for rows of `row` values.
     pub fn rows(&self, row: usize) -> usize {
         (self.k[0].len() + self.k[1].len()) / row.max(1)
+    }
+}
+
+/// [`Past`] in the cache's storage types: `k[0]` then `k[1]` in position order.
+#[derive(Clone, Copy)]
+pub struct PastViews<'a> {
+    pub k: [KvView<'a>; 2],
+    pub v: [KvView<'a>; 2],
+}
+
+impl PastViews<'_> {
+    /// Rows stored, for rows of `row` values.
+    pub fn rows(&self, row: usize) -> usize {
+        self.k[0].rows(row) + self.k[1].rows(row)
     }
 }
 

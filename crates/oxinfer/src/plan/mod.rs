@@ -21,7 +21,7 @@ pub mod ops;
 pub mod positions;
 
 pub use batch::{SeqBatch, SeqRows};
-pub use kv_cache::{KvCache, LayerCache, Past, RecurrentState};
+pub use kv_cache::{KvCache, LayerCache, Past, PastViews, RecurrentState};
 pub use kv_mirror::{DeviceKv, MirrorRows};
 pub use kv_rows::{KvRows, KvType, KvTypes};
 pub use ops::{
