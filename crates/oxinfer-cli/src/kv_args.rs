@@ -12,8 +12,8 @@ use oxinfer_kernels::attention::KvType;
 #[derive(Args, Debug, Clone, Default)]
 pub struct KvArgs {
     /// Type of the cached keys: f32 (default), f16, bf16, q8_0 or q4_0 (32-value blocks with
-    /// an f16 scale, as GGUF's). With --device cuda the GPU keeps f32, f16 or bf16 (keys and
-    /// values of one type); the other types run on the CPU.
+    /// an f16 scale, as GGUF's). With --device cuda the GPU keeps any of them when keys and
+    /// values have one type; other pairs run on the CPU.
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value_t = KvType::F32)]
     pub k: KvType,
     /// Type of the cached values (as --cache-type-k).

@@ -4,13 +4,13 @@ use crate::conv::ConvPath;
 use crate::gemm::{self, QuantPath};
 use crate::gemv::{self, GemvOut};
 use crate::gpu::{self, DevBuf, Gpu, Slot};
+use crate::kv::{KvElem, KvLayout};
 use crate::matrix::DeviceMatrix;
 use crate::ops;
 use crate::stack_run::Out;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
-use crate::kv::KvElem;
 use oxinfer::plan::{KvTypes, Plan, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
@@ -194,11 +194,11 @@ impl CudaBackend {
             let kv = ops::KvRows {
                 table: pp + table_at as u64,
                 rseq: pp + (a.t * 4) as u64,
-                elem: KvElem::F32,
+                layout: KvLayout::F32,
             };
             ops::attention_split(&g, qp, kv, op, part, pp, a, splits, None)?;
         } else {
-            let kv = (kp, vp, KvElem::F32);
+            let kv = (kp, vp, KvLayout::F32);
             ops::attention(&g, qp, kv, op, a, self.path != QuantPath::Exact)?;
         }
         g.download(out, op)?;

@@ -156,10 +156,10 @@ pub(crate) fn flash_attention_smem(head_dim: usize) -> usize {
 }
 
 /// One kernel per cache element type, in [`KvElem`] order: `f` gets the type's name suffix
-/// (`""` for f32, `"_kv_f16"`, `"_kv_bf16"`).
-fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; 3], String> {
-    let [a, b, c] = KvElem::ALL.map(KvElem::kernel_suffix);
-    Ok([f(a)?, f(b)?, f(c)?])
+/// (`""` for f32, `"_kv_f16"`, … `"_kv_q4_0"`).
+fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; 5], String> {
+    let [a, b, c, d, e] = KvElem::ALL.map(KvElem::kernel_suffix);
+    Ok([f(a)?, f(b)?, f(c)?, f(d)?, f(e)?])
 }
 
 /// Output tile of the f32 implicit-GEMM convolution (pixels × output channels), as compiled
@@ -180,20 +180,22 @@ pub(crate) struct Kernels {
     formats: FormatKernels,
     /// Split decode attention for heads of at most 128 (twice the keys per step), per cache
     /// element type ([`KvElem`] order).
-    pub attention_split_h128: [sys::CUfunction; 3],
+    pub attention_split_h128: [sys::CUfunction; 5],
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
     /// Prompt attention in f32 per cache element type ([`KvElem`] order).
-    pub attention: [sys::CUfunction; 3],
+    pub attention: [sys::CUfunction; 5],
     /// Prompt attention on the tensor cores per cache element type ([`KvElem`] order) and
     /// head size ([`FLASH_ATTENTION_HEAD_DIMS`]).
-    pub flash_attention: [[sys::CUfunction; 3]; 3],
+    pub flash_attention: [[sys::CUfunction; 3]; 5],
     /// Decode attention over slices of the keys (flash-decoding) per cache element type
     /// ([`KvElem`] order), and the merge of the slices.
-    pub attention_split: [sys::CUfunction; 3],
+    pub attention_split: [sys::CUfunction; 5],
     pub attention_combine: sys::CUfunction,
+    /// The rotation of a rotated cache's values undone on a prompt attention's output.
+    pub rotate_heads: sys::CUfunction,
     /// The merge of the slices with the int8 quantization of its output.
     pub attention_combine_q8: sys::CUfunction,
     /// f32 activations → int8 blocks (as the CPU kernels quantize them) → f16 values.
@@ -483,6 +485,7 @@ impl Kernels {
             quant_act_i8: get("quant_act_i8")?,
             attention_split: per_elem(|s| get(&format!("attention_split_f32{s}")))?,
             attention_combine: get("attention_combine_f32")?,
+            rotate_heads: get("rotate_heads_f32")?,
             attention_combine_q8: get("attention_combine_q8")?,
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,

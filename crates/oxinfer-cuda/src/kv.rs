@@ -3,7 +3,8 @@
 //! ownership rule is in `oxinfer::backend::plan_run`).
 //!
 //! Layout: keys and values each `[layers, cap, kv_row]` values of the cache's [`KvElem`] (the
-//! host cache's type: f32, f16 or bf16, keys and values alike), position `p` of a layer in row
+//! host cache's type, keys and values alike; a block type's rows whole blocks, rotated as the
+//! CPU stores them: [`KvLayout`]), position `p` of a layer in row
 //! `p` (sliding-window layers too: their attention skips the rows outside the window, and the
 //! rows a host ring dropped are never read). `cap` grows by doubling up to the cache's capacity.
 //! The rows hold the host type's bytes exactly (the kernels round as the CPU's `half`
@@ -11,44 +12,61 @@
 
 use crate::gpu::{DevBuf, Gpu};
 use cudarc::driver::sys::CUdeviceptr;
-use half::{bf16, f16};
 use oxinfer::plan::{DeviceKv, KvType, KvTypes, MirrorRows};
+use oxinfer_kernels::attention::{kv_rotation, KvRole, KvView};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
 /// The element type of a device KV cache: the host cache's [`KvType`] when the device holds
-/// it (f32, f16, bf16; keys and values of one type). The order is the kernels' (`KvF32`,
-/// `KvF16`, `KvBf16::CODE` in common.cuh) and the per-type kernel arrays'.
+/// it (keys and values of one type). The order is the kernels' (`KvF32::CODE` … `KvQ4_0::CODE`
+/// in common.cuh) and the per-type kernel arrays'.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KvElem {
     F32,
     F16,
     Bf16,
+    Q8_0,
+    Q4_0,
 }
 
 impl KvElem {
     /// Every element type, in the kernels' order.
-    pub const ALL: [KvElem; 3] = [KvElem::F32, KvElem::F16, KvElem::Bf16];
+    pub const ALL: [KvElem; 5] = [
+        KvElem::F32,
+        KvElem::F16,
+        KvElem::Bf16,
+        KvElem::Q8_0,
+        KvElem::Q4_0,
+    ];
 
     /// The device type of a cache storing `types`, when the device holds it.
     pub fn of(types: KvTypes) -> Option<KvElem> {
         if types.k != types.v {
             return None;
         }
-        match types.k {
-            KvType::F32 => Some(KvElem::F32),
-            KvType::F16 => Some(KvElem::F16),
-            KvType::Bf16 => Some(KvElem::Bf16),
-            KvType::Q8_0 | KvType::Q4_0 => None,
+        Some(match types.k {
+            KvType::F32 => KvElem::F32,
+            KvType::F16 => KvElem::F16,
+            KvType::Bf16 => KvElem::Bf16,
+            KvType::Q8_0 => KvElem::Q8_0,
+            KvType::Q4_0 => KvElem::Q4_0,
+        })
+    }
+
+    /// The host type.
+    pub fn ty(self) -> KvType {
+        match self {
+            KvElem::F32 => KvType::F32,
+            KvElem::F16 => KvType::F16,
+            KvElem::Bf16 => KvType::Bf16,
+            KvElem::Q8_0 => KvType::Q8_0,
+            KvElem::Q4_0 => KvType::Q4_0,
         }
     }
 
-    /// Bytes per value.
-    pub fn bytes(self) -> usize {
-        match self {
-            KvElem::F32 => 4,
-            KvElem::F16 | KvElem::Bf16 => 2,
-        }
+    /// Bytes of one row of `width` values (the host's: a block type's row is whole blocks).
+    pub fn row_bytes(self, width: usize) -> usize {
+        self.ty().row_bytes(width)
     }
 
     /// The kernels' code for it (`KvF32::CODE` …).
@@ -67,20 +85,54 @@ impl KvElem {
             KvElem::F32 => "",
             KvElem::F16 => "_kv_f16",
             KvElem::Bf16 => "_kv_bf16",
+            KvElem::Q8_0 => "_kv_q8_0",
+            KvElem::Q4_0 => "_kv_q4_0",
         }
     }
 
-    /// Values stored as this type's bytes (little-endian), widened back to f32.
-    fn widen(self, bytes: &[u8]) -> Vec<f32> {
-        let pairs = bytes.chunks_exact(2).map(|b| [b[0], b[1]]);
+    /// `rows` rows of `width` values stored as this type's bytes, as f32 (the CPU's decoding).
+    fn widen(self, bytes: &[u8], rows: usize, width: usize) -> Vec<f32> {
         match self {
             KvElem::F32 => bytes
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
-            KvElem::F16 => pairs.map(|b| f16::from_le_bytes(b).to_f32()).collect(),
-            KvElem::Bf16 => pairs.map(|b| bf16::from_le_bytes(b).to_f32()).collect(),
+            _ => KvView::Packed {
+                ty: self.ty(),
+                data: bytes,
+            }
+            .to_f32(0..rows, width),
         }
+    }
+}
+
+/// How the caches of one pass store their rows: the element type, and the chunk widths keys
+/// and values were rotated in before being stored (0: not rotated), the CPU's rule for a
+/// block type ([`kv_rotation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KvLayout {
+    pub elem: KvElem,
+    pub krot: i32,
+    pub vrot: i32,
+}
+
+impl KvLayout {
+    /// Plain f32 rows.
+    pub const F32: KvLayout = KvLayout {
+        elem: KvElem::F32,
+        krot: 0,
+        vrot: 0,
+    };
+
+    /// The layout of a cache storing `types` for heads of `head_dim`, when the device holds it.
+    pub fn of(types: KvTypes, head_dim: usize) -> Option<KvLayout> {
+        let elem = KvElem::of(types)?;
+        let chunk = |role| kv_rotation(elem.ty(), head_dim, role).unwrap_or(0) as i32;
+        Some(KvLayout {
+            elem,
+            krot: chunk(KvRole::Key),
+            vrot: chunk(KvRole::Value),
+        })
     }
 }
 
@@ -132,7 +184,7 @@ impl DeviceKvCache {
 
     /// Bytes of one stored row.
     fn row_bytes(&self) -> usize {
-        self.rows.kv_row * self.elem.bytes()
+        self.elem.row_bytes(self.rows.kv_row)
     }
 
     /// Makes room for `rows` positions per layer, keeping the stored ones (device copies on
@@ -148,7 +200,7 @@ impl DeviceKvCache {
             len,
             ..
         } = self.rows;
-        let rb = kv_row * self.elem.bytes();
+        let rb = self.elem.row_bytes(kv_row);
         let bytes = layers * cap * rb;
         let (k, v) = (DevBuf::new(&g.ctx, bytes)?, DevBuf::new(&g.ctx, bytes)?);
         if let (Some(ok), Some(ov)) = (&self.k, &self.v) {
@@ -195,7 +247,8 @@ impl DeviceKv for DeviceKvCache {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        let bytes = n * self.elem.bytes();
+        let rows = to - from;
+        let bytes = rows * self.row_bytes();
         let (mut k, mut v) = (vec![0u8; bytes], vec![0u8; bytes]);
         let mut g = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
         g.bind()?;
@@ -203,7 +256,11 @@ impl DeviceKv for DeviceKvCache {
         let at = (from * self.row_bytes()) as CUdeviceptr;
         g.download(&mut k, kp + at)?;
         g.download(&mut v, vp + at)?;
-        Ok((self.elem.widen(&k), self.elem.widen(&v)))
+        let width = self.rows.kv_row;
+        Ok((
+            self.elem.widen(&k, rows, width),
+            self.elem.widen(&v, rows, width),
+        ))
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

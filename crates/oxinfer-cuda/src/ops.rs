@@ -4,11 +4,11 @@
 //! work is queued on its stream.
 
 use crate::gpu::Gpu;
-use crate::kv::KvElem;
 use crate::kernels::{
     flash_attention_smem, CONV_TILE, FLASH_ATTENTION_HEAD_DIMS, FLASH_ATTENTION_ROWS, GEMM_SMEM,
     GEMM_TILE,
 };
+use crate::kv::KvLayout;
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, AttnShape, ConvGeom, GateAct};
@@ -37,21 +37,23 @@ fn launch_1d(g: &Gpu, f: CUfunction, n: usize, params: &mut [*mut c_void]) -> Re
     g.launch(f, grid, (THREADS, 1, 1), params)
 }
 
-/// Fused attention: `q`/`out` `[t, n_heads * head_dim]` f32, `kv` = (`k`, `v`, their element
-/// type), each `[pos0 + t, n_kv_heads * head_dim]`. With `tensor_cores`, heads of 64, 128 or
-/// 256 run on the tensor cores (`flash_attention_h*`: f16-rounded inputs, f32 sums) unless
-/// `OXINFER_CUDA_FLASH_ATTENTION=0`; otherwise, and for other head sizes, in f32
-/// (`attention_f32*`).
+/// Fused attention: `q`/`out` `[t, n_heads * head_dim]` f32, `kv` = (`k`, `v`, how they are
+/// stored), each `[pos0 + t, n_kv_heads * head_dim]` (`q` rotated like the keys when they are:
+/// `qkv_post` does both; the values' rotation is undone on `out` here). With `tensor_cores`,
+/// heads of 64, 128 or 256 run on the tensor cores (`flash_attention_h*`: f16-rounded inputs,
+/// f32 sums) unless `OXINFER_CUDA_FLASH_ATTENTION=0`; otherwise, and for other head sizes, in
+/// f32 (`attention_f32*`).
 pub(crate) fn attention(
     g: &Gpu,
     q: CUdeviceptr,
-    kv: (CUdeviceptr, CUdeviceptr, KvElem),
+    kv: (CUdeviceptr, CUdeviceptr, KvLayout),
     out: CUdeviceptr,
     a: &AttentionGeom,
     tensor_cores: bool,
 ) -> Result<(), String> {
     let sh = &a.shape;
-    let (k, v, elem) = kv;
+    let (k, v, layout) = kv;
+    let elem = layout.elem;
     let [t, pos0, h, kvh, hd] =
         [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
@@ -83,18 +85,29 @@ pub(crate) fn attention(
             1,
         );
         let smem = flash_attention_smem(sh.head_dim) as u32;
-        return g.launch_smem(
+        g.launch_smem(
             g.k.flash_attention[elem.index()][i],
             grid,
             (128, 1, 1),
             smem,
             &mut params[..11],
-        );
+        )?;
+    } else {
+        let warps = sh.n_heads * a.t.div_ceil(4);
+        let blocks = (warps * 32).div_ceil(128) as u32;
+        let kernel = g.k.attention[elem.index()];
+        g.launch(kernel, (blocks, 1, 1), (128, 1, 1), &mut params)?;
     }
-    let warps = sh.n_heads * a.t.div_ceil(4);
-    let blocks = (warps * 32).div_ceil(128) as u32;
-    let kernel = g.k.attention[elem.index()];
-    g.launch(kernel, (blocks, 1, 1), (128, 1, 1), &mut params)
+    if layout.vrot == 0 {
+        return Ok(());
+    }
+    let heads = (a.t * sh.n_heads) as i64;
+    g.launch(
+        g.k.rotate_heads,
+        ((heads as usize * 32).div_ceil(128) as u32, 1, 1),
+        (128, 1, 1),
+        &mut [arg(&out), arg(&heads), arg(&hd), arg(&layout.vrot)],
+    )
 }
 
 /// Whether the tensor-core prompt attention is on (`OXINFER_CUDA_FLASH_ATTENTION`, default on;
@@ -186,10 +199,11 @@ pub(crate) fn attention_split(
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
     let warps = a.t * sh.n_heads * splits;
+    let elem = kv.layout.elem.index();
     let split_kernel = if sh.head_dim <= 128 {
-        g.k.attention_split_h128[kv.elem.index()]
+        g.k.attention_split_h128[elem]
     } else {
-        g.k.attention_split[kv.elem.index()]
+        g.k.attention_split[elem]
     };
     g.launch(
         split_kernel,
@@ -211,18 +225,19 @@ pub(crate) fn attention_split(
             arg(&s),
         ],
     )?;
-    attention_merge(g, part, out, a, splits, quant)
+    attention_merge(g, part, out, a, splits, kv.layout.vrot, quant)
 }
 
 /// The merge of [`attention_split`]'s `splits` partials per
-/// (row, head) into `out` `[t, n_heads * head_dim]`, quantizing it to int8 blocks there with
-/// `quant` (see [`attention_split`]).
+/// (row, head) into `out` `[t, n_heads * head_dim]`, undoing the values' rotation in chunks of
+/// `vrot` (0: none), quantizing it to int8 blocks there with `quant` (see [`attention_split`]).
 pub(crate) fn attention_merge(
     g: &Gpu,
     part: CUdeviceptr,
     out: CUdeviceptr,
     a: &AttentionGeom,
     splits: usize,
+    vrot: i32,
     quant: Option<Int8Out>,
 ) -> Result<(), String> {
     let sh = &a.shape;
@@ -247,6 +262,7 @@ pub(crate) fn attention_merge(
                 arg(&hd),
                 arg(&s),
                 arg(&b),
+                arg(&vrot),
             ],
         );
     }
@@ -255,7 +271,15 @@ pub(crate) fn attention_merge(
         g.k.attention_combine,
         ((warps * 32).div_ceil(128) as u32, 1, 1),
         (128, 1, 1),
-        &mut [arg(&part), arg(&out), arg(&t), arg(&h), arg(&hd), arg(&s)],
+        &mut [
+            arg(&part),
+            arg(&out),
+            arg(&t),
+            arg(&h),
+            arg(&hd),
+            arg(&s),
+            arg(&vrot),
+        ],
     )
 }
 
@@ -486,12 +510,12 @@ pub(crate) struct QkvPost {
 /// Where the keys and values of each query row are, read by the kernels on the device: `table`
 /// holds per sequence the device addresses of row 0 of its keys and of its values in one
 /// layer's cache (two u64 each), `rseq` each row's sequence index (i32 per row); every cache
-/// of the pass stores values of type `elem`.
+/// of the pass stores its rows as `layout` says.
 #[derive(Clone, Copy)]
 pub(crate) struct KvRows {
     pub table: CUdeviceptr,
     pub rseq: CUdeviceptr,
-    pub elem: KvElem,
+    pub layout: KvLayout,
 }
 
 impl KvRows {
@@ -530,7 +554,7 @@ pub(crate) fn qkv_post(
     let [qb, kb, vb, qn, kw] = [p.q_bias, p.k_bias, p.v_bias, p.q_norm, p.k_norm].map(z);
     let [r0, n_i, h_i, kvh_i, hd_i, half, il] =
         [row0, n, h, kvh, hd, p.half, usize::from(p.interleaved)].map(|v| v as i32);
-    let kt = p.kv.elem.code();
+    let kt = p.kv.layout.elem.code();
     let params = &mut [
         arg(&q),
         arg(&kn),
@@ -554,6 +578,8 @@ pub(crate) fn qkv_post(
         arg(&il),
         arg(&p.eps),
         arg(&kt),
+        arg(&p.kv.layout.krot),
+        arg(&p.kv.layout.vrot),
     ];
     // One warp per (row, head of q, k and v); blocks of QKV_WARPS = 4 warps.
     let warps = n * (h + 2 * kvh);

@@ -11,7 +11,7 @@ use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
-use crate::kv::{DeviceKvCache, KvElem};
+use crate::kv::{DeviceKvCache, KvElem, KvLayout};
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap};
 use crate::stack::StackDesc;
@@ -105,12 +105,12 @@ fn mirrors_fit(
     })
 }
 
-/// The device element type every sequence's cache shares, if the device holds it.
-fn pass_elem(seqs: &[SeqRows<'_>]) -> Option<KvElem> {
-    let elem = KvElem::of(seqs.first()?.cache.types())?;
+/// How every sequence's cache stores its rows, when they agree and the device holds them.
+fn pass_layout(seqs: &[SeqRows<'_>], head_dim: usize) -> Option<KvLayout> {
+    let layout = KvLayout::of(seqs.first()?.cache.types(), head_dim)?;
     seqs.iter()
-        .all(|s| KvElem::of(s.cache.types()) == Some(elem))
-        .then_some(elem)
+        .all(|s| KvLayout::of(s.cache.types(), head_dim) == Some(layout))
+        .then_some(layout)
 }
 
 /// Host cache rows as an upload source (the device keeps the host's bytes).
@@ -171,7 +171,7 @@ fn prepare_mirrors<'c>(
         if dev_len >= host_len {
             continue;
         }
-        let row_bytes = kv_row * elem.bytes();
+        let row_bytes = elem.row_bytes(kv_row);
         for (li, &(kb, vb)) in b.iter().enumerate() {
             let past = c.past_views(li);
             let first = host_len - past.rows(kv_row);
@@ -182,7 +182,10 @@ fn prepare_mirrors<'c>(
                 let n = k.rows(kv_row);
                 let take = skip.min(n);
                 skip -= take;
-                let (k, v) = (k.split_at_row(take, kv_row).1, v.split_at_row(take, kv_row).1);
+                let (k, v) = (
+                    k.split_at_row(take, kv_row).1,
+                    v.split_at_row(take, kv_row).1,
+                );
                 let off = (row * row_bytes) as CUdeviceptr;
                 parts.push((kb + off, host_src(k)));
                 parts.push((vb + off, host_src(v)));
@@ -228,9 +231,13 @@ pub(crate) fn run(
     let Some(head) = mat(&d.head) else {
         return Ok(false);
     };
-    let Some(elem) = pass_elem(seqs) else {
+    // A block type's rows hold whole blocks of 32 per head.
+    let Some(layout) = pass_layout(seqs, d.head_dim)
+        .filter(|l| !l.elem.ty().is_quantized() || d.head_dim.is_multiple_of(32))
+    else {
         return Ok(false);
     };
+    let elem = layout.elem;
     if i.rope_tables.len() != d.ropes.len()
         || !mirrors_fit(seqs, gpu, d.n_layers(), d.kv_row(), elem)
     {
@@ -366,7 +373,7 @@ pub(crate) fn run(
         kv_o,
         max_keys,
         all_split,
-        elem,
+        layout,
         bases: &bases,
         pos0: &pos0,
         t,
@@ -482,8 +489,8 @@ struct Pass<'p, 'a> {
     /// `ops::SPLIT_ATTN_MAX_ROWS` rows each), all rows in one launch per layer.
     all_split: bool,
     bases: &'p [LayerBases],
-    /// The element type of every sequence's device cache.
-    elem: KvElem,
+    /// How every sequence's device cache stores its rows.
+    layout: KvLayout,
     pos0: &'p [usize],
     t: usize,
     n_logit: usize,
@@ -577,7 +584,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let kv = ops::KvRows {
             table: at(b.per_pass, p.kv_o + li * p.bases.len() * 4),
             rseq: at(b.per_pass, p.seq_o),
-            elem: p.elem,
+            layout: p.layout,
         };
         let post = ops::QkvPost {
             q_bias: opt_p(lp.q_bias),
@@ -620,7 +627,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                     ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
                 } else {
                     let (kb, vb) = p.bases[si][li];
-                    let kv = (kb, vb, p.elem);
+                    let kv = (kb, vb, p.layout);
                     ops::attention(g, q, kv, out, &a, path != QuantPath::Exact)?;
                 }
             }

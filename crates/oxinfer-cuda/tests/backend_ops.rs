@@ -556,12 +556,13 @@ fn plan_matches_cpu() {
     plan::plan_case(plan::PlanWeights::Quantized, KvType::F32);
 }
 
-/// [`plan_matches_cpu`] with f16 and with bf16 KV caches on both sides: the device keeps the
-/// host's type (its kernels round as the CPU does), rows go up and come down unchanged, and the
-/// f16 / bf16 prompt and decode attention read them.
+/// [`plan_matches_cpu`] with f16, bf16, Q8_0 and Q4_0 KV caches on both sides: the device
+/// keeps the host's type (its kernels round and quantize as the CPU does, and rotate the block
+/// types' keys, values and queries by the CPU's rule), rows go up and come down unchanged, and
+/// the prompt and decode attention read them.
 #[test]
-fn plan_half_caches_match_cpu() {
-    for kv in [KvType::F16, KvType::Bf16] {
+fn plan_stored_caches_match_cpu() {
+    for kv in [KvType::F16, KvType::Bf16, KvType::Q8_0, KvType::Q4_0] {
         println!("-- KV cache {kv}");
         plan::plan_case(plan::PlanWeights::Quantized, kv);
     }

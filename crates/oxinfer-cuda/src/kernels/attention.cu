@@ -47,12 +47,11 @@ __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
     int first = window > 0 ? max(0, pos0 + i0 - window + 1) : 0;
     for (int j = first; j <= last; j++) {
         float kk[MAXE], vv[MAXE];
-        const typename E::T* kr = k + (long)j * kv_row + kvh * hd + lane;
-        const typename E::T* vr = v + (long)j * kv_row + kvh * hd + lane;
+        long at = (long)j * kv_row + kvh * hd + lane;
         #pragma unroll
         for (int e = 0; e < MAXE; e++) {
-            kk[e] = e < per ? E::ld(kr, 32 * e) : 0.f;
-            vv[e] = e < per ? E::ld(vr, 32 * e) : 0.f;
+            kk[e] = e < per ? E::ld(k, at + 32 * e) : 0.f;
+            vv[e] = e < per ? E::ld(v, at + 32 * e) : 0.f;
         }
         #pragma unroll
         for (int r = 0; r < QR; r++) {
@@ -95,6 +94,8 @@ __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
 ATTENTION_KERNEL(attention_f32, KvF32)
 ATTENTION_KERNEL(attention_f32_kv_f16, KvF16)
 ATTENTION_KERNEL(attention_f32_kv_bf16, KvBf16)
+ATTENTION_KERNEL(attention_f32_kv_q8_0, KvQ8_0)
+ATTENTION_KERNEL(attention_f32_kv_q4_0, KvQ4_0)
 
 // The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
 // j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
@@ -112,12 +113,11 @@ __device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k
         #pragma unroll
         for (int c = 0; c < KC; c++) {
             bool in = j + c < j1;
-            const typename E::T* kr = k + (long)(j + c) * kv_row + kvh * hd + lane;
-            const typename E::T* vr = v + (long)(j + c) * kv_row + kvh * hd + lane;
+            long at = (long)(j + c) * kv_row + kvh * hd + lane;
             #pragma unroll
             for (int e = 0; e < ME; e++) {
-                kk[c][e] = in && e < per ? E::ld(kr, 32 * e) : 0.f;
-                vv[c][e] = in && e < per ? E::ld(vr, 32 * e) : 0.f;
+                kk[c][e] = in && e < per ? E::ld(k, at + 32 * e) : 0.f;
+                vv[c][e] = in && e < per ? E::ld(v, at + 32 * e) : 0.f;
             }
         }
         float sc[KC];
@@ -239,6 +239,10 @@ ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_f16, MAXE, KCH, KvF16)
 ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_f16, 4, 2 * KCH, KvF16)
 ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_bf16, MAXE, KCH, KvBf16)
 ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_bf16, 4, 2 * KCH, KvBf16)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_q8_0, MAXE, KCH, KvQ8_0)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_q8_0, 4, 2 * KCH, KvQ8_0)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_q4_0, MAXE, KCH, KvQ4_0)
+ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_q4_0, 4, 2 * KCH, KvQ4_0)
 
 // The merge of (row, head) gw's S partials of attention_split into v (lane's values
 // lane + 32 e, e < hd / 32): the running maxima rescaled to the largest, weighted sums over the
@@ -269,19 +273,37 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part, lon
 }
 
 // Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
-// each.
+// each. vrot: the chunk the cached values were rotated in (warp_hadamard; 0 for none), undone
+// here on each head's output.
 extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
                                                  float* __restrict__ out, int t, int H, int hd,
-                                                 int S) {
+                                                 int S, int vrot) {
     PDL_ENTER();
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H) return;
     float v[MAXE];
     combine_head(part, gw, hd, S, v);
+    warp_hadamard(v, hd >> 5, vrot);
     #pragma unroll
     for (int e = 0; e < MAXE; e++)
         if (e < (hd >> 5)) out[gw * hd + lane + 32 * e] = v[e];
+}
+
+// Undoes the values' rotation (warp_hadamard in chunks of n) on `heads` heads of hd values
+// at x, in place: the output of a prompt's attention over a rotated cache. One warp per head.
+extern "C" __global__ void rotate_heads_f32(float* __restrict__ x, long heads, int hd, int n) {
+    PDL_ENTER();
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31, per = hd >> 5;
+    if (gw >= heads) return;
+    float v[8];
+    #pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = e < per ? x[gw * hd + lane + 32 * e] : 0.f;
+    warp_hadamard(v, per, n);
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < per) x[gw * hd + lane + 32 * e] = v[e];
 }
 
 // attention_combine_f32 and the int8 quantization of its output for the next GEMV
@@ -293,7 +315,7 @@ extern "C" __global__ void attention_combine_f32(const float* __restrict__ part,
 extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
                                                 float* __restrict__ out, i8* __restrict__ q,
                                                 float* __restrict__ dq, int* __restrict__ qs,
-                                                int t, int H, int hd, int S, int B) {
+                                                int t, int H, int hd, int S, int B, int vrot) {
     PDL_ENTER();
     __shared__ float vals[32 * MAXE];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -301,6 +323,7 @@ extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
     long gw = (long)blockIdx.x * (L / hd) + warp;
     float v[MAXE];
     combine_head(part, gw, hd, S, v);
+    warp_hadamard(v, per, vrot);
     #pragma unroll
     for (int e = 0; e < MAXE; e++) {
         if (e < per) {

@@ -71,35 +71,146 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 
-// Element types of a device KV cache (the host cache's KvType): f32, f16 or bf16 values, read
-// widened to f32 and written rounded to nearest even (the CPU's `half` conversions). The
-// attention kernels are templates over these; `KvElem::CODE` is the host's `KvElem` index.
+// Element types of a device KV cache (the host cache's KvType): f32, f16 or bf16 values, or
+// GGUF's Q8_0 / Q4_0 blocks of 32 (an f16 scale d, then 32 int8 quants x = d q, or 16 bytes of
+// nibbles x = d (q - 8): value j in the low nibble of byte j, value j + 16 in its high nibble),
+// read as f32 and written as the CPU writes them (round to nearest even; the blocks as
+// llama.cpp's reference quantizers make them). Values are addressed by their index i in the
+// whole buffer (row r, column c: i = r * kv_row + c; rows of a block type hold kv_row / 32
+// whole blocks). The attention kernels are templates over these; `CODE` is the host's KvElem
+// index.
 struct KvF32 {
     typedef float T;
     static constexpr int CODE = 0;
     static __device__ __forceinline__ float ld(const T* p, long i) { return p[i]; }
-    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = v; }
 };
 struct KvF16 {
     typedef u16 T;
     static constexpr int CODE = 1;
     static __device__ __forceinline__ float bits(u16 b) { return h2f(b); }
     static __device__ __forceinline__ float ld(const T* p, long i) { return bits(p[i]); }
-    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = f2h(v); }
 };
 struct KvBf16 {
     typedef u16 T;
     static constexpr int CODE = 2;
     static __device__ __forceinline__ float bits(u16 b) { return __uint_as_float((u32)b << 16); }
     static __device__ __forceinline__ float ld(const T* p, long i) { return bits(p[i]); }
-    static __device__ __forceinline__ void st(T* p, long i, float v) { p[i] = (u16)f2bf(v); }
+};
+struct KvQ8_0 {
+    typedef u8 T;
+    static constexpr int CODE = 3;
+    static __device__ __forceinline__ float ld(const T* p, long i) {
+        const u8* b = p + (i >> 5) * 34;
+        return h2f(ld16(b)) * (float)(i8)b[2 + (i & 31)];
+    }
+};
+struct KvQ4_0 {
+    typedef u8 T;
+    static constexpr int CODE = 4;
+    static __device__ __forceinline__ float ld(const T* p, long i) {
+        const u8* b = p + (i >> 5) * 18;
+        int j = (int)(i & 31);
+        u8 byte = b[2 + (j & 15)];
+        int q = j < 16 ? (byte & 15) : (byte >> 4);
+        return h2f(ld16(b)) * (float)(q - 8);
+    }
 };
 
-// Stores v at element i of a cache row of element type `code` (KvF32 / KvF16 / KvBf16::CODE).
-__device__ __forceinline__ void kv_store(void* p, long i, float v, int code) {
-    if (code == KvF16::CODE) KvF16::st((u16*)p, i, v);
-    else if (code == KvBf16::CODE) KvBf16::st((u16*)p, i, v);
-    else KvF32::st((float*)p, i, v);
+// Stores one head's values (lane holds v[e] = value lane + 32 e of the head, e < per; the head
+// starts at index `at`, a multiple of 32) into a cache of element type `code` (the block types
+// quantize each run of 32, one per e, across the warp). Every lane of the warp calls it.
+__device__ __forceinline__ void kv_store_head(void* p, long at, const float (&v)[8], int per,
+                                              int code) {
+    int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        if (e >= per) break;
+        long i = at + lane + 32 * e;
+        float x = v[e];
+        if (code == KvF32::CODE) {
+            ((float*)p)[i] = x;
+        } else if (code == KvF16::CODE) {
+            ((u16*)p)[i] = f2h(x);
+        } else if (code == KvBf16::CODE) {
+            ((u16*)p)[i] = (u16)f2bf(x);
+        } else if (code == KvQ8_0::CODE) {
+            // quantize_row_q8_0_ref: d = max|x| / 127, q = round(x / d).
+            float amax = fabsf(x);
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            float d = amax / 127.f;
+            float id = d != 0.f ? 1.f / d : 0.f;
+            u8* b = (u8*)p + (i >> 5) * 34;
+            if (lane == 0) {
+                u16 h = f2h(d);
+                b[0] = (u8)h;
+                b[1] = (u8)(h >> 8);
+            }
+            b[2 + lane] = (u8)(i8)roundf(x * id);
+        } else {
+            // quantize_row_q4_0_ref: the value of largest magnitude (the first of equals), its
+            // sign kept, d = max / -8, q = min(15, trunc(x / d + 8.5)).
+            float am = fabsf(x), mx = x;
+            int at_l = lane;
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                float am2 = __shfl_xor_sync(0xffffffffu, am, o);
+                float mx2 = __shfl_xor_sync(0xffffffffu, mx, o);
+                int l2 = __shfl_xor_sync(0xffffffffu, at_l, o);
+                if (am2 > am || (am2 == am && l2 < at_l)) {
+                    am = am2;
+                    mx = mx2;
+                    at_l = l2;
+                }
+            }
+            float d = mx / -8.f;
+            float id = d != 0.f ? 1.f / d : 0.f;
+            int q = min(15, (int)(x * id + 8.5f));
+            int hi = __shfl_down_sync(0xffffffffu, q, 16);
+            u8* b = (u8*)p + (i >> 5) * 18;
+            if (lane == 0) {
+                u16 h = f2h(d);
+                b[0] = (u8)h;
+                b[1] = (u8)(h >> 8);
+            }
+            if (lane < 16) b[2 + lane] = (u8)(q | (hi << 4));
+        }
+    }
+}
+
+// Multiplies every n-value chunk of one head (lane holds v[e] = value lane + 32 e, e < per;
+// n a power of two from 64 to 32 per) by the orthonormal Hadamard matrix H_n, as the CPU's
+// rotate_chunks does (kv_rotation.rs): butterfly stages 1, 2, 4, ... n / 2 apart, each pair
+// (u, v) becoming (u + v, u - v) in the same f32 operations, then the scale 1 / sqrt(n), so
+// the results are the CPU's bit for bit. Stages under 32 pair lanes, the others a lane's
+// values. n = 0: no rotation.
+__device__ __forceinline__ void warp_hadamard(float (&v)[8], int per, int n) {
+    if (n == 0) return;
+    int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int h = 1; h < 32; h <<= 1) {
+        #pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (e >= per) break;
+            float o = __shfl_xor_sync(0xffffffffu, v[e], h);
+            v[e] = (lane & h) ? o - v[e] : v[e] + o;
+        }
+    }
+    #pragma unroll
+    for (int s = 1; s < 8; s <<= 1) {
+        if (32 * s >= n) break;
+        #pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (e + s >= per || (e & s)) continue;
+            float a = v[e], b = v[e + s];
+            v[e] = a + b;
+            v[e + s] = a - b;
+        }
+    }
+    float scale = 1.f / sqrtf((float)n);
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < per) v[e] *= scale;
 }
 
 // One block of the int8 activation quantization (the CPU kernels' q8 quantization): d = amax /

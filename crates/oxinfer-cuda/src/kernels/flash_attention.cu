@@ -6,7 +6,7 @@
 // fragments of the P . V product. GQA, sliding window and soft-cap as attention_f32.
 //
 // q [t, H*HD], k/v [pos0+t, KVH*HD] (q f32, rows 16-byte aligned; k/v in the cache's element
-// type E, common.cuh: f32, f16 or bf16, rows 8-byte aligned), out [t, H*HD]. Q, K and V are
+// type E, common.cuh: f32, f16, bf16 (rows 8-byte aligned) or Q8_0 / Q4_0 blocks), out [t, H*HD]. Q, K and V are
 // rounded to f16 in shared memory (an f16 cache's rows are copied as they are) (Q after the scale: |q . scale| and |k|, |v| must stay below
 // 65504), so scores and outputs carry f16 rounding (~2^-11 relative); the exact path keeps
 // attention_f32. Grid (ceil(t / FA_BQ), H), FA_WARPS * 32 threads, fa_smem_bytes(HD) bytes of
@@ -26,15 +26,17 @@ struct FaGeom {
     static constexpr int LD = HD + 8;
 };
 
-// Four values of element type E at p (4-aligned index), as f32.
+// Values i .. i + 3 of element type E at p (i a multiple of 4), as f32.
 template <typename E>
-__device__ __forceinline__ float4 fa_ld4(const typename E::T* p) {
+__device__ __forceinline__ float4 fa_ld4(const typename E::T* p, long i) {
     if constexpr (E::CODE == KvF32::CODE) {
-        return *(const float4*)p;
-    } else {
-        uint2 h = *(const uint2*)p;
+        return *(const float4*)(p + i);
+    } else if constexpr (E::CODE == KvF16::CODE || E::CODE == KvBf16::CODE) {
+        uint2 h = *(const uint2*)(p + i);
         return make_float4(E::bits((u16)(h.x & 0xffffu)), E::bits((u16)(h.x >> 16)),
                            E::bits((u16)(h.y & 0xffffu)), E::bits((u16)(h.y >> 16)));
+    } else {
+        return make_float4(E::ld(p, i), E::ld(p, i + 1), E::ld(p, i + 2), E::ld(p, i + 3));
     }
 }
 
@@ -54,7 +56,7 @@ __device__ __forceinline__ void fa_load(const typename E::T* __restrict__ src, l
         for (int c = 0; c < CH; c++) {
             int idx = threadIdx.x + (base + c) * 32 * FA_WARPS;
             int r = idx / Q4, col = (idx % Q4) * 4;
-            v[c] = r0 + r < limit ? fa_ld4<E>(src + (long)(r0 + r) * stride + c0 + col)
+            v[c] = r0 + r < limit ? fa_ld4<E>(src, (long)(r0 + r) * stride + c0 + col)
                                   : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         #pragma unroll
@@ -212,3 +214,9 @@ FLASH_ATTENTION_KERNEL(256, KvF16, _kv_f16)
 FLASH_ATTENTION_KERNEL(64, KvBf16, _kv_bf16)
 FLASH_ATTENTION_KERNEL(128, KvBf16, _kv_bf16)
 FLASH_ATTENTION_KERNEL(256, KvBf16, _kv_bf16)
+FLASH_ATTENTION_KERNEL(64, KvQ8_0, _kv_q8_0)
+FLASH_ATTENTION_KERNEL(128, KvQ8_0, _kv_q8_0)
+FLASH_ATTENTION_KERNEL(256, KvQ8_0, _kv_q8_0)
+FLASH_ATTENTION_KERNEL(64, KvQ4_0, _kv_q4_0)
+FLASH_ATTENTION_KERNEL(128, KvQ4_0, _kv_q4_0)
+FLASH_ATTENTION_KERNEL(256, KvQ4_0, _kv_q4_0)

@@ -275,7 +275,9 @@ __device__ __forceinline__ void head_post(const float* __restrict__ src,
 // sequence (row 0 of its keys at kv[2 rseq[row]], of its values at kv[2 rseq[row] + 1]) at the
 // row's position pos[row] (both read on the device, so a captured decode step stays valid as
 // the positions advance and the caches move), stored in the cache's element type `kt`
-// (KvF32 / KvF16 / KvBf16::CODE, common.cuh). Rows row0 .. row0 + n of q [*, H * hd],
+// (KvF32 ... KvQ4_0::CODE, common.cuh). With krot / vrot (chunk widths, 0 for none) the
+// queries and keys / the values are rotated (warp_hadamard) before they are stored, as the
+// CPU stores a block-type cache (KvCache::store). Rows row0 .. row0 + n of q [*, H * hd],
 // kn / vn [*, KVH * hd], cs / sn [*, half], pos; any of qb, kb, vb, qn, kw may be 0 (absent).
 // One warp per (row, head), heads ordered q, k, v.
 #define QKV_WARPS 4
@@ -285,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     const float* __restrict__ qb, const float* __restrict__ kb, const float* __restrict__ vb,
     const float* __restrict__ qn, const float* __restrict__ kw, const float* __restrict__ cs,
     const float* __restrict__ sn, const int* __restrict__ pos, int row0, int n, int H, int KVH,
-    int hd, int half, int interleaved, float eps, int kt) {
+    int hd, int half, int interleaved, float eps, int kt, int krot, int vrot) {
     PDL_ENTER();
     __shared__ float sh[QKV_WARPS][256];
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -295,10 +297,11 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
     int row = row0 + (int)(gw / heads), h = (int)(gw % heads);
     int per = hd >> 5, q_row = H * hd, kv_row = KVH * hd;
     const float *src, *bias, *gain;
-    // Where the head goes: element `at` of `dst`, f32 (the queries) or the cache's type.
+    // Where the head goes: element `at` of `dst`, f32 (the queries) or the cache's type, after
+    // a rotation in chunks of `chunk` (0: none).
     void* dst;
     long at;
-    int code = kt;
+    int code = kt, chunk = krot;
     bool rotate;
     if (h < H) {
         src = q + (long)row * q_row + h * hd;
@@ -324,13 +327,13 @@ extern "C" __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_post(
         bias = vb ? vb + vh * hd : 0;
         gain = 0;
         rotate = false;
+        chunk = vrot;
     }
     float v[8];
     head_post(src, bias, gain, cs + (long)row * half, sn + (long)row * half, half, interleaved,
               rotate, hd, eps, sh[wi], v);
-    #pragma unroll
-    for (int e = 0; e < 8; e++)
-        if (e < per) kv_store(dst, at + lane + 32 * e, v[e], code);
+    warp_hadamard(v, per, chunk);
+    kv_store_head(dst, at, v, per, code);
 }
 
 // Scores each logit row [rows, vocab] against its target (tgt: one i32 per row): out[2 r] =

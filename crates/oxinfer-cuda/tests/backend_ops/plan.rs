@@ -268,14 +268,18 @@ pub(crate) fn plan_case(weights: PlanWeights, kv: oxinfer::plan::KvType) {
     for (li, &sens) in sens.iter().enumerate() {
         let e = layer_err(&dev_kv, &cpu_kv, li);
         println!("plan layer {li}: keys/values {e:.2e}");
-        // Layer 0 differs by f16 rounding only (a bf16 cache turns that into a bf16 step,
-        // 2^-8, wherever a value sits near one of its rounding boundaries); later layers by
-        // int8 jitter (above). A wrong RoPE table, norm or window moves them by O(1).
+        // Layer 0 differs by f16 rounding only, which a stored type turns into one of its
+        // steps wherever a value sits near one of its rounding boundaries (bf16: 2^-8 of the
+        // value; Q8_0 / Q4_0: a block's largest value over 127 / 8), so the bound is two
+        // steps; later layers by int8 jitter (above). A wrong RoPE table, norm, rotation or
+        // window moves them by O(1).
         let bound = if li == 0 {
-            if kv == oxinfer::plan::KvType::Bf16 {
-                8e-3
-            } else {
-                1e-3
+            use oxinfer::plan::KvType;
+            match kv {
+                KvType::F32 | KvType::F16 => 1e-3,
+                KvType::Bf16 => 8e-3,
+                KvType::Q8_0 => 2.0 / 127.0,
+                KvType::Q4_0 => 2.0 / 8.0,
             }
         } else {
             (4.0 * sens).max(1e-2)

@@ -53,7 +53,10 @@ impl<'a> KvView<'a> {
             }
             KvView::Packed { ty, data } => {
                 let (a, b) = data.split_at(r * ty.row_bytes(width));
-                (KvView::Packed { ty, data: a }, KvView::Packed { ty, data: b })
+                (
+                    KvView::Packed { ty, data: a },
+                    KvView::Packed { ty, data: b },
+                )
             }
         }
     }

@@ -455,9 +455,8 @@ impl KvCache {
         let p = self.past_views(layer);
         let types = self.types;
         let f32s = |v: KvView<'a>| -> &'a [f32] {
-            v.as_f32().unwrap_or_else(|| {
-                panic!("past() reads f32 caches only; this one stores {types}")
-            })
+            v.as_f32()
+                .unwrap_or_else(|| panic!("past() reads f32 caches only; this one stores {types}"))
         };
         Past {
             k: p.k.map(f32s),
