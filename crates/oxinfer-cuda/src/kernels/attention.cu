@@ -97,12 +97,10 @@ ATTENTION_KERNEL(attention_f32_kv_bf16, KvBf16)
 ATTENTION_KERNEL(attention_f32_kv_q8_0, KvQ8_0)
 ATTENTION_KERNEL(attention_f32_kv_q4_0, KvQ4_0)
 
-// The online softmax of one warp's query over keys j0 .. j1 - 1 of one KV head (row j of k / v
-// at j · kv_row + kvh · hd), KC keys per step with their key and value rows loaded together
-// before any arithmetic (one key per step made a chain of dependent loads: ~1 µs per key, 19 µs
-// per 32-key slice): running max m, sum l, output acc. Lane l holds values l · per … l · per +
-// per − 1 of the head (per = hd / 32: qv[e], acc[e]), so each row is one vector load per lane
-// (kv_run).
+// The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
+// j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
+// their key and value rows loaded together before any arithmetic (one key per step made a chain
+// of dependent loads: ~1 µs per key, 19 µs per 32-key slice): running max m, sum l, output acc.
 template <int ME, int KC, typename E>
 __device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k,
                                              const typename E::T* __restrict__ v, int kv_row, int kvh,
@@ -114,13 +112,12 @@ __device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k
         float kk[KC][ME], vv[KC][ME];
         #pragma unroll
         for (int c = 0; c < KC; c++) {
-            long at = (long)(j + c) * kv_row + kvh * hd + lane * per;
-            if (j + c < j1) {
-                kv_run<ME, E>(k, at, per, kk[c]);
-                kv_run<ME, E>(v, at, per, vv[c]);
-            } else {
-                #pragma unroll
-                for (int e = 0; e < ME; e++) kk[c][e] = vv[c][e] = 0.f;
+            bool in = j + c < j1;
+            long at = (long)(j + c) * kv_row + kvh * hd + lane;
+            #pragma unroll
+            for (int e = 0; e < ME; e++) {
+                kk[c][e] = in && e < per ? E::ld(k, at + 32 * e) : 0.f;
+                vv[c][e] = in && e < per ? E::ld(v, at + 32 * e) : 0.f;
             }
         }
         float sc[KC];
@@ -158,8 +155,7 @@ __device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k
     }
 }
 
-// One warp's partial (unnormalized output, running max, sum) at part + gw · (hd + 2), from
-// softmax_keys' lane layout.
+// One warp's partial (unnormalized output, running max, sum) at part + gw · (hd + 2).
 template <int ME>
 __device__ __forceinline__ void store_partial(float* __restrict__ part, long gw, int hd,
                                               const float (&acc)[ME], float m, float l) {
@@ -167,7 +163,7 @@ __device__ __forceinline__ void store_partial(float* __restrict__ part, long gw,
     float* o = part + gw * (hd + 2);
     #pragma unroll
     for (int e = 0; e < ME; e++)
-        if (e < per) o[lane * per + e] = acc[e];
+        if (e < per) o[lane + 32 * e] = acc[e];
     if (lane == 0) {
         o[hd] = m;
         o[hd + 1] = l;
@@ -183,9 +179,7 @@ __device__ __forceinline__ void slice_keys(int first, int n, int s, int S, int& 
 
 // Decode attention split over the keys (flash-decoding), for query rows that each see a long
 // cache, of one sequence or of many (batched decode): warp (row r, head h, split s) runs the
-// online softmax over slice s of the S slices of the keys row r sees (the warps of one KV
-// head's query heads and one slice are adjacent, so the G = H / KVH of them read the same keys
-// and values at about the same time: one trip from memory, the others from L2) and writes its
+// online softmax over slice s of the S slices of the keys row r sees and writes its
 // unnormalized output, running max and sum to part[((r * H + h) * S + s) * (hd + 2)] (output,
 // then m, then l); attention_combine_f32 merges the S partials of each (row, head). q as
 // attention_f32's; row r's keys and values are the cache of its sequence (row 0 of the keys at
@@ -204,17 +198,10 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
     long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (gw >= (long)t * H * S) return;
-    // gw = ((r KVH + kvh) S + s) G + g, query head h = kvh G + g; the partial's index is the
-    // merge's (r H + h) S + s.
-    int G = H / KVH;
-    int g = (int)(gw % G);
-    long rest = gw / G;
-    int s = (int)(rest % S);
-    long rk = rest / S;
-    int kvh = (int)(rk % KVH);
-    int r = (int)(rk / KVH);
-    int h = kvh * G + g;
-    long pw = ((long)r * H + h) * S + s;
+    int s = (int)(gw % S);
+    int h = (int)((gw / S) % H);
+    int r = (int)(gw / ((long)S * H));
+    int kvh = h / (H / KVH);
     int per = hd >> 5;
     int q_row = H * hd, kv_row = KVH * hd;
     int pos = rpos[r];
@@ -225,13 +212,13 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
     #pragma unroll
     for (int e = 0; e < ME; e++) {
         acc[e] = 0.f;
-        qv[e] = e < per ? q[(long)r * q_row + h * hd + lane * per + e] : 0.f;
+        qv[e] = e < per ? q[(long)r * q_row + h * hd + lane + 32 * e] : 0.f;
     }
     float m = __int_as_float(0xff800000), l = 0.f;
     const typename E::T* k = (const typename E::T*)kv[2 * rseq[r]];
     const typename E::T* v = (const typename E::T*)kv[2 * rseq[r] + 1];
     softmax_keys<ME, KC, E>(k, v, kv_row, kvh, hd, j0, j1, qv, scale, softcap, m, l, acc);
-    store_partial<ME>(part, pw, hd, acc, m, l);
+    store_partial<ME>(part, gw, hd, acc, m, l);
 }
 
 #define ATTENTION_SPLIT_KERNEL(NAME, ME, KC, E)                                                \

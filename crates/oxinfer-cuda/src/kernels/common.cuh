@@ -99,85 +99,22 @@ struct KvBf16 {
 struct KvQ8_0 {
     typedef u8 T;
     static constexpr int CODE = 3;
-    // Bytes per block of 32; value j of block b without the scale.
-    static constexpr int BYTES = 34;
-    static __device__ __forceinline__ float quant(const u8* b, int j) { return (float)(i8)b[2 + j]; }
     static __device__ __forceinline__ float ld(const T* p, long i) {
-        const u8* b = p + (i >> 5) * BYTES;
-        return h2f(ld16(b)) * quant(b, (int)(i & 31));
+        const u8* b = p + (i >> 5) * 34;
+        return h2f(ld16(b)) * (float)(i8)b[2 + (i & 31)];
     }
 };
 struct KvQ4_0 {
     typedef u8 T;
     static constexpr int CODE = 4;
-    static constexpr int BYTES = 18;
-    static __device__ __forceinline__ float quant(const u8* b, int j) {
-        u8 byte = b[2 + (j & 15)];
-        return (float)((j < 16 ? (byte & 15) : (byte >> 4)) - 8);
-    }
     static __device__ __forceinline__ float ld(const T* p, long i) {
-        const u8* b = p + (i >> 5) * BYTES;
-        return h2f(ld16(b)) * quant(b, (int)(i & 31));
+        const u8* b = p + (i >> 5) * 18;
+        int j = (int)(i & 31);
+        u8 byte = b[2 + (j & 15)];
+        int q = j < 16 ? (byte & 15) : (byte >> 4);
+        return h2f(ld16(b)) * (float)(q - 8);
     }
 };
-
-// Values i .. i + per - 1 of element type E at p into out[0 .. per) (per = hd / 32 values a
-// lane holds, 1, 2, 4 or 8; i a multiple of per, so a run never leaves a block of 32): one
-// vector load for the float types, the block's scale loaded once for the block types.
-template <int ME, typename E>
-__device__ __forceinline__ void kv_run(const typename E::T* __restrict__ p, long i, int per,
-                                       float (&out)[ME]) {
-    if constexpr (E::CODE == KvF32::CODE) {
-        if constexpr (ME >= 8) {
-            if (per == 8) {
-                float4 a = *(const float4*)(p + i), b = *(const float4*)(p + i + 4);
-                out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-                out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
-                return;
-            }
-        }
-        if constexpr (ME >= 4) {
-            if (per == 4) {
-                float4 a = *(const float4*)(p + i);
-                out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-                return;
-            }
-        }
-        if constexpr (ME >= 2) {
-            if (per == 2) {
-                float2 a = *(const float2*)(p + i);
-                out[0] = a.x; out[1] = a.y;
-                return;
-            }
-        }
-        #pragma unroll
-        for (int e = 0; e < ME; e++) out[e] = e < per ? p[i + e] : 0.f;
-    } else if constexpr (E::CODE == KvF16::CODE || E::CODE == KvBf16::CODE) {
-        u32 w[4] = {0u, 0u, 0u, 0u};
-        if (ME >= 8 && per == 8) {
-            uint4 a = *(const uint4*)(p + i);
-            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-        } else if (ME >= 4 && per == 4) {
-            uint2 a = *(const uint2*)(p + i);
-            w[0] = a.x; w[1] = a.y;
-        } else if (ME >= 2 && per == 2) {
-            w[0] = *(const u32*)(p + i);
-        } else {
-            w[0] = p[i];
-        }
-        #pragma unroll
-        for (int e = 0; e < ME; e++) {
-            u32 word = w[(e >> 1) & 3];
-            out[e] = e < per ? E::bits((u16)(e & 1 ? word >> 16 : word & 0xffffu)) : 0.f;
-        }
-    } else {
-        const u8* b = p + (i >> 5) * E::BYTES;
-        float d = h2f(ld16(b));
-        int j = (int)(i & 31);
-        #pragma unroll
-        for (int e = 0; e < ME; e++) out[e] = e < per ? d * E::quant(b, j + e) : 0.f;
-    }
-}
 
 // Stores one head's values (lane holds v[e] = value lane + 32 e of the head, e < per; the head
 // starts at index `at`, a multiple of 32) into a cache of element type `code` (the block types
