@@ -4,7 +4,7 @@ use crate::conv::ConvPath;
 use crate::gemm::{self, QuantPath};
 use crate::gemv::{self, GemvOut};
 use crate::gpu::{self, DevBuf, Gpu, Slot};
-use crate::kv::{KvElem, KvLayout};
+use crate::kv::KvLayout;
 use crate::matrix::DeviceMatrix;
 use crate::ops;
 use crate::stack_run::Out;
@@ -546,7 +546,7 @@ impl Backend for CudaBackend {
     }
 
     fn holds_kv(&self, types: KvTypes) -> bool {
-        KvElem::of(types).is_some()
+        types.k == types.v
     }
 
     fn run_plan(

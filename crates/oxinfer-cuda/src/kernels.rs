@@ -2,10 +2,11 @@
 //! function handles.
 
 use crate::gemv::Iq4Gemv;
-use crate::kv::KvElem;
+use crate::kv::kernel_suffix;
 use crate::nvrtc;
 use cudarc::driver::{sys, CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
+use oxinfer::plan::KvType;
 use oxinfer_kernels::WeightFormat;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -155,10 +156,13 @@ pub(crate) fn flash_attention_smem(head_dim: usize) -> usize {
     (FLASH_ATTENTION_ROWS + 2 * keys) * (head_dim + 8) * 2
 }
 
-/// One kernel per cache element type, in [`KvElem`] order: `f` gets the type's name suffix
-/// (`""` for f32, `"_kv_f16"`, … `"_kv_q4_0"`).
-fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; 5], String> {
-    let [a, b, c, d, e] = KvElem::ALL.map(KvElem::kernel_suffix);
+/// Cache element types with kernels of their own: every [`KvType`].
+pub(crate) const KV_TYPES: usize = KvType::ALL.len();
+
+/// One kernel per cache element type, in [`KvType::ALL`] order (`crate::kv::kernel_index`):
+/// `f` gets the type's name suffix (`crate::kv::kernel_suffix`).
+fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; KV_TYPES], String> {
+    let [a, b, c, d, e] = KvType::ALL.map(kernel_suffix);
     Ok([f(a)?, f(b)?, f(c)?, f(d)?, f(e)?])
 }
 
@@ -179,20 +183,20 @@ pub(crate) struct Kernels {
     /// The per-format kernels of every program (the main one, then the IQ ones).
     formats: FormatKernels,
     /// Split decode attention for heads of at most 128 (twice the keys per step), per cache
-    /// element type ([`KvElem`] order).
-    pub attention_split_h128: [sys::CUfunction; 5],
+    /// element type ([`KvType::ALL`] order).
+    pub attention_split_h128: [sys::CUfunction; KV_TYPES],
     /// f32 activations → int8 blocks + one f32 scale per block (the int8 GEMV's input).
     pub quant_act_i8: sys::CUfunction,
     pub f32_to_bf16: sys::CUfunction,
     pub f32_to_f16: sys::CUfunction,
-    /// Prompt attention in f32 per cache element type ([`KvElem`] order).
-    pub attention: [sys::CUfunction; 5],
-    /// Prompt attention on the tensor cores per cache element type ([`KvElem`] order) and
+    /// Prompt attention in f32 per cache element type ([`KvType::ALL`] order).
+    pub attention: [sys::CUfunction; KV_TYPES],
+    /// Prompt attention on the tensor cores per cache element type ([`KvType::ALL`] order) and
     /// head size ([`FLASH_ATTENTION_HEAD_DIMS`]).
-    pub flash_attention: [[sys::CUfunction; 3]; 5],
+    pub flash_attention: [[sys::CUfunction; 3]; KV_TYPES],
     /// Decode attention over slices of the keys (flash-decoding) per cache element type
-    /// ([`KvElem`] order), and the merge of the slices.
-    pub attention_split: [sys::CUfunction; 5],
+    /// ([`KvType::ALL`] order), and the merge of the slices.
+    pub attention_split: [sys::CUfunction; KV_TYPES],
     pub attention_combine: sys::CUfunction,
     /// The rotation of a rotated cache's values undone on a prompt attention's output.
     pub rotate_heads: sys::CUfunction,

@@ -2,9 +2,9 @@
 //! stack attaches to each [`oxinfer::plan::KvCache`] it runs ([`oxinfer::plan::DeviceKv`]; the
 //! ownership rule is in `oxinfer::backend::plan_run`).
 //!
-//! Layout: keys and values each `[layers, cap, kv_row]` values of the cache's [`KvElem`] (the
-//! host cache's type, keys and values alike; a block type's rows whole blocks, rotated as the
-//! CPU stores them: [`KvLayout`]), position `p` of a layer in row
+//! Layout: keys and values each `[layers, cap, kv_row]` values of the host cache's type (keys
+//! and values alike; a block type's rows whole blocks, rotated as the CPU stores them:
+//! [`KvLayout`]), position `p` of a layer in row
 //! `p` (sliding-window layers too: their attention skips the rows outside the window, and the
 //! rows a host ring dropped are never read). `cap` grows by doubling up to the cache's capacity.
 //! The rows hold the host type's bytes exactly (the kernels round as the CPU's `half`
@@ -17,101 +17,44 @@ use oxinfer_kernels::attention::{kv_rotation, KvRole, KvView};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
-/// The element type of a device KV cache: the host cache's [`KvType`] when the device holds
-/// it (keys and values of one type). The order is the kernels' (`KvF32::CODE` … `KvQ4_0::CODE`
-/// in common.cuh) and the per-type kernel arrays'.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KvElem {
-    F32,
-    F16,
-    Bf16,
-    Q8_0,
-    Q4_0,
+/// Where `ty`'s kernels sit in the per-type kernel arrays: its place in [`KvType::ALL`], which
+/// is also the kernels' `CODE` (`KvF32::CODE` … `KvQ4_0::CODE` and `KV_TYPES` in common.cuh).
+pub(crate) fn kernel_index(ty: KvType) -> usize {
+    KvType::ALL
+        .iter()
+        .position(|&t| t == ty)
+        .expect("every KvType is in KvType::ALL")
 }
 
-impl KvElem {
-    /// Every element type, in the kernels' order.
-    pub const ALL: [KvElem; 5] = [
-        KvElem::F32,
-        KvElem::F16,
-        KvElem::Bf16,
-        KvElem::Q8_0,
-        KvElem::Q4_0,
-    ];
-
-    /// The device type of a cache storing `types`, when the device holds it.
-    pub fn of(types: KvTypes) -> Option<KvElem> {
-        if types.k != types.v {
-            return None;
-        }
-        Some(match types.k {
-            KvType::F32 => KvElem::F32,
-            KvType::F16 => KvElem::F16,
-            KvType::Bf16 => KvElem::Bf16,
-            KvType::Q8_0 => KvElem::Q8_0,
-            KvType::Q4_0 => KvElem::Q4_0,
-        })
-    }
-
-    /// The host type.
-    pub fn ty(self) -> KvType {
-        match self {
-            KvElem::F32 => KvType::F32,
-            KvElem::F16 => KvType::F16,
-            KvElem::Bf16 => KvType::Bf16,
-            KvElem::Q8_0 => KvType::Q8_0,
-            KvElem::Q4_0 => KvType::Q4_0,
-        }
-    }
-
-    /// Bytes of one row of `width` values (the host's: a block type's row is whole blocks).
-    pub fn row_bytes(self, width: usize) -> usize {
-        self.ty().row_bytes(width)
-    }
-
-    /// The kernels' code for it (`KvF32::CODE` …).
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-
-    /// Index into the per-type kernel arrays.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The suffix of its kernels' names (`""` for f32).
-    pub fn kernel_suffix(self) -> &'static str {
-        match self {
-            KvElem::F32 => "",
-            KvElem::F16 => "_kv_f16",
-            KvElem::Bf16 => "_kv_bf16",
-            KvElem::Q8_0 => "_kv_q8_0",
-            KvElem::Q4_0 => "_kv_q4_0",
-        }
-    }
-
-    /// `rows` rows of `width` values stored as this type's bytes, as f32 (the CPU's decoding).
-    fn widen(self, bytes: &[u8], rows: usize, width: usize) -> Vec<f32> {
-        match self {
-            KvElem::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            _ => KvView::Packed {
-                ty: self.ty(),
-                data: bytes,
-            }
-            .to_f32(0..rows, width),
-        }
+/// The suffix of `ty`'s kernels' names (`""` for f32, `"_kv_f16"`, … `"_kv_q4_0"`).
+pub(crate) fn kernel_suffix(ty: KvType) -> &'static str {
+    match ty {
+        KvType::F32 => "",
+        KvType::F16 => "_kv_f16",
+        KvType::Bf16 => "_kv_bf16",
+        KvType::Q8_0 => "_kv_q8_0",
+        KvType::Q4_0 => "_kv_q4_0",
     }
 }
 
-/// How the caches of one pass store their rows: the element type, and the chunk widths keys
-/// and values were rotated in before being stored (0: not rotated), the CPU's rule for a
-/// block type ([`kv_rotation`]).
+/// `rows` rows of `width` values stored as `ty`'s bytes, as f32 (the CPU's decoding).
+fn widen(ty: KvType, bytes: &[u8], rows: usize, width: usize) -> Vec<f32> {
+    match ty {
+        KvType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        _ => KvView::Packed { ty, data: bytes }.to_f32(0..rows, width),
+    }
+}
+
+/// How the caches of one pass store their rows: the host cache's type (keys and values alike),
+/// and the chunk widths keys and values were rotated in before being stored (0: not rotated),
+/// the CPU's rule for a block type ([`kv_rotation`]). A block type's blocks never straddle two
+/// heads: the stack takes heads of a multiple of 32 only (`stack::supported`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KvLayout {
-    pub elem: KvElem,
+    pub elem: KvType,
     pub krot: i32,
     pub vrot: i32,
 }
@@ -119,15 +62,16 @@ pub(crate) struct KvLayout {
 impl KvLayout {
     /// Plain f32 rows.
     pub const F32: KvLayout = KvLayout {
-        elem: KvElem::F32,
+        elem: KvType::F32,
         krot: 0,
         vrot: 0,
     };
 
-    /// The layout of a cache storing `types` for heads of `head_dim`, when the device holds it.
+    /// The layout of a cache storing `types` for heads of `head_dim`, when the device holds it
+    /// (keys and values of one type).
     pub fn of(types: KvTypes, head_dim: usize) -> Option<KvLayout> {
-        let elem = KvElem::of(types)?;
-        let chunk = |role| kv_rotation(elem.ty(), head_dim, role).unwrap_or(0) as i32;
+        let elem = (types.k == types.v).then_some(types.k)?;
+        let chunk = |role| kv_rotation(elem, head_dim, role).unwrap_or(0) as i32;
         Some(KvLayout {
             elem,
             krot: chunk(KvRole::Key),
@@ -143,7 +87,7 @@ pub(crate) struct DeviceKvCache {
     /// Geometry, rows allocated per layer, positions stored.
     rows: MirrorRows,
     /// The type of every stored value.
-    elem: KvElem,
+    elem: KvType,
     k: Option<DevBuf>,
     v: Option<DevBuf>,
 }
@@ -166,7 +110,7 @@ impl DeviceKvCache {
         layers: usize,
         kv_row: usize,
         capacity: usize,
-        elem: KvElem,
+        elem: KvType,
     ) -> Self {
         DeviceKvCache {
             gpu,
@@ -178,7 +122,7 @@ impl DeviceKvCache {
     }
 
     /// Whether this mirror belongs to the backend of `gpu` and has this geometry and type.
-    pub fn fits(&self, gpu: &Arc<Mutex<Gpu>>, layers: usize, kv_row: usize, elem: KvElem) -> bool {
+    pub fn fits(&self, gpu: &Arc<Mutex<Gpu>>, layers: usize, kv_row: usize, elem: KvType) -> bool {
         Arc::ptr_eq(&self.gpu, gpu) && self.rows.fits(layers, kv_row) && self.elem == elem
     }
 
@@ -258,8 +202,8 @@ impl DeviceKv for DeviceKvCache {
         g.download(&mut v, vp + at)?;
         let width = self.rows.kv_row;
         Ok((
-            self.elem.widen(&k, rows, width),
-            self.elem.widen(&v, rows, width),
+            widen(self.elem, &k, rows, width),
+            widen(self.elem, &v, rows, width),
         ))
     }
 

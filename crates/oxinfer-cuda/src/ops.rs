@@ -8,7 +8,7 @@ use crate::kernels::{
     flash_attention_smem, CONV_TILE, FLASH_ATTENTION_HEAD_DIMS, FLASH_ATTENTION_ROWS, GEMM_SMEM,
     GEMM_TILE,
 };
-use crate::kv::KvLayout;
+use crate::kv::{kernel_index, KvLayout};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, AttnShape, ConvGeom, GateAct};
@@ -53,7 +53,7 @@ pub(crate) fn attention(
 ) -> Result<(), String> {
     let sh = &a.shape;
     let (k, v, layout) = kv;
-    let elem = layout.elem;
+    let elem = kernel_index(layout.elem);
     let [t, pos0, h, kvh, hd] =
         [a.t, a.pos0, sh.n_heads, sh.n_kv_heads, sh.head_dim].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
@@ -86,7 +86,7 @@ pub(crate) fn attention(
         );
         let smem = flash_attention_smem(sh.head_dim) as u32;
         g.launch_smem(
-            g.k.flash_attention[elem.index()][i],
+            g.k.flash_attention[elem][i],
             grid,
             (128, 1, 1),
             smem,
@@ -95,7 +95,7 @@ pub(crate) fn attention(
     } else {
         let warps = sh.n_heads * a.t.div_ceil(4);
         let blocks = (warps * 32).div_ceil(128) as u32;
-        let kernel = g.k.attention[elem.index()];
+        let kernel = g.k.attention[elem];
         g.launch(kernel, (blocks, 1, 1), (128, 1, 1), &mut params)?;
     }
     if layout.vrot == 0 {
@@ -199,7 +199,7 @@ pub(crate) fn attention_split(
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
     let warps = a.t * sh.n_heads * splits;
-    let elem = kv.layout.elem.index();
+    let elem = kernel_index(kv.layout.elem);
     let split_kernel = if sh.head_dim <= 128 {
         g.k.attention_split_h128[elem]
     } else {
@@ -554,7 +554,7 @@ pub(crate) fn qkv_post(
     let [qb, kb, vb, qn, kw] = [p.q_bias, p.k_bias, p.v_bias, p.q_norm, p.k_norm].map(z);
     let [r0, n_i, h_i, kvh_i, hd_i, half, il] =
         [row0, n, h, kvh, hd, p.half, usize::from(p.interleaved)].map(|v| v as i32);
-    let kt = p.kv.layout.elem.code();
+    let kt = kernel_index(p.kv.layout.elem) as i32;
     let params = &mut [
         arg(&q),
         arg(&kn),

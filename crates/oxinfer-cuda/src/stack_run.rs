@@ -11,14 +11,14 @@ use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
-use crate::kv::{DeviceKvCache, KvElem, KvLayout};
+use crate::kv::{DeviceKvCache, KvLayout};
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap};
 use crate::stack::StackDesc;
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::{AttentionGeom, AttnShape, Weight};
-use oxinfer::plan::{KvCache, PlanInput, RowScore, SeqRows};
+use oxinfer::plan::{KvCache, KvType, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::attention::KvView;
 use std::sync::{Arc, Mutex};
 
@@ -97,7 +97,7 @@ fn mirrors_fit(
     gpu: &Arc<Mutex<Gpu>>,
     layers: usize,
     kv_row: usize,
-    elem: KvElem,
+    elem: KvType,
 ) -> bool {
     seqs.iter_mut().all(|s| {
         s.cache.device().is_none()
@@ -107,10 +107,11 @@ fn mirrors_fit(
 
 /// How every sequence's cache stores its rows, when they agree and the device holds them.
 fn pass_layout(seqs: &[SeqRows<'_>], head_dim: usize) -> Option<KvLayout> {
-    let layout = KvLayout::of(seqs.first()?.cache.types(), head_dim)?;
-    seqs.iter()
-        .all(|s| KvLayout::of(s.cache.types(), head_dim) == Some(layout))
-        .then_some(layout)
+    let types = seqs.first()?.cache.types();
+    if seqs.iter().any(|s| s.cache.types() != types) {
+        return None;
+    }
+    KvLayout::of(types, head_dim)
 }
 
 /// Host cache rows as an upload source (the device keeps the host's bytes).
@@ -147,7 +148,7 @@ fn prepare_mirrors<'c>(
     g: &Gpu,
     gpu: &Arc<Mutex<Gpu>>,
     d: &StackDesc,
-    elem: KvElem,
+    elem: KvType,
     seqs: &'c mut [SeqRows<'_>],
     parts: &mut Vec<(CUdeviceptr, HostSrc<'c>)>,
 ) -> Result<Vec<LayerBases>, String> {
@@ -231,10 +232,7 @@ pub(crate) fn run(
     let Some(head) = mat(&d.head) else {
         return Ok(false);
     };
-    // A block type's rows hold whole blocks of 32 per head.
-    let Some(layout) = pass_layout(seqs, d.head_dim)
-        .filter(|l| !l.elem.ty().is_quantized() || d.head_dim.is_multiple_of(32))
-    else {
+    let Some(layout) = pass_layout(seqs, d.head_dim) else {
         return Ok(false);
     };
     let elem = layout.elem;

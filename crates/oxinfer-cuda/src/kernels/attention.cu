@@ -84,18 +84,14 @@ __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
     }
 }
 
-#define ATTENTION_KERNEL(NAME, E)                                                              \
-    extern "C" __global__ void NAME(const float* __restrict__ q, const E::T* __restrict__ k,   \
-                                    const E::T* __restrict__ v, float* __restrict__ out,       \
-                                    int t, int pos0, int H, int KVH, int hd, float scale,      \
-                                    int window, float softcap) {                               \
+#define ATTENTION_KERNEL(E, SUFFIX)                                                            \
+    extern "C" __global__ void attention_f32##SUFFIX(                                          \
+        const float* __restrict__ q, const E::T* __restrict__ k, const E::T* __restrict__ v,   \
+        float* __restrict__ out, int t, int pos0, int H, int KVH, int hd, float scale,         \
+        int window, float softcap) {                                                           \
         attention_rows<E>(q, k, v, out, t, pos0, H, KVH, hd, scale, window, softcap);          \
     }
-ATTENTION_KERNEL(attention_f32, KvF32)
-ATTENTION_KERNEL(attention_f32_kv_f16, KvF16)
-ATTENTION_KERNEL(attention_f32_kv_bf16, KvBf16)
-ATTENTION_KERNEL(attention_f32_kv_q8_0, KvQ8_0)
-ATTENTION_KERNEL(attention_f32_kv_q4_0, KvQ4_0)
+KV_TYPES(ATTENTION_KERNEL)
 
 // The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
 // j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
@@ -231,18 +227,12 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
         attention_split<ME, KC, E>(q, kv, rseq, part, t, rpos, H, KVH, hd, scale, window,     \
                                 softcap, S);                                                  \
     }
-// Any head size up to 256; and heads up to 128 (a quarter of the registers per key, so twice
-// the keys per step: half the dependent rounds).
-ATTENTION_SPLIT_KERNEL(attention_split_f32, MAXE, KCH, KvF32)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128, 4, 2 * KCH, KvF32)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_f16, MAXE, KCH, KvF16)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_f16, 4, 2 * KCH, KvF16)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_bf16, MAXE, KCH, KvBf16)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_bf16, 4, 2 * KCH, KvBf16)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_q8_0, MAXE, KCH, KvQ8_0)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_q8_0, 4, 2 * KCH, KvQ8_0)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_kv_q4_0, MAXE, KCH, KvQ4_0)
-ATTENTION_SPLIT_KERNEL(attention_split_f32_h128_kv_q4_0, 4, 2 * KCH, KvQ4_0)
+// Per cache type: any head size up to 256; and heads up to 128 (a quarter of the registers per
+// key, so twice the keys per step: half the dependent rounds).
+#define ATTENTION_SPLIT_KERNELS(E, SUFFIX)                                                     \
+    ATTENTION_SPLIT_KERNEL(attention_split_f32##SUFFIX, MAXE, KCH, E)                          \
+    ATTENTION_SPLIT_KERNEL(attention_split_f32_h128##SUFFIX, 4, 2 * KCH, E)
+KV_TYPES(ATTENTION_SPLIT_KERNELS)
 
 // The merge of (row, head) gw's S partials of attention_split into v (lane's values
 // lane + 32 e, e < hd / 32): the running maxima rescaled to the largest, weighted sums over the

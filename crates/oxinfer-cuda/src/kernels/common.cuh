@@ -77,8 +77,8 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 // read as f32 and written as the CPU writes them (round to nearest even; the blocks as
 // llama.cpp's reference quantizers make them). Values are addressed by their index i in the
 // whole buffer (row r, column c: i = r * kv_row + c; rows of a block type hold kv_row / 32
-// whole blocks). The attention kernels are templates over these; `CODE` is the host's KvElem
-// index.
+// whole blocks). The attention kernels are templates over these; `CODE` is the type's place in
+// the host's KvType::ALL (crate::kv::kernel_index).
 struct KvF32 {
     typedef float T;
     static constexpr int CODE = 0;
@@ -115,6 +115,11 @@ struct KvQ4_0 {
         return h2f(ld16(b)) * (float)(q - 8);
     }
 };
+
+// Every cache element type with its kernels' name suffix, in the host's KvType::ALL order (the
+// CODEs above): X(type, suffix) for each, to instantiate a kernel template once per type.
+#define KV_TYPES(X) \
+    X(KvF32, ) X(KvF16, _kv_f16) X(KvBf16, _kv_bf16) X(KvQ8_0, _kv_q8_0) X(KvQ4_0, _kv_q4_0)
 
 // Stores one head's values (lane holds v[e] = value lane + 32 e of the head, e < per; the head
 // starts at index `at`, a multiple of 32) into a cache of element type `code` (the block types

@@ -205,18 +205,9 @@ __device__ __forceinline__ void flash_attention(const float* __restrict__ q,
         flash_attention<HD, E>(q, k, v, out, t, pos0, H, KVH, scale, window, softcap);         \
     }
 
-FLASH_ATTENTION_KERNEL(64, KvF32, )
-FLASH_ATTENTION_KERNEL(128, KvF32, )
-FLASH_ATTENTION_KERNEL(256, KvF32, )
-FLASH_ATTENTION_KERNEL(64, KvF16, _kv_f16)
-FLASH_ATTENTION_KERNEL(128, KvF16, _kv_f16)
-FLASH_ATTENTION_KERNEL(256, KvF16, _kv_f16)
-FLASH_ATTENTION_KERNEL(64, KvBf16, _kv_bf16)
-FLASH_ATTENTION_KERNEL(128, KvBf16, _kv_bf16)
-FLASH_ATTENTION_KERNEL(256, KvBf16, _kv_bf16)
-FLASH_ATTENTION_KERNEL(64, KvQ8_0, _kv_q8_0)
-FLASH_ATTENTION_KERNEL(128, KvQ8_0, _kv_q8_0)
-FLASH_ATTENTION_KERNEL(256, KvQ8_0, _kv_q8_0)
-FLASH_ATTENTION_KERNEL(64, KvQ4_0, _kv_q4_0)
-FLASH_ATTENTION_KERNEL(128, KvQ4_0, _kv_q4_0)
-FLASH_ATTENTION_KERNEL(256, KvQ4_0, _kv_q4_0)
+// Every head size of FLASH_ATTENTION_HEAD_DIMS (kernels.rs) for every cache type.
+#define FLASH_ATTENTION_KERNELS(E, SUFFIX)                                                      \
+    FLASH_ATTENTION_KERNEL(64, E, SUFFIX)                                                      \
+    FLASH_ATTENTION_KERNEL(128, E, SUFFIX)                                                     \
+    FLASH_ATTENTION_KERNEL(256, E, SUFFIX)
+KV_TYPES(FLASH_ATTENTION_KERNELS)
