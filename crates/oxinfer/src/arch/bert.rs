@@ -156,7 +156,36 @@ pub enum PositionIds {
     Rotary {
         /// `rope_theta`.
         theta: f32,
+        /// Dynamic NTK scaling of `theta` for sequences longer than the model was trained on
+        /// (none: `theta` at every length).
+        ntk: Option<DynamicNtk>,
     },
+}
+
+/// Dynamic NTK scaling of a rotary base (transformers' `rope_type: "dynamic"`, nomic's
+/// `rotary_scaling_factor`): a sequence of `n > original` tokens is rotated with the base
+/// `θ · (factor · n / original − (factor − 1))^(d / (d − 2))` (`d` the rotated width), a shorter
+/// one with `θ`. Decided per sequence, so a text's embedding does not depend on the other texts
+/// of its batch (transformers decides by the padded batch's length).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DynamicNtk {
+    /// `factor` (`rotary_scaling_factor`).
+    pub factor: f32,
+    /// The trained length in tokens (`max_position_embeddings`, nomic's `max_trained_positions`).
+    pub original: usize,
+}
+
+impl DynamicNtk {
+    /// The rotary base for a sequence of `n` tokens with base `theta` over `dim` rotated
+    /// dimensions.
+    pub fn theta(&self, theta: f32, n: usize, dim: usize) -> f32 {
+        if n <= self.original || dim <= 2 {
+            return theta;
+        }
+        let f = f64::from(self.factor);
+        let stretch = f * n as f64 / self.original as f64 - (f - 1.0);
+        (f64::from(theta) * stretch.powf(dim as f64 / (dim as f64 - 2.0))) as f32
+    }
 }
 
 impl PositionIds {
@@ -216,9 +245,9 @@ pub struct BertConfig {
 
 impl BertConfig {
     /// Parses a BERT, XLM-RoBERTa or NomicBERT `config.json` (`model_type` `bert`,
-    /// `xlm-roberta` or `nomic_bert` as transformers writes them, see [`ENCODER_MODEL_TYPES`]).
+    /// `xlm-roberta` or `nomic_bert` as transformers writes them, see [`ENCODER_MODEL_TYPES`];
+    /// a `nomic_bert` config may also use nomic's remote-code names, [`NOMIC_ALIASES`]).
     pub fn from_json(path: &Path, v: &Value) -> Result<Self, LoadError> {
-        let usize_field = |k: &str| json_usize(path, v, k);
         if let Some(t) = v.get("position_embedding_type").and_then(Value::as_str) {
             if t != "absolute" {
                 return Err(LoadError::field(
@@ -231,6 +260,23 @@ impl BertConfig {
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or("bert");
+        let nomic = model_type == "nomic_bert";
+        // A field by transformers' name, or (NomicBERT) by nomic's.
+        let get = |key: &str| -> Option<&Value> {
+            let alias = NOMIC_ALIASES
+                .iter()
+                .find(|(native, _)| nomic && *native == key)
+                .map(|&(_, remote)| remote);
+            std::iter::once(key)
+                .chain(alias)
+                .find_map(|k| v.get(k).filter(|x| !x.is_null()))
+        };
+        let usize_field = |k: &str| {
+            get(k)
+                .and_then(Value::as_u64)
+                .map(|x| x as usize)
+                .ok_or_else(|| LoadError::field(path, format!("missing integer field '{k}'")))
+        };
         let positions = match model_type {
             "bert" => PositionIds::FromZero,
             "xlm-roberta" => PositionIds::AfterPad {
@@ -241,9 +287,7 @@ impl BertConfig {
                         LoadError::field(path, "xlm-roberta needs an integer 'pad_token_id'")
                     })? as u32,
             },
-            "nomic_bert" => PositionIds::Rotary {
-                theta: nomic_rope_theta(path, v)?,
-            },
+            "nomic_bert" => nomic_rotary(path, v)?,
             other => {
                 return Err(LoadError::field(
                     path,
@@ -253,36 +297,37 @@ impl BertConfig {
                 ))
             }
         };
-        let default_act = match positions {
-            PositionIds::Rotary { .. } => "silu",
-            _ => "gelu",
+        let act = match (v.get("hidden_act"), v.get("activation_function")) {
+            (Some(Value::String(name)), _) => EncoderAct::from_name(path, name)?,
+            (_, Some(Value::String(name))) if nomic => nomic_activation(path, name)?,
+            _ if nomic => EncoderAct::Silu,
+            _ => EncoderAct::GeluErf,
         };
-        let act = EncoderAct::from_name(
-            path,
-            v.get("hidden_act")
-                .and_then(Value::as_str)
-                .unwrap_or(default_act),
-        )?;
+        let hidden_size = usize_field("hidden_size")?;
+        let max_positions = match positions {
+            // nomic's `n_positions` (GPT-2's `max_position_embeddings`) is the longest input of
+            // its remote code (8192 for nomic-embed-text-v1.5, trained at 2048); in
+            // transformers' spelling, sentence-transformers stops at `max_position_embeddings`.
+            PositionIds::Rotary { .. } => v
+                .get("n_positions")
+                .or_else(|| get("max_position_embeddings"))
+                .and_then(Value::as_u64)
+                .unwrap_or(2048) as usize,
+            _ => usize_field("max_position_embeddings")?,
+        };
         let cfg = BertConfig {
             vocab_size: usize_field("vocab_size")?,
-            hidden_size: usize_field("hidden_size")?,
+            hidden_size,
             n_layers: usize_field("num_hidden_layers")?,
             n_heads: usize_field("num_attention_heads")?,
             intermediate_size: usize_field("intermediate_size")?,
-            max_positions: match positions {
-                PositionIds::Rotary { .. } => v
-                    .get("max_position_embeddings")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(2048) as usize,
-                _ => usize_field("max_position_embeddings")?,
-            },
+            max_positions,
             positions,
             type_vocab_size: v
                 .get("type_vocab_size")
                 .and_then(Value::as_u64)
                 .unwrap_or(0) as usize,
-            layer_norm_eps: v
-                .get("layer_norm_eps")
+            layer_norm_eps: get("layer_norm_eps")
                 .and_then(Value::as_f64)
                 .unwrap_or(1e-12) as f32,
             act,
@@ -322,26 +367,116 @@ impl BertConfig {
     }
 }
 
-/// NomicBERT's `rope_parameters` (transformers 5) or `rope_theta`: only the default RoPE type;
-/// θ defaults to 1000, as `NomicBertConfig`'s.
-fn nomic_rope_theta(path: &Path, v: &Value) -> Result<f32, LoadError> {
-    let params = v.get("rope_parameters").filter(|p| !p.is_null());
-    if let Some(t) = params
-        .and_then(|p| p.get("rope_type"))
-        .and_then(Value::as_str)
-    {
-        if t != "default" {
-            return Err(LoadError::field(
-                path,
-                format!("rope_type '{t}' is not supported for nomic_bert (default only)"),
+/// transformers' names of NomicBERT's fields and the names of nomic's remote-code
+/// `NomicBertConfig` (a GPT-2 config; nomic-embed-text's hub `config.json` is written with them).
+pub const NOMIC_ALIASES: [(&str, &str); 6] = [
+    ("hidden_size", "n_embd"),
+    ("num_hidden_layers", "n_layer"),
+    ("num_attention_heads", "n_head"),
+    ("intermediate_size", "n_inner"),
+    ("layer_norm_eps", "layer_norm_epsilon"),
+    ("max_position_embeddings", "max_trained_positions"),
+];
+
+/// The MLP activation of nomic's `activation_function`: `swiglu` (SiLU-gated) or `geglu`
+/// (GELU-gated), the gated MLP whose `fc11` / `fc12` / `fc2` the loader reads.
+fn nomic_activation(path: &Path, name: &str) -> Result<EncoderAct, LoadError> {
+    match name {
+        "swiglu" => Ok(EncoderAct::Silu),
+        "geglu" => Ok(EncoderAct::GeluErf),
+        other => Err(LoadError::field(
+            path,
+            format!(
+                "activation_function '{other}' is not supported for nomic_bert (swiglu, geglu: \
+                 the gated MLP)"
+            ),
+        )),
+    }
+}
+
+/// NomicBERT's rotary positions: θ from `rope_parameters` (transformers 5), `rope_theta` or
+/// nomic's `rotary_emb_base` (default 1000, as `NomicBertConfig`'s); dynamic NTK scaling from
+/// `rope_type: "dynamic"` (its `factor`, over `max_position_embeddings`) or nomic's
+/// `rotary_scaling_factor` (over `max_trained_positions`). Other RoPE types and nomic's
+/// partial, interleaved or xPos rotations are refused, as are pre-norm and causal blocks.
+fn nomic_rotary(path: &Path, v: &Value) -> Result<PositionIds, LoadError> {
+    let bad = |what: String| Err(LoadError::field(path, what));
+    let present = |k: &str| {
+        v.get(k)
+            .filter(|x| !x.is_null() && **x != Value::Bool(false))
+    };
+    if let Some(f) = v.get("rotary_emb_fraction").and_then(Value::as_f64) {
+        if f != 1.0 {
+            return bad(format!(
+                "rotary_emb_fraction {f} is not supported (only 1.0: every dimension rotates)"
             ));
         }
     }
-    Ok(params
-        .and_then(|p| p.get("rope_theta"))
-        .or_else(|| v.get("rope_theta"))
-        .and_then(Value::as_f64)
-        .unwrap_or(1000.0) as f32)
+    for key in [
+        "rotary_emb_interleaved",
+        "rotary_emb_scale_base",
+        "prenorm",
+        "causal",
+    ] {
+        if let Some(x) = present(key) {
+            return bad(format!("{key} {x} is not supported for nomic_bert"));
+        }
+    }
+    let params = v.get("rope_parameters").filter(|p| !p.is_null());
+    let num = |p: Option<&Value>, k: &str| p.and_then(|p| p.get(k)).and_then(Value::as_f64);
+    let theta = num(params, "rope_theta")
+        .or_else(|| num(Some(v), "rope_theta"))
+        .or_else(|| num(Some(v), "rotary_emb_base"))
+        .unwrap_or(1000.0) as f32;
+    let trained = |key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(2048) as usize;
+    let ntk = match params
+        .and_then(|p| p.get("rope_type"))
+        .and_then(Value::as_str)
+    {
+        None | Some("default") => None,
+        Some("dynamic") => Some(DynamicNtk {
+            factor: num(params, "factor").ok_or_else(|| {
+                LoadError::field(
+                    path,
+                    "rope_parameters: rope_type 'dynamic' needs a 'factor'",
+                )
+            })? as f32,
+            original: num(params, "original_max_position_embeddings")
+                .map_or_else(|| trained("max_position_embeddings"), |x| x as usize),
+        }),
+        Some(t) => {
+            return bad(format!(
+                "rope_type '{t}' is not supported for nomic_bert (default, dynamic)"
+            ))
+        }
+    };
+    let ntk = match (ntk, num(Some(v), "rotary_scaling_factor")) {
+        (Some(n), _) => Some(n),
+        (None, Some(factor)) => Some(DynamicNtk {
+            factor: factor as f32,
+            original: trained("max_trained_positions"),
+        }),
+        (None, None) => None,
+    };
+    if let Some(n) = ntk {
+        if !(n.factor >= 1.0) || n.original == 0 {
+            return bad(format!(
+                "dynamic RoPE scaling needs factor ≥ 1 and a trained length > 0 (factor {}, length {})",
+                n.factor, n.original
+            ));
+        }
+    }
+    Ok(PositionIds::Rotary { theta, ntk })
+}
+
+/// NomicBERT's rotation: transformers' `rotate_half` layout over the whole head of `dim`.
+fn rotary_config(theta: f32, dim: usize) -> RopeConfig {
+    RopeConfig {
+        theta,
+        dim,
+        style: RopeStyle::Half,
+        scaling: RopeScaling::None,
+    }
 }
 
 /// One sequence of an encoder batch: token ids and their token types (segment ids).
@@ -541,14 +676,8 @@ impl Bert {
             n => Some(table("token_type_embeddings", n)?),
         };
         let (positions, rope) = match cfg.positions {
-            PositionIds::Rotary { theta } => {
-                let head_dim = d / cfg.n_heads;
-                let rope = RopeConfig {
-                    theta,
-                    dim: head_dim,
-                    style: RopeStyle::Half,
-                    scaling: RopeScaling::None,
-                };
+            PositionIds::Rotary { theta, .. } => {
+                let rope = rotary_config(theta, d / cfg.n_heads);
                 (None, Some(Rope::new(&rope, None)))
             }
             _ => (Some(table("position_embeddings", cfg.max_positions)?), None),
@@ -593,11 +722,18 @@ impl Bert {
             scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
             window: None,
         };
+        let scaled = self.scaled_ropes(&lens);
         for b in &self.blocks {
             let mut qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
             if let Some(rope) = &self.rope {
+                let rope_of = |n: usize| {
+                    scaled
+                        .iter()
+                        .find(|(len, _)| *len == n)
+                        .map_or(rope, |(_, r)| r)
+                };
                 for m in &mut qkv[..2] {
-                    rotate_each_sequence(rope, m, &lens, &heads);
+                    rotate_each_sequence(&rope_of, m, &lens, &heads);
                 }
             }
             let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
@@ -617,6 +753,27 @@ impl Bert {
             residual_norm(&mut x, &b.down.forward(&h, total), &b.ffn_norm);
         }
         Ok(x)
+    }
+
+    /// The rotations of the sequence lengths among `lens` that dynamic NTK scaling gives a
+    /// base of their own (none without scaling), as (length, rotation).
+    fn scaled_ropes(&self, lens: &[usize]) -> Vec<(usize, Rope)> {
+        let PositionIds::Rotary {
+            theta,
+            ntk: Some(ntk),
+        } = self.cfg.positions
+        else {
+            return Vec::new();
+        };
+        let dim = self.cfg.hidden_size / self.cfg.n_heads;
+        let mut out: Vec<(usize, Rope)> = Vec::new();
+        for &n in lens {
+            if n > ntk.original && !out.iter().any(|(len, _)| *len == n) {
+                let cfg = rotary_config(ntk.theta(theta, n, dim), dim);
+                out.push((n, Rope::new(&cfg, None)));
+            }
+        }
+        out
     }
 
     /// Word + position + token-type embeddings, normalized: `[Σ tᵢ, hidden]`.
@@ -667,12 +824,17 @@ impl Bert {
 }
 
 /// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated) with each sequence's
-/// positions starting at 0.
-pub(crate) fn rotate_each_sequence(rope: &Rope, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
+/// positions starting at 0, a sequence of `n` tokens by `rope_of(n)`.
+pub(crate) fn rotate_each_sequence<'r>(
+    rope_of: &dyn Fn(usize) -> &'r Rope,
+    m: &mut [f32],
+    lens: &[usize],
+    h: &EncoderHeads,
+) {
     let width = h.n_heads * h.head_dim;
     let mut first = 0;
     for &n in lens {
-        rope.apply(
+        rope_of(n).apply(
             &mut m[first * width..(first + n) * width],
             n,
             h.n_heads,

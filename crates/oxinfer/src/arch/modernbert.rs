@@ -365,7 +365,7 @@ impl ModernBert {
             let [q, k, v] = &b.qkv;
             let mut qkv = EncoderLinear::forward_shared(&[q, k, v], &h, total);
             for m in &mut qkv[..2] {
-                rotate_each_sequence(rope, m, &lens, &heads);
+                rotate_each_sequence(&|_| rope, m, &lens, &heads);
             }
             let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
             add(&mut x, &b.o.forward(&mixed, total));

@@ -131,6 +131,7 @@ impl GgufEmbedding {
                     theta: g
                         .get_f64(&format!("{arch}.rope.freq_base"))?
                         .unwrap_or(1000.0) as f32,
+                    ntk: None,
                 },
                 _ => PositionIds::FromZero,
             },
