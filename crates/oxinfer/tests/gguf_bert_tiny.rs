@@ -32,7 +32,7 @@ fn reference_inputs(st: &Path) -> Vec<Encoded> {
         .iter()
         .map(|t| Encoded {
             ids: ids(&t["ids"]),
-            type_ids: Vec::new(),
+            ..Encoded::default()
         })
         .collect()
 }
@@ -64,6 +64,7 @@ fn check_ids_and_hidden_states(name: &str) {
     let pair = Encoded {
         ids: ids(&r["pair"]["ids"]),
         type_ids: ids(&r["pair"]["type_ids"]),
+        ..Encoded::default()
     };
     let got = e.hidden_states(&[pair]).unwrap();
     let (_, want) = read_npy_f32(&st.join("hidden_pair.npy"));

@@ -61,6 +61,7 @@ fn hidden_states_match_transformers_and_batch_equals_one_by_one() {
     let pair = Encoded {
         ids: ids(&r["pair"]["ids"]),
         type_ids: ids(&r["pair"]["type_ids"]),
+        ..Encoded::default()
     };
     assert!(pair.type_ids.contains(&1));
     let got = e.hidden_states(&[pair]).unwrap();

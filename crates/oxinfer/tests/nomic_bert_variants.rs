@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{check_embeddings, check_hidden_states, fixtures, load_embedder, scratch_dir};
+use common::{check_embeddings, check_hidden_states, copy_to_scratch, fixtures, load_embedder};
 use oxinfer::embed::{EmbedOptions, Embedder};
 use serde_json::{json, Value};
 
@@ -20,23 +20,9 @@ fn dynamic_dir() -> PathBuf {
 /// A copy of the fixture folder `src` in a scratch folder named `tag`, its `config.json`
 /// replaced by `config`.
 fn copy_with_config(src: &Path, tag: &str, config: &Value) -> PathBuf {
-    let dir = scratch_dir(tag);
-    copy_tree(src, &dir);
+    let dir = copy_to_scratch(src, tag);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     dir
-}
-
-fn copy_tree(src: &Path, dst: &Path) {
-    for entry in std::fs::read_dir(src).unwrap() {
-        let entry = entry.unwrap();
-        let to = dst.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-            copy_tree(&entry.path(), &to);
-        } else {
-            std::fs::copy(entry.path(), &to).unwrap();
-        }
-    }
 }
 
 fn config_of(dir: &Path) -> Value {

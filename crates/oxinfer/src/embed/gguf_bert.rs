@@ -176,9 +176,7 @@ impl GgufEmbedding {
             }
         };
         let mut layout = SentenceLayout::plain(path);
-        layout.pooling = Pooling {
-            modes: vec![pooling],
-        };
+        layout.pooling = Pooling::new(vec![pooling]);
         layout.normalize = true;
         Ok(GgufEmbedding {
             encoder,

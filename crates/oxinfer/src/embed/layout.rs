@@ -106,9 +106,7 @@ impl SentenceLayout {
     pub fn plain(encoder_dir: &Path) -> Self {
         SentenceLayout {
             encoder_dir: encoder_dir.to_path_buf(),
-            pooling: Pooling {
-                modes: vec![super::pooling::PoolMode::Mean],
-            },
+            pooling: Pooling::new(vec![super::pooling::PoolMode::Mean]),
             dense: Vec::new(),
             normalize: false,
             max_seq_length: None,

@@ -241,18 +241,39 @@ impl Embedder {
             .prompt
             .as_deref()
             .or(self.layout.default_prompt.as_deref());
-        let mut full = match prompt {
+        let full = match prompt {
             Some(p) => format!("{p}{text}"),
             None => text.to_string(),
         };
-        if self.layout.lower_case {
-            full = full.to_lowercase();
+        let mut encoded = self.encode_ids(index, &self.tokenize(&full)?, opts.truncate)?;
+        if let Some(p) = prompt.filter(|p| !p.is_empty()) {
+            encoded.prompt_len = self.prompt_len(p)?;
         }
-        let ids = self
-            .tokenizer
-            .encode(&full, false)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        self.encode_ids(index, &ids, opts.truncate)
+        Ok(encoded)
+    }
+
+    /// The ids of `text` (lower-cased when the model asks), no special tokens.
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        let text = if self.layout.lower_case {
+            text.to_lowercase()
+        } else {
+            text.to_string()
+        };
+        self.tokenizer
+            .encode(&text, false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// sentence-transformers' `prompt_length` of `prompt`: the tokens of the prompt's own input
+    /// (special tokens added, cut to [`max_tokens`](Self::max_tokens)), less a final special
+    /// token.
+    fn prompt_len(&self, prompt: &str) -> Result<usize> {
+        let ids = self.tokenize(prompt)?;
+        let n = self
+            .template
+            .apply(&ids, None, Some(self.max_tokens))
+            .map_or(0, |e| e.ids.len());
+        Ok(n.saturating_sub(usize::from(self.template.ends_with_special())))
     }
 
     /// The input of already tokenized text `ids` (no special tokens): special tokens added, cut
@@ -329,7 +350,8 @@ impl Embedder {
         let mut pooled = Vec::with_capacity(chunk.len() * self.layout.pooling.out_dim(d));
         for e in chunk {
             let n = e.ids.len();
-            pooled.extend(self.layout.pooling.pool(&hidden[row * d..(row + n) * d], d));
+            let states = &hidden[row * d..(row + n) * d];
+            pooled.extend(self.layout.pooling.pool(states, d, e.prompt_len));
             row += n;
         }
         for dense in &self.layout.dense {

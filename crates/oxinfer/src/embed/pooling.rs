@@ -56,12 +56,24 @@ impl PoolMode {
 pub struct Pooling {
     /// Enabled modes (at least one).
     pub modes: Vec<PoolMode>,
+    /// Whether the tokens of a prompt put before the text take part (`include_prompt`, default
+    /// true). When false, an input's first [`Encoded::prompt_len`](super::Encoded::prompt_len)
+    /// tokens are left out, as sentence-transformers masks them.
+    pub include_prompt: bool,
 }
 
 impl Pooling {
+    /// `modes`, prompt tokens included.
+    pub fn new(modes: Vec<PoolMode>) -> Self {
+        Pooling {
+            modes,
+            include_prompt: true,
+        }
+    }
+
     /// Reads `1_Pooling/config.json` (at `path`): the `pooling_mode_*` flags of
-    /// sentence-transformers 2–5, or the `pooling_mode` name (or list of names) of version 6.
-    /// `include_prompt: false` is refused (not implemented).
+    /// sentence-transformers 2–5, or the `pooling_mode` name (or list of names) of version 6,
+    /// and `include_prompt`.
     pub fn from_json(path: &Path, v: &Value) -> Result<Self, LoadError> {
         let named = |n: &Value| {
             let name = n.as_str().unwrap_or_default();
@@ -81,13 +93,20 @@ impl Pooling {
         if modes.is_empty() {
             return Err(LoadError::field(path, "no pooling_mode_* is true"));
         }
-        if v.get("include_prompt").and_then(Value::as_bool) == Some(false) {
-            return Err(LoadError::field(
-                path,
-                "include_prompt: false (prompt tokens left out of pooling) is not supported",
-            ));
-        }
-        Ok(Pooling { modes })
+        let include_prompt = match v.get("include_prompt") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(LoadError::field(
+                    path,
+                    format!("include_prompt {other} is not true or false"),
+                ))
+            }
+        };
+        Ok(Pooling {
+            modes,
+            include_prompt,
+        })
     }
 
     /// Output width for token states of width `dim`.
@@ -95,18 +114,33 @@ impl Pooling {
         self.modes.len() * dim
     }
 
-    /// The pooled vector of one text's token states `h` (`[t, dim]`, `t ≥ 1`).
-    pub fn pool(&self, h: &[f32], dim: usize) -> Vec<f32> {
+    /// The pooled vector of one text's token states `h` (`[t, dim]`, `t ≥ 1`) whose first
+    /// `prompt_len` tokens hold the prompt (special tokens before it included). Without
+    /// [`include_prompt`](Self::include_prompt) those tokens are left out as
+    /// sentence-transformers' mask leaves them out: `cls` takes the first token after them,
+    /// the means count only the others (weighted-mean weights stay `position + 1`), and when no
+    /// token is left the means and `last-token` give zeros, `cls` the first token and `max`
+    /// −∞, as there.
+    pub fn pool(&self, h: &[f32], dim: usize, prompt_len: usize) -> Vec<f32> {
         let t = h.len() / dim;
-        let rows = || h.chunks_exact(dim);
+        let skip = if self.include_prompt {
+            0
+        } else {
+            prompt_len.min(t)
+        };
+        let kept = || h.chunks_exact(dim).enumerate().skip(skip);
         let mut out = Vec::with_capacity(self.out_dim(dim));
         for mode in &self.modes {
             match mode {
-                PoolMode::Cls => out.extend_from_slice(&h[..dim]),
-                PoolMode::LastToken => out.extend_from_slice(&h[(t - 1) * dim..]),
+                PoolMode::Cls => {
+                    let first = if skip < t { skip } else { 0 };
+                    out.extend_from_slice(&h[first * dim..(first + 1) * dim]);
+                }
+                PoolMode::LastToken if skip < t => out.extend_from_slice(&h[(t - 1) * dim..]),
+                PoolMode::LastToken => out.extend(std::iter::repeat_n(0.0, dim)),
                 PoolMode::Max => {
                     let mut m = vec![f32::NEG_INFINITY; dim];
-                    for r in rows() {
+                    for (_, r) in kept() {
                         m.iter_mut().zip(r).for_each(|(a, &b)| *a = a.max(b));
                     }
                     out.extend(m);
@@ -117,13 +151,16 @@ impl Pooling {
                         _ => 1.0,
                     };
                     let mut sum = vec![0f32; dim];
-                    for (i, r) in rows().enumerate() {
+                    let mut total = 0f32;
+                    for (i, r) in kept() {
                         let w = weight(i);
+                        total += w;
                         sum.iter_mut().zip(r).for_each(|(a, &b)| *a += w * b);
                     }
-                    let total: f32 = (0..t).map(weight).sum();
+                    // sentence-transformers clamps the count at 1e-9: no token gives zeros.
+                    let total = total.max(1e-9);
                     let div = match mode {
-                        PoolMode::MeanSqrtLen => (t as f32).sqrt(),
+                        PoolMode::MeanSqrtLen => total.sqrt(),
                         _ => total,
                     };
                     out.extend(sum.iter().map(|s| s / div));
@@ -147,7 +184,7 @@ mod tests {
     #[test]
     fn modes_on_two_tokens() {
         let h = [1.0, -2.0, 3.0, 4.0];
-        let p = |m| Pooling { modes: vec![m] }.pool(&h, 2);
+        let p = |m| Pooling::new(vec![m]).pool(&h, 2, 1);
         assert_eq!(p(PoolMode::Cls), vec![1.0, -2.0]);
         assert_eq!(p(PoolMode::LastToken), vec![3.0, 4.0]);
         assert_eq!(p(PoolMode::Max), vec![3.0, 4.0]);
@@ -155,5 +192,29 @@ mod tests {
         assert_eq!(p(PoolMode::WeightedMean), vec![7.0 / 3.0, 2.0]);
         let s = 2f32.sqrt();
         assert_eq!(p(PoolMode::MeanSqrtLen), vec![4.0 / s, 2.0 / s]);
+    }
+
+    #[test]
+    fn prompt_tokens_left_out_as_sentence_transformers_masks_them() {
+        // Three tokens, the first two the prompt.
+        let h = [1.0, -2.0, 3.0, 4.0, 5.0, -6.0];
+        let pooling = |m| Pooling {
+            modes: vec![m],
+            include_prompt: false,
+        };
+        let p = |m, skip| pooling(m).pool(&h, 2, skip);
+        assert_eq!(p(PoolMode::Cls, 2), vec![5.0, -6.0]);
+        assert_eq!(p(PoolMode::Mean, 2), vec![5.0, -6.0]);
+        assert_eq!(p(PoolMode::Max, 1), vec![5.0, 4.0]);
+        assert_eq!(
+            p(PoolMode::WeightedMean, 1),
+            vec![(6.0 + 15.0) / 5.0, (8.0 - 18.0) / 5.0]
+        );
+        assert_eq!(p(PoolMode::LastToken, 2), vec![5.0, -6.0]);
+        // Nothing left: zeros for the means and the last token, the first token for cls.
+        assert_eq!(p(PoolMode::Mean, 3), vec![0.0, 0.0]);
+        assert_eq!(p(PoolMode::LastToken, 5), vec![0.0, 0.0]);
+        assert_eq!(p(PoolMode::Cls, 3), vec![1.0, -2.0]);
+        assert_eq!(p(PoolMode::Max, 3), vec![f32::NEG_INFINITY; 2]);
     }
 }

@@ -25,6 +25,10 @@ pub struct Encoded {
     pub ids: Vec<u32>,
     /// Token type (segment) of each id.
     pub type_ids: Vec<u32>,
+    /// How many of the first tokens hold a prompt put before the text (the special tokens
+    /// before it included; sentence-transformers' `prompt_length`), which pooling leaves out
+    /// when the model's `include_prompt` is false; 0 without a prompt.
+    pub prompt_len: usize,
 }
 
 /// How an encoder's input is built from one text (`single`) or two (`pair`).
@@ -119,6 +123,11 @@ impl InputTemplate {
                 "type {other:?} is not supported (TemplateProcessing, BertProcessing, RobertaProcessing)"
             ))),
         }
+    }
+
+    /// Whether the input of one text ends with a special token (`[SEP]`, `</s>`, an EOS).
+    pub fn ends_with_special(&self) -> bool {
+        matches!(self.single.last(), Some(Piece::Special { .. }))
     }
 
     /// Number of special tokens added to one text (`pair == false`) or two.

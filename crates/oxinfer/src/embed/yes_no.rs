@@ -166,7 +166,7 @@ impl YesNo {
         let ids = [&self.prefix[..], &middle, &self.suffix].concat();
         Ok(Encoded {
             ids,
-            type_ids: Vec::new(),
+            ..Encoded::default()
         })
     }
 

@@ -106,6 +106,25 @@ pub fn agreement(got: &[u32], want: &[u32]) -> f64 {
     got.iter().zip(want).filter(|(a, b)| a == b).count() as f64 / want.len() as f64
 }
 
+/// A copy of the folder `src` (files and sub-folders) in a fresh [`scratch_dir`] named `tag`.
+pub fn copy_to_scratch(src: &Path, tag: &str) -> PathBuf {
+    fn copy_tree(src: &Path, dst: &Path) {
+        for entry in std::fs::read_dir(src).unwrap_or_else(|e| panic!("{}: {e}", src.display())) {
+            let entry = entry.unwrap();
+            let to = dst.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                std::fs::create_dir_all(&to).unwrap();
+                copy_tree(&entry.path(), &to);
+            } else {
+                std::fs::copy(entry.path(), &to).unwrap();
+            }
+        }
+    }
+    let dir = scratch_dir(tag);
+    copy_tree(src, &dir);
+    dir
+}
+
 /// A fresh, empty folder under the system temp dir, unique to this test process and `tag`.
 pub fn scratch_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("oxinfer-test-{}-{tag}", std::process::id()));
