@@ -64,6 +64,36 @@ def format_instruction(instruction: str | None, query: str, doc: str) -> str:
     return f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
 
 
+class CardScorer:
+    """The Qwen3-Reranker model card's computation on the folder ``out`` (transformers, float32),
+    with max_length = the tiny model's context."""
+
+    def __init__(self, out: Path) -> None:
+        self.tokenizer = AutoTokenizer.from_pretrained(str(out), padding_side="left")
+        self.model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+        self.no = self.tokenizer.convert_tokens_to_ids("no")
+        self.yes = self.tokenizer.convert_tokens_to_ids("yes")
+        self.prefix = self.tokenizer.encode(PREFIX, add_special_tokens=False)
+        self.suffix = self.tokenizer.encode(SUFFIX, add_special_tokens=False)
+
+    def process_inputs(self, pairs):
+        inputs = self.tokenizer(pairs, padding=False, truncation="longest_first",
+                                return_attention_mask=False,
+                                max_length=MAX_LENGTH - len(self.prefix) - len(self.suffix))
+        for i, ele in enumerate(inputs["input_ids"]):
+            inputs["input_ids"][i] = self.prefix + ele + self.suffix
+        return self.tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=MAX_LENGTH)
+
+    @torch.no_grad()
+    def compute_logits(self, inputs):
+        batch_scores = self.model(**inputs).logits[:, -1, :]
+        true_vector = batch_scores[:, self.yes]
+        false_vector = batch_scores[:, self.no]
+        batch_scores = torch.stack([false_vector, true_vector], dim=1)
+        batch_scores = torch.nn.functional.log_softmax(batch_scores, dim=1)
+        return batch_scores[:, 1].exp().tolist(), false_vector.tolist(), true_vector.tolist()
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -81,30 +111,9 @@ def main() -> None:
     randomize(model, lambda name: name.endswith("norm.weight"), weight_std=0.1)
     model.save_pretrained(OUT, safe_serialization=True)
 
-    # The model card, with max_length = the tiny model's context.
-    tokenizer = AutoTokenizer.from_pretrained(str(OUT), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(OUT), dtype=torch.float32).eval()
-    token_false_id = tokenizer.convert_tokens_to_ids("no")
-    token_true_id = tokenizer.convert_tokens_to_ids("yes")
-    prefix_tokens = tokenizer.encode(PREFIX, add_special_tokens=False)
-    suffix_tokens = tokenizer.encode(SUFFIX, add_special_tokens=False)
-
-    def process_inputs(pairs):
-        inputs = tokenizer(pairs, padding=False, truncation="longest_first",
-                           return_attention_mask=False,
-                           max_length=MAX_LENGTH - len(prefix_tokens) - len(suffix_tokens))
-        for i, ele in enumerate(inputs["input_ids"]):
-            inputs["input_ids"][i] = prefix_tokens + ele + suffix_tokens
-        return tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=MAX_LENGTH)
-
-    @torch.no_grad()
-    def compute_logits(inputs):
-        batch_scores = model(**inputs).logits[:, -1, :]
-        true_vector = batch_scores[:, token_true_id]
-        false_vector = batch_scores[:, token_false_id]
-        batch_scores = torch.stack([false_vector, true_vector], dim=1)
-        batch_scores = torch.nn.functional.log_softmax(batch_scores, dim=1)
-        return batch_scores[:, 1].exp().tolist(), false_vector.tolist(), true_vector.tolist()
+    card = CardScorer(OUT)
+    token_true_id, token_false_id = card.yes, card.no
+    process_inputs, compute_logits = card.process_inputs, card.compute_logits
 
     pairs = [format_instruction(None, QUERY, d) for d in DOCS]
     scores, _, _ = compute_logits(process_inputs(pairs))

@@ -25,6 +25,11 @@ pub struct RerankArgs {
     /// A document (repeatable); scored before the lines of --file.
     #[arg(short = 'd', long = "doc", value_name = "TEXT")]
     pub docs: Vec<String>,
+    /// The task instruction of a Qwen3-Reranker-style model (its prompt's `<Instruct>:`), in
+    /// place of the model card's "Given a web search query, retrieve relevant passages that
+    /// answer the query"; cross-encoders take none.
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
     /// Print only the N best documents.
     #[arg(long = "top-n", value_name = "N")]
     pub top_n: Option<usize>,
@@ -58,7 +63,8 @@ pub fn run(a: RerankArgs) -> Result<()> {
     let model = CrossEncoder::load(&path)
         .with_context(|| format!("-m {}: cannot load the reranker", a.model))?;
     let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let scores = model.score(&a.query, &refs, !a.no_truncate)?;
+    let scores =
+        model.score_instructed(a.instruction.as_deref(), &a.query, &refs, !a.no_truncate)?;
     let mut out = std::io::stdout().lock();
     for r in rank(&scores, a.top_n) {
         let line = serde_json::json!({

@@ -3,13 +3,14 @@
 //! `base64` (little-endian float32); `dimensions` only as the model's own width (no model
 //! served here is Matryoshka-trained); `usage` counts the tokens the model saw (special tokens
 //! included). Inputs longer than the model's `max_seq_length` are cut, as sentence-transformers
-//! does, unless the request says `"truncate": false` (then 400).
+//! does, unless the request says `"truncate": false` (then 400). The inputs of concurrent
+//! requests run as one batch ([`crate::batcher`]).
 //!
 //! A server on an embedding model answers only this, `/v1/models` and `/health`; its chat and
 //! completion endpoints say so with a 400. A server on a chat model answers `/v1/embeddings`
 //! with a 400 naming the model.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -22,6 +23,7 @@ use oxinfer::embed::{EmbedOptions, Embedder, Encoded};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::batcher::Batcher;
 use crate::error::ApiError;
 use crate::{off_worker, ServerConfig};
 
@@ -31,8 +33,9 @@ pub const MAX_INPUTS: usize = 2048;
 /// What the embedding handlers share.
 struct EmbedState {
     embedder: Arc<Embedder>,
-    /// One request computes at a time (each pass already uses every core).
-    busy: Mutex<()>,
+    /// Runs the inputs of the requests waiting together as one batch (each pass already uses
+    /// every core).
+    batcher: Batcher<Encoded, Vec<f32>>,
     cfg: ServerConfig,
 }
 
@@ -143,16 +146,13 @@ async fn run(
     }
     let items = inputs(&req.input)?;
     let truncate = req.truncate.unwrap_or(true);
-    let worker = st.clone();
-    let vectors = off_worker(move || -> Result<(Vec<Vec<f32>>, usize), ApiError> {
-        let e = &worker.embedder;
+    let e = st.embedder.clone();
+    let encoded = off_worker(move || -> Result<Vec<Encoded>, ApiError> {
         let opts = EmbedOptions {
             truncate,
             ..EmbedOptions::default()
         };
-        let to_400 =
-            |err: oxinfer::Error| ApiError::bad_request(err.to_string()).with_param("input");
-        let encoded = items
+        items
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
@@ -160,16 +160,11 @@ async fn run(
                 Input::Tokens(ids) => e.encode_ids(i, ids, truncate),
             })
             .collect::<Result<Vec<Encoded>, _>>()
-            .map_err(to_400)?;
-        let tokens = encoded.iter().map(|x| x.ids.len()).sum();
-        let _one_at_a_time = worker.busy.lock().unwrap_or_else(|p| p.into_inner());
-        let v = e
-            .embed_encoded(&encoded, &opts)
-            .map_err(|err| ApiError::internal(err.to_string()))?;
-        Ok((v, tokens))
+            .map_err(|err| ApiError::bad_request(err.to_string()).with_param("input"))
     })
     .await??;
-    let (vectors, tokens) = vectors;
+    let tokens = encoded.iter().map(|x| x.ids.len()).sum::<usize>();
+    let vectors = st.batcher.submit(encoded).await?;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()
@@ -213,9 +208,16 @@ pub fn embeddings_router(embedder: Arc<Embedder>, cfg: ServerConfig) -> Router {
         "dimensions": embedder.dim(),
         "max_tokens": embedder.max_tokens(),
     });
+    let model = embedder.clone();
+    let batcher = Batcher::start("embed", cfg.queue, move |inputs: &[Encoded]| {
+        model
+            .embed_encoded(inputs, &EmbedOptions::default())
+            .map_err(|e| e.to_string())
+    })
+    .expect("starting the embedding worker thread");
     let state = Arc::new(EmbedState {
         embedder,
-        busy: Mutex::new(()),
+        batcher,
         cfg,
     });
     let own = Router::new()

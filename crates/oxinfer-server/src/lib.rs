@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod api;
+mod batcher;
 mod chat;
 mod compiler;
 mod completions;

@@ -2,11 +2,12 @@
 //! Qwen3-Reranker-style yes/no causal LM, [`oxinfer::embed::yes_no`]), in the shape llama.cpp's
 //! server and the common rerank APIs use: `query`, `documents` (strings, or objects with a `text`),
 //! `top_n`, `return_documents` → `results: [{index, relevance_score[, document]}]`, highest
-//! score first, and `usage`. A server on a reranker answers only this, `/v1/models` and
-//! `/health`; its other endpoints say so with a 400, and the other servers answer
-//! `/v1/rerank` with a 400 naming their model.
+//! score first, and `usage`; also `instruction`, the task of a Qwen3-Reranker-style model. The
+//! pairs of concurrent requests run as one batch ([`crate::batcher`]). A server on a reranker
+//! answers only this, `/v1/models` and `/health`; its other endpoints say so with a 400, and the
+//! other servers answer `/v1/rerank` with a 400 naming their model.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,6 +20,7 @@ use oxinfer::embed::{CrossEncoder, Encoded};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::batcher::Batcher;
 use crate::error::ApiError;
 use crate::{off_worker, ServerConfig};
 
@@ -28,8 +30,9 @@ pub const MAX_DOCUMENTS: usize = 2048;
 /// What the rerank handlers share.
 struct RerankState {
     model: Arc<CrossEncoder>,
-    /// One request computes at a time (each pass already uses every core).
-    busy: Mutex<()>,
+    /// Runs the pairs of the requests waiting together as one batch (each pass already uses
+    /// every core).
+    batcher: Batcher<Encoded, f32>,
     cfg: ServerConfig,
 }
 
@@ -44,6 +47,9 @@ struct RerankRequest {
     return_documents: Option<bool>,
     /// Not standard: `false` refuses pairs over the model's limit instead of cutting them.
     truncate: Option<bool>,
+    /// Not standard: the task instruction of a Qwen3-Reranker-style model (400 for a
+    /// cross-encoder).
+    instruction: Option<String>,
 }
 
 /// The documents as texts; 400 for an empty list, too many, or another shape.
@@ -105,24 +111,27 @@ async fn run(
         return Err(ApiError::bad_request("top_n must be at least 1").with_param("top_n"));
     }
     let truncate = req.truncate.unwrap_or(true);
-    let worker = st.clone();
+    let m = st.model.clone();
     let texts = docs.clone();
-    let (scores, tokens) = off_worker(move || -> Result<(Vec<f32>, usize), ApiError> {
-        let m = &worker.model;
-        let pairs = texts
+    let instruction = req.instruction;
+    let pairs = off_worker(move || -> Result<Vec<Encoded>, ApiError> {
+        texts
             .iter()
             .enumerate()
-            .map(|(i, d)| m.encode_pair(i, &query, d, truncate))
+            .map(|(i, d)| m.encode_instructed_pair(i, instruction.as_deref(), &query, d, truncate))
             .collect::<Result<Vec<Encoded>, _>>()
-            .map_err(|e| ApiError::bad_request(e.to_string()).with_param("documents"))?;
-        let tokens = pairs.iter().map(|p| p.ids.len()).sum();
-        let _one_at_a_time = worker.busy.lock().unwrap_or_else(|p| p.into_inner());
-        let s = m
-            .scores_of(&pairs)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        Ok((s, tokens))
+            .map_err(|e| {
+                let param = if instruction.is_some() && !e.to_string().starts_with("document") {
+                    "instruction"
+                } else {
+                    "documents"
+                };
+                ApiError::bad_request(e.to_string()).with_param(param)
+            })
     })
     .await??;
+    let tokens = pairs.iter().map(|p| p.ids.len()).sum::<usize>();
+    let scores = st.batcher.submit(pairs).await?;
     let with_docs = req.return_documents.unwrap_or(false);
     let results: Vec<Value> = rank(&scores, req.top_n)
         .into_iter()
@@ -169,9 +178,14 @@ pub(crate) async fn chat_model_is_not_a_reranker(
 /// and logging layers as a generation server.
 pub fn rerank_router(model: Arc<CrossEncoder>, cfg: ServerConfig) -> Router {
     let meta = json!({"kind": "reranker", "max_tokens": model.max_tokens()});
+    let scorer = model.clone();
+    let batcher = Batcher::start("rerank", cfg.queue, move |pairs: &[Encoded]| {
+        scorer.scores_of(pairs).map_err(|e| e.to_string())
+    })
+    .expect("starting the rerank worker thread");
     let state = Arc::new(RerankState {
         model,
-        busy: Mutex::new(()),
+        batcher,
         cfg,
     });
     let own = Router::new()

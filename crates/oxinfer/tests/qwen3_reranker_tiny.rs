@@ -96,3 +96,52 @@ fn a_qwen3_causal_lm_is_a_reranker_only_when_its_path_says_so() {
     // The cross-encoders are not yes/no rerankers.
     assert!(!is_yes_no_reranker(&fixtures().join("xlmr-cross-encoder")));
 }
+
+#[test]
+fn a_custom_instruction_matches_the_model_card() {
+    // reference_instruction.json: tools/ref/ref_qwen3_reranker_instruction.py, the card's
+    // computation with its `instruction` argument set.
+    let ce = load();
+    let text = std::fs::read_to_string(dir().join("reference_instruction.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let instruction = r["instruction"].as_str().unwrap();
+    let query = r["query"].as_str().unwrap();
+    let entries = r["documents"].as_array().unwrap();
+    let docs: Vec<&str> = entries
+        .iter()
+        .map(|d| d["document"].as_str().unwrap())
+        .collect();
+    let scores = ce
+        .score_instructed(Some(instruction), query, &docs, true)
+        .unwrap();
+    let default = ce.score(query, &docs, true).unwrap();
+    for (i, d) in entries.iter().enumerate() {
+        let e = ce
+            .encode_instructed_pair(i, Some(instruction), query, docs[i], true)
+            .unwrap();
+        assert_eq!(e.ids, ids(&d["ids"]), "ids of document {i}");
+        let one = ce.logits(std::slice::from_ref(&e)).unwrap()[0];
+        let want = (d["yes_logit"].as_f64().unwrap() - d["no_logit"].as_f64().unwrap()) as f32;
+        assert!((one - want).abs() <= 1e-4, "logit {i}: {one} vs {want}");
+        let want = d["score"].as_f64().unwrap() as f32;
+        assert!(
+            (scores[i] - want).abs() <= 1e-5,
+            "score {i}: {} vs {want}",
+            scores[i]
+        );
+        assert!(
+            (scores[i] - default[i]).abs() > 1e-3,
+            "document {i}: instruction unused"
+        );
+    }
+}
+
+#[test]
+fn a_cross_encoder_refuses_an_instruction() {
+    let ce = CrossEncoder::load(&fixtures().join("bert-cross-encoder")).unwrap();
+    let err = ce
+        .score_instructed(Some("find answers"), "q", &["d"], true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("takes no instruction"), "{err}");
+}

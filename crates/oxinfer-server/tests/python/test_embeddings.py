@@ -1,13 +1,15 @@
 """`oxinfer serve` on an embedding model (the tiny BERT sentence-transformers fixture,
 tests/fixtures/bert-tiny), driven by the official `openai` client's `embeddings.create`. The
-reference is `oxinfer embed` (itself checked against sentence-transformers); bad input gets a
-clear 400, and a chat model's server answers /v1/embeddings with a 400."""
+reference is `oxinfer embed` (itself checked against sentence-transformers), also for concurrent
+requests (batched together by the server); bad input gets a clear 400, and a chat model's server
+answers /v1/embeddings with a 400."""
 
 import base64
 import json
 import math
 import struct
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -66,6 +68,24 @@ def test_list_of_strings_matches_cli(client):
     assert r.usage.prompt_tokens == sum(len(i) for i in REF_IDS)
     assert r.usage.total_tokens == r.usage.prompt_tokens
     assert r.model == "bert-tiny"
+
+
+def test_concurrent_requests_each_get_their_own_embeddings(client):
+    # The server runs the texts of the requests waiting together as one batch; each request
+    # must still get exactly its own rows.
+    want = cli_embeddings(TEXTS)
+
+    def one(i):
+        text = TEXTS[i % len(TEXTS)]
+        inputs = [text, TEXTS[(i + 1) % len(TEXTS)]] if i % 3 == 0 else text
+        r = client.embeddings.create(model="bert-tiny", input=inputs, encoding_format="float")
+        return i, [d.embedding for d in r.data]
+
+    with ThreadPoolExecutor(16) as pool:
+        for i, got in pool.map(one, range(64)):
+            assert close(got[0], want[i % len(TEXTS)]), i
+            if i % 3 == 0:
+                assert len(got) == 2 and close(got[1], want[(i + 1) % len(TEXTS)]), i
 
 
 def test_default_base64_and_single_string(client):

@@ -4,10 +4,12 @@ tests/fixtures/bert-cross-encoder) through plain HTTP (the `openai` client has n
 `CrossEncoder.predict`, best first, `top_n` and `return_documents`; bad input gets a clear 400,
 and the embedding / chat endpoints of a reranker server and `/v1/rerank` of an embedding server
 answer 400. The tiny Qwen3-Reranker (tests/fixtures/qwen3-reranker-tiny) is served the same way,
-its scores within 1e-5 of the model card's computation."""
+its scores within 1e-5 of the model card's computation, with the default instruction and with the
+request's own. Concurrent requests (batched together by the server) keep their own scores."""
 
 import json
 import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 import urllib.request
 from pathlib import Path
 
@@ -51,6 +53,36 @@ def test_scores_match_cross_encoder_predict(server):
     for x in r["results"]:
         assert abs(x["relevance_score"] - SCORES[x["index"]]) <= 1e-5
     assert r["usage"]["total_tokens"] == sum(len(p["ids"]) for p in REF["pairs"])
+
+
+def test_concurrent_requests_each_get_their_own_scores(server):
+    # Requests waiting together run as one batch of pairs; each keeps its own query's scores.
+    def one(i):
+        docs = DOCS[i % len(DOCS):] or DOCS
+        query = REF["query"] if i % 2 == 0 else "another question entirely"
+        status, r = post(server.url, "/v1/rerank", {"query": query, "documents": docs})
+        assert status == 200, r
+        return i, query, docs, {x["index"]: x["relevance_score"] for x in r["results"]}
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(36)))
+    for i, query, docs, scores in results:
+        status, alone = post(server.url, "/v1/rerank", {"query": query, "documents": docs})
+        assert status == 200, alone
+        for x in alone["results"]:
+            assert abs(scores[x["index"]] - x["relevance_score"]) <= 1e-6, (i, x)
+        if query == REF["query"]:
+            first = i % len(DOCS)
+            for j, s in scores.items():
+                assert abs(s - SCORES[first + j]) <= 1e-5, (i, j)
+
+
+def test_instruction_is_refused_by_a_cross_encoder(server):
+    body = {"query": REF["query"], "documents": DOCS, "instruction": "find answers"}
+    status, r = post(server.url, "/v1/rerank", body)
+    assert status == 400, r
+    assert "takes no instruction" in r["error"]["message"]
+    assert r["error"]["param"] == "instruction"
 
 
 def test_top_n_documents_and_alias_path(server):
@@ -100,5 +132,12 @@ def test_qwen3_reranker_scores_match_the_model_card():
         for x in r["results"]:
             assert abs(x["relevance_score"] - want[x["index"]]) <= 1e-5
         assert r["usage"]["total_tokens"] == sum(len(d["ids"]) for d in ref["documents"])
+        # A task instruction of the request's own (tools/ref/ref_qwen3_reranker_instruction.py).
+        ref = json.loads((QWEN / "reference_instruction.json").read_text())
+        body = {"query": ref["query"], "documents": docs, "instruction": ref["instruction"]}
+        status, r = post(s.url, "/v1/rerank", body)
+        assert status == 200, r
+        for x in r["results"]:
+            assert abs(x["relevance_score"] - ref["documents"][x["index"]]["score"]) <= 1e-5
     finally:
         s.stop()

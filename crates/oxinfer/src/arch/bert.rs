@@ -459,7 +459,7 @@ fn nomic_rotary(path: &Path, v: &Value) -> Result<PositionIds, LoadError> {
         (None, None) => None,
     };
     if let Some(n) = ntk {
-        if !(n.factor >= 1.0) || n.original == 0 {
+        if n.factor.is_nan() || n.factor < 1.0 || n.original == 0 {
             return bad(format!(
                 "dynamic RoPE scaling needs factor ≥ 1 and a trained length > 0 (factor {}, length {})",
                 n.factor, n.original

@@ -265,9 +265,31 @@ impl CrossEncoder {
         document: &str,
         truncate: bool,
     ) -> Result<Encoded> {
+        self.encode_instructed_pair(index, None, query, document, truncate)
+    }
+
+    /// [`encode_pair`](Self::encode_pair) with the task `instruction` of a yes/no reranker in
+    /// place of the model card's default ([`super::yes_no::DEFAULT_INSTRUCTION`]); `None`: the
+    /// default. A cross-encoder takes no instruction: `Some` is an error for it.
+    pub fn encode_instructed_pair(
+        &self,
+        index: usize,
+        instruction: Option<&str>,
+        query: &str,
+        document: &str,
+        truncate: bool,
+    ) -> Result<Encoded> {
         let template = match &self.scorer {
             Scorer::YesNo(m) => {
-                return m.encode_pair(&self.tokenizer, index, query, document, truncate)
+                let pair = (query, document);
+                return m.encode_pair(&self.tokenizer, index, instruction, pair, truncate);
+            }
+            Scorer::Classifier { .. } if instruction.is_some() => {
+                return Err(Error::Request(
+                    "this reranker is a cross-encoder, which takes no instruction (only \
+                     Qwen3-Reranker-style models do)"
+                        .into(),
+                ))
             }
             Scorer::Classifier { template, .. } => template,
         };
@@ -332,10 +354,22 @@ impl CrossEncoder {
 
     /// The relevance score of each document to `query`, in document order.
     pub fn score(&self, query: &str, documents: &[&str], truncate: bool) -> Result<Vec<f32>> {
+        self.score_instructed(None, query, documents, truncate)
+    }
+
+    /// [`score`](Self::score) with a yes/no reranker's task `instruction`
+    /// ([`encode_instructed_pair`](Self::encode_instructed_pair)).
+    pub fn score_instructed(
+        &self,
+        instruction: Option<&str>,
+        query: &str,
+        documents: &[&str],
+        truncate: bool,
+    ) -> Result<Vec<f32>> {
         let pairs = documents
             .iter()
             .enumerate()
-            .map(|(i, d)| self.encode_pair(i, query, d, truncate))
+            .map(|(i, d)| self.encode_instructed_pair(i, instruction, query, d, truncate))
             .collect::<Result<Vec<_>>>()?;
         self.scores_of(&pairs)
     }

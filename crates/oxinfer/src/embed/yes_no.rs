@@ -72,7 +72,6 @@ pub struct YesNo {
     suffix: Vec<u32>,
     yes: u32,
     no: u32,
-    instruction: String,
     max_tokens: usize,
 }
 
@@ -124,7 +123,6 @@ impl YesNo {
             decoder,
             prefix,
             suffix,
-            instruction: DEFAULT_INSTRUCTION.to_string(),
             max_tokens,
         })
     }
@@ -134,20 +132,19 @@ impl YesNo {
         self.max_tokens
     }
 
-    /// The input of (`query`, `document`) (see the module doc), the middle part cut to the
-    /// limit when `truncate`, else an error naming document `index` when it is too long.
+    /// The input of (`query`, `document`) (see the module doc) with the task `instruction`
+    /// (`None`: the model card's [`DEFAULT_INSTRUCTION`]), the middle part cut to the limit when
+    /// `truncate`, else an error naming document `index` when it is too long.
     pub fn encode_pair(
         &self,
         tokenizer: &Tokenizer,
         index: usize,
-        query: &str,
-        document: &str,
+        instruction: Option<&str>,
+        (query, document): (&str, &str),
         truncate: bool,
     ) -> Result<Encoded> {
-        let text = format!(
-            "<Instruct>: {}\n<Query>: {query}\n<Document>: {document}",
-            self.instruction
-        );
+        let instruction = instruction.unwrap_or(DEFAULT_INSTRUCTION);
+        let text = format!("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}");
         let mut middle = tokenizer
             .encode(&text, false)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
