@@ -50,6 +50,11 @@ pub struct EmbedArgs {
     /// wgpu (aliases vulkan, metal).
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Cpu)]
     pub device: oxinfer::backend::DevicePref,
+    /// Convert the encoder's weight matrices on load: q8 (32 int8 weights per scale), q4 or
+    /// bf16; they then run on the quantized matmul kernels (docs/embeddings.md, "Quantized
+    /// weights"). Default: as stored (exact f32 products).
+    #[arg(long, value_name = "q8|q4|bf16")]
+    pub quant: Option<oxinfer::quant::Precision>,
     /// Print per-operation time, calls and achieved GB/s or GFLOP/s (stderr) at the end.
     #[arg(long)]
     pub profile: bool,
@@ -106,7 +111,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     let spec = a.model.as_deref().unwrap_or(DEFAULT_EMBED_MODEL);
     let mut progress = crate::progress::Bars::new();
     let path = oxinfer::hub::resolve_model(Some(spec), &mut progress)?;
-    let embedder = Embedder::load(&path)?;
+    let embedder = Embedder::load_quantized(&path, a.quant)?;
     let prompt = match &a.prompt_name {
         Some(name) => Some(
             embedder
@@ -184,9 +189,14 @@ pub fn serve(
 ) -> Result<()> {
     a.model.prepare_encoder_runtime()?;
     if oxinfer::embed::is_reranker_model(path) {
+        anyhow::ensure!(
+            a.model.quant.is_none(),
+            "{}: --quant is not supported for rerankers (they run as stored)",
+            path.display()
+        );
         return crate::rerank::serve(path, listener, config);
     }
-    let embedder = Embedder::load(path)?;
+    let embedder = Embedder::load_quantized(path, a.model.quant)?;
     let model_id = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())

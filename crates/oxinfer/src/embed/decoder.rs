@@ -23,6 +23,7 @@ use crate::error::{Error, LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::{Naming, TensorStore, TensorView};
 use crate::nn::KvCache;
+use crate::quant::{Overlay, Precision};
 
 /// A loaded causal decoder used for its hidden states.
 pub struct DecoderStates {
@@ -51,7 +52,12 @@ impl DecoderStates {
     /// Loads the decoder of the folder `dir` (`config.json` at `cfg_path`, parsed as
     /// `cfg_json`; safetensors weights). Qwen3 and Gemma 3 are accepted: the families whose
     /// embedding checkpoints are checked against sentence-transformers.
-    pub fn load(dir: &Path, cfg_path: &Path, cfg_json: &Value) -> Result<Self, LoadError> {
+    pub fn load(
+        dir: &Path,
+        cfg_path: &Path,
+        cfg_json: &Value,
+        quant: Option<Precision>,
+    ) -> Result<Self, LoadError> {
         crate::tuning::ensure();
         let cfg = ModelConfig::from_config_value(cfg_path, cfg_json)?;
         if !matches!(cfg.arch, Arch::Qwen3 | Arch::Gemma3) {
@@ -62,7 +68,12 @@ impl DecoderStates {
             });
         }
         let st = SafetensorsModel::open(dir)?;
-        let store = BareModelNames { inner: &st };
+        let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
+        let overlay = Overlay {
+            base: &st,
+            over: converted.as_ref().map(|c| &c.tensors),
+        };
+        let store = BareModelNames { inner: &overlay };
         let src = ConfigSource::Json {
             path: cfg_path,
             json: cfg_json,

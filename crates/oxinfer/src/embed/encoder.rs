@@ -13,6 +13,7 @@ use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_M
 use crate::arch::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::error::{LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
+use crate::quant::{Overlay, Precision};
 
 /// The `model_type`s a decoder embedder may have.
 pub const DECODER_MODEL_TYPES: [&str; 2] = ["qwen3", "gemma3_text"];
@@ -41,34 +42,41 @@ pub fn is_bidirectional_type(model_type: &str) -> bool {
 impl TextEncoder {
     /// Loads the model folder `dir` (`config.json`, safetensors weights) by its `model_type`.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        Self::load_quantized(dir, None)
+    }
+
+    /// [`Self::load`] with every float weight matrix converted to `quant` on load
+    /// ([`crate::quant::convert`]: the projections run on the quantized matmul kernels; the
+    /// embedding tables are read row by row); `None`: as stored.
+    pub fn load_quantized(dir: &Path, quant: Option<Precision>) -> Result<Self, LoadError> {
         let cfg_path = dir.join("config.json");
         let cfg_json = super::layout::read_json(&cfg_path)?;
         let model_type = cfg_json
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if ENCODER_MODEL_TYPES.contains(&model_type) {
-            let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
-            let store = SafetensorsModel::open(dir)?;
-            return Ok(TextEncoder::Bert(Box::new(Bert::load(
-                &cfg,
-                &store,
-                tensor_prefix(&store),
-            )?)));
-        }
-        if model_type == modernbert::MODEL_TYPE {
-            let cfg = ModernBertConfig::from_json(&cfg_path, &cfg_json)?;
-            let store = SafetensorsModel::open(dir)?;
-            return Ok(TextEncoder::ModernBert(Box::new(ModernBert::load(
-                &cfg,
-                &store,
-                modernbert::tensor_prefix(&store),
-            )?)));
-        }
         if DECODER_MODEL_TYPES.contains(&model_type) {
             return Ok(TextEncoder::Decoder(DecoderStates::load(
-                dir, &cfg_path, &cfg_json,
+                dir, &cfg_path, &cfg_json, quant,
             )?));
+        }
+        let bert = ENCODER_MODEL_TYPES.contains(&model_type);
+        if bert || model_type == modernbert::MODEL_TYPE {
+            let st = SafetensorsModel::open(dir)?;
+            let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
+            let store = Overlay {
+                base: &st,
+                over: converted.as_ref().map(|c| &c.tensors),
+            };
+            return Ok(if bert {
+                let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
+                let prefix = tensor_prefix(&store);
+                TextEncoder::Bert(Box::new(Bert::load(&cfg, &store, prefix)?))
+            } else {
+                let cfg = ModernBertConfig::from_json(&cfg_path, &cfg_json)?;
+                let prefix = modernbert::tensor_prefix(&store);
+                TextEncoder::ModernBert(Box::new(ModernBert::load(&cfg, &store, prefix)?))
+            });
         }
         Err(LoadError::UnsupportedArch {
             path: cfg_path,

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::arch::bert::EncoderInput;
 use crate::error::{Error, LoadError, Result};
+use crate::quant::Precision;
 use crate::tokenizer::Tokenizer;
 pub use encoder::TextEncoder;
 use layout::{read_json, SentenceLayout};
@@ -124,7 +125,23 @@ impl Embedder {
     /// NomicBERT, ModernBERT, Qwen3 or Gemma 3 inside) or a plain HF encoder folder; or a BERT
     /// GGUF file as llama.cpp writes it ([`gguf_bert`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        Self::load_quantized(dir, None)
+    }
+
+    /// [`Self::load`] with the encoder's weight matrices converted to `quant` on load
+    /// ([`TextEncoder::load_quantized`]; `Dense` modules stay as stored). A GGUF file keeps its
+    /// own types: `Some` is an error for it.
+    pub fn load_quantized(dir: &Path, quant: Option<Precision>) -> Result<Self, LoadError> {
         if gguf_bert::is_gguf_embedding_model(dir) {
+            if let Some(p) = quant {
+                return Err(LoadError::malformed(
+                    dir,
+                    format!(
+                        "--quant {p} converts safetensors weights; a GGUF file keeps the types \
+                         it was written with"
+                    ),
+                ));
+            }
             return Self::load_gguf(dir);
         }
         if !dir.is_dir() {
@@ -144,7 +161,7 @@ impl Embedder {
         }
         let layout = SentenceLayout::load(dir)?;
         let enc_dir = layout.encoder_dir.clone();
-        let encoder = TextEncoder::load(&enc_dir)?;
+        let encoder = TextEncoder::load_quantized(&enc_dir, quant)?;
         if matches!(encoder, TextEncoder::Decoder(_)) && !dir.join("modules.json").is_file() {
             return Err(LoadError::malformed(
                 dir,

@@ -86,7 +86,7 @@ impl YesNo {
                 "a yes/no reranker must be a Qwen3ForCausalLM (model_type qwen3)",
             ));
         }
-        let decoder = DecoderStates::load(dir, &cfg_path, &cfg_json)?;
+        let decoder = DecoderStates::load(dir, &cfg_path, &cfg_json, None)?;
         let tok_path = dir.join("tokenizer.json");
         let token = |piece: &str| {
             tokenizer.token_id(piece).ok_or_else(|| {
