@@ -17,8 +17,8 @@ a machine shared with other work they compare engines better than wall time), ox
 to the faster reference, and
 the worst cosines between the engines' vectors (a check that all three compute the same thing).
 With --int16, oxinfer also runs with OXINFER_INT16_GEMM=1 (the opt-in int16 GEMM of the
-encoders, AVX-512 VNNI CPUs) in each round, as its own column; the ratio column is then that
-run's.
+encoders, AVX2 and AVX-512 VNNI CPUs) in each round, as its own column; the ratio column is
+then that run's.
 """
 
 import argparse

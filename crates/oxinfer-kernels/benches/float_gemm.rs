@@ -1,12 +1,14 @@
 //! Criterion bench of the packed float GEMM ([`oxinfer_kernels::packed::float`]) against the
 //! row-major matmul ([`oxinfer_kernels::matmul`]) at the shapes of an all-MiniLM-L6-v2 batch:
 //! 512 tokens through the 384 × 384 attention projections and the 1536 × 384 / 384 × 1536 MLP,
-//! f32 and bf16 weights. Throughput is multiply-adds × 2, so criterion's "elements/s" read as
-//! FLOP/s.
+//! f32 and bf16 weights, and the int16 GEMM ([`oxinfer_kernels::packed::float::int16`], the
+//! f32 weights rounded; the activations rounded inside each product, as in the encoders).
+//! Throughput is multiply-adds × 2, so criterion's "elements/s" read as FLOP/s.
 //!
 //! Run: `cargo bench -p oxinfer-kernels --bench float_gemm [-- FILTER]` (threads: one per core).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use oxinfer_kernels::packed::float::int16::{matmul_int16_packed_post, PackedInt16Matrix};
 use oxinfer_kernels::packed::float::{matmul_float_packed, PackedFloatMatrix};
 use oxinfer_kernels::{matmul, WeightFormat, WeightMatrix};
 use std::hint::black_box;
@@ -34,6 +36,14 @@ fn bench(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new("row-major", &id), |b| {
                 b.iter(|| matmul(&w, black_box(&x), TOKENS, &mut y))
             });
+            if format == WeightFormat::F32 {
+                let p16 = PackedInt16Matrix::pack(&w).expect("finite weights");
+                g.bench_function(BenchmarkId::new("packed-i16", &id), |b| {
+                    b.iter(|| {
+                        matmul_int16_packed_post(&p16, black_box(&x), TOKENS, None, &mut y, None)
+                    })
+                });
+            }
         }
     }
     g.finish();

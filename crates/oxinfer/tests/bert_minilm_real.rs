@@ -37,8 +37,9 @@ fn minilm_matches_sentence_transformers() {
     let (shape, want) = read_npy_f32(&dir.join("embeddings.npy"));
     assert_eq!(shape, vec![texts.len(), 384]);
     check_cosines(&e, &texts, &want, "f32 GEMM");
-    // The opt-in int16 GEMM (an AVX-512 VNNI CPU; elsewhere the f32 one again) meets the same
-    // bound: the switch applies to weights prepared after it, so the model is loaded anew.
+    // The opt-in int16 GEMM (an AVX2 or AVX-512 VNNI CPU; elsewhere the f32 one again) meets
+    // the same bound: the switch applies to weights prepared after it, so the model is loaded
+    // anew.
     int16::set_int16_gemm(Some(true));
     let e = Embedder::load(&path).unwrap_or_else(|err| panic!("{err}"));
     check_cosines(&e, &texts, &want, "int16 GEMM");

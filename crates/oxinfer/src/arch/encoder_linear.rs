@@ -2,8 +2,8 @@
 //! bf16 weight is, on the CPU, prepared once for a GEMM made for the hundreds of tokens of an
 //! encoder batch: widened and packed for the packed f32 GEMM
 //! ([`oxinfer_kernels::packed::float`]), or, when asked (`OXINFER_INT16_GEMM=1`,
-//! [`set_int16_gemm`](oxinfer_kernels::packed::float::int16::set_int16_gemm)) on an AVX-512
-//! VNNI CPU, rounded to int16 per row for the int16 GEMM
+//! [`set_int16_gemm`](oxinfer_kernels::packed::float::int16::set_int16_gemm)) on an AVX2 or
+//! AVX-512 VNNI CPU, rounded to int16 per row for the int16 GEMM
 //! ([`oxinfer_kernels::packed::float::int16`]: twice the multiply-adds per instruction of f32,
 //! 1.2e-4 relative rounding at 1,536 features).
 //! Quantized weights, an installed backend that takes the product, and

@@ -1,7 +1,9 @@
 //! Int16 GEMM for float weights: `y = x · Wᵀ` with both sides rounded to 16-bit integers and
 //! multiplied with AVX-512 VNNI's `vpdpwssd` (two int16 products added into each int32 lane),
 //! which does 32 multiply-adds per instruction where the f32 tile's `vfmadd` does 16: twice the
-//! rate on the same ports (measured on Zen 4: both one 512-bit instruction per cycle).
+//! rate on the same ports (measured on Zen 4: both one 512-bit instruction per cycle). On AVX2
+//! CPUs `vpmaddwd` + `vpaddd` do the same on 256-bit registers: on Zen 3 1.6× the f32 tile's
+//! multiply-adds per cycle (`int16_avx2`).
 //!
 //! Scales: every weight row and every activation row (token) gets one f32 scale `s`, `q =
 //! round(v · s)`, chosen so that `|q| ≤ 32767` and `‖q‖₂ ≤ 46340 · 0.999` (less half an integer
@@ -18,8 +20,9 @@
 //! padded with a zero feature, the last panel with zero rows), so one 512-bit load gives the
 //! 16 rows' pair and one broadcast of a token's pair feeds them all. The driver has the shape of
 //! the f32 one (tasks of 96 tokens × ≤ 8 panels, the k loop in slices that keep the weight
-//! slice in L1); the AVX-512 tile (12 tokens × 16 rows) writes `y` directly, the scalar twin
-//! through a stack tile.
+//! slice in L1); the AVX-512 tile (12 tokens × 16 rows, `int16_x86`) and the AVX2 tile (6 tokens
+//! × 16 rows in two 256-bit halves, `int16_avx2`) write `y` directly, the scalar twin through a
+//! stack tile.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -35,8 +38,9 @@ use super::{Epilogue, MAX_MR, NR};
 /// Feature pairs per slice of the k loop (a `KP × 16` pair slice of weights is 16 KiB).
 const KP: usize = 256;
 
-/// Largest value of one quantized element.
-const QMAX: f32 = 32767.0;
+/// Largest magnitude of one quantized element (never −32768, so no `vpmaddwd` pair can reach
+/// `2 · 32768²`).
+pub(super) const QMAX: f32 = 32767.0;
 
 /// Bound on a quantized row's Euclidean norm: `NORM_BOUND² < 2³¹`, so the dot product of two
 /// such rows, and every partial sum of it, fits an i32.
@@ -47,8 +51,8 @@ const NORM_BOUND: f64 = 46340.0 * 0.999;
 pub const MAX_INT16_COLS: usize = 32 * 1024;
 
 /// The variable that, set to `1`, puts the encoders' float weights on the int16 GEMM (where the
-/// CPU has AVX-512 VNNI); unset or anything else keeps them on the exact f32 GEMM. Read once;
-/// [`set_int16_gemm`] overrides it.
+/// CPU has AVX2 or AVX-512 VNNI); unset or anything else keeps them on the exact f32 GEMM. Read
+/// once; [`set_int16_gemm`] overrides it.
 pub const INT16_VAR: &str = "OXINFER_INT16_GEMM";
 
 /// The process-wide choice of [`set_int16_gemm`]: 0 = as [`INT16_VAR`] says, 1 = on, 2 = off.
@@ -69,11 +73,12 @@ pub fn set_int16_gemm(choice: Option<bool>) {
 }
 
 /// Whether the int16 GEMM should run for float weights of `format` with `cols` input features
-/// here: asked for ([`set_int16_gemm`], else [`INT16_VAR`] `= 1`), an AVX-512 VNNI CPU, the
-/// packed float GEMM allowed ([`float_packing_pays`](super::float_packing_pays)), and `cols ≤`
-/// [`MAX_INT16_COLS`]. It is not the default: its results differ from the f32 product by the
-/// rounding of the module doc (1e-4 relative), where the f32 GEMM matches transformers' float32
-/// to the last bits that the tiny-checkpoint tests check.
+/// here: asked for ([`set_int16_gemm`], else [`INT16_VAR`] `= 1`), an AVX2 CPU (with AVX-512
+/// VNNI the 512-bit tile runs, else the 256-bit one), the packed float GEMM allowed
+/// ([`float_packing_pays`](super::float_packing_pays)), and `cols ≤` [`MAX_INT16_COLS`]. It is
+/// not the default: its results differ from the f32 product by the rounding of the module doc
+/// (1e-4 relative), where the f32 GEMM matches transformers' float32 to the last bits that the
+/// tiny-checkpoint tests check.
 pub fn int16_gemm_pays(format: WeightFormat, cols: usize) -> bool {
     static FROM_ENV: OnceLock<bool> = OnceLock::new();
     let asked = match CHOICE.load(Ordering::Relaxed) {
@@ -82,21 +87,25 @@ pub fn int16_gemm_pays(format: WeightFormat, cols: usize) -> bool {
         _ => *FROM_ENV.get_or_init(|| std::env::var(INT16_VAR).is_ok_and(|v| v.trim() == "1")),
     };
     asked
-        && detected_isa().has_vnni()
+        && detected_isa().has_avx2()
         && cols <= MAX_INT16_COLS
         && super::float_packing_pays(format)
 }
 
 /// The scale of one row `v` (see the module doc): `q = round(v · s)` keeps `|q| ≤ 32767` and
 /// `‖q‖₂ ≤ NORM_BOUND`. `None` when the row holds a non-finite value; `0` for an all-zero row.
-/// With `vnni`, the statistics come from the AVX-512 helper (an f32 sum of squares, well
-/// inside the bound's 0.1 % margin), else from a scalar loop in f64.
-fn row_scale(v: &[f32], vnni: bool) -> Option<f32> {
-    let (absmax, sumsq) = row_stats(v, vnni);
+/// On AVX-512 VNNI and AVX2 levels of `isa` the statistics come from their helpers (an f32 sum
+/// of squares over 16 or 32 lanes: relative error about `k / 16 · 2⁻²⁴` at most, 1.2e-4 at the
+/// widest rows, well inside the bound's 0.1 % margin), else from a scalar loop in f64.
+fn row_scale(v: &[f32], isa: Isa) -> Option<f32> {
+    let (absmax, sumsq) = row_stats(v, isa);
     // A NaN escapes `max` but not the sum of squares; an infinity reaches both.
     if !sumsq.is_finite() {
         // An f32 sum of squares may overflow on finite values: decide in f64.
-        return if vnni { row_scale(v, false) } else { None };
+        return match isa == Isa::Scalar {
+            true => None,
+            false => row_scale(v, Isa::Scalar),
+        };
     }
     if absmax == 0.0 {
         return Some(0.0);
@@ -105,30 +114,44 @@ fn row_scale(v: &[f32], vnni: bool) -> Option<f32> {
     Some((f64::from(QMAX / absmax).min(by_norm)) as f32)
 }
 
-/// The largest `|v[j]|` and `Σ v[j]²` of a row.
-fn row_stats(v: &[f32], vnni: bool) -> (f32, f64) {
+/// The largest `|v[j]|` and `Σ v[j]²` of a row, with the helpers of `isa` (module doc of
+/// [`row_scale`]).
+pub(super) fn row_stats(v: &[f32], isa: Isa) -> (f32, f64) {
     #[cfg(target_arch = "x86_64")]
-    if vnni {
-        // SAFETY: `vnni` is only true on an Avx512Vnni level, which has AVX-512 F.
+    if isa.has_vnni() {
+        // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F.
         let (m, s) = unsafe { super::int16_x86::absmax_sumsq(v) };
         return (m, f64::from(s));
     }
-    let _ = vnni;
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2 and FMA.
+        let (m, s) = unsafe { super::int16_avx2::absmax_sumsq(v) };
+        return (m, f64::from(s));
+    }
+    let _ = isa;
     v.iter().fold((0f32, 0f64), |(m, s), &x| {
         (m.max(x.abs()), s + f64::from(x) * f64::from(x))
     })
 }
 
-/// `q[j] = round(v[j] · s)`, to nearest with ties to even (the caller's `q` as long as `v`).
-fn quantize_into(v: &[f32], s: f32, q: &mut [i16], vnni: bool) {
+/// `q[j] = round(v[j] · s)`, to nearest with ties to even, within ±32767 (the caller's `q` as
+/// long as `v`), with the helpers of `isa` (all give the same values).
+pub(super) fn quantize_into(v: &[f32], s: f32, q: &mut [i16], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    if vnni {
-        // SAFETY: `vnni` is only true on an Avx512Vnni level, which has AVX-512 F; q is as long
-        // as v.
+    if isa.has_vnni() {
+        // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F; q is as
+        // long as v.
         unsafe { super::int16_x86::quantize(v, s, &mut q[..v.len()]) };
         return;
     }
-    let _ = vnni;
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2; q is as long as v.
+        unsafe { super::int16_avx2::quantize(v, s, &mut q[..v.len()]) };
+        return;
+    }
+    let _ = isa;
     for (d, &x) in q.iter_mut().zip(v) {
         *d = (x * s).round_ties_even().clamp(-QMAX, QMAX) as i16;
     }
@@ -158,7 +181,7 @@ impl PackedInt16Matrix {
         let mut data = vec![0i16; panels * NR * pairs * 2];
         let mut unscale = vec![0f32; panels * NR];
         let ok = AtomicBool::new(true);
-        let vnni = cfg!(target_arch = "x86_64") && detected_isa().has_vnni();
+        let isa = detected_isa();
         let (dp, up) = (SyncPtr(data.as_mut_ptr()), SyncPtr(unscale.as_mut_ptr()));
         parallel_for(panels, &|p| {
             let len = NR * pairs * 2;
@@ -174,11 +197,11 @@ impl PackedInt16Matrix {
             let mut q = vec![0i16; pairs * 2];
             for r in 0..NR.min(rows - p * NR) {
                 w.dequantize_row_into(p * NR + r, &mut row);
-                let Some(s) = row_scale(&row, vnni) else {
+                let Some(s) = row_scale(&row, isa) else {
                     ok.store(false, Ordering::Relaxed);
                     return;
                 };
-                quantize_into(&row, s, &mut q, vnni);
+                quantize_into(&row, s, &mut q, isa);
                 inv[r] = if s == 0.0 { 0.0 } else { 1.0 / s };
                 for (j, pair) in q.chunks_exact(2).enumerate() {
                     panel[j * 2 * NR + 2 * r..][..2].copy_from_slice(pair);
@@ -220,14 +243,14 @@ impl PackedInt16Matrix {
 
 /// Activations rounded per token: `[t, 2 · pairs]` int16 (odd widths padded with a zero) and
 /// each token's `1 / s` (NaN for a token holding a non-finite value, so that it comes out NaN).
-struct Int16Rows {
+pub(super) struct Int16Rows {
     data: Vec<i16>,
     unscale: Vec<f32>,
 }
 
 impl Int16Rows {
-    /// Rounds the `t` rows of `cols` values of `x` (with the AVX-512 helpers when `vnni`).
-    fn quantize(x: &[f32], t: usize, cols: usize, vnni: bool) -> Self {
+    /// Rounds the `t` rows of `cols` values of `x` (with the helpers of `isa`).
+    pub(super) fn quantize(x: &[f32], t: usize, cols: usize, isa: Isa) -> Self {
         let width = cols.div_ceil(2) * 2;
         let mut data = vec![0i16; t * width];
         if cols == 0 {
@@ -239,9 +262,9 @@ impl Int16Rows {
         let unscale = x
             .chunks_exact(cols)
             .zip(data.chunks_exact_mut(width))
-            .map(|(v, q)| match row_scale(v, vnni) {
+            .map(|(v, q)| match row_scale(v, isa) {
                 Some(s) if s > 0.0 => {
-                    quantize_into(v, s, q, vnni);
+                    quantize_into(v, s, q, isa);
                     1.0 / s
                 }
                 Some(_) => 0.0,
@@ -288,8 +311,9 @@ pub fn matmul_int16_packed_post(
     matmul_int16_packed_isa(w, x, t, bias, y, post, detected_isa());
 }
 
-/// [`matmul_int16_packed_post`] on a given instruction set: the AVX-512 VNNI tile, or the
-/// scalar twin for any other value.
+/// [`matmul_int16_packed_post`] on a given instruction set: the AVX-512 VNNI tile, the AVX2
+/// tile, or the scalar twin for any other value (the activations rounded with the same level's
+/// helpers).
 ///
 /// # Panics
 /// As [`matmul_int16_packed_post`].
@@ -310,10 +334,38 @@ pub fn matmul_int16_packed_isa(
     if rows == 0 || t == 0 {
         return;
     }
-    let vnni = cfg!(target_arch = "x86_64") && isa.has_vnni();
-    let xq = Int16Rows::quantize(x, t, cols, vnni);
+    let xq = Int16Rows::quantize(x, t, cols, isa);
+    run_rounded(w, &xq, bias, y, post, isa);
+}
+
+/// Tokens of one register tile on `isa`.
+fn tile_tokens(isa: Isa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => MAX_MR,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::int16_avx2::MR,
+        _ => 4,
+    }
+}
+
+/// The driver of [`matmul_int16_packed_isa`] on activations already rounded (`xq`, as many
+/// tokens as `y` has rows of `w.rows`), with the tile of `isa`.
+pub(super) fn run_rounded(
+    w: &PackedInt16Matrix,
+    xq: &Int16Rows,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    post: Option<Epilogue<'_>>,
+    isa: Isa,
+) {
+    let (rows, cols, t) = (w.rows, w.cols, xq.unscale.len());
     let (pairs, width) = (w.pairs(), cols.div_ceil(2) * 2);
-    let mr = if vnni { MAX_MR } else { 4 };
+    assert!(xq.data.len() == t * width && y.len() == t * rows);
+    if rows == 0 || t == 0 {
+        return;
+    }
+    let mr = tile_tokens(isa);
     let panels = rows.div_ceil(NR);
     super::for_each_task(t, rows, panels, y, post, &|(t0, t1), (p0, p1), out| {
         // With no input features the k loop runs once, on an empty slice, to store the bias.
@@ -337,7 +389,7 @@ pub fn matmul_int16_packed_isa(
                         ws: w.unscale[p * NR..(p + 1) * NR].as_ptr(),
                     };
                     #[cfg(target_arch = "x86_64")]
-                    if vnni {
+                    if isa.has_vnni() {
                         // SAFETY: an Avx512Vnni level is only handed out when the CPU has
                         // AVX-512 F and VNNI; `a` holds n <= 12 rows of 2·kp values `width`
                         // apart and `b` kp × 32 (the slicing above); the destination rows
@@ -346,6 +398,15 @@ pub fn matmul_int16_packed_isa(
                         // holds `live` values from p*16, xs n and ws 16.
                         unsafe {
                             super::int16_x86::tile(a.as_ptr(), width, b.as_ptr(), kp, n, &dest)
+                        };
+                        continue;
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if isa.has_avx2() {
+                        // SAFETY: an AVX2 level is only handed out when the CPU has AVX2; n <= 6
+                        // (tile_tokens) and the slices and destination as for the VNNI tile.
+                        unsafe {
+                            super::int16_avx2::tile(a.as_ptr(), width, b.as_ptr(), kp, n, &dest)
                         };
                         continue;
                     }
@@ -359,7 +420,7 @@ pub fn matmul_int16_packed_isa(
     });
 }
 
-/// The scalar twin of the VNNI tile: `sums[i][r] = Σ_{j < kp} Σ_e a[i·lda + 2j + e] · b[32j +
+/// The scalar twin of the SIMD tiles: `sums[i][r] = Σ_{j < kp} Σ_e a[i·lda + 2j + e] · b[32j +
 /// 2r + e]` for the `n ≤ 12` tokens of `a`, in i32 (exact: the scales keep every partial sum in
 /// range).
 pub(super) fn tile_scalar(
@@ -382,11 +443,12 @@ pub(super) fn tile_scalar(
     sums
 }
 
-/// Stores (first slice, with the bias) or adds `sums[i][r] · xs[i] · ws[r]` into `dest`.
+/// Stores (first slice, with the bias) or adds `sums[i][r] · (xs[i] · ws[r])` into `dest` (the
+/// AVX2 tile does the same operations in the same order: the same bits).
 ///
 /// # Safety
 /// `dest` is valid as [`Dest16`] says for `sums.len()` tokens.
-unsafe fn store_scaled(sums: &[[i32; NR]], dest: &Dest16) {
+pub(super) unsafe fn store_scaled(sums: &[[i32; NR]], dest: &Dest16) {
     for (i, acc) in sums.iter().enumerate() {
         // SAFETY: the contract: xs holds a value per token, ws 16, the row `live` floats, the
         // bias (when not null) `live`.

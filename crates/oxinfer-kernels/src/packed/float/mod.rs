@@ -19,6 +19,8 @@
 //! only the summation order differs between instruction sets (results agree to rounding).
 
 pub mod int16;
+#[cfg(target_arch = "x86_64")]
+mod int16_avx2;
 #[cfg(test)]
 mod int16_tests;
 #[cfg(target_arch = "x86_64")]
