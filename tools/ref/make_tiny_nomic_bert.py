@@ -50,23 +50,30 @@ TEXTS = [
 PAIR = ("what is the answer?", "the answer is forty two.")
 
 
-def main() -> None:
-    torch.manual_seed(25)
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    hf = OUT / "hf"
+def save_tiny_nomic(out: Path, seed: int, max_positions: int, rope_parameters: dict) -> None:
+    """Writes ``out/hf``: bert-tiny's tokenizer and a random ``NomicBertModel`` (2 layers, hidden
+    32, 4 heads, gated SiLU MLP 48, 2 token types) with ``max_position_embeddings`` and
+    ``rope_parameters`` as given, drawn from torch's generator seeded with ``seed``; removes an
+    older ``out`` first."""
+    torch.manual_seed(seed)
+    if out.exists():
+        shutil.rmtree(out)
+    hf = out / "hf"
     hf.mkdir(parents=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(SRC / f, hf / f)
     vocab = len(json.loads((SRC / "tokenizer.json").read_text())["model"]["vocab"])
     cfg = NomicBertConfig(
         vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=64, type_vocab_size=2,
-        hidden_act="silu", initializer_range=0.2,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+        intermediate_size=48, max_position_embeddings=max_positions, type_vocab_size=2,
+        hidden_act="silu", initializer_range=0.2, rope_parameters=rope_parameters)
     model = NomicBertModel(cfg, add_pooling_layer=False).eval()
     randomize(model, lambda name: "layernorm.weight" in name.lower(), weight_std=0.2)
     model.save_pretrained(hf, safe_serialization=True)
+
+
+def main() -> None:
+    save_tiny_nomic(OUT, 25, 64, {"rope_type": "default", "rope_theta": 1000.0})
     save_sentence_transformer(
         OUT, MAX_SEQ, [models.Pooling(32, pooling_mode="mean"), models.Normalize()],
         {"query": "search_query: ", "document": "search_document: "})
@@ -81,7 +88,7 @@ def main() -> None:
                     "type_ids": pair["token_type_ids"][0].tolist()}
     np.save(OUT / "hidden_pair.npy", hp.astype(np.float32))
     write_json(OUT / "reference.json", refs)
-    print(f"wrote {OUT} ({folder_size(OUT)} bytes, vocab {vocab})")
+    print(f"wrote {OUT} ({folder_size(OUT)} bytes, vocab {tok.vocab_size})")
 
 
 if __name__ == "__main__":

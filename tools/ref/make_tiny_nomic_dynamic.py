@@ -29,8 +29,6 @@ Run with the reference venv (needs the bert-tiny fixture):
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +36,11 @@ import sentence_transformers
 import torch
 import transformers
 from sentence_transformers import SentenceTransformer, models
-from st_fixture import folder_size, randomize, save_sentence_transformer, write_json
-from transformers import AutoModel, AutoTokenizer, NomicBertConfig, NomicBertModel
+from make_tiny_nomic_bert import save_tiny_nomic
+from st_fixture import folder_size, save_sentence_transformer, write_json
+from transformers import AutoModel, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "tests" / "fixtures" / "bert-tiny"
 OUT = REPO / "tests" / "fixtures" / "nomic-bert-dynamic"
 TRAINED = 16
 MAX_SEQ = 32
@@ -59,22 +57,7 @@ TEXTS = [
 
 
 def main() -> None:
-    torch.manual_seed(31)
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    hf = OUT / "hf"
-    hf.mkdir(parents=True)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(SRC / f, hf / f)
-    vocab = len(json.loads((SRC / "tokenizer.json").read_text())["model"]["vocab"])
-    cfg = NomicBertConfig(
-        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=TRAINED, type_vocab_size=2,
-        hidden_act="silu", initializer_range=0.2,
-        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1000.0})
-    model = NomicBertModel(cfg, add_pooling_layer=False).eval()
-    randomize(model, lambda name: "layernorm.weight" in name.lower(), weight_std=0.2)
-    model.save_pretrained(hf, safe_serialization=True)
+    save_tiny_nomic(OUT, 31, TRAINED, {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1000.0})
     save_sentence_transformer(OUT, MAX_SEQ, [models.Pooling(32, pooling_mode="mean"),
                                              models.Normalize()], {})
 
