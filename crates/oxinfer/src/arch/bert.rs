@@ -89,7 +89,7 @@ impl EncoderAct {
     /// each vectorizes.
     fn apply_times(self, h: &mut [f32], up: Option<&[f32]>) {
         match self {
-            EncoderAct::GeluErf => apply_part(h, up, gelu_erf),
+            EncoderAct::GeluErf => apply_part(h, up, encoder_math::gelu_erf),
             EncoderAct::GeluTanh => apply_part(h, up, gelu_tanh),
             EncoderAct::Relu => apply_part(h, up, |x| x.max(0.0)),
             EncoderAct::Silu => apply_part(h, up, silu),
@@ -99,7 +99,7 @@ impl EncoderAct {
     /// The activation of one value.
     pub fn apply(self, x: f32) -> f32 {
         match self {
-            EncoderAct::GeluErf => gelu_erf(x),
+            EncoderAct::GeluErf => encoder_math::gelu_erf(x),
             EncoderAct::GeluTanh => gelu_tanh(x),
             EncoderAct::Relu => x.max(0.0),
             EncoderAct::Silu => silu(x),
@@ -114,12 +114,6 @@ fn apply_part(h: &mut [f32], up: Option<&[f32]>, act: impl Fn(f32) -> f32) {
         None => h.iter_mut().for_each(|v| *v = act(*v)),
         Some(u) => h.iter_mut().zip(u).for_each(|(v, &u)| *v = act(*v) * u),
     }
-}
-
-/// Exact GELU `0.5 · x · (1 + erf(x / √2))` with the vectorizable [`encoder_math::erf`].
-#[inline(always)]
-fn gelu_erf(x: f32) -> f32 {
-    0.5 * x * (1.0 + encoder_math::erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// GELU's tanh form, `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`, with the

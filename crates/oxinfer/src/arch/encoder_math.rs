@@ -1,5 +1,5 @@
 //! Branch-free f32 `erf`, `exp` and `tanh` for the encoders' element-wise loops (GELU over the
-//! MLP's activations, the attention softmax). They are plain arithmetic and bit casts, so a loop over
+//! MLP's activations, the attention softmax; also diffusion's GEGLU). They are plain arithmetic and bit casts, so a loop over
 //! a slice vectorizes; libm's `erff` / `expf` branch per value and do not (they were 12 % and
 //! 5 % of `oxinfer embed`'s time with all-MiniLM-L6-v2).
 
@@ -33,6 +33,12 @@ pub fn erf(x: f32) -> f32 {
         q = q * x2 + c;
     }
     x * p / q
+}
+
+/// Exact GELU `0.5 · x · (1 + erf(x / √2))` with the vectorizable [`erf`].
+#[inline(always)]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// `exp(x)` as `2ⁿ · e^r` with `n = round(x · log₂e)`, `|r| ≤ ln 2 / 2` and Cephes' degree-6

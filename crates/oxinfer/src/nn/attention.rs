@@ -10,6 +10,7 @@ use oxinfer_kernels::attention::kv_rotation::rotated;
 #[cfg(doc)]
 use oxinfer_kernels::attention::KvType;
 use oxinfer_kernels::attention::{kv_rotation, rotate_chunks, AttnShape, KvRole, KvView};
+use oxinfer_kernels::packed::float::{float_packing_pays, matmul_float_packed, PackedFloatMatrix};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
 /// `q` is `[t, n_heads * head_dim]` for positions `pos0 .. pos0 + t`; `k`, `v` are
@@ -98,8 +99,10 @@ pub fn attention_cached(
 /// with any `n_k` (cross-attention: image tokens over text tokens); returns
 /// `[n_q, n_heads * head_dim]`, each head `softmax(q kᵀ · scale) v` with `p.softcap` applied to
 /// the scores. `p.window`, when set (self-attention, `n_q == n_k`), keeps keys with
-/// `|i - j| < window` on both sides. Runs on the CPU's f32 matmul kernels one head at a time
-/// (`[n_q, n_k]` scores): the backends' attention op is causal only.
+/// `|i - j| < window` on both sides. Runs on the CPU one head at a time (`[n_q, n_k]` scores),
+/// both products on the packed f32 GEMM with the head's keys and values packed per call (the
+/// row kernels under `OXINFER_KERNELS=scalar` / `OXINFER_PACKED=0`): the backends' attention op
+/// is causal only.
 ///
 /// # Panics
 /// `q`, `k` or `v` not whole rows of their widths, `k` and `v` of other lengths, or a window with
@@ -122,6 +125,7 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
     if n_q == 0 || n_k == 0 {
         return out;
     }
+    let packed = float_packing_pays(WeightFormat::F32);
     let (mut qh, mut kh, mut vt) = (
         vec![0f32; n_q * d],
         Vec::with_capacity(n_k * d * 4),
@@ -133,6 +137,20 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         let kvh = h / group;
         for (dst, row) in qh.chunks_exact_mut(d).zip(q.chunks_exact(q_row)) {
             dst.copy_from_slice(&row[h * d..(h + 1) * d]);
+        }
+        let key = |r: usize| &k[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
+        let value = |r: usize| &v[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
+        if packed {
+            // The head's keys and values (as `Vᵀ`) packed for the packed f32 GEMM.
+            let km = PackedFloatMatrix::from_rows(n_k, d, key);
+            matmul_float_packed(&km, &qh, n_q, &mut scores);
+            softmax_rows(&mut scores, n_k, p);
+            let vm = PackedFloatMatrix::from_columns(d, n_k, value);
+            matmul_float_packed(&vm, &scores, n_q, &mut oh);
+            for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
+            continue;
         }
         // Keys of this head as an `[n_k, d]` f32 matrix, values transposed to `[d, n_k]`,
         // so both products are the kernels' `x · Wᵀ`.
@@ -150,32 +168,7 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         }
         let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
         oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
-        for (i, row) in scores.chunks_exact_mut(n_k).enumerate() {
-            let (first, last) = match p.window {
-                Some(w) => ((i + 1).saturating_sub(w), (i + w).min(n_k)),
-                None => (0, n_k),
-            };
-            for s in row.iter_mut() {
-                *s *= p.scale;
-                if let Some(cap) = p.softcap {
-                    *s = cap * (*s / cap).tanh();
-                }
-            }
-            let max = row[first..last]
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let mut sum = 0f64;
-            for (j, s) in row.iter_mut().enumerate() {
-                *s = if (first..last).contains(&j) {
-                    (*s - max).exp()
-                } else {
-                    0.0
-                };
-                sum += f64::from(*s);
-            }
-            let inv = (1.0 / sum) as f32;
-            row.iter_mut().for_each(|s| *s *= inv);
-        }
+        softmax_rows(&mut scores, n_k, p);
         let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
         oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
         for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
@@ -183,6 +176,38 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         }
     }
     out
+}
+
+/// Scales the score rows (`[n_q, n_k]`, query `i` in row `i`) by `p.scale`, soft-caps them,
+/// and turns each into softmax probabilities over the keys its window lets it see (the
+/// others 0).
+fn softmax_rows(scores: &mut [f32], n_k: usize, p: &AttnShape) {
+    for (i, row) in scores.chunks_exact_mut(n_k).enumerate() {
+        let (first, last) = match p.window {
+            Some(w) => ((i + 1).saturating_sub(w), (i + w).min(n_k)),
+            None => (0, n_k),
+        };
+        for s in row.iter_mut() {
+            *s *= p.scale;
+            if let Some(cap) = p.softcap {
+                *s = cap * (*s / cap).tanh();
+            }
+        }
+        let max = row[first..last]
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+        let mut sum = 0f64;
+        for (j, s) in row.iter_mut().enumerate() {
+            *s = if (first..last).contains(&j) {
+                (*s - max).exp()
+            } else {
+                0.0
+            };
+            sum += f64::from(*s);
+        }
+        let inv = (1.0 / sum) as f32;
+        row.iter_mut().for_each(|s| *s *= inv);
+    }
 }
 
 #[cfg(test)]

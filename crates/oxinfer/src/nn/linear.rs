@@ -106,6 +106,26 @@ impl Linear {
         y
     }
 
+    /// [`Self::forward`] for a layer run over many rows at a time and rarely (a diffusion
+    /// model's linear layers over every pixel of a step): on the CPU a float weight is packed for
+    /// this call and multiplied on the packed f32 GEMM
+    /// ([`oxinfer_kernels::packed::float::pack_for_call`]), so no packed copy stays in memory;
+    /// otherwise (few rows, a quantized weight, a backend) as [`Self::forward`].
+    pub fn forward_wide(&self, x: &[f32], t: usize) -> Vec<f32> {
+        let on_cpu =
+            backend::active().is_none() && !super::exact_matmuls::is_exact(&self.weight.name);
+        let packed = on_cpu
+            .then(|| oxinfer_kernels::packed::float::pack_for_call(&self.matrix(), t))
+            .flatten();
+        let Some(p) = packed else {
+            return self.forward(x, t);
+        };
+        let mut y = vec![0f32; t * self.n_out];
+        oxinfer_kernels::packed::float::matmul_float_packed(&p, x, t, &mut y);
+        self.add_bias(&mut y);
+        y
+    }
+
     /// `x` is `[t, n_in]`, `y` is `[t, n_out]` (overwritten).
     pub fn forward_into(&self, x: &[f32], t: usize, y: &mut [f32]) {
         debug_assert_eq!(x.len(), t * self.n_in);

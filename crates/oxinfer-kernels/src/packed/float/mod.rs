@@ -194,6 +194,23 @@ pub fn float_packing_pays(format: WeightFormat) -> bool {
         && PackedFloatMatrix::supports(format)
 }
 
+/// Products with at least this many activation rows pack a float weight for the call
+/// ([`pack_for_call`]): the packing reads and writes the matrix once, about `1 / t` of the
+/// product's work.
+pub const PACK_FOR_CALL_MIN_ROWS: usize = 32;
+
+/// `w` widened and packed for one product of `t` activation rows (a convolution's unfolded
+/// pixels, a diffusion model's linear layers over every pixel), when that pays: a float format,
+/// `t ≥` [`PACK_FOR_CALL_MIN_ROWS`] and [`float_packing_pays`]. `None`: use the row kernels
+/// (`crate::matmul`). The packed copy lives as long as the caller keeps it, so no weight is
+/// held twice between calls.
+pub fn pack_for_call(w: &WeightMatrix, t: usize) -> Option<PackedFloatMatrix> {
+    if t < PACK_FOR_CALL_MIN_ROWS || !float_packing_pays(w.format) {
+        return None;
+    }
+    PackedFloatMatrix::pack(w)
+}
+
 /// `y[t][rows] = x[t][cols] · Wᵀ` with the packed weights `w`, on the best instruction set of
 /// this CPU, on the pool.
 ///

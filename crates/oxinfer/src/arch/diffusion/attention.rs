@@ -5,8 +5,9 @@
 //! Image tokens and text tokens see each other in full: [`attention_full`], the shared
 //! non-causal attention.
 
-use super::layers::{gelu_erf, Conv2d, FeatureMap, Norm, Weights};
+use super::layers::{Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
+use crate::arch::encoder_math;
 use crate::backend::NormKind;
 use crate::nn::attention::attention_full;
 use crate::nn::Linear;
@@ -52,9 +53,9 @@ impl Attention {
     /// `[n, dim]`.
     pub fn forward(&self, x: &[f32], n: usize, ctx: Option<(&[f32], usize)>) -> Vec<f32> {
         let (c, m) = ctx.unwrap_or((x, n));
-        let q = self.to_q.forward(x, n);
-        let k = self.to_k.forward(c, m);
-        let v = self.to_v.forward(c, m);
+        let q = self.to_q.forward_wide(x, n);
+        let k = self.to_k.forward_wide(c, m);
+        let v = self.to_v.forward_wide(c, m);
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         let shape = AttnShape {
             n_heads: self.heads,
@@ -65,7 +66,7 @@ impl Attention {
             softcap: None,
         };
         let o = attention_full(&q, &k, &v, n, &shape);
-        self.to_out.forward(&o, n)
+        self.to_out.forward_wide(&o, n)
     }
 }
 
@@ -135,14 +136,18 @@ impl TransformerBlock {
         let h = self.norm2.forward(x, self.dim)?;
         add(x, self.attn2.forward(&h, n, Some((ctx, m))));
         let h = self.norm3.forward(x, self.dim)?;
-        let proj = self.ff_in.forward(&h, n);
+        let proj = self.ff_in.forward_wide(&h, n);
         let inner = proj.len() / n.max(1) / 2;
         let mut act = Vec::with_capacity(n * inner);
         for row in proj.chunks_exact(2 * inner) {
             let (a, gate) = row.split_at(inner);
-            act.extend(a.iter().zip(gate).map(|(&a, &g)| a * gelu_erf(g)));
+            act.extend(
+                a.iter()
+                    .zip(gate)
+                    .map(|(&a, &g)| a * encoder_math::gelu_erf(g)),
+            );
         }
-        add(x, self.ff_out.forward(&act, n));
+        add(x, self.ff_out.forward_wide(&act, n));
         Ok(())
     }
 }

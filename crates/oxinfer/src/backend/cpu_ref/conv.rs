@@ -11,6 +11,7 @@
 //! caller's to add.
 
 use crate::backend::{ConvGeom, NormKind, NormSpec};
+use oxinfer_kernels::packed::float::{matmul_float_packed, pack_for_call};
 use oxinfer_kernels::WeightMatrix;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -169,8 +170,10 @@ pub fn check_conv(
 
 /// The CPU reference of [`crate::nn::conv2d`]: [`conv_input_norm`], then the `k × k` neighbourhoods unfolded
 /// (zero padding) into blocks of output pixels, each multiplied by `w` with the CPU kernels
-/// (`oxinfer_kernels::matmul`; quantized formats quantize the unfolded activations to int8
-/// blocks as every CPU matmul does). A 1 × 1 convolution of stride 1 multiplies `x` directly.
+/// (float weights packed once per call for the packed f32 GEMM,
+/// `oxinfer_kernels::packed::float::pack_for_call`; otherwise `oxinfer_kernels::matmul`, whose
+/// quantized formats quantize the unfolded activations to int8 blocks as every CPU matmul
+/// does). A 1 × 1 convolution of stride 1 multiplies `x` directly.
 ///
 /// # Errors
 /// As [`check_conv`].
@@ -208,8 +211,14 @@ fn conv2d_cpu_blocks(
     if n_out == 0 || pixels == 0 {
         return Ok(());
     }
+    // Float weights are packed once for the whole convolution (every pixel multiplies them).
+    let packed = pack_for_call(w, pixels);
+    let product = |x: &[f32], n: usize, y: &mut [f32]| match &packed {
+        Some(p) => matmul_float_packed(p, x, n, y),
+        None => oxinfer_kernels::matmul(w, x, n, y),
+    };
     if g.k == 1 && g.stride == 1 {
-        oxinfer_kernels::matmul(w, &xn, pixels, y);
+        product(&xn, pixels, y);
         return Ok(());
     }
     let block = block.clamp(1, pixels);
@@ -219,7 +228,7 @@ fn conv2d_cpu_blocks(
         let n = block.min(pixels - p0);
         let cols_buf = &mut buf[..n * cols];
         unfold(&xn, g, p0, cols_buf);
-        oxinfer_kernels::matmul(w, cols_buf, n, &mut y[p0 * n_out..(p0 + n) * n_out]);
+        product(cols_buf, n, &mut y[p0 * n_out..(p0 + n) * n_out]);
         p0 += n;
     }
     Ok(())
