@@ -185,13 +185,17 @@ impl ClipTextModel {
         let add = |x: &mut [f32], y: Vec<f32>| x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
         for l in &self.layers {
             let h = l.ln1.forward(&x, d)?;
-            let (q, k, v) = (l.q.forward(&h, t), l.k.forward(&h, t), l.v.forward(&h, t));
+            let (q, k, v) = (
+                l.q.forward_wide(&h, t),
+                l.k.forward_wide(&h, t),
+                l.v.forward_wide(&h, t),
+            );
             let o = attention(&q, &k, &v, t, 0, &shape);
-            add(&mut x, l.out.forward(&o, t));
+            add(&mut x, l.out.forward_wide(&o, t));
             let h = l.ln2.forward(&x, d)?;
-            let mut m = l.fc1.forward(&h, t);
+            let mut m = l.fc1.forward_wide(&h, t);
             m.iter_mut().for_each(|v| *v = c.act.apply(*v));
-            add(&mut x, l.fc2.forward(&m, t));
+            add(&mut x, l.fc2.forward_wide(&m, t));
         }
         self.final_ln.forward(&x, d)
     }
