@@ -288,49 +288,68 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
             v
         }
     };
+    // Pixels per pool task: the statistics are summed per part and the parts added in order,
+    // so the result does not depend on the thread count.
+    let part = NORM_PIXELS_PER_PART * cin.max(1);
+    let x_parts: Vec<&[f32]> = x.chunks(part).collect();
+    let mut out_parts: Vec<&mut [f32]> = out.chunks_mut(part).collect();
     match norm.kind {
         NormKind::Group(groups) => {
             let cpg = cin / groups;
             let n = (x.len() / cin * cpg) as f64;
-            let mut mean = vec![0f64; groups];
-            for px in x.chunks_exact(cin) {
-                for (c, &v) in px.iter().enumerate() {
-                    mean[c / cpg] += v as f64;
-                }
-            }
-            mean.iter_mut().for_each(|m| *m /= n);
-            let mut var = vec![0f64; groups];
-            for px in x.chunks_exact(cin) {
-                for (c, &v) in px.iter().enumerate() {
-                    let d = v as f64 - mean[c / cpg];
-                    var[c / cpg] += d * d;
-                }
-            }
+            // Per part, Σ (v − center[group]) and Σ (v − center[group])² by group.
+            let sums = |center: &[f64], square: bool| -> Vec<f64> {
+                let mut per_part: Vec<Vec<f64>> = vec![vec![0f64; groups]; x_parts.len()];
+                oxinfer_kernels::pool::for_each_mut(&mut per_part, |i, acc| {
+                    for px in x_parts[i].chunks_exact(cin) {
+                        for (c, &v) in px.iter().enumerate() {
+                            let d = f64::from(v) - center[c / cpg];
+                            acc[c / cpg] += if square { d * d } else { d };
+                        }
+                    }
+                });
+                per_part.iter().fold(vec![0f64; groups], |mut total, p| {
+                    total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+                    total
+                })
+            };
+            let mean: Vec<f64> = sums(&vec![0f64; groups], false)
+                .iter()
+                .map(|s| s / n)
+                .collect();
+            let var = sums(&mean, true);
             let stats: Vec<(f32, f32)> = mean
                 .iter()
                 .zip(&var)
                 .map(|(&m, &v)| (m as f32, (1.0 / (v / n + norm.eps as f64).sqrt()) as f32))
                 .collect();
-            for (px, o) in x.chunks_exact(cin).zip(out.chunks_exact_mut(cin)) {
-                for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
-                    let (m, r) = stats[c / cpg];
-                    *o = apply(v, c, m, r);
+            oxinfer_kernels::pool::for_each_mut(&mut out_parts, |i, o| {
+                for (px, o) in x_parts[i].chunks_exact(cin).zip(o.chunks_exact_mut(cin)) {
+                    for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
+                        let (m, r) = stats[c / cpg];
+                        *o = apply(v, c, m, r);
+                    }
                 }
-            }
+            });
         }
         NormKind::Layer => {
-            for (px, o) in x.chunks_exact(cin).zip(out.chunks_exact_mut(cin)) {
-                let m = px.iter().map(|&v| v as f64).sum::<f64>() / cin as f64;
-                let var = px.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cin as f64;
-                let (m, r) = (m as f32, (1.0 / (var + norm.eps as f64).sqrt()) as f32);
-                for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
-                    *o = apply(v, c, m, r);
+            oxinfer_kernels::pool::for_each_mut(&mut out_parts, |i, o| {
+                for (px, o) in x_parts[i].chunks_exact(cin).zip(o.chunks_exact_mut(cin)) {
+                    let m = px.iter().map(|&v| v as f64).sum::<f64>() / cin as f64;
+                    let var = px.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cin as f64;
+                    let (m, r) = (m as f32, (1.0 / (var + norm.eps as f64).sqrt()) as f32);
+                    for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
+                        *o = apply(v, c, m, r);
+                    }
                 }
-            }
+            });
         }
     }
     Ok(out)
 }
+
+/// Pixels per pool task of [`conv_input_norm`].
+const NORM_PIXELS_PER_PART: usize = 256;
 
 #[cfg(test)]
 mod tests {
