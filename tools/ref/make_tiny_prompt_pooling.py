@@ -24,8 +24,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sentence_transformers import SentenceTransformer, models
-from st_fixture import embedding_references, folder_size, write_json
+from sentence_transformers import models
+from st_fixture import embedding_references, folder_size, save_sentence_transformer, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "tests" / "fixtures" / "bert-tiny"
@@ -48,13 +48,9 @@ TEXTS = [
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
-    st = SentenceTransformer(
-        modules=[models.Transformer(str(SRC), max_seq_length=MAX_SEQ),
-                 models.Pooling(32, pooling_mode=MODES, include_prompt=False),
-                 models.Normalize()],
-        prompts=PROMPTS, device="cpu")
-    st.save(str(OUT), safe_serialization=True)
-    (OUT / "README.md").unlink(missing_ok=True)
+    save_sentence_transformer(
+        OUT, MAX_SEQ, [models.Pooling(32, pooling_mode=MODES, include_prompt=False),
+                       models.Normalize()], PROMPTS, src=SRC)
     refs = embedding_references(OUT, TEXTS, MAX_SEQ, 3, list(PROMPTS),
                                 extra={"pooling_modes": list(MODES), "include_prompt": False})
     write_json(OUT / "reference.json", refs)

@@ -43,16 +43,19 @@ def randomize(model: torch.nn.Module, is_gain: Callable[[str], bool],
 
 
 def save_sentence_transformer(out: Path, max_seq: int, after: list[torch.nn.Module],
-                              prompts: dict[str, str], **kwargs) -> None:
-    """Saves ``out/hf`` (a transformers model + tokenizer) as the sentence-transformers folder
-    ``out``: Transformer (``max_seq_length`` ``max_seq``) followed by the modules ``after``, with
-    ``prompts``; ``kwargs`` go to ``SentenceTransformer``. Removes ``out/hf`` and the README."""
-    hf = out / "hf"
+                              prompts: dict[str, str], src: Path | None = None,
+                              **kwargs) -> None:
+    """Saves ``src`` (a transformers model + tokenizer; default ``out/hf``, removed afterwards)
+    as the sentence-transformers folder ``out``: Transformer (``max_seq_length`` ``max_seq``)
+    followed by the modules ``after``, with ``prompts``; ``kwargs`` go to
+    ``SentenceTransformer``. Removes the generated README."""
+    hf = src or out / "hf"
     st = SentenceTransformer(
         modules=[models.Transformer(str(hf), max_seq_length=max_seq), *after],
         prompts=prompts, device="cpu", **kwargs)
     st.save(str(out), safe_serialization=True)
-    shutil.rmtree(hf)
+    if src is None:
+        shutil.rmtree(hf)
     (out / "README.md").unlink(missing_ok=True)
 
 

@@ -263,7 +263,8 @@ impl Embedder {
             None => text.to_string(),
         };
         let mut encoded = self.encode_ids(index, &self.tokenize(&full)?, opts.truncate)?;
-        if let Some(p) = prompt.filter(|p| !p.is_empty()) {
+        // Only a pooling that leaves the prompt out needs its length.
+        if let Some(p) = prompt.filter(|p| !p.is_empty() && !self.layout.pooling.include_prompt) {
             encoded.prompt_len = self.prompt_len(p)?;
         }
         Ok(encoded)
@@ -272,9 +273,9 @@ impl Embedder {
     /// The ids of `text` (lower-cased when the model asks), no special tokens.
     fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         let text = if self.layout.lower_case {
-            text.to_lowercase()
+            std::borrow::Cow::Owned(text.to_lowercase())
         } else {
-            text.to_string()
+            std::borrow::Cow::Borrowed(text)
         };
         self.tokenizer
             .encode(&text, false)

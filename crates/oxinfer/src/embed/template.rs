@@ -26,8 +26,8 @@ pub struct Encoded {
     /// Token type (segment) of each id.
     pub type_ids: Vec<u32>,
     /// How many of the first tokens hold a prompt put before the text (the special tokens
-    /// before it included; sentence-transformers' `prompt_length`), which pooling leaves out
-    /// when the model's `include_prompt` is false; 0 without a prompt.
+    /// before it included; sentence-transformers' `prompt_length`), for a model whose pooling
+    /// leaves them out (`include_prompt: false`); 0 without a prompt or for other models.
     pub prompt_len: usize,
 }
 

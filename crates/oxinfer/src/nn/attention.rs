@@ -126,11 +126,10 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         return out;
     }
     let packed = float_packing_pays(WeightFormat::F32);
-    let (mut qh, mut kh, mut vt) = (
-        vec![0f32; n_q * d],
-        Vec::with_capacity(n_k * d * 4),
-        Vec::with_capacity(n_k * d * 4),
-    );
+    // The row kernels' operands (only without packing): the head's keys as `[n_k, d]` f32
+    // bytes, its values transposed to `[d, n_k]`, so both products are the kernels' `x · Wᵀ`.
+    let (mut kh, mut vt) = (Vec::new(), Vec::new());
+    let mut qh = vec![0f32; n_q * d];
     let mut scores = vec![0f32; n_q * n_k];
     let mut oh = vec![0f32; n_q * d];
     for h in 0..p.n_heads {
@@ -141,36 +140,24 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         let key = |r: usize| &k[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
         let value = |r: usize| &v[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
         if packed {
-            // The head's keys and values (as `Vᵀ`) packed for the packed f32 GEMM.
             let km = PackedFloatMatrix::from_rows(n_k, d, key);
             matmul_float_packed(&km, &qh, n_q, &mut scores);
-            softmax_rows(&mut scores, n_k, p);
+        } else {
+            kh.clear();
+            kh.extend((0..n_k).flat_map(|r| key(r).iter().flat_map(|x| x.to_le_bytes())));
+            let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
+            oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
+        }
+        softmax_rows(&mut scores, n_k, p);
+        if packed {
             let vm = PackedFloatMatrix::from_columns(d, n_k, value);
             matmul_float_packed(&vm, &scores, n_q, &mut oh);
-            for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
-                dst[h * d..(h + 1) * d].copy_from_slice(src);
-            }
-            continue;
+        } else {
+            vt.clear();
+            vt.extend((0..d).flat_map(|e| (0..n_k).flat_map(move |r| value(r)[e].to_le_bytes())));
+            let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
+            oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
         }
-        // Keys of this head as an `[n_k, d]` f32 matrix, values transposed to `[d, n_k]`,
-        // so both products are the kernels' `x · Wᵀ`.
-        kh.clear();
-        for row in k.chunks_exact(kv_row) {
-            kh.extend(
-                row[kvh * d..(kvh + 1) * d]
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes()),
-            );
-        }
-        vt.clear();
-        for e in 0..d {
-            vt.extend((0..n_k).flat_map(|r| v[r * kv_row + kvh * d + e].to_le_bytes()));
-        }
-        let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
-        oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
-        softmax_rows(&mut scores, n_k, p);
-        let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
-        oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
         for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
             dst[h * d..(h + 1) * d].copy_from_slice(src);
         }
