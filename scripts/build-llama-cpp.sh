@@ -14,7 +14,7 @@
 #         (~7 MB: no models/docs/tests/media, no other GPU backends) and point LLAMA_SRC at the
 #         unpacked tree there.
 # Output: ~/.cache/oxinfer/llama-cpp-<flavor>/bin/{llama-server,llama-bench,llama-cli,llama-perplexity,
-# llama-quantize,llama-imatrix} (LLAMA_TARGETS overrides the list; `llama-embedding` turns examples on). Needs cmake
+# llama-quantize,llama-imatrix} (LLAMA_TARGETS overrides the list; `llama-embedding`, `llama-speculative`, `llama-lookup` turn examples on). Needs cmake
 # (`pip install cmake ninja` works) and a C++ compiler; ~20 min on a quiet 2-core machine.
 set -euo pipefail
 FLAVOR=${1:-native}
@@ -51,9 +51,10 @@ case "$FLAVOR" in
   *) echo "unknown flavor $FLAVOR (native|avx2|cuda|pack)" >&2; exit 2 ;;
 esac
 TARGETS=(${LLAMA_TARGETS:-llama-server llama-bench llama-cli llama-perplexity llama-quantize llama-imatrix})
-# llama-embedding lives in examples/ (tools/bench/embed_bench.py's reference); other examples stay off.
+# llama-embedding (tools/bench/embed_bench.py's reference), llama-speculative and llama-lookup
+# (tools/bench/spec_bench.py's) live in examples/; without them examples stay off.
 EXAMPLES=OFF
-case " ${TARGETS[*]} " in *" llama-embedding "*) EXAMPLES=ON ;; esac
+case " ${TARGETS[*]} " in *" llama-embedding "* | *" llama-speculative"* | *" llama-lookup "*) EXAMPLES=ON ;; esac
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
