@@ -125,6 +125,19 @@ fn unet_each_step_matches() {
                 worst = worst.max(d);
                 assert!(d < TOL, "{v} step {s} batch {b}: scaled max diff {d:e}");
             }
+            // The whole batch as one call (classifier-free guidance's shape), each image with
+            // its own text.
+            let o = s * batch * n..(s + 1) * batch * n;
+            let x = FeatureMap::from_nchw(&inputs[o.clone()], batch, c, h, w);
+            let t = t.as_f64().unwrap() as f32;
+            let got = f.pipeline.unet.forward(&x, t, &emb).unwrap();
+            assert_eq!(got.images, batch);
+            let d = scaled_diff(&got.to_chw(), &outputs[o]);
+            worst = worst.max(d);
+            assert!(
+                d < TOL,
+                "{v} step {s}, one batched call: scaled max diff {d:e}"
+            );
         }
         eprintln!("{v} UNet, every call: worst scaled max diff {worst:.2e}");
     }

@@ -15,10 +15,12 @@ pub mod norm;
 pub mod rope;
 pub mod self_attention;
 
-pub use crate::backend::cpu_ref::conv::{conv2d_cpu, conv_geom, conv_input_norm, ConvError};
+pub use crate::backend::cpu_ref::conv::{
+    conv2d_cpu, conv2d_cpu_images, conv_geom, conv_input_norm, ConvError,
+};
 pub use crate::plan::{KvCache, LayerCache, RecurrentState, SeqRows};
 pub use attention::{attention, attention_cached};
-pub use conv::conv2d;
+pub use conv::{conv2d, conv2d_images};
 pub use embedding::Embedding;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;

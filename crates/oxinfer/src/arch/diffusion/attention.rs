@@ -5,7 +5,7 @@
 //! Image tokens and text tokens see each other in full: [`attention_full`], the shared
 //! non-causal attention.
 
-use super::layers::{Conv2d, FeatureMap, Norm, Weights};
+use super::layers::{concat_images, map_rows, zip_apply, Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
 use crate::arch::encoder_math;
 use crate::backend::NormKind;
@@ -49,13 +49,20 @@ impl Attention {
         })
     }
 
-    /// `x` `[n, dim]` attends to `ctx` `[m, kv_dim]` (to itself when `ctx` is `None`); returns
-    /// `[n, dim]`.
-    pub fn forward(&self, x: &[f32], n: usize, ctx: Option<(&[f32], usize)>) -> Vec<f32> {
+    /// `x` `[images][n][dim]` attends, image by image, to that image's `ctx` `[images][m][kv_dim]`
+    /// (to itself when `ctx` is `None`); returns `[images][n][dim]`. The projections run over the
+    /// rows of all images at once.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        images: usize,
+        ctx: Option<(&[f32], usize)>,
+    ) -> Vec<f32> {
         let (c, m) = ctx.unwrap_or((x, n));
-        let q = self.to_q.forward_wide(x, n);
-        let k = self.to_k.forward_wide(c, m);
-        let v = self.to_v.forward_wide(c, m);
+        let q = self.to_q.forward_wide(x, images * n);
+        let k = self.to_k.forward_wide(c, images * m);
+        let v = self.to_v.forward_wide(c, images * m);
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         let shape = AttnShape {
             n_heads: self.heads,
@@ -65,8 +72,19 @@ impl Attention {
             window: None,
             softcap: None,
         };
-        let o = attention_full(&q, &k, &v, n, &shape);
-        self.to_out.forward_wide(&o, n)
+        let (qn, km) = (n * self.to_q.n_out, m * self.to_k.n_out);
+        let o = concat_images(images, |i| {
+            let kv = i * km..(i + 1) * km;
+            Ok::<_, std::convert::Infallible>(attention_full(
+                &q[i * qn..(i + 1) * qn],
+                &k[kv.clone()],
+                &v[kv],
+                n,
+                &shape,
+            ))
+        })
+        .unwrap_or_else(|e| match e {});
+        self.to_out.forward_wide(&o, images * n)
     }
 }
 
@@ -122,32 +140,33 @@ impl TransformerBlock {
         })
     }
 
-    /// `x` `[n, dim]` in place; `ctx` is the text `[m, ctx_dim]`.
+    /// `x` `[images][n][dim]` in place; `ctx` is each image's text, `[images][m][ctx_dim]`.
     pub fn forward(
         &self,
         x: &mut [f32],
         n: usize,
+        images: usize,
         ctx: &[f32],
         m: usize,
     ) -> Result<(), DiffusionError> {
-        let add = |x: &mut [f32], y: Vec<f32>| x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+        let add = |x: &mut [f32], y: Vec<f32>| zip_apply(x, &y, |a, b| *a += b);
+        let rows = images * n;
+        // LayerNorms are per row, so they run over all images at once.
         let h = self.norm1.forward(x, self.dim)?;
-        add(x, self.attn1.forward(&h, n, None));
+        add(x, self.attn1.forward(&h, n, images, None));
         let h = self.norm2.forward(x, self.dim)?;
-        add(x, self.attn2.forward(&h, n, Some((ctx, m))));
+        add(x, self.attn2.forward(&h, n, images, Some((ctx, m))));
         let h = self.norm3.forward(x, self.dim)?;
-        let proj = self.ff_in.forward_wide(&h, n);
-        let inner = proj.len() / n.max(1) / 2;
-        let mut act = Vec::with_capacity(n * inner);
-        for row in proj.chunks_exact(2 * inner) {
+        let proj = self.ff_in.forward_wide(&h, rows);
+        let inner = self.ff_in.n_out / 2;
+        let mut act = vec![0f32; rows * inner];
+        map_rows(&mut act, inner, &proj, 2 * inner, |out, row| {
             let (a, gate) = row.split_at(inner);
-            act.extend(
-                a.iter()
-                    .zip(gate)
-                    .map(|(&a, &g)| a * encoder_math::gelu_erf(g)),
-            );
-        }
-        add(x, self.ff_out.forward_wide(&act, n));
+            for (o, (&a, &g)) in out.iter_mut().zip(a.iter().zip(gate)) {
+                *o = a * encoder_math::gelu_erf(g);
+            }
+        });
+        add(x, self.ff_out.forward_wide(&act, rows));
         Ok(())
     }
 }
@@ -193,7 +212,8 @@ impl Transformer2D {
         })
     }
 
-    /// `x` attends over itself and to `ctx` (`[m, ctx_dim]`).
+    /// Each image of `x` attends over itself and to its own text in `ctx`
+    /// (`[x.images][m][ctx_dim]`).
     pub fn forward(
         &self,
         x: &FeatureMap,
@@ -203,7 +223,7 @@ impl Transformer2D {
         let mut h = self.proj_in.forward(x, Some(&self.norm))?;
         let n = h.pixels();
         for b in &self.blocks {
-            b.forward(&mut h.data, n, ctx, m)?;
+            b.forward(&mut h.data, n, h.images, ctx, m)?;
         }
         let mut out = self.proj_out.forward(&h, None)?;
         out.add_assign(x);
@@ -229,12 +249,15 @@ impl VaeAttention {
         })
     }
 
-    /// `x + attn(norm(x))`.
+    /// `x + attn(norm(x))`, image by image.
     pub fn forward(&self, x: &FeatureMap) -> Result<FeatureMap, DiffusionError> {
-        let h = self.norm.forward(&x.data, self.c)?;
+        let len = x.pixels() * self.c;
+        let h = concat_images(x.images, |i| {
+            self.norm.forward(&x.data[i * len..(i + 1) * len], self.c)
+        })?;
         let mut out = FeatureMap {
-            data: self.attn.forward(&h, x.pixels(), None),
-            ..x.clone()
+            data: self.attn.forward(&h, x.pixels(), x.images, None),
+            ..*x
         };
         out.add_assign(x);
         Ok(out)

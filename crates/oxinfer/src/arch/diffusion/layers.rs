@@ -10,54 +10,97 @@ use crate::nn::{conv_geom, conv_input_norm};
 use oxinfer_kernels::WeightFormat;
 use std::sync::OnceLock;
 
-/// A channels-last feature map: `data` is `[h * w, c]` (pixel-major, channels contiguous).
+/// A batch of channels-last feature maps of one size: `data` is `[images][h * w][c]` (each
+/// image pixel-major, channels contiguous). Convolutions and linear layers run over the rows
+/// of all images at once; norms and attention keep to each image.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FeatureMap {
     pub h: usize,
     pub w: usize,
     pub c: usize,
+    /// Images in the batch (1 outside classifier-free guidance).
+    pub images: usize,
     pub data: Vec<f32>,
 }
 
 impl FeatureMap {
-    /// From one NCHW image (`[c, h, w]`, batch item already selected).
-    pub fn from_chw(chw: &[f32], c: usize, h: usize, w: usize) -> Self {
-        assert_eq!(chw.len(), c * h * w, "CHW buffer of {c}x{h}x{w}");
-        let mut data = vec![0f32; chw.len()];
-        for ch in 0..c {
-            for p in 0..h * w {
-                data[p * c + ch] = chw[ch * h * w + p];
-            }
+    /// One image `[h * w, c]`.
+    pub fn new(h: usize, w: usize, c: usize, data: Vec<f32>) -> Self {
+        debug_assert_eq!(data.len(), h * w * c);
+        FeatureMap {
+            h,
+            w,
+            c,
+            images: 1,
+            data,
         }
-        FeatureMap { h, w, c, data }
     }
 
-    /// As `[c, h, w]`.
+    /// From one NCHW image (`[c, h, w]`, batch item already selected).
+    pub fn from_chw(chw: &[f32], c: usize, h: usize, w: usize) -> Self {
+        Self::from_nchw(chw, 1, c, h, w)
+    }
+
+    /// From a batch of `images` NCHW images (`[images, c, h, w]`).
+    pub fn from_nchw(nchw: &[f32], images: usize, c: usize, h: usize, w: usize) -> Self {
+        assert_eq!(
+            nchw.len(),
+            images * c * h * w,
+            "NCHW buffer of {images}x{c}x{h}x{w}"
+        );
+        let mut data = vec![0f32; nchw.len()];
+        for (src, dst) in nchw
+            .chunks_exact(c * h * w)
+            .zip(data.chunks_exact_mut(c * h * w))
+        {
+            for ch in 0..c {
+                for p in 0..h * w {
+                    dst[p * c + ch] = src[ch * h * w + p];
+                }
+            }
+        }
+        FeatureMap {
+            h,
+            w,
+            c,
+            images,
+            data,
+        }
+    }
+
+    /// As NCHW `[images, c, h, w]`.
     pub fn to_chw(&self) -> Vec<f32> {
         let hw = self.h * self.w;
         let mut out = vec![0f32; self.data.len()];
-        for p in 0..hw {
-            for ch in 0..self.c {
-                out[ch * hw + p] = self.data[p * self.c + ch];
+        for (src, dst) in self
+            .data
+            .chunks_exact(hw * self.c)
+            .zip(out.chunks_exact_mut(hw * self.c))
+        {
+            for p in 0..hw {
+                for ch in 0..self.c {
+                    dst[ch * hw + p] = src[p * self.c + ch];
+                }
             }
         }
         out
     }
 
-    /// Pixels (`h * w`).
+    /// Pixels of one image (`h * w`).
     pub fn pixels(&self) -> usize {
         self.h * self.w
     }
 
-    /// `self` and `other` (same size) concatenated along channels: `[h * w, c + other.c]`.
+    /// `self` and `other` (same size and batch) concatenated along channels:
+    /// `[images][h * w][c + other.c]`.
     pub fn concat_channels(&self, other: &FeatureMap) -> FeatureMap {
         assert_eq!(
-            (self.h, self.w),
-            (other.h, other.w),
+            (self.h, self.w, self.images),
+            (other.h, other.w, other.images),
             "concat of maps of other sizes"
         );
         let c = self.c + other.c;
-        let mut data = Vec::with_capacity(self.pixels() * c);
+        let mut data = Vec::with_capacity(self.data.len() + other.data.len());
         for (a, b) in self
             .data
             .chunks_exact(self.c)
@@ -66,46 +109,97 @@ impl FeatureMap {
             data.extend_from_slice(a);
             data.extend_from_slice(b);
         }
-        FeatureMap {
-            h: self.h,
-            w: self.w,
-            c,
-            data,
-        }
+        FeatureMap { c, data, ..*self }
     }
 
-    /// Nearest-neighbour resize to `oh × ow` (source pixel `floor(dst · in / out)` per axis, as
-    /// torch's `interpolate(mode="nearest")`).
+    /// Nearest-neighbour resize of each image to `oh × ow` (source pixel `floor(dst · in / out)`
+    /// per axis, as torch's `interpolate(mode="nearest")`).
     pub fn upsample_nearest(&self, oh: usize, ow: usize) -> FeatureMap {
-        let mut data = Vec::with_capacity(oh * ow * self.c);
-        for y in 0..oh {
-            let sy = y * self.h / oh;
-            for x in 0..ow {
-                let sx = x * self.w / ow;
-                let s = (sy * self.w + sx) * self.c;
-                data.extend_from_slice(&self.data[s..s + self.c]);
+        let mut data = Vec::with_capacity(self.images * oh * ow * self.c);
+        for image in self.data.chunks_exact(self.pixels() * self.c) {
+            for y in 0..oh {
+                let sy = y * self.h / oh;
+                for x in 0..ow {
+                    let sx = x * self.w / ow;
+                    let s = (sy * self.w + sx) * self.c;
+                    data.extend_from_slice(&image[s..s + self.c]);
+                }
             }
         }
         FeatureMap {
             h: oh,
             w: ow,
-            c: self.c,
             data,
+            ..*self
         }
     }
 
-    /// `self += other`, element by element.
+    /// `self += other`, element by element, on the thread pool.
     pub fn add_assign(&mut self, other: &FeatureMap) {
         assert_eq!(
             self.data.len(),
             other.data.len(),
             "sum of maps of other shapes"
         );
-        self.data
-            .iter_mut()
-            .zip(&other.data)
-            .for_each(|(a, b)| *a += b);
+        zip_apply(&mut self.data, &other.data, |a, b| *a += b);
     }
+}
+
+/// Values per pool task of the element-wise helpers ([`zip_apply`]).
+const ELEMENTWISE_PART: usize = 1 << 15;
+
+/// `f(a, b)` for every pair of `a` and `b` (same length), in parts of [`ELEMENTWISE_PART`]
+/// values on the thread pool (inline when there is one part).
+pub fn zip_apply(a: &mut [f32], b: &[f32], f: impl Fn(&mut f32, f32) + Sync) {
+    assert_eq!(a.len(), b.len(), "element-wise operands of other lengths");
+    let mut parts: Vec<&mut [f32]> = a.chunks_mut(ELEMENTWISE_PART).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| {
+        let src = &b[i * ELEMENTWISE_PART..];
+        part.iter_mut().zip(src).for_each(|(x, &y)| f(x, y));
+    });
+}
+
+/// `row += v` for every row (`v.len()` values) of `x`, in parts on the thread pool.
+pub fn add_rows(x: &mut [f32], v: &[f32]) {
+    map_rows(x, v.len(), &[], 0, |row, _| {
+        row.iter_mut().zip(v).for_each(|(a, b)| *a += b)
+    });
+}
+
+/// `f(out_row, src_row)` for every row of `out` (`out_w` values) and the same row of `src`
+/// (`src_w` values; `src` may be empty with `src_w` 0), rows in parts of about
+/// [`ELEMENTWISE_PART`] values on the thread pool.
+pub fn map_rows(
+    out: &mut [f32],
+    out_w: usize,
+    src: &[f32],
+    src_w: usize,
+    f: impl Fn(&mut [f32], &[f32]) + Sync,
+) {
+    let rows = (ELEMENTWISE_PART / out_w.max(src_w).max(1)).max(1);
+    let mut parts: Vec<&mut [f32]> = out.chunks_mut(rows * out_w.max(1)).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| {
+        for (r, o) in part.chunks_exact_mut(out_w.max(1)).enumerate() {
+            let s = (i * rows + r) * src_w;
+            f(o, &src[s..s + src_w]);
+        }
+    });
+}
+
+/// `f(0)`, `f(1)`, … `f(images − 1)` one after another (a per-image step over a batch; one
+/// image's result is returned as it is, without a copy).
+///
+/// # Errors
+/// The first error of `f`.
+pub fn concat_images<E>(
+    images: usize,
+    mut f: impl FnMut(usize) -> Result<Vec<f32>, E>,
+) -> Result<Vec<f32>, E> {
+    let mut out = f(0)?;
+    for i in 1..images {
+        out.extend(f(i)?);
+    }
+    Ok(out)
 }
 
 /// A tensor store and a name prefix (`down_blocks.0.resnets.1`), so blocks load their weights
@@ -200,25 +294,25 @@ impl Conv2d {
         Ok(conv_geom(h, w, self.cin, self.k, self.stride)?)
     }
 
-    /// `conv(norm(x)) + bias`, the norm (with its SiLU) fused into the convolution's input.
+    /// `conv(norm(x)) + bias` for every image of `x`, the norm (with its SiLU, each image's own
+    /// statistics) fused into the convolution's input.
     pub fn forward(
         &self,
         x: &FeatureMap,
         norm: Option<&Norm>,
     ) -> Result<FeatureMap, DiffusionError> {
         let g = self.geom(x.h, x.w)?;
-        let mut y = vec![0f32; g.oh * g.ow * self.cout];
+        let mut y = vec![0f32; x.images * g.oh * g.ow * self.cout];
         let m = self.weight.matrix()?;
         let dev = backend::active().and_then(|b| self.device.get_or_init(|| b.upload(&m)).as_ref());
         let spec = norm.map(Norm::spec);
-        crate::nn::conv2d(&x.data, &g, spec.as_ref(), &m, dev, &mut y)?;
-        for row in y.chunks_exact_mut(self.cout) {
-            row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
-        }
+        crate::nn::conv2d_images(&x.data, x.images, &g, spec.as_ref(), &m, dev, &mut y)?;
+        add_rows(&mut y, &self.bias);
         Ok(FeatureMap {
             h: g.oh,
             w: g.ow,
             c: self.cout,
+            images: x.images,
             data: y,
         })
     }
@@ -432,5 +526,38 @@ mod tests {
         assert_eq!(&up.data[..3], &up.data[3..6]);
         assert_eq!(up.data[12 * 3..13 * 3], m.data[2 * 3..3 * 3]);
         assert_eq!(up.data[15 * 3..], m.data[3 * 3..]);
+    }
+
+    #[test]
+    fn batches_keep_their_images_apart() {
+        let nchw: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let b = FeatureMap::from_nchw(&nchw, 2, 3, 2, 2);
+        assert_eq!(b.images, 2);
+        assert_eq!(b.to_chw(), nchw);
+        let second = FeatureMap::from_chw(&nchw[12..], 3, 2, 2);
+        assert_eq!(b.data[12..], second.data[..]);
+        let up = b.upsample_nearest(3, 4);
+        assert_eq!(up.data[36..], second.upsample_nearest(3, 4).data[..]);
+        let cat = b.concat_channels(&b);
+        assert_eq!(cat.data[24..], second.concat_channels(&second).data[..]);
+    }
+
+    #[test]
+    fn elementwise_helpers_cover_every_part() {
+        let n = 3 * ELEMENTWISE_PART + 5;
+        let b: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        let mut a = vec![1f32; n];
+        zip_apply(&mut a, &b, |x, y| *x += y);
+        assert!(a.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
+        // Rows of 7 from rows of 3 (a width that does not divide a part).
+        let rows = n / 3;
+        let mut out = vec![0f32; rows * 7];
+        map_rows(&mut out, 7, &b[..rows * 3], 3, |o, s| o.fill(s[2]));
+        assert!(out
+            .chunks_exact(7)
+            .enumerate()
+            .all(|(r, o)| o[6] == (r * 3 + 2) as f32));
+        add_rows(&mut out, &[1.0; 7]);
+        assert_eq!(out[7 * 5], 18.0);
     }
 }

@@ -6,7 +6,7 @@
 use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
 use super::config::JsonConfig;
-use super::layers::{guidance_embedding, FeatureMap};
+use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config::{self, Family};
 use super::quant_store::QuantizedStore;
@@ -555,28 +555,34 @@ impl StableDiffusion {
         let w_emb = w_emb.as_deref();
         let cfg = req.guidance_scale > 1.0 && w_emb.is_none();
         let cond = self.encode_prompt(&req.prompt)?;
-        let uncond = if cfg {
-            Some(self.encode_prompt(&req.negative_prompt)?)
+        // With guidance the UNet runs both branches as one batch of two images: the negative
+        // prompt's (unconditional) text first, then the prompt's.
+        let ctx = if cfg {
+            let uncond = self.encode_prompt(&req.negative_prompt)?;
+            if uncond.len() != cond.len() {
+                return Err(DiffusionError::Argument(format!(
+                    "negative prompt embeddings have {} values, the prompt's {}",
+                    uncond.len(),
+                    cond.len()
+                )));
+            }
+            [uncond, cond].concat()
         } else {
-            None
+            cond
         };
         for i in start..sched.len() {
             let mut x = latents.clone();
             sched.scale_model_input(&mut x, i);
-            let xm = FeatureMap::from_chw(&x, c, h, w);
             let t = sched.timesteps[i];
-            let pred_c = self.unet.forward_cond(&xm, t, &cond, w_emb)?.to_chw();
-            let pred = match &uncond {
-                Some(u) => {
-                    let pred_u = self.unet.forward_cond(&xm, t, u, w_emb)?.to_chw();
-                    pred_u
-                        .iter()
-                        .zip(&pred_c)
-                        .map(|(&u, &c)| u + req.guidance_scale * (c - u))
-                        .collect()
-                }
-                None => pred_c,
-            };
+            let images = if cfg { 2 } else { 1 };
+            let xm = FeatureMap::from_nchw(&x.repeat(images), images, c, h, w);
+            let mut pred = self.unet.forward_cond(&xm, t, &ctx, w_emb)?.to_chw();
+            if cfg {
+                let (pred_u, pred_c) = pred.split_at_mut(n);
+                let g = req.guidance_scale;
+                zip_apply(pred_u, pred_c, |u, c| *u += g * (c - *u));
+                pred.truncate(n);
+            }
             let k = i - start;
             let sn = step_noise.as_ref().map(|v| &v[k * n..(k + 1) * n]);
             latents = sched.step(&pred, i, &latents, sn)?;

@@ -2,7 +2,7 @@
 //! projection and a 1 × 1 shortcut), `Downsample2D` (3 × 3 conv of stride 2, padding 1) and
 //! `Upsample2D` (nearest 2× then a 3 × 3 conv).
 
-use super::layers::{silu, Conv2d, FeatureMap, Norm, Weights};
+use super::layers::{add_rows, silu, Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
 use crate::backend::NormKind;
 use crate::nn::Linear;
@@ -46,7 +46,8 @@ impl ResnetBlock {
         })
     }
 
-    /// `shortcut(x) + conv2(silu(norm2(conv1(silu(norm1(x))) + proj(silu(temb)))))`.
+    /// `shortcut(x) + conv2(silu(norm2(conv1(silu(norm1(x))) + proj(silu(temb)))))` for every
+    /// image of `x`, all with the same timestep embedding `temb`.
     pub fn forward(
         &self,
         x: &FeatureMap,
@@ -55,10 +56,7 @@ impl ResnetBlock {
         let mut h = self.conv1.forward(x, Some(&self.norm1))?;
         if let (Some(p), Some(t)) = (&self.time_emb_proj, temb) {
             let act: Vec<f32> = t.iter().map(|&v| silu(v)).collect();
-            let shift = p.forward(&act, 1);
-            for px in h.data.chunks_exact_mut(h.c) {
-                px.iter_mut().zip(&shift).for_each(|(v, s)| *v += s);
-            }
+            add_rows(&mut h.data, &p.forward(&act, 1));
         }
         let mut out = self.conv2.forward(&h, Some(&self.norm2))?;
         match &self.shortcut {

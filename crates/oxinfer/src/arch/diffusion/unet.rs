@@ -322,7 +322,11 @@ impl UNet {
     }
 
     /// The model's output (noise or velocity) for latents `x` (`in_channels` channels) at
-    /// timestep `t`, conditioned on text embeddings `ctx` (`[m, cross_attention_dim]`).
+    /// timestep `t`, conditioned on text embeddings `ctx` (`[m, cross_attention_dim]`). `x`
+    /// may be a batch of images (`x.images`, e.g. classifier-free guidance's two branches), each
+    /// with its own text: `ctx` is then `[x.images][m][cross_attention_dim]`, and the output a
+    /// batch of as many images. Every convolution and linear layer runs over the rows of all
+    /// images at once; norms and attention stay per image.
     ///
     /// # Errors
     /// `x` with the wrong channel count, `ctx` not a whole number of rows; a UNet with
@@ -365,13 +369,15 @@ impl UNet {
             )));
         }
         let d = cfg.cross_attention_dim;
-        if ctx.is_empty() || !ctx.len().is_multiple_of(d) {
+        if x.images == 0 || ctx.is_empty() || !ctx.len().is_multiple_of(d * x.images) {
             return Err(DiffusionError::Argument(format!(
-                "text embeddings have {} values, not a whole number of rows of cross_attention_dim = {d}",
-                ctx.len()
+                "text embeddings have {} values, not {} image(s) of a whole number of rows of \
+                 cross_attention_dim = {d}",
+                ctx.len(),
+                x.images
             )));
         }
-        let m = ctx.len() / d;
+        let m = ctx.len() / d / x.images;
         let temb = self.time_embedding(t, cond);
         let mut h = self.conv_in.forward(x, None)?;
         let mut skips = vec![h.clone()];

@@ -28,12 +28,7 @@ impl AsymmetricDownsample {
                 data.extend_from_slice(&full.data[s..s + c]);
             }
         }
-        Ok(FeatureMap {
-            h: oh,
-            w: ow,
-            c,
-            data,
-        })
+        Ok(FeatureMap::new(oh, ow, c, data))
     }
 }
 
@@ -158,15 +153,10 @@ impl VaeEncoder {
             m = q.forward(&m, None)?;
         }
         let l = self.latent_channels;
-        let split = |f: &dyn Fn(f32) -> f32, off: usize| FeatureMap {
-            h: m.h,
-            w: m.w,
-            c: l,
-            data: m
-                .data
-                .chunks_exact(2 * l)
-                .flat_map(|px| px[off..off + l].iter().map(|&v| f(v)))
-                .collect(),
+        let split = |f: &dyn Fn(f32) -> f32, off: usize| {
+            let data = m.data.chunks_exact(2 * l);
+            let data = data.flat_map(|px| px[off..off + l].iter().map(|&v| f(v)));
+            FeatureMap::new(m.h, m.w, l, data.collect())
         };
         Ok(Posterior {
             mean: split(&|v| v, 0),

@@ -106,7 +106,7 @@ fn crop(m: &FeatureMap, y0: usize, x0: usize, h: usize, w: usize) -> FeatureMap 
         let s = (y * m.w + x0) * m.c;
         data.extend_from_slice(&m.data[s..s + w * m.c]);
     }
-    FeatureMap { h, w, c: m.c, data }
+    FeatureMap::new(h, w, m.c, data)
 }
 
 /// Decodes `z` (already divided by the scaling factor) tile by tile with `tiles`' geometry;
@@ -168,5 +168,5 @@ pub fn decode_tiled(
             }
         }
     }
-    Ok(FeatureMap { h, w, c, data })
+    Ok(FeatureMap::new(h, w, c, data))
 }

@@ -8,7 +8,9 @@
 //! format the CPU kernels read. Padding is `k / 2` zeros on every side, added *after* the
 //! normalization (padded taps contribute 0, not `norm(0)`), so
 //! `oh = (h + 2 * (k / 2) - k) / stride + 1` (and the same for `ow`). The bias, if any, is the
-//! caller's to add.
+//! caller's to add. [`conv2d_cpu_images`] runs the same convolution over a batch of images
+//! stored one after another (`[images][h * w][cin]` in, `[images][oh * ow][n_out]` out), the
+//! weight packed once for all of their pixels.
 
 use crate::backend::{ConvGeom, NormKind, NormSpec};
 use oxinfer_kernels::packed::float::{matmul_float_packed, pack_for_call};
@@ -66,9 +68,14 @@ pub fn conv_geom(
     }
 }
 
-/// Checks the geometry against itself and the normalization against `cin` (what
-/// [`conv_input_norm`] needs).
-fn check_geom_norm(x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>) -> Result<(), ConvError> {
+/// Checks the geometry against itself, `x` against `images` inputs of it, and the normalization
+/// against `cin` (what [`conv_input_norm`] needs).
+fn check_geom_norm(
+    x: &[f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+) -> Result<(), ConvError> {
     let want = conv_geom(g.h, g.w, g.cin, g.k, g.stride)?;
     if (g.oh, g.ow) != (want.oh, want.ow) {
         return bad(format!(
@@ -78,10 +85,11 @@ fn check_geom_norm(x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>) -> Result<(
         ));
     }
     let n_x = g.h.checked_mul(g.w).and_then(|v| v.checked_mul(g.cin));
-    if n_x != Some(x.len()) {
+    if n_x.and_then(|v| v.checked_mul(images)) != Some(x.len()) {
         return bad(format!(
-            "input x has {} values, expected h * w * cin = {} * {} * {}",
+            "input x has {} values, expected {}h * w * cin = {} * {} * {}",
             x.len(),
+            images_times(images),
             g.h,
             g.w,
             g.cin
@@ -112,6 +120,15 @@ fn check_geom_norm(x: &[f32], g: &ConvGeom, norm: Option<&NormSpec>) -> Result<(
     Ok(())
 }
 
+/// `"{images} images * "` for a batch, nothing for one image (the messages' sizes).
+fn images_times(images: usize) -> String {
+    if images == 1 {
+        String::new()
+    } else {
+        format!("{images} images * ")
+    }
+}
+
 /// Checks every shape of a convolution: `x` against the geometry, the weight's columns
 /// (`k * k * cin`) and bytes, the norm's `gamma`/`beta` and groups, and `y`
 /// (`oh * ow * n_out`, `n_out` = the weight's rows).
@@ -125,7 +142,26 @@ pub fn check_conv(
     w: &WeightMatrix,
     y: &[f32],
 ) -> Result<(), ConvError> {
-    check_geom_norm(x, g, norm)?;
+    check_conv_images(x, 1, g, norm, w, y)
+}
+
+/// [`check_conv`] for `images` inputs stored one after another: `x` `[images][h * w][cin]`,
+/// `y` `[images][oh * ow][n_out]`.
+///
+/// # Errors
+/// As [`check_conv`]; also no images.
+pub fn check_conv_images(
+    x: &[f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &WeightMatrix,
+    y: &[f32],
+) -> Result<(), ConvError> {
+    if images == 0 {
+        return bad("no images".to_string());
+    }
+    check_geom_norm(x, images, g, norm)?;
     let cols = g.k * g.k * g.cin;
     if w.cols != cols {
         return bad(format!(
@@ -155,11 +191,14 @@ pub fn check_conv(
             w.scales.len()
         ));
     }
-    let n_y = (g.oh * g.ow).checked_mul(w.rows);
+    let n_y = (g.oh * g.ow)
+        .checked_mul(w.rows)
+        .and_then(|v| v.checked_mul(images));
     if n_y != Some(y.len()) {
         return bad(format!(
-            "output y has {} values, expected oh * ow * n_out = {} * {} * {}",
+            "output y has {} values, expected {}oh * ow * n_out = {} * {} * {}",
             y.len(),
+            images_times(images),
             g.oh,
             g.ow,
             w.rows
@@ -184,16 +223,35 @@ pub fn conv2d_cpu(
     w: &WeightMatrix,
     y: &mut [f32],
 ) -> Result<(), ConvError> {
-    check_conv(x, g, norm, w, y)?;
+    conv2d_cpu_images(x, 1, g, norm, w, y)
+}
+
+/// [`conv2d_cpu`] over `images` inputs stored one after another (`x` `[images][h * w][cin]`,
+/// `y` `[images][oh * ow][n_out]`): the norm's statistics are each image's own, the unfolded
+/// rows of all images go through one product, so a float weight is packed once for all of them.
+///
+/// # Errors
+/// As [`check_conv_images`].
+pub fn conv2d_cpu_images(
+    x: &[f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &WeightMatrix,
+    y: &mut [f32],
+) -> Result<(), ConvError> {
+    check_conv_images(x, images, g, norm, w, y)?;
     // Unfolded rows per block: about 4 Mi values (16 MiB), at least 64 rows so the matmul
     // keeps its efficiency.
     let block = ((4 << 20) / w.cols.max(1)).max(64);
-    conv2d_cpu_blocks(x, g, norm, w, y, block)
+    conv2d_cpu_blocks(x, images, g, norm, w, y, block)
 }
 
-/// [`conv2d_cpu`] after the shape checks, unfolding `block` output pixels at a time.
+/// [`conv2d_cpu_images`] after the shape checks, unfolding `block` output pixels (counted over
+/// all images) at a time.
 fn conv2d_cpu_blocks(
     x: &[f32],
+    images: usize,
     g: &ConvGeom,
     norm: Option<&NormSpec>,
     w: &WeightMatrix,
@@ -203,11 +261,18 @@ fn conv2d_cpu_blocks(
     let _prof =
         oxinfer_kernels::profile::scope(|| "conv2d unfold".to_string(), (x.len() * 4) as u64, 0);
     let xn: Cow<[f32]> = match norm {
-        Some(n) => Cow::Owned(conv_input_norm(x, g, n)?),
+        Some(n) => {
+            let mut out = vec![0f32; x.len()];
+            let per = x.len() / images;
+            for (xi, oi) in x.chunks_exact(per).zip(out.chunks_exact_mut(per)) {
+                norm_into(xi, g, n, oi);
+            }
+            Cow::Owned(out)
+        }
         None => Cow::Borrowed(x),
     };
     let (n_out, cols) = (w.rows, w.cols);
-    let pixels = g.oh * g.ow;
+    let pixels = images * g.oh * g.ow;
     if n_out == 0 || pixels == 0 {
         return Ok(());
     }
@@ -236,11 +301,13 @@ fn conv2d_cpu_blocks(
 
 /// Writes the unfolded rows of output pixels `p0 .. p0 + out.len() / (k²·cin)` into `out`
 /// (`[n, k * k * cin]`, taps in `(ky, kx)` order, each `cin` values; zeros outside the image),
-/// rows spread over the thread pool.
+/// rows spread over the thread pool. Pixels are counted over the images of `x` one after
+/// another (pixel `p` is pixel `p % (oh * ow)` of image `p / (oh * ow)`).
 fn unfold(x: &[f32], g: &ConvGeom, p0: usize, out: &mut [f32]) {
     let cin = g.cin;
     let cols = g.k * g.k * cin;
     let pad = g.k / 2;
+    let (out_px, in_len) = (g.oh * g.ow, g.h * g.w * cin);
     let rows_per_task = 16;
     let tasks: Vec<Mutex<&mut [f32]>> = out
         .chunks_mut(rows_per_task * cols)
@@ -250,7 +317,8 @@ fn unfold(x: &[f32], g: &ConvGeom, p0: usize, out: &mut [f32]) {
         let mut chunk = tasks[ti].lock().unwrap_or_else(|e| e.into_inner());
         for (r, row) in chunk.chunks_exact_mut(cols).enumerate() {
             let p = p0 + ti * rows_per_task + r;
-            let (oy, ox) = (p / g.ow, p % g.ow);
+            let image = &x[p / out_px * in_len..(p / out_px + 1) * in_len];
+            let (oy, ox) = (p % out_px / g.ow, p % g.ow);
             for ky in 0..g.k {
                 let iy = (oy * g.stride + ky).wrapping_sub(pad);
                 for kx in 0..g.k {
@@ -258,7 +326,7 @@ fn unfold(x: &[f32], g: &ConvGeom, p0: usize, out: &mut [f32]) {
                     let dst = &mut row[(ky * g.k + kx) * cin..(ky * g.k + kx + 1) * cin];
                     if iy < g.h && ix < g.w {
                         let src = (iy * g.w + ix) * cin;
-                        dst.copy_from_slice(&x[src..src + cin]);
+                        dst.copy_from_slice(&image[src..src + cin]);
                     } else {
                         dst.fill(0.0);
                     }
@@ -277,9 +345,15 @@ fn unfold(x: &[f32], g: &ConvGeom, p0: usize, out: &mut [f32]) {
 /// # Errors
 /// `x` not `[h * w, cin]`, `gamma`/`beta` not `[cin]`, groups not dividing `cin`.
 pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f32>, ConvError> {
-    check_geom_norm(x, g, Some(norm))?;
-    let cin = g.cin;
+    check_geom_norm(x, 1, g, Some(norm))?;
     let mut out = vec![0f32; x.len()];
+    norm_into(x, g, norm, &mut out);
+    Ok(out)
+}
+
+/// [`conv_input_norm`] of one image after the checks, into `out` (`x.len()` values).
+fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
+    let cin = g.cin;
     let apply = |v: f32, c: usize, mean: f32, rstd: f32| -> f32 {
         let v = (v - mean) * rstd * norm.gamma[c] + norm.beta[c];
         if norm.silu {
@@ -345,7 +419,6 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
             });
         }
     }
-    Ok(out)
 }
 
 /// Pixels per pool task of [`conv_input_norm`].
@@ -514,7 +587,7 @@ mod tests {
                     // Whole blocks, and blocks of 3 pixels (a ragged last block).
                     for block in [usize::MAX, 3] {
                         let mut y = vec![f32::NAN; g.oh * g.ow * n_out];
-                        conv2d_cpu_blocks(&x, &g, norm.as_ref(), &wm, &mut y, block).unwrap();
+                        conv2d_cpu_blocks(&x, 1, &g, norm.as_ref(), &wm, &mut y, block).unwrap();
                         let e = rel_err(&y, &want);
                         assert!(
                             e < 1e-5,
@@ -527,6 +600,52 @@ mod tests {
                     assert!(rel_err(&y, &want) < 1e-5);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn images_match_one_image_at_a_time() {
+        let mut rng = Rng(0x0bad_cafe);
+        // (h, w, cin, n_out, k, stride): 3 × 3, strided, and 1 × 1 (one product over x).
+        for &(h, w, cin, n_out, k, stride) in
+            &[(5, 6, 8, 7, 3, 1), (7, 5, 8, 5, 3, 2), (4, 4, 8, 6, 1, 1)]
+        {
+            let g = conv_geom(h, w, cin, k, stride).unwrap();
+            let x = rng.vec(3 * h * w * cin, 2.0, 0.5);
+            let gamma = rng.vec(cin, 0.5, 1.0);
+            let beta = rng.vec(cin, 0.3, 0.0);
+            let norm = NormSpec {
+                kind: NormKind::Group(2),
+                eps: 1e-5,
+                gamma: &gamma,
+                beta: &beta,
+                silu: true,
+            };
+            let (bytes, _) = weights(WeightFormat::F32, &rng.vec(n_out * k * k * cin, 0.5, 0.0));
+            let wm = WeightMatrix::new(WeightFormat::F32, &bytes, n_out, k * k * cin).unwrap();
+            let per_out = g.oh * g.ow * n_out;
+            let mut want = vec![0f32; 3 * per_out];
+            for (xi, yi) in x
+                .chunks_exact(h * w * cin)
+                .zip(want.chunks_exact_mut(per_out))
+            {
+                conv2d_cpu(xi, &g, Some(&norm), &wm, yi).unwrap();
+            }
+            // Whole blocks, and blocks of 7 pixels that straddle the images.
+            for block in [usize::MAX, 7] {
+                let mut y = vec![f32::NAN; 3 * per_out];
+                conv2d_cpu_blocks(&x, 3, &g, Some(&norm), &wm, &mut y, block).unwrap();
+                let e = rel_err(&y, &want.iter().map(|&v| v as f64).collect::<Vec<_>>());
+                assert!(
+                    e < 1e-5,
+                    "{h}x{w} k{k} s{stride} block {block}: rel err {e:.2e}"
+                );
+            }
+            let mut y = vec![0f32; 3 * per_out];
+            let e = conv2d_cpu_images(&x[1..], 3, &g, None, &wm, &mut y)
+                .unwrap_err()
+                .0;
+            assert!(e.contains("3 images"), "{e}");
         }
     }
 
