@@ -4,9 +4,11 @@
 //! timestep embedding and the activations.
 
 use super::DiffusionError;
+use crate::backend::cpu_ref::conv::conv2d_cpu_images_packed;
 use crate::backend::{self, ConvGeom, DeviceWeight, NormKind, NormSpec};
 use crate::loader::{TensorStore, TensorView};
 use crate::nn::{conv_geom, conv_input_norm};
+use oxinfer_kernels::packed::float::{float_packing_pays, PackedFloatMatrix};
 use oxinfer_kernels::WeightFormat;
 use std::sync::OnceLock;
 
@@ -235,9 +237,11 @@ impl<'a> Weights<'a> {
 }
 
 /// A `k × k` convolution with padding `k / 2` and a bias, its weight rearranged at load to the
-/// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored).
+/// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored),
+/// and an f32 one packed there for the CPU's packed GEMM when that is the path it takes
+/// ([`Kernel`]).
 pub struct Conv2d {
-    weight: TensorView,
+    weight: Kernel,
     bias: Vec<f32>,
     /// Input channels.
     pub cin: usize,
@@ -276,7 +280,20 @@ impl Conv2d {
             )
             .into());
         };
-        weight.matrix()?;
+        let m = weight.matrix()?;
+        // Only the packed panels are kept where the CPU's packed GEMM will multiply them: the
+        // same floats as the unfolded f32 copy (plus a ragged last panel's zero rows), packed
+        // once instead of on every call. f16 / bf16 stay unfolded (packed panels are f32, twice
+        // their size) and so does every weight a GPU backend may upload.
+        let packed = (backend::active().is_none()
+            && m.format == WeightFormat::F32
+            && float_packing_pays(m.format))
+        .then(|| PackedFloatMatrix::pack(&m))
+        .flatten();
+        let weight = match packed {
+            Some(p) => Kernel::Packed(p),
+            None => Kernel::Unfolded(weight),
+        };
         let bias = w.vector(&format!("{name}.bias"), &[cout])?;
         Ok(Conv2d {
             weight,
@@ -303,10 +320,18 @@ impl Conv2d {
     ) -> Result<FeatureMap, DiffusionError> {
         let g = self.geom(x.h, x.w)?;
         let mut y = vec![0f32; x.images * g.oh * g.ow * self.cout];
-        let m = self.weight.matrix()?;
-        let dev = backend::active().and_then(|b| self.device.get_or_init(|| b.upload(&m)).as_ref());
         let spec = norm.map(Norm::spec);
-        crate::nn::conv2d_images(&x.data, x.images, &g, spec.as_ref(), &m, dev, &mut y)?;
+        match &self.weight {
+            Kernel::Packed(p) => {
+                conv2d_cpu_images_packed(&x.data, x.images, &g, spec.as_ref(), p, &mut y)?
+            }
+            Kernel::Unfolded(t) => {
+                let m = t.matrix()?;
+                let dev = backend::active()
+                    .and_then(|b| self.device.get_or_init(|| b.upload(&m)).as_ref());
+                crate::nn::conv2d_images(&x.data, x.images, &g, spec.as_ref(), &m, dev, &mut y)?;
+            }
+        }
         add_rows(&mut y, &self.bias);
         Ok(FeatureMap {
             h: g.oh,
@@ -316,6 +341,17 @@ impl Conv2d {
             data: y,
         })
     }
+}
+
+/// How a [`Conv2d`] keeps its weight between calls.
+enum Kernel {
+    /// The unfolded `[cout, k · k · cin]` tensor in its stored format: what a GPU backend
+    /// uploads, the row kernels read and the per-call packing of f16 / bf16 weights packs.
+    Unfolded(TensorView),
+    /// f32 panels of the unfolded matrix, packed once at load: kept instead of the unfolded
+    /// copy when no GPU backend is installed and the packed GEMM is on (not `OXINFER_PACKED=0`,
+    /// not `OXINFER_KERNELS=scalar`).
+    Packed(PackedFloatMatrix),
 }
 
 /// A convolution kernel `t` `[cout, cin, k, k]` rearranged element by element to the unfolded

@@ -10,10 +10,11 @@
 //! `oh = (h + 2 * (k / 2) - k) / stride + 1` (and the same for `ow`). The bias, if any, is the
 //! caller's to add. [`conv2d_cpu_images`] runs the same convolution over a batch of images
 //! stored one after another (`[images][h * w][cin]` in, `[images][oh * ow][n_out]` out), the
-//! weight packed once for all of their pixels.
+//! weight packed once for all of their pixels. [`conv2d_cpu_images_packed`] takes a weight a
+//! layer packed once ([`PackedFloatMatrix`], kept between calls) instead.
 
 use crate::backend::{ConvGeom, NormKind, NormSpec};
-use oxinfer_kernels::packed::float::{matmul_float_packed, pack_for_call};
+use oxinfer_kernels::packed::float::{matmul_float_packed, pack_for_call, PackedFloatMatrix};
 use oxinfer_kernels::WeightMatrix;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -158,17 +159,7 @@ pub fn check_conv_images(
     w: &WeightMatrix,
     y: &[f32],
 ) -> Result<(), ConvError> {
-    if images == 0 {
-        return bad("no images".to_string());
-    }
-    check_geom_norm(x, images, g, norm)?;
-    let cols = g.k * g.k * g.cin;
-    if w.cols != cols {
-        return bad(format!(
-            "weight has {} columns, expected k * k * cin = {} * {} * {} = {cols}",
-            w.cols, g.k, g.k, g.cin
-        ));
-    }
+    check_input_cols(x, images, g, norm, w.cols)?;
     let Some(rb) = w.format.row_bytes(w.cols) else {
         return bad(format!(
             "weight columns = {} do not fill whole {} blocks of {}",
@@ -191,17 +182,44 @@ pub fn check_conv_images(
             w.scales.len()
         ));
     }
+    check_output(images, g, w.rows, y)
+}
+
+/// The checks of [`check_conv_images`] before the weight's bytes: images, `x` and the norm
+/// against the geometry, and the weight's `cols` (`k * k * cin`).
+fn check_input_cols(
+    x: &[f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    cols: usize,
+) -> Result<(), ConvError> {
+    if images == 0 {
+        return bad("no images".to_string());
+    }
+    check_geom_norm(x, images, g, norm)?;
+    let want = g.k * g.k * g.cin;
+    if cols != want {
+        return bad(format!(
+            "weight has {cols} columns, expected k * k * cin = {} * {} * {} = {want}",
+            g.k, g.k, g.cin
+        ));
+    }
+    Ok(())
+}
+
+/// The last check of [`check_conv_images`]: `y` holds `images * oh * ow * rows` values.
+fn check_output(images: usize, g: &ConvGeom, rows: usize, y: &[f32]) -> Result<(), ConvError> {
     let n_y = (g.oh * g.ow)
-        .checked_mul(w.rows)
+        .checked_mul(rows)
         .and_then(|v| v.checked_mul(images));
     if n_y != Some(y.len()) {
         return bad(format!(
-            "output y has {} values, expected {}oh * ow * n_out = {} * {} * {}",
+            "output y has {} values, expected {}oh * ow * n_out = {} * {} * {rows}",
             y.len(),
             images_times(images),
             g.oh,
             g.ow,
-            w.rows
         ));
     }
     Ok(())
@@ -241,10 +259,57 @@ pub fn conv2d_cpu_images(
     y: &mut [f32],
 ) -> Result<(), ConvError> {
     check_conv_images(x, images, g, norm, w, y)?;
-    // Unfolded rows per block: about 4 Mi values (16 MiB), at least 64 rows so the matmul
-    // keeps its efficiency.
-    let block = ((4 << 20) / w.cols.max(1)).max(64);
-    conv2d_cpu_blocks(x, images, g, norm, w, y, block)
+    conv2d_cpu_blocks(
+        x,
+        images,
+        g,
+        norm,
+        ConvWeight::Matrix(w),
+        y,
+        block_rows(w.cols),
+    )
+}
+
+/// [`conv2d_cpu_images`] with a weight packed once by the caller (`w`: `n_out` rows of
+/// `k * k * cin` columns in the unfolded layout, as
+/// [`PackedFloatMatrix::pack`] makes it from the unfolded [`WeightMatrix`]), so nothing is
+/// packed per call. Results equal [`conv2d_cpu_images`]'s with the packed GEMM.
+///
+/// # Errors
+/// As [`check_conv_images`] for `x`, the norm, `w`'s columns and `y`.
+pub fn conv2d_cpu_images_packed(
+    x: &[f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+    w: &PackedFloatMatrix,
+    y: &mut [f32],
+) -> Result<(), ConvError> {
+    check_input_cols(x, images, g, norm, w.cols())?;
+    check_output(images, g, w.rows(), y)?;
+    conv2d_cpu_blocks(
+        x,
+        images,
+        g,
+        norm,
+        ConvWeight::Packed(w),
+        y,
+        block_rows(w.cols()),
+    )
+}
+
+/// Unfolded rows per block for `cols` columns: about 4 Mi values (16 MiB), at least 64 rows so
+/// the matmul keeps its efficiency.
+fn block_rows(cols: usize) -> usize {
+    ((4 << 20) / cols.max(1)).max(64)
+}
+
+/// The weight of [`conv2d_cpu_blocks`]: a matrix (packed for the call when that pays) or
+/// panels packed once.
+#[derive(Clone, Copy)]
+enum ConvWeight<'a> {
+    Matrix(&'a WeightMatrix<'a>),
+    Packed(&'a PackedFloatMatrix),
 }
 
 /// [`conv2d_cpu_images`] after the shape checks, unfolding `block` output pixels (counted over
@@ -254,7 +319,7 @@ fn conv2d_cpu_blocks(
     images: usize,
     g: &ConvGeom,
     norm: Option<&NormSpec>,
-    w: &WeightMatrix,
+    w: ConvWeight,
     y: &mut [f32],
     block: usize,
 ) -> Result<(), ConvError> {
@@ -271,16 +336,25 @@ fn conv2d_cpu_blocks(
         }
         None => Cow::Borrowed(x),
     };
-    let (n_out, cols) = (w.rows, w.cols);
     let pixels = images * g.oh * g.ow;
+    let (n_out, cols) = match w {
+        ConvWeight::Matrix(m) => (m.rows, m.cols),
+        ConvWeight::Packed(p) => (p.rows(), p.cols()),
+    };
     if n_out == 0 || pixels == 0 {
         return Ok(());
     }
-    // Float weights are packed once for the whole convolution (every pixel multiplies them).
-    let packed = pack_for_call(w, pixels);
-    let product = |x: &[f32], n: usize, y: &mut [f32]| match &packed {
-        Some(p) => matmul_float_packed(p, x, n, y),
-        None => oxinfer_kernels::matmul(w, x, n, y),
+    // Float weights are packed once for the whole convolution (every pixel multiplies them),
+    // unless the caller keeps them packed.
+    let packed_here = match w {
+        ConvWeight::Matrix(m) => pack_for_call(m, pixels),
+        ConvWeight::Packed(_) => None,
+    };
+    let product = |x: &[f32], n: usize, y: &mut [f32]| match (w, &packed_here) {
+        (ConvWeight::Packed(p), _) | (ConvWeight::Matrix(_), Some(p)) => {
+            matmul_float_packed(p, x, n, y)
+        }
+        (ConvWeight::Matrix(m), None) => oxinfer_kernels::matmul(m, x, n, y),
     };
     if g.k == 1 && g.stride == 1 {
         product(&xn, pixels, y);
@@ -587,7 +661,16 @@ mod tests {
                     // Whole blocks, and blocks of 3 pixels (a ragged last block).
                     for block in [usize::MAX, 3] {
                         let mut y = vec![f32::NAN; g.oh * g.ow * n_out];
-                        conv2d_cpu_blocks(&x, 1, &g, norm.as_ref(), &wm, &mut y, block).unwrap();
+                        conv2d_cpu_blocks(
+                            &x,
+                            1,
+                            &g,
+                            norm.as_ref(),
+                            ConvWeight::Matrix(&wm),
+                            &mut y,
+                            block,
+                        )
+                        .unwrap();
                         let e = rel_err(&y, &want);
                         assert!(
                             e < 1e-5,
@@ -634,7 +717,16 @@ mod tests {
             // Whole blocks, and blocks of 7 pixels that straddle the images.
             for block in [usize::MAX, 7] {
                 let mut y = vec![f32::NAN; 3 * per_out];
-                conv2d_cpu_blocks(&x, 3, &g, Some(&norm), &wm, &mut y, block).unwrap();
+                conv2d_cpu_blocks(
+                    &x,
+                    3,
+                    &g,
+                    Some(&norm),
+                    ConvWeight::Matrix(&wm),
+                    &mut y,
+                    block,
+                )
+                .unwrap();
                 let e = rel_err(&y, &want.iter().map(|&v| v as f64).collect::<Vec<_>>());
                 assert!(
                     e < 1e-5,
@@ -646,6 +738,42 @@ mod tests {
                 .unwrap_err()
                 .0;
             assert!(e.contains("3 images"), "{e}");
+        }
+    }
+
+    #[test]
+    fn stored_packed_weight_matches_per_call_packing() {
+        use oxinfer_kernels::packed::float::{float_packing_pays, PACK_FOR_CALL_MIN_ROWS};
+        let mut rng = Rng(0x5eed);
+        // (h, w, cin, n_out, k, stride): 3 × 3 with a ragged last panel, strided, 1 × 1.
+        for &(h, w, cin, n_out, k, stride) in &[
+            (9, 8, 8, 20, 3, 1),
+            (11, 9, 16, 32, 3, 2),
+            (8, 8, 24, 17, 1, 1),
+        ] {
+            let g = conv_geom(h, w, cin, k, stride).unwrap();
+            let images = 2;
+            let x = rng.vec(images * h * w * cin, 2.0, 0.5);
+            let (bytes, _) = weights(WeightFormat::F32, &rng.vec(n_out * k * k * cin, 0.5, 0.0));
+            let wm = WeightMatrix::new(WeightFormat::F32, &bytes, n_out, k * k * cin).unwrap();
+            let packed = PackedFloatMatrix::pack(&wm).unwrap();
+            let n_y = images * g.oh * g.ow * n_out;
+            let (mut want, mut y) = (vec![0f32; n_y], vec![f32::NAN; n_y]);
+            conv2d_cpu_images(&x, images, &g, None, &wm, &mut want).unwrap();
+            conv2d_cpu_images_packed(&x, images, &g, None, &packed, &mut y).unwrap();
+            if float_packing_pays(WeightFormat::F32)
+                && images * g.oh * g.ow >= PACK_FOR_CALL_MIN_ROWS
+            {
+                // The same panels through the same GEMM: bit for bit.
+                assert_eq!(y, want, "{h}x{w} k{k} s{stride}");
+            } else {
+                let e = rel_err(&y, &want.iter().map(|&v| v as f64).collect::<Vec<_>>());
+                assert!(e < 1e-5, "{h}x{w} k{k} s{stride}: rel err {e:.2e}");
+            }
+            let e = conv2d_cpu_images_packed(&x, images, &g, None, &packed, &mut y[1..])
+                .unwrap_err()
+                .0;
+            assert!(e.contains("output y"), "{e}");
         }
     }
 
