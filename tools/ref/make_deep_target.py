@@ -60,24 +60,31 @@ def padded_ffn(name: str, t, ffn: int) -> np.ndarray:
     return data
 
 
-def random_layer(rng: np.random.Generator, last: dict, eps: float, ffn: int) -> dict:
+def matrix_stats(last: dict) -> dict:
+    """Each matrix of the last layer: name -> (shape, standard deviation of its weights)."""
+    stats = {}
+    for name in MATRICES:
+        w = gguf.quants.dequantize(last[name].data, last[name].tensor_type)
+        stats[name] = (list(w.shape), float(w.std()))
+    return stats
+
+
+def random_layer(rng: np.random.Generator, last: dict, stats: dict, eps: float, ffn: int) -> dict:
     """One extra layer with an MLP `ffn` wide: name -> (array in GGUF byte layout, quant type)."""
     out = {}
     for name in NORMS:
         t = last[name]
         out[name] = (np.array(t.data, dtype=np.float32), gguf.GGMLQuantizationType.F32)
     for name in MATRICES:
-        t = last[name]
-        w = gguf.quants.dequantize(t.data, t.tensor_type)
-        std = float(w.std()) * (eps if name in SCALED else 1.0)
-        shape = list(w.shape)
+        shape, std = stats[name]
+        std *= eps if name in SCALED else 1.0
         if name in ("ffn_gate", "ffn_up"):
-            shape[0] = ffn
+            shape = [ffn, shape[1]]
         elif name == "ffn_down":
-            std *= (w.shape[1] / ffn) ** 0.5  # the same update size from a wider sum
-            shape[1] = ffn
+            std *= (shape[1] / ffn) ** 0.5  # the same update size from a wider sum
+            shape = [shape[0], ffn]
         r = (rng.standard_normal(shape) * std).astype(np.float32)
-        out[name] = (gguf.quants.quantize(r, t.tensor_type), t.tensor_type)
+        out[name] = (gguf.quants.quantize(r, last[name].tensor_type), last[name].tensor_type)
     return out
 
 
@@ -106,7 +113,9 @@ def main() -> None:
     if ffn < ffn0 or ffn % 256:
         sys.exit(f"--ffn {ffn}: must be a multiple of 256 and at least the model's {ffn0}")
     rng = np.random.default_rng(a.seed)
-    pool = [random_layer(rng, last, a.eps, ffn) for _ in range(min(a.distinct, a.extra_layers))]
+    stats = matrix_stats(last)
+    pool = [random_layer(rng, last, stats, a.eps, ffn)
+            for _ in range(min(a.distinct, a.extra_layers))]
 
     writer = gguf.GGUFWriter(a.out, arch)
     for f in reader.fields.values():

@@ -73,17 +73,11 @@ impl Attention {
             softcap: None,
         };
         let (qn, km) = (n * self.to_q.n_out, m * self.to_k.n_out);
-        let o = concat_images(images, |i| {
+        let Ok(o) = concat_images(images, |i| {
             let kv = i * km..(i + 1) * km;
-            Ok::<_, std::convert::Infallible>(attention_full(
-                &q[i * qn..(i + 1) * qn],
-                &k[kv.clone()],
-                &v[kv],
-                n,
-                &shape,
-            ))
-        })
-        .unwrap_or_else(|e| match e {});
+            let q = &q[i * qn..(i + 1) * qn];
+            Ok::<_, std::convert::Infallible>(attention_full(q, &k[kv.clone()], &v[kv], n, &shape))
+        });
         self.to_out.forward_wide(&o, images * n)
     }
 }

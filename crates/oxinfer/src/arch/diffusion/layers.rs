@@ -251,7 +251,6 @@ pub struct Conv2d {
     pub k: usize,
     /// Stride.
     pub stride: usize,
-    device: OnceLock<Option<DeviceWeight>>,
 }
 
 impl Conv2d {
@@ -292,7 +291,10 @@ impl Conv2d {
         .flatten();
         let weight = match packed {
             Some(p) => Kernel::Packed(p),
-            None => Kernel::Unfolded(weight),
+            None => Kernel::Unfolded {
+                weight,
+                device: OnceLock::new(),
+            },
         };
         let bias = w.vector(&format!("{name}.bias"), &[cout])?;
         Ok(Conv2d {
@@ -302,7 +304,6 @@ impl Conv2d {
             cout,
             k,
             stride,
-            device: OnceLock::new(),
         })
     }
 
@@ -325,10 +326,10 @@ impl Conv2d {
             Kernel::Packed(p) => {
                 conv2d_cpu_images_packed(&x.data, x.images, &g, spec.as_ref(), p, &mut y)?
             }
-            Kernel::Unfolded(t) => {
-                let m = t.matrix()?;
-                let dev = backend::active()
-                    .and_then(|b| self.device.get_or_init(|| b.upload(&m)).as_ref());
+            Kernel::Unfolded { weight, device } => {
+                let m = weight.matrix()?;
+                let dev =
+                    backend::active().and_then(|b| device.get_or_init(|| b.upload(&m)).as_ref());
                 crate::nn::conv2d_images(&x.data, x.images, &g, spec.as_ref(), &m, dev, &mut y)?;
             }
         }
@@ -346,8 +347,12 @@ impl Conv2d {
 /// How a [`Conv2d`] keeps its weight between calls.
 enum Kernel {
     /// The unfolded `[cout, k · k · cin]` tensor in its stored format: what a GPU backend
-    /// uploads, the row kernels read and the per-call packing of f16 / bf16 weights packs.
-    Unfolded(TensorView),
+    /// uploads (`device`, on first use), the row kernels read and the per-call packing of
+    /// f16 / bf16 weights packs.
+    Unfolded {
+        weight: TensorView,
+        device: OnceLock<Option<DeviceWeight>>,
+    },
     /// f32 panels of the unfolded matrix, packed once at load: kept instead of the unfolded
     /// copy when no GPU backend is installed and the packed GEMM is on (not `OXINFER_PACKED=0`,
     /// not `OXINFER_KERNELS=scalar`).

@@ -350,11 +350,13 @@ fn conv2d_cpu_blocks(
         ConvWeight::Matrix(m) => pack_for_call(m, pixels),
         ConvWeight::Packed(_) => None,
     };
-    let product = |x: &[f32], n: usize, y: &mut [f32]| match (w, &packed_here) {
-        (ConvWeight::Packed(p), _) | (ConvWeight::Matrix(_), Some(p)) => {
-            matmul_float_packed(p, x, n, y)
-        }
-        (ConvWeight::Matrix(m), None) => oxinfer_kernels::matmul(m, x, n, y),
+    let w = match &packed_here {
+        Some(p) => ConvWeight::Packed(p),
+        None => w,
+    };
+    let product = |x: &[f32], n: usize, y: &mut [f32]| match w {
+        ConvWeight::Packed(p) => matmul_float_packed(p, x, n, y),
+        ConvWeight::Matrix(m) => oxinfer_kernels::matmul(m, x, n, y),
     };
     if g.k == 1 && g.stride == 1 {
         product(&xn, pixels, y);
