@@ -10,6 +10,7 @@
 //!   parallel).
 //! - [`act`]: gated MLP activations (SiLU, tanh-GELU) times the up projection.
 //! - [`attention`]: fused causal attention (query blocks × key tiles, online softmax).
+//! - [`softmax`]: the scaled softmax of one row of attention scores (AVX2 `exp`).
 //! - [`packed`]: weights repacked into groups of eight interleaved rows and the GEMM over
 //!   them ([`packed::PackedMatrix`], [`packed::matmul_packed`]).
 //! - [`matrix`]: the borrowed weight matrix every matmul takes ([`WeightMatrix`]).
@@ -37,6 +38,7 @@ pub mod pool;
 pub mod profile;
 pub mod q8;
 pub mod quantize;
+pub mod softmax;
 pub mod synthetic;
 pub mod tuning;
 pub mod two_term;

@@ -99,10 +99,12 @@ pub fn attention_cached(
 /// with any `n_k` (cross-attention: image tokens over text tokens); returns
 /// `[n_q, n_heads * head_dim]`, each head `softmax(q kᵀ · scale) v` with `p.softcap` applied to
 /// the scores. `p.window`, when set (self-attention, `n_q == n_k`), keeps keys with
-/// `|i - j| < window` on both sides. Runs on the CPU one head at a time (`[n_q, n_k]` scores),
-/// both products on the packed f32 GEMM with the head's keys and values packed per call (the
-/// row kernels under `OXINFER_KERNELS=scalar` / `OXINFER_PACKED=0`): the backends' attention op
-/// is causal only.
+/// `|i - j| < window` on both sides. Runs on the CPU: with the packed f32 GEMM, each kv head's
+/// keys and values are packed once, then one pool task per (query head, block of
+/// [`FULL_Q_BLOCK`] queries) computes its `[block, n_k]` scores, their softmax and its share of
+/// the output, both products on the GEMM (inline in the task); under `OXINFER_KERNELS=scalar` /
+/// `OXINFER_PACKED=0` one head at a time on the row kernels. The backends' attention op is
+/// causal only.
 ///
 /// # Panics
 /// `q`, `k` or `v` not whole rows of their widths, `k` and `v` of other lengths, or a window with
@@ -120,14 +122,94 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         p.window.is_none() || n_q == n_k,
         "a window needs n_q == n_k"
     );
-    let group = p.n_heads / p.n_kv_heads;
     let mut out = vec![0f32; n_q * q_row];
     if n_q == 0 || n_k == 0 {
         return out;
     }
-    let packed = float_packing_pays(WeightFormat::F32);
-    // The row kernels' operands (only without packing): the head's keys as `[n_k, d]` f32
-    // bytes, its values transposed to `[d, n_k]`, so both products are the kernels' `x · Wᵀ`.
+    if float_packing_pays(WeightFormat::F32) {
+        full_packed(q, k, v, n_q, n_k, p, &mut out);
+    } else {
+        full_rows(q, k, v, n_q, n_k, p, &mut out);
+    }
+    out
+}
+
+/// Queries per task of [`attention_full`] on the packed GEMM: enough rows for the GEMM's
+/// register tiles, and a `[block, n_k]` score buffer that stays in L2 (256 KiB at 1,024 keys).
+pub const FULL_Q_BLOCK: usize = 64;
+
+/// [`attention_full`] on the packed f32 GEMM (checks done, `out` zeroed).
+fn full_packed(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_k: usize,
+    p: &AttnShape,
+    out: &mut [f32],
+) {
+    let d = p.head_dim;
+    let (q_row, kv_row) = (p.n_heads * d, p.n_kv_heads * d);
+    let group = p.n_heads / p.n_kv_heads;
+    // Each kv head's keys `[n_k, d]` and values as `Vᵀ` `[d, n_k]`, packed once for all of its
+    // query heads and blocks.
+    let mut kv: Vec<Option<(PackedFloatMatrix, PackedFloatMatrix)>> =
+        (0..p.n_kv_heads).map(|_| None).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut kv, |h, slot| {
+        let cols = h * d..(h + 1) * d;
+        let key = |r: usize| &k[r * kv_row..][cols.clone()];
+        let value = |r: usize| &v[r * kv_row..][cols.clone()];
+        *slot = Some((
+            PackedFloatMatrix::from_rows(n_k, d, key),
+            PackedFloatMatrix::from_columns(d, n_k, value),
+        ));
+    });
+    let blocks = n_q.div_ceil(FULL_Q_BLOCK);
+    let mut parts: Vec<Vec<f32>> = vec![Vec::new(); p.n_heads * blocks];
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |task, o| {
+        let (h, b) = (task / blocks, task % blocks);
+        let rows = b * FULL_Q_BLOCK..((b + 1) * FULL_Q_BLOCK).min(n_q);
+        let nb = rows.len();
+        let Some((km, vm)) = &kv[h / group] else {
+            unreachable!("every kv head was packed above")
+        };
+        let qh: Vec<f32> = rows
+            .clone()
+            .flat_map(|r| &q[r * q_row + h * d..r * q_row + (h + 1) * d])
+            .copied()
+            .collect();
+        let mut scores = vec![0f32; nb * n_k];
+        matmul_float_packed(km, &qh, nb, &mut scores);
+        for (r, row) in scores.chunks_exact_mut(n_k).enumerate() {
+            softmax_row(row, rows.start + r, p);
+        }
+        o.resize(nb * d, 0.0);
+        matmul_float_packed(vm, &scores, nb, o);
+    });
+    for (task, o) in parts.iter().enumerate() {
+        let (h, b) = (task / blocks, task % blocks);
+        for (r, src) in o.chunks_exact(d).enumerate() {
+            let row = b * FULL_Q_BLOCK + r;
+            out[row * q_row + h * d..row * q_row + (h + 1) * d].copy_from_slice(src);
+        }
+    }
+}
+
+/// [`attention_full`] on the row kernels, one head at a time (checks done, `out` zeroed): the
+/// head's keys as `[n_k, d]` f32 bytes, its values transposed to `[d, n_k]`, so both products
+/// are the kernels' `x · Wᵀ`.
+fn full_rows(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_k: usize,
+    p: &AttnShape,
+    out: &mut [f32],
+) {
+    let d = p.head_dim;
+    let (q_row, kv_row) = (p.n_heads * d, p.n_kv_heads * d);
+    let group = p.n_heads / p.n_kv_heads;
     let (mut kh, mut vt) = (Vec::new(), Vec::new());
     let mut qh = vec![0f32; n_q * d];
     let mut scores = vec![0f32; n_q * n_k];
@@ -139,30 +221,19 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
         }
         let key = |r: usize| &k[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
         let value = |r: usize| &v[r * kv_row + kvh * d..r * kv_row + (kvh + 1) * d];
-        if packed {
-            let km = PackedFloatMatrix::from_rows(n_k, d, key);
-            matmul_float_packed(&km, &qh, n_q, &mut scores);
-        } else {
-            kh.clear();
-            kh.extend((0..n_k).flat_map(|r| key(r).iter().flat_map(|x| x.to_le_bytes())));
-            let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
-            oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
-        }
+        kh.clear();
+        kh.extend((0..n_k).flat_map(|r| key(r).iter().flat_map(|x| x.to_le_bytes())));
+        let km = WeightMatrix::new(WeightFormat::F32, &kh, n_k, d).expect("K matrix");
+        oxinfer_kernels::matmul(&km, &qh, n_q, &mut scores);
         softmax_rows(&mut scores, n_k, p);
-        if packed {
-            let vm = PackedFloatMatrix::from_columns(d, n_k, value);
-            matmul_float_packed(&vm, &scores, n_q, &mut oh);
-        } else {
-            vt.clear();
-            vt.extend((0..d).flat_map(|e| (0..n_k).flat_map(move |r| value(r)[e].to_le_bytes())));
-            let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
-            oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
-        }
+        vt.clear();
+        vt.extend((0..d).flat_map(|e| (0..n_k).flat_map(move |r| value(r)[e].to_le_bytes())));
+        let vm = WeightMatrix::new(WeightFormat::F32, &vt, d, n_k).expect("Vᵀ matrix");
+        oxinfer_kernels::matmul(&vm, &scores, n_q, &mut oh);
         for (dst, src) in out.chunks_exact_mut(q_row).zip(oh.chunks_exact(d)) {
             dst[h * d..(h + 1) * d].copy_from_slice(src);
         }
     }
-    out
 }
 
 /// Scales the score rows (`[n_q, n_k]`, query `i` in row `i`) by `p.scale`, soft-caps them,
@@ -181,6 +252,10 @@ fn softmax_rows(scores: &mut [f32], n_k: usize, p: &AttnShape) {
 
 /// [`softmax_rows`] for query `i`'s row.
 fn softmax_row(row: &mut [f32], i: usize, p: &AttnShape) {
+    if p.window.is_none() && p.softcap.is_none() {
+        oxinfer_kernels::softmax::softmax_scaled(row, p.scale);
+        return;
+    }
     let n_k = row.len();
     let (first, last) = match p.window {
         Some(w) => ((i + 1).saturating_sub(w), (i + w).min(n_k)),
@@ -265,37 +340,65 @@ mod tests {
     /// queries over five keys, soft-capped scores.
     #[test]
     fn full_attention_matches_naive() {
-        let (n_q, n_k, heads, d) = (3, 5, 2, 4);
+        check_full_against_naive(3, 5, 2, 1, 4, Some(1.5));
+    }
+
+    /// The same over several query blocks of the packed path (a partial last one), two kv
+    /// heads of two query heads each, without a soft cap (the SIMD softmax).
+    #[test]
+    fn full_attention_blocks_match_naive() {
+        check_full_against_naive(2 * FULL_Q_BLOCK + 21, 70, 4, 2, 8, None);
+        check_full_against_naive(FULL_Q_BLOCK, 1, 3, 3, 5, None);
+    }
+
+    /// [`attention_full`] against the formula in f64.
+    fn check_full_against_naive(
+        n_q: usize,
+        n_k: usize,
+        heads: usize,
+        kv_heads: usize,
+        d: usize,
+        softcap: Option<f32>,
+    ) {
         let p = AttnShape {
             n_heads: heads,
-            n_kv_heads: 1,
+            n_kv_heads: kv_heads,
             head_dim: d,
             scale: 0.5,
             window: None,
-            softcap: Some(1.5),
+            softcap,
         };
         let f = |i: usize| ((i * 37 % 11) as f32 - 5.0) / 7.0;
+        let kv_w = kv_heads * d;
         let q: Vec<f32> = (0..n_q * heads * d).map(f).collect();
-        let k: Vec<f32> = (0..n_k * d).map(|i| f(i + 3)).collect();
-        let v: Vec<f32> = (0..n_k * d).map(|i| f(i + 7)).collect();
+        let k: Vec<f32> = (0..n_k * kv_w).map(|i| f(i + 3)).collect();
+        let v: Vec<f32> = (0..n_k * kv_w).map(|i| f(i * 3 + 7)).collect();
         let got = attention_full(&q, &k, &v, n_q, &p);
         let w = heads * d;
         for i in 0..n_q {
             for h in 0..heads {
+                let kvh = h / (heads / kv_heads);
                 let s: Vec<f64> = (0..n_k)
                     .map(|j| {
                         let dot = (0..d)
-                            .map(|e| f64::from(q[i * w + h * d + e]) * f64::from(k[j * d + e]))
+                            .map(|e| {
+                                f64::from(q[i * w + h * d + e])
+                                    * f64::from(k[j * kv_w + kvh * d + e])
+                            })
                             .sum::<f64>();
-                        1.5 * (dot * 0.5 / 1.5).tanh()
+                        match softcap {
+                            Some(c) => f64::from(c) * (dot * 0.5 / f64::from(c)).tanh(),
+                            None => dot * 0.5,
+                        }
                     })
                     .collect();
                 let z: f64 = s.iter().map(|v| v.exp()).sum();
                 for e in 0..d {
                     let want: f64 = (0..n_k)
-                        .map(|j| s[j].exp() / z * f64::from(v[j * d + e]))
+                        .map(|j| s[j].exp() / z * f64::from(v[j * kv_w + kvh * d + e]))
                         .sum();
-                    assert!((f64::from(got[i * w + h * d + e]) - want).abs() < 1e-5);
+                    let got = f64::from(got[i * w + h * d + e]);
+                    assert!((got - want).abs() < 1e-5, "query {i} head {h} feature {e}");
                 }
             }
         }

@@ -4,9 +4,13 @@ use crate::backend::{self, Backend, DeviceWeight, Job, Weight};
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use crate::plan::ProjOp;
+use oxinfer_kernels::packed::float::{
+    float_packing_pays, matmul_float_packed, pack_for_call, PackedFloatMatrix,
+    PACK_FOR_CALL_MIN_ROWS,
+};
 use oxinfer_kernels::packed::{matmul_packed, matmul_packed_shared, packing_pays_in, PackedMatrix};
 use oxinfer_kernels::two_term;
-use oxinfer_kernels::WeightMatrix;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::sync::{Arc, OnceLock};
 
 /// A linear layer whose weight `[n_out, n_in]` stays in its file's format (borrowed, not copied).
@@ -24,6 +28,10 @@ pub struct Linear {
     /// when the format or CPU has no packed kernel); once made it replaces the mapped bytes,
     /// whose pages are dropped from resident memory.
     packed: PackedSlot,
+    /// An f32 weight in the packed f32 GEMM's panels, made by the first [`Self::forward_wide`]
+    /// on the CPU (`None` inside where that GEMM does not run); like `packed`, it replaces the
+    /// mapped bytes in resident memory.
+    float_packed: OnceLock<Option<PackedFloatMatrix>>,
 }
 
 /// Where a [`Linear`] keeps its packed weight, shared with an [`crate::nn::Embedding`] that
@@ -80,6 +88,7 @@ impl Linear {
             n_in,
             device: OnceLock::new(),
             packed: Arc::new(OnceLock::new()),
+            float_packed: OnceLock::new(),
         })
     }
 
@@ -106,22 +115,40 @@ impl Linear {
         y
     }
 
-    /// [`Self::forward`] for a layer run over many rows at a time and rarely (a diffusion
-    /// model's linear layers over every pixel of a step): on the CPU a float weight is packed for
-    /// this call and multiplied on the packed f32 GEMM
-    /// ([`oxinfer_kernels::packed::float::pack_for_call`]), so no packed copy stays in memory;
-    /// otherwise (few rows, a quantized weight, a backend) as [`Self::forward`].
+    /// [`Self::forward`] for a layer run over many rows at a time (a diffusion model's or a
+    /// text encoder's linear layers over every pixel or token): on the CPU a float weight is
+    /// multiplied on the packed f32 GEMM. An f32 weight is packed on the first such call and kept
+    /// packed (its mapped pages are dropped from resident memory, so it is not held twice);
+    /// f16 / bf16 weights are packed per call ([`oxinfer_kernels::packed::float::pack_for_call`]),
+    /// as f32 panels would double their memory. Otherwise (fewer than
+    /// [`PACK_FOR_CALL_MIN_ROWS`] rows, a quantized weight, a backend, an exact matmul) as
+    /// [`Self::forward`].
     pub fn forward_wide(&self, x: &[f32], t: usize) -> Vec<f32> {
-        let on_cpu =
-            backend::active().is_none() && !super::exact_matmuls::is_exact(&self.weight.name);
-        let packed = on_cpu
-            .then(|| oxinfer_kernels::packed::float::pack_for_call(&self.matrix(), t))
-            .flatten();
-        let Some(p) = packed else {
+        let on_cpu = t >= PACK_FOR_CALL_MIN_ROWS
+            && backend::active().is_none()
+            && !super::exact_matmuls::is_exact(&self.weight.name);
+        if !on_cpu || !float_packing_pays(self.weight.format) {
+            return self.forward(x, t);
+        }
+        let per_call;
+        let p = if self.weight.format == WeightFormat::F32 {
+            let kept = self.float_packed.get_or_init(|| {
+                let p = PackedFloatMatrix::pack(&self.matrix());
+                if p.is_some() {
+                    self.weight.release_rows(0..self.n_out);
+                }
+                p
+            });
+            kept.as_ref()
+        } else {
+            per_call = pack_for_call(&self.matrix(), t);
+            per_call.as_ref()
+        };
+        let Some(p) = p else {
             return self.forward(x, t);
         };
         let mut y = vec![0f32; t * self.n_out];
-        oxinfer_kernels::packed::float::matmul_float_packed(&p, x, t, &mut y);
+        matmul_float_packed(p, x, t, &mut y);
         self.add_bias(&mut y);
         y
     }

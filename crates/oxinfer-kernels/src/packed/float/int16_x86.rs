@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::int16::Dest16;
+use super::int16::{Dest16, QMAX};
 use super::x86::{by_tokens, live_mask, row_prior, slice_base};
 use super::NR;
 
@@ -84,25 +84,32 @@ pub(super) unsafe fn absmax_sumsq(v: &[f32]) -> (f32, f32) {
     }
 }
 
-/// `q[j] = round(v[j] · s)` (to nearest, ties to even), saturated to int16; `q` as long as `v`.
+/// `q[j] = round(v[j] · s)` (to nearest, ties to even), clamped to ±32767 as the scalar
+/// twin (the int16 saturation alone would give −32768, which the tile's `vpmaddwd` must never
+/// see); `q` as long as `v`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `q.len() >= v.len()`.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn quantize(v: &[f32], s: f32, q: &mut [i16]) {
+    let (lo, hi) = (_mm512_set1_ps(-QMAX), _mm512_set1_ps(QMAX));
+    let clamp = |x: __m512| _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     let scale = _mm512_set1_ps(s);
     let mut j = 0;
     // SAFETY: j + 16 <= v.len() <= q.len() in the loop; the tail is read and written with a
     // mask of the v.len() - j (< 16) values left.
     unsafe {
         while j + 16 <= v.len() {
-            let x = _mm512_mul_ps(_mm512_loadu_ps(v.as_ptr().add(j)), scale);
+            let x = clamp(_mm512_mul_ps(_mm512_loadu_ps(v.as_ptr().add(j)), scale));
             let r = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(x));
             _mm256_storeu_si256(q.as_mut_ptr().add(j).cast(), r);
             j += 16;
         }
         let mask = (1u16 << (v.len() - j)) - 1;
-        let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, v.as_ptr().add(j)), scale);
+        let x = clamp(_mm512_mul_ps(
+            _mm512_maskz_loadu_ps(mask, v.as_ptr().add(j)),
+            scale,
+        ));
         _mm512_mask_cvtsepi32_storeu_epi16(
             q.as_mut_ptr().add(j).cast(),
             mask,

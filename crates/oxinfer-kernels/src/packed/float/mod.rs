@@ -319,6 +319,11 @@ fn run_packed(
         let mut tile = [[0f32; NR]; MAX_MR];
         for k0 in (0..cols).step_by(KC) {
             let kc = KC.min(cols - k0);
+            #[cfg(target_arch = "x86_64")]
+            if isa.has_vnni() {
+                avx512_slice(w, x, (t0, t1), (p0, p1), (k0, kc), bias, out);
+                continue;
+            }
             for p in p0..p1 {
                 let b = &w.panel(p)[k0 * NR..(k0 + kc) * NR];
                 let live = NR.min(rows - p * NR);
@@ -326,25 +331,6 @@ fn run_packed(
                 for i0 in (t0..t1).step_by(mr) {
                     let n = mr.min(t1 - i0);
                     let a = &x[i0 * cols + k0..(i0 + n - 1) * cols + k0 + kc];
-                    #[cfg(target_arch = "x86_64")]
-                    if isa.has_vnni() {
-                        let dest = x86::Dest {
-                            // SAFETY: token i0 + n - 1 < t and rows p*16 .. p*16 + live <= rows:
-                            // the offset lies inside y ([t, rows]).
-                            ptr: unsafe { out.get().add(i0 * rows + p * NR) },
-                            ldo: rows,
-                            live,
-                            first: k0 == 0,
-                            bias: panel_bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
-                        };
-                        // SAFETY: an Avx512Vnni level is only handed out when the CPU has
-                        // AVX-512 F; `a` holds n <= 12 rows of kc activations `cols` apart and
-                        // `b` kc × 16 weights (the slicing above); the destination rows (`live`
-                        // values of tokens i0 .. i0 + n, `rows` apart) lie in y and belong to
-                        // this task's (token block, panel chunk) alone; the bias holds `live`.
-                        unsafe { x86::tile_avx512(a.as_ptr(), cols, b.as_ptr(), kc, n, &dest) };
-                        continue;
-                    }
                     run_tile(isa, a, cols, b, kc, &mut tile[..n]);
                     for (i, acc) in tile[..n].iter().enumerate() {
                         // SAFETY: token i0 + i < t and rows p*16 .. p*16 + live <= rows, so the
@@ -362,6 +348,66 @@ fn run_packed(
             }
         }
     });
+}
+
+/// One k slice (`k0 .. k0 + kc`) of a task of [`run_packed`] on the AVX-512 tiles: panels two
+/// at a time ([`x86::tile_avx512_pair`]; an odd last one alone), each pair's `kc × 32` weights
+/// staying in L1 while the task's tokens pass in tiles of 12, sums stored straight into `y`.
+#[cfg(target_arch = "x86_64")]
+fn avx512_slice(
+    w: &PackedFloatMatrix,
+    x: &[f32],
+    (t0, t1): (usize, usize),
+    (p0, p1): (usize, usize),
+    (k0, kc): (usize, usize),
+    bias: Option<&[f32]>,
+    out: SyncPtr<f32>,
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    let dest = |p: usize, i0: usize| {
+        let live = NR.min(rows - p * NR);
+        x86::Dest {
+            // SAFETY: token i0 < t and rows p*16 .. p*16 + live <= rows: the offset lies
+            // inside y ([t, rows]).
+            ptr: unsafe { out.get().add(i0 * rows + p * NR) },
+            ldo: rows,
+            live,
+            first: k0 == 0,
+            bias: bias.map_or(std::ptr::null(), |b| b[p * NR..].as_ptr()),
+        }
+    };
+    let mr = tile_tokens(Isa::Avx512Vnni);
+    let mut p = p0;
+    while p < p1 {
+        let pair = p + 1 < p1;
+        let b0 = &w.panel(p)[k0 * NR..(k0 + kc) * NR];
+        let b1 = pair.then(|| &w.panel(p + 1)[k0 * NR..(k0 + kc) * NR]);
+        for i0 in (t0..t1).step_by(mr) {
+            let n = mr.min(t1 - i0);
+            let a = &x[i0 * cols + k0..(i0 + n - 1) * cols + k0 + kc];
+            let d0 = dest(p, i0);
+            // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F (the
+            // caller checked `has_vnni`); `a` holds n <= 12 rows of kc activations `cols`
+            // apart and `b0` / `b1` kc × 16 weights each (the slicing above); the destination
+            // rows (`live` values of tokens i0 .. i0 + n, `rows` apart, of panels p and p + 1)
+            // lie in y and belong to this task's (token block, panel chunk) alone; each bias
+            // pointer holds its panel's `live` values.
+            unsafe {
+                match b1 {
+                    Some(b1) => x86::tile_avx512_pair(
+                        a.as_ptr(),
+                        cols,
+                        (b0.as_ptr(), b1.as_ptr()),
+                        kc,
+                        n,
+                        (&d0, &dest(p + 1, i0)),
+                    ),
+                    None => x86::tile_avx512(a.as_ptr(), cols, b0.as_ptr(), kc, n, &d0),
+                }
+            }
+        }
+        p += if pair { 2 } else { 1 };
+    }
 }
 
 /// One task of [`for_each_task`]: its tokens `(t0, t1)`, its panels `(p0, p1)` and `y`.

@@ -102,8 +102,8 @@ unsafe fn tile_avx512_n<const MR: usize>(
     dest: &Dest,
 ) {
     // SAFETY: (for the whole body) k < kc, so b + 16k .. b + 16k + 16 and a + i*lda + k for
-    // i < MR stay inside the caller's slices; the masked loads and stores touch only the
-    // `live` floats of each destination row and of the bias (the contract).
+    // i < MR stay inside the caller's slices; the stores are store_tile's contract, which is
+    // this function's.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); MR];
         for k in 0..kc {
@@ -112,6 +112,71 @@ unsafe fn tile_avx512_n<const MR: usize>(
                 *c = _mm512_fmadd_ps(_mm512_set1_ps(*a.add(i * lda + k)), w, *c);
             }
         }
+        store_tile(acc, dest);
+    }
+}
+
+/// AVX-512 tile of `n` tokens (1 ..= 12) over two panels (32 rows): two accumulators per
+/// token share each broadcast activation, so a k step loads 2 weight vectors and `n`
+/// activations for `2n` FMAs (the one-panel tile loads `1 + n` for `n`). Each output is the
+/// same FMA chain as in [`tile_avx512`], so the results are bit-identical.
+///
+/// # Safety
+/// As [`tile_avx512`] for `b0` with `dest0` and for `b1` with `dest1`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn tile_avx512_pair(
+    a: *const f32,
+    lda: usize,
+    (b0, b1): (*const f32, *const f32),
+    kc: usize,
+    n: usize,
+    (dest0, dest1): (&Dest, &Dest),
+) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        by_tokens!(tile_avx512_pair_n, n, (a, lda, b0, b1, kc, dest0, dest1); 1 2 3 4 5 6 7 8 9 10 11 12)
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512_pair_n<const MR: usize>(
+    a: *const f32,
+    lda: usize,
+    b0: *const f32,
+    b1: *const f32,
+    kc: usize,
+    dest0: &Dest,
+    dest1: &Dest,
+) {
+    // SAFETY: as in tile_avx512_n, for each of the two panels.
+    unsafe {
+        let mut acc0 = [_mm512_setzero_ps(); MR];
+        let mut acc1 = [_mm512_setzero_ps(); MR];
+        for k in 0..kc {
+            let w0 = _mm512_loadu_ps(b0.add(k * NR));
+            let w1 = _mm512_loadu_ps(b1.add(k * NR));
+            for i in 0..MR {
+                let av = _mm512_set1_ps(*a.add(i * lda + k));
+                acc0[i] = _mm512_fmadd_ps(av, w0, acc0[i]);
+                acc1[i] = _mm512_fmadd_ps(av, w1, acc1[i]);
+            }
+        }
+        store_tile(acc0, dest0);
+        store_tile(acc1, dest1);
+    }
+}
+
+/// Stores (or adds, after the first k slice) a tile's `MR` accumulators into `dest`.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `dest.ptr + i * dest.ldo .. + dest.live` for `i < MR` and
+/// `dest.bias .. + dest.live` (when not null) are valid, the first writable; the masked loads
+/// and stores touch only those `live` floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store_tile<const MR: usize>(acc: [__m512; MR], dest: &Dest) {
+    // SAFETY: the contract.
+    unsafe {
         let mask = live_mask(dest.live);
         let base = slice_base(dest.first, dest.bias, mask);
         for (i, c) in acc.into_iter().enumerate() {
