@@ -5,7 +5,9 @@ Writes tests/fixtures/tiny_sd1_ldm/tiny_sd1.safetensors (tiny_sd1 as one origina
 checkpoint, checked by diffusers' single-file converters), tests/fixtures/tiny_sd1/ (and tests/fixtures/tiny_sd2/, the SD 2.x-style variant: gelu text
 encoder padded with "!", linear proj_in, per-block head counts (2, 4) with cross-attention in every
 block, v-prediction, Euler ancestral with `leading` spacing and steps_offset 1, fed recorded
-ancestral noise, a 64x48 image):
+ancestral noise, a 64x48 image; tiny_sd1 also holds a batched run, reference/batch_*.npy:
+three images of one prompt at 64x48 with guidance and Euler ancestral, as `batch` in
+reference.json):
   model_index.json, text_encoder/, tokenizer/, unet/, vae/, scheduler/   a diffusers folder
       (fp32 safetensors): CLIPTextModel (quick_gelu), CLIPTokenizer (a tiny byte-level BPE
       vocabulary trained here on a few sentences), UNet2DConditionModel (conv proj_in, 2 heads,
@@ -412,6 +414,50 @@ def turbo_refs(pipe, height: int, width: int, ref: dict, shapes: dict):
     pipe.scheduler = saved
 
 
+# The batched run: images per prompt, and a non-square size.
+BATCH = 3
+BATCH_HEIGHT, BATCH_WIDTH = 48, 64
+
+
+def batch_refs(pipe, ref: dict, shapes: dict):
+    """`BATCH` images of one prompt in one call (`num_images_per_prompt`: the UNet runs on
+    [BATCH negative; BATCH prompt]) with guidance, Euler ancestral (the folder's Euler config),
+    at 48x64, fed recorded initial noise `batch_init_noise` [BATCH, 4, 6, 8] and per-step noise
+    `batch_step_noise` [steps, BATCH, 4, 6, 8] (one draw of the whole batch per step, as
+    diffusers draws it); writes the latents after every step, the final latents and the VAE's
+    images. New files only: every other reference is unchanged by it."""
+    import diffusers.schedulers.scheduling_euler_ancestral_discrete as ea
+    saved = pipe.scheduler
+    pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(saved.config)
+    lat = (BATCH, 4, BATCH_HEIGHT // 8, BATCH_WIDTH // 8)
+    g = torch.Generator().manual_seed(15)
+    noise = torch.randn(lat, generator=g)
+    step_noise = torch.randn((STEPS,) + lat, generator=g)
+    save("batch_init_noise", noise, shapes)
+    save("batch_step_noise", step_noise, shapes)
+    queue = list(step_noise)
+    ea.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+    lat_steps = []
+
+    def on_step(p, i, t, kw):
+        lat_steps.append(kw["latents"].clone())
+        return kw
+    with torch.no_grad():
+        latents = pipe(PROMPT, negative_prompt=NEGATIVE, num_images_per_prompt=BATCH,
+                       num_inference_steps=STEPS, guidance_scale=GUIDANCE, height=BATCH_HEIGHT,
+                       width=BATCH_WIDTH, latents=noise.clone(), output_type="latent",
+                       callback_on_step_end=on_step).images
+        assert not queue and latents.shape == lat
+        save("batch_step_latents", torch.stack(lat_steps), shapes)  # [S, BATCH, 4, 6, 8]
+        save("batch_final_latents", latents, shapes)
+        save("batch_image", pipe.vae.decode(latents / pipe.vae.config.scaling_factor).sample,
+             shapes)  # [BATCH, 3, 48, 64]
+    ref["batch"] = dict(images=BATCH, height=BATCH_HEIGHT, width=BATCH_WIDTH, steps=STEPS,
+                        guidance_scale=GUIDANCE, scheduler="EulerAncestralDiscreteScheduler",
+                        timesteps=[float(t) for t in pipe.scheduler.timesteps])
+    pipe.scheduler = saved
+
+
 def make_lcm():
     """tests/fixtures/tiny_lcm: tiny_sd1's text encoder, tokenizer and VAE with an LCM-distilled
     style UNet (`time_cond_proj_dim` 32: the guidance scale's embedding enters the timestep
@@ -732,6 +778,7 @@ def make(name: str, v: dict):
         tiled_vae_refs(pipe, shapes)
         ref["schedulers"] = scheduler_refs(shapes)
         turbo_refs(pipe, HEIGHT, WIDTH, ref, shapes)
+        batch_refs(pipe, ref, shapes)
     (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)")

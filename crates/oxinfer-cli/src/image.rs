@@ -9,7 +9,11 @@ use oxinfer::arch::diffusion::ldm_config::Family;
 use oxinfer::arch::diffusion::{
     GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Most images `--batch` may ask for at once (each runs through every UNet call: memory grows
+/// with the batch).
+pub const MAX_BATCH: usize = 16;
 
 /// Arguments of `oxinfer image`.
 #[derive(Args, Debug)]
@@ -59,22 +63,28 @@ pub struct ImageArgs {
     /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run.
     #[arg(long, default_value_t = 0.8)]
     pub strength: f32,
-    /// Seed of the initial (and ancestral) noise.
+    /// Seed of the initial (and ancestral) noise; image i of a batch uses seed + i (the image
+    /// that seed makes alone).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Output PNG.
+    /// Images to make at once (1 to 16), all of the prompt: one UNet call per step runs them
+    /// all. More than one are written as OUT-1.png ... OUT-N.png.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub batch: usize,
+    /// Output PNG (with --batch N > 1, the stem of the N files: out.png gives out-1.png ...).
     #[arg(short = 'o', long, default_value = "out.png")]
     pub output: PathBuf,
-    /// Initial latent noise, float32 `.npy` `[1, 4, H/8, W/8]` (instead of the seed's).
+    /// Initial latent noise, float32 `.npy` `[N, 4, H/8, W/8]` (instead of the seed's; N is
+    /// --batch).
     #[arg(long, value_name = "FILE.npy")]
     pub init_noise: Option<PathBuf>,
-    /// Ancestral noise per step, float32 `.npy` `[steps, 1, 4, H/8, W/8]`.
+    /// Ancestral noise per step, float32 `.npy` `[steps, N, 4, H/8, W/8]`.
     #[arg(long, value_name = "FILE.npy")]
     pub step_noise: Option<PathBuf>,
-    /// Write the final latents (before the VAE), NCHW float32.
+    /// Write the final latents (before the VAE), NCHW float32 `[N, 4, H/8, W/8]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_latents: Option<PathBuf>,
-    /// Write the VAE's raw output (about [-1, 1]), NCHW float32.
+    /// Write the VAE's raw output (about [-1, 1]), NCHW float32 `[N, 3, H, W]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
     /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
@@ -114,6 +124,23 @@ fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
     Ok((chw, w, h))
 }
 
+/// The PNG file of image `i` (from 0) of `images`: `output` itself for one image, else
+/// `output` with `-{i + 1}` after its stem (`out.png` → `out-1.png`, `out` → `out-1`).
+fn output_path(output: &Path, i: usize, images: usize) -> PathBuf {
+    if images == 1 {
+        return output.to_path_buf();
+    }
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match output.extension() {
+        Some(ext) => format!("{stem}-{}.{}", i + 1, ext.to_string_lossy()),
+        None => format!("{stem}-{}", i + 1),
+    };
+    output.with_file_name(name)
+}
+
 /// What a front end says about configs inferred for `family`.
 fn inferred_note(family: Family) -> &'static str {
     match family {
@@ -134,6 +161,10 @@ pub fn run(a: ImageArgs) -> Result<()> {
     if let Some(n) = a.threads {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
+    }
+    let batch = a.batch;
+    if !(1..=MAX_BATCH).contains(&batch) {
+        bail!("--batch {batch}: must be between 1 and {MAX_BATCH} images");
     }
     let scheduler = match &a.scheduler {
         None => None,
@@ -194,9 +225,10 @@ pub fn run(a: ImageArgs) -> Result<()> {
         width,
         height,
         scheduler,
+        batch,
         seed: a.seed,
-        init_noise: noise(&a.init_noise, &[1, c, h, w], "init-noise")?,
-        step_noise: noise(&a.step_noise, &[steps, 1, c, h, w], "step-noise")?,
+        init_noise: noise(&a.init_noise, &[batch, c, h, w], "init-noise")?,
+        step_noise: noise(&a.step_noise, &[steps, batch, c, h, w], "step-noise")?,
         init_image: init.map(|(img, _, _)| img),
         strength: a.strength,
         encode_noise: None,
@@ -227,20 +259,29 @@ pub fn run(a: ImageArgs) -> Result<()> {
     }
     let took = t1.elapsed();
     if let Some(p) = &a.dump_latents {
-        npy::write_f32(p, &[1, c, h, w], &out.latents)
+        npy::write_f32(p, &[batch, c, h, w], &out.latents)
             .with_context(|| format!("{}", p.display()))?;
     }
     if let Some(p) = &a.dump_image {
-        npy::write_f32(p, &[1, 3, height, width], &out.image)
+        npy::write_f32(p, &[batch, 3, height, width], &out.image)
             .with_context(|| format!("{}", p.display()))?;
     }
-    ::image::RgbImage::from_raw(width as u32, height as u32, out.rgb8())
-        .context("image buffer size")?
-        .save_with_format(&a.output, ::image::ImageFormat::Png)
-        .with_context(|| format!("{}", a.output.display()))?;
+    let mut written = Vec::with_capacity(out.images);
+    for i in 0..out.images {
+        let path = output_path(&a.output, i, out.images);
+        ::image::RgbImage::from_raw(width as u32, height as u32, out.rgb8(i))
+            .context("image buffer size")?
+            .save_with_format(&path, ::image::ImageFormat::Png)
+            .with_context(|| format!("{}", path.display()))?;
+        written.push(path.display().to_string());
+    }
+    let what = match batch {
+        1 => String::new(),
+        n => format!("{n} images, "),
+    };
     eprintln!(
-        "wrote {} ({}x{}, {} steps, load {:.2}s, generate {:.2}s = {:.2}s/step incl. VAE)",
-        a.output.display(),
+        "wrote {} ({}x{}, {what}{} steps, load {:.2}s, generate {:.2}s = {:.2}s/step incl. VAE)",
+        written.join(", "),
         width,
         height,
         steps,
@@ -286,4 +327,18 @@ pub fn serve(
         std::sync::Arc::new(sd),
         cfg,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_outputs_are_numbered_after_the_stem() {
+        let p = |s: &str, i, n| output_path(Path::new(s), i, n).display().to_string();
+        assert_eq!(p("out.png", 0, 1), "out.png");
+        assert_eq!(p("out.png", 0, 3), "out-1.png");
+        assert_eq!(p("dir/cat.v2.png", 2, 3), "dir/cat.v2-3.png");
+        assert_eq!(p("/tmp/img", 1, 2), "/tmp/img-2");
+    }
 }

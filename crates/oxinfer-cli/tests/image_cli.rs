@@ -273,3 +273,109 @@ fn single_file_lcm_and_tiling_from_the_command_line() {
     assert!(max_abs_diff(&tiled, &whole) > 1e-3);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// `--batch 3` with diffusers' batched noise (tiny_sd1's `reference/batch_*`: 64x48, guidance,
+/// Euler ancestral) writes out-1.png ... out-3.png and the `[3, ...]` latents and images
+/// diffusers computed; a batch out of range and noise of one image are one clear error line.
+#[test]
+fn batch_writes_n_pngs_and_matches_diffusers() {
+    let tmp = scratch_dir("image-cli-batch");
+    let dir = fixtures().join("tiny_sd1");
+    let d = dir.display().to_string();
+    let r = common::reference(&dir.join("reference"));
+    let refp = |f: &str| dir.join("reference").join(f).display().to_string();
+    let (lat, img) = (tmp.join("lat.npy"), tmp.join("img.npy"));
+    let (lat_s, img_s) = (lat.display().to_string(), img.display().to_string());
+    let out = tmp.join("out.png").display().to_string();
+    let (init, steps) = (refp("batch_init_noise.npy"), refp("batch_step_noise.npy"));
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "4",
+        "--cfg",
+        "7.5",
+        "--scheduler",
+        "euler-a",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--batch",
+        "3",
+        "--init-noise",
+        &init,
+        "--step-noise",
+        &steps,
+        "--dump-latents",
+        &lat_s,
+        "--dump-image",
+        &img_s,
+        "-o",
+        &out,
+    ]));
+    assert!(err.contains("3 images"), "{err}");
+    for i in 1..=3 {
+        let p = tmp.join(format!("out-{i}.png"));
+        assert!(err.contains(&p.display().to_string()), "{err}");
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(
+            &bytes[..8],
+            b"\x89PNG\r\n\x1a\n",
+            "{}: not a PNG",
+            p.display()
+        );
+        let dim = |o: usize| u32::from_be_bytes(bytes[o..o + 4].try_into().unwrap());
+        assert_eq!((dim(16), dim(20)), (64, 48));
+    }
+    assert!(!tmp.join("out.png").exists());
+    let (shape, got) = read_npy_f32(&lat);
+    assert_eq!(shape, [3, 4, 6, 8]);
+    let d_lat = max_abs_diff(
+        &got,
+        &read_npy_f32(&dir.join("reference/batch_final_latents.npy")).1,
+    );
+    assert!(d_lat < 1e-4 * 60.0, "batch latents: {d_lat:e}");
+    let (shape, got) = read_npy_f32(&img);
+    assert_eq!(shape, [3, 3, 48, 64]);
+    let d_img = max_abs_diff(
+        &got,
+        &read_npy_f32(&dir.join("reference/batch_image.npy")).1,
+    );
+    assert!(d_img < 1e-4, "batch images: {d_img:e}");
+
+    for bad in ["0", "17"] {
+        let o = oxinfer(&["image", "-m", &d, "-p", "x", "--batch", bad]);
+        assert_fails_with(&o, &[&format!("--batch {bad}"), "between 1 and 16"]);
+    }
+    let one = refp("init_noise.npy");
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "x",
+        "--width",
+        "64",
+        "--height",
+        "64",
+        "--batch",
+        "2",
+        "--init-noise",
+        &one,
+    ]);
+    assert_fails_with(
+        &o,
+        &[
+            "--init-noise",
+            "shape [1, 4, 8, 8]",
+            "expected [2, 4, 8, 8]",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -1,9 +1,11 @@
 //! `POST /v1/images/generations` (OpenAI's shape) over a Stable Diffusion pipeline: `prompt`,
 //! `n`, `size` (`"WxH"`, multiples of 8), `response_format` `b64_json` (PNG); oxinfer's own
 //! fields `negative_prompt`, `steps`, `guidance_scale`, `scheduler` and `seed` (each image `i`
-//! uses `seed + i`; without a seed one is drawn and returned with each image, so any image can
-//! be made again). A request's images are made one after another, one request at a time (each
-//! denoising step already uses every core); at most `queue` requests wait, more get 503.
+//! uses `seed + i`, and is the image the same request with that seed and `n` = 1 makes; without
+//! a seed one is drawn and returned with each image, so any image can be made again). A
+//! request's `n` images are made as one batch (one UNet call per denoising step runs all of
+//! them), one request at a time (each step already uses every core); at most `queue` requests
+//! wait, more get 503.
 //!
 //! A server on an image model answers only this, `/v1/models` and `/health`; its chat,
 //! completion and embedding endpoints say so with a 400.
@@ -18,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use base64::Engine;
-use oxinfer::arch::diffusion::{GenerateRequest, SchedulerKind, StableDiffusion};
+use oxinfer::arch::diffusion::{image_seed, GenerateRequest, SchedulerKind, StableDiffusion};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -103,11 +105,8 @@ fn fresh_seed() -> u64 {
     (z ^ (z >> 31)) >> 11
 }
 
-/// The checked request as the pipeline's, with the image count and first seed.
-fn pipeline_request(
-    req: &ImageRequest,
-    sd: &StableDiffusion,
-) -> Result<(GenerateRequest, usize), ApiError> {
+/// The checked request as the pipeline's: its `batch` is `n`, its seed the first image's.
+fn pipeline_request(req: &ImageRequest, sd: &StableDiffusion) -> Result<GenerateRequest, ApiError> {
     let native = sd.native_size();
     match req.response_format.as_deref() {
         None | Some("b64_json") => {}
@@ -161,10 +160,11 @@ fn pipeline_request(
         width,
         height,
         scheduler,
+        batch: n,
         seed: req.seed.unwrap_or_else(fresh_seed),
         ..GenerateRequest::default()
     };
-    Ok((g, n))
+    Ok(g)
 }
 
 /// One image as a PNG file.
@@ -202,7 +202,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let req: ImageRequest = crate::gen::parse_body(body)?;
     st.cfg.check_model(req.model.as_deref())?;
-    let (first, n) = pipeline_request(&req, &st.sd)?;
+    let g = pipeline_request(&req, &st.sd)?;
     // One computing plus `queue` waiting.
     let ahead = st.pending.fetch_add(1, Ordering::SeqCst);
     if ahead > st.cfg.queue {
@@ -216,18 +216,16 @@ async fn run(
     let images = off_worker(move || -> Result<Vec<Value>, ApiError> {
         let _place = Place(&worker.pending);
         let _one_at_a_time = worker.busy.lock().unwrap_or_else(|p| p.into_inner());
-        (0..n as u64)
+        let out = worker
+            .sd
+            .generate(&g, &mut |_, _, _| {})
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        (0..out.images)
             .map(|i| {
-                let mut g = first.clone();
-                g.seed = first.seed.wrapping_add(i);
-                let out = worker
-                    .sd
-                    .generate(&g, &mut |_, _, _| {})
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let file = png(out.rgb8(), out.width, out.height)?;
+                let file = png(out.rgb8(i), out.width, out.height)?;
                 Ok(json!({
                     "b64_json": base64::engine::general_purpose::STANDARD.encode(file),
-                    "seed": g.seed,
+                    "seed": image_seed(g.seed, i),
                 }))
             })
             .collect()

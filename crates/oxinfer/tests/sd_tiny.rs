@@ -5,7 +5,9 @@
 //! Checked: tokenizer ids, text embeddings, every UNet call, the VAE decoder, the whole pipeline's
 //! step latents, final latents and image; and the scheduler maths of Euler, Euler ancestral,
 //! DDIM, DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing spacings; epsilon
-//! and v-prediction) and LCM (epsilon; v-prediction with clipping).
+//! and v-prediction) and LCM (epsilon; v-prediction with clipping). A batch of three images
+//! of one prompt (diffusers' `num_images_per_prompt`, tiny_sd1's `reference/batch_*`) matches
+//! too, and image `i` of a seeded batch is the image of seed + `i` made alone.
 
 mod common;
 
@@ -200,7 +202,7 @@ fn pipeline_matches_step_by_step() {
         let d = max_abs_diff(&out.image, &image);
         eprintln!("{v} pipeline image: max abs diff {d:.2e}");
         assert!(d < TOL, "{v} image: max diff {d:e}");
-        assert_eq!(out.rgb8().len(), req.width * req.height * 3);
+        assert_eq!(out.rgb8(0).len(), req.width * req.height * 3);
     }
 }
 
@@ -241,6 +243,183 @@ fn img2img_matches() {
         eprintln!("{v} img2img: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
         assert!(d < TOL && di < TOL, "{v}: latents {d:e}, image {di:e}");
     }
+}
+
+/// The batched reference run: tiny_sd1, three images at 64x48, guidance, Euler ancestral, with
+/// diffusers' initial noise `[3, 4, 6, 8]` and per-step noise `[4, 3, 4, 6, 8]`.
+fn batch_request(f: &Fixture) -> GenerateRequest {
+    let b = &f.reference["batch"];
+    GenerateRequest {
+        batch: b["images"].as_u64().unwrap() as usize,
+        width: b["width"].as_u64().unwrap() as usize,
+        height: b["height"].as_u64().unwrap() as usize,
+        scheduler: Some(SchedulerKind::EulerAncestral),
+        init_noise: Some(f.npy("batch_init_noise").1),
+        step_noise: Some(f.npy("batch_step_noise").1),
+        ..reference_request(f)
+    }
+}
+
+#[test]
+fn batch_matches_diffusers() {
+    let f = sd1();
+    let req = batch_request(f);
+    assert_eq!(req.batch, 3);
+    let (_, step_latents) = f.npy("batch_step_latents");
+    let n = step_latents.len() / req.steps;
+    let mut worst = 0f32;
+    let out = f
+        .pipeline
+        .generate(&req, &mut |i, _, lat| {
+            worst = worst.max(scaled_diff(lat, &step_latents[i * n..(i + 1) * n]));
+        })
+        .unwrap();
+    assert_eq!(out.images, 3);
+    assert_eq!((out.width, out.height), (64, 48));
+    eprintln!("batch of 3: step latents worst scaled max diff {worst:.2e}");
+    assert!(worst < TOL, "batch step latents: scaled max diff {worst:e}");
+    let d = scaled_diff(&out.latents, &f.npy("batch_final_latents").1);
+    let (shape, image) = f.npy("batch_image");
+    assert_eq!(shape, [3, 3, 48, 64]);
+    let di = max_abs_diff(&out.image, &image);
+    eprintln!("batch of 3: final latents scaled diff {d:.2e}, images max abs diff {di:.2e}");
+    assert!(d < TOL && di < TOL, "batch: latents {d:e}, images {di:e}");
+    let per = 3 * 48 * 64;
+    for i in 0..3 {
+        assert_eq!(out.image_chw(i), &out.image[i * per..(i + 1) * per]);
+        assert_eq!(out.rgb8(i).len(), 48 * 64 * 3);
+    }
+}
+
+/// Image `i` of a seeded batch is the image of seed + `i` made alone (batch 1), for
+/// text-to-image with every scheduler (Euler ancestral's and LCM's step noise, DPM-Solver++'s
+/// history), image-to-image and without guidance: the same noise and maths, equal within float
+/// rounding (the UNet's matrix products over 2N images' rows round differently from those over
+/// two, by a few 1e-6 here), so the 8-bit pixels differ by at most one level.
+#[test]
+fn batch_images_are_the_seeded_single_images() {
+    let f = sd1();
+    let base = GenerateRequest {
+        steps: 3,
+        width: 48,
+        height: 32,
+        seed: 40,
+        init_noise: None,
+        step_noise: None,
+        ..reference_request(f)
+    };
+    let i2i = GenerateRequest {
+        init_image: Some(vec![0.25; 3 * 48 * 32]),
+        strength: 0.7,
+        scheduler: Some(SchedulerKind::Ddim),
+        ..base.clone()
+    };
+    let mut cases: Vec<(String, GenerateRequest)> = [
+        SchedulerKind::Euler,
+        SchedulerKind::EulerAncestral,
+        SchedulerKind::Ddim,
+        SchedulerKind::DpmPp2m,
+        SchedulerKind::Lcm,
+    ]
+    .into_iter()
+    .map(|k| {
+        let req = GenerateRequest {
+            scheduler: Some(k),
+            ..base.clone()
+        };
+        (format!("{k:?}"), req)
+    })
+    .collect();
+    cases.push(("image to image".into(), i2i));
+    cases.push((
+        "no guidance".into(),
+        GenerateRequest {
+            guidance_scale: 1.0,
+            ..base.clone()
+        },
+    ));
+    for (name, req) in cases {
+        let batched = GenerateRequest {
+            batch: 3,
+            ..req.clone()
+        };
+        let all = f.pipeline.generate(&batched, &mut |_, _, _| {}).unwrap();
+        assert_eq!(all.images, 3);
+        let per_latents = all.latents.len() / 3;
+        for i in 0..3 {
+            let alone = GenerateRequest {
+                seed: req.seed + i as u64,
+                ..req.clone()
+            };
+            let one = f.pipeline.generate(&alone, &mut |_, _, _| {}).unwrap();
+            assert_eq!(one.images, 1);
+            let lat = &all.latents[i * per_latents..(i + 1) * per_latents];
+            let d = scaled_diff(lat, &one.latents);
+            let di = max_abs_diff(all.image_chw(i), &one.image);
+            let px = all
+                .rgb8(i)
+                .iter()
+                .zip(one.rgb8(0))
+                .map(|(&a, b)| a.abs_diff(b))
+                .max()
+                .unwrap();
+            eprintln!("{name} image {i}: latents scaled diff {d:.2e}, image {di:.2e}, pixels {px}");
+            assert!(
+                d < TOL && di < TOL && px <= 1,
+                "{name}: batch image {i} against seed + {i} alone: latents {d:e}, image {di:e}, \
+                 pixels {px}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_batches_name_the_argument() {
+    let p = &sd1().pipeline;
+    let req = GenerateRequest {
+        prompt: "x".into(),
+        steps: 1,
+        width: 64,
+        height: 64,
+        batch: 0,
+        ..Default::default()
+    };
+    let e = p
+        .generate(&req, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("batch = 0"), "{e}");
+    // Noise for one image given to a batch of two names the batch's shape.
+    let two = GenerateRequest {
+        batch: 2,
+        init_noise: Some(vec![0.0; 4 * 8 * 8]),
+        ..req.clone()
+    };
+    let e = p
+        .generate(&two, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("initial noise has 256 values") && e.contains("[2, 4, 8, 8]"),
+        "{e}"
+    );
+    let steps = GenerateRequest {
+        batch: 2,
+        scheduler: Some(SchedulerKind::EulerAncestral),
+        step_noise: Some(vec![0.0; 4 * 8 * 8]),
+        ..req
+    };
+    let e = p
+        .generate(&steps, &mut |_, _, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("step noise") && e.contains("[1, 2, 4, 8, 8]"),
+        "{e}"
+    );
 }
 
 /// The UNet stored in float16 (diffusers' `fp16` variant) loads and, computing with its f16

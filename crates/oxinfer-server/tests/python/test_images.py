@@ -1,7 +1,8 @@
 """`oxinfer serve` on a Stable Diffusion folder (the tiny SD 1.x fixture, tests/fixtures/tiny_sd1,
 itself checked against diffusers by the image tests), driven by the official `openai` client's
-`images.generate`. The reference is `oxinfer image` with the same prompt, size, steps and seed:
-the PNG files must be byte-identical. Bad input gets a clear 400; text endpoints answer 400."""
+`images.generate`. The reference is `oxinfer image` with the same prompt, size, steps and seed
+(and `--batch n` for `n` images, which the server makes as one batch): the PNG files must be
+byte-identical. Bad input gets a clear 400; text endpoints answer 400."""
 
 import base64
 import struct
@@ -32,17 +33,25 @@ def client(image_server):
     return openai.OpenAI(base_url=image_server.url + "/v1", api_key="k", max_retries=0)
 
 
-def cli_png(prompt, width, height, steps, seed, negative=""):
-    """The PNG `oxinfer image` writes for the same request."""
+def cli_pngs(prompt, width, height, steps, seed, negative="", batch=1):
+    """The PNGs `oxinfer image --batch BATCH` writes for the same request (out.png, or
+    out-1.png ... out-BATCH.png)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "out.png"
         subprocess.run(
             [BIN, "image", "-m", str(TINY), "-p", prompt, "-n", negative, "--width", str(width),
              "--height", str(height), "--steps", str(steps), "--seed", str(seed), "-o", str(out),
-             "-t", "2"],
+             "--batch", str(batch), "-t", "2"],
             capture_output=True, text=True, check=True,
         )
-        return out.read_bytes()
+        if batch == 1:
+            return [out.read_bytes()]
+        return [(Path(d) / f"out-{i + 1}.png").read_bytes() for i in range(batch)]
+
+
+def cli_png(prompt, width, height, steps, seed, negative=""):
+    """The PNG `oxinfer image` writes for the same request."""
+    return cli_pngs(prompt, width, height, steps, seed, negative)[0]
 
 
 def png_size(data):
@@ -58,9 +67,12 @@ def test_images_match_the_cli_byte_for_byte(client):
     )
     assert len(r.data) == 2
     files = [base64.b64decode(d.b64_json) for d in r.data]
+    # One batch of two, as `oxinfer image --batch 2`; image i reports seed + i.
+    want = cli_pngs("a red cube on a table", 64, 48, 3, 11, "blurry", batch=2)
     for i, f in enumerate(files):
         assert png_size(f) == (64, 48)
-        assert f == cli_png("a red cube on a table", 64, 48, 3, 11 + i, "blurry"), i
+        assert f == want[i], i
+        assert r.data[i].model_extra["seed"] == 11 + i
     assert files[0] != files[1], "image i uses seed + i"
 
 

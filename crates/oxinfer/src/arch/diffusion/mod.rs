@@ -28,7 +28,7 @@ pub use clip_text::ClipTextModel;
 pub use clip_tokenizer::ClipTokenizer;
 pub use error::DiffusionError;
 pub use layers::FeatureMap;
-pub use pipeline::{GenerateRequest, PipelineSource, StableDiffusion};
+pub use pipeline::{image_seed, GenerateRequest, Generated, PipelineSource, StableDiffusion};
 pub use scheduler::{Scheduler, SchedulerKind};
 pub use unet::UNet;
 pub use vae::VaeDecoder;

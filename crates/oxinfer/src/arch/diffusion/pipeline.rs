@@ -22,12 +22,14 @@ use crate::quant::Precision;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// One text-to-image request.
+/// One text-to-image request: `batch` images of one prompt.
 #[derive(Clone, Debug)]
 pub struct GenerateRequest {
+    /// What to draw.
     pub prompt: String,
     /// Empty for none (the unconditional embedding of "").
     pub negative_prompt: String,
+    /// Denoising steps.
     pub steps: usize,
     /// Classifier-free guidance scale; guidance runs only above 1 (as diffusers). A UNet with
     /// `time_cond_proj_dim` (LCM) takes the embedding of `guidance_scale − 1` instead and runs
@@ -39,25 +41,35 @@ pub struct GenerateRequest {
     pub height: usize,
     /// The scheduler; `None` for the one `scheduler_config.json` names.
     pub scheduler: Option<SchedulerKind>,
-    /// Seed of the noise made when none is given.
+    /// Images made at once, `N` below (at least 1): one UNet call per step runs all of them
+    /// (`2N` images with guidance: the `N` negative prompts first, as diffusers'
+    /// `num_images_per_prompt`).
+    pub batch: usize,
+    /// Seed of the noise made when none is given. Image `i` of a batch draws its noise from
+    /// [`image_seed`]`(seed, i)` = `seed + i`, so it is the image a request of that seed and
+    /// batch 1 makes.
     pub seed: u64,
-    /// Initial latent noise, NCHW `[1, C, H/8, W/8]` (before the scheduler's scaling).
+    /// Initial latent noise, NCHW `[N, C, H/8, W/8]` (before the scheduler's scaling).
     pub init_noise: Option<Vec<f32>>,
-    /// Ancestral noise, `[steps, 1, C, H/8, W/8]`; entry `k` is used by the `k`-th step run.
+    /// Ancestral noise, `[steps, N, C, H/8, W/8]`; entry `k` is used by the `k`-th step run
+    /// (diffusers draws one `[N, C, H/8, W/8]` tensor a step).
     pub step_noise: Option<Vec<f32>>,
-    /// Image-to-image: the starting image NCHW `[1, 3, H, W]`, values in `[-1, 1]`. The initial
-    /// noise is then added to its latents at the level of the first step run.
+    /// Image-to-image: the starting image NCHW `[1, 3, H, W]`, values in `[-1, 1]`, the same
+    /// for every image of a batch. The initial noise (each image's own) is then added to its
+    /// latents at the level of the first step run.
     pub init_image: Option<Vec<f32>>,
     /// Image-to-image: how much of the schedule to run (the last `floor(steps · strength)` steps).
     pub strength: f32,
-    /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]`.
+    /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]` (one sample
+    /// for the whole batch, as diffusers) or `[N, C, H/8, W/8]` (one per image).
     pub encode_noise: Option<Vec<f32>>,
     /// Whether the VAE decodes in tiles.
     pub vae_tiling: VaeTiling,
 }
 
 impl Default for GenerateRequest {
-    /// 512 × 512, 20 steps, guidance 7.5, the folder's scheduler, seed 0, strength 0.8.
+    /// One 512 × 512 image, 20 steps, guidance 7.5, the folder's scheduler, seed 0, strength
+    /// 0.8.
     fn default() -> Self {
         GenerateRequest {
             prompt: String::new(),
@@ -67,6 +79,7 @@ impl Default for GenerateRequest {
             width: 512,
             height: 512,
             scheduler: None,
+            batch: 1,
             seed: 0,
             init_noise: None,
             step_noise: None,
@@ -78,24 +91,42 @@ impl Default for GenerateRequest {
     }
 }
 
-/// What a request produced.
+/// What a request produced: `images` images (the request's batch), in order.
 pub struct Generated {
-    /// Final latents, NCHW `[1, C, H/8, W/8]`, before the VAE's scaling.
+    /// How many images (`N`).
+    pub images: usize,
+    /// Final latents, NCHW `[N, C, H/8, W/8]`, before the VAE's scaling.
     pub latents: Vec<f32>,
-    /// The VAE's output, NCHW `[1, 3, H, W]`, about `[-1, 1]`.
+    /// The VAE's output, NCHW `[N, 3, H, W]`, about `[-1, 1]`.
     pub image: Vec<f32>,
+    /// Image width in pixels.
     pub width: usize,
+    /// Image height in pixels.
     pub height: usize,
 }
 
 impl Generated {
-    /// The image as 8-bit RGB, row-major `[H, W, 3]`: `clamp(x / 2 + 0.5, 0, 1) · 255`, rounded.
-    pub fn rgb8(&self) -> Vec<u8> {
+    /// Image `i`'s VAE output, CHW `[3, H, W]`.
+    ///
+    /// # Panics
+    /// `i >= self.images`.
+    pub fn image_chw(&self, i: usize) -> &[f32] {
+        assert!(i < self.images, "image {i} of {}", self.images);
+        let n = 3 * self.width * self.height;
+        &self.image[i * n..(i + 1) * n]
+    }
+
+    /// Image `i` as 8-bit RGB, row-major `[H, W, 3]`: `clamp(x / 2 + 0.5, 0, 1) · 255`, rounded.
+    ///
+    /// # Panics
+    /// `i >= self.images`.
+    pub fn rgb8(&self, i: usize) -> Vec<u8> {
+        let image = self.image_chw(i);
         let hw = self.width * self.height;
         let mut out = Vec::with_capacity(hw * 3);
         for p in 0..hw {
             for c in 0..3 {
-                let v = (self.image[c * hw + p] / 2.0 + 0.5).clamp(0.0, 1.0);
+                let v = (image[c * hw + p] / 2.0 + 0.5).clamp(0.0, 1.0);
                 out.push((v * 255.0).round() as u8);
             }
         }
@@ -274,6 +305,33 @@ fn checked_noise(
         ))),
         other => Ok(other.clone()),
     }
+}
+
+/// The seed of image `i` of a batch seeded with `seed`: `seed + i` (wrapping), so image `i`
+/// is the image a request of that seed makes alone.
+pub fn image_seed(seed: u64, i: usize) -> u64 {
+    seed.wrapping_add(i as u64)
+}
+
+/// What a seed is mixed with for the ancestral (step) noise.
+const STEP_NOISE_SEED: u64 = 0x5EED_0000_0000_0001;
+/// What a seed is mixed with for the noise that samples the VAE posterior.
+const ENCODE_NOISE_SEED: u64 = 0xE4C0_DE00_0000_0001;
+
+/// The seeded noise of a batch: for image `i`, `gaussian_noise(image_seed(seed, i) ^ mix,
+/// chunks · n)` cut in `chunks` pieces of `n`; laid out `[chunks, images, n]` (piece `k` of
+/// every image, then piece `k + 1`), as diffusers' per-step `[N, ...]` draws.
+fn batch_noise(seed: u64, mix: u64, images: usize, chunks: usize, n: usize) -> Vec<f32> {
+    let each: Vec<Vec<f32>> = (0..images)
+        .map(|i| gaussian_noise(image_seed(seed, i) ^ mix, chunks * n))
+        .collect();
+    let mut out = Vec::with_capacity(images * chunks * n);
+    for k in 0..chunks {
+        for e in &each {
+            out.extend_from_slice(&e[k * n..(k + 1) * n]);
+        }
+    }
+    out
 }
 
 /// Standard normal values from a seed (SplitMix64 and Box-Muller). Not torch's generator:
@@ -495,30 +553,43 @@ impl StableDiffusion {
         Ok((self.unet.config.in_channels, height / s, width / s))
     }
 
-    /// Runs `req`; `on_step(i, steps, latents)` is called after each denoising step with the
-    /// latents NCHW.
+    /// Runs `req`, making its `batch` images; `on_step(i, steps, latents)` is called after each
+    /// denoising step with the latents NCHW `[N, C, H/8, W/8]`.
     ///
     /// # Errors
-    /// Bad sizes, steps, or noise of the wrong length (each names the argument).
+    /// Bad sizes, steps, a batch of 0, or noise of the wrong length (each names the argument).
     pub fn generate(
         &self,
         req: &GenerateRequest,
         on_step: &mut dyn FnMut(usize, usize, &[f32]),
     ) -> Result<Generated, DiffusionError> {
         let (c, h, w) = self.latent_shape(req.width, req.height)?;
+        let batch = req.batch;
+        if batch == 0 {
+            return Err(DiffusionError::Argument(
+                "batch = 0: must be at least 1 image".into(),
+            ));
+        }
+        // One image's latents, and the batch's.
         let n = c * h * w;
+        let total = batch * n;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
         let mut sched = Scheduler::new(kind, self.schedule.clone(), req.steps)?;
-        let shape = format!("[1, {c}, {h}, {w}]");
-        let noise = checked_noise(&req.init_noise, n, "initial noise", &shape)?
-            .unwrap_or_else(|| gaussian_noise(req.seed, n));
-        let steps_shape = format!("[{}, 1, {c}, {h}, {w}]", req.steps);
-        let step_noise = checked_noise(&req.step_noise, n * req.steps, "step noise", &steps_shape)?
-            .or_else(|| {
-                sched
-                    .needs_noise()
-                    .then(|| gaussian_noise(req.seed ^ 0x5EED_0000_0000_0001, n * req.steps))
-            });
+        let shape = format!("[{batch}, {c}, {h}, {w}]");
+        let noise = checked_noise(&req.init_noise, total, "initial noise", &shape)?
+            .unwrap_or_else(|| batch_noise(req.seed, 0, batch, 1, n));
+        let steps_shape = format!("[{}, {batch}, {c}, {h}, {w}]", req.steps);
+        let step_noise = checked_noise(
+            &req.step_noise,
+            total * req.steps,
+            "step noise",
+            &steps_shape,
+        )?
+        .or_else(|| {
+            sched
+                .needs_noise()
+                .then(|| batch_noise(req.seed, STEP_NOISE_SEED, batch, req.steps, n))
+        });
         // Image-to-image starts at step `start`, from the image's latents noised to that level.
         let (start, mut latents) = match &req.init_image {
             None => {
@@ -542,7 +613,7 @@ impl StableDiffusion {
                     )));
                 }
                 let start = req.steps - run;
-                let z = self.encode_image(image, req, n, &shape)?;
+                let z = self.encode_image(image, req, (c, h, w))?;
                 (start, sched.add_noise(&z, &noise, start))
             }
         };
@@ -566,30 +637,37 @@ impl StableDiffusion {
                     cond.len()
                 )));
             }
-            [uncond, cond].concat()
+            [uncond.repeat(batch), cond.repeat(batch)].concat()
         } else {
-            cond
+            cond.repeat(batch)
         };
+        // The UNet's batch: the latents once, or twice with guidance (its two halves).
+        let branches = if cfg { 2 } else { 1 };
         for i in start..sched.len() {
             let mut x = latents.clone();
             sched.scale_model_input(&mut x, i);
             let t = sched.timesteps[i];
-            let images = if cfg { 2 } else { 1 };
-            let xm = FeatureMap::from_nchw(&x.repeat(images), images, c, h, w);
+            let xm = FeatureMap::from_nchw(&x.repeat(branches), branches * batch, c, h, w);
             let mut pred = self.unet.forward_cond(&xm, t, &ctx, w_emb)?.to_chw();
             if cfg {
-                let (pred_u, pred_c) = pred.split_at_mut(n);
+                let (pred_u, pred_c) = pred.split_at_mut(total);
                 let g = req.guidance_scale;
                 zip_apply(pred_u, pred_c, |u, c| *u += g * (c - *u));
-                pred.truncate(n);
+                pred.truncate(total);
             }
             let k = i - start;
-            let sn = step_noise.as_ref().map(|v| &v[k * n..(k + 1) * n]);
+            let sn = step_noise.as_ref().map(|v| &v[k * total..(k + 1) * total]);
+            // Every scheduler's update is element-wise (DPM-Solver++'s history too), so one step
+            // over the batch's values is each image's step.
             latents = sched.step(&pred, i, &latents, sn)?;
             on_step(i, sched.len(), &latents);
         }
-        let image = self.decode(&latents, c, h, w, req.vae_tiling)?;
+        let mut image = Vec::with_capacity(batch * 3 * req.width * req.height);
+        for z in latents.chunks_exact(n) {
+            image.extend(self.decode(z, c, h, w, req.vae_tiling)?);
+        }
         Ok(Generated {
+            images: batch,
             latents,
             image,
             width: req.width,
@@ -597,14 +675,15 @@ impl StableDiffusion {
         })
     }
 
-    /// The latents of `image` (NCHW `[1, 3, H, W]` in `[-1, 1]`): the VAE posterior sampled
-    /// with `req.encode_noise` (or the seed's), times the scaling factor. NCHW, `n` values.
+    /// The latents of `image` (NCHW `[1, 3, H, W]` in `[-1, 1]`) for each of the request's
+    /// `N` images: the VAE posterior (computed once) sampled with `req.encode_noise` (one
+    /// sample for all, or one per image) or each image's seeded noise, times the scaling
+    /// factor. NCHW `[N, c, h, w]`.
     fn encode_image(
         &self,
         image: &[f32],
         req: &GenerateRequest,
-        n: usize,
-        shape: &str,
+        (c, h, w): (usize, usize, usize),
     ) -> Result<Vec<f32>, DiffusionError> {
         let enc = self
             .vae_encoder
@@ -621,15 +700,34 @@ impl StableDiffusion {
             )));
         }
         let post = enc.encode(&FeatureMap::from_chw(image, 3, hh, ww))?;
-        let eps = checked_noise(&req.encode_noise, n, "encode noise", shape)?
-            .unwrap_or_else(|| gaussian_noise(req.seed ^ 0xE4C0_DE00_0000_0001, n));
+        let (n, batch) = (c * h * w, req.batch);
+        let eps = match &req.encode_noise {
+            Some(v) if v.len() == n || v.len() == batch * n => v.clone(),
+            Some(v) => {
+                return Err(DiffusionError::Argument(format!(
+                    "encode noise has {} values, expected [1, {c}, {h}, {w}] = {n} or \
+                     [{batch}, {c}, {h}, {w}] = {}",
+                    v.len(),
+                    batch * n
+                )))
+            }
+            None => batch_noise(req.seed, ENCODE_NOISE_SEED, batch, 1, n),
+        };
         let k = self.vae.config.scaling_factor;
         let (mean, std) = (post.mean.to_chw(), post.std.to_chw());
-        Ok(mean
-            .iter()
-            .zip(&std)
-            .zip(&eps)
-            .map(|((&m, &s), &e)| (m + s * e) * k)
+        // One posterior sample (the noise's first image) or one per image.
+        Ok((0..batch)
+            .flat_map(|i| {
+                let e = if eps.len() == n {
+                    &eps[..]
+                } else {
+                    &eps[i * n..(i + 1) * n]
+                };
+                mean.iter()
+                    .zip(&std)
+                    .zip(e)
+                    .map(move |((&m, &s), &e)| (m + s * e) * k)
+            })
             .collect())
     }
 
