@@ -44,7 +44,7 @@ pub fn gated_act(act: GateAct, g: &mut [f32], u: &[f32], isa: Isa) {
         #[cfg(target_arch = "x86_64")]
         if isa.has_avx2() {
             // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
-            unsafe { avx2::gated(act, g, u) };
+            unsafe { avx2::gated(act, g, Some(u)) };
             return;
         }
         let _ = isa;
@@ -63,6 +63,20 @@ pub fn gated_act(act: GateAct, g: &mut [f32], u: &[f32], isa: Isa) {
         let gs = unsafe { std::slice::from_raw_parts_mut(gp.get().add(a), b - a) };
         run(gs, &u[a..b]);
     });
+}
+
+/// `x[i] = act(x[i])` on the calling thread, on `isa` as [`gated_act`] (the AVX2 path within
+/// a few ulp of [`GateAct::apply`], the reference formula elsewhere): for a caller that already
+/// splits its work over the pool (a normalization followed by SiLU).
+pub fn act_in_place(act: GateAct, x: &mut [f32], isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
+        unsafe { avx2::gated(act, x, None) };
+        return;
+    }
+    let _ = isa;
+    x.iter_mut().for_each(|v| *v = act.apply(*v));
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -123,19 +137,24 @@ pub(crate) mod avx2 {
         }
     }
 
-    /// `g[i] = act(g[i]) · u[i]` (`u` at least as long as `g`).
+    /// `g[i] = act(g[i]) · u[i]` (`u` at least as long as `g`), or `act(g[i])` without `u`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn gated(act: GateAct, g: &mut [f32], u: &[f32]) {
+    pub(super) unsafe fn gated(act: GateAct, g: &mut [f32], u: Option<&[f32]>) {
         let n = g.len();
-        assert!(u.len() >= n);
+        assert!(u.is_none_or(|u| u.len() >= n));
+        let times = |y: __m256, u: Option<&[f32]>, i: usize| match u {
+            // SAFETY: i + 8 <= u.len() at every call (the main loop's bound, or the tail's
+            // 8-float copy).
+            Some(u) => _mm256_mul_ps(y, unsafe { _mm256_loadu_ps(u.as_ptr().add(i)) }),
+            None => y,
+        };
         let main = n / 8 * 8;
         let mut i = 0;
         while i < main {
-            // SAFETY: i + 8 <= main <= n <= u.len().
+            // SAFETY: i + 8 <= main <= n (<= u.len()).
             unsafe {
                 let x = _mm256_loadu_ps(g.as_ptr().add(i));
-                let y = _mm256_mul_ps(act8(act, x), _mm256_loadu_ps(u.as_ptr().add(i)));
-                _mm256_storeu_ps(g.as_mut_ptr().add(i), y);
+                _mm256_storeu_ps(g.as_mut_ptr().add(i), times(act8(act, x), u, i));
             }
             i += 8;
         }
@@ -143,12 +162,15 @@ pub(crate) mod avx2 {
             let mut t = [0f32; 8];
             let mut tu = [0f32; 8];
             t[..n - main].copy_from_slice(&g[main..]);
-            tu[..n - main].copy_from_slice(&u[main..n]);
+            if let Some(u) = u {
+                tu[..n - main].copy_from_slice(&u[main..n]);
+            }
             // SAFETY: t and tu hold 8 floats.
             unsafe {
-                let y = _mm256_mul_ps(
+                let y = times(
                     act8(act, _mm256_loadu_ps(t.as_ptr())),
-                    _mm256_loadu_ps(tu.as_ptr()),
+                    u.map(|_| &tu[..]),
+                    0,
                 );
                 _mm256_storeu_ps(t.as_mut_ptr(), y);
             }
@@ -161,6 +183,24 @@ pub(crate) mod avx2 {
 mod tests {
     use super::*;
     use crate::vecdot::available_isas;
+
+    /// [`act_in_place`] equals [`gated_act`] with an up projection of ones, bit for bit, on
+    /// every instruction set and ragged lengths.
+    #[test]
+    fn in_place_is_gated_by_ones() {
+        let xs: Vec<f32> = (-300..300).map(|i| i as f32 * 0.037).collect();
+        for act in [GateAct::Silu, GateAct::GeluTanh] {
+            for isa in available_isas() {
+                for len in [xs.len(), 13, 7, 1, 0] {
+                    let mut a = xs[..len].to_vec();
+                    let mut b = a.clone();
+                    act_in_place(act, &mut a, isa);
+                    gated_act(act, &mut b, &vec![1.0; len], isa);
+                    assert_eq!(a, b, "{act:?} {isa:?} len {len}");
+                }
+            }
+        }
+    }
 
     /// Every instruction set agrees with the f64 formula within a few ulp, over the whole
     /// useful range, ragged lengths and the extremes (±inf inputs give 0 / x like the

@@ -427,78 +427,118 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
     Ok(out)
 }
 
-/// [`conv_input_norm`] of one image after the checks, into `out` (`x.len()` values).
+/// [`conv_input_norm`] of one image after the checks, into `out` (`x.len()` values). The work
+/// runs on the pool in parts of [`NORM_PIXELS_PER_PART`] pixels: GroupNorm sums each channel
+/// down the pixels (f32 over runs of [`NORM_F32_RUN`] pixels, then f64), so the loops are
+/// element-wise over contiguous channels; the parts' sums are added in order, so the result
+/// does not depend on the thread count; LayerNorm sums each pixel in 8 f32 lanes
+/// ([`sum_lanes`]). Then `(v − mean) · (rstd · gamma) + beta` per channel,
+/// and SiLU on the part (`oxinfer_kernels::act::act_in_place`: the AVX2 `exp` under the `auto`
+/// kernel set).
 fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
     let cin = g.cin;
-    let apply = |v: f32, c: usize, mean: f32, rstd: f32| -> f32 {
-        let v = (v - mean) * rstd * norm.gamma[c] + norm.beta[c];
-        if norm.silu {
-            v / (1.0 + (-v).exp())
-        } else {
-            v
-        }
+    let isa = match oxinfer_kernels::kernel_set() {
+        oxinfer_kernels::KernelSet::Auto => oxinfer_kernels::dispatch::detected_isa(),
+        _ => oxinfer_kernels::dispatch::Isa::Scalar,
     };
-    // Pixels per pool task: the statistics are summed per part and the parts added in order,
-    // so the result does not depend on the thread count.
     let part = NORM_PIXELS_PER_PART * cin.max(1);
     let x_parts: Vec<&[f32]> = x.chunks(part).collect();
     let mut out_parts: Vec<&mut [f32]> = out.chunks_mut(part).collect();
+    // `pixel(px, o)` on every pixel of each part, then SiLU on the part.
+    let apply = |out_parts: &mut [&mut [f32]], pixel: &(dyn Fn(&[f32], &mut [f32]) + Sync)| {
+        oxinfer_kernels::pool::for_each_mut(out_parts, |i, o| {
+            for (px, o) in x_parts[i].chunks_exact(cin).zip(o.chunks_exact_mut(cin)) {
+                pixel(px, o);
+            }
+            if norm.silu {
+                oxinfer_kernels::act::act_in_place(oxinfer_kernels::act::GateAct::Silu, o, isa);
+            }
+        });
+    };
     match norm.kind {
         NormKind::Group(groups) => {
             let cpg = cin / groups;
             let n = (x.len() / cin * cpg) as f64;
-            // Per part, Σ (v − center[group]) and Σ (v − center[group])² by group.
-            let sums = |center: &[f64], square: bool| -> Vec<f64> {
-                let mut per_part: Vec<Vec<f64>> = vec![vec![0f64; groups]; x_parts.len()];
+            // Σ (v − center[c]) or Σ (v − center[c])² by group, over every pixel.
+            let sums = |center: &[f32], square: bool| -> Vec<f64> {
+                let mut per_part: Vec<Vec<f64>> = vec![vec![0f64; cin]; x_parts.len()];
                 oxinfer_kernels::pool::for_each_mut(&mut per_part, |i, acc| {
-                    for px in x_parts[i].chunks_exact(cin) {
-                        for (c, &v) in px.iter().enumerate() {
-                            let d = f64::from(v) - center[c / cpg];
-                            acc[c / cpg] += if square { d * d } else { d };
+                    let mut run = vec![0f32; cin];
+                    for pixels in x_parts[i].chunks(NORM_F32_RUN * cin) {
+                        run.fill(0.0);
+                        for px in pixels.chunks_exact(cin) {
+                            for ((r, &v), &c) in run.iter_mut().zip(px).zip(center) {
+                                let d = v - c;
+                                *r += if square { d * d } else { d };
+                            }
                         }
+                        acc.iter_mut()
+                            .zip(&run)
+                            .for_each(|(a, &r)| *a += f64::from(r));
                     }
                 });
-                per_part.iter().fold(vec![0f64; groups], |mut total, p| {
-                    total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
-                    total
-                })
+                let mut total = vec![0f64; groups];
+                for p in &per_part {
+                    for (c, v) in p.iter().enumerate() {
+                        total[c / cpg] += v;
+                    }
+                }
+                total
             };
-            let mean: Vec<f64> = sums(&vec![0f64; groups], false)
+            let mean: Vec<f64> = sums(&vec![0f32; cin], false)
                 .iter()
                 .map(|s| s / n)
                 .collect();
-            let var = sums(&mean, true);
-            let stats: Vec<(f32, f32)> = mean
-                .iter()
-                .zip(&var)
-                .map(|(&m, &v)| (m as f32, (1.0 / (v / n + norm.eps as f64).sqrt()) as f32))
+            let per_channel =
+                |v: &[f64]| -> Vec<f32> { (0..cin).map(|c| v[c / cpg] as f32).collect() };
+            let var = sums(&per_channel(&mean), true);
+            let shift = per_channel(&mean);
+            let mul: Vec<f32> = (0..cin)
+                .map(|c| (1.0 / (var[c / cpg] / n + norm.eps as f64).sqrt()) as f32 * norm.gamma[c])
                 .collect();
-            oxinfer_kernels::pool::for_each_mut(&mut out_parts, |i, o| {
-                for (px, o) in x_parts[i].chunks_exact(cin).zip(o.chunks_exact_mut(cin)) {
-                    for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
-                        let (m, r) = stats[c / cpg];
-                        *o = apply(v, c, m, r);
-                    }
+            apply(&mut out_parts, &|px, o| {
+                for (((o, &v), (&m, &s)), &b) in o
+                    .iter_mut()
+                    .zip(px)
+                    .zip(shift.iter().zip(&mul))
+                    .zip(norm.beta)
+                {
+                    *o = (v - m) * s + b;
                 }
             });
         }
         NormKind::Layer => {
-            oxinfer_kernels::pool::for_each_mut(&mut out_parts, |i, o| {
-                for (px, o) in x_parts[i].chunks_exact(cin).zip(o.chunks_exact_mut(cin)) {
-                    let m = px.iter().map(|&v| v as f64).sum::<f64>() / cin as f64;
-                    let var = px.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cin as f64;
-                    let (m, r) = (m as f32, (1.0 / (var + norm.eps as f64).sqrt()) as f32);
-                    for (c, (&v, o)) in px.iter().zip(o.iter_mut()).enumerate() {
-                        *o = apply(v, c, m, r);
-                    }
+            apply(&mut out_parts, &|px, o| {
+                let m = (sum_lanes(px, |v| v) / cin as f64) as f32;
+                let var = sum_lanes(px, |v| (v - m) * (v - m)) / cin as f64;
+                let r = (1.0 / (var + norm.eps as f64).sqrt()) as f32;
+                for (((o, &v), &g), &b) in o.iter_mut().zip(px).zip(norm.gamma).zip(norm.beta) {
+                    *o = (v - m) * r * g + b;
                 }
             });
         }
     }
 }
 
+/// `Σ f(v)` over `px` in 8 f32 lanes (a loop the compiler vectorizes, as torch's f32
+/// LayerNorm sums), the lanes and the tail added in f64.
+fn sum_lanes(px: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = px.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f(v);
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(f(v))).sum();
+    lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + tail
+}
+
 /// Pixels per pool task of [`conv_input_norm`].
 const NORM_PIXELS_PER_PART: usize = 256;
+
+/// Pixels whose GroupNorm sums are kept in f32 before they join the f64 totals.
+const NORM_F32_RUN: usize = 64;
 
 #[cfg(test)]
 mod tests {
