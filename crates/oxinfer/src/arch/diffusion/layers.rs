@@ -243,9 +243,9 @@ impl<'a> Weights<'a> {
 /// ([`Kernel`]).
 ///
 /// Where the packed GEMM runs, an f32 `3 × 3` convolution of stride 1 with
-/// `cin · cout ≤` [`WINOGRAD_MAX_CHANNEL_PAIRS`] keeps its weight in the Winograd domain
-/// instead ([`WinogradWeight`]: F(4×4, 3×3), a quarter of the multiplies, four times the
-/// kernel's memory). `OXINFER_WINOGRAD=0` (read once) keeps every weight packed for the direct
+/// `cin · cout ≤` [`WINOGRAD_MAX_CHANNEL_PAIRS`] and `cin ≥` [`WINOGRAD_MIN_CIN`] keeps its
+/// weight in the Winograd domain instead ([`WinogradWeight`]: F(4×4, 3×3), a quarter of the
+/// multiplies, four times the kernel's memory). `OXINFER_WINOGRAD=0` (read once) keeps every weight packed for the direct
 /// convolution instead, for A/B runs and as a fallback.
 pub struct Conv2d {
     weight: Kernel,
@@ -300,6 +300,7 @@ impl Conv2d {
             && k == 3
             && stride == 1
             && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
+            && cin >= WINOGRAD_MIN_CIN
             && winograd_enabled();
         let weight = match packed {
             Some(_) if winograd => Kernel::Winograd(WinogradWeight::new(&m, cin)?),
@@ -381,12 +382,20 @@ enum Kernel {
 /// The largest `cin · cout` of a `3 × 3` convolution whose weight [`Conv2d`] keeps in the
 /// Winograd domain: `1920 · 640`, every convolution of the SD 1.5 UNet's 320- and 640-channel
 /// levels (the up blocks' `1920 → 640` included) and every VAE convolution (≤ 512 channels):
-/// on SD 1.5 in f32, 24 UNet layers (0.29 GB of kernels, 1.15 GB transformed: 0.86 GB more)
-/// and 55 VAE layers (0.31 GB, 0.94 GB more). The 1280-channel level stays packed for the
-/// direct convolution: it holds most of the kernel bytes (1.8 GB; transformed, 5.4 GB more),
-/// and at 256 × 256 it runs on 8 × 8 and 4 × 4 latents, a handful of tiles per image, where
-/// the 36 transformed matrices (4× the bytes) are read for too few pixels to pay.
+/// on SD 1.5 in f32, 23 UNet layers (0.29 GB of kernels, 1.15 GB transformed: 0.86 GB more)
+/// and 53 VAE layers (0.31 GB, 0.94 GB more, the encoder's included). The 1280-channel level
+/// stays packed for the direct convolution: it holds most of the kernel bytes (1.8 GB;
+/// transformed, 5.4 GB more), and at 256 × 256 it runs on 8 × 8 and 4 × 4 latents, a handful
+/// of tiles per image, where the transformed matrices are read for too few pixels to pay much
+/// (measured on 2 images: 1.3× faster at 8 × 8, 0.7× at 4 × 4, against 1.9–2.9× for the
+/// levels it covers; `examples/conv_winograd.rs`).
 pub const WINOGRAD_MAX_CHANNEL_PAIRS: usize = 1920 * 640;
+
+/// The fewest input channels of a convolution [`Conv2d`] keeps in the Winograd domain: with
+/// 3 or 4 (the UNet's and the VAE's `conv_in`) the 36 products have too short a sum to pay
+/// for the tile transforms (measured: 2 × 32 × 32 × 4 → 320 took 1.3 ms against 0.6 ms
+/// direct; 16 input channels are even).
+pub const WINOGRAD_MIN_CIN: usize = 16;
 
 /// Whether [`Conv2d`] may load weights in the Winograd domain: not when `OXINFER_WINOGRAD=0`
 /// (read once).

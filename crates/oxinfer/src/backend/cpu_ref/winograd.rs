@@ -18,16 +18,18 @@
 //! `[images][h · w][cout]`. The transformed tiles live in `[36][tiles][cin]` and
 //! `[36][tiles][cout]` buffers for a block of whole tile rows at a time (about 16 MiB, like the
 //! direct convolution's unfolded block), reused within a call; the transforms run over runs of
-//! [`LANES`] consecutive channels (vectorizable loops) with one pool task per tile row.
+//! [`LANES`] (16 below that many) consecutive channels (vectorizable loops), one pool task per
+//! tile row; the 36 products run as tasks of one pool region, each on one thread.
 //!
 //! Error: the transforms multiply values by up to 5 (input) and 8 (output) and sum up to 36
 //! terms more than the direct product does, so results differ from the direct convolution by a
-//! few 1e-6 relative to the output's largest value (the tests measure it) rather than the 1e-7
-//! of a reordered f32 sum.
+//! few 1e-6 to 1e-5 relative to the output's largest value (at most 8e-6 in the tests, 1.6e-5
+//! at SD shapes in `examples/conv_winograd.rs`) rather than the 1e-7 of a reordered f32 sum.
 
 use super::conv::{check_input_cols, check_output, norm_into, ConvError};
 use crate::backend::{ConvGeom, NormSpec};
 use oxinfer_kernels::packed::float::{matmul_float_packed, PackedFloatMatrix};
+use oxinfer_kernels::pool::pool_threads;
 use oxinfer_kernels::WeightMatrix;
 use std::borrow::Cow;
 
@@ -38,8 +40,16 @@ const TILE_IN: usize = 6;
 /// Transform positions per tile (`TILE_IN²`).
 const POSITIONS: usize = TILE_IN * TILE_IN;
 
-/// Channels one pass of the tile transforms covers (one AVX-512 register, four SSE ones).
-pub const LANES: usize = 16;
+/// The fewest tiles of one product task (a few register tiles of the GEMM).
+const MIN_TASK_TILES: usize = 48;
+
+/// Channels one pass of the tile transforms covers where there are at least this many: long
+/// enough runs that the per-run work (gather bounds, loop set-up) is small against the
+/// arithmetic (measured: 64 channels per run made the transforms ~35 % faster than 16).
+pub const LANES: usize = 64;
+
+/// Channels per pass of the tile transforms below [`LANES`] channels.
+const FEW_LANES: usize = 16;
 
 /// `Bᵀ` of F(4, 3), the input transform (rows: positions, columns: input pixels).
 pub const BT: [[f64; 6]; 6] = [
@@ -233,15 +243,32 @@ fn winograd_blocks(
             }
         }
         oxinfer_kernels::pool::for_each_mut(&mut parts, |r, p| {
-            input_tile_row(&xn, g, r0 + r, p);
+            if cin >= LANES {
+                input_tile_row::<LANES>(&xn, g, r0 + r, p);
+            } else {
+                input_tile_row::<FEW_LANES>(&xn, g, r0 + r, p);
+            }
         });
+        // The 36 products (each split in runs of tiles where there are few positions per
+        // thread) as tasks of one pool region, each product on one thread: no barrier per
+        // product, and a thread keeps its U_ξ in its own cache.
+        let splits = (4 * pool_threads())
+            .div_ceil(POSITIONS)
+            .clamp(1, n.div_ceil(MIN_TASK_TILES));
+        let per = n.div_ceil(splits);
+        let mut jobs: Vec<(usize, &[f32], &mut [f32])> = Vec::with_capacity(POSITIONS * splits);
         for (xi, (vx, mx)) in vb
             .chunks_exact(n * cin)
             .zip(mb.chunks_exact_mut(n * cout))
             .enumerate()
         {
-            matmul_float_packed(&w.u[xi], vx, n, mx);
+            for (vs, ms) in vx.chunks(per * cin).zip(mx.chunks_mut(per * cout)) {
+                jobs.push((xi, vs, ms));
+            }
         }
+        oxinfer_kernels::pool::for_each_mut(&mut jobs, |_, (xi, vs, ms)| {
+            matmul_float_packed(&w.u[*xi], vs, vs.len() / cin, ms);
+        });
         // Tile row R = image · th + ty writes output rows 4·ty .. min(4·ty + 4, h) of its image:
         // consecutive tile rows own consecutive runs of y.
         let out_rows = |r: usize| TILE_OUT.min(g.h - r % th * TILE_OUT);
@@ -256,7 +283,11 @@ fn winograd_blocks(
         }
         let mb = &*mb;
         oxinfer_kernels::pool::for_each_mut(&mut outs, |r, out| {
-            output_tile_row(mb, n, r * tw, tw, g.w, cout, out);
+            if cout >= LANES {
+                output_tile_row::<LANES>(mb, n, r * tw, tw, g.w, cout, out);
+            } else {
+                output_tile_row::<FEW_LANES>(mb, n, r * tw, tw, g.w, cout, out);
+            }
         });
         r0 += nr;
     }
@@ -264,18 +295,18 @@ fn winograd_blocks(
 }
 
 /// The input transform of tile row `row` (counted over the images of `x`): for each of its
-/// `tw` tiles and each run of [`LANES`] channels, the 6 × 6 pixels gathered (zeros outside the
+/// `tw` tiles and each run of `L` channels, the 6 × 6 pixels gathered (zeros outside the
 /// image), `Bᵀ d B`, and position `ξ` written to `parts[ξ][tx · cin ..][.. cin]`.
-fn input_tile_row(x: &[f32], g: &ConvGeom, row: usize, parts: &mut [&mut [f32]]) {
+fn input_tile_row<const L: usize>(x: &[f32], g: &ConvGeom, row: usize, parts: &mut [&mut [f32]]) {
     let (cin, th) = (g.cin, g.h.div_ceil(TILE_OUT));
     let image = &x[row / th * g.h * g.w * cin..(row / th + 1) * g.h * g.w * cin];
     let y0 = (row % th * TILE_OUT) as isize - 1;
     let tw = g.w.div_ceil(TILE_OUT);
     for tx in 0..tw {
         let x0 = (tx * TILE_OUT) as isize - 1;
-        for c0 in (0..cin).step_by(LANES) {
-            let lanes = LANES.min(cin - c0);
-            let mut d = [[[0f32; LANES]; TILE_IN]; TILE_IN];
+        for c0 in (0..cin).step_by(L) {
+            let lanes = L.min(cin - c0);
+            let mut d = [[[0f32; L]; TILE_IN]; TILE_IN];
             for (i, drow) in d.iter_mut().enumerate() {
                 let iy = y0 + i as isize;
                 if iy < 0 || iy >= g.h as isize {
@@ -290,18 +321,17 @@ fn input_tile_row(x: &[f32], g: &ConvGeom, row: usize, parts: &mut [&mut [f32]])
                     dv[..lanes].copy_from_slice(&image[src..src + lanes]);
                 }
             }
-            // Bᵀ d over the rows (each column j), then (Bᵀ d) B over the columns.
-            let mut t = [[[0f32; LANES]; TILE_IN]; TILE_IN];
-            for j in 0..TILE_IN {
-                let col = bt6(std::array::from_fn(|i| d[i][j]));
-                for (i, c) in col.into_iter().enumerate() {
-                    t[i][j] = c;
-                }
+            // Bᵀ d over the rows (t[j] is column j of Bᵀ d), then (Bᵀ d) B over the columns.
+            let mut t = [[[0f32; L]; TILE_IN]; TILE_IN];
+            for (j, tj) in t.iter_mut().enumerate() {
+                bt6(std::array::from_fn(|i| &d[i][j]), tj);
             }
-            for (i, trow) in t.iter().enumerate() {
-                for (j, v) in bt6(*trow).into_iter().enumerate() {
-                    let dst = tx * cin + c0;
-                    parts[i * TILE_IN + j][dst..dst + lanes].copy_from_slice(&v[..lanes]);
+            let mut v = [[0f32; L]; TILE_IN];
+            let dst = tx * cin + c0;
+            for i in 0..TILE_IN {
+                bt6(std::array::from_fn(|j| &t[j][i]), &mut v);
+                for (j, vj) in v.iter().enumerate() {
+                    parts[i * TILE_IN + j][dst..dst + lanes].copy_from_slice(&vj[..lanes]);
                 }
             }
         }
@@ -309,9 +339,9 @@ fn input_tile_row(x: &[f32], g: &ConvGeom, row: usize, parts: &mut [&mut [f32]])
 }
 
 /// The output transform of the `tw` tiles from tile `t0` of the block (`m` `[36][n][cout]`):
-/// `Aᵀ M A` per run of [`LANES`] channels, the pixels inside the output written to `out`
-/// (the tile row's output rows, `[rows][width][cout]`).
-fn output_tile_row(
+/// `Aᵀ M A` per run of `L` channels, the pixels inside the output written to `out`
+/// (the tile row's output rows, at most 4: `[rows][width][cout]`).
+fn output_tile_row<const L: usize>(
     m: &[f32],
     n: usize,
     t0: usize,
@@ -320,63 +350,59 @@ fn output_tile_row(
     cout: usize,
     out: &mut [f32],
 ) {
-    let rows = out.len() / (width * cout);
     for tx in 0..tw {
         let cols = TILE_OUT.min(width - tx * TILE_OUT);
-        for c0 in (0..cout).step_by(LANES) {
-            let lanes = LANES.min(cout - c0);
-            let mut s = [[[0f32; LANES]; TILE_IN]; TILE_IN];
+        for c0 in (0..cout).step_by(L) {
+            let lanes = L.min(cout - c0);
+            let mut s = [[[0f32; L]; TILE_IN]; TILE_IN];
             for (xi, sv) in s.iter_mut().flatten().enumerate() {
                 let src = (xi * n + t0 + tx) * cout + c0;
                 sv[..lanes].copy_from_slice(&m[src..src + lanes]);
             }
-            // Aᵀ M over the rows (each column j), then (Aᵀ M) A over the columns.
-            let mut t = [[[0f32; LANES]; TILE_IN]; TILE_OUT];
-            for j in 0..TILE_IN {
-                let col = at6(std::array::from_fn(|i| s[i][j]));
-                for (i, c) in col.into_iter().enumerate() {
-                    t[i][j] = c;
-                }
+            // Aᵀ M over the rows (t[j] is column j of Aᵀ M), then (Aᵀ M) A over the columns.
+            let mut t = [[[0f32; L]; TILE_OUT]; TILE_IN];
+            for (j, tj) in t.iter_mut().enumerate() {
+                at6(std::array::from_fn(|i| &s[i][j]), tj);
             }
-            for (i, trow) in t.iter().enumerate().take(rows) {
-                for (j, v) in at6(*trow).into_iter().enumerate().take(cols) {
-                    let dst = (i * width + tx * TILE_OUT + j) * cout + c0;
-                    out[dst..dst + lanes].copy_from_slice(&v[..lanes]);
+            let mut o = [[0f32; L]; TILE_OUT];
+            for (i, out_row) in out.chunks_exact_mut(width * cout).enumerate() {
+                at6(std::array::from_fn(|j| &t[j][i]), &mut o);
+                for (j, oj) in o.iter().enumerate().take(cols) {
+                    let dst = (tx * TILE_OUT + j) * cout + c0;
+                    out_row[dst..dst + lanes].copy_from_slice(&oj[..lanes]);
                 }
             }
         }
     }
 }
 
-/// `Bᵀ d` for one column of 6 pixels, each [`LANES`] channels ([`BT`] written out).
+/// `o = Bᵀ d` for one column of 6 pixels, each `L` channels ([`BT`] written out).
 #[inline(always)]
-fn bt6(d: [[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
-    let mut o = [[0f32; LANES]; 6];
-    for l in 0..LANES {
-        let [d0, d1, d2, d3, d4, d5] = [d[0][l], d[1][l], d[2][l], d[3][l], d[4][l], d[5][l]];
-        o[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
-        o[1][l] = (d3 + d4) - 4.0 * (d1 + d2);
-        o[2][l] = (d4 - d3) + 4.0 * (d1 - d2);
-        o[3][l] = (d4 - d2) + 2.0 * (d3 - d1);
-        o[4][l] = (d4 - d2) - 2.0 * (d3 - d1);
-        o[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
+fn bt6<const L: usize>(d: [&[f32; L]; 6], o: &mut [[f32; L]; 6]) {
+    let [d0, d1, d2, d3, d4, d5] = d;
+    let [o0, o1, o2, o3, o4, o5] = o;
+    for l in 0..L {
+        o0[l] = 4.0 * d0[l] - 5.0 * d2[l] + d4[l];
+        o1[l] = (d3[l] + d4[l]) - 4.0 * (d1[l] + d2[l]);
+        o2[l] = (d4[l] - d3[l]) + 4.0 * (d1[l] - d2[l]);
+        o3[l] = (d4[l] - d2[l]) + 2.0 * (d3[l] - d1[l]);
+        o4[l] = (d4[l] - d2[l]) - 2.0 * (d3[l] - d1[l]);
+        o5[l] = 4.0 * d1[l] - 5.0 * d3[l] + d5[l];
     }
-    o
 }
 
-/// `Aᵀ m` for one column of 6 positions, each [`LANES`] channels ([`AT`] written out).
+/// `o = Aᵀ m` for one column of 6 positions, each `L` channels ([`AT`] written out).
 #[inline(always)]
-fn at6(m: [[f32; LANES]; 6]) -> [[f32; LANES]; 4] {
-    let mut o = [[0f32; LANES]; 4];
-    for l in 0..LANES {
-        let [m0, m1, m2, m3, m4, m5] = [m[0][l], m[1][l], m[2][l], m[3][l], m[4][l], m[5][l]];
-        let (a, b, c, d) = (m1 + m2, m1 - m2, m3 + m4, m3 - m4);
-        o[0][l] = m0 + a + c;
-        o[1][l] = b + 2.0 * d;
-        o[2][l] = a + 4.0 * c;
-        o[3][l] = b + 8.0 * d + m5;
+fn at6<const L: usize>(m: [&[f32; L]; 6], o: &mut [[f32; L]; 4]) {
+    let [m0, m1, m2, m3, m4, m5] = m;
+    let [o0, o1, o2, o3] = o;
+    for l in 0..L {
+        let (a, b, c, d) = (m1[l] + m2[l], m1[l] - m2[l], m3[l] + m4[l], m3[l] - m4[l]);
+        o0[l] = m0[l] + a + c;
+        o1[l] = b + 2.0 * d;
+        o2[l] = a + 4.0 * c;
+        o3[l] = b + 8.0 * d + m5[l];
     }
-    o
 }
 
 #[cfg(test)]
@@ -433,8 +459,9 @@ mod tests {
         let mut rng = Rng(7);
         let col: [[f32; LANES]; 6] =
             std::array::from_fn(|_| std::array::from_fn(|_| (rng.f() * 8.0).round()));
-        let b = bt6(col);
-        let a = at6(col);
+        let (mut b, mut a) = ([[0f32; LANES]; 6], [[0f32; LANES]; 4]);
+        bt6(std::array::from_fn(|i| &col[i]), &mut b);
+        at6(std::array::from_fn(|i| &col[i]), &mut a);
         for l in 0..LANES {
             for i in 0..6 {
                 let want: f64 = (0..6).map(|k| BT[i][k] * f64::from(col[k][l])).sum();
