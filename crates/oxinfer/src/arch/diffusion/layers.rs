@@ -5,6 +5,7 @@
 
 use super::DiffusionError;
 use crate::backend::cpu_ref::conv::conv2d_cpu_images_packed;
+use crate::backend::cpu_ref::winograd::{conv2d_winograd_images, WinogradWeight};
 use crate::backend::{self, ConvGeom, DeviceWeight, NormKind, NormSpec};
 use crate::loader::{TensorStore, TensorView};
 use crate::nn::{conv_geom, conv_input_norm};
@@ -240,6 +241,12 @@ impl<'a> Weights<'a> {
 /// unfolded layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored),
 /// and an f32 one packed there for the CPU's packed GEMM when that is the path it takes
 /// ([`Kernel`]).
+///
+/// Where the packed GEMM runs, an f32 `3 × 3` convolution of stride 1 with
+/// `cin · cout ≤` [`WINOGRAD_MAX_CHANNEL_PAIRS`] and `cin ≥` [`WINOGRAD_MIN_CIN`] keeps its
+/// weight in the Winograd domain instead ([`WinogradWeight`]: F(4×4, 3×3), a quarter of the
+/// multiplies, four times the kernel's memory). `OXINFER_WINOGRAD=0` (read once) keeps every weight packed for the direct
+/// convolution instead, for A/B runs and as a fallback.
 pub struct Conv2d {
     weight: Kernel,
     bias: Vec<f32>,
@@ -289,7 +296,14 @@ impl Conv2d {
             && float_packing_pays(m.format))
         .then(|| PackedFloatMatrix::pack(&m))
         .flatten();
+        let winograd = packed.is_some()
+            && k == 3
+            && stride == 1
+            && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
+            && cin >= WINOGRAD_MIN_CIN
+            && winograd_enabled();
         let weight = match packed {
+            Some(_) if winograd => Kernel::Winograd(WinogradWeight::new(&m, cin)?),
             Some(p) => Kernel::Packed(p),
             None => Kernel::Unfolded {
                 weight,
@@ -326,6 +340,9 @@ impl Conv2d {
             Kernel::Packed(p) => {
                 conv2d_cpu_images_packed(&x.data, x.images, &g, spec.as_ref(), p, &mut y)?
             }
+            Kernel::Winograd(u) => {
+                conv2d_winograd_images(&x.data, x.images, &g, spec.as_ref(), u, &mut y)?
+            }
             Kernel::Unfolded { weight, device } => {
                 let m = weight.matrix()?;
                 let dev =
@@ -357,6 +374,34 @@ enum Kernel {
     /// copy when no GPU backend is installed and the packed GEMM is on (not `OXINFER_PACKED=0`,
     /// not `OXINFER_KERNELS=scalar`).
     Packed(PackedFloatMatrix),
+    /// The kernel in the Winograd domain (`U = G g Gᵀ`, 36 packed `[cout, cin]` matrices),
+    /// transformed once at load: kept instead of the packed panels where [`Conv2d`] says.
+    Winograd(WinogradWeight),
+}
+
+/// The largest `cin · cout` of a `3 × 3` convolution whose weight [`Conv2d`] keeps in the
+/// Winograd domain: `1920 · 640`, every convolution of the SD 1.5 UNet's 320- and 640-channel
+/// levels (the up blocks' `1920 → 640` included) and every VAE convolution (≤ 512 channels):
+/// on SD 1.5 in f32, 23 UNet layers (0.29 GB of kernels, 1.15 GB transformed: 0.86 GB more)
+/// and 53 VAE layers (0.31 GB, 0.94 GB more, the encoder's included). The 1280-channel level
+/// stays packed for the direct convolution: it holds most of the kernel bytes (1.8 GB;
+/// transformed, 5.4 GB more), and at 256 × 256 it runs on 8 × 8 and 4 × 4 latents, a handful
+/// of tiles per image, where the transformed matrices are read for too few pixels to pay much
+/// (measured on 2 images: 1.3× faster at 8 × 8, 0.7× at 4 × 4, against 1.9–2.9× for the
+/// levels it covers; `examples/conv_winograd.rs`).
+pub const WINOGRAD_MAX_CHANNEL_PAIRS: usize = 1920 * 640;
+
+/// The fewest input channels of a convolution [`Conv2d`] keeps in the Winograd domain: with
+/// 3 or 4 (the UNet's and the VAE's `conv_in`) the 36 products have too short a sum to pay
+/// for the tile transforms (measured: 2 × 32 × 32 × 4 → 320 took 1.3 ms against 0.6 ms
+/// direct; 16 input channels are even).
+pub const WINOGRAD_MIN_CIN: usize = 16;
+
+/// Whether [`Conv2d`] may load weights in the Winograd domain: not when `OXINFER_WINOGRAD=0`
+/// (read once).
+fn winograd_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_WINOGRAD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// A convolution kernel `t` `[cout, cin, k, k]` rearranged element by element to the unfolded

@@ -187,7 +187,7 @@ pub fn check_conv_images(
 
 /// The checks of [`check_conv_images`] before the weight's bytes: images, `x` and the norm
 /// against the geometry, and the weight's `cols` (`k * k * cin`).
-fn check_input_cols(
+pub(super) fn check_input_cols(
     x: &[f32],
     images: usize,
     g: &ConvGeom,
@@ -209,7 +209,12 @@ fn check_input_cols(
 }
 
 /// The last check of [`check_conv_images`]: `y` holds `images * oh * ow * rows` values.
-fn check_output(images: usize, g: &ConvGeom, rows: usize, y: &[f32]) -> Result<(), ConvError> {
+pub(super) fn check_output(
+    images: usize,
+    g: &ConvGeom,
+    rows: usize,
+    y: &[f32],
+) -> Result<(), ConvError> {
     let n_y = (g.oh * g.ow)
         .checked_mul(rows)
         .and_then(|v| v.checked_mul(images));
@@ -435,7 +440,7 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
 /// ([`sum_lanes`]). Then `(v − mean) · (rstd · gamma) + beta` per channel,
 /// and SiLU on the part (`oxinfer_kernels::act::act_in_place`: the AVX2 `exp` under the `auto`
 /// kernel set).
-fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
+pub(super) fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
     let cin = g.cin;
     let isa = match oxinfer_kernels::kernel_set() {
         oxinfer_kernels::KernelSet::Auto => oxinfer_kernels::dispatch::detected_isa(),

@@ -4,3 +4,4 @@
 
 pub mod attention;
 pub mod conv;
+pub mod winograd;

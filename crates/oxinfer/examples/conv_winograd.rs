@@ -1,0 +1,138 @@
+//! One `3 × 3`, stride-1 convolution at Stable Diffusion shapes, direct (unfold + packed GEMM,
+//! `conv2d_cpu_images_packed`) against Winograd F(4×4, 3×3) (`conv2d_winograd_images`), run
+//! alternately. Prints, per shape and path, the best and median wall time per call and the
+//! process's CPU seconds (user + system, from `/proc/self/stat`, Linux) per call, and the
+//! largest difference between the two results relative to the output's largest value.
+//!
+//! ```text
+//! cargo run --release -p oxinfer --example conv_winograd [reps] [images,h,w,cin,cout ...]
+//! ```
+//!
+//! Default: 5 repetitions of 2 images of 32×32×320→320, 16×16×640→640, 16×16×1920→640,
+//! 8×8×640→1280 (UNet levels at 256 × 256), 64×64×128→128 and 128×128×256→256 (VAE).
+
+use oxinfer::backend::cpu_ref::conv::{conv2d_cpu_images_packed, conv_geom};
+use oxinfer::backend::cpu_ref::winograd::{conv2d_winograd_images, WinogradWeight};
+use oxinfer_kernels::packed::float::PackedFloatMatrix;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+use std::time::Instant;
+
+/// User + system CPU seconds of this process so far (`None` off Linux); clock ticks of 1/100 s.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesized command name: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Timings of one path: wall seconds per call, CPU seconds in all.
+#[derive(Default)]
+struct Times {
+    wall: Vec<f64>,
+    cpu: f64,
+}
+
+impl Times {
+    fn run(&mut self, f: impl FnOnce()) {
+        let (c0, t0) = (cpu_seconds(), Instant::now());
+        f();
+        self.wall.push(t0.elapsed().as_secs_f64());
+        if let (Some(a), Some(b)) = (c0, cpu_seconds()) {
+            self.cpu += b - a;
+        }
+    }
+
+    fn line(&mut self, name: &str, gflop: f64) -> String {
+        self.wall.sort_by(f64::total_cmp);
+        let (best, median) = (self.wall[0], self.wall[self.wall.len() / 2]);
+        format!(
+            "  {name:9} best {:7.2} ms  median {:7.2} ms  cpu {:7.2} ms/call  ({:5.1} direct-GFLOP/s)",
+            best * 1e3,
+            median * 1e3,
+            self.cpu / self.wall.len() as f64 * 1e3,
+            gflop / best
+        )
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let reps: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let mut shapes: Vec<[usize; 5]> = args
+        .iter()
+        .skip(1)
+        .map(|a| {
+            let v: Vec<usize> = a.split(',').map(|s| s.parse().expect("a number")).collect();
+            v.try_into().expect("images,h,w,cin,cout")
+        })
+        .collect();
+    if shapes.is_empty() {
+        shapes = vec![
+            [2, 32, 32, 320, 320],
+            [2, 16, 16, 640, 640],
+            [2, 16, 16, 1920, 640],
+            [2, 8, 8, 640, 1280],
+            [2, 64, 64, 128, 128],
+            [2, 128, 128, 256, 256],
+        ];
+    }
+    println!(
+        "threads {}, {reps} calls per path, alternating",
+        oxinfer_kernels::pool::pool_threads()
+    );
+    for [images, h, w, cin, cout] in shapes {
+        let g = conv_geom(h, w, cin, 3, 1).expect("geometry");
+        let x = values(images * h * w * cin, 1);
+        let wv = values(cout * 9 * cin, 2);
+        let bytes: Vec<u8> = wv.iter().flat_map(|v| (v * 0.05).to_le_bytes()).collect();
+        let wm = WeightMatrix::new(WeightFormat::F32, &bytes, cout, 9 * cin).expect("weight");
+        let packed = PackedFloatMatrix::pack(&wm).expect("f32 packs");
+        let t0 = Instant::now();
+        let wino = WinogradWeight::new(&wm, cin).expect("winograd weight");
+        let transform_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let n_y = images * h * w * cout;
+        let (mut yd, mut yw) = (vec![0f32; n_y], vec![0f32; n_y]);
+        let (mut direct, mut winograd) = (Times::default(), Times::default());
+        // One call each first (pages touched, pool started), not timed.
+        conv2d_cpu_images_packed(&x, images, &g, None, &packed, &mut yd).expect("direct");
+        conv2d_winograd_images(&x, images, &g, None, &wino, &mut yw).expect("winograd");
+        for _ in 0..reps {
+            direct.run(|| {
+                conv2d_cpu_images_packed(&x, images, &g, None, &packed, &mut yd).expect("direct")
+            });
+            winograd.run(|| {
+                conv2d_winograd_images(&x, images, &g, None, &wino, &mut yw).expect("winograd")
+            });
+        }
+        let scale = yd.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = yd
+            .iter()
+            .zip(&yw)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let gflop = 2.0 * (images * h * w) as f64 * (9 * cin * cout) as f64 * 1e-9;
+        println!(
+            "{images} x {h}x{w}x{cin} -> {cout}: {gflop:.2} GFLOP direct, weight transform \
+             {transform_ms:.0} ms, {:.1} MB -> {:.1} MB, rel diff {:.1e}",
+            packed.size_bytes() as f64 / 1e6,
+            wino.size_bytes() as f64 / 1e6,
+            diff / scale
+        );
+        println!("{}", direct.line("direct", gflop));
+        println!("{}", winograd.line("winograd", gflop));
+    }
+}
