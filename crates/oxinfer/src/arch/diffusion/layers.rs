@@ -277,7 +277,11 @@ impl Conv2d {
         let weight = if t.shape == [cout, k * k * cin] {
             t
         } else if t.shape == [cout, cin, k, k] {
-            unfold_conv_weight(&t)?
+            // The unfolded copy replaces the file's bytes: drop their pages from resident
+            // memory (a mapped file's pages fault back in if anything reads them again).
+            let unfolded = unfold_conv_weight(&t)?;
+            t.release_rows(0..cout);
+            unfolded
         } else {
             return Err(crate::error::LoadError::tensor(
                 w.store.path(),
@@ -291,20 +295,28 @@ impl Conv2d {
         // same floats as the unfolded f32 copy (plus a ragged last panel's zero rows), packed
         // once instead of on every call. f16 / bf16 stay unfolded (packed panels are f32, twice
         // their size) and so does every weight a GPU backend may upload.
-        let packed = (backend::active().is_none()
+        let cpu_packed = backend::active().is_none()
             && m.format == WeightFormat::F32
-            && float_packing_pays(m.format))
-        .then(|| PackedFloatMatrix::pack(&m))
-        .flatten();
-        let winograd = packed.is_some()
+            && float_packing_pays(m.format);
+        let winograd = cpu_packed
             && k == 3
             && stride == 1
             && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
             && cin >= WINOGRAD_MIN_CIN
             && winograd_enabled();
-        let weight = match packed {
-            Some(_) if winograd => Kernel::Winograd(WinogradWeight::new(&m, cin)?),
-            Some(p) => Kernel::Packed(p),
+        let kernel = if winograd {
+            Some(Kernel::Winograd(WinogradWeight::new(&m, cin)?))
+        } else if cpu_packed {
+            PackedFloatMatrix::pack(&m).map(Kernel::Packed)
+        } else {
+            None
+        };
+        let weight = match kernel {
+            Some(kernel) => {
+                // Only the transformed or packed copy is read from now on.
+                weight.release_rows(0..cout);
+                kernel
+            }
             None => Kernel::Unfolded {
                 weight,
                 device: OnceLock::new(),
@@ -430,17 +442,18 @@ pub fn unfold_conv_weight(t: &TensorView) -> Result<TensorView, crate::error::Lo
     };
     let e = src.len() / (cout * cin * k * k2).max(1);
     let mut bytes = vec![0u8; src.len()];
-    for o in 0..cout {
-        for ci in 0..cin {
-            for ky in 0..k {
-                for kx in 0..k2 {
-                    let d = (((o * k + ky) * k2 + kx) * cin + ci) * e;
-                    let s = (((o * cin + ci) * k + ky) * k2 + kx) * e;
-                    bytes[d..d + e].copy_from_slice(&src[s..s + e]);
-                }
+    // One output channel per pool task: its `[ky][kx][cin]` run, written in order.
+    let per_out = cin * k * k2 * e;
+    let mut outs: Vec<&mut [u8]> = bytes.chunks_mut(per_out.max(1)).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut outs, |o, dst| {
+        let src = &src[o * per_out..(o + 1) * per_out];
+        for (tap, run) in dst.chunks_exact_mut(cin * e).enumerate() {
+            for (ci, d) in run.chunks_exact_mut(e).enumerate() {
+                let s = (ci * k * k2 + tap) * e;
+                d.copy_from_slice(&src[s..s + e]);
             }
         }
-    }
+    });
     Ok(TensorView::from_owned(
         t.path(),
         &t.name,
