@@ -1,8 +1,9 @@
 //! The softmax of one row of attention scores, scaled first: `row[j] = exp(s·row[j] − m) / Σ`
-//! with `m = max_j s·row[j]` and `Σ = Σ_j exp(s·row[j] − m)`. The AVX2+FMA path (a polynomial
-//! `exp` of about 1 ulp, 32 partial sums in f32, added in f64 at the end) runs where the kernel
-//! set is `auto` and the CPU has AVX2; otherwise the reference (`f32::exp`, the sum in f64
-//! term by term), which `OXINFER_KERNELS=scalar` runs.
+//! with `m = max_j s·row[j]` and `Σ = Σ_j exp(s·row[j] − m)`. The SIMD paths (a polynomial
+//! `exp` of about 1 ulp on 8 lanes with AVX2+FMA, the same polynomial on 16 with AVX-512; 32 or
+//! 64 partial sums in f32, added in f64 at the end) run where the kernel set is `auto`;
+//! otherwise the reference (`f32::exp`, the sum in f64 term by term), which
+//! `OXINFER_KERNELS=scalar` runs.
 
 use crate::dispatch::{detected_isa, kernel_set, Isa, KernelSet};
 
@@ -21,6 +22,13 @@ pub fn softmax_scaled(row: &mut [f32], scale: f32) {
 /// otherwise). An empty row is left empty; a row of `−∞` after scaling gives NaN, as the
 /// reference does.
 pub fn softmax_scaled_isa(row: &mut [f32], scale: f32, isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_vnni() {
+        // SAFETY: an Avx512Vnni level is only handed out when the CPU has AVX-512 F (and AVX2,
+        // FMA).
+        unsafe { avx512::softmax_scaled(row, scale) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: has_avx2 holds only when the CPU reports avx2, fma and f16c.
@@ -130,6 +138,117 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `exp(x)` for sixteen lanes: the polynomial of [`crate::act`]'s eight-lane `exp8`
+    /// (2^n · e^r, degree 6 on |r| ≤ ln2/2), inputs clamped to [−87.3, 88.3].
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn exp16(x: __m512) -> __m512 {
+        let x = _mm512_min_ps(
+            _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
+            _mm512_set1_ps(88.3),
+        );
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            0.5,
+        ] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let r2 = _mm512_mul_ps(r, r);
+        let e = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+        let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(n),
+            _mm512_set1_epi32(127),
+        ));
+        _mm512_mul_ps(e, _mm512_castsi512_ps(pow2))
+    }
+
+    /// [`super::softmax_scaled_isa`]'s AVX-512 path: as the AVX2 one on sixteen lanes, the
+    /// tail (`len % 16`) through masked loads and stores.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn softmax_scaled(row: &mut [f32], scale: f32) {
+        let n = row.len();
+        if n == 0 {
+            return;
+        }
+        let p = row.as_mut_ptr();
+        let body = n - n % 16;
+        let tail = if n > body {
+            (1u16 << (n - body)) - 1
+        } else {
+            0
+        };
+        let vs = _mm512_set1_ps(scale);
+        let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 16 <= body <= n.
+            unsafe {
+                let v = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vs);
+                _mm512_storeu_ps(p.add(i), v);
+                vmax = _mm512_max_ps(vmax, v);
+            }
+            i += 16;
+        }
+        // SAFETY: the mask covers the n - body (< 16) values left.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, p.add(body)), vs);
+            _mm512_mask_storeu_ps(p.add(body), tail, v);
+            vmax = _mm512_mask_max_ps(vmax, tail, vmax, v);
+        }
+        let vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 16 <= body <= n.
+            unsafe {
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vm));
+                _mm512_storeu_ps(p.add(i), e);
+                let a = &mut acc[(i / 16) % 4];
+                *a = _mm512_add_ps(*a, e);
+            }
+            i += 16;
+        }
+        // SAFETY: as above; lanes outside the mask add 0.
+        unsafe {
+            let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, p.add(body)), vm));
+            _mm512_mask_storeu_ps(p.add(body), tail, e);
+            acc[0] = _mm512_mask_add_ps(acc[0], tail, acc[0], e);
+        }
+        let mut sum = 0f64;
+        for a in acc {
+            let mut lanes = [0f32; 16];
+            // SAFETY: lanes holds sixteen floats.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+            sum += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+        }
+        let vinv = _mm512_set1_ps((1.0 / sum) as f32);
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 16 <= body <= n.
+            unsafe { _mm512_storeu_ps(p.add(i), _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vinv)) };
+            i += 16;
+        }
+        // SAFETY: the mask covers the values left.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, p.add(body)), vinv);
+            _mm512_mask_storeu_ps(p.add(body), tail, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,32 +257,37 @@ mod tests {
     /// and rows with large spreads (values that underflow to 0 after the shift).
     #[test]
     fn simd_matches_reference() {
-        let isa = detected_isa();
-        if !isa.has_avx2() {
+        let isas: Vec<Isa> = crate::vecdot::available_isas()
+            .into_iter()
+            .filter(|i| i.has_avx2())
+            .collect();
+        if isas.is_empty() {
             eprintln!("skipped: no AVX2 on this CPU");
             return;
         }
-        let mut seed = 7u64;
-        for n in [1usize, 3, 7, 8, 9, 15, 16, 17, 31, 64, 77, 1000, 4096] {
-            for spread in [0.1f32, 4.0, 60.0] {
-                let row: Vec<f32> = (0..n)
-                    .map(|_| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        ((seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * spread
-                    })
-                    .collect();
-                let (mut a, mut b) = (row.clone(), row);
-                reference(&mut a, 0.3);
-                softmax_scaled_isa(&mut b, 0.3, isa);
-                let total: f32 = b.iter().sum();
-                assert!((total - 1.0).abs() < 1e-5, "n {n}: sum {total}");
-                for (j, (x, y)) in a.iter().zip(&b).enumerate() {
-                    assert!(
-                        (x - y).abs() <= 4e-7 * x.abs().max(1e-30) + 1e-30,
-                        "n {n} spread {spread} j {j}: {x} vs {y}"
-                    );
+        for isa in isas {
+            let mut seed = 7u64;
+            for n in [1usize, 3, 7, 8, 9, 15, 16, 17, 31, 64, 77, 1000, 4096] {
+                for spread in [0.1f32, 4.0, 60.0] {
+                    let row: Vec<f32> = (0..n)
+                        .map(|_| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 7;
+                            seed ^= seed << 17;
+                            ((seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * spread
+                        })
+                        .collect();
+                    let (mut a, mut b) = (row.clone(), row);
+                    reference(&mut a, 0.3);
+                    softmax_scaled_isa(&mut b, 0.3, isa);
+                    let total: f32 = b.iter().sum();
+                    assert!((total - 1.0).abs() < 1e-5, "{isa:?} n {n}: sum {total}");
+                    for (j, (x, y)) in a.iter().zip(&b).enumerate() {
+                        assert!(
+                            (x - y).abs() <= 4e-7 * x.abs().max(1e-30) + 1e-30,
+                            "{isa:?} n {n} spread {spread} j {j}: {x} vs {y}"
+                        );
+                    }
                 }
             }
         }

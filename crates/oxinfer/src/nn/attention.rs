@@ -138,6 +138,13 @@ pub fn attention_full(q: &[f32], k: &[f32], v: &[f32], n_q: usize, p: &AttnShape
 /// register tiles, and a `[block, n_k]` score buffer that stays in L2 (256 KiB at 1,024 keys).
 pub const FULL_Q_BLOCK: usize = 64;
 
+thread_local! {
+    /// A thread's `[block, n_k]` score buffer for [`full_packed`], kept between tasks and calls
+    /// (at most [`FULL_Q_BLOCK`] rows of the longest key count seen: 1 MiB at 4,096 keys). The
+    /// GEMM writes every value before the softmax reads it, so it is never cleared.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// [`attention_full`] on the packed f32 GEMM (checks done, `out` zeroed).
 fn full_packed(
     q: &[f32],
@@ -178,13 +185,18 @@ fn full_packed(
             .flat_map(|r| &q[r * q_row + h * d..r * q_row + (h + 1) * d])
             .copied()
             .collect();
-        let mut scores = vec![0f32; nb * n_k];
-        matmul_float_packed(km, &qh, nb, &mut scores);
-        for (r, row) in scores.chunks_exact_mut(n_k).enumerate() {
-            softmax_row(row, rows.start + r, p);
-        }
         o.resize(nb * d, 0.0);
-        matmul_float_packed(vm, &scores, nb, o);
+        SCORES.with_borrow_mut(|buf| {
+            if buf.len() < nb * n_k {
+                buf.resize(nb * n_k, 0.0);
+            }
+            let scores = &mut buf[..nb * n_k];
+            matmul_float_packed(km, &qh, nb, scores);
+            for (r, row) in scores.chunks_exact_mut(n_k).enumerate() {
+                softmax_row(row, rows.start + r, p);
+            }
+            matmul_float_packed(vm, scores, nb, o);
+        });
     });
     for (task, o) in parts.iter().enumerate() {
         let (h, b) = (task / blocks, task % blocks);
