@@ -18,6 +18,8 @@ reference.json):
 
 Run (from the repository root):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_sd.py
+  .../python tools/ref/make_tiny_sd.py tiled-encode   (only tiny_sd1's reference/vae_tiled_enc_*,
+      from the existing fixture: see make_tiled_encode_refs)
 
 Everything is seeded: re-running gives identical files.
 """
@@ -784,7 +786,60 @@ def make(name: str, v: dict):
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
 
 
+def make_tiled_encode_refs():
+    """tiny_sd1's tiled VAE encode (diffusers' `_tiled_encode`: tiles of 64 image pixels, stride
+    48, moments blended over 2 latent pixels and cropped to 6) of an 80 x 104 image (2 x 3 tiles,
+    the last row 32 and the last column 8 pixels), and an image-to-image run of it with
+    `vae.enable_tiling()` (so the decode tiles too) and recorded noise. Loads the existing
+    fixture and writes only the `vae_tiled_enc_*` files and their keys in reference.json (run:
+    `make_tiny_sd.py tiled-encode`)."""
+    global OUT, REF
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as i2i
+    from diffusers import StableDiffusionImg2ImgPipeline
+    OUT = ROOT / "tests" / "fixtures" / "tiny_sd1"
+    REF = OUT / "reference"
+    ref = json.loads((REF / "reference.json").read_text())
+    shapes = ref["files"]
+    height, width = 80, 104
+    pipe = StableDiffusionImg2ImgPipeline.from_pretrained(OUT, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator().manual_seed(15)
+    small = torch.rand((1, 3, height // 8, width // 8), generator=g)
+    image01 = torch.nn.functional.interpolate(small, size=(height, width), mode="bilinear",
+                                              align_corners=False).clamp(0, 1)
+    lat = (1, 4, height // 8, width // 8)
+    enc_noise = torch.randn(lat, generator=g)
+    add_noise = torch.randn(lat, generator=g)
+    save("vae_tiled_enc_input", image01 * 2 - 1, shapes)
+    save("vae_tiled_enc_noise", enc_noise, shapes)
+    save("vae_tiled_enc_add_noise", add_noise, shapes)
+    with torch.no_grad():
+        plain = pipe.vae.encode(image01 * 2 - 1).latent_dist
+        pipe.vae.enable_tiling()
+        post = pipe.vae.encode(image01 * 2 - 1).latent_dist
+        assert (post.mean - plain.mean).abs().max() > 1e-2
+        save("vae_tiled_enc_mean", post.mean, shapes)
+        save("vae_tiled_enc_std", post.std, shapes)
+        vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+        i2i.randn_tensor = lambda *a, **k: add_noise.clone()
+        lat_out = pipe(PROMPT, image=image01, strength=0.75, negative_prompt=NEGATIVE,
+                       num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                       output_type="latent").images
+        save("vae_tiled_enc_img2img_latents", lat_out, shapes)
+        save("vae_tiled_enc_img2img_image",
+             pipe.vae.decode(lat_out / pipe.vae.config.scaling_factor).sample, shapes)
+    ref["vae_tiled_encode"] = dict(height=height, width=width, strength=0.75, steps=STEPS,
+                                   note="tiled encode and decode (vae.enable_tiling())")
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    print(f"wrote {REF} vae_tiled_enc_*")
+
+
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["tiled-encode"]:
+        make_tiled_encode_refs()
+        sys.exit()
     for name, v in VARIANTS.items():
         make(name, v)
     make_lcm()

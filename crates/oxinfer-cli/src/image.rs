@@ -47,8 +47,9 @@ pub struct ImageArgs {
     /// euler, euler-a, ddim, dpm++2m or lcm (default: the one scheduler_config.json names).
     #[arg(long, value_name = "euler|euler-a|ddim|dpm++2m|lcm")]
     pub scheduler: Option<String>,
-    /// Decode the latents in tiles as diffusers' enable_vae_tiling(): auto (above 1024x1024
-    /// pixels), on (when larger than one tile, the VAE's sample_size) or off.
+    /// Decode the latents (and encode the --init image) in tiles as diffusers'
+    /// enable_vae_tiling(): auto (above 1024x1024 pixels), on (when larger than one tile, the
+    /// VAE's sample_size) or off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub vae_tiling: String,
     /// Image width in pixels, a multiple of 8 (default 512, or the --init image's).

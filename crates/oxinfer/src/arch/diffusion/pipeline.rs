@@ -14,7 +14,7 @@ use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
 use super::vae_encoder::VaeEncoder;
-use super::vae_tiling::{decode_tiled, VaeTiling, AUTO_TILE_PIXELS};
+use super::vae_tiling::{decode_tiled, encode_tiled, VaeTiling};
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
@@ -63,7 +63,7 @@ pub struct GenerateRequest {
     /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]` (one sample
     /// for the whole batch, as diffusers) or `[N, C, H/8, W/8]` (one per image).
     pub encode_noise: Option<Vec<f32>>,
-    /// Whether the VAE decodes in tiles.
+    /// Whether the VAE decodes (and, for image to image, encodes) in tiles.
     pub vae_tiling: VaeTiling,
 }
 
@@ -676,10 +676,14 @@ impl StableDiffusion {
     }
 
     /// The latents of `image` (NCHW `[1, 3, H, W]` in `[-1, 1]`) for each of the request's
-    /// `N` images: the VAE posterior (computed once) sampled with `req.encode_noise` (one
+    /// `N` images: the VAE posterior (computed once, in tiles as `req.vae_tiling` says:
+    /// [`Self::tiles_encode`]) sampled with `req.encode_noise` (one
     /// sample for all, or one per image) or each image's seeded noise, times the scaling
-    /// factor. NCHW `[N, c, h, w]`.
-    fn encode_image(
+    /// factor. NCHW `[N, c, h, w]` for latents of `(c, h, w)`.
+    ///
+    /// # Errors
+    /// A folder without the VAE encoder's weights; an image or encode noise of the wrong size.
+    pub fn encode_image(
         &self,
         image: &[f32],
         req: &GenerateRequest,
@@ -699,7 +703,12 @@ impl StableDiffusion {
                 image.len()
             )));
         }
-        let post = enc.encode(&FeatureMap::from_chw(image, 3, hh, ww))?;
+        let image = FeatureMap::from_chw(image, 3, hh, ww);
+        let post = if self.tiles_encode(hh, ww, req.vae_tiling) {
+            encode_tiled(enc, &image, self.vae.config.tiles())?
+        } else {
+            enc.encode(&image)?
+        };
         let (n, batch) = (c * h * w, req.batch);
         let eps = match &req.encode_noise {
             Some(v) if v.len() == n || v.len() == batch * n => v.clone(),
@@ -755,14 +764,19 @@ impl StableDiffusion {
     /// Whether latents of `h × w` are decoded in tiles under `tiling`: never with
     /// [`VaeTiling::Off`]; with [`VaeTiling::On`] when they are larger than one tile (the VAE's
     /// `sample_size` / 8); with [`VaeTiling::Auto`] when, also, the image has more than
-    /// [`AUTO_TILE_PIXELS`] pixels.
+    /// [`AUTO_TILE_PIXELS`](super::vae_tiling::AUTO_TILE_PIXELS) pixels.
     pub fn tiles_decode(&self, h: usize, w: usize, tiling: VaeTiling) -> bool {
         let larger = self.vae.config.tiles().needs_tiles(h, w);
         let s = self.vae.config.scale();
-        match tiling {
-            VaeTiling::Off => false,
-            VaeTiling::On => larger,
-            VaeTiling::Auto => larger && h * s * w * s > AUTO_TILE_PIXELS,
-        }
+        tiling.tiles(larger, h * s * w * s)
+    }
+
+    /// Whether an image of `height × width` pixels is encoded in tiles under `tiling` (image to
+    /// image): never with [`VaeTiling::Off`]; with [`VaeTiling::On`] when it is larger than one
+    /// tile (the VAE's `sample_size`, diffusers' rule); with [`VaeTiling::Auto`] when, also, it
+    /// has more than [`AUTO_TILE_PIXELS`](super::vae_tiling::AUTO_TILE_PIXELS) pixels.
+    pub fn tiles_encode(&self, height: usize, width: usize, tiling: VaeTiling) -> bool {
+        let larger = self.vae.config.tiles().needs_encode_tiles(height, width);
+        tiling.tiles(larger, height * width)
     }
 }

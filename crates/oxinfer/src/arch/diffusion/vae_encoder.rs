@@ -44,6 +44,23 @@ pub struct Posterior {
     pub std: FeatureMap,
 }
 
+impl Posterior {
+    /// diffusers' `DiagonalGaussianDistribution` of `moments` (the mean's channels, then the
+    /// log-variance's): `std = exp(clamp(logvar, −30, 20) / 2)`.
+    pub fn from_moments(moments: &FeatureMap) -> Self {
+        let l = moments.c / 2;
+        let split = |f: &dyn Fn(f32) -> f32, off: usize| {
+            let data = moments.data.chunks_exact(2 * l);
+            let data = data.flat_map(|px| px[off..off + l].iter().map(|&v| f(v)));
+            FeatureMap::new(moments.h, moments.w, l, data.collect())
+        };
+        Posterior {
+            mean: split(&|v| v, 0),
+            std: split(&|v| (0.5 * v.clamp(-30.0, 20.0)).exp(), l),
+        }
+    }
+}
+
 /// The VAE encoder.
 pub struct VaeEncoder {
     latent_channels: usize,
@@ -132,6 +149,16 @@ impl VaeEncoder {
     /// # Errors
     /// An image with the wrong channel count.
     pub fn encode(&self, image: &FeatureMap) -> Result<Posterior, DiffusionError> {
+        Ok(Posterior::from_moments(&self.moments(image)?))
+    }
+
+    /// The posterior's moments of `image` before the split: the encoder and `quant_conv`'s
+    /// `2 · latent_channels` channels (the mean's, then the log-variance's, unclamped), at
+    /// the latents' size (what diffusers' tiled encode blends).
+    ///
+    /// # Errors
+    /// An image with the wrong channel count.
+    pub fn moments(&self, image: &FeatureMap) -> Result<FeatureMap, DiffusionError> {
         if image.c != self.in_channels {
             return Err(DiffusionError::Argument(format!(
                 "VAE encoder input has {} channels, the config says in_channels = {}",
@@ -152,15 +179,7 @@ impl VaeEncoder {
         if let Some(q) = &self.quant_conv {
             m = q.forward(&m, None)?;
         }
-        let l = self.latent_channels;
-        let split = |f: &dyn Fn(f32) -> f32, off: usize| {
-            let data = m.data.chunks_exact(2 * l);
-            let data = data.flat_map(|px| px[off..off + l].iter().map(|&v| f(v)));
-            FeatureMap::new(m.h, m.w, l, data.collect())
-        };
-        Ok(Posterior {
-            mean: split(&|v| v, 0),
-            std: split(&|v| (0.5 * v.clamp(-30.0, 20.0)).exp(), l),
-        })
+        debug_assert_eq!(m.c, 2 * self.latent_channels);
+        Ok(m)
     }
 }
