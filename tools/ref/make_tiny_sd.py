@@ -579,6 +579,51 @@ def make_lcm_img2img():
     print(f"wrote {REF} img2img references")
 
 
+def make_sd1_lcm_img2img():
+    """tiny_sd1 (a UNet without `time_cond_proj_dim`, as an LCM-LoRA fused into SD 1.5) with
+    tiny_lcm's LCMScheduler in StableDiffusionImg2ImgPipeline: strength 0.75 of 4 steps at
+    guidance 7.5 with the negative prompt, on tiny_sd1's img2img_input with its encode and added
+    noise. Writes only tests/fixtures/tiny_sd1/reference/img2img_lcm_*.npy and the key
+    `img2img_lcm` of its reference.json (the rest kept)."""
+    global OUT, REF
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as i2i
+    import diffusers.schedulers.scheduling_lcm as lcm_mod
+    from diffusers import StableDiffusionImg2ImgPipeline
+    OUT = ROOT / "tests" / "fixtures" / "tiny_sd1"
+    REF = OUT / "reference"
+    ref = json.loads((REF / "reference.json").read_text())
+    shapes = ref["files"]
+    pipe = StableDiffusionImg2ImgPipeline.from_pretrained(OUT, dtype=torch.float32)
+    pipe.scheduler = LCMScheduler.from_pretrained(ROOT / "tests" / "fixtures" / "tiny_lcm",
+                                                  subfolder="scheduler")
+    pipe.set_progress_bar_config(disable=True)
+    ld = lambda n: torch.from_numpy(np.load(REF / f"{n}.npy"))
+    image = ld("img2img_input")
+    enc_noise, add_noise = ld("img2img_enc_noise"), ld("img2img_noise")
+    steps, strength = STEPS, 0.75
+    step_noise = torch.randn((steps,) + tuple(add_noise.shape),
+                             generator=torch.Generator().manual_seed(23))
+    save("img2img_lcm_step_noise", step_noise, shapes)
+    vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+    i2i.randn_tensor = lambda *a, **k: add_noise.clone()
+    queue = list(step_noise)
+    lcm_mod.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+    with torch.no_grad():
+        out = pipe(PROMPT, image=(image + 1) / 2, strength=strength, negative_prompt=NEGATIVE,
+                   num_inference_steps=steps, guidance_scale=GUIDANCE,
+                   output_type="latent").images
+        save("img2img_lcm_latents", out, shapes)
+        save("img2img_lcm_image", pipe.vae.decode(out / pipe.vae.config.scaling_factor).sample,
+             shapes)
+    ref["img2img_lcm"] = dict(strength=strength, steps=steps,
+                              timesteps=[float(t) for t in pipe.scheduler.timesteps],
+                              note="timesteps: the whole schedule, of which the last 3 run; step k of "
+                              "img2img_lcm_step_noise follows the k-th step run")
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    print(f"wrote {REF} img2img_lcm references")
+
+
 SINGLE = {
     # Geometries that follow the families' fixed values the single-file loader assumes (32 norm
     # groups; SD 1.x: 8 UNet heads, epsilon; SD 2.x: 64-wide UNet heads, v-prediction; 64-wide
@@ -849,4 +894,5 @@ if __name__ == "__main__":
         make(name, v)
     make_lcm()
     make_lcm_img2img()
+    make_sd1_lcm_img2img()
     make_single_files()
