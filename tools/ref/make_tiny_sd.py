@@ -521,6 +521,111 @@ def make_lcm():
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)")
 
 
+def make_lcm_img2img():
+    """Image-to-image references on the existing tests/fixtures/tiny_lcm (read, not rewritten):
+    LatentConsistencyModelImg2ImgPipeline at guidance 8.5 on a smooth random 64x64 image, the
+    posterior's sampling noise, the added noise and the per-step noise given. Writes only
+    reference/i2i_*.npy and the key `img2img` of reference.json (the rest kept): per case
+    (`s05`: 3 steps at strength 0.5, one image; `s08`: 4 steps at strength 0.8, two images of
+    one posterior sample) its timesteps, the latents after every step, the final latents and
+    the images."""
+    global OUT, REF
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.latent_consistency_models.pipeline_latent_consistency_img2img as i2i
+    import diffusers.schedulers.scheduling_lcm as lcm_mod
+    from diffusers import LatentConsistencyModelImg2ImgPipeline
+    OUT = ROOT / "tests" / "fixtures" / "tiny_lcm"
+    REF = OUT / "reference"
+    ref = json.loads((REF / "reference.json").read_text())
+    shapes = ref["files"]
+    pipe = LatentConsistencyModelImg2ImgPipeline.from_pretrained(OUT, torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    height, width, guidance = ref["height"], ref["width"], ref["guidance_scale"]
+    g = torch.Generator().manual_seed(21)
+    small = torch.rand((1, 3, height // 8, width // 8), generator=g)
+    image01 = torch.nn.functional.interpolate(small, size=(height, width), mode="bilinear",
+                                              align_corners=False).clamp(0, 1)
+    save("i2i_input", image01 * 2 - 1, shapes)  # [-1, 1], what the VAE encodes
+    lat = (4, height // 8, width // 8)
+    enc_noise = torch.randn((1,) + lat, generator=g)
+    save("i2i_enc_noise", enc_noise, shapes)
+    cases = {}
+    for name, steps, strength, batch in [("s05", 3, 0.5, 1), ("s08", 4, 0.8, 2)]:
+        noise = torch.randn((batch,) + lat, generator=g)
+        step_noise = torch.randn((steps, batch) + lat, generator=g)
+        save(f"i2i_{name}_noise", noise, shapes)
+        save(f"i2i_{name}_step_noise", step_noise, shapes)
+        vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+        i2i.randn_tensor = lambda *a, _n=noise, **k: _n.clone()
+        queue = list(step_noise)
+        lcm_mod.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+        lat_steps = []
+
+        def on_step(p, i, t, kw):
+            lat_steps.append(kw["latents"].clone())
+            return kw
+        with torch.no_grad():
+            out = pipe(PROMPT, image=image01, strength=strength, num_inference_steps=steps,
+                       guidance_scale=guidance, num_images_per_prompt=batch,
+                       output_type="latent", callback_on_step_end=on_step).images
+            save(f"i2i_{name}_step_latents", torch.stack(lat_steps), shapes)
+            save(f"i2i_{name}_final_latents", out, shapes)
+            save(f"i2i_{name}_image",
+                 pipe.vae.decode(out / pipe.vae.config.scaling_factor).sample, shapes)
+        cases[name] = dict(steps=steps, strength=strength, batch=batch,
+                           timesteps=[float(t) for t in pipe.scheduler.timesteps])
+    ref["img2img"] = dict(cases=cases, note="one posterior sample (i2i_enc_noise) for every "
+                          "image; i2i_<case>_noise is added at the first timestep; step k of "
+                          "i2i_<case>_step_noise is LCM's noise after step k (the last unused)")
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    print(f"wrote {REF} img2img references")
+
+
+def make_sd1_lcm_img2img():
+    """tiny_sd1 (a UNet without `time_cond_proj_dim`, as an LCM-LoRA fused into SD 1.5) with
+    tiny_lcm's LCMScheduler in StableDiffusionImg2ImgPipeline: strength 0.75 of 4 steps at
+    guidance 7.5 with the negative prompt, on tiny_sd1's img2img_input with its encode and added
+    noise. Writes only tests/fixtures/tiny_sd1/reference/img2img_lcm_*.npy and the key
+    `img2img_lcm` of its reference.json (the rest kept)."""
+    global OUT, REF
+    import diffusers.models.autoencoders.vae as vae_mod
+    import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as i2i
+    import diffusers.schedulers.scheduling_lcm as lcm_mod
+    from diffusers import StableDiffusionImg2ImgPipeline
+    OUT = ROOT / "tests" / "fixtures" / "tiny_sd1"
+    REF = OUT / "reference"
+    ref = json.loads((REF / "reference.json").read_text())
+    shapes = ref["files"]
+    pipe = StableDiffusionImg2ImgPipeline.from_pretrained(OUT, dtype=torch.float32)
+    pipe.scheduler = LCMScheduler.from_pretrained(ROOT / "tests" / "fixtures" / "tiny_lcm",
+                                                  subfolder="scheduler")
+    pipe.set_progress_bar_config(disable=True)
+    ld = lambda n: torch.from_numpy(np.load(REF / f"{n}.npy"))
+    image = ld("img2img_input")
+    enc_noise, add_noise = ld("img2img_enc_noise"), ld("img2img_noise")
+    steps, strength = STEPS, 0.75
+    step_noise = torch.randn((steps,) + tuple(add_noise.shape),
+                             generator=torch.Generator().manual_seed(23))
+    save("img2img_lcm_step_noise", step_noise, shapes)
+    vae_mod.randn_tensor = lambda *a, **k: enc_noise.clone()
+    i2i.randn_tensor = lambda *a, **k: add_noise.clone()
+    queue = list(step_noise)
+    lcm_mod.randn_tensor = lambda *a, **k: queue.pop(0).clone()
+    with torch.no_grad():
+        out = pipe(PROMPT, image=(image + 1) / 2, strength=strength, negative_prompt=NEGATIVE,
+                   num_inference_steps=steps, guidance_scale=GUIDANCE,
+                   output_type="latent").images
+        save("img2img_lcm_latents", out, shapes)
+        save("img2img_lcm_image", pipe.vae.decode(out / pipe.vae.config.scaling_factor).sample,
+             shapes)
+    ref["img2img_lcm"] = dict(strength=strength, steps=steps,
+                              timesteps=[float(t) for t in pipe.scheduler.timesteps],
+                              note="timesteps: the whole schedule, of which the last 3 run; step k of "
+                              "img2img_lcm_step_noise follows the k-th step run")
+    (REF / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False))
+    print(f"wrote {REF} img2img_lcm references")
+
+
 SINGLE = {
     # Geometries that follow the families' fixed values the single-file loader assumes (32 norm
     # groups; SD 1.x: 8 UNet heads, epsilon; SD 2.x: 64-wide UNet heads, v-prediction; 64-wide
@@ -843,4 +948,6 @@ if __name__ == "__main__":
     for name, v in VARIANTS.items():
         make(name, v)
     make_lcm()
+    make_lcm_img2img()
+    make_sd1_lcm_img2img()
     make_single_files()

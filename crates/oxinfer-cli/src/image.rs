@@ -61,7 +61,9 @@ pub struct ImageArgs {
     /// Image to image: start from this PNG (its size is the output's).
     #[arg(long, value_name = "IMAGE.png")]
     pub init: Option<PathBuf>,
-    /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run.
+    /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run
+    /// (an LCM-distilled model with the lcm scheduler runs all its steps, picked among the
+    /// first original_inference_steps · strength timesteps, as diffusers' LCM img2img).
     #[arg(long, default_value_t = 0.8)]
     pub strength: f32,
     /// Seed of the initial (and ancestral) noise; image i of a batch uses seed + i (the image

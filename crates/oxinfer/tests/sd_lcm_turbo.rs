@@ -3,7 +3,9 @@
 //! - `tests/fixtures/tiny_lcm`: a `LatentConsistencyModelPipeline` whose UNet has
 //!   `time_cond_proj_dim` (the guidance scale's embedding enters the timestep embedding) with an
 //!   `LCMScheduler`, 4 steps at guidance 8.5: the w-embedding, every UNet call, the latents after
-//!   every step and the image;
+//!   every step and the image; and image to image as `LatentConsistencyModelImg2ImgPipeline`
+//!   (3 steps at strength 0.5, two images in 4 steps at strength 0.8; the posterior's sampling
+//!   noise given): the timesteps, the latents after every step, the final latents and images;
 //! - SD-Turbo style on `tests/fixtures/tiny_sd1`: guidance 0 (one UNet pass per step) with
 //!   `trailing` timesteps, Euler in 1 step and Euler ancestral in 4: every UNet call and the
 //!   latents after every step.
@@ -13,7 +15,7 @@ mod common;
 use common::{fixtures, max_abs_diff, read_npy_f32};
 use oxinfer::arch::diffusion::config::JsonConfig;
 use oxinfer::arch::diffusion::layers::guidance_embedding;
-use oxinfer::arch::diffusion::scheduler::ScheduleConfig;
+use oxinfer::arch::diffusion::scheduler::{ScheduleConfig, Scheduler};
 use oxinfer::arch::diffusion::{FeatureMap, GenerateRequest, SchedulerKind, StableDiffusion};
 use std::path::Path;
 
@@ -120,20 +122,105 @@ fn lcm_pipeline_matches_diffusers() {
     eprintln!("LCM image: max abs diff {d:.2e}");
     assert!(d < TOL, "LCM image: {d:e}");
 
-    // The timestep condition is required by this UNet, and LCM refuses image to image.
+    // The timestep condition is required by this UNet.
     let x = FeatureMap::from_chw(&npy(&dir, "init_noise").1, 4, 8, 8);
     let e = sd.unet.forward(&x, 999.0, &ctx).err().unwrap().to_string();
     assert!(e.contains("time_cond_proj_dim"), "{e}");
-    let i2i = GenerateRequest {
-        init_image: Some(vec![0.0; 3 * 64 * 64]),
-        ..req
+}
+
+#[test]
+fn lcm_image_to_image_matches_diffusers() {
+    let dir = fixtures().join("tiny_lcm");
+    let r = common::reference(&dir.join("reference"));
+    let sd = StableDiffusion::load(&dir).unwrap();
+    let (width, height) = (
+        r["width"].as_u64().unwrap() as usize,
+        r["height"].as_u64().unwrap() as usize,
+    );
+    let image = npy(&dir, "i2i_input").1;
+    let base = GenerateRequest {
+        prompt: r["prompt"].as_str().unwrap().into(),
+        guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
+        width,
+        height,
+        init_image: Some(image.clone()),
+        encode_noise: Some(npy(&dir, "i2i_enc_noise").1),
+        ..Default::default()
     };
-    let e = sd
-        .generate(&i2i, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("LCM"), "{e}");
+    let cases = r["img2img"]["cases"].as_object().unwrap();
+    assert_eq!(cases.len(), 2);
+    for (name, case) in cases {
+        let steps = case["steps"].as_u64().unwrap() as usize;
+        let strength = case["strength"].as_f64().unwrap();
+        let batch = case["batch"].as_u64().unwrap() as usize;
+        // The timesteps: `steps` of the distillation schedule cut by the strength.
+        let sched =
+            Scheduler::with_strength(SchedulerKind::Lcm, sd.schedule.clone(), steps, strength)
+                .unwrap();
+        let want_ts: Vec<f32> = case["timesteps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(sched.timesteps, want_ts, "{name}: timesteps");
+
+        let prefix = format!("i2i_{name}_");
+        let req = GenerateRequest {
+            steps,
+            strength: strength as f32,
+            batch,
+            init_noise: Some(npy(&dir, &format!("{prefix}noise")).1),
+            step_noise: Some(npy(&dir, &format!("{prefix}step_noise")).1),
+            ..base.clone()
+        };
+        let (worst, out) = check_steps(&sd, &req, &dir, &prefix);
+        eprintln!("LCM img2img {name} step latents: worst scaled max diff {worst:.2e}");
+        assert!(worst < TOL, "{name} step latents: {worst:e}");
+        let d = scaled_diff(
+            &out.latents,
+            &npy(&dir, &format!("{prefix}final_latents")).1,
+        );
+        eprintln!("LCM img2img {name} final latents: scaled max diff {d:.2e}");
+        assert!(d < TOL, "{name} final latents: {d:e}");
+        assert_eq!(out.images, batch);
+        let d = max_abs_diff(&out.image, &npy(&dir, &format!("{prefix}image")).1);
+        eprintln!("LCM img2img {name} image: max abs diff {d:.2e}");
+        assert!(d < TOL, "{name} image: {d:e}");
+    }
+
+    // Where diffusers refuses: a strength outside [0, 1], or one whose cut schedule
+    // (floor(50 · strength) timesteps) is shorter than the steps.
+    for (strength, steps, what) in [
+        (1.5, 4, "(0, 1]"),
+        (-0.1, 4, "(0, 1]"),
+        (0.0, 4, "= 0 timesteps"),
+        (0.05, 4, "= 2 timesteps"),
+        (0.1, 6, "= 5 timesteps"),
+    ] {
+        let req = GenerateRequest {
+            steps,
+            strength,
+            ..base.clone()
+        };
+        let e = sd
+            .generate(&req, &mut |_, _, _| {})
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("strength") && e.contains(what),
+            "{strength}: {e}"
+        );
+    }
+    // The fewest timesteps that suffice: floor(50 · 0.1) = 5 for 5 steps.
+    let req = GenerateRequest {
+        steps: 5,
+        strength: 0.1,
+        ..base
+    };
+    let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
+    assert!(out.latents.iter().all(|v| v.is_finite()));
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! DDIM, DPM-Solver++ 2M (plain and Karras; linspace, leading and trailing spacings; epsilon
 //! and v-prediction) and LCM (epsilon; v-prediction with clipping). A batch of three images
 //! of one prompt (diffusers' `num_images_per_prompt`, tiny_sd1's `reference/batch_*`) matches
-//! too, and image `i` of a seeded batch is the image of seed + `i` made alone.
+//! too, and image `i` of a seeded batch is the image of seed + `i` made alone. Image to image
+//! with the default schedulers and, on tiny_sd1, with the LCM scheduler (the schedule cut as
+//! `StableDiffusionImg2ImgPipeline` does; LCM-distilled UNets are in `sd_lcm_turbo.rs`).
 
 mod common;
 
@@ -243,6 +245,35 @@ fn img2img_matches() {
         eprintln!("{v} img2img: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
         assert!(d < TOL && di < TOL, "{v}: latents {d:e}, image {di:e}");
     }
+}
+
+/// tiny_sd1 (no `time_cond_proj_dim`, as an LCM-LoRA fused into SD 1.5) with the LCM
+/// scheduler: image to image cuts the whole schedule as diffusers'
+/// `StableDiffusionImg2ImgPipeline` with an `LCMScheduler` does (strength 0.75 of 4 steps: the
+/// last 3, with guidance), not as the LCM image-to-image pipeline.
+#[test]
+fn img2img_lcm_scheduler_without_guidance_embedding_matches() {
+    let f = sd1();
+    let i2i = &f.reference["img2img_lcm"];
+    let req = GenerateRequest {
+        scheduler: Some(SchedulerKind::Lcm),
+        init_image: Some(f.npy("img2img_input").1),
+        strength: i2i["strength"].as_f64().unwrap() as f32,
+        encode_noise: Some(f.npy("img2img_enc_noise").1),
+        init_noise: Some(f.npy("img2img_noise").1),
+        step_noise: Some(f.npy("img2img_lcm_step_noise").1),
+        ..reference_request(f)
+    };
+    let mut ran = Vec::new();
+    let out = f
+        .pipeline
+        .generate(&req, &mut |i, _, _| ran.push(i))
+        .unwrap();
+    assert_eq!(ran, [1, 2, 3], "strength 0.75 of 4 steps runs the last 3");
+    let d = scaled_diff(&out.latents, &f.npy("img2img_lcm_latents").1);
+    let di = max_abs_diff(&out.image, &f.npy("img2img_lcm_image").1);
+    eprintln!("img2img, LCM scheduler: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
+    assert!(d < TOL && di < TOL, "latents {d:e}, image {di:e}");
 }
 
 /// The batched reference run: tiny_sd1, three images at 64x48, guidance, Euler ancestral, with

@@ -58,7 +58,11 @@ pub struct GenerateRequest {
     /// for every image of a batch. The initial noise (each image's own) is then added to its
     /// latents at the level of the first step run.
     pub init_image: Option<Vec<f32>>,
-    /// Image-to-image: how much of the schedule to run (the last `floor(steps · strength)` steps).
+    /// Image-to-image: how much of the schedule to run, in `(0, 1]`: the last
+    /// `floor(steps · strength)` steps. With the LCM scheduler and an LCM-distilled UNet
+    /// (`time_cond_proj_dim`), as diffusers' `LatentConsistencyModelImg2ImgPipeline`: all
+    /// `steps` steps, picked among the first `floor(original_inference_steps · strength)`
+    /// timesteps of the distillation schedule (at least `steps` of them).
     pub strength: f32,
     /// Image-to-image: the noise that samples the VAE posterior, `[1, C, H/8, W/8]` (one sample
     /// for the whole batch, as diffusers) or `[N, C, H/8, W/8]` (one per image).
@@ -305,6 +309,21 @@ fn checked_noise(
         ))),
         other => Ok(other.clone()),
     }
+}
+
+/// The strength of an LCM image-to-image request as the f64 Python reads from its shortest
+/// decimal form (`0.7`, not the f32's `0.69999…`, which would cut the distillation schedule
+/// one step shorter than diffusers).
+///
+/// # Errors
+/// Outside `[0, 1]` (diffusers' check; 0 then leaves no timestep, the scheduler's error).
+fn lcm_strength(strength: f32) -> Result<f64, DiffusionError> {
+    if !(0.0..=1.0).contains(&strength) {
+        return Err(DiffusionError::Argument(format!(
+            "strength = {strength}: must be in (0, 1]"
+        )));
+    }
+    Ok(strength.to_string().parse().unwrap_or(f64::from(strength)))
 }
 
 /// The seed of image `i` of a batch seeded with `seed`: `seed + i` (wrapping), so image `i`
@@ -574,7 +593,18 @@ impl StableDiffusion {
         let n = c * h * w;
         let total = batch * n;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
-        let mut sched = Scheduler::new(kind, self.schedule.clone(), req.steps)?;
+        // An LCM-distilled UNet with the LCM scheduler is diffusers' LCM image-to-image
+        // pipeline: the strength shortens the distillation schedule the steps are picked from.
+        // Any other image-to-image runs the last steps of the whole schedule (below).
+        let lcm_i2i = req.init_image.is_some()
+            && kind == SchedulerKind::Lcm
+            && self.unet.config.time_cond_proj_dim.is_some();
+        let strength = if lcm_i2i {
+            lcm_strength(req.strength)?
+        } else {
+            1.0
+        };
+        let mut sched = Scheduler::with_strength(kind, self.schedule.clone(), req.steps, strength)?;
         let shape = format!("[{batch}, {c}, {h}, {w}]");
         let noise = checked_noise(&req.init_noise, total, "initial noise", &shape)?
             .unwrap_or_else(|| batch_noise(req.seed, 0, batch, 1, n));
@@ -596,12 +626,10 @@ impl StableDiffusion {
                 let sigma0 = sched.init_noise_sigma();
                 (0, noise.iter().map(|v| v * sigma0).collect::<Vec<f32>>())
             }
-            Some(_) if kind == SchedulerKind::Lcm => {
-                return Err(DiffusionError::Argument(
-                    "image to image with the LCM scheduler is not implemented (choose another \
-                     --scheduler)"
-                        .into(),
-                ))
+            // All the steps run, from the image's latents noised to the first timestep.
+            Some(image) if lcm_i2i => {
+                let z = self.encode_image(image, req, (c, h, w))?;
+                (0, sched.add_noise(&z, &noise, 0))
             }
             Some(image) => {
                 let run = ((req.steps as f64 * f64::from(req.strength)) as usize).min(req.steps);

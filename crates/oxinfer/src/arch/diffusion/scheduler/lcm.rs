@@ -8,18 +8,34 @@ use super::{linspace, Prediction, ScheduleConfig, Scheduler};
 const SIGMA_DATA: f32 = 0.5;
 
 /// The integer timesteps, descending: the distillation schedule `k − 1, 2k − 1, …` with
-/// `k = T / original_inference_steps`, reversed, read at `floor(linspace(0, len, steps))`
-/// (no endpoint).
+/// `k = T / original_inference_steps`, cut to its first `floor(original_inference_steps ·
+/// strength)` entries (image-to-image; `strength` 1 keeps it whole), reversed, read at
+/// `floor(linspace(0, len, steps))` (no endpoint). `strength` is taken as f64, as Python's
+/// float.
 ///
 /// # Errors
-/// A message when `steps` exceeds `original_inference_steps`, or that exceeds the training
-/// timesteps (diffusers' checks).
-pub(super) fn timesteps(cfg: &ScheduleConfig, steps: usize) -> Result<Vec<f32>, String> {
+/// A message when `steps` exceeds the cut schedule's length or `original_inference_steps`, or
+/// that exceeds the training timesteps (diffusers' checks).
+pub(super) fn timesteps(
+    cfg: &ScheduleConfig,
+    steps: usize,
+    strength: f64,
+) -> Result<Vec<f32>, String> {
     let t = cfg.num_train_timesteps;
     let orig = cfg.original_inference_steps;
     if orig == 0 || orig > t {
         return Err(format!(
             "original_inference_steps = {orig}: must be between 1 and the {t} training timesteps"
+        ));
+    }
+    let len = (orig as f64 * strength) as usize;
+    if strength < 1.0 && len < steps {
+        return Err(format!(
+            "strength = {strength}: LCM picks its {steps} steps among the first \
+             floor(original_inference_steps · strength) = floor({orig} · {strength}) = {len} \
+             timesteps of its distillation schedule, too few (lower the steps or raise the \
+             strength to at least {})",
+            steps as f64 / orig as f64
         ));
     }
     if steps > orig {
@@ -28,7 +44,7 @@ pub(super) fn timesteps(cfg: &ScheduleConfig, steps: usize) -> Result<Vec<f32>, 
         ));
     }
     let k = t / orig;
-    let origin: Vec<usize> = (1..=orig).rev().map(|i| i * k - 1).collect();
+    let origin: Vec<usize> = (1..=len).rev().map(|i| i * k - 1).collect();
     // numpy's linspace(0, len, steps, endpoint=False), floored.
     let idx = linspace(0.0, origin.len() as f64, steps + 1);
     Ok(idx[..steps]

@@ -286,6 +286,24 @@ impl Scheduler {
         config: ScheduleConfig,
         steps: usize,
     ) -> Result<Self, DiffusionError> {
+        Self::with_strength(kind, config, steps, 1.0)
+    }
+
+    /// Sets up `kind` for `steps` steps of an image-to-image run of `strength` (in `[0, 1]`,
+    /// f64 as Python's float) the way diffusers' `LCMScheduler.set_timesteps(steps,
+    /// strength=…)` does: LCM picks its `steps` timesteps among the first
+    /// `floor(original_inference_steps · strength)` of its distillation schedule (all of them
+    /// run; `LatentConsistencyModelImg2ImgPipeline`). Other kinds ignore `strength`: their
+    /// image-to-image runs the last steps of the whole schedule instead (the pipeline's cut).
+    ///
+    /// # Errors
+    /// As [`Self::new`]; LCM: a cut schedule shorter than `steps`.
+    pub fn with_strength(
+        kind: SchedulerKind,
+        config: ScheduleConfig,
+        steps: usize,
+        strength: f64,
+    ) -> Result<Self, DiffusionError> {
         if steps == 0 || steps > config.num_train_timesteps {
             return Err(DiffusionError::Argument(format!(
                 "steps = {steps}: must be between 1 and the {} training timesteps",
@@ -298,7 +316,7 @@ impl Scheduler {
             SchedulerKind::Ddim => (ddim::timesteps(&config, steps), Vec::new()),
             SchedulerKind::DpmPp2m => dpm::schedule(&config, steps),
             SchedulerKind::Lcm => (
-                lcm::timesteps(&config, steps).map_err(DiffusionError::Argument)?,
+                lcm::timesteps(&config, steps, strength).map_err(DiffusionError::Argument)?,
                 Vec::new(),
             ),
         };
