@@ -311,19 +311,36 @@ fn checked_noise(
     }
 }
 
-/// The strength of an LCM image-to-image request as the f64 Python reads from its shortest
-/// decimal form (`0.7`, not the f32's `0.69999…`, which would cut the distillation schedule
-/// one step shorter than diffusers).
+/// The strength of an image-to-image request as the f64 Python reads from its shortest decimal
+/// form (`0.7`, not the f32's `0.69999…`): diffusers' rules multiply it by a step count and
+/// truncate, so the f32's value would run one step fewer (`10 · 0.7` → 6 instead of 7; LCM's
+/// distillation schedule one timestep shorter).
 ///
 /// # Errors
-/// Outside `[0, 1]` (diffusers' check; 0 then leaves no timestep, the scheduler's error).
-fn lcm_strength(strength: f32) -> Result<f64, DiffusionError> {
+/// Outside `[0, 1]` (diffusers' check; 0 then leaves no step, the caller's error).
+fn python_strength(strength: f32) -> Result<f64, DiffusionError> {
     if !(0.0..=1.0).contains(&strength) {
         return Err(DiffusionError::Argument(format!(
             "strength = {strength}: must be in (0, 1]"
         )));
     }
     Ok(strength.to_string().parse().unwrap_or(f64::from(strength)))
+}
+
+/// Steps an image-to-image request runs (diffusers' `StableDiffusionImg2ImgPipeline`):
+/// `min(int(steps · strength), steps)` with the strength as [`python_strength`] reads it.
+///
+/// # Errors
+/// A strength outside `(0, 1]` or one that leaves no step.
+fn img2img_steps(steps: usize, strength: f32) -> Result<usize, DiffusionError> {
+    let run = ((steps as f64 * python_strength(strength)?) as usize).min(steps);
+    if run == 0 {
+        return Err(DiffusionError::Argument(format!(
+            "strength = {strength}: must be in (0, 1] and leave at least one of the {steps} \
+             steps (steps · strength ≥ 1)"
+        )));
+    }
+    Ok(run)
 }
 
 /// The seed of image `i` of a batch seeded with `seed`: `seed + i` (wrapping), so image `i`
@@ -600,7 +617,7 @@ impl StableDiffusion {
             && kind == SchedulerKind::Lcm
             && self.unet.config.time_cond_proj_dim.is_some();
         let strength = if lcm_i2i {
-            lcm_strength(req.strength)?
+            python_strength(req.strength)?
         } else {
             1.0
         };
@@ -632,14 +649,7 @@ impl StableDiffusion {
                 (0, sched.add_noise(&z, &noise, 0))
             }
             Some(image) => {
-                let run = ((req.steps as f64 * f64::from(req.strength)) as usize).min(req.steps);
-                if !(0.0..=1.0).contains(&req.strength) || run == 0 {
-                    return Err(DiffusionError::Argument(format!(
-                        "strength = {}: must be in (0, 1] and leave at least one of the {} steps \
-                         (steps · strength ≥ 1)",
-                        req.strength, req.steps
-                    )));
-                }
+                let run = img2img_steps(req.steps, req.strength)?;
                 let start = req.steps - run;
                 let z = self.encode_image(image, req, (c, h, w))?;
                 (start, sched.add_noise(&z, &noise, start))
@@ -806,5 +816,25 @@ impl StableDiffusion {
     pub fn tiles_encode(&self, height: usize, width: usize, tiling: VaeTiling) -> bool {
         let larger = self.vae.config.tiles().needs_encode_tiles(height, width);
         tiling.tiles(larger, height * width)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python's `int(steps * strength)` on the strength's decimal value: 10 · 0.7 runs 7 steps
+    /// (the f32 0.7 times 10 is 6.9999999), 4 · 0.75 runs 3; no step left or a strength out of
+    /// range is an error naming it.
+    #[test]
+    fn img2img_steps_follow_python() {
+        assert_eq!(img2img_steps(10, 0.7).unwrap(), 7);
+        assert_eq!(img2img_steps(10, 0.3).unwrap(), 3);
+        assert_eq!(img2img_steps(4, 0.75).unwrap(), 3);
+        assert_eq!(img2img_steps(20, 1.0).unwrap(), 20);
+        for (steps, strength) in [(4, 0.2f32), (4, 0.0), (4, 1.5), (4, -0.1)] {
+            let e = img2img_steps(steps, strength).unwrap_err().to_string();
+            assert!(e.contains("strength"), "{e}");
+        }
     }
 }
