@@ -79,9 +79,26 @@ pub fn act_in_place(act: GateAct, x: &mut [f32], isa: Isa) {
     x.iter_mut().for_each(|v| *v = act.apply(*v));
 }
 
+/// The SIMD `exp`s' polynomial for `e^r − 1 − r = r² · p(r)` on `|r| ≤ ln2/2` (Cephes'
+/// `expf`), highest degree first; shared by every vector width.
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
+/// `ln 2` in two parts (high, low) for the range reduction `r = x − n · ln 2`.
+pub(crate) const LN2_SPLIT: (f32, f32) = (0.693_359_4, -2.121_944_4e-4);
+
+/// The inputs the SIMD `exp`s clamp to (below, `e^x` is 0 to f32; above, infinite).
+pub(crate) const EXP_RANGE: (f32, f32) = (-87.3, 88.3);
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
-    use super::{GateAct, GELU_C};
+    use super::{GateAct, EXP_POLY, EXP_RANGE, GELU_C, LN2_SPLIT};
     use std::arch::x86_64::*;
 
     /// `exp(x)` for eight lanes (Cephes-style: 2^n · e^r with a degree-6 polynomial on
@@ -91,23 +108,17 @@ pub(crate) mod avx2 {
         // SAFETY: plain register arithmetic; the enclosing function has avx2 + fma.
         unsafe {
             let x = _mm256_min_ps(
-                _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
-                _mm256_set1_ps(88.3),
+                _mm256_max_ps(x, _mm256_set1_ps(EXP_RANGE.0)),
+                _mm256_set1_ps(EXP_RANGE.1),
             );
             let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                 _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
             );
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-            let mut p = _mm256_set1_ps(1.987_569_1e-4);
-            for c in [
-                1.398_199_9e-3,
-                8.333_452e-3,
-                4.166_579_6e-2,
-                1.666_666_5e-1,
-                0.5,
-            ] {
-                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_SPLIT.0), x);
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_SPLIT.1), r);
+            let mut p = _mm256_set1_ps(EXP_POLY[0]);
+            for c in &EXP_POLY[1..] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
             }
             let r2 = _mm256_mul_ps(r, r);
             let e = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));

@@ -140,31 +140,26 @@ mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use crate::act::{EXP_POLY, EXP_RANGE, LN2_SPLIT};
     use std::arch::x86_64::*;
 
-    /// `exp(x)` for sixteen lanes: the polynomial of [`crate::act`]'s eight-lane `exp8`
-    /// (2^n · e^r, degree 6 on |r| ≤ ln2/2), inputs clamped to [−87.3, 88.3].
+    /// `exp(x)` for sixteen lanes: 2^n · e^r with [`EXP_POLY`] on |r| ≤ ln2/2 (as
+    /// [`crate::act`]'s eight-lane `exp8`), inputs clamped to [`EXP_RANGE`].
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn exp16(x: __m512) -> __m512 {
         let x = _mm512_min_ps(
-            _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
-            _mm512_set1_ps(88.3),
+            _mm512_max_ps(x, _mm512_set1_ps(EXP_RANGE.0)),
+            _mm512_set1_ps(EXP_RANGE.1),
         );
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_SPLIT.0), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_SPLIT.1), r);
+        let mut p = _mm512_set1_ps(EXP_POLY[0]);
+        for c in &EXP_POLY[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
         }
         let r2 = _mm512_mul_ps(r, r);
         let e = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));

@@ -415,11 +415,7 @@ fn bad_batches_name_the_argument() {
         batch: 0,
         ..Default::default()
     };
-    let e = p
-        .generate(&req, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &req);
     assert!(e.contains("batch = 0"), "{e}");
     // Noise for one image given to a batch of two names the batch's shape.
     let two = GenerateRequest {
@@ -427,11 +423,7 @@ fn bad_batches_name_the_argument() {
         init_noise: Some(vec![0.0; 4 * 8 * 8]),
         ..req.clone()
     };
-    let e = p
-        .generate(&two, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &two);
     assert!(
         e.contains("initial noise has 256 values") && e.contains("[2, 4, 8, 8]"),
         "{e}"
@@ -442,11 +434,7 @@ fn bad_batches_name_the_argument() {
         step_noise: Some(vec![0.0; 4 * 8 * 8]),
         ..req
     };
-    let e = p
-        .generate(&steps, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &steps);
     assert!(
         e.contains("step noise") && e.contains("[1, 2, 4, 8, 8]"),
         "{e}"
@@ -598,11 +586,7 @@ fn bad_requests_and_folders_are_clear_errors() {
         seed: 1,
         ..Default::default()
     };
-    let e = p
-        .generate(&req, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &req);
     assert!(
         e.contains("width = 60") && e.contains("multiple of 8"),
         "{e}"
@@ -612,22 +596,14 @@ fn bad_requests_and_folders_are_clear_errors() {
         init_noise: Some(vec![0.0; 3]),
         ..req.clone()
     };
-    let e = p
-        .generate(&bad_noise, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &bad_noise);
     assert!(e.contains("initial noise has 3 values"), "{e}");
     let zero_steps = GenerateRequest {
         width: 64,
         steps: 0,
         ..req
     };
-    let e = p
-        .generate(&zero_steps, &mut |_, _, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = generate_error(p, &zero_steps);
     assert!(e.contains("steps = 0"), "{e}");
 
     // A folder missing a component names it.
@@ -669,5 +645,13 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         } else {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
+    }
+}
+
+/// The error line `p.generate(req)` ends with (the request must be refused).
+fn generate_error(p: &StableDiffusion, req: &GenerateRequest) -> String {
+    match p.generate(req, &mut |_, _, _| {}) {
+        Ok(_) => panic!("the request was accepted"),
+        Err(e) => e.to_string(),
     }
 }

@@ -551,19 +551,7 @@ mod tests {
     use half::f16;
     use oxinfer_kernels::WeightFormat;
 
-    struct Rng(u64);
-    impl Rng {
-        /// Uniform in [-1, 1).
-        fn f(&mut self) -> f32 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-        fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
-            (0..n).map(|_| self.f() * scale + offset).collect()
-        }
-    }
+    use super::super::test_rng::Rng;
 
     /// Weight bytes in `f` (F32 or F16) and the values they hold.
     fn weights(f: WeightFormat, vals: &[f32]) -> (Vec<u8>, Vec<f64>) {

@@ -5,3 +5,6 @@
 pub mod attention;
 pub mod conv;
 pub mod winograd;
+
+#[cfg(test)]
+mod test_rng;
