@@ -81,6 +81,7 @@ pub fn act_in_place(act: GateAct, x: &mut [f32], isa: Isa) {
 
 /// The SIMD `exp`s' polynomial for `e^r − 1 − r = r² · p(r)` on `|r| ≤ ln2/2` (Cephes'
 /// `expf`), highest degree first; shared by every vector width.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const EXP_POLY: [f32; 6] = [
     1.987_569_1e-4,
     1.398_199_9e-3,
@@ -91,9 +92,11 @@ pub(crate) const EXP_POLY: [f32; 6] = [
 ];
 
 /// `ln 2` in two parts (high, low) for the range reduction `r = x − n · ln 2`.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const LN2_SPLIT: (f32, f32) = (0.693_359_4, -2.121_944_4e-4);
 
 /// The inputs the SIMD `exp`s clamp to (below, `e^x` is 0 to f32; above, infinite).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const EXP_RANGE: (f32, f32) = (-87.3, 88.3);
 
 #[cfg(target_arch = "x86_64")]
