@@ -6,8 +6,6 @@
 use oxinfer_kernels::dispatch::detected_isa;
 use oxinfer_kernels::packed::float::{matmul_float_packed_isa, PackedFloatMatrix};
 
-use super::encoder_math;
-
 /// The heads of one attention layer.
 #[derive(Clone, Copy, Debug)]
 pub struct EncoderHeads {
@@ -129,13 +127,10 @@ fn head_attention<'a>(
     out
 }
 
+/// The softmax of `row`'s keys `lo .. hi` scaled by `scale` (the shared SIMD softmax,
+/// [`oxinfer_kernels::softmax`]), the others 0.
 fn softmax_scaled(row: &mut [f32], scale: f32, lo: usize, hi: usize) {
-    let live = &mut row[lo..hi];
-    let max = encoder_math::lanes_fold(live, f32::NEG_INFINITY, f32::max);
-    live.iter_mut()
-        .for_each(|s| *s = encoder_math::exp((*s - max) * scale));
-    let inv = 1.0 / encoder_math::lanes_fold(live, 0.0, |a, b| a + b);
-    live.iter_mut().for_each(|s| *s *= inv);
+    oxinfer_kernels::softmax::softmax_scaled(&mut row[lo..hi], scale);
     row[..lo].fill(0.0);
     row[hi..].fill(0.0);
 }

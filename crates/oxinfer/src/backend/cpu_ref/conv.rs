@@ -330,17 +330,7 @@ fn conv2d_cpu_blocks(
 ) -> Result<(), ConvError> {
     let _prof =
         oxinfer_kernels::profile::scope(|| "conv2d unfold".to_string(), (x.len() * 4) as u64, 0);
-    let xn: Cow<[f32]> = match norm {
-        Some(n) => {
-            let mut out = vec![0f32; x.len()];
-            let per = x.len() / images;
-            for (xi, oi) in x.chunks_exact(per).zip(out.chunks_exact_mut(per)) {
-                norm_into(xi, g, n, oi);
-            }
-            Cow::Owned(out)
-        }
-        None => Cow::Borrowed(x),
-    };
+    let xn = normalized_images(x, images, g, norm);
     let pixels = images * g.oh * g.ow;
     let (n_out, cols) = match w {
         ConvWeight::Matrix(m) => (m.rows, m.cols),
@@ -432,6 +422,25 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
     Ok(out)
 }
 
+/// The convolution's input for `images` images of `x` (`[images][h * w][cin]`, checked): each
+/// image through `norm` with its own statistics ([`norm_into`]), or `x` itself without a norm.
+pub(super) fn normalized_images<'a>(
+    x: &'a [f32],
+    images: usize,
+    g: &ConvGeom,
+    norm: Option<&NormSpec>,
+) -> Cow<'a, [f32]> {
+    let Some(n) = norm else {
+        return Cow::Borrowed(x);
+    };
+    let mut out = vec![0f32; x.len()];
+    let per = x.len() / images;
+    for (xi, oi) in x.chunks_exact(per).zip(out.chunks_exact_mut(per)) {
+        norm_into(xi, g, n, oi);
+    }
+    Cow::Owned(out)
+}
+
 /// [`conv_input_norm`] of one image after the checks, into `out` (`x.len()` values). The work
 /// runs on the pool in parts of [`NORM_PIXELS_PER_PART`] pixels: GroupNorm sums each channel
 /// down the pixels (f32 over runs of [`NORM_F32_RUN`] pixels, then f64), so the loops are
@@ -440,7 +449,7 @@ pub fn conv_input_norm(x: &[f32], g: &ConvGeom, norm: &NormSpec) -> Result<Vec<f
 /// ([`sum_lanes`]). Then `(v − mean) · (rstd · gamma) + beta` per channel,
 /// and SiLU on the part (`oxinfer_kernels::act::act_in_place`: the AVX2 `exp` under the `auto`
 /// kernel set).
-pub(super) fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
+fn norm_into(x: &[f32], g: &ConvGeom, norm: &NormSpec, out: &mut [f32]) {
     let cin = g.cin;
     let isa = match oxinfer_kernels::kernel_set() {
         oxinfer_kernels::KernelSet::Auto => oxinfer_kernels::dispatch::detected_isa(),

@@ -26,12 +26,11 @@
 //! few 1e-6 to 1e-5 relative to the output's largest value (at most 8e-6 in the tests, 1.6e-5
 //! at SD shapes in `examples/conv_winograd.rs`) rather than the 1e-7 of a reordered f32 sum.
 
-use super::conv::{check_input_cols, check_output, norm_into, ConvError};
+use super::conv::{check_input_cols, check_output, normalized_images, ConvError};
 use crate::backend::{ConvGeom, NormSpec};
 use oxinfer_kernels::packed::float::{matmul_float_packed, PackedFloatMatrix};
 use oxinfer_kernels::pool::pool_threads;
 use oxinfer_kernels::WeightMatrix;
-use std::borrow::Cow;
 
 /// Output pixels per tile side.
 const TILE_OUT: usize = 4;
@@ -223,17 +222,7 @@ fn winograd_blocks(
     if cout == 0 {
         return Ok(());
     }
-    let xn: Cow<[f32]> = match norm {
-        Some(n) => {
-            let mut out = vec![0f32; x.len()];
-            let per = x.len() / images;
-            for (xi, oi) in x.chunks_exact(per).zip(out.chunks_exact_mut(per)) {
-                norm_into(xi, g, n, oi);
-            }
-            Cow::Owned(out)
-        }
-        None => Cow::Borrowed(x),
-    };
+    let xn = normalized_images(x, images, g, norm);
     let (th, tw) = (g.h.div_ceil(TILE_OUT), g.w.div_ceil(TILE_OUT));
     let tile_rows = images * th;
     let block = block.clamp(1, tile_rows);
