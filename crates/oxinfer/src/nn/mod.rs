@@ -5,6 +5,7 @@ pub mod attention;
 pub mod conv;
 pub mod embedding;
 pub mod exact_matmuls;
+pub mod full_attention;
 pub mod gated_delta;
 pub mod layer_norm;
 pub mod linear;

@@ -4,7 +4,7 @@
 //! GQA attention per sequence (or, for encoders run bidirectionally, every new row of a sequence
 //! with every other), output projection.
 
-use super::attention::attention_full;
+use super::full_attention::attention_full_seqs;
 use super::{attention_cached, AttnShape, Linear, RmsNorm};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
@@ -181,7 +181,7 @@ impl SelfAttention {
 
     /// As [`forward`](Self::forward) but without the causal mask: each sequence's new rows
     /// (positions from its cache's length) attend to each other, all of them (`params.window`:
-    /// those at distance `< window`, [`attention_full`]); the caches are left as they are.
+    /// those at distance `< window`, [`attention_full_seqs`]); the caches are left as they are.
     pub fn forward_bidirectional(
         &self,
         h: &[f32],
@@ -190,16 +190,19 @@ impl SelfAttention {
         rope: &dyn RopeOp,
         params: &AttnShape,
     ) -> Vec<f32> {
-        let s = &self.shape;
-        let (q_row, kv_row) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
         let ([q, k, v], gate) = self.rotated_qkv(h, t, seqs, rope);
-        let mut a = vec![0f32; t * q_row];
-        for sq in seqs {
-            let (r0, n) = (sq.row, sq.len);
-            let (qr, kr) = (r0 * q_row..(r0 + n) * q_row, r0 * kv_row..(r0 + n) * kv_row);
-            let out = attention_full(&q[qr.clone()], &k[kr.clone()], &v[kr], n, params);
-            a[qr].copy_from_slice(&out);
-        }
+        // The sequences' rows are stacked in order (plan::batch), as the batched attention
+        // takes them.
+        debug_assert!(seqs
+            .iter()
+            .scan(0, |r, s| {
+                let ok = s.row == *r;
+                *r += s.len;
+                Some(ok)
+            })
+            .all(|ok| ok));
+        let lens: Vec<(usize, usize)> = seqs.iter().map(|s| (s.len, s.len)).collect();
+        let a = attention_full_seqs(&q, &k, &v, &lens, params);
         self.output(a, gate, t)
     }
 

@@ -2,14 +2,14 @@
 //! `Transformer2DModel` with `BasicTransformerBlock`s: self-attention, cross-attention over the
 //! text embeddings, GEGLU feed-forward), plus the VAE's single-head attention block.
 //!
-//! Image tokens and text tokens see each other in full: [`attention_full`], the shared
-//! non-causal attention.
+//! Image tokens and text tokens see each other in full: [`attention_full_seqs`], the shared
+//! non-causal attention, over all images of a batch at once.
 
 use super::layers::{concat_images, map_rows, zip_apply, Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
 use crate::arch::encoder_math;
 use crate::backend::NormKind;
-use crate::nn::attention::attention_full;
+use crate::nn::full_attention::attention_full_seqs;
 use crate::nn::Linear;
 use oxinfer_kernels::attention::AttnShape;
 
@@ -72,12 +72,8 @@ impl Attention {
             window: None,
             softcap: None,
         };
-        let (qn, km) = (n * self.to_q.n_out, m * self.to_k.n_out);
-        let Ok(o) = concat_images(images, |i| {
-            let kv = i * km..(i + 1) * km;
-            let q = &q[i * qn..(i + 1) * qn];
-            Ok::<_, std::convert::Infallible>(attention_full(q, &k[kv.clone()], &v[kv], n, &shape))
-        });
+        // Every image's queries over its own keys, in one batch.
+        let o = attention_full_seqs(&q, &k, &v, &vec![(n, m); images], &shape);
         self.to_out.forward_wide(&o, images * n)
     }
 }

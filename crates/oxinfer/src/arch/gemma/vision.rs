@@ -9,7 +9,7 @@
 use super::clipped::ClippedLinear;
 use crate::error::LoadError;
 use crate::loader::TensorStore;
-use crate::nn::attention::attention_full;
+use crate::nn::full_attention::attention_full;
 use crate::nn::mlp::apply_gated;
 use crate::nn::{AttnShape, Linear, RmsNorm};
 use oxinfer_kernels::act::GateAct;
