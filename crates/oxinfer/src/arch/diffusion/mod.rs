@@ -10,6 +10,7 @@
 pub mod attention;
 pub mod clip_text;
 pub mod clip_tokenizer;
+pub mod clip_vocab;
 pub mod config;
 pub mod error;
 pub mod layers;
