@@ -210,7 +210,7 @@ fn single_file_lcm_and_tiling_from_the_command_line() {
         &tmp.join("sd2.png").display().to_string(),
     ]));
     assert!(
-        err.contains("SD 2.x") && err.contains("v-prediction"),
+        err.contains("SD 2.x") && err.contains("v_prediction") && err.contains("'v2'"),
         "{err}"
     );
     let want = read_npy_f32(&fixtures().join("tiny_sd_single/reference/sd2_image.npy")).1;
