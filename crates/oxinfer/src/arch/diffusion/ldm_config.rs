@@ -1,12 +1,14 @@
 //! diffusers configs inferred from a single-file LDM checkpoint's tensor names and shapes, for
-//! files given without a diffusers folder. The family comes from the text encoder's keys, as in
-//! diffusers' `from_single_file`: SD 1.x has OpenAI's CLIP under `cond_stage_model.transformer.`,
-//! SD 2.x OpenCLIP under `cond_stage_model.model.` (and the UNet's cross-attention width must
-//! match the encoder's). Sizes (channels, blocks, layers, attention placement, vocabulary) are
-//! read from the shapes; what shapes cannot tell is the family's value in the configs of
-//! `stable-diffusion-v1-5` / `stable-diffusion-2-1`: 8 UNet heads (SD 1.x) or 64-wide heads
-//! (SD 2.x), 64-wide text encoder heads, 32 norm groups, the noise schedule, epsilon (SD 1.x) or
-//! v-prediction at 768 × 768 (SD 2.x).
+//! files given without a diffusers folder, as diffusers' `from_single_file` does without a
+//! config. The family comes from the text encoder's keys: SD 1.x has OpenAI's CLIP under
+//! `cond_stage_model.transformer.`, SD 2.x OpenCLIP under `cond_stage_model.model.` (and the
+//! UNet's cross-attention width must match the encoder's); the model type
+//! ([`super::ldm_model_type`]) adds inpainting (9 UNet input channels). Sizes (channels, blocks,
+//! layers, attention placement, vocabulary) are read from the shapes; what shapes cannot tell is
+//! the family's value in the configs of `stable-diffusion-v1-5` / `stable-diffusion-2-1`: 8 UNet
+//! heads (SD 1.x) or 64-wide heads (SD 2.x), 64-wide text encoder heads, 32 norm groups, the noise
+//! schedule; the prediction type, image size and timestep spacing are the model type's unless
+//! given ([`SingleFileOptions`]).
 
 use super::ldm::LdmPart;
 use super::ldm_model_type::{
