@@ -233,3 +233,35 @@ fn single_files_that_cannot_run_are_one_clear_error() {
     assert!(e.contains("511"), "{e}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A single file with CLIP's 49,408-token vocabulary loads with nothing else: the built-in
+/// tokenizer is used and its ids reach the text encoder (the SD 1.x file with its token
+/// embedding grown to 49,408 rows; the tiny vocabulary's rows kept, the rest zero).
+#[test]
+fn full_vocabulary_single_file_uses_the_builtin_tokenizer() {
+    let tmp = scratch_dir("sd-single-builtin");
+    let emb = "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight";
+    let grown: Vec<_> = read_raw_tensors(&fixtures().join("tiny_sd_single/sd1.safetensors"))
+        .into_iter()
+        .map(|(k, dt, mut shape, mut b)| {
+            if k == emb {
+                shape[0] = 49408;
+                b.resize(shape.iter().product::<usize>() * 2, 0);
+            }
+            (k, dt, shape, b)
+        })
+        .collect();
+    let file = tmp.join("sd1_full_vocab.safetensors");
+    write_raw_tensors(&file, &grown);
+    let (sd, m) = StableDiffusion::load_single_file_inferred(&file, None).unwrap();
+    assert!(m.builtin_tokenizer && m.describe().contains("built-in CLIP"));
+    let ids = sd
+        .tokenizer
+        .encode_padded("a photo of an astronaut")
+        .unwrap();
+    assert_eq!(&ids[..3], &[49406, 320, 1125], "<|startoftext|> a photo");
+    assert_eq!(ids[76], 49407, "SD 1.x pads with <|endoftext|>");
+    let e = sd.encode_prompt("a photo of an astronaut").unwrap();
+    assert!(e.len() == 77 * 64 && e.iter().all(|v| v.is_finite()));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
