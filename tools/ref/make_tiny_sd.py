@@ -20,6 +20,8 @@ Run (from the repository root):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_sd.py
   .../python tools/ref/make_tiny_sd.py tiled-encode   (only tiny_sd1's reference/vae_tiled_enc_*,
       from the existing fixture: see make_tiled_encode_refs)
+  .../python tools/ref/make_tiny_sd.py single-variants   (only tests/fixtures/tiny_sd_single_variants/:
+      single-file model types and from_single_file runs, make_sd_single_variants.py)
 
 Everything is seeded: re-running gives identical files.
 """
@@ -944,6 +946,12 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["tiled-encode"]:
         make_tiled_encode_refs()
+        sys.exit()
+    if sys.argv[1:] == ["single-variants"]:
+        # Only tests/fixtures/tiny_sd_single_variants/ (make_sd_single_variants.py).
+        sys.path.insert(0, str(Path(__file__).parent))
+        from make_sd_single_variants import main as make_single_variants
+        make_single_variants()
         sys.exit()
     for name, v in VARIANTS.items():
         make(name, v)

@@ -5,7 +5,8 @@ use crate::npy;
 use crate::progress::stderr_is_tty;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use oxinfer::arch::diffusion::ldm_config::Family;
+use oxinfer::arch::diffusion::ldm_model_type::SingleFileOptions;
+use oxinfer::arch::diffusion::scheduler::{Prediction, Spacing};
 use oxinfer::arch::diffusion::{
     GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
 };
@@ -20,7 +21,7 @@ pub const MAX_BATCH: usize = 16;
 pub struct ImageArgs {
     /// A diffusers Stable Diffusion folder (model_index.json, text_encoder/, tokenizer/, unet/,
     /// vae/, scheduler/), or a single-file SD 1.x / 2.x checkpoint in the original LDM layout
-    /// (then give --config or --tokenizer).
+    /// (its configs are inferred from its tensors unless --config is given).
     #[arg(short = 'm', long = "model")]
     pub model: PathBuf,
     /// With a single-file checkpoint: a diffusers folder of the same architecture whose configs,
@@ -28,9 +29,25 @@ pub struct ImageArgs {
     #[arg(long, value_name = "DIR")]
     pub config: Option<PathBuf>,
     /// With a single-file checkpoint and no --config: a CLIP tokenizer folder (vocab.json,
-    /// merges.txt); the configs are inferred from the file's tensors (SD 1.x or 2.x).
+    /// merges.txt) instead of the built-in CLIP tokenizer.
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     pub tokenizer: Option<PathBuf>,
+    /// With a single-file checkpoint and no --config: what the UNet predicts, which the file
+    /// cannot tell (default: epsilon for SD 1.x, v_prediction for SD 2.x as stable-diffusion-2-1;
+    /// SD 2.x base and SD-Turbo: epsilon).
+    #[arg(long, value_name = "epsilon|v_prediction", conflicts_with = "config",
+          value_parser = ["epsilon", "v_prediction"])]
+    pub prediction_type: Option<String>,
+    /// With a single-file checkpoint and no --config: the image side in pixels the model was
+    /// trained at, the default --width/--height (default: 512; 768 for SD 2.x as
+    /// stable-diffusion-2-1; SD 2.x base and SD-Turbo: 512).
+    #[arg(long, value_name = "PIXELS", conflicts_with = "config")]
+    pub image_size: Option<usize>,
+    /// With a single-file checkpoint and no --config: the scheduler's timestep spacing (default
+    /// linspace; SD-Turbo: trailing).
+    #[arg(long, value_name = "linspace|leading|trailing", conflicts_with = "config",
+          value_parser = ["linspace", "leading", "trailing"])]
+    pub timestep_spacing: Option<String>,
     /// What to draw.
     #[arg(short = 'p', long)]
     pub prompt: String,
@@ -52,10 +69,10 @@ pub struct ImageArgs {
     /// VAE's sample_size) or off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub vae_tiling: String,
-    /// Image width in pixels, a multiple of 8 (default 512, or the --init image's).
+    /// Image width in pixels, a multiple of 8 (default: the model's size, or the --init image's).
     #[arg(long)]
     pub width: Option<usize>,
-    /// Image height in pixels, a multiple of 8 (default 512, or the --init image's).
+    /// Image height in pixels, a multiple of 8 (default: the model's size, or the --init image's).
     #[arg(long)]
     pub height: Option<usize>,
     /// Image to image: start from this PNG (its size is the output's).
@@ -144,18 +161,19 @@ fn output_path(output: &Path, i: usize, images: usize) -> PathBuf {
     output.with_file_name(name)
 }
 
-/// What a front end says about configs inferred for `family`.
-fn inferred_note(family: Family) -> &'static str {
-    match family {
-        Family::Sd1 => {
-            "note: configs inferred from the tensors: SD 1.x (CLIP text encoder, epsilon, 512x512, \
-             Euler); give --config DIR for another variant"
-        }
-        Family::Sd2 => {
-            "note: configs inferred from the tensors: SD 2.x (OpenCLIP text encoder, v-prediction, \
-             768x768, Euler, as stable-diffusion-2-1); give --config DIR for an epsilon variant \
-             (SD 2.x base, SD-Turbo)"
-        }
+/// The single-file options of `a` (what the file cannot tell).
+fn single_file_options(a: &ImageArgs) -> SingleFileOptions {
+    SingleFileOptions {
+        prediction: a.prediction_type.as_deref().map(|p| match p {
+            "v_prediction" => Prediction::V,
+            _ => Prediction::Epsilon,
+        }),
+        image_size: a.image_size,
+        spacing: a.timestep_spacing.as_deref().map(|s| match s {
+            "leading" => Spacing::Leading,
+            "trailing" => Spacing::Trailing,
+            _ => Spacing::Linspace,
+        }),
     }
 }
 
@@ -177,6 +195,49 @@ pub fn run(a: ImageArgs) -> Result<()> {
         ),
     };
     let init = a.init.as_deref().map(read_init).transpose()?;
+    let t0 = std::time::Instant::now();
+    let options = single_file_options(&a);
+    let source = if a.model.is_file() {
+        match &a.config {
+            Some(config) => PipelineSource::SingleFile {
+                file: &a.model,
+                config,
+            },
+            None => PipelineSource::SingleFileInferred {
+                file: &a.model,
+                tokenizer: a.tokenizer.as_deref(),
+                options,
+            },
+        }
+    } else {
+        if a.tokenizer.is_some() || options != SingleFileOptions::default() {
+            bail!(
+                "--tokenizer, --prediction-type, --image-size and --timestep-spacing apply to a \
+                 single-file checkpoint; {} is a folder (its own configs are used)",
+                a.model.display()
+            );
+        }
+        PipelineSource::Folder(&a.model)
+    };
+    let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
+    let (sd, inferred) = StableDiffusion::open(source, a.quant).map_err(|e| {
+        let e = anyhow::Error::from(e);
+        if inferring {
+            e.context(
+                "loading a single file with configs inferred from its tensors (--config DIR \
+                 gives a diffusers folder's configs instead)",
+            )
+        } else {
+            e
+        }
+    })?;
+    if let Some(m) = inferred {
+        eprintln!("note: {}", m.describe());
+    }
+    if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
+        eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
+    }
+    let native = sd.native_size();
     let (width, height) = match &init {
         Some((_, w, h)) => {
             for (flag, given, own) in [("width", a.width, *w), ("height", a.height, *h)] {
@@ -189,35 +250,8 @@ pub fn run(a: ImageArgs) -> Result<()> {
             }
             (*w, *h)
         }
-        None => (a.width.unwrap_or(512), a.height.unwrap_or(512)),
+        None => (a.width.unwrap_or(native), a.height.unwrap_or(native)),
     };
-    let t0 = std::time::Instant::now();
-    let source = if a.model.is_file() {
-        match (&a.config, &a.tokenizer) {
-            (Some(config), _) => PipelineSource::SingleFile {
-                file: &a.model,
-                config,
-            },
-            (None, Some(tokenizer)) => PipelineSource::SingleFileInferred {
-                file: &a.model,
-                tokenizer,
-            },
-            (None, None) => bail!(
-                "{} is a single file: give --config DIR (a diffusers folder for its configs) or \
-                 --tokenizer DIR (a CLIP tokenizer folder; the configs are then inferred)",
-                a.model.display()
-            ),
-        }
-    } else {
-        PipelineSource::Folder(&a.model)
-    };
-    let (sd, family) = StableDiffusion::open(source, a.quant)?;
-    if let Some(family) = family {
-        eprintln!("{}", inferred_note(family));
-    }
-    if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
-        eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
-    }
     let (c, h, w) = sd.latent_shape(width, height)?;
     let steps = a.steps.unwrap_or_else(|| sd.default_steps());
     let req = GenerateRequest {

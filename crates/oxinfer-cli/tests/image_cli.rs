@@ -210,7 +210,7 @@ fn single_file_lcm_and_tiling_from_the_command_line() {
         &tmp.join("sd2.png").display().to_string(),
     ]));
     assert!(
-        err.contains("SD 2.x") && err.contains("v-prediction"),
+        err.contains("SD 2.x") && err.contains("v_prediction") && err.contains("'v2'"),
         "{err}"
     );
     let want = read_npy_f32(&fixtures().join("tiny_sd_single/reference/sd2_image.npy")).1;
@@ -377,5 +377,67 @@ fn batch_writes_n_pngs_and_matches_diffusers() {
             "expected [2, 4, 8, 8]",
         ],
     );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The SD 2.x single file run as an epsilon model with `leading` timesteps (what the file cannot
+/// tell, given as flags) writes what diffusers' `from_single_file` computed with those values;
+/// the built-in tokenizer refuses the tiny vocabulary with one error line, and the flags are
+/// refused for a folder.
+#[test]
+fn single_file_flags_for_what_the_file_cannot_tell() {
+    let tmp = scratch_dir("image-cli-single-flags");
+    let r = common::reference(&fixtures().join("tiny_sd_single_variants/reference"));
+    let img = tmp.join("base.npy").display().to_string();
+    let sd2 = fx("tiny_sd_single/sd2.safetensors");
+    let (_, err) = ok(oxinfer(&[
+        "image",
+        "-m",
+        &sd2,
+        "--tokenizer",
+        &fx("tiny_sd1/tokenizer"),
+        "--prediction-type",
+        "epsilon",
+        "--image-size",
+        "512",
+        "--timestep-spacing",
+        "leading",
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "2",
+        "--width",
+        "24",
+        "--height",
+        "16",
+        "--init-noise",
+        &fx("tiny_sd_single/reference/sd2_init_noise.npy"),
+        "--dump-image",
+        &img,
+        "-o",
+        &tmp.join("base.png").display().to_string(),
+    ]));
+    assert!(
+        err.contains("epsilon (given)") && err.contains("leading timesteps (given)"),
+        "{err}"
+    );
+    let want =
+        read_npy_f32(&fixtures().join("tiny_sd_single_variants/reference/sd2_base_image.npy")).1;
+    let d = max_abs_diff(&read_npy_f32(std::path::Path::new(&img)).1, &want);
+    assert!(d < 1e-4, "sd2 as epsilon/leading image: {d:e}");
+    let o = oxinfer(&["image", "-m", &sd2, "-p", "x"]);
+    assert_fails_with(&o, &["sd2.safetensors", "634", "built-in CLIP tokenizer"]);
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &fx("tiny_sd1"),
+        "-p",
+        "x",
+        "--prediction-type",
+        "epsilon",
+    ]);
+    assert_fails_with(&o, &["single-file", "folder"]);
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -26,9 +26,10 @@ fn inferred_single_files_match_diffusers() {
     let npy = |name: &str| read_npy_f32(&dir.join(format!("reference/{name}.npy"))).1;
     for (fam, family) in [("sd1", Family::Sd1), ("sd2", Family::Sd2)] {
         let file = dir.join(format!("{fam}.safetensors"));
-        let (sd, found) = StableDiffusion::load_single_file_inferred(&file, &tokenizer)
+        let (sd, found) = StableDiffusion::load_single_file_inferred(&file, Some(&tokenizer))
             .unwrap_or_else(|e| panic!("{fam}: {e}"));
-        assert_eq!(found, family);
+        assert_eq!(found.family, family);
+        assert!(!found.builtin_tokenizer);
         let (te, unet) = (&sd.text_encoder.config, &sd.unet.config);
         assert_eq!(
             (te.hidden_size, te.num_hidden_layers, te.num_attention_heads),
@@ -48,13 +49,14 @@ fn inferred_single_files_match_diffusers() {
                 assert_eq!(unet.heads, [8, 8]);
                 assert_eq!(sd.schedule.prediction, Prediction::Epsilon);
                 assert_eq!(sd.tokenizer.pad, sd.tokenizer.eos);
-                assert_eq!(sd.native_size(), 64 * 2);
+                assert_eq!(sd.native_size(), 512);
             }
             Family::Sd2 => {
                 assert_eq!(te.act, ClipAct::Gelu);
                 assert_eq!(unet.heads, [1]);
                 assert_eq!(sd.schedule.prediction, Prediction::V);
                 assert_ne!(sd.tokenizer.pad, sd.tokenizer.eos, "SD 2.x pads with '!'");
+                assert_eq!(sd.native_size(), 768);
             }
         }
         let emb = sd.encode_prompt(r["prompt"].as_str().unwrap()).unwrap();
@@ -88,7 +90,7 @@ fn uninferable_single_file_is_a_clear_error() {
     // inference names what does not fit, and `--config` remains the way to load it.
     let file = fixtures().join("tiny_sd1_ldm/tiny_sd1.safetensors");
     let tokenizer = fixtures().join("tiny_sd1/tokenizer");
-    let e = StableDiffusion::load_single_file_inferred(&file, &tokenizer)
+    let e = StableDiffusion::load_single_file_inferred(&file, Some(&tokenizer))
         .err()
         .unwrap()
         .to_string();
@@ -98,7 +100,7 @@ fn uninferable_single_file_is_a_clear_error() {
     );
     // A diffusers-layout file is not an LDM checkpoint.
     let unet = fixtures().join("tiny_sd1/unet/diffusion_pytorch_model.safetensors");
-    let e = StableDiffusion::load_single_file_inferred(&unet, &tokenizer)
+    let e = StableDiffusion::load_single_file_inferred(&unet, Some(&tokenizer))
         .err()
         .unwrap()
         .to_string();
@@ -119,7 +121,8 @@ fn quantized_unet_stays_close_to_f32() {
     let tokenizer = fixtures().join("tiny_sd1/tokenizer");
     let source = PipelineSource::SingleFileInferred {
         file: &file,
-        tokenizer: &tokenizer,
+        tokenizer: Some(&tokenizer),
+        options: Default::default(),
     };
     for p in [Precision::Bf16, Precision::Q4, Precision::Q8] {
         let (sd, _) = StableDiffusion::open(source, Some(p)).unwrap();

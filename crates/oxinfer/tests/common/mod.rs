@@ -9,6 +9,7 @@ pub mod checks;
 pub mod embed;
 pub mod media;
 pub mod models;
+pub mod safetensors_raw;
 
 // Not every test binary uses both.
 #[allow(unused_imports)]

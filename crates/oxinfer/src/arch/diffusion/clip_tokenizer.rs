@@ -27,6 +27,14 @@ pub struct ClipTokenizer {
     pub max_length: usize,
 }
 
+/// The spellings of a tokenizer's special tokens.
+struct Specials {
+    bos: String,
+    eos: String,
+    pad: String,
+    unk: String,
+}
+
 /// A special token's text from `tokenizer_config.json` / `special_tokens_map.json`: a string or
 /// an object with `content`.
 fn special(cfgs: &[&JsonConfig], key: &str, default: &str) -> String {
@@ -102,13 +110,52 @@ impl ClipTokenizer {
             opt("special_tokens_map.json")?,
         );
         let cfgs = [&tc, &sm];
-        let bos_t = special(&cfgs, "bos_token", "<|startoftext|>");
-        let eos_t = special(&cfgs, "eos_token", "<|endoftext|>");
-        let pad_t = match pad {
-            Some(p) => p.to_string(),
-            None => special(&cfgs, "pad_token", &eos_t),
+        let eos = special(&cfgs, "eos_token", "<|endoftext|>");
+        let specials = Specials {
+            bos: special(&cfgs, "bos_token", "<|startoftext|>"),
+            pad: match pad {
+                Some(p) => p.to_string(),
+                None => special(&cfgs, "pad_token", &eos),
+            },
+            unk: special(&cfgs, "unk_token", &eos),
+            eos,
         };
-        let unk_t = special(&cfgs, "unk_token", &eos_t);
+        let max_length = match tc.usize_or("model_max_length", 77)? {
+            n if (3..=1024).contains(&n) => n,
+            _ => 77,
+        };
+        Self::build(&dir.join("vocab.json"), vocab, merges, specials, max_length)
+    }
+
+    /// The built-in CLIP tokenizer ([`super::clip_vocab`]: the 49,408-token vocabulary of SD 1.x
+    /// and SD 2.x, as `openai/clip-vit-large-patch14`'s and `stabilityai/stable-diffusion-2`'s
+    /// tokenizer folders hold it), 77 tokens, padded with `pad` (`<|endoftext|>` for SD 1.x, `!`
+    /// for SD 2.x).
+    ///
+    /// # Errors
+    /// `pad` is not in the vocabulary.
+    pub fn builtin(pad: &str) -> Result<Self, DiffusionError> {
+        let v = super::clip_vocab::builtin().map_err(DiffusionError::Tokenizer)?;
+        let specials = Specials {
+            bos: "<|startoftext|>".into(),
+            eos: "<|endoftext|>".into(),
+            pad: pad.into(),
+            unk: "<|endoftext|>".into(),
+        };
+        let origin = Path::new("built-in CLIP vocabulary");
+        Self::build(origin, v.vocab.clone(), v.merges.clone(), specials, 77)
+    }
+
+    /// The tokenizer of `vocab` (`token → id`) and `merges` (`[a, b]` pairs by rank) with the
+    /// special tokens `sp` and `max_length` tokens per sequence; `origin` names the vocabulary in
+    /// errors.
+    fn build(
+        origin: &Path,
+        vocab: serde_json::Map<String, Value>,
+        merges: Vec<Value>,
+        sp: Specials,
+        max_length: usize,
+    ) -> Result<Self, DiffusionError> {
         let id_of = |t: &str| -> Result<u32, DiffusionError> {
             vocab
                 .get(t)
@@ -116,19 +163,15 @@ impl ClipTokenizer {
                 .map(|v| v as u32)
                 .ok_or_else(|| {
                     DiffusionError::config(
-                        dir.join("vocab.json"),
+                        origin,
                         format!("special token '{t}' is not in the vocabulary"),
                     )
                 })
         };
-        let (bos, eos, pad) = (id_of(&bos_t)?, id_of(&eos_t)?, id_of(&pad_t)?);
-        let max_length = match tc.usize_or("model_max_length", 77)? {
-            n if (3..=1024).contains(&n) => n,
-            _ => 77,
-        };
+        let (bos, eos, pad) = (id_of(&sp.bos)?, id_of(&sp.eos)?, id_of(&sp.pad)?);
         // transformers registers every special token as an added token, so a pad token that is
         // an ordinary character (SD 2.x's "!") is split out of the text as that token.
-        let mut specials = vec![(&bos_t, bos), (&eos_t, eos), (&pad_t, pad)];
+        let mut specials = vec![(&sp.bos, bos), (&sp.eos, eos), (&sp.pad, pad)];
         specials.dedup_by_key(|(t, _)| t.as_str());
         specials.sort_by_key(|&(_, id)| id);
         specials.dedup_by_key(|&mut (_, id)| id);
@@ -139,6 +182,7 @@ impl ClipTokenizer {
                        "rstrip": false, "normalized": false, "special": true})
             })
             .collect();
+        let unk_t = &sp.unk;
         let spec = json!({
             "version": "1.0",
             "truncation": null,
@@ -159,7 +203,7 @@ impl ClipTokenizer {
                       "vocab": vocab, "merges": merges},
         });
         let inner = tokenizers::Tokenizer::from_str(&spec.to_string())
-            .map_err(|e| DiffusionError::Tokenizer(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| DiffusionError::Tokenizer(format!("{}: {e}", origin.display())))?;
         Ok(ClipTokenizer {
             inner,
             bos,

@@ -1,14 +1,20 @@
 //! diffusers configs inferred from a single-file LDM checkpoint's tensor names and shapes, for
-//! files given without a diffusers folder. The family comes from the text encoder's keys, as in
-//! diffusers' `from_single_file`: SD 1.x has OpenAI's CLIP under `cond_stage_model.transformer.`,
-//! SD 2.x OpenCLIP under `cond_stage_model.model.` (and the UNet's cross-attention width must
-//! match the encoder's). Sizes (channels, blocks, layers, attention placement, vocabulary) are
-//! read from the shapes; what shapes cannot tell is the family's value in the configs of
-//! `stable-diffusion-v1-5` / `stable-diffusion-2-1`: 8 UNet heads (SD 1.x) or 64-wide heads
-//! (SD 2.x), 64-wide text encoder heads, 32 norm groups, the noise schedule, epsilon (SD 1.x) or
-//! v-prediction at 768 × 768 (SD 2.x).
+//! files given without a diffusers folder, as diffusers' `from_single_file` does without a
+//! config. The family comes from the text encoder's keys: SD 1.x has OpenAI's CLIP under
+//! `cond_stage_model.transformer.`, SD 2.x OpenCLIP under `cond_stage_model.model.` (and the
+//! UNet's cross-attention width must match the encoder's); the model type
+//! ([`super::ldm_model_type`]) adds inpainting (9 UNet input channels). Sizes (channels, blocks,
+//! layers, attention placement, vocabulary) are read from the shapes; what shapes cannot tell is
+//! the family's value in the configs of `stable-diffusion-v1-5` / `stable-diffusion-2-1`: 8 UNet
+//! heads (SD 1.x) or 64-wide heads (SD 2.x), 64-wide text encoder heads, 32 norm groups, the noise
+//! schedule; the prediction type, image size and timestep spacing are the model type's unless
+//! given ([`SingleFileOptions`]).
 
 use super::ldm::LdmPart;
+use super::ldm_model_type::{
+    prediction_name, spacing_name, InferredModel, ModelType, SingleFileOptions,
+};
+use super::scheduler::Spacing;
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
@@ -47,7 +53,8 @@ impl Family {
 
 /// Every config a pipeline needs, as the JSON diffusers would have in its folder.
 pub struct InferredConfigs {
-    pub family: Family,
+    /// The model type and the values the file cannot tell.
+    pub model: InferredModel,
     pub text_encoder: Value,
     pub unet: Value,
     pub vae: Value,
@@ -116,21 +123,52 @@ fn heads_of_64(s: &Shapes, width: usize, what: &str) -> Result<usize, DiffusionE
     Ok(width / 64)
 }
 
-/// The configs of the LDM checkpoint `file`.
+/// The configs of the LDM checkpoint `file`, with what the file cannot tell taken from `opts`
+/// (or the model type's defaults).
 ///
 /// # Errors
-/// No text encoder of a known layout, or a tensor the inference reads is missing; each names
-/// the file and the tensor.
-pub fn infer(file: &SafetensorsModel) -> Result<InferredConfigs, DiffusionError> {
+/// As [`infer_shapes`].
+pub fn infer(
+    file: &SafetensorsModel,
+    opts: SingleFileOptions,
+) -> Result<InferredConfigs, DiffusionError> {
+    let shapes: Vec<(&str, &[usize])> = file
+        .entries()
+        .map(|(k, e)| (k.as_str(), e.shape.as_slice()))
+        .collect();
+    infer_shapes(file.path(), shapes, opts)
+}
+
+/// The configs of an LDM checkpoint from its tensors' names and shapes (`shapes`; `path` names
+/// the file in errors): the model type as diffusers infers it ([`ModelType::of`]: the text
+/// encoder's layout, 9 UNet input channels for inpainting), the sizes from the shapes, the
+/// family's fixed values, and the prediction type, image size and timestep spacing of `opts` or
+/// the model type.
+///
+/// # Errors
+/// No text encoder of a known layout (an SDXL checkpoint named as such), a tensor the inference
+/// reads is missing, shapes that do not fit the family, an image size that is not a positive
+/// multiple of the VAE's scale; each names the file and the tensor or value.
+pub fn infer_shapes<'a>(
+    path: &'a Path,
+    shapes: impl IntoIterator<Item = (&'a str, &'a [usize])>,
+    opts: SingleFileOptions,
+) -> Result<InferredConfigs, DiffusionError> {
     let s = Shapes {
-        path: file.path(),
-        map: file
-            .entries()
-            .map(|(k, e)| (k.as_str(), e.shape.as_slice()))
-            .collect(),
+        path,
+        map: shapes.into_iter().collect(),
     };
     let (family, text_encoder, text_part) = text_encoder(&s)?;
-    let unet = unet(&s, family)?;
+    let model_type = ModelType::of(family, s.dim(&format!("{UNET}input_blocks.0.0.weight"), 1)?);
+    let image_size = opts.image_size.unwrap_or(model_type.image_size());
+    let vae = vae(&s, image_size)?;
+    let scale = 1usize << (vae["block_out_channels"].as_array().map_or(1, Vec::len) - 1);
+    if image_size == 0 || !image_size.is_multiple_of(scale) {
+        return Err(DiffusionError::Argument(format!(
+            "image size {image_size}: must be a positive multiple of the VAE's scale {scale}"
+        )));
+    }
+    let unet = unet(&s, family, image_size / scale)?;
     let width = text_encoder["hidden_size"].as_u64().unwrap_or(0);
     if unet["cross_attention_dim"].as_u64() != Some(width) {
         return Err(s.err(format!(
@@ -138,15 +176,21 @@ pub fn infer(file: &SafetensorsModel) -> Result<InferredConfigs, DiffusionError>
             unet["cross_attention_dim"]
         )));
     }
-    let (prediction, side) = match family {
-        Family::Sd1 => ("epsilon", 512),
-        Family::Sd2 => ("v_prediction", 768),
-    };
+    let prediction = opts.prediction.unwrap_or(model_type.prediction());
+    let spacing = opts.spacing.unwrap_or(Spacing::Linspace);
     Ok(InferredConfigs {
-        family,
+        model: InferredModel {
+            family,
+            model_type,
+            prediction,
+            image_size,
+            spacing,
+            options: opts,
+            builtin_tokenizer: false,
+        },
         text_encoder,
         unet,
-        vae: vae(&s, side)?,
+        vae,
         scheduler: json!({
             "_class_name": "EulerDiscreteScheduler",
             "num_train_timesteps": 1000,
@@ -154,8 +198,8 @@ pub fn infer(file: &SafetensorsModel) -> Result<InferredConfigs, DiffusionError>
             "beta_end": 0.012,
             "beta_schedule": "scaled_linear",
             "steps_offset": 1,
-            "prediction_type": prediction,
-            "timestep_spacing": "linspace",
+            "prediction_type": prediction_name(prediction),
+            "timestep_spacing": spacing_name(spacing),
         }),
         text_part,
     })
@@ -188,9 +232,19 @@ fn text_encoder(s: &Shapes) -> Result<(Family, Value, LdmPart), DiffusionError> 
             blocks.saturating_sub(1),
             format!("{OPEN_CLIP}transformer.resblocks.0.mlp.c_fc.weight"),
         )
+    } else if s
+        .map
+        .keys()
+        .any(|k| k.starts_with("conditioner.embedders."))
+    {
+        return Err(s.err(
+            "an SDXL checkpoint (conditioner.embedders.*): only SD 1.x and 2.x single files load"
+                .into(),
+        ));
     } else {
         return Err(s.err(format!(
-            "no text encoder of a known layout ({CLIP}* for SD 1.x, {OPEN_CLIP}* for SD 2.x)"
+            "not a Stable Diffusion 1.x / 2.x checkpoint: no text encoder of a known layout \
+             ({CLIP}* for SD 1.x, {OPEN_CLIP}* for SD 2.x)"
         )));
     };
     if layers == 0 {
@@ -219,7 +273,7 @@ fn text_encoder(s: &Shapes) -> Result<(Family, Value, LdmPart), DiffusionError> 
 }
 
 /// The UNet's config: blocks from the downsamplers' positions, channels from the ResNets.
-fn unet(s: &Shapes, family: Family) -> Result<Value, DiffusionError> {
+fn unet(s: &Shapes, family: Family, sample_size: usize) -> Result<Value, DiffusionError> {
     let name = |rest: &str| format!("{UNET}{rest}");
     let ch0 = s.dim(&name("input_blocks.0.0.weight"), 0)?;
     let in_channels = s.dim(&name("input_blocks.0.0.weight"), 1)?;
@@ -296,10 +350,6 @@ fn unet(s: &Shapes, family: Family) -> Result<Value, DiffusionError> {
             channels[0]
         )));
     }
-    let sample_size = match family {
-        Family::Sd1 => 64,
-        Family::Sd2 => 96,
-    };
     Ok(json!({
         "in_channels": in_channels,
         "out_channels": s.dim(&name("out.2.weight"), 0)?,

@@ -10,12 +10,15 @@
 pub mod attention;
 pub mod clip_text;
 pub mod clip_tokenizer;
+pub mod clip_vocab;
 pub mod config;
 pub mod error;
 pub mod layers;
 pub mod ldm;
 pub mod ldm_config;
+pub mod ldm_model_type;
 pub mod pipeline;
+pub mod pipeline_sources;
 pub mod quant_store;
 pub mod resnet;
 pub mod scheduler;

@@ -5,10 +5,12 @@
 
 use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
-use super::config::JsonConfig;
 use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
-use super::ldm_config::{self, Family};
+use super::ldm_config;
+use super::ldm_model_type::{InferredModel, SingleFileOptions};
+pub use super::pipeline_sources::PipelineSource;
+use super::pipeline_sources::{open_ldm, weights, Sources};
 use super::quant_store::QuantizedStore;
 use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
@@ -19,7 +21,6 @@ use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
 use crate::quant::Precision;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// One text-to-image request: `batch` images of one prompt.
@@ -156,145 +157,6 @@ pub struct StableDiffusion {
     pub path: PathBuf,
 }
 
-/// The `model_index.json` classes that load: Stable Diffusion 1.x / 2.x pipelines (SD-Turbo is
-/// one) and latent consistency models.
-const PIPELINE_CLASSES: [&str; 4] = [
-    "StableDiffusionPipeline",
-    "StableDiffusionImg2ImgPipeline",
-    "LatentConsistencyModelPipeline",
-    "LatentConsistencyModelImg2ImgPipeline",
-];
-
-/// `dir/name`, or an error naming the component when it is not a folder.
-fn component(dir: &Path, name: &str) -> Result<PathBuf, DiffusionError> {
-    let p = dir.join(name);
-    if p.is_dir() {
-        Ok(p)
-    } else {
-        Err(DiffusionError::Missing {
-            path: p,
-            what: format!("the pipeline's '{name}' component folder"),
-        })
-    }
-}
-
-/// The component's weights: `diffusion_pytorch_model.safetensors` or `model.safetensors`
-/// (or their `.fp16` variants).
-fn weights(dir: &Path) -> Result<SafetensorsModel, DiffusionError> {
-    for name in [
-        "diffusion_pytorch_model.safetensors",
-        "model.safetensors",
-        "diffusion_pytorch_model.fp16.safetensors",
-        "model.fp16.safetensors",
-    ] {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(SafetensorsModel::open(&p)?);
-        }
-    }
-    Err(DiffusionError::Missing {
-        path: dir.to_path_buf(),
-        what: "weights (diffusion_pytorch_model.safetensors or model.safetensors)".into(),
-    })
-}
-
-/// Where [`StableDiffusion::open`] loads a pipeline from.
-#[derive(Clone, Copy, Debug)]
-pub enum PipelineSource<'a> {
-    /// A diffusers folder.
-    Folder(&'a Path),
-    /// An LDM single file with the configs, tokenizer and scheduler of a diffusers folder.
-    SingleFile { file: &'a Path, config: &'a Path },
-    /// An LDM single file with its configs inferred, and a CLIP tokenizer folder.
-    SingleFileInferred { file: &'a Path, tokenizer: &'a Path },
-}
-
-/// Where a pipeline's configs and tokenizer come from: a diffusers folder, or configs inferred
-/// from a single file.
-struct Sources {
-    /// The folder (or file), for [`StableDiffusion::path`].
-    dir: PathBuf,
-    tokenizer: ClipTokenizer,
-    text_encoder: JsonConfig,
-    unet: JsonConfig,
-    vae: JsonConfig,
-    scheduler: JsonConfig,
-    /// How the text encoder's tensors are named in a single file.
-    text_part: LdmPart,
-    /// The `text_encoder/`, `unet/` and `vae/` folders holding the weights, for a folder.
-    folders: Option<[PathBuf; 3]>,
-    /// On-load quantization of the UNet's matrices and kernels.
-    unet_quant: Option<Precision>,
-}
-
-impl Sources {
-    /// Configs inferred from the LDM file `model` (at `file`), the tokenizer from
-    /// `tokenizer_dir` with the family's pad token.
-    fn inferred(
-        file: &Path,
-        model: &SafetensorsModel,
-        tokenizer_dir: &Path,
-    ) -> Result<(Self, Family), DiffusionError> {
-        let inferred = ldm_config::infer(model)?;
-        let family = inferred.family;
-        let cfg = |v: Value| JsonConfig::from_value(file, v);
-        let sources = Sources {
-            dir: file.to_path_buf(),
-            tokenizer: ClipTokenizer::load_with_pad(tokenizer_dir, Some(family.pad_token()))?,
-            text_encoder: cfg(inferred.text_encoder),
-            unet: cfg(inferred.unet),
-            vae: cfg(inferred.vae),
-            scheduler: cfg(inferred.scheduler),
-            text_part: inferred.text_part,
-            folders: None,
-            unet_quant: None,
-        };
-        Ok((sources, family))
-    }
-
-    /// The configs and tokenizer of the diffusers folder `dir` (checks `model_index.json`).
-    fn folder(dir: &Path) -> Result<Self, DiffusionError> {
-        let index = JsonConfig::read(&dir.join("model_index.json"))?;
-        let class = index.str_or("_class_name", "StableDiffusionPipeline")?;
-        if !PIPELINE_CLASSES.contains(&class) {
-            return Err(DiffusionError::config(
-                &index.path,
-                format!(
-                    "field '_class_name': '{class}' is not supported ({})",
-                    PIPELINE_CLASSES.join(", ")
-                ),
-            ));
-        }
-        let te_dir = component(dir, "text_encoder")?;
-        let unet_dir = component(dir, "unet")?;
-        let vae_dir = component(dir, "vae")?;
-        let sched_dir = component(dir, "scheduler")?;
-        Ok(Sources {
-            dir: dir.to_path_buf(),
-            tokenizer: ClipTokenizer::load(&component(dir, "tokenizer")?)?,
-            text_encoder: JsonConfig::read(&te_dir.join("config.json"))?,
-            unet: JsonConfig::read(&unet_dir.join("config.json"))?,
-            vae: JsonConfig::read(&vae_dir.join("config.json"))?,
-            scheduler: JsonConfig::read(&sched_dir.join("scheduler_config.json"))?,
-            text_part: LdmPart::TextEncoder,
-            folders: Some([te_dir, unet_dir, vae_dir]),
-            unet_quant: None,
-        })
-    }
-}
-
-/// Opens `file` and checks that it is an LDM checkpoint.
-fn open_ldm(file: &Path) -> Result<SafetensorsModel, DiffusionError> {
-    let model = SafetensorsModel::open(file)?;
-    if !LdmStore::is_ldm(&model) {
-        return Err(DiffusionError::config(
-            file,
-            "not an LDM checkpoint: no model.diffusion_model.* tensors",
-        ));
-    }
-    Ok(model)
-}
-
 /// `v` when its length is `n`; an error naming `what` and `shape` otherwise.
 fn checked_noise(
     v: &Option<Vec<f32>>,
@@ -405,15 +267,15 @@ impl StableDiffusion {
 
     /// Loads from `source` with the UNet's linear and convolution weights quantized on load to
     /// `unet_quant` when given (rows that are not whole blocks of 32 stay as stored); returns
-    /// the family inferred for [`PipelineSource::SingleFileInferred`].
+    /// what was inferred for [`PipelineSource::SingleFileInferred`].
     ///
     /// # Errors
     /// As the loader of `source`.
     pub fn open(
         source: PipelineSource,
         unet_quant: Option<Precision>,
-    ) -> Result<(Self, Option<Family>), DiffusionError> {
-        let (mut sources, model, family) = match source {
+    ) -> Result<(Self, Option<InferredModel>), DiffusionError> {
+        let (mut sources, model, inferred) = match source {
             PipelineSource::Folder(dir) => (Sources::folder(dir)?, None, None),
             PipelineSource::SingleFile { file, config } => {
                 let model = open_ldm(file)?;
@@ -425,14 +287,18 @@ impl StableDiffusion {
                 }
                 (s, Some(model), None)
             }
-            PipelineSource::SingleFileInferred { file, tokenizer } => {
+            PipelineSource::SingleFileInferred {
+                file,
+                tokenizer,
+                options,
+            } => {
                 let model = open_ldm(file)?;
-                let (s, family) = Sources::inferred(file, &model, tokenizer)?;
-                (s, Some(model), Some(family))
+                let (s, inferred) = Sources::inferred(file, &model, tokenizer, options)?;
+                (s, Some(model), Some(inferred))
             }
         };
         sources.unet_quant = unet_quant;
-        Ok((Self::assemble(sources, model.as_ref())?, family))
+        Ok((Self::assemble(sources, model.as_ref())?, inferred))
     }
 
     /// Loads a single-file checkpoint in the original LDM layout (`model.diffusion_model.*`,
@@ -451,23 +317,28 @@ impl StableDiffusion {
     }
 
     /// Loads a single-file LDM checkpoint of SD 1.x or SD 2.x (OpenCLIP text encoder) with its
-    /// configs inferred from its tensors ([`ldm_config::infer`]); the vocabulary and merges
-    /// come from `tokenizer_dir` (single files carry none; any CLIP tokenizer folder), with the
-    /// family's pad token. Returns the family found, for front ends to report.
+    /// configs inferred from its tensors as diffusers' `from_single_file` does without a config
+    /// ([`ldm_config::infer`], the model type's defaults for what the file cannot tell); the
+    /// tokenizer is the folder `tokenizer_dir`'s when given, else the built-in CLIP tokenizer,
+    /// padded as the family pads. Returns what was inferred, for front ends to report.
     ///
     /// # Errors
     /// As [`Self::load_single_file`], plus a file whose configs cannot be inferred (names the
-    /// tensor).
+    /// tensor), an inpainting checkpoint, a vocabulary the built-in tokenizer does not fit.
     pub fn load_single_file_inferred(
         file: &Path,
-        tokenizer_dir: &Path,
-    ) -> Result<(Self, Family), DiffusionError> {
+        tokenizer_dir: Option<&Path>,
+    ) -> Result<(Self, InferredModel), DiffusionError> {
         let source = PipelineSource::SingleFileInferred {
             file,
             tokenizer: tokenizer_dir,
+            options: SingleFileOptions::default(),
         };
-        let (sd, family) = Self::open(source, None)?;
-        Ok((sd, family.unwrap_or(Family::Sd1)))
+        let (sd, inferred) = Self::open(source, None)?;
+        let inferred = inferred.ok_or_else(|| {
+            DiffusionError::Argument("single-file loading returned no inferred model".into())
+        })?;
+        Ok((sd, inferred))
     }
 
     /// Builds the pipeline from `src`'s configs, with the weights of every component taken from
@@ -515,6 +386,20 @@ impl StableDiffusion {
             .is_none()
             .then(|| class.to_string());
         let default_scheduler = SchedulerKind::parse(class).unwrap_or(SchedulerKind::Euler);
+        if unet.config.in_channels != vae.config.latent_channels {
+            let what = if unet.config.in_channels == 9 {
+                " (an inpainting UNet: the inpainting pipeline is not implemented)"
+            } else {
+                ""
+            };
+            return Err(DiffusionError::config(
+                &src.unet.path,
+                format!(
+                    "field 'in_channels' = {} differs from the VAE's latent_channels = {}{what}",
+                    unet.config.in_channels, vae.config.latent_channels
+                ),
+            ));
+        }
         if text_encoder.config.hidden_size != unet.config.cross_attention_dim {
             return Err(DiffusionError::config(
                 &src.unet.path,
