@@ -8,6 +8,9 @@
 #
 # native: `-march=native` (llama.cpp's strongest CPU configuration: AVX-512/VNNI/BF16 where the
 #         CPU has them) with AMX off — gcc 12 miscompiles llama.cpp's AMX tile set-up (SIGILL).
+#         GGML_AMX_* only act without GGML_NATIVE: on a CPU that lists amx_* flags, -march=native
+#         alone compiles the AMX kernels in (SIGILL on VMs that do not grant AMX state), so the
+#         -mno-amx-* flags below turn them off explicitly (gcc lets them override -march).
 # avx2:   AVX2/FMA/F16C only (the instruction set of oxinfer's AVX2 kernels).
 # cuda:   the CUDA backend (`GGML_CUDA=ON`) for CUDA_ARCH (default 90, Hopper), CPU part native;
 #         needs nvcc; ~4 min on 16 cores. On a machine without network, `pack` the source here
@@ -33,10 +36,11 @@ if ! command -v cmake >/dev/null 2>&1; then
   [ -x "$TOOLS/bin/cmake" ] || { python3 -m venv "$TOOLS" && "$TOOLS/bin/pip" install -q cmake ninja; }
   export PATH="$TOOLS/bin:$PATH"
 fi
+NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 case "$FLAVOR" in
-  native) ISA=(-DGGML_NATIVE=ON) ;;
+  native) ISA=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$NOAMX" "-DCMAKE_CXX_FLAGS=$NOAMX") ;;
   avx2) ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) ;;
-  cuda) ISA=(-DGGML_NATIVE=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}") ;;
+  cuda) ISA=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$NOAMX" "-DCMAKE_CXX_FLAGS=$NOAMX" -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}") ;;
   pack)
     OUT=${2:?usage: build-llama-cpp.sh pack OUT.tar.gz}
     tar -czf "$OUT" -C "$(dirname "$SRC")" \
