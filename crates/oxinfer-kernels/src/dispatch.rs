@@ -238,23 +238,59 @@ impl ChoiceSource {
 /// Whether the 512-bit two-group (16-row) kernels run for Q4_K and for Q6_K products on an
 /// [`Isa::Avx512Vnni`] CPU, instead of the 256-bit one-group kernels (same products, different
 /// speed: they win on CPUs with full-width AVX-512 units and lose on CPUs that split 512-bit
-/// operations in two, such as AMD Zen 4).
+/// operations in two, such as AMD Zen 4). Decode-sized products (up to [`DECODE_TOKENS`]
+/// tokens: bound by memory or by instructions per weight byte) and prefill-sized ones (bound by
+/// the integer dot products) are chosen apart: one CPU can favour each variant in one regime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TwoGroupChoice {
-    /// Q4_K products take the two-group kernels.
-    pub q4k: bool,
-    /// Q6_K products take the two-group kernels.
-    pub q6k: bool,
+    /// Products of up to [`DECODE_TOKENS`] tokens.
+    pub decode: PerFormat,
+    /// Products of more tokens.
+    pub prefill: PerFormat,
     /// Who decided.
     pub source: ChoiceSource,
 }
 
+/// One flag per format that has two-group kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PerFormat {
+    /// Q4_K products take the two-group kernels.
+    pub q4k: bool,
+    /// Q6_K products take the two-group kernels.
+    pub q6k: bool,
+}
+
+impl PerFormat {
+    /// The same flag for both formats.
+    pub fn both(on: bool) -> Self {
+        Self { q4k: on, q6k: on }
+    }
+
+    /// Whether any format takes the two-group kernels.
+    pub fn any(self) -> bool {
+        self.q4k || self.q6k
+    }
+}
+
+/// Products of at most this many tokens count as decode for [`TwoGroupChoice`] (one call of
+/// the two-group kernels: a decode step, or a few speculative or batched tokens).
+pub const DECODE_TOKENS: usize = 4;
+
 impl TwoGroupChoice {
     fn both(on: bool, source: ChoiceSource) -> Self {
         Self {
-            q4k: on,
-            q6k: on,
+            decode: PerFormat::both(on),
+            prefill: PerFormat::both(on),
             source,
+        }
+    }
+
+    /// The flags for a product of `t` tokens.
+    pub fn at(&self, t: usize) -> PerFormat {
+        if t <= DECODE_TOKENS {
+            self.decode
+        } else {
+            self.prefill
         }
     }
 }
@@ -298,13 +334,13 @@ pub fn two_group_choice() -> TwoGroupChoice {
 
 /// Installs a measured choice. It only takes effect when the hardware has the kernels,
 /// `OXINFER_ZMM` is unset and no product has run yet; returns the choice in effect.
-pub fn install_measured_two_group(q4k: bool, q6k: bool) -> TwoGroupChoice {
+pub fn install_measured_two_group(decode: PerFormat, prefill: PerFormat) -> TwoGroupChoice {
     *TWO_GROUP.get_or_init(|| {
         let d = default_two_group();
         if d.source == ChoiceSource::Table {
             TwoGroupChoice {
-                q4k,
-                q6k,
+                decode,
+                prefill,
                 source: ChoiceSource::Measured,
             }
         } else {
@@ -316,7 +352,7 @@ pub fn install_measured_two_group(q4k: bool, q6k: bool) -> TwoGroupChoice {
 /// Whether the two-group kernels may run for any format ([`two_group_choice`]).
 pub fn zmm_enabled() -> bool {
     let c = two_group_choice();
-    c.q4k || c.q6k
+    c.decode.any() || c.prefill.any()
 }
 
 /// The known-CPU table's answer for the two-group kernels: off on AMD family 19h (Zen 3/4,

@@ -8,7 +8,7 @@
 //! known-CPU table instead and write nothing. `OXINFER_TUNE=0` also skips the measurement and
 //! `OXINFER_ZMM=0|1` forces the choice (see [`oxinfer_kernels::dispatch`]).
 
-use oxinfer_kernels::dispatch::{self, ChoiceSource, TwoGroupChoice};
+use oxinfer_kernels::dispatch::{self, ChoiceSource, PerFormat, TwoGroupChoice};
 use oxinfer_kernels::tuning::{measure_two_group, TwoGroupTiming};
 use oxinfer_kernels::WeightFormat;
 use serde::{Deserialize, Serialize};
@@ -17,8 +17,9 @@ use std::sync::OnceLock;
 
 /// Version of the cache file (its layout, and the kernels it timed); a file of another
 /// version is measured again. 2: the packed K-quant kernels prefetch per sub-block, which
-/// changed their speed from memory (timings of version 1 are of other kernels).
-const CACHE_VERSION: u32 = 2;
+/// changed their speed from memory (timings of version 1 are of other kernels). 3: a prefill
+/// measurement beside the decode one, each choosing for its own product sizes.
+const CACHE_VERSION: u32 = 3;
 
 /// What [`ensure`] decided for this process.
 #[derive(Clone, Debug)]
@@ -39,15 +40,17 @@ impl CpuTuning {
         let c = self.two_group;
         let on = |b: bool| if b { "512-bit" } else { "256-bit" };
         let mut s = format!(
-            "Q4_K {} / Q6_K {} decode kernels ({})",
-            on(c.q4k),
-            on(c.q6k),
+            "Q4_K {} / Q6_K {} decode, {} / {} prefill kernels ({})",
+            on(c.decode.q4k),
+            on(c.decode.q6k),
+            on(c.prefill.q4k),
+            on(c.prefill.q6k),
             c.source.name()
         );
         for t in &self.timings {
             s.push_str(&format!(
-                "; {}: 256-bit {:.1} GB/s, 512-bit {:.1} GB/s",
-                t.format, t.one_group_gbs, t.two_group_gbs
+                "; {}: decode 256-bit {:.1} GB/s, 512-bit {:.1} GB/s, prefill {:.0} / {:.0} GFLOP/s",
+                t.format, t.one_group_gbs, t.two_group_gbs, t.one_group_gflops, t.two_group_gflops
             ));
         }
         if let (Some(f), true) = (&self.cache_file, self.cached) {
@@ -71,6 +74,8 @@ struct CachedTiming {
     format: String,
     one_group_gbs: f64,
     two_group_gbs: f64,
+    one_group_gflops: f64,
+    two_group_gflops: f64,
 }
 
 impl CachedTiming {
@@ -79,6 +84,8 @@ impl CachedTiming {
             format: t.format.to_string(),
             one_group_gbs: t.one_group_gbs,
             two_group_gbs: t.two_group_gbs,
+            one_group_gflops: t.one_group_gflops,
+            two_group_gflops: t.two_group_gflops,
         }
     }
 
@@ -87,10 +94,18 @@ impl CachedTiming {
             .into_iter()
             .find(|f| f.to_string() == self.format)?;
         let ok = |v: f64| v.is_finite() && v > 0.0;
-        (ok(self.one_group_gbs) && ok(self.two_group_gbs)).then_some(TwoGroupTiming {
+        let all = [
+            self.one_group_gbs,
+            self.two_group_gbs,
+            self.one_group_gflops,
+            self.two_group_gflops,
+        ];
+        all.into_iter().all(ok).then_some(TwoGroupTiming {
             format,
             one_group_gbs: self.one_group_gbs,
             two_group_gbs: self.two_group_gbs,
+            one_group_gflops: self.one_group_gflops,
+            two_group_gflops: self.two_group_gflops,
         })
     }
 }
@@ -165,15 +180,25 @@ fn write_cache(path: &Path, cpu: &str, threads: usize, timings: &[TwoGroupTiming
     let _ = std::fs::remove_file(&tmp);
 }
 
-/// The choice the timings make: per format, the two-group kernels when they win.
-fn choose(timings: &[TwoGroupTiming]) -> (bool, bool) {
-    let wins = |f: WeightFormat| {
+/// The choice the timings make, (decode, prefill): per format and regime, the variant that is
+/// faster by more than the margin, and `table` (the known-CPU table's answer) on a tie or
+/// without a timing.
+fn choose(timings: &[TwoGroupTiming], table: bool) -> (PerFormat, PerFormat) {
+    let pick = |f: WeightFormat, verdict: fn(&TwoGroupTiming) -> Option<bool>| {
         timings
             .iter()
             .find(|t| t.format == f)
-            .is_some_and(TwoGroupTiming::two_group_wins)
+            .and_then(verdict)
+            .unwrap_or(table)
     };
-    (wins(WeightFormat::Q4K), wins(WeightFormat::Q6K))
+    let per = |verdict: fn(&TwoGroupTiming) -> Option<bool>| PerFormat {
+        q4k: pick(WeightFormat::Q4K, verdict),
+        q6k: pick(WeightFormat::Q6K, verdict),
+    };
+    (
+        per(TwoGroupTiming::decode_verdict),
+        per(TwoGroupTiming::prefill_verdict),
+    )
 }
 
 /// Makes and installs this process's kernel choices once (later calls return the same answer):
@@ -214,8 +239,8 @@ pub fn ensure() -> &'static CpuTuning {
         let two_group = if timings.is_empty() {
             dispatch::two_group_choice()
         } else {
-            let (q4k, q6k) = choose(&timings);
-            dispatch::install_measured_two_group(q4k, q6k)
+            let (decode, prefill) = choose(&timings, dispatch::cpu_table_two_group());
+            dispatch::install_measured_two_group(decode, prefill)
         };
         let timings = if two_group.source == ChoiceSource::Measured {
             timings
@@ -240,6 +265,8 @@ mod tests {
             format,
             one_group_gbs: one,
             two_group_gbs: two,
+            one_group_gflops: 100.0 * two,
+            two_group_gflops: 100.0 * one,
         }
     }
 
@@ -278,21 +305,31 @@ mod tests {
         std::fs::write(&path, b"{\"version\":2,\"cpu\":\"Some CPU\",\"threads\":2,").unwrap();
         assert_eq!(read_cache(&path, "Some CPU", 2), None);
         let bad = serde_json::json!({"version": CACHE_VERSION, "cpu": "Some CPU", "threads": 2, "timings": [
-            {"format": "Q4_K", "one_group_gbs": -1.0, "two_group_gbs": 3.0},
-            {"format": "Q6_K", "one_group_gbs": 1.0, "two_group_gbs": 3.0}]});
+            {"format": "Q4_K", "one_group_gbs": -1.0, "two_group_gbs": 3.0,
+             "one_group_gflops": 1.0, "two_group_gflops": 3.0},
+            {"format": "Q6_K", "one_group_gbs": 1.0, "two_group_gbs": 3.0,
+             "one_group_gflops": 1.0, "two_group_gflops": 3.0}]});
         std::fs::write(&path, bad.to_string()).unwrap();
         assert_eq!(read_cache(&path, "Some CPU", 2), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn each_format_takes_the_faster_variant() {
+    fn each_format_and_regime_takes_the_faster_variant() {
+        // Prefill timings are the decode ones swapped (see `timing`).
         let t = [
             timing(WeightFormat::Q4K, 40.0, 30.0),
             timing(WeightFormat::Q6K, 35.0, 38.0),
         ];
-        assert_eq!(choose(&t), (false, true));
-        assert_eq!(choose(&[]), (false, false));
+        let pf = |q4k, q6k| PerFormat { q4k, q6k };
+        for table in [false, true] {
+            assert_eq!(choose(&t, table), (pf(false, true), pf(true, false)));
+        }
+        // Ties and missing timings: the known-CPU table decides.
+        let tie = [timing(WeightFormat::Q4K, 40.0, 40.5)];
+        assert_eq!(choose(&tie, true), (pf(true, true), pf(true, true)));
+        assert_eq!(choose(&tie, false), (pf(false, false), pf(false, false)));
+        assert_eq!(choose(&[], false), (pf(false, false), pf(false, false)));
     }
 
     #[test]

@@ -305,7 +305,7 @@ pub fn matmul_packed(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32]) {
 /// # Panics
 /// If `x.len() != t * cols` or `y.len() != t * rows`.
 pub fn matmul_packed_isa(w: &PackedMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Isa) {
-    matmul_packed_variant(w, x, t, y, isa, use_pairs(w.format, isa));
+    matmul_packed_variant(w, x, t, y, isa, use_pairs(w.format, isa, t));
 }
 
 /// [`matmul_packed_isa`] with the two-group kernels on or off as asked (for measuring both;
@@ -369,7 +369,7 @@ pub fn matmul_packed_shared(ws: &[&PackedMatrix], x: &[f32], t: usize, ys: &mut 
     let acts = quantize_acts(first.format, x, t, first.cols);
     let tasks: Vec<Tasks> = ws
         .iter()
-        .map(|w| Tasks::new(w, isa, use_pairs(w.format, isa)))
+        .map(|w| Tasks::new(w, isa, use_pairs(w.format, isa, t)))
         .collect();
     // Task i of the region is task i - starts[m] of matrix m, for the last m with
     // starts[m] <= i.
@@ -503,10 +503,11 @@ pub(crate) fn pairs_possible(format: WeightFormat, isa: Isa) -> bool {
     false
 }
 
-/// Whether a product of `format` on `isa` takes the two-group kernels: possible, and chosen
-/// for this format ([`crate::dispatch::two_group_choice`]).
-fn use_pairs(format: WeightFormat, isa: Isa) -> bool {
-    let choice = crate::dispatch::two_group_choice();
+/// Whether a product of `format` over `t` tokens on `isa` takes the two-group kernels:
+/// possible, and chosen for this format and product size
+/// ([`crate::dispatch::two_group_choice`]).
+fn use_pairs(format: WeightFormat, isa: Isa, t: usize) -> bool {
+    let choice = crate::dispatch::two_group_choice().at(t);
     let chosen = match format {
         WeightFormat::Q4K => choice.q4k,
         WeightFormat::Q6K => choice.q6k,
