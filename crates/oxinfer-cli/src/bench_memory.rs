@@ -57,13 +57,13 @@ const FORMAT_PASSES: usize = 20;
 pub fn run(model: Option<Model>, formats: &[WeightFormat]) -> Result<()> {
     let threads = oxinfer_kernels::pool::pool_threads();
     let probe = ProbeBuffer::new(membw::PROBE_BYTES);
-    let bw = probe.measure(membw::PROBE_PASSES);
+    let bw = probe.measure(membw::PROBE_PASSES, membw::PROBE_SECONDS);
     println!(
         "memory read bandwidth: {:.1} GB/s (1 thread), {:.1} GB/s ({threads} threads), best of {} \
-         passes over {} MiB",
+         alternating passes each over {} MiB",
         bw.single,
         bw.all,
-        membw::PROBE_PASSES,
+        bw.passes,
         membw::PROBE_BYTES >> 20
     );
     if let Some(model) = model {

@@ -7,7 +7,10 @@
 //!
 //! The buffer lives on transparent huge pages like the repacked weights ([`crate::huge`]), and
 //! a measurement is the best of several passes: on 4 KiB pages, and from single passes, two calls
-//! a minute apart read 53.6 and 25.2 GB/s on the same VM. [`DecodeProduct`] times a format's
+//! a minute apart read 53.6 and 25.2 GB/s on the same VM. The passes fill a time window
+//! ([`PROBE_SECONDS`]), not a count: a shared host's bandwidth drifts over seconds, and on a
+//! 2-core Xeon VM the best of 7 two-thread passes (0.3 s) spread by 36 % over six calls, the
+//! best of 40 (1.6 s) by 13 %. [`DecodeProduct`] times a format's
 //! one-token product the way a decode step runs it, for comparing the two ([`decode_vs_probe`]:
 //! in alternation, since this bandwidth drifts by the second on shared VMs).
 
@@ -18,8 +21,11 @@ use std::time::Instant;
 /// Bytes the probe streams per pass: far beyond any last-level cache.
 pub const PROBE_BYTES: usize = 1 << 30;
 
-/// Passes of which the fastest counts.
+/// Passes of each kind (one thread, all threads) at least, of which the fastest counts.
 pub const PROBE_PASSES: usize = 7;
+
+/// Seconds the probe's passes last at least ([`ProbeBuffer::measure`]).
+pub const PROBE_SECONDS: f64 = 3.0;
 
 /// Read bandwidth in GB/s (10⁹ bytes per second).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,6 +34,8 @@ pub struct Bandwidth {
     pub single: f64,
     /// Every pool thread, the buffer split in 64 parts.
     pub all: f64,
+    /// Passes of each kind the best was taken from.
+    pub passes: usize,
 }
 
 /// A probe buffer of `bytes` (rounded down to 8), written once so every page is resident.
@@ -83,12 +91,21 @@ impl ProbeBuffer {
         self.bytes.is_empty()
     }
 
-    /// The bandwidth of one thread and of every pool thread, each the best of `passes`.
-    pub fn measure(&self, passes: usize) -> Bandwidth {
-        let best = |f: &dyn Fn() -> f64| (0..passes.max(1)).map(|_| f()).fold(f64::MAX, f64::min);
+    /// The bandwidth of one thread and of every pool thread, each the best of its passes:
+    /// pairs of passes (all threads, then one) in alternation, so both kinds see the same
+    /// moments, at least `passes` pairs and until `seconds` have passed.
+    pub fn measure(&self, passes: usize, seconds: f64) -> Bandwidth {
+        let start = Instant::now();
+        let (mut single, mut all, mut n) = (f64::MAX, f64::MAX, 0);
+        while n < passes.max(1) || start.elapsed().as_secs_f64() < seconds {
+            all = all.min(self.pass_all());
+            single = single.min(self.pass_single());
+            n += 1;
+        }
         Bandwidth {
-            single: gbs(self.len(), best(&|| self.pass_single())),
-            all: gbs(self.len(), best(&|| self.pass_all())),
+            single: gbs(self.len(), single),
+            all: gbs(self.len(), all),
+            passes: n,
         }
     }
 }
@@ -105,9 +122,10 @@ pub fn gbs(bytes: usize, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9
 }
 
-/// [`ProbeBuffer::measure`] on a fresh [`PROBE_BYTES`] buffer, [`PROBE_PASSES`] passes.
+/// [`ProbeBuffer::measure`] on a fresh [`PROBE_BYTES`] buffer, [`PROBE_PASSES`] passes and
+/// [`PROBE_SECONDS`] at least.
 pub fn measure() -> Bandwidth {
-    ProbeBuffer::new(PROBE_BYTES).measure(PROBE_PASSES)
+    ProbeBuffer::new(PROBE_BYTES).measure(PROBE_PASSES, PROBE_SECONDS)
 }
 
 /// Columns of the matrices [`DecodeProduct`] times (a 7B model's hidden size).
@@ -262,11 +280,13 @@ mod tests {
 
     #[test]
     fn probe_and_decode_timings_are_positive() {
-        let bw = super::ProbeBuffer::new(8 << 20).measure(2);
+        let bw = super::ProbeBuffer::new(8 << 20).measure(2, 0.0);
         assert!(
-            bw.single > 0.0 && bw.all > 0.0 && bw.all.is_finite(),
+            bw.single > 0.0 && bw.all > 0.0 && bw.all.is_finite() && bw.passes == 2,
             "{bw:?}"
         );
+        let bw = super::ProbeBuffer::new(1 << 20).measure(1, 0.05);
+        assert!(bw.passes > 1, "{bw:?}");
         let probe = super::ProbeBuffer::new(1 << 20);
         for f in [
             crate::WeightFormat::Q4_0,
