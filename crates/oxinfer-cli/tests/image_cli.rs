@@ -173,6 +173,52 @@ fn image_to_image_from_a_png() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Runs the tiny SD 2.x single file (tokenizer given) with `flags`, the prompts of reference
+/// `r`, 2 steps at 24 x 16 from the fixture's initial noise, checks the image against `want`
+/// (within 1e-4; `what` names the run) and returns the command's stderr.
+fn sd2_single_file_image(
+    tmp: &std::path::Path,
+    r: &serde_json::Value,
+    flags: &[&str],
+    want: &std::path::Path,
+    what: &str,
+) -> String {
+    let img = tmp.join("sd2.npy").display().to_string();
+    let (model, tokenizer) = (
+        fx("tiny_sd_single/sd2.safetensors"),
+        fx("tiny_sd1/tokenizer"),
+    );
+    let noise = fx("tiny_sd_single/reference/sd2_init_noise.npy");
+    let png = tmp.join("sd2.png").display().to_string();
+    let mut args = vec!["image", "-m", &model, "--tokenizer", &tokenizer];
+    args.extend_from_slice(flags);
+    args.extend([
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "2",
+        "--width",
+        "24",
+        "--height",
+        "16",
+        "--init-noise",
+        &noise,
+        "--dump-image",
+        &img,
+        "-o",
+        &png,
+    ]);
+    let (_, err) = ok(oxinfer(&args));
+    let d = max_abs_diff(
+        &read_npy_f32(std::path::Path::new(&img)).1,
+        &read_npy_f32(want).1,
+    );
+    assert!(d < 1e-4, "{what} image: {d:e}");
+    err
+}
+
 /// The path of `rel` under the fixtures, as a string argument.
 fn fx(rel: &str) -> String {
     fixtures().join(rel).display().to_string()
@@ -185,37 +231,12 @@ fn fx(rel: &str) -> String {
 fn single_file_lcm_and_tiling_from_the_command_line() {
     let tmp = scratch_dir("image-cli-sd2-lcm");
     let r = common::reference(&fixtures().join("tiny_sd_single/reference"));
-    let img = tmp.join("sd2.npy").display().to_string();
-    let (_, err) = ok(oxinfer(&[
-        "image",
-        "-m",
-        &fx("tiny_sd_single/sd2.safetensors"),
-        "--tokenizer",
-        &fx("tiny_sd1/tokenizer"),
-        "-p",
-        r["prompt"].as_str().unwrap(),
-        "-n",
-        r["negative_prompt"].as_str().unwrap(),
-        "--steps",
-        "2",
-        "--width",
-        "24",
-        "--height",
-        "16",
-        "--init-noise",
-        &fx("tiny_sd_single/reference/sd2_init_noise.npy"),
-        "--dump-image",
-        &img,
-        "-o",
-        &tmp.join("sd2.png").display().to_string(),
-    ]));
+    let want = fixtures().join("tiny_sd_single/reference/sd2_image.npy");
+    let err = sd2_single_file_image(&tmp, &r, &[], &want, "sd2 single file");
     assert!(
         err.contains("SD 2.x") && err.contains("v_prediction") && err.contains("'v2'"),
         "{err}"
     );
-    let want = read_npy_f32(&fixtures().join("tiny_sd_single/reference/sd2_image.npy")).1;
-    let d = max_abs_diff(&read_npy_f32(std::path::Path::new(&img)).1, &want);
-    assert!(d < 1e-4, "sd2 single file image: {d:e}");
 
     let lat = tmp.join("lcm.npy").display().to_string();
     let (_, err) = ok(oxinfer(&[
@@ -388,45 +409,21 @@ fn batch_writes_n_pngs_and_matches_diffusers() {
 fn single_file_flags_for_what_the_file_cannot_tell() {
     let tmp = scratch_dir("image-cli-single-flags");
     let r = common::reference(&fixtures().join("tiny_sd_single_variants/reference"));
-    let img = tmp.join("base.npy").display().to_string();
     let sd2 = fx("tiny_sd_single/sd2.safetensors");
-    let (_, err) = ok(oxinfer(&[
-        "image",
-        "-m",
-        &sd2,
-        "--tokenizer",
-        &fx("tiny_sd1/tokenizer"),
+    let flags = [
         "--prediction-type",
         "epsilon",
         "--image-size",
         "512",
         "--timestep-spacing",
         "leading",
-        "-p",
-        r["prompt"].as_str().unwrap(),
-        "-n",
-        r["negative_prompt"].as_str().unwrap(),
-        "--steps",
-        "2",
-        "--width",
-        "24",
-        "--height",
-        "16",
-        "--init-noise",
-        &fx("tiny_sd_single/reference/sd2_init_noise.npy"),
-        "--dump-image",
-        &img,
-        "-o",
-        &tmp.join("base.png").display().to_string(),
-    ]));
+    ];
+    let want = fixtures().join("tiny_sd_single_variants/reference/sd2_base_image.npy");
+    let err = sd2_single_file_image(&tmp, &r, &flags, &want, "sd2 as epsilon/leading");
     assert!(
         err.contains("epsilon (given)") && err.contains("leading timesteps (given)"),
         "{err}"
     );
-    let want =
-        read_npy_f32(&fixtures().join("tiny_sd_single_variants/reference/sd2_base_image.npy")).1;
-    let d = max_abs_diff(&read_npy_f32(std::path::Path::new(&img)).1, &want);
-    assert!(d < 1e-4, "sd2 as epsilon/leading image: {d:e}");
     let o = oxinfer(&["image", "-m", &sd2, "-p", "x"]);
     assert_fails_with(&o, &["sd2.safetensors", "634", "built-in CLIP tokenizer"]);
     let o = oxinfer(&[

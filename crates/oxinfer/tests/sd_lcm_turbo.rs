@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{fixtures, max_abs_diff, read_npy_f32};
+use common::{fixtures, max_abs_diff, read_npy_f32, scaled_diff};
 use oxinfer::arch::diffusion::config::JsonConfig;
 use oxinfer::arch::diffusion::layers::guidance_embedding;
 use oxinfer::arch::diffusion::scheduler::{ScheduleConfig, Scheduler};
@@ -20,12 +20,6 @@ use oxinfer::arch::diffusion::{FeatureMap, GenerateRequest, SchedulerKind, Stabl
 use std::path::Path;
 
 const TOL: f32 = 1e-4;
-
-/// Largest difference relative to the reference's largest magnitude (at least 1).
-fn scaled_diff(got: &[f32], want: &[f32]) -> f32 {
-    let m = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    max_abs_diff(got, want) / m
-}
 
 fn npy(dir: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
     read_npy_f32(&dir.join("reference").join(format!("{name}.npy")))

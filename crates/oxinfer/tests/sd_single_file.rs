@@ -9,11 +9,11 @@
 
 mod common;
 
-use common::{fixtures, max_abs_diff, read_npy_f32};
+use common::{fixtures, max_abs_diff, read_npy_f32, scaled_diff, sd_request};
 use oxinfer::arch::diffusion::clip_text::ClipAct;
 use oxinfer::arch::diffusion::ldm_config::Family;
 use oxinfer::arch::diffusion::scheduler::Prediction;
-use oxinfer::arch::diffusion::{GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion};
+use oxinfer::arch::diffusion::{PipelineSource, SchedulerKind, StableDiffusion};
 use oxinfer::quant::Precision;
 
 const TOL: f32 = 1e-4;
@@ -64,20 +64,11 @@ fn inferred_single_files_match_diffusers() {
         eprintln!("{fam} single file: text embeddings max abs diff {d:.2e}");
         assert!(d < TOL, "{fam} text embeddings: {d:e}");
 
-        let req = GenerateRequest {
-            prompt: r["prompt"].as_str().unwrap().into(),
-            negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
-            steps: r["steps"].as_u64().unwrap() as usize,
-            guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
-            width: r["width"].as_u64().unwrap() as usize,
-            height: r["height"].as_u64().unwrap() as usize,
-            init_noise: Some(npy(&format!("{fam}_init_noise"))),
-            ..Default::default()
-        };
+        let size = |k: &str| r[k].as_u64().unwrap() as usize;
+        let noise = npy(&format!("{fam}_init_noise"));
+        let req = sd_request(&r, size("steps"), (size("width"), size("height")), noise);
         let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
-        let want = npy(&format!("{fam}_final_latents"));
-        let m = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        let d = max_abs_diff(&out.latents, &want) / m;
+        let d = scaled_diff(&out.latents, &npy(&format!("{fam}_final_latents")));
         let di = max_abs_diff(&out.image, &npy(&format!("{fam}_image")));
         eprintln!("{fam} single file: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
         assert!(d < TOL && di < TOL, "{fam}: latents {d:e}, image {di:e}");
@@ -126,20 +117,9 @@ fn quantized_unet_stays_close_to_f32() {
     };
     for p in [Precision::Bf16, Precision::Q4, Precision::Q8] {
         let (sd, _) = StableDiffusion::open(source, Some(p)).unwrap();
-        let req = GenerateRequest {
-            prompt: r["prompt"].as_str().unwrap().into(),
-            negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
-            steps: 2,
-            guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
-            width: 24,
-            height: 16,
-            init_noise: Some(npy("sd1_init_noise")),
-            ..Default::default()
-        };
+        let req = sd_request(&r, 2, (24, 16), npy("sd1_init_noise"));
         let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
-        let want = npy("sd1_final_latents");
-        let m = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        let d = max_abs_diff(&out.latents, &want) / m;
+        let d = scaled_diff(&out.latents, &npy("sd1_final_latents"));
         let di = max_abs_diff(&out.image, &npy("sd1_image"));
         eprintln!("{p:?} UNet vs f32 reference: final latents scaled diff {d:.2e}, image {di:.2e}");
         let bound = match p {

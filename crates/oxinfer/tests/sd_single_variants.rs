@@ -12,11 +12,13 @@
 mod common;
 
 use common::safetensors_raw::{read_raw_tensors, write_raw_tensors};
-use common::{fixture_json, fixtures, max_abs_diff, read_npy_f32, scratch_dir};
+use common::{
+    fixture_json, fixtures, max_abs_diff, read_npy_f32, scaled_diff, scratch_dir, sd_request,
+};
 use oxinfer::arch::diffusion::ldm_config::{self, Family};
 use oxinfer::arch::diffusion::ldm_model_type::{prediction_name, ModelType, SingleFileOptions};
 use oxinfer::arch::diffusion::scheduler::{Prediction, Spacing};
-use oxinfer::arch::diffusion::{GenerateRequest, PipelineSource, StableDiffusion};
+use oxinfer::arch::diffusion::{PipelineSource, StableDiffusion};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -116,25 +118,10 @@ fn tiny_single_files_run_as_from_single_file() {
         let emb = sd.encode_prompt(r["prompt"].as_str().unwrap()).unwrap();
         let de = max_abs_diff(&emb, &npy(&format!("{run}_text_embeddings")));
         let fam = &run[..3];
-        let req = GenerateRequest {
-            prompt: r["prompt"].as_str().unwrap().into(),
-            negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
-            steps: 2,
-            guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
-            width: 24,
-            height: 16,
-            init_noise: Some(
-                read_npy_f32(
-                    &fixtures().join(format!("tiny_sd_single/reference/{fam}_init_noise.npy")),
-                )
-                .1,
-            ),
-            ..Default::default()
-        };
+        let noise = fixtures().join(format!("tiny_sd_single/reference/{fam}_init_noise.npy"));
+        let req = sd_request(&r, 2, (24, 16), read_npy_f32(&noise).1);
         let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
-        let want = npy(&format!("{run}_final_latents"));
-        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        let dl = max_abs_diff(&out.latents, &want) / scale;
+        let dl = scaled_diff(&out.latents, &npy(&format!("{run}_final_latents")));
         let di = max_abs_diff(&out.image, &npy(&format!("{run}_image")));
         eprintln!(
             "{run} ({}): text embeddings {de:.2e}, final latents scaled {dl:.2e}, image {di:.2e}",

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{fixtures, ids, max_abs_diff, read_npy_f32};
+use common::{fixtures, ids, max_abs_diff, read_npy_f32, scaled_diff};
 use oxinfer::arch::diffusion::config::JsonConfig;
 use oxinfer::arch::diffusion::scheduler::ScheduleConfig;
 use oxinfer::arch::diffusion::{
@@ -62,12 +62,6 @@ fn fixture(name: &str) -> &'static Fixture {
 /// The SD1 fixture, for the checks that need only one.
 fn sd1() -> &'static Fixture {
     fixture("tiny_sd1")
-}
-
-/// Largest difference relative to the reference's largest magnitude (at least 1).
-fn scaled_diff(got: &[f32], want: &[f32]) -> f32 {
-    let m = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    max_abs_diff(got, want) / m
 }
 
 #[test]

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{fixtures, max_abs_diff, read_npy_f32};
+use common::{fixtures, max_abs_diff, read_npy_f32, scaled_diff};
 use oxinfer::arch::diffusion::vae_tiling::{decode_tiled, encode_tiled, TileGeometry};
 use oxinfer::arch::diffusion::{FeatureMap, GenerateRequest, StableDiffusion, VaeTiling};
 use std::path::Path;
@@ -147,9 +147,7 @@ fn tiled_encode_matches_diffusers() {
         ..Default::default()
     };
     let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
-    let want = npy(&dir, "vae_tiled_enc_img2img_latents").1;
-    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    let dl = max_abs_diff(&out.latents, &want) / scale;
+    let dl = scaled_diff(&out.latents, &npy(&dir, "vae_tiled_enc_img2img_latents").1);
     let di = max_abs_diff(&out.image, &npy(&dir, "vae_tiled_enc_img2img_image").1);
     eprintln!("tiled img2img: latents scaled diff {dl:.2e}, image max abs diff {di:.2e}");
     assert!(

@@ -101,6 +101,32 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// [`max_abs_diff`] over the largest magnitude of `want` (at least 1): the scale-free distance
+/// of diffusion latents from diffusers'.
+pub fn scaled_diff(got: &[f32], want: &[f32]) -> f32 {
+    max_abs_diff(got, want) / want.iter().fold(1f32, |m, v| m.max(v.abs()))
+}
+
+/// A text-to-image request with the prompt, negative prompt and guidance of a diffusers
+/// reference `r`, `steps` steps at `width` x `height`, starting from `init_noise`.
+pub fn sd_request(
+    r: &Value,
+    steps: usize,
+    (width, height): (usize, usize),
+    init_noise: Vec<f32>,
+) -> oxinfer::arch::diffusion::GenerateRequest {
+    oxinfer::arch::diffusion::GenerateRequest {
+        prompt: r["prompt"].as_str().unwrap().into(),
+        negative_prompt: r["negative_prompt"].as_str().unwrap().into(),
+        steps,
+        guidance_scale: r["guidance_scale"].as_f64().unwrap() as f32,
+        width,
+        height,
+        init_noise: Some(init_noise),
+        ..Default::default()
+    }
+}
+
 /// Share (0..=1) of positions where two equally long id lists agree (top-1 agreement).
 pub fn agreement(got: &[u32], want: &[u32]) -> f64 {
     assert_eq!(got.len(), want.len(), "id lists of different lengths");
