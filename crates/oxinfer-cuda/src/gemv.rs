@@ -62,7 +62,8 @@ pub(crate) enum GemvOut {
 /// rows), also `y2 = x · W2ᵀ` in the same launch. One-row products take the staged kernel
 /// (weight rows copied whole into shared memory first) when [`staged`] says so and the rows
 /// fit [`STAGED_MAX_SMEM`]. `xd` holds the scales and then the run sums
-/// ([`crate::ops::int8_side_bytes`]).
+/// ([`crate::ops::int8_side_bytes`]). `grouped`: `xq` is in the grouped layout
+/// ([`crate::ops::Int8Layout::grouped`]; one row of Q4_K or Q6_K).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_i8(
     g: &Gpu,
@@ -73,6 +74,7 @@ pub(crate) fn gemv_i8(
     y: CUdeviceptr,
     t: usize,
     out: GemvOut,
+    grouped: bool,
 ) -> Result<(), String> {
     let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
     let total = w.rows + n2;
@@ -96,6 +98,7 @@ pub(crate) fn gemv_i8(
     g.declare_bytes(w.buf.bytes() + second.map_or(0, |(m, _)| m.buf.bytes()));
     let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
     let accum = i32::from(out == GemvOut::Accumulate);
+    let grouped = i32::from(grouped);
     let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
     g.launch_smem(
         f,
@@ -116,6 +119,7 @@ pub(crate) fn gemv_i8(
             arg(&t_i),
             arg(&split_i),
             arg(&accum),
+            arg(&grouped),
         ],
     )
 }

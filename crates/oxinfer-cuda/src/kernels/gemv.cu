@@ -148,13 +148,17 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 // per super-block (a warp takes eight, the block's warps interleaved): lane c takes sub-block
 // pair (2c, 2c + 1), i.e. 32 bytes of quants (low nibbles: sub-block 2c, high: 2c + 1) as two
 // 16-byte loads, the 64 matching int8 activations as four, and their two precomputed sums
-// (the mins' term), decoding the pair's scales once.
+// (the mins' term), decoding the pair's scales once. With `grouped` (T = 1 only) xq is in the
+// grouped layout (common.cuh): lane 4 j + c's four chunks of block 8 g + j are then chunks
+// 128 g + 4 rem i + 4 j + c, i = 0..3, so each of the four loads of the warp is 512
+// contiguous bytes.
 template <int T, int R>
 __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
                                             const float* __restrict__ xd,
                                             const int* __restrict__ xs, int cols, int t,
-                                            int lane, int share, int split, float (&accs)[R][T]) {
+                                            int lane, int share, int split, float (&accs)[R][T],
+                                            int grouped) {
     int nb = cols >> 8;
     int c = lane & 3;
     // Unrolled so that several blocks' loads are in flight at once.
@@ -185,8 +189,16 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                const int4* xr = (const int4*)(xq + (long)r * cols + k0);
-                int4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+                // The chunks' start and their distance apart, in bytes.
+                const i8* xb = xq + (long)r * cols + k0;
+                int st = 16;
+                if (T == 1 && grouped) {
+                    int g = b >> 3, rem = min(8, nb - (g << 3));
+                    xb = xq + (((long)(g << 7) + lane) << 4);
+                    st = rem << 6;
+                }
+                int4 x0 = *(const int4*)xb, x1 = *(const int4*)(xb + st);
+                int4 x2 = *(const int4*)(xb + 2 * st), x3 = *(const int4*)(xb + 3 * st);
                 int xlo[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int xhi[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
                 int dl = 0, dh = 0;
@@ -257,13 +269,15 @@ __device__ __forceinline__ void q4k16_i8_rows(const u8* __restrict__ w0, long ro
 // (the low nibbles of ql[64 n + 32 (qu % 2) + l0 ..] for qu < 2, the high ones above), 16 of high
 // bits (qh[32 n + l0 ..], bits 2 qu) and 16 contiguous activations, whose sum (4 dp4a) gives
 // the -32 offset's term. Blocks are 210 bytes, so the quant words are read 2-byte aligned.
+// With `grouped` (T = 1 only) xq is in the grouped layout (common.cuh), where chunk l of
+// block b lies at grouped_offset(b, nb, 16 l).
 template <int T, int R>
 __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                               const i8* __restrict__ xq,
                                               const float* __restrict__ xd,
                                               const int* __restrict__ xs, int cols, int t,
                                               int lane, int share, int split,
-                                              float (&accs)[R][T]) {
+                                              float (&accs)[R][T], int grouped) {
     int nb = cols >> 8;
     int l = lane & 15, n = l >> 3, qu = (l & 7) >> 1, l0 = 16 * (l & 1);
     int nib = (qu >> 1) * 4, hsh = 2 * qu;
@@ -286,7 +300,8 @@ __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long ro
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                int4 x = *(const int4*)(xq + (long)r * cols + k0);
+                long xo = T == 1 && grouped ? grouped_offset(b, nb, 16 * l) : (long)r * cols + k0;
+                int4 x = *(const int4*)(xq + xo);
                 int dot = dot16(q6, x), sx = sum16(x);
                 acc[r] += xd[(long)r * nb + b] * (s * (float)(dot - 32 * sx));
             }
@@ -427,7 +442,8 @@ __device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_b
 // the first matrix's results are added to y (y += x · Wᵀ: the residual add of the CPU's order,
 // one f32 add of the same sum) instead of stored. xd holds the activations' scales [t, cols / act_block]
 // (act_block = 256 for the K-quants, else 32; their count rounded up to 4) followed by their run
-// sums [t, cols / 32] as i32 (ops::int8_side_bytes).
+// sums [t, cols / 32] as i32 (ops::int8_side_bytes). With `grouped` (one row, Q4_K and Q6_K;
+// ignored by the other formats) the int8 values are in the grouped layout (common.cuh).
 //
 // STAGED: the weight rows are first copied whole into shared memory with cp.async (a warp its
 // own R rows, or the block its one row when split: every byte in flight at once, each lane's
@@ -448,7 +464,7 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
                                         long row_bytes, const i8* __restrict__ xq,
                                         const float* __restrict__ xd, float* __restrict__ y,
                                         float* __restrict__ y2, int rows, int rows2, int cols,
-                                        int t, int split, int accum) {
+                                        int t, int split, int accum, int grouped) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
@@ -487,9 +503,9 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
     if (valid) {
-        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
         else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
         else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
         else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
@@ -541,14 +557,14 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
+        float* y2, int rows, int rows2, int cols, int t, int split, int accum, int grouped) {  \
         if (EARLY) {                                                                           \
             PDL_LAUNCH();                                                                      \
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
         gemv_i8<F, T, R, STAGED, EARLY>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, \
-                                        split, accum);                                         \
+                                        split, accum, grouped);                                \
     }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
