@@ -262,7 +262,7 @@ pub(crate) fn linear(
 ) -> Result<(), String> {
     let (x16, scale, kind, gemv, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        return gemv::gemv_i8(gpu, w, None, x16, scale, y, t, GemvOut::Store, grouped(kind));
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, y, t, GemvOut::Store, grouped(kind));
     }
     if gemv {
         return gemv::gemv(gpu, w, x16, y, t);
@@ -288,33 +288,56 @@ pub(crate) fn linear_add(
     let (x16, scale, kind, _, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
         let g = grouped(kind);
-        return gemv::gemv_i8(gpu, w, None, x16, scale, acc, t, GemvOut::Accumulate, g);
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, acc, t, GemvOut::Accumulate, g);
     }
     linear(gpu, w, x, t, tmp, path, ready)?;
     ops::add(gpu, acc, tmp, t * w.rows)
 }
 
-/// [`linear`] of two weights over the same input (`y1 = x · W1ᵀ`, `y2 = x · W2ᵀ`): one int8
-/// GEMV launch over both when they are int8 GEMVs of one format and width (the gate and up
-/// projections; the query and key projections), else two products.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn linear_pair(
+/// [`linear`] of several weights over the same input (`yᵢ = x · Wᵢᵀ`): the first weight and
+/// the ones after it of its format and width (up to three: query, key and value; gate and up)
+/// in one int8 GEMV launch when that is their product, then the rest the same way; else one
+/// product each.
+pub(crate) fn linear_group(
     gpu: &mut Gpu,
-    (w1, y1): (&DeviceMatrix, CUdeviceptr),
-    (w2, y2): (&DeviceMatrix, CUdeviceptr),
+    ws: &[(&DeviceMatrix, CUdeviceptr)],
     x: CUdeviceptr,
     t: usize,
     path: QuantPath,
     ready: &mut Ready,
 ) -> Result<(), String> {
-    let same = w1.format == w2.format && (w1.cols, w1.row_bytes) == (w2.cols, w2.row_bytes);
-    if same && int8_layout(w1, t).is_some() {
+    let Some(&(w1, y1)) = ws.first() else {
+        return Ok(());
+    };
+    let like = |w: &DeviceMatrix| {
+        w.format == w1.format && (w.cols, w.row_bytes) == (w1.cols, w1.row_bytes)
+    };
+    let n = if int8_layout(w1, t).is_some() {
+        1 + ws[1..].iter().take(max_group() - 1).take_while(|(w, _)| like(w)).count()
+    } else {
+        1
+    };
+    if n > 1 {
         let (x16, scale, kind, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
-        let (second, g) = (Some((w2, y2)), grouped(kind));
-        return gemv::gemv_i8(gpu, w1, second, x16, scale, y1, t, GemvOut::Store, g);
+        let g = grouped(kind);
+        gemv::gemv_i8(gpu, w1, &ws[1..n], x16, scale, y1, t, GemvOut::Store, g)?;
+    } else {
+        linear(gpu, w1, x, t, y1, path, ready)?;
     }
-    linear(gpu, w1, x, t, y1, path, ready)?;
-    linear(gpu, w2, x, t, y2, path, ready)
+    linear_group(gpu, &ws[n..], x, t, path, ready)
+}
+
+/// Most weights [`linear_group`] joins into one launch: 3, or `OXINFER_CUDA_GEMV_GROUP`
+/// (1-3, for measuring; 2 was the rule before the value projection joined).
+fn max_group() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("OXINFER_CUDA_GEMV_GROUP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=3).contains(n))
+            .unwrap_or(3)
+    })
 }
 
 /// Whether a prepared input is in the grouped int8 layout.

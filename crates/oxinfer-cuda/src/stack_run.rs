@@ -562,8 +562,8 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let (x, np) = (b.x, b.norm);
         let attn_norm = at_p(lp.attn_norm);
         let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
-        gemm::linear_pair(g, (wq, b.q), (wk, b.k_new), np, t, path, &mut ready)?;
-        gemm::linear(g, wv, np, t, b.v_new, path, &mut ready)?;
+        let qkv = [(wq, b.q), (wk, b.k_new), (wv, b.v_new)];
+        gemm::linear_group(g, &qkv, np, t, path, &mut ready)?;
         // The output projection's int8 input, written by the attention's merge.
         let mut o_ready = None;
         let o_quant = match gemm::int8_layout(wo, t) {
@@ -642,7 +642,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         };
         let ffn_norm = at_p(lp.ffn_norm);
         let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
-        gemm::linear_pair(g, (wg, b.gate), (wu, b.up), np, t, path, &mut ready)?;
+        gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
         let n = t * wg.rows;
         let mut ready = match gemm::int8_layout(wd, t) {
             Some(layout) if wg.rows.is_multiple_of(layout.block) => {

@@ -436,11 +436,11 @@ __device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_b
 // with 1, each warp of a block computes R output rows (the fastest when the grid has several
 // waves of warps); with more, each `split` warps of the block share one row's blocks and add
 // their partial sums in a fixed order (more warps in flight for matrices of few rows; 2 where
-// a row has too few blocks to keep four warps busy: the host picks, gemv.rs). With a
-// second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
-// of the grid multiply w2 into y2 (two projections of one input in one launch). With `accum`,
-// the first matrix's results are added to y (y += x · Wᵀ: the residual add of the CPU's order,
-// one f32 add of the same sum) instead of stored. xd holds the activations' scales [t, cols / act_block]
+// a row has too few blocks to keep four warps busy: the host picks, gemv.rs). The grid's rows
+// run through the matrices of m in order (up to three projections of one input in one launch:
+// query, key and value; gate and up). With `accum`, the first matrix's results are added to
+// its y (y += x · Wᵀ: the residual add of the CPU's order, one f32 add of the same sum) instead
+// of stored. xd holds the activations' scales [t, cols / act_block]
 // (act_block = 256 for the K-quants, else 32; their count rounded up to 4) followed by their run
 // sums [t, cols / 32] as i32 (ops::int8_side_bytes). With `grouped` (one row, Q4_K and Q6_K;
 // ignored by the other formats) the int8 values are in the grouped layout (common.cuh).
@@ -459,25 +459,52 @@ __device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_b
 // per super-block (q4k_i8_rows: sixteen lanes were 20 % slower there, bound by their
 // instruction count), several take it with sixteen (q4k16_i8_rows: coalesced activation
 // loads, +17-47 % at 4-8 rows); Q6_K takes sixteen lanes at any row count (q6k16_i8_rows).
+// The matrices of one int8 GEMV launch: up to three weights of one format and width over the
+// same input (w2 / w3 null when absent), their outputs and row counts; grid rows run through
+// them in order.
+struct GemvMats {
+    const u8* w[3];
+    float* y[3];
+    int rows[3];
+    // Element k (0..2) by selects, not by a dynamic index (which would copy the parameter
+    // struct to local memory).
+    __device__ __forceinline__ const u8* wk(int k) const { return k == 0 ? w[0] : k == 1 ? w[1] : w[2]; }
+    __device__ __forceinline__ float* yk(int k) const { return k == 0 ? y[0] : k == 1 ? y[1] : y[2]; }
+    __device__ __forceinline__ int rowsk(int k) const { return k == 0 ? rows[0] : k == 1 ? rows[1] : rows[2]; }
+};
+
+// Which matrix grid row `row` falls in (3 past the last) and its row there.
+__device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
+    int k = 0;
+    #pragma unroll
+    for (int i = 0; i < 2; i++)
+        if (k == i && row >= m.rows[i]) {
+            row -= m.rows[i];
+            k = i + 1;
+        }
+    if (k == 2 && row >= m.rows[2]) k = 3;
+    if (k < 3 && m.wk(k) == nullptr) k = 3;
+    return make_int2(k, row);
+}
+
 template <int F, int T, int R, bool STAGED, bool EARLY = false>
-__device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
-                                        long row_bytes, const i8* __restrict__ xq,
-                                        const float* __restrict__ xd, float* __restrict__ y,
-                                        float* __restrict__ y2, int rows, int rows2, int cols,
-                                        int t, int split, int accum, int grouped) {
+__device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
+                                        const i8* __restrict__ xq,
+                                        const float* __restrict__ xd, int cols, int t, int split,
+                                        int accum, int grouped) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
-    bool second = row >= rows;
-    int lrow = second ? row - rows : row;
-    bool valid = lrow < (second ? rows2 : rows) && (!second || w2 != 0);
+    int2 mr = gemv_mat_row(m, row);
+    int mat = mr.x, lrow = mr.y;
+    bool valid = mat < 3;
     // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
     // warps per row, every warp stays for the __syncthreads below.
     if (split == 1 && !valid) return;
-    const u8* wr = (second ? w2 : w) + (long)(valid ? lrow : 0) * row_bytes;
+    const u8* wr = valid ? m.wk(mat) + (long)lrow * row_bytes : m.w[0];
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(row_bytes, R);
@@ -512,10 +539,10 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {
-        float* yy = second ? y2 : y;
-        int n = second ? rows2 : rows, ac = second ? 0 : accum;
+        int ac = mat == 0 ? accum : 0;
         #pragma unroll
-        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], yy, n, lrow + rr, t, ac);
+        for (int rr = 0; rr < R; rr++)
+            gemv_store<T>(acc[rr], m.yk(mat), m.rowsk(mat), lrow + rr, t, ac);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
@@ -532,14 +559,12 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     int units = GEMV_WARPS / split;
     if (threadIdx.x < units * T) {
         int u = threadIdx.x / T, r = threadIdx.x % T;
-        int grow = blockIdx.x * units + u;
-        bool sec = grow >= rows;
-        int lr = sec ? grow - rows : grow;
-        if (r < t && lr < (sec ? rows2 : rows) && (!sec || w2 != 0)) {
+        int2 gr = gemv_mat_row(m, blockIdx.x * units + u);
+        if (r < t && gr.x < 3) {
             float v = 0.f;
             for (int k = 0; k < split; k++) v += partial[u * split + k][r];
-            float* yo = (sec ? y2 : y) + (long)r * (sec ? rows2 : rows) + lr;
-            *yo = !sec && accum ? *yo + v : v;
+            float* yo = m.yk(gr.x) + (long)r * m.rowsk(gr.x) + gr.y;
+            *yo = gr.x == 0 && accum ? *yo + v : v;
         }
     }
 }
@@ -556,15 +581,14 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
 // waits inside gemv_i8, after issuing its weight copies.
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
-        const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t, int split, int accum, int grouped) {  \
+        GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
+        int accum, int grouped) {                                                              \
         if (EARLY) {                                                                           \
             PDL_LAUNCH();                                                                      \
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
-        gemv_i8<F, T, R, STAGED, EARLY>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, \
-                                        split, accum, grouped);                                \
+        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped); \
     }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
