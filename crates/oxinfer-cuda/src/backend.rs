@@ -336,7 +336,9 @@ impl CudaBackend {
         // The int8 kernels read the same bytes as int8 values and a scale per 256.
         let run = |g: &Gpu| {
             if gemm::has_int8_gemv(format) {
-                gemv::gemv_i8(g, &w, None, x, xd, y, t, GemvOut::Store)
+                // The layout a model's product takes (the constant input reads the same).
+                let grouped = gemm::int8_layout(&w, t).is_some_and(|l| l.grouped);
+                gemv::gemv_i8(g, &w, &[], x, xd, y, t, GemvOut::Store, grouped)
             } else {
                 gemv::gemv(g, &w, x, y, t)
             }

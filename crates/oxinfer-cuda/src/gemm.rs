@@ -110,9 +110,9 @@ pub(crate) enum Input16 {
     /// Quantized like [`Input16::Q8F16`] but stored as unrounded f32 values `d·q` (quantized
     /// weights on the exact path, and the generic GEMV).
     Q8F32(usize),
-    /// Quantized the same way, stored as the int8 values plus one f32 scale per block (in the
-    /// `XScale` slot): the int8 (dp4a) GEMV's input.
-    I8(usize),
+    /// Quantized the same way, stored as the int8 values (laid out as the layout says) plus one
+    /// f32 scale per block (in the `XScale` slot): the int8 (dp4a) GEMV's input.
+    I8(ops::Int8Layout),
 }
 
 /// Which input `w`'s GEMM takes on `path`.
@@ -134,7 +134,7 @@ pub(crate) fn input_kind(w: &DeviceMatrix, path: QuantPath) -> Input16 {
     }
 }
 
-/// Writes `n` f32 activations at `x` (rows of a width divisible by the block) as `kind` at
+/// Writes `n` f32 activations at `x` (rows of `row` values, divisible by the block) as `kind` at
 /// `out`. f16 kinds are guarded against overflow (f16 ends at ±65504): `scale` (three words:
 /// `[max |x| as bits, alpha, beta]`) receives `max |x|`, the values are divided by a power of two
 /// `s` that brings it to 2^15 or below (1 when it already is; exact, so results are unchanged in
@@ -146,6 +146,7 @@ pub(crate) fn prepare(
     x: CUdeviceptr,
     out: CUdeviceptr,
     n: usize,
+    row: usize,
     scale: CUdeviceptr,
 ) -> Result<(), String> {
     if matches!(kind, Input16::F16 | Input16::Q8F16(_)) {
@@ -157,7 +158,7 @@ pub(crate) fn prepare(
         Input16::F32 => Ok(()),
         Input16::Q8F16(block) => ops::quant_act(gpu, x, out, n, block, Some(scale)),
         Input16::Q8F32(block) => ops::quant_act(gpu, x, out, n, block, None),
-        Input16::I8(block) => ops::quant_act_i8(gpu, x, out, scale, n, block),
+        Input16::I8(layout) => ops::quant_act_i8(gpu, x, out, scale, n, row, layout),
     }
 }
 
@@ -171,7 +172,10 @@ fn plan_input(w: &DeviceMatrix, t: usize, path: QuantPath) -> (Input16, bool, bo
     let int8 = gemv && has_int8_gemv(w.format);
     let kind = match (gemv, int8) {
         (true, true) => match q8_f32_input(w.format) {
-            Input16::Q8F32(block) => Input16::I8(block),
+            Input16::Q8F32(block) => Input16::I8(ops::Int8Layout {
+                block,
+                grouped: t == 1 && grouped_gemv(w.format),
+            }),
             other => other,
         },
         (true, false) => q8_f32_input(w.format),
@@ -180,32 +184,41 @@ fn plan_input(w: &DeviceMatrix, t: usize, path: QuantPath) -> (Input16, bool, bo
     (kind, gemv, int8)
 }
 
-/// The int8 block size of `w`'s GEMV input over `t` rows, when that product is an int8 GEMV
-/// (its input can then be quantized by a fused kernel, [`int8_input`]).
-pub(crate) fn int8_block(w: &DeviceMatrix, t: usize) -> Option<usize> {
+/// The layout of `w`'s GEMV input over `t` rows, when that product is an int8 GEMV (its input
+/// can then be quantized by a fused kernel, [`int8_input`]).
+pub(crate) fn int8_layout(w: &DeviceMatrix, t: usize) -> Option<ops::Int8Layout> {
     match plan_input(w, t, QuantPath::DequantCublas) {
-        (Input16::I8(block), _, true) => Some(block),
+        (Input16::I8(layout), _, true) => Some(layout),
         _ => None,
     }
 }
 
-/// Where [`linear`] keeps the int8 GEMV input of `t` rows of `cols` values in blocks of
-/// `block`, for a fused kernel to write; `x` is the f32 input it stands for, and the returned
+/// Whether one-row int8 GEMVs of `f` take their input in the grouped layout
+/// ([`ops::Int8Layout::grouped`]): Q4_K and Q6_K, unless `OXINFER_CUDA_GEMV_GROUPED=0`.
+fn grouped_gemv(f: WeightFormat) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    matches!(f, WeightFormat::Q4K | WeightFormat::Q6K)
+        && *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_GROUPED").is_ok_and(|v| v == "0"))
+}
+
+/// Where [`linear`] keeps the int8 GEMV input of `t` rows of `cols` values laid out as
+/// `layout`, for a fused kernel to write; `x` is the f32 input it stands for, and the returned
 /// [`Ready`] tells `linear` that the input is prepared.
 pub(crate) fn int8_input(
     gpu: &mut Gpu,
     x: CUdeviceptr,
     t: usize,
     cols: usize,
-    block: usize,
+    layout: ops::Int8Layout,
     path: QuantPath,
 ) -> Result<(ops::Int8Out, Ready), String> {
+    let block = layout.block;
     let q = gpu.scratch(Slot::X16, t * cols * path.elem_bytes())?;
     let d = gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * cols, block))?;
     let s = ops::int8_sums(d, t * cols, block);
     Ok((
-        ops::Int8Out { q, d, s, block },
-        Some((x, q, Input16::I8(block))),
+        ops::Int8Out { q, d, s, layout },
+        Some((x, q, Input16::I8(layout))),
     ))
 }
 
@@ -226,11 +239,11 @@ fn prepared_input(
         _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
     };
     let scale = match kind {
-        Input16::I8(block) => gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * w.cols, block))?,
+        Input16::I8(l) => gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * w.cols, l.block))?,
         _ => gpu.scratch(Slot::Scale, 16)?,
     };
     if *ready != Some((x, x16, kind)) {
-        prepare(gpu, kind, x, x16, t * w.cols, scale)?;
+        prepare(gpu, kind, x, x16, t * w.cols, w.cols, scale)?;
         *ready = Some((x, x16, kind));
     }
     Ok((x16, scale, kind, gemv, int8))
@@ -249,7 +262,7 @@ pub(crate) fn linear(
 ) -> Result<(), String> {
     let (x16, scale, kind, gemv, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        return gemv::gemv_i8(gpu, w, None, x16, scale, y, t, GemvOut::Store);
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, y, t, GemvOut::Store, grouped(kind));
     }
     if gemv {
         return gemv::gemv(gpu, w, x16, y, t);
@@ -272,34 +285,64 @@ pub(crate) fn linear_add(
     path: QuantPath,
     ready: &mut Ready,
 ) -> Result<(), String> {
-    let (x16, scale, _, _, int8) = prepared_input(gpu, w, x, t, path, ready)?;
+    let (x16, scale, kind, _, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        return gemv::gemv_i8(gpu, w, None, x16, scale, acc, t, GemvOut::Accumulate);
+        let g = grouped(kind);
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, acc, t, GemvOut::Accumulate, g);
     }
     linear(gpu, w, x, t, tmp, path, ready)?;
     ops::add(gpu, acc, tmp, t * w.rows)
 }
 
-/// [`linear`] of two weights over the same input (`y1 = x · W1ᵀ`, `y2 = x · W2ᵀ`): one int8
-/// GEMV launch over both when they are int8 GEMVs of one format and width (the gate and up
-/// projections; the query and key projections), else two products.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn linear_pair(
+/// [`linear`] of several weights over the same input (`yᵢ = x · Wᵢᵀ`): the first weight and
+/// the ones after it of its format and width (up to three: query, key and value; gate and up)
+/// in one int8 GEMV launch when that is their product, then the rest the same way; else one
+/// product each.
+pub(crate) fn linear_group(
     gpu: &mut Gpu,
-    (w1, y1): (&DeviceMatrix, CUdeviceptr),
-    (w2, y2): (&DeviceMatrix, CUdeviceptr),
+    ws: &[(&DeviceMatrix, CUdeviceptr)],
     x: CUdeviceptr,
     t: usize,
     path: QuantPath,
     ready: &mut Ready,
 ) -> Result<(), String> {
-    let same = w1.format == w2.format && (w1.cols, w1.row_bytes) == (w2.cols, w2.row_bytes);
-    if same && int8_block(w1, t).is_some() {
-        let (x16, scale, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
-        return gemv::gemv_i8(gpu, w1, Some((w2, y2)), x16, scale, y1, t, GemvOut::Store);
+    let Some(&(w1, y1)) = ws.first() else {
+        return Ok(());
+    };
+    let like = |w: &DeviceMatrix| {
+        w.format == w1.format && (w.cols, w.row_bytes) == (w1.cols, w1.row_bytes)
+    };
+    let n = if int8_layout(w1, t).is_some() {
+        1 + ws[1..].iter().take(max_group() - 1).take_while(|(w, _)| like(w)).count()
+    } else {
+        1
+    };
+    if n > 1 {
+        let (x16, scale, kind, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
+        let g = grouped(kind);
+        gemv::gemv_i8(gpu, w1, &ws[1..n], x16, scale, y1, t, GemvOut::Store, g)?;
+    } else {
+        linear(gpu, w1, x, t, y1, path, ready)?;
     }
-    linear(gpu, w1, x, t, y1, path, ready)?;
-    linear(gpu, w2, x, t, y2, path, ready)
+    linear_group(gpu, &ws[n..], x, t, path, ready)
+}
+
+/// Most weights [`linear_group`] joins into one launch: 3, or `OXINFER_CUDA_GEMV_GROUP`
+/// (1-3, for measuring; 2 was the rule before the value projection joined).
+fn max_group() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("OXINFER_CUDA_GEMV_GROUP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=3).contains(n))
+            .unwrap_or(3)
+    })
+}
+
+/// Whether a prepared input is in the grouped int8 layout.
+fn grouped(kind: Input16) -> bool {
+    matches!(kind, Input16::I8(l) if l.grouped)
 }
 
 /// Whether GEMVs of `f` take int8 activations and dp4a: the formats of `INT8_GEMV_FORMATS`,

@@ -54,31 +54,52 @@ pub(crate) enum GemvOut {
     Accumulate,
 }
 
+/// The kernels' `GemvMats` (gemv.cu): up to three matrices of one launch, their outputs and
+/// row counts (absent ones null, 0 rows).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GemvMats {
+    w: [CUdeviceptr; 3],
+    y: [CUdeviceptr; 3],
+    rows: [i32; 3],
+}
+
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` (or `+=`,
 /// `out`) with `xq` the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols /
 /// block]`, from `quant_act_i8`), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four
 /// warps of a block per row when the matrices have too few rows to fill the device
-/// ([`gemv_split`]). With `second` = `(w2, y2)` (same format and width as `w`, any number of
-/// rows), also `y2 = x · W2ᵀ` in the same launch. One-row products take the staged kernel
+/// ([`gemv_split`]). Each of `more` (at most two `(w2, y2)`, same format and width as `w`, any
+/// number of rows) is also multiplied, `y2 = x · W2ᵀ`, in the same launch. One-row products take the staged kernel
 /// (weight rows copied whole into shared memory first) when [`staged`] says so and the rows
 /// fit [`STAGED_MAX_SMEM`]. `xd` holds the scales and then the run sums
-/// ([`crate::ops::int8_side_bytes`]).
+/// ([`crate::ops::int8_side_bytes`]). `grouped`: `xq` is in the grouped layout
+/// ([`crate::ops::Int8Layout::grouped`]; one row of Q4_K or Q6_K).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_i8(
     g: &Gpu,
     w: &DeviceMatrix,
-    second: Option<(&DeviceMatrix, CUdeviceptr)>,
+    more: &[(&DeviceMatrix, CUdeviceptr)],
     xq: CUdeviceptr,
     xd: CUdeviceptr,
     y: CUdeviceptr,
     t: usize,
     out: GemvOut,
+    grouped: bool,
 ) -> Result<(), String> {
-    let (w2, y2, n2) = second.map_or((0, 0, 0), |(m, y2)| (m.buf.ptr(), y2, m.rows));
-    let total = w.rows + n2;
+    if more.len() > 2 {
+        return Err(format!("an int8 GEMV launch takes 3 matrices, not {}", more.len() + 1));
+    }
+    let mut mats = GemvMats {
+        w: [w.buf.ptr(), 0, 0],
+        y: [y, 0, 0],
+        rows: [w.rows as i32, 0, 0],
+    };
+    for (i, (m, ym)) in more.iter().enumerate() {
+        (mats.w[i + 1], mats.y[i + 1], mats.rows[i + 1]) = (m.buf.ptr(), *ym, m.rows as i32);
+    }
+    let total: usize = mats.rows.iter().map(|&r| r as usize).sum();
     let split = gemv_split(w, total, t, g.sm_count);
-    let pair =
-        t == 1 && split == 1 && w.rows.is_multiple_of(2) && n2.is_multiple_of(2) && gemv_pairs();
+    let pair = t == 1 && split == 1 && mats.rows.iter().all(|r| r % 2 == 0) && gemv_pairs();
     // Shared bytes of the staged kernel: one row per `split` warps.
     let units = GEMV_WARPS / split;
     let smem = staged_unit_bytes(w.row_bytes) * units;
@@ -91,11 +112,11 @@ pub(crate) fn gemv_i8(
         g.k.gemv_i8(w.format, t)
     }
     .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
-    let wp = w.buf.ptr();
     let rb = w.row_bytes as i64;
-    g.declare_bytes(w.buf.bytes() + second.map_or(0, |(m, _)| m.buf.bytes()));
-    let [rows, rows2, cols, t_i, split_i] = [w.rows, n2, w.cols, t, split].map(|v| v as i32);
+    g.declare_bytes(w.buf.bytes() + more.iter().map(|(m, _)| m.buf.bytes()).sum::<usize>());
+    let [cols, t_i, split_i] = [w.cols, t, split].map(|v| v as i32);
     let accum = i32::from(out == GemvOut::Accumulate);
+    let grouped = i32::from(grouped);
     let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
     g.launch_smem(
         f,
@@ -103,19 +124,15 @@ pub(crate) fn gemv_i8(
         ((32 * GEMV_WARPS) as u32, 1, 1),
         if stage { smem as u32 } else { 0 },
         &mut [
-            arg(&wp),
-            arg(&w2),
+            arg(&mats),
             arg(&rb),
             arg(&xq),
             arg(&xd),
-            arg(&y),
-            arg(&y2),
-            arg(&rows),
-            arg(&rows2),
             arg(&cols),
             arg(&t_i),
             arg(&split_i),
             arg(&accum),
+            arg(&grouped),
         ],
     )
 }

@@ -244,9 +244,10 @@ pub(crate) fn attention_merge(
     let [t, h, hd, s] = [a.t, sh.n_heads, sh.head_dim, splits].map(|v| v as i32);
     if let Some(o) = quant {
         // A block per max(block, head) values, a warp per head in it.
-        let span = o.block.max(sh.head_dim);
+        let span = o.layout.block.max(sh.head_dim);
         let blocks = a.t * sh.n_heads * sh.head_dim / span;
-        let b = o.block as i32;
+        let b = o.layout.block as i32;
+        let gnb = o.layout.gnb(sh.n_heads * sh.head_dim);
         return g.launch(
             g.k.attention_combine_q8,
             (blocks as u32, 1, 1),
@@ -263,6 +264,7 @@ pub(crate) fn attention_merge(
                 arg(&s),
                 arg(&b),
                 arg(&vrot),
+                arg(&gnb),
             ],
         );
     }
@@ -283,18 +285,21 @@ pub(crate) fn attention_merge(
     )
 }
 
-/// `n` f32 activations at `x` quantized to int8 blocks of `block` values as the CPU kernels
-/// quantize them: the int8 values at `q`, one f32 scale per block at `scales`.
+/// `n` f32 activations at `x` (rows of `row` values) quantized to int8 blocks as the CPU
+/// kernels quantize them, laid out as `layout` says: the int8 values at `q`, one f32 scale per
+/// block at `scales`, then the run sums.
 pub(crate) fn quant_act_i8(
     g: &Gpu,
     x: CUdeviceptr,
     q: CUdeviceptr,
     scales: CUdeviceptr,
     n: usize,
-    block: usize,
+    row: usize,
+    layout: Int8Layout,
 ) -> Result<(), String> {
+    let block = layout.block;
     let nblocks = (n / block) as i64;
-    let b = block as i32;
+    let (b, gnb) = (block as i32, layout.gnb(row));
     let sums = int8_sums(scales, n, block);
     let params = &mut [
         arg(&x),
@@ -303,6 +308,7 @@ pub(crate) fn quant_act_i8(
         arg(&sums),
         arg(&nblocks),
         arg(&b),
+        arg(&gnb),
     ];
     launch_1d(g, g.k.quant_act_i8, n / block * 32, params)
 }
@@ -355,15 +361,38 @@ pub(crate) fn rms_norm(
     add_rms_norm_q8(g, x, None, w, y, None, rows, dim, eps)
 }
 
+/// How an int8 GEMV input is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Int8Layout {
+    /// Values per int8 block (one scale each): 32, or 256 for the K-quants.
+    pub block: usize,
+    /// Whether a one-row input's values lie in the grouped layout (blocks of 256 in groups of
+    /// eight, their 16-byte chunks interleaved: `grouped_offset` in `kernels/common.cuh`), which
+    /// the one-row Q4_K and Q6_K GEMVs read with contiguous warp loads. Scales and run sums
+    /// keep their natural order.
+    pub grouped: bool,
+}
+
+impl Int8Layout {
+    /// The kernels' `gnb` for rows of `row` values: blocks of 256 per row when grouped, else 0.
+    pub(crate) fn gnb(self, row: usize) -> i32 {
+        if self.grouped {
+            (row / 256) as i32
+        } else {
+            0
+        }
+    }
+}
+
 /// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8), one
-/// f32 scale per `block` values at `d` and the run sums at `s` ([`int8_side_bytes`]).
+/// f32 scale per `layout.block` values at `d` and the run sums at `s` ([`int8_side_bytes`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Int8Out {
     pub q: CUdeviceptr,
     pub d: CUdeviceptr,
     /// The i32 sum of each run of 32 values (`[n / 32]`).
     pub s: CUdeviceptr,
-    pub block: usize,
+    pub layout: Int8Layout,
 }
 
 /// `x += res` (when given), then `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then
@@ -387,7 +416,9 @@ pub(crate) fn add_rms_norm_q8(
         ));
     }
     let res = res.unwrap_or(0);
-    let (q, d, qs, b) = out.map_or((0, 0, 0, 32), |o| (o.q, o.d, o.s, o.block as i32));
+    let (q, d, qs, b, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
+        (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
+    });
     let (r, n) = (rows as i32, dim as i32);
     // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
     let threads = dim.next_multiple_of(32).min(1024) as u32;
@@ -407,6 +438,7 @@ pub(crate) fn add_rms_norm_q8(
             arg(&n),
             arg(&eps),
             arg(&b),
+            arg(&gnb),
         ],
     )
 }
@@ -436,7 +468,9 @@ pub(crate) fn rms_norm_q8_slices(
             x == y
         ));
     }
-    let (q, d, qs, b) = out.map_or((0, 0, 0, 32), |o| (o.q, o.d, o.s, o.block as i32));
+    let (q, d, qs, b, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
+        (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
+    });
     let (r, n) = (rows as i32, dim as i32);
     // The same threads as add_rms_norm_q8, so each block's reduction is the same.
     let threads = dim.next_multiple_of(32).min(1024) as u32;
@@ -455,23 +489,26 @@ pub(crate) fn rms_norm_q8_slices(
             arg(&n),
             arg(&eps),
             arg(&b),
+            arg(&gnb),
         ],
     )
 }
 
-/// `gate ← act(gate) · up` over `n` values, quantized to int8 blocks into `out`: the
-/// arithmetic of [`gated_act`] and [`quant_act_i8`] in one kernel (`n` a multiple of the
-/// block).
+/// `gate ← act(gate) · up` over `n` values (rows of `row`), quantized to int8 blocks into
+/// `out`: the arithmetic of [`gated_act`] and [`quant_act_i8`] in one kernel (`n` a multiple
+/// of the block).
 pub(crate) fn gated_act_q8(
     g: &Gpu,
     gate: CUdeviceptr,
     up: CUdeviceptr,
     out: Int8Out,
     n: usize,
+    row: usize,
     act: GateAct,
 ) -> Result<(), String> {
-    let nblocks = (n / out.block) as i64;
-    let (b, a) = (out.block as i32, act_id(act));
+    let block = out.layout.block;
+    let nblocks = (n / block) as i64;
+    let (b, a, gnb) = (block as i32, act_id(act), out.layout.gnb(row));
     let params = &mut [
         arg(&gate),
         arg(&up),
@@ -481,8 +518,9 @@ pub(crate) fn gated_act_q8(
         arg(&nblocks),
         arg(&b),
         arg(&a),
+        arg(&gnb),
     ];
-    launch_1d(g, g.k.gated_act_q8, n / out.block * 32, params)
+    launch_1d(g, g.k.gated_act_q8, n / block * 32, params)
 }
 
 /// Where one sequence's new rows go and what they go through in [`qkv_post`]: the device

@@ -511,9 +511,9 @@ fn add_norm_for(
     w: &DeviceMatrix,
     path: QuantPath,
 ) -> Result<Ready, String> {
-    let (out, ready) = match gemm::int8_block(w, rows) {
-        Some(block) if dim.is_multiple_of(block) => {
-            let (out, ready) = gemm::int8_input(g, y, rows, dim, block, path)?;
+    let (out, ready) = match gemm::int8_layout(w, rows) {
+        Some(layout) if dim.is_multiple_of(layout.block) => {
+            let (out, ready) = gemm::int8_input(g, y, rows, dim, layout, path)?;
             (Some(out), ready)
         }
         _ => (None, None),
@@ -562,17 +562,17 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let (x, np) = (b.x, b.norm);
         let attn_norm = at_p(lp.attn_norm);
         let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
-        gemm::linear_pair(g, (wq, b.q), (wk, b.k_new), np, t, path, &mut ready)?;
-        gemm::linear(g, wv, np, t, b.v_new, path, &mut ready)?;
+        let qkv = [(wq, b.q), (wk, b.k_new), (wv, b.v_new)];
+        gemm::linear_group(g, &qkv, np, t, path, &mut ready)?;
         // The output projection's int8 input, written by the attention's merge.
         let mut o_ready = None;
-        let o_quant = match gemm::int8_block(wo, t) {
-            Some(block)
+        let o_quant = match gemm::int8_layout(wo, t) {
+            Some(layout)
                 if all_split
                     && combine_quantizes()
-                    && ops::split_attention_quantizes(d.n_heads, hd, block) =>
+                    && ops::split_attention_quantizes(d.n_heads, hd, layout.block) =>
             {
-                let (out, r) = gemm::int8_input(g, b.att, t, q_row, block, path)?;
+                let (out, r) = gemm::int8_input(g, b.att, t, q_row, layout, path)?;
                 o_ready = r;
                 Some(out)
             }
@@ -642,12 +642,12 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         };
         let ffn_norm = at_p(lp.ffn_norm);
         let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
-        gemm::linear_pair(g, (wg, b.gate), (wu, b.up), np, t, path, &mut ready)?;
+        gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
         let n = t * wg.rows;
-        let mut ready = match gemm::int8_block(wd, t) {
-            Some(block) if wg.rows.is_multiple_of(block) => {
-                let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, block, path)?;
-                ops::gated_act_q8(g, b.gate, b.up, out, n, l.act)?;
+        let mut ready = match gemm::int8_layout(wd, t) {
+            Some(layout) if wg.rows.is_multiple_of(layout.block) => {
+                let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, path)?;
+                ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
                 ready
             }
             _ => {

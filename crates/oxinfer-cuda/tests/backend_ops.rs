@@ -264,6 +264,9 @@ fn gemv_matches_cpu_twin() {
         // A 3584-wide Q4_K row of few rows: two warps per row (gemv::gemv_split).
         (700, 3584, 1),
         (700, 3584, 2),
+        // Nine full groups of eight K-quant blocks and a partial one in the grouped one-row
+        // input layout (ops::Int8Layout).
+        (40, 18944, 1),
     ];
     for f in formats().filter(|f| f.is_quantized()) {
         for &(n, k, t) in &shapes {

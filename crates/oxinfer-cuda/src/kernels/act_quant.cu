@@ -95,10 +95,11 @@ extern "C" __global__ void f32_to_f16(const float* x, u16* y, long n) {
 
 // The same quantization to int8 blocks of B values (32 or 256), stored as the int8 values q
 // [nblocks * B], one scale d per block [nblocks] and the sum of each run of 32 int8 values
-// qs [nblocks * B / 32]: the input of the int8 GEMV (gemv.cu).
+// qs [nblocks * B / 32]: the input of the int8 GEMV (gemv.cu); with gnb > 0, in the grouped
+// layout of rows of gnb blocks (common.cuh).
 extern "C" __global__ void quant_act_i8(const float* __restrict__ x, i8* __restrict__ q,
                                         float* __restrict__ dq, int* __restrict__ qs,
-                                        long nblocks, int B) {
+                                        long nblocks, int B, int gnb) {
     PDL_ENTER();
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -108,5 +109,5 @@ extern "C" __global__ void quant_act_i8(const float* __restrict__ x, i8* __restr
     float v[8];
     #pragma unroll
     for (int i = 0; i < 8; i++) v[i] = i < per ? xb[lane + 32 * i] : 0.f;
-    warp_quant_block(v, B, q + b * B, dq + b, qs + b * (B >> 5));
+    warp_quant_block(v, B, q + b * B, dq + b, qs + b * (B >> 5), gnb, b);
 }

@@ -297,7 +297,7 @@ extern "C" __global__ void rotate_heads_f32(float* __restrict__ x, long heads, i
 }
 
 // attention_combine_f32 and the int8 quantization of its output for the next GEMV
-// (quant_act_i8) in one kernel. A block covers L = max(B, hd) consecutive values of
+// (quant_act_i8, gnb as there) in one kernel. A block covers L = max(B, hd) consecutive values of
 // out [t, H*hd] (B and hd powers of two, H*hd a multiple of L) with L / hd warps: each merges
 // one head exactly as attention_combine_f32 does (so out is bit-identical to it) into out and
 // shared memory, then the block's warps quantize its L / B blocks of B (32 or 256) into q / dq /
@@ -305,7 +305,8 @@ extern "C" __global__ void rotate_heads_f32(float* __restrict__ x, long heads, i
 extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
                                                 float* __restrict__ out, i8* __restrict__ q,
                                                 float* __restrict__ dq, int* __restrict__ qs,
-                                                int t, int H, int hd, int S, int B, int vrot) {
+                                                int t, int H, int hd, int S, int B, int vrot,
+                                                int gnb) {
     PDL_ENTER();
     __shared__ float vals[32 * MAXE];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -328,6 +329,6 @@ extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
         #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = i < pb ? vals[b * B + lane + 32 * i] : 0.f;
         long blk = (long)blockIdx.x * (L / B) + b;
-        warp_quant_block(x, B, q + blk * B, dq + blk, qs + blk * pb);
+        warp_quant_block(x, B, q + blk * B, dq + blk, qs + blk * pb, gnb, blk);
     }
 }

@@ -218,14 +218,32 @@ __device__ __forceinline__ void warp_hadamard(float (&v)[8], int per, int n) {
         if (e < per) v[e] *= scale;
 }
 
+// The grouped layout of a one-row int8 GEMV input in blocks of 256 (Q4_K / Q6_K weights; the
+// host asks for it, gemm.rs): a row of nb blocks is cut into groups of eight blocks (the last
+// group keeps the rem = nb - 8 g blocks left), and in a group the 16-byte chunk m (values
+// 16 m .. 16 m + 15) of its block j lies at chunk (m % 4) · 4 rem + 4 j + m / 4. A warp of the
+// four-lane Q4_K GEMV (lane 4 j + c takes chunks 4 c .. 4 c + 3 of block j of its group) then
+// reads 512 contiguous bytes per load, where the natural order spread them over 2 KiB of
+// 16-byte pieces 64 bytes apart (four times the L1 wavefronts). Returns where value k (0..255)
+// of block bb lies, counted from the row's start.
+__device__ __forceinline__ int grouped_offset(int bb, int nb, int k) {
+    int g = bb >> 3, rem = min(8, nb - (g << 3)), m = k >> 4;
+    int chunk = (g << 7) + (m & 3) * 4 * rem + (bb & 7) * 4 + (m >> 2);
+    return (chunk << 4) | (k & 15);
+}
+
 // One block of the int8 activation quantization (the CPU kernels' q8 quantization): d = amax /
 // 127, q = round(x / d) clamped to ±127. The warp's lane holds v[i] = element lane + 32 i of a
 // block of B (32 or 256) values (i < B / 32); writes q and, from lane 0, the scale d and (when
 // s_out is not null) the integer sum of each run of 32 values (B / 32 of them: the int8 GEMV
-// reads these instead of summing the activations for every weight row).
+// reads these instead of summing the activations for every weight row). q is the block's
+// start in the natural layout; with gnb > 0 (B = 256, rows of gnb blocks) the values go to the
+// grouped layout (grouped_offset) of the row holding block blk (the block's index counted
+// over all rows; the scale and sums keep their natural places).
 __device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8* __restrict__ q,
                                                  float* __restrict__ d_out,
-                                                 int* __restrict__ s_out) {
+                                                 int* __restrict__ s_out, int gnb = 0,
+                                                 long blk = 0) {
     int lane = threadIdx.x & 31, per = B >> 5;
     float amax = 0.f;
     #pragma unroll
@@ -235,11 +253,16 @@ __device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8*
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     float d = amax / 127.f;
     float id = amax == 0.f ? 0.f : 1.f / d;
+    int bb = gnb > 0 ? (int)(blk % gnb) : 0;
+    // The row's start: grouped offsets count from there.
+    i8* row = q - (long)bb * 256;
     #pragma unroll
     for (int i = 0; i < 8; i++) {
         if (i < per) {
             int qi = (int)fminf(fmaxf(roundf(v[i] * id), -127.f), 127.f);
-            q[lane + 32 * i] = (i8)qi;
+            int k = lane + 32 * i;
+            if (gnb > 0) row[grouped_offset(bb, gnb, k)] = (i8)qi;
+            else q[k] = (i8)qi;
             if (s_out) {
                 int sum = __reduce_add_sync(0xffffffffu, qi);
                 if (lane == 0) s_out[i] = sum;

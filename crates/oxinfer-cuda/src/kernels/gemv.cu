@@ -148,13 +148,17 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 // per super-block (a warp takes eight, the block's warps interleaved): lane c takes sub-block
 // pair (2c, 2c + 1), i.e. 32 bytes of quants (low nibbles: sub-block 2c, high: 2c + 1) as two
 // 16-byte loads, the 64 matching int8 activations as four, and their two precomputed sums
-// (the mins' term), decoding the pair's scales once.
+// (the mins' term), decoding the pair's scales once. With `grouped` (T = 1 only) xq is in the
+// grouped layout (common.cuh): lane 4 j + c's four chunks of block 8 g + j are then chunks
+// 128 g + 4 rem i + 4 j + c, i = 0..3, so each of the four loads of the warp is 512
+// contiguous bytes.
 template <int T, int R>
 __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
                                             const float* __restrict__ xd,
                                             const int* __restrict__ xs, int cols, int t,
-                                            int lane, int share, int split, float (&accs)[R][T]) {
+                                            int lane, int share, int split, float (&accs)[R][T],
+                                            int grouped) {
     int nb = cols >> 8;
     int c = lane & 3;
     // Unrolled so that several blocks' loads are in flight at once.
@@ -185,8 +189,16 @@ __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                const int4* xr = (const int4*)(xq + (long)r * cols + k0);
-                int4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+                // The chunks' start and their distance apart, in bytes.
+                const i8* xb = xq + (long)r * cols + k0;
+                int st = 16;
+                if (T == 1 && grouped) {
+                    int g = b >> 3, rem = min(8, nb - (g << 3));
+                    xb = xq + (((long)(g << 7) + lane) << 4);
+                    st = rem << 6;
+                }
+                int4 x0 = *(const int4*)xb, x1 = *(const int4*)(xb + st);
+                int4 x2 = *(const int4*)(xb + 2 * st), x3 = *(const int4*)(xb + 3 * st);
                 int xlo[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int xhi[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
                 int dl = 0, dh = 0;
@@ -257,13 +269,15 @@ __device__ __forceinline__ void q4k16_i8_rows(const u8* __restrict__ w0, long ro
 // (the low nibbles of ql[64 n + 32 (qu % 2) + l0 ..] for qu < 2, the high ones above), 16 of high
 // bits (qh[32 n + l0 ..], bits 2 qu) and 16 contiguous activations, whose sum (4 dp4a) gives
 // the -32 offset's term. Blocks are 210 bytes, so the quant words are read 2-byte aligned.
+// With `grouped` (T = 1 only) xq is in the grouped layout (common.cuh), where chunk l of
+// block b lies at grouped_offset(b, nb, 16 l).
 template <int T, int R>
 __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                               const i8* __restrict__ xq,
                                               const float* __restrict__ xd,
                                               const int* __restrict__ xs, int cols, int t,
                                               int lane, int share, int split,
-                                              float (&accs)[R][T]) {
+                                              float (&accs)[R][T], int grouped) {
     int nb = cols >> 8;
     int l = lane & 15, n = l >> 3, qu = (l & 7) >> 1, l0 = 16 * (l & 1);
     int nib = (qu >> 1) * 4, hsh = 2 * qu;
@@ -286,7 +300,8 @@ __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long ro
         #pragma unroll
         for (int r = 0; r < T; r++) {
             if (T == 1 || r < t) {
-                int4 x = *(const int4*)(xq + (long)r * cols + k0);
+                long xo = T == 1 && grouped ? grouped_offset(b, nb, 16 * l) : (long)r * cols + k0;
+                int4 x = *(const int4*)(xq + xo);
                 int dot = dot16(q6, x), sx = sum16(x);
                 acc[r] += xd[(long)r * nb + b] * (s * (float)(dot - 32 * sx));
             }
@@ -421,13 +436,14 @@ __device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_b
 // with 1, each warp of a block computes R output rows (the fastest when the grid has several
 // waves of warps); with more, each `split` warps of the block share one row's blocks and add
 // their partial sums in a fixed order (more warps in flight for matrices of few rows; 2 where
-// a row has too few blocks to keep four warps busy: the host picks, gemv.rs). With a
-// second matrix w2 (same format and width, rows2 rows; 0 for none), rows rows .. rows + rows2 - 1
-// of the grid multiply w2 into y2 (two projections of one input in one launch). With `accum`,
-// the first matrix's results are added to y (y += x · Wᵀ: the residual add of the CPU's order,
-// one f32 add of the same sum) instead of stored. xd holds the activations' scales [t, cols / act_block]
+// a row has too few blocks to keep four warps busy: the host picks, gemv.rs). The grid's rows
+// run through the matrices of m in order (up to three projections of one input in one launch:
+// query, key and value; gate and up). With `accum`, the first matrix's results are added to
+// its y (y += x · Wᵀ: the residual add of the CPU's order, one f32 add of the same sum) instead
+// of stored. xd holds the activations' scales [t, cols / act_block]
 // (act_block = 256 for the K-quants, else 32; their count rounded up to 4) followed by their run
-// sums [t, cols / 32] as i32 (ops::int8_side_bytes).
+// sums [t, cols / 32] as i32 (ops::int8_side_bytes). With `grouped` (one row, Q4_K and Q6_K;
+// ignored by the other formats) the int8 values are in the grouped layout (common.cuh).
 //
 // STAGED: the weight rows are first copied whole into shared memory with cp.async (a warp its
 // own R rows, or the block its one row when split: every byte in flight at once, each lane's
@@ -443,25 +459,52 @@ __device__ __forceinline__ void iq4nl_rows(const u8* __restrict__ w0, long row_b
 // per super-block (q4k_i8_rows: sixteen lanes were 20 % slower there, bound by their
 // instruction count), several take it with sixteen (q4k16_i8_rows: coalesced activation
 // loads, +17-47 % at 4-8 rows); Q6_K takes sixteen lanes at any row count (q6k16_i8_rows).
+// The matrices of one int8 GEMV launch: up to three weights of one format and width over the
+// same input (w2 / w3 null when absent), their outputs and row counts; grid rows run through
+// them in order.
+struct GemvMats {
+    const u8* w[3];
+    float* y[3];
+    int rows[3];
+    // Element k (0..2) by selects, not by a dynamic index (which would copy the parameter
+    // struct to local memory).
+    __device__ __forceinline__ const u8* wk(int k) const { return k == 0 ? w[0] : k == 1 ? w[1] : w[2]; }
+    __device__ __forceinline__ float* yk(int k) const { return k == 0 ? y[0] : k == 1 ? y[1] : y[2]; }
+    __device__ __forceinline__ int rowsk(int k) const { return k == 0 ? rows[0] : k == 1 ? rows[1] : rows[2]; }
+};
+
+// Which matrix grid row `row` falls in (3 past the last) and its row there.
+__device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
+    int k = 0;
+    #pragma unroll
+    for (int i = 0; i < 2; i++)
+        if (k == i && row >= m.rows[i]) {
+            row -= m.rows[i];
+            k = i + 1;
+        }
+    if (k == 2 && row >= m.rows[2]) k = 3;
+    if (k < 3 && m.wk(k) == nullptr) k = 3;
+    return make_int2(k, row);
+}
+
 template <int F, int T, int R, bool STAGED, bool EARLY = false>
-__device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __restrict__ w2,
-                                        long row_bytes, const i8* __restrict__ xq,
-                                        const float* __restrict__ xd, float* __restrict__ y,
-                                        float* __restrict__ y2, int rows, int rows2, int cols,
-                                        int t, int split, int accum) {
+__device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
+                                        const i8* __restrict__ xq,
+                                        const float* __restrict__ xd, int cols, int t, int split,
+                                        int accum, int grouped) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
     int row = (blockIdx.x * (GEMV_WARPS / split) + warp / split) * R;
     int share = warp % split;
-    bool second = row >= rows;
-    int lrow = second ? row - rows : row;
-    bool valid = lrow < (second ? rows2 : rows) && (!second || w2 != 0);
+    int2 mr = gemv_mat_row(m, row);
+    int mat = mr.x, lrow = mr.y;
+    bool valid = mat < 3;
     // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
     // warps per row, every warp stays for the __syncthreads below.
     if (split == 1 && !valid) return;
-    const u8* wr = (second ? w2 : w) + (long)(valid ? lrow : 0) * row_bytes;
+    const u8* wr = valid ? m.wk(mat) + (long)lrow * row_bytes : m.w[0];
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(row_bytes, R);
@@ -487,19 +530,19 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
     if (valid) {
-        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
         else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
         else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
         else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
         else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
     }
     if (split == 1) {
-        float* yy = second ? y2 : y;
-        int n = second ? rows2 : rows, ac = second ? 0 : accum;
+        int ac = mat == 0 ? accum : 0;
         #pragma unroll
-        for (int rr = 0; rr < R; rr++) gemv_store<T>(acc[rr], yy, n, lrow + rr, t, ac);
+        for (int rr = 0; rr < R; rr++)
+            gemv_store<T>(acc[rr], m.yk(mat), m.rowsk(mat), lrow + rr, t, ac);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
@@ -516,14 +559,12 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
     int units = GEMV_WARPS / split;
     if (threadIdx.x < units * T) {
         int u = threadIdx.x / T, r = threadIdx.x % T;
-        int grow = blockIdx.x * units + u;
-        bool sec = grow >= rows;
-        int lr = sec ? grow - rows : grow;
-        if (r < t && lr < (sec ? rows2 : rows) && (!sec || w2 != 0)) {
+        int2 gr = gemv_mat_row(m, blockIdx.x * units + u);
+        if (r < t && gr.x < 3) {
             float v = 0.f;
             for (int k = 0; k < split; k++) v += partial[u * split + k][r];
-            float* yo = (sec ? y2 : y) + (long)r * (sec ? rows2 : rows) + lr;
-            *yo = !sec && accum ? *yo + v : v;
+            float* yo = m.yk(gr.x) + (long)r * m.rowsk(gr.x) + gr.y;
+            *yo = gr.x == 0 && accum ? *yo + v : v;
         }
     }
 }
@@ -540,15 +581,14 @@ __device__ __forceinline__ void gemv_i8(const u8* __restrict__ w, const u8* __re
 // waits inside gemv_i8, after issuing its weight copies.
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
-        const u8* w, const u8* w2, long row_bytes, const i8* xq, const float* xd, float* y,    \
-        float* y2, int rows, int rows2, int cols, int t, int split, int accum) {               \
+        GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
+        int accum, int grouped) {                                                              \
         if (EARLY) {                                                                           \
             PDL_LAUNCH();                                                                      \
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
-        gemv_i8<F, T, R, STAGED, EARLY>(w, w2, row_bytes, xq, xd, y, y2, rows, rows2, cols, t, \
-                                        split, accum);                                         \
+        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped); \
     }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \

@@ -46,7 +46,8 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 // GEMV's input after it: with res != 0 first x += res (add_f32, written back), then
 // y = x / sqrt(mean(x^2) + eps) · w over rows of `dim` (the sum of squares in f64 like the CPU
 // reference; y may equal x), then, with q != 0, y quantized to int8 blocks of B values into
-// q [rows * dim], dq [rows * dim / B] and qs [rows * dim / 32] (quant_act_i8). One block per row, up to RMS_THREADS
+// q [rows * dim], dq [rows * dim / B] and qs [rows * dim / 32] (quant_act_i8; gnb > 0: q in the
+// grouped layout, common.cuh). One block per row, up to RMS_THREADS
 // threads, dim ≤ RMS_THREADS · RMS_PER (ops.rs checks): each thread loads its RMS_PER values of
 // x and res into registers before it writes anything, so the loads are in flight together (a
 // loop that stores x between loads waited for each load in turn: 16 µs for one 3584-wide row
@@ -55,7 +56,7 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 #define RMS_PER 16
 extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
     float* x, const float* __restrict__ res, const float* __restrict__ w, float* y, i8* q,
-    float* dq, int* qs, int rows, int dim, float eps, int B) {
+    float* dq, int* qs, int rows, int dim, float eps, int B, int gnb) {
     PDL_ENTER();
     int r = blockIdx.x;
     if (r >= rows) return;
@@ -109,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
         #pragma unroll
         for (int i = 0; i < 8; i++) vb[i] = i < per ? yr[b * B + lane + 32 * i] : 0.f;
         long blk = ((long)r * dim) / B + b;
-        warp_quant_block(vb, B, q + blk * B, dq + blk, qs + blk * per);
+        warp_quant_block(vb, B, q + blk * B, dq + blk, qs + blk * per, gnb, blk);
     }
 }
 
@@ -125,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
 #define RMS_SLICE 256
 extern "C" __global__ void __launch_bounds__(RMS_THREADS) rms_norm_q8_slices(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* q,
-    float* dq, int* qs, int rows, int dim, float eps, int B) {
+    float* dq, int* qs, int rows, int dim, float eps, int B, int gnb) {
     PDL_ENTER();
     int r = blockIdx.x, sl = blockIdx.y;
     if (r >= rows) return;
@@ -173,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rms_norm_q8_slices(
     long row_blocks = (long)r * (dim / B);
     if (B == 256) {
         long blk = row_blocks + s0 / 256;
-        if (s0 < dim) warp_quant_block(ys, 256, q + blk * 256, dq + blk, qs + blk * 8);
+        if (s0 < dim) warp_quant_block(ys, 256, q + blk * 256, dq + blk, qs + blk * 8, gnb, blk);
         return;
     }
     // Blocks of 32: sub-block i of the slice is element lane + 32 i, one per lane.
@@ -188,9 +189,9 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rms_norm_q8_slices(
 }
 
 // The gated activation (gated_act_f32: g = act(g) · u, written back) and the int8 quantization
-// of the result in blocks of B (quant_act_i8) in one kernel: one warp per block.
+// of the result in blocks of B (quant_act_i8, gnb as there) in one kernel: one warp per block.
 extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i8* q, float* dq,
-                                        int* qs, long nblocks, int B, int act) {
+                                        int* qs, long nblocks, int B, int act, int gnb) {
     PDL_ENTER();
     long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -215,7 +216,7 @@ extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i
             g[b * B + lane + 32 * i] = v[i];
         }
     }
-    warp_quant_block(v, B, q + b * B, dq + b, qs + b * per);
+    warp_quant_block(v, B, q + b * B, dq + b, qs + b * per, gnb, b);
 }
 
 // One head of new queries, keys or values after its projection (the warp's lane holds
