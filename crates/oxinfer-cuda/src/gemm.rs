@@ -193,12 +193,27 @@ pub(crate) fn int8_layout(w: &DeviceMatrix, t: usize) -> Option<ops::Int8Layout>
     }
 }
 
-/// Whether one-row int8 GEMVs of `f` take their input in the grouped layout
-/// ([`ops::Int8Layout::grouped`]): Q4_K and Q6_K, unless `OXINFER_CUDA_GEMV_GROUPED=0`.
+/// Whether one-row int8 GEMVs of `f` ask for their input in the grouped layout
+/// ([`ops::Int8Layout::grouped`]): Q4_K, unless `OXINFER_CUDA_GEMV_GROUPED=0` (none) or `=all`
+/// (Q6_K too, for measuring). Its four-lane
+/// kernel then reads the activations contiguously; Q6_K's sixteen-lane kernel reads the plain
+/// layout contiguously and the grouped one with more instructions (H100 `ncu`, the 7B's
+/// `ffn_down`: 37.7 µs plain, 43.8 µs grouped), so it asks for the plain layout but reads an
+/// input already prepared grouped for a Q4_K neighbour ([`reads_either_layout`]).
 fn grouped_gemv(f: WeightFormat) -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
+    static SET: OnceLock<Option<String>> = OnceLock::new();
+    let set = SET.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV_GROUPED").ok());
+    match set.as_deref() {
+        Some("0") => false,
+        Some("all") => matches!(f, WeightFormat::Q4K | WeightFormat::Q6K),
+        _ => f == WeightFormat::Q4K,
+    }
+}
+
+/// Whether the one-row int8 GEMV of `f` reads both layouts of [`ops::Int8Layout`] (the kernel
+/// takes `grouped` as an argument), so an input prepared in either serves it.
+fn reads_either_layout(f: WeightFormat) -> bool {
     matches!(f, WeightFormat::Q4K | WeightFormat::Q6K)
-        && *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_GROUPED").is_ok_and(|v| v == "0"))
 }
 
 /// Where [`linear`] keeps the int8 GEMV input of `t` rows of `cols` values laid out as
@@ -232,7 +247,13 @@ fn prepared_input(
     path: QuantPath,
     ready: &mut Ready,
 ) -> Result<(CUdeviceptr, CUdeviceptr, Input16, bool, bool), String> {
-    let (kind, gemv, int8) = plan_input(w, t, path);
+    let (mut kind, gemv, int8) = plan_input(w, t, path);
+    // An input already prepared for `x` in the other int8 layout serves a kernel reading both.
+    if let (Input16::I8(want), Some((rx, _, Input16::I8(have)))) = (kind, *ready) {
+        if rx == x && t == 1 && have.block == want.block && reads_either_layout(w.format) {
+            kind = Input16::I8(have);
+        }
+    }
     let x16 = match kind {
         Input16::F32 => x,
         Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
@@ -313,7 +334,11 @@ pub(crate) fn linear_group(
         w.format == w1.format && (w.cols, w.row_bytes) == (w1.cols, w1.row_bytes)
     };
     let n = if int8_layout(w1, t).is_some() {
-        1 + ws[1..].iter().take(max_group() - 1).take_while(|(w, _)| like(w)).count()
+        1 + ws[1..]
+            .iter()
+            .take(max_group() - 1)
+            .take_while(|(w, _)| like(w))
+            .count()
     } else {
         1
     };

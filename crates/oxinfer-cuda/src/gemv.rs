@@ -87,7 +87,10 @@ pub(crate) fn gemv_i8(
     grouped: bool,
 ) -> Result<(), String> {
     if more.len() > 2 {
-        return Err(format!("an int8 GEMV launch takes 3 matrices, not {}", more.len() + 1));
+        return Err(format!(
+            "an int8 GEMV launch takes 3 matrices, not {}",
+            more.len() + 1
+        ));
     }
     let mut mats = GemvMats {
         w: [w.buf.ptr(), 0, 0],
