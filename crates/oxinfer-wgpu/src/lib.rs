@@ -3,9 +3,10 @@
 //!
 //! What runs on the device ([`WgpuBackend`]):
 //! - matmuls reading the weights in their storage format: F32, F16, BF16, GGUF Q4_0, Q4_1,
-//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and oxinfer's split Q8/Q4 (`shaders/decode.wgsl`); inputs of
-//!   quantized formats are first rounded through int8 blocks exactly as the CPU kernels do
-//!   (`shaders/quant.wgsl`), so device and CPU agree to f32 summation order;
+//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and oxinfer's split Q8/Q4 (`shaders/decode.wgsl`), over f32
+//!   inputs (the exact path's sums), or with `OXINFER_WGPU_INT8_INPUTS=1` over inputs rounded
+//!   through int8 blocks as the CPU's integer kernels do (`shaders/quant.wgsl`,
+//!   [`int8_inputs`]);
 //! - flash-style attention with causal mask, GQA, sliding window and logit soft-cap (key tiles
 //!   and their probabilities in workgroup memory, online softmax);
 //! - the gated MLP, and whole model plans with the hidden state and each sequence's KV cache
@@ -33,5 +34,6 @@ mod stack_run;
 
 pub use backend::WgpuBackend;
 pub use kernels::FORMATS;
+pub use matrix::int8_inputs;
 pub use probe::{probe, WgpuProvider};
 pub use stack::unsupported_op;

@@ -49,12 +49,27 @@ impl DeviceMatrix {
     /// Activation values per int8 block the CPU rounds this format's inputs through (`None`:
     /// f32 inputs).
     pub(crate) fn act_block(&self) -> Option<usize> {
+        if !int8_inputs() {
+            return None;
+        }
         match act_kind(self.format) {
             ActKind::F32 => None,
             ActKind::Q8 => Some(32),
             ActKind::Q8K => Some(256),
         }
     }
+}
+
+/// Whether the inputs of quantized products are rounded through int8 blocks as the CPU's
+/// integer kernels round them (`OXINFER_WGPU_INT8_INPUTS=1`; `shaders/quant.wgsl`), so the
+/// device multiplies the CPU's values. Off by default: products then take the f32 inputs, the
+/// exact path's sums (`OXINFER_KERNELS=scalar`, `oxinfer_kernels::matmul_reference`), at the
+/// same cost (the matmul reads f32 inputs either way) and one dispatch fewer per input. The CPU's
+/// agreement is not bit-for-bit in either mode: its RMSNorm sums in f64 and its products in
+/// another order, and a last-bit difference moves values across int8 rounding boundaries.
+pub fn int8_inputs() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_WGPU_INT8_INPUTS").is_ok_and(|v| v == "1"))
 }
 
 /// `y[t][n] (row stride ld) = x[t][k] · Wᵀ` with `x` at `x` in `a`, `y` at `y` in `out`.

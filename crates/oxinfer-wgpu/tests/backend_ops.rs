@@ -28,6 +28,16 @@ fn weights(f: WeightFormat, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Ve
 /// Every decoded format against the CPU matmul (int8-rounded activations for quantized
 /// formats, exactly as the CPU rounds them), over decode- and prefill-sized row counts,
 /// ragged against the 8-row step; float rows also of a width that is no multiple of 32.
+/// The CPU product the device's should equal: the exact one (f32 inputs), or with
+/// `OXINFER_WGPU_INT8_INPUTS=1` the integer kernels' (inputs rounded through int8 blocks).
+fn cpu_matmul(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32]) {
+    if oxinfer_wgpu::int8_inputs() {
+        oxinfer_kernels::matmul(w, x, t, y);
+    } else {
+        oxinfer_kernels::matmul_reference(w, x, t, y);
+    }
+}
+
 #[test]
 fn matmul_matches_cpu_twin() {
     let Some(b) = backend() else { return };
@@ -59,7 +69,7 @@ fn matmul_matches_cpu_twin() {
             };
             assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
             let mut cpu = vec![0f32; t * n];
-            oxinfer_kernels::matmul(&w, &x, t, &mut cpu);
+            cpu_matmul(&w, &x, t, &mut cpu);
             let e = rel_err(&y, &cpu);
             println!("{f:5} [{n:3}x{k:3}] t={t:2}: vs CPU {e:.2e}");
             assert!(e < 2e-6, "{f} [{n}x{k}] t={t}: error {e} vs the CPU matmul");
@@ -170,10 +180,10 @@ fn gated_mlp_matches_cpu_twin() {
             vec![0f32; t * ffn],
             vec![0f32; t * dim],
         );
-        oxinfer_kernels::matmul(&gw, &x, t, &mut g);
-        oxinfer_kernels::matmul(&uw, &x, t, &mut u);
+        cpu_matmul(&gw, &x, t, &mut g);
+        cpu_matmul(&uw, &x, t, &mut u);
         let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| act.apply(g) * u).collect();
-        oxinfer_kernels::matmul(&dw, &h, t, &mut cpu);
+        cpu_matmul(&dw, &h, t, &mut cpu);
         let e = rel_err(&y, &cpu);
         println!("gated MLP {fu}/{fd} {act:?} t={t}: {e:.2e}");
         assert!(e < 1e-5, "{fu}/{fd}: error {e}");
