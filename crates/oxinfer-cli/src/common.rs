@@ -107,6 +107,7 @@ impl ModelArgs {
     /// Encoders reach a GPU backend op by op, each product's activations crossing the bus, and
     /// all-MiniLM-L6-v2 ran 6–17× slower that way than on the host's cores (docs/embeddings.md);
     /// `--device cuda` still asks for it.
+    #[cfg(feature = "server")]
     pub fn prepare_encoder_runtime(&self) -> Result<()> {
         self.prepare_runtime_for(true)
     }

@@ -51,6 +51,17 @@ impl WgpuBackend {
         })
     }
 
+    /// This backend with storage bindings of at most `bytes` (below the device's own limit), so
+    /// that weights larger than that are uploaded in row parts: for tests of the split matrices
+    /// on devices whose limit is larger. Call it before any upload.
+    pub fn with_max_binding(mut self, bytes: u64) -> Self {
+        if let Some(g) = Arc::get_mut(&mut self.gpu) {
+            let l = &mut g.limits;
+            l.max_storage_buffer_binding_size = l.max_storage_buffer_binding_size.min(bytes);
+        }
+        self
+    }
+
     /// The adapter's name and API (`"llvmpipe (LLVM 15.0.6, 256 bits) on Vulkan"`).
     pub fn adapter(&self) -> String {
         format!("{} on {:?}", self.gpu.info.name, self.gpu.info.backend)

@@ -102,6 +102,13 @@ impl Gpu {
         }
     }
 
+    /// The most bytes one storage buffer binding may hold on this device.
+    pub(crate) fn max_binding(&self) -> u64 {
+        self.limits
+            .max_buffer_size
+            .min(self.limits.max_storage_buffer_binding_size)
+    }
+
     /// Whether a storage buffer of `bytes` can be bound.
     pub(crate) fn fits(&self, bytes: u64) -> bool {
         bytes <= self.limits.max_buffer_size && bytes <= self.limits.max_storage_buffer_binding_size

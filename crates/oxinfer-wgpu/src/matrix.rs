@@ -8,41 +8,74 @@ use crate::kernels::{
 use oxinfer_kernels::vecdot::{act_kind, ActKind};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 
-/// A `[rows, cols]` weight on the device.
+/// A `[rows, cols]` weight on the device, in one or more parts of consecutive rows: a matrix
+/// larger than the device lets one storage binding be (lavapipe: 128 MiB, less than Gemma 3's
+/// 178 MB output head) is split by rows, and its product runs one dispatch per part.
 #[derive(Debug)]
 pub struct DeviceMatrix {
     pub(crate) format: WeightFormat,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    /// Bytes of one row in `w`.
+    /// Bytes of one row in a part's `w`.
     pub(crate) row_bytes: usize,
-    /// Bytes of one row's scales in `s` (split formats; else 0).
+    /// Bytes of one row's scales in a part's `s` (split formats; else 0).
     pub(crate) scale_row_bytes: usize,
+    pub(crate) parts: Vec<MatrixPart>,
+}
+
+/// Rows `row0..row0 + rows` of a [`DeviceMatrix`]: their weights and (split formats) scales.
+#[derive(Debug)]
+pub(crate) struct MatrixPart {
+    pub(crate) row0: usize,
+    pub(crate) rows: usize,
     pub(crate) w: wgpu::Buffer,
     pub(crate) s: Option<wgpu::Buffer>,
 }
 
 impl DeviceMatrix {
-    /// Uploads `m`; `None` when the kernels do not decode its format or it exceeds the
+    /// Uploads `m`; `None` when the kernels do not decode its format or one row exceeds the
     /// device's buffer limits. (Block formats have whole blocks per row; float rows may have
     /// any width.)
     pub(crate) fn upload(g: &Gpu, m: &WeightMatrix) -> Option<DeviceMatrix> {
-        let fits = FORMATS.contains(&m.format)
-            && m.rows > 0
-            && g.fits(m.data.len() as u64)
-            && g.fits(m.scales.len() as u64);
-        if !fits {
+        let (row_bytes, scale_row_bytes) = (m.row_bytes(), m.row_scale_bytes());
+        if !FORMATS.contains(&m.format) || m.rows == 0 {
             return None;
         }
-        let s = (!m.scales.is_empty()).then(|| g.buffer_init("scales", m.scales));
+        // Rows per part: its bytes, padded to 4, within one binding.
+        let room = g.max_binding().saturating_sub(4) as usize;
+        let per_part = [row_bytes, scale_row_bytes]
+            .iter()
+            .filter(|&&b| b > 0)
+            .map(|&b| room / b)
+            .min()?
+            .min(m.rows);
+        if per_part == 0 {
+            return None;
+        }
+        let parts = (0..m.rows)
+            .step_by(per_part)
+            .map(|row0| {
+                let rows = per_part.min(m.rows - row0);
+                let w = &m.data[row0 * row_bytes..(row0 + rows) * row_bytes];
+                let s = (scale_row_bytes > 0).then(|| {
+                    let s = &m.scales[row0 * scale_row_bytes..(row0 + rows) * scale_row_bytes];
+                    g.buffer_init("scales", s)
+                });
+                MatrixPart {
+                    row0,
+                    rows,
+                    w: g.buffer_init("weights", w),
+                    s,
+                }
+            })
+            .collect();
         Some(DeviceMatrix {
             format: m.format,
             rows: m.rows,
             cols: m.cols,
-            row_bytes: m.row_bytes(),
-            scale_row_bytes: m.row_scale_bytes(),
-            w: g.buffer_init("weights", m.data),
-            s,
+            row_bytes,
+            scale_row_bytes,
+            parts,
         })
     }
 
@@ -72,9 +105,10 @@ pub fn int8_inputs() -> bool {
     *ON.get_or_init(|| std::env::var("OXINFER_WGPU_INT8_INPUTS").is_ok_and(|v| v == "1"))
 }
 
-/// `y[t][n] (row stride ld) = x[t][k] · Wᵀ` with `x` at `x` in `a`, `y` at `y` in `out`.
+/// `y[t][n] (row stride ld) = x[t][k] · Wᵀ` with `x` at `x` in `a`, `y` at `y` in `out`: one
+/// dispatch per part of `m`, each writing its rows' columns of `y`.
 #[allow(clippy::too_many_arguments)]
-fn matmul_dispatch(
+fn matmul_dispatches(
     m: &DeviceMatrix,
     a: &Buf,
     x: usize,
@@ -82,25 +116,28 @@ fn matmul_dispatch(
     y: usize,
     ld: usize,
     t: usize,
-) -> Dispatch {
-    let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, m.w.clone())];
-    if let Some(s) = &m.s {
-        bufs.push((4, s.clone()));
-    }
-    Dispatch {
-        kernel: Kernel::Matmul(m.format),
-        params: words(&[
-            u(x),
-            u(y),
-            u(m.rows),
-            u(m.cols),
-            u(t),
-            u(m.row_bytes),
-            u(m.scale_row_bytes),
-            u(ld),
-        ]),
-        bufs,
-        groups: u(m.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS)),
+    list: &mut Vec<Dispatch>,
+) {
+    for p in &m.parts {
+        let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, p.w.clone())];
+        if let Some(s) = &p.s {
+            bufs.push((4, s.clone()));
+        }
+        list.push(Dispatch {
+            kernel: Kernel::Matmul(m.format),
+            params: words(&[
+                u(x),
+                u(y + p.row0),
+                u(p.rows),
+                u(m.cols),
+                u(t),
+                u(m.row_bytes),
+                u(m.scale_row_bytes),
+                u(ld),
+            ]),
+            bufs,
+            groups: u(p.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS)),
+        });
     }
 }
 
@@ -139,5 +176,5 @@ pub(crate) fn linear(
         }
         None => io.x,
     };
-    out.push(matmul_dispatch(m, io.a, x, io.out, io.y, io.ld, t));
+    matmul_dispatches(m, io.a, x, io.out, io.y, io.ld, t, out);
 }

@@ -77,6 +77,42 @@ fn matmul_matches_cpu_twin() {
     }
 }
 
+/// A matrix larger than one storage binding (the limit lowered to 64 KiB) is uploaded in row
+/// parts and multiplied one dispatch per part: the same result as the CPU twin.
+#[test]
+fn split_matrix_matches_cpu_twin() {
+    let Some(b) = backend() else { return };
+    let b = b.with_max_binding(64 << 10);
+    for (f, n, k, t) in [
+        (WeightFormat::Q8_0, 700, 640, 1),
+        (WeightFormat::Q4K, 1100, 512, 3),
+        (WeightFormat::F32, 70, 512, 2),
+    ] {
+        let (data, scales) = weights(f, n, k, 11);
+        let w = WeightMatrix::new_split(f, &data, &scales, n, k).expect("matrix");
+        assert!(
+            data.len() > 64 << 10,
+            "{f}: the matrix must need several parts"
+        );
+        let x = randoms(t * k, 5, 1.0);
+        let dev = b
+            .upload(&w)
+            .unwrap_or_else(|| panic!("{f} upload declined"));
+        let mut y = vec![0f32; t * n];
+        let job = Job {
+            w,
+            dev: &dev,
+            y: &mut y,
+        };
+        assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
+        let mut cpu = vec![0f32; t * n];
+        cpu_matmul(&w, &x, t, &mut cpu);
+        let e = rel_err(&y, &cpu);
+        println!("{f:5} [{n}x{k}] t={t} in parts of 64 KiB: vs CPU {e:.2e}");
+        assert!(e < 2e-6, "{f} [{n}x{k}]: error {e} vs the CPU matmul");
+    }
+}
+
 #[test]
 fn attention_matches_cpu_twin() {
     let Some(b) = backend() else { return };
