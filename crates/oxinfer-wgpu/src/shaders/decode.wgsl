@@ -21,22 +21,29 @@ fn wval(n: u32, i: u32) -> f32 {
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 18u;
     let d = wf16(b);
-    for (var j = 0u; j < 16u; j++) {
-        let q = wbyte(b + 2u + j);
-        (*out)[j] = d * (f32(q & 15u) - 8.0);
-        (*out)[j + 16u] = d * (f32(q >> 4u) - 8.0);
+    for (var w = 0u; w < 4u; w++) {
+        let q = wword(b + 2u + 4u * w);
+        for (var i = 0u; i < 4u; i++) {
+            let j = 4u * w + i;
+            let v = q >> (8u * i);
+            (*out)[j] = d * (f32(v & 15u) - 8.0);
+            (*out)[j + 16u] = d * (f32((v >> 4u) & 15u) - 8.0);
+        }
     }
 }
 //@END
 //@Q4_1
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 20u;
-    let d = wf16(b);
-    let m = wf16(b + 2u);
-    for (var j = 0u; j < 16u; j++) {
-        let q = wbyte(b + 4u + j);
-        (*out)[j] = d * f32(q & 15u) + m;
-        (*out)[j + 16u] = d * f32(q >> 4u) + m;
+    let dm = unpack2x16float(wword(b));
+    for (var w = 0u; w < 4u; w++) {
+        let q = wword(b + 4u + 4u * w);
+        for (var i = 0u; i < 4u; i++) {
+            let j = 4u * w + i;
+            let v = q >> (8u * i);
+            (*out)[j] = dm.x * f32(v & 15u) + dm.y;
+            (*out)[j + 16u] = dm.x * f32((v >> 4u) & 15u) + dm.y;
+        }
     }
 }
 //@END
@@ -44,24 +51,31 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 22u;
     let d = wf16(b);
-    let qh = wbyte(b + 2u) | (wbyte(b + 3u) << 8u) | (wbyte(b + 4u) << 16u) | (wbyte(b + 5u) << 24u);
-    for (var j = 0u; j < 16u; j++) {
-        let q = wbyte(b + 6u + j);
-        (*out)[j] = d * (f32((q & 15u) | (((qh >> j) & 1u) << 4u)) - 16.0);
-        (*out)[j + 16u] = d * (f32((q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) - 16.0);
+    let qh = wword(b + 2u);
+    for (var w = 0u; w < 4u; w++) {
+        let q = wword(b + 6u + 4u * w);
+        for (var i = 0u; i < 4u; i++) {
+            let j = 4u * w + i;
+            let v = q >> (8u * i);
+            (*out)[j] = d * (f32((v & 15u) | (((qh >> j) & 1u) << 4u)) - 16.0);
+            (*out)[j + 16u] = d * (f32(((v >> 4u) & 15u) | (((qh >> (j + 16u)) & 1u) << 4u)) - 16.0);
+        }
     }
 }
 //@END
 //@Q5_1
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 24u;
-    let d = wf16(b);
-    let m = wf16(b + 2u);
-    let qh = wbyte(b + 4u) | (wbyte(b + 5u) << 8u) | (wbyte(b + 6u) << 16u) | (wbyte(b + 7u) << 24u);
-    for (var j = 0u; j < 16u; j++) {
-        let q = wbyte(b + 8u + j);
-        (*out)[j] = d * f32((q & 15u) | (((qh >> j) & 1u) << 4u)) + m;
-        (*out)[j + 16u] = d * f32((q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u)) + m;
+    let dm = unpack2x16float(wword(b));
+    let qh = wword(b + 4u);
+    for (var w = 0u; w < 4u; w++) {
+        let q = wword(b + 8u + 4u * w);
+        for (var i = 0u; i < 4u; i++) {
+            let j = 4u * w + i;
+            let v = q >> (8u * i);
+            (*out)[j] = dm.x * f32((v & 15u) | (((qh >> j) & 1u) << 4u)) + dm.y;
+            (*out)[j + 16u] = dm.x * f32(((v >> 4u) & 15u) | (((qh >> (j + 16u)) & 1u) << 4u)) + dm.y;
+        }
     }
 }
 //@END
@@ -69,7 +83,10 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 34u;
     let d = wf16(b);
-    for (var j = 0u; j < 32u; j++) { (*out)[j] = d * i8f(wbyte(b + 2u + j)); }
+    for (var w = 0u; w < 8u; w++) {
+        let q = wword(b + 2u + 4u * w);
+        for (var i = 0u; i < 4u; i++) { (*out)[4u * w + i] = d * i8f(q >> (8u * i)); }
+    }
 }
 //@END
 //@Q4K
@@ -92,8 +109,11 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let m1 = dmin * sm.y;
     let qs = b + 16u + 32u * (sub / 2u);
     let shift = 4u * (sub & 1u);
-    for (var l = 0u; l < 32u; l++) {
-        (*out)[l] = d1 * f32((wbyte(qs + l) >> shift) & 15u) - m1;
+    for (var w = 0u; w < 8u; w++) {
+        let q = wword(qs + 4u * w) >> shift;
+        for (var i = 0u; i < 4u; i++) {
+            (*out)[4u * w + i] = d1 * f32((q >> (8u * i)) & 15u) - m1;
+        }
     }
 }
 //@END
@@ -108,11 +128,16 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let sc = b + 192u + 8u * half + 2u * gg;
     let d = wf16(b + 208u);
     let lo_shift = 4u * (gg / 2u);
-    for (var l = 0u; l < 32u; l++) {
-        let lo = (wbyte(ql + l) >> lo_shift) & 15u;
-        let hi = (wbyte(qh + l) >> (2u * gg)) & 3u;
-        let q = f32(i32(lo | (hi << 4u)) - 32);
-        (*out)[l] = d * i8f(wbyte(sc + l / 16u)) * q;
+    let s0 = d * i8f(wbyte(sc));
+    let s1 = d * i8f(wbyte(sc + 1u));
+    for (var w = 0u; w < 8u; w++) {
+        let lo = wword(ql + 4u * w) >> lo_shift;
+        let hi = wword(qh + 4u * w) >> (2u * gg);
+        let ds = select(s1, s0, w < 4u);
+        for (var i = 0u; i < 4u; i++) {
+            let q = ((lo >> (8u * i)) & 15u) | (((hi >> (8u * i)) & 3u) << 4u);
+            (*out)[4u * w + i] = ds * f32(i32(q) - 32);
+        }
     }
 }
 //@END
@@ -120,7 +145,10 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
 fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let b = n * pu(5u) + g * 32u;
     let d = bitcast<f32>(S[(n * pu(6u)) / 4u + g]);
-    for (var j = 0u; j < 32u; j++) { (*out)[j] = d * i8f(wbyte(b + j)); }
+    for (var w = 0u; w < 8u; w++) {
+        let q = wword(b + 4u * w);
+        for (var i = 0u; i < 4u; i++) { (*out)[4u * w + i] = d * i8f(q >> (8u * i)); }
+    }
 }
 //@END
 //@Q4
@@ -129,10 +157,14 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
     let so = n * pu(6u) + 2u * g;
     let sw = S[so / 4u] >> (8u * (so & 3u));
     let d = unpack2x16float(sw & 0xffffu).x;
-    for (var j = 0u; j < 16u; j++) {
-        let q = wbyte(b + j);
-        (*out)[j] = d * (f32(q & 15u) - 8.0);
-        (*out)[j + 16u] = d * (f32(q >> 4u) - 8.0);
+    for (var w = 0u; w < 4u; w++) {
+        let q = wword(b + 4u * w);
+        for (var i = 0u; i < 4u; i++) {
+            let j = 4u * w + i;
+            let v = q >> (8u * i);
+            (*out)[j] = d * (f32(v & 15u) - 8.0);
+            (*out)[j + 16u] = d * (f32((v >> 4u) & 15u) - 8.0);
+        }
     }
 }
 //@END

@@ -12,7 +12,17 @@ const ROWS: u32 = 8u;
 var<workgroup> red: array<f32, 512>;
 
 fn wbyte(o: u32) -> u32 { return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu; }
-fn wf16(o: u32) -> f32 { return unpack2x16float(wbyte(o) | (wbyte(o + 1u) << 8u)).x; }
+// The four bytes at byte offset o (any alignment) as one little-endian word: one load where o
+// is a multiple of 4, else two and a funnel shift. (The word past the buffer's end that an
+// unaligned read of its last bytes touches is clamped by WGSL's bounds rules; its bytes are
+// shifted out.)
+fn wword(o: u32) -> u32 {
+    let i = o >> 2u;
+    let s = (o & 3u) * 8u;
+    let hi = select(W[i + 1u] << (32u - s), 0u, s == 0u);
+    return (W[i] >> s) | hi;
+}
+fn wf16(o: u32) -> f32 { return unpack2x16float(wword(o) & 0xffffu).x; }
 fn i8f(b: u32) -> f32 { return f32(bitcast<i32>(b << 24u) >> 24u); }
 
 //DECODE
