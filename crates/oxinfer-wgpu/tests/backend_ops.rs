@@ -9,7 +9,7 @@ mod device;
 use device::{backend, randoms, rel_err};
 use oxinfer::backend::{AttentionGeom, AttnShape, Backend, GateAct, Job, Weight};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
-use oxinfer_wgpu::FORMATS;
+use oxinfer_wgpu::{WgpuBackend, FORMATS};
 
 /// Weights `[rows, cols]` of `f`: random quants with small scales for block formats
 /// (`synthetic::random_matrix`), the split formats quantized from random f32.
@@ -38,6 +38,38 @@ fn cpu_matmul(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32]) {
     }
 }
 
+/// One `[n, k]` matrix of format `f` (weights from `seed`) times `t` random rows on `b` against
+/// the CPU twin: asserts and prints the relative error (`what` labels the line).
+fn check_matmul(
+    b: &WgpuBackend,
+    f: WeightFormat,
+    (n, k, t): (usize, usize, usize),
+    seed: u64,
+    what: &str,
+) {
+    let (data, scales) = weights(f, n, k, seed);
+    let w = WeightMatrix::new_split(f, &data, &scales, n, k).expect("matrix");
+    let x = randoms(t * k, 93 + seed, 1.0);
+    let dev = b
+        .upload(&w)
+        .unwrap_or_else(|| panic!("{f} upload declined"));
+    let mut y = vec![0f32; t * n];
+    let job = Job {
+        w,
+        dev: &dev,
+        y: &mut y,
+    };
+    assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
+    let mut cpu = vec![0f32; t * n];
+    cpu_matmul(&w, &x, t, &mut cpu);
+    let e = rel_err(&y, &cpu);
+    println!("{f:5} [{n:3}x{k:3}] t={t:2}{what}: vs CPU {e:.2e}");
+    assert!(
+        e < 2e-6,
+        "{f} [{n}x{k}] t={t}{what}: error {e} vs the CPU matmul"
+    );
+}
+
 #[test]
 fn matmul_matches_cpu_twin() {
     let Some(b) = backend() else { return };
@@ -55,24 +87,7 @@ fn matmul_matches_cpu_twin() {
             if !k.is_multiple_of(f.block_size()) || (f.is_quantized() && k % 32 != 0) {
                 continue;
             }
-            let (data, scales) = weights(f, n, k, 7 + si as u64);
-            let w = WeightMatrix::new_split(f, &data, &scales, n, k).expect("matrix");
-            let x = randoms(t * k, 100 + si as u64, 1.0);
-            let dev = b
-                .upload(&w)
-                .unwrap_or_else(|| panic!("{f} upload declined"));
-            let mut y = vec![0f32; t * n];
-            let job = Job {
-                w,
-                dev: &dev,
-                y: &mut y,
-            };
-            assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
-            let mut cpu = vec![0f32; t * n];
-            cpu_matmul(&w, &x, t, &mut cpu);
-            let e = rel_err(&y, &cpu);
-            println!("{f:5} [{n:3}x{k:3}] t={t:2}: vs CPU {e:.2e}");
-            assert!(e < 2e-6, "{f} [{n}x{k}] t={t}: error {e} vs the CPU matmul");
+            check_matmul(&b, f, (n, k, t), 7 + si as u64, "");
         }
     }
 }
@@ -88,28 +103,9 @@ fn split_matrix_matches_cpu_twin() {
         (WeightFormat::Q4K, 1100, 512, 3),
         (WeightFormat::F32, 70, 512, 2),
     ] {
-        let (data, scales) = weights(f, n, k, 11);
-        let w = WeightMatrix::new_split(f, &data, &scales, n, k).expect("matrix");
-        assert!(
-            data.len() > 64 << 10,
-            "{f}: the matrix must need several parts"
-        );
-        let x = randoms(t * k, 5, 1.0);
-        let dev = b
-            .upload(&w)
-            .unwrap_or_else(|| panic!("{f} upload declined"));
-        let mut y = vec![0f32; t * n];
-        let job = Job {
-            w,
-            dev: &dev,
-            y: &mut y,
-        };
-        assert!(b.matmul(&x, t, k, &mut [job]), "{f}: matmul declined");
-        let mut cpu = vec![0f32; t * n];
-        cpu_matmul(&w, &x, t, &mut cpu);
-        let e = rel_err(&y, &cpu);
-        println!("{f:5} [{n}x{k}] t={t} in parts of 64 KiB: vs CPU {e:.2e}");
-        assert!(e < 2e-6, "{f} [{n}x{k}]: error {e} vs the CPU matmul");
+        let bytes = n * f.row_bytes(k).expect("whole blocks");
+        assert!(bytes > 64 << 10, "{f}: the matrix must need several parts");
+        check_matmul(&b, f, (n, k, t), 11, " in 64 KiB parts");
     }
 }
 

@@ -56,9 +56,9 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
         let q = wword(b + 6u + 4u * w);
         for (var i = 0u; i < 4u; i++) {
             let j = 4u * w + i;
-            let v = q >> (8u * i);
-            (*out)[j] = d * (f32((v & 15u) | (((qh >> j) & 1u) << 4u)) - 16.0);
-            (*out)[j + 16u] = d * (f32(((v >> 4u) & 15u) | (((qh >> (j + 16u)) & 1u) << 4u)) - 16.0);
+            let c = q5_pair(q >> (8u * i), qh, j);
+            (*out)[j] = d * (c.x - 16.0);
+            (*out)[j + 16u] = d * (c.y - 16.0);
         }
     }
 }
@@ -72,9 +72,9 @@ fn decode32(n: u32, g: u32, out: ptr<function, array<f32, 32>>) {
         let q = wword(b + 8u + 4u * w);
         for (var i = 0u; i < 4u; i++) {
             let j = 4u * w + i;
-            let v = q >> (8u * i);
-            (*out)[j] = dm.x * f32((v & 15u) | (((qh >> j) & 1u) << 4u)) + dm.y;
-            (*out)[j + 16u] = dm.x * f32(((v >> 4u) & 15u) | (((qh >> (j + 16u)) & 1u) << 4u)) + dm.y;
+            let c = q5_pair(q >> (8u * i), qh, j);
+            (*out)[j] = dm.x * c.x + dm.y;
+            (*out)[j + 16u] = dm.x * c.y + dm.y;
         }
     }
 }
