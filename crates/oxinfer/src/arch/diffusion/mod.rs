@@ -13,6 +13,7 @@ pub mod clip_tokenizer;
 pub mod clip_vocab;
 pub mod config;
 pub mod error;
+pub mod inpaint;
 pub mod layers;
 pub mod ldm;
 pub mod ldm_config;
