@@ -477,7 +477,10 @@ pub fn serve(
         true => full.file_stem(),
         false => full.file_name(),
     };
-    let model_id = name.map_or_else(|| "image-model".into(), |s| s.to_string_lossy().into_owned());
+    let model_id = name.map_or_else(
+        || "image-model".into(),
+        |s| s.to_string_lossy().into_owned(),
+    );
     let cfg = config(model_id);
     eprintln!(
         "serving the image model {} ({side}x{side} native) on /v1/images/generations; chat, \

@@ -110,13 +110,27 @@ fn inpainting_from_pngs_matches_diffusers_in_both_layouts() {
     assert_fails_with(&o, &["inpainting model", "--init"]);
     let small = tmp.join("small.png");
     image::RgbImage::new(32, 16).save(&small).unwrap();
-    let o = oxinfer(&["image", "-m", &d, "-p", "x", "--init", &init, "--mask", &s(&small)]);
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &d,
+        "-p",
+        "x",
+        "--init",
+        &init,
+        "--mask",
+        &s(&small),
+    ]);
     assert_fails_with(&o, &["--mask", "small.png", "32x16", "64x48"]);
     let readme = s(&fixtures().join("../../README.md"));
-    let o = oxinfer(&["image", "-m", &d, "-p", "x", "--init", &init, "--mask", &readme]);
+    let o = oxinfer(&[
+        "image", "-m", &d, "-p", "x", "--init", &init, "--mask", &readme,
+    ]);
     assert_fails_with(&o, &["--mask", "README.md"]);
     let sd1 = s(&fixtures().join("tiny_sd1"));
-    let o = oxinfer(&["image", "-m", &sd1, "-p", "x", "--init", &init, "--mask", &mask]);
+    let o = oxinfer(&[
+        "image", "-m", &sd1, "-p", "x", "--init", &init, "--mask", &mask,
+    ]);
     assert_fails_with(&o, &["--mask", "not an inpainting model"]);
     let _ = std::fs::remove_dir_all(&tmp);
 }

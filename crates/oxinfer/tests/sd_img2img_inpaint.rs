@@ -14,9 +14,7 @@
 mod common;
 
 use common::{fixtures, max_abs_diff, read_npy_f32, scaled_diff};
-use oxinfer::arch::diffusion::{
-    GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion,
-};
+use oxinfer::arch::diffusion::{GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -115,7 +113,11 @@ fn inpainting_matches_diffusers_in_both_layouts() {
         let req = inpaint_request(&dir, &r, name);
         let mut ran = 0;
         let out = sd.generate(&req, &mut |_, _, _| ran += 1).unwrap();
-        assert_eq!(ran, case["unet_calls"].as_u64().unwrap() as usize, "{name}: steps run");
+        assert_eq!(
+            ran,
+            case["unet_calls"].as_u64().unwrap() as usize,
+            "{name}: steps run"
+        );
         let d = scaled_diff(&out.latents, &npy(&dir, &format!("{name}_latents")));
         let di = max_abs_diff(&out.image, &npy(&dir, &format!("{name}_image")));
         eprintln!("inpainting {name}: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
@@ -131,23 +133,44 @@ fn inpainting_matches_diffusers_in_both_layouts() {
 fn bad_inpainting_requests_are_clear_errors() {
     let dir = inpaint_dir();
     let r = common::reference(&dir.join("reference"));
-    let sd = StableDiffusion::open(PipelineSource::Folder(&dir), None).unwrap().0;
+    let sd = StableDiffusion::open(PipelineSource::Folder(&dir), None)
+        .unwrap()
+        .0;
     let good = inpaint_request(&dir, &r, "euler_s075");
-    let err = |p: &StableDiffusion, req: &GenerateRequest| match p.generate(req, &mut |_, _, _| {}) {
+    let err = |p: &StableDiffusion, req: &GenerateRequest| match p.generate(req, &mut |_, _, _| {})
+    {
         Ok(_) => panic!("generated"),
         Err(e) => e.to_string(),
     };
-    let e = err(&sd, &GenerateRequest { mask: None, ..good.clone() });
+    let e = err(
+        &sd,
+        &GenerateRequest {
+            mask: None,
+            ..good.clone()
+        },
+    );
     assert!(e.contains("inpainting model") && e.contains("mask"), "{e}");
-    let e = err(&sd, &GenerateRequest { init_image: None, ..good.clone() });
+    let e = err(
+        &sd,
+        &GenerateRequest {
+            init_image: None,
+            ..good.clone()
+        },
+    );
     assert!(e.contains("init image"), "{e}");
     let small = GenerateRequest {
         mask: Some(vec![1.0; 10]),
         ..good.clone()
     };
     let e = err(&sd, &small);
-    assert!(e.contains("mask has 10 values") && e.contains("[48, 64]"), "{e}");
+    assert!(
+        e.contains("mask has 10 values") && e.contains("[48, 64]"),
+        "{e}"
+    );
     let plain = StableDiffusion::load(&fixtures().join("tiny_sd1")).unwrap();
     let e = err(&plain, &good);
-    assert!(e.contains("a mask needs an inpainting model") && e.contains("takes 4"), "{e}");
+    assert!(
+        e.contains("a mask needs an inpainting model") && e.contains("takes 4"),
+        "{e}"
+    );
 }

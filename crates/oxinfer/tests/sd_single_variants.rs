@@ -183,7 +183,11 @@ fn single_files_that_cannot_run_are_one_clear_error() {
         (16, 16),
         vec![0.0; 4 * 8 * 8],
     );
-    let e = sd.generate(&req, &mut |_, _, _| {}).err().expect("no mask").to_string();
+    let e = sd
+        .generate(&req, &mut |_, _, _| {})
+        .err()
+        .expect("no mask")
+        .to_string();
     assert!(e.contains("inpainting model") && e.contains("mask"), "{e}");
     // No text encoder of a known layout.
     let unet_only: Vec<_> = sd1

@@ -393,11 +393,8 @@ fn batch_images_are_the_seeded_single_images() {
             // (diffusers' default), which stops the rounding of x0 = (x - √(1-ᾱ)·ε) / √ᾱ
             // (÷ 0.07 at t = 999) from cancelling in the update: the batched and the lone
             // products' rounding grows about tenfold.
-            let tol = if name.contains("Ddim") || name == "image to image" {
-                10.0 * TOL
-            } else {
-                TOL
-            };
+            // (The image-to-image case runs DDIM too, from 3 of its steps: it stays within.)
+            let tol = if name == "Ddim" { 10.0 * TOL } else { TOL };
             assert!(
                 d < tol && di < tol && px <= 1,
                 "{name}: batch image {i} against seed + {i} alone: latents {d:e}, image {di:e}, \

@@ -5,6 +5,7 @@
 
 use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
+use super::inpaint::{binarize, is_inpainting_unet, mask_latents, masked_image, InpaintCondition};
 use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config;
@@ -17,7 +18,6 @@ use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
 use super::vae_encoder::VaeEncoder;
 use super::vae_tiling::{decode_tiled, encode_tiled, VaeTiling};
-use super::inpaint::{binarize, is_inpainting_unet, mask_latents, masked_image, InpaintCondition};
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
@@ -392,6 +392,7 @@ impl StableDiffusion {
             None => None,
         };
         let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
+        super::layers::release_unfold_scratch();
         let sc = &src.scheduler;
         let schedule = ScheduleConfig::parse(sc)?;
         let class = sc.str_or("_class_name", "EulerDiscreteScheduler")?;
@@ -470,7 +471,10 @@ impl StableDiffusion {
     /// Whether the UNet is an inpainting one (it takes the mask and the masked image's latents
     /// besides the latents: 9 input channels for SD); its requests need `init_image` and `mask`.
     pub fn is_inpainting(&self) -> bool {
-        is_inpainting_unet(self.unet.config.in_channels, self.vae.config.latent_channels)
+        is_inpainting_unet(
+            self.unet.config.in_channels,
+            self.vae.config.latent_channels,
+        )
     }
 
     /// The image side, in pixels, the model was trained at (the UNet's `sample_size` times the
