@@ -61,7 +61,12 @@ impl InpaintCondition {
         let hw = self.mask.len();
         let per = x.len() / images.max(1);
         let batch = self.masked_latents.len() / per.max(1);
-        if images == 0 || x.len() != images * per || per % hw != 0 || batch == 0 {
+        if images == 0
+            || x.len() != images * per
+            || hw == 0
+            || !per.is_multiple_of(hw)
+            || batch == 0
+        {
             return Err(DiffusionError::Argument(format!(
                 "inpainting: latents of {} values for {images} images do not fit a mask of {hw} \
                  latent pixels and masked latents of {} values",

@@ -19,6 +19,7 @@ pub mod ldm;
 pub mod ldm_config;
 pub mod ldm_model_type;
 pub mod pipeline;
+pub mod pipeline_encode;
 pub mod pipeline_sources;
 pub mod quant_store;
 pub mod resnet;
