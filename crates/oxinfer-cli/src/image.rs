@@ -1,5 +1,6 @@
-//! `oxinfer image`: text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as
-//! a PNG; `.npy` inputs and outputs for checking against diffusers.
+//! `oxinfer image`: text to image, image to image and inpainting with a Stable Diffusion 1.x /
+//! 2.x diffusers folder or single file, written as a PNG; `.npy` inputs and outputs for checking
+//! against diffusers.
 
 use crate::npy;
 use crate::progress::stderr_is_tty;
@@ -78,6 +79,11 @@ pub struct ImageArgs {
     /// Image to image: start from this PNG (its size is the output's).
     #[arg(long, value_name = "IMAGE.png")]
     pub init: Option<PathBuf>,
+    /// Inpainting (a model whose UNet takes 9 input channels): the mask PNG, the --init image's
+    /// size; white (grey at least 128 after PIL's grayscale conversion) is repainted, black
+    /// kept.
+    #[arg(long, value_name = "MASK.png", requires = "init")]
+    pub mask: Option<PathBuf>,
     /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run
     /// (an LCM-distilled model with the lcm scheduler runs all its steps, picked among the
     /// first original_inference_steps · strength timesteps, as diffusers' LCM img2img).
@@ -101,6 +107,15 @@ pub struct ImageArgs {
     /// Ancestral noise per step, float32 `.npy` `[steps, N, 4, H/8, W/8]`.
     #[arg(long, value_name = "FILE.npy")]
     pub step_noise: Option<PathBuf>,
+    /// Image to image and inpainting: the noise that samples the VAE posterior of the --init
+    /// image, float32 `.npy` `[1, 4, H/8, W/8]` (one sample for the batch, as diffusers) or
+    /// `[N, 4, H/8, W/8]` (instead of the seed's).
+    #[arg(long, value_name = "FILE.npy", requires = "init")]
+    pub encode_noise: Option<PathBuf>,
+    /// Inpainting: the noise that samples the VAE posterior of the masked image, as
+    /// --encode-noise.
+    #[arg(long, value_name = "FILE.npy", requires = "mask")]
+    pub mask_encode_noise: Option<PathBuf>,
     /// Write the final latents (before the VAE), NCHW float32 `[N, 4, H/8, W/8]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_latents: Option<PathBuf>,
@@ -142,6 +157,45 @@ fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
         }
     }
     Ok((chw, w, h))
+}
+
+/// The `--mask` PNG as `[H, W]` values in `[0, 1]` (the pipeline binarizes them at 0.5), with
+/// its width and height: grayscale as PIL's `convert("L")` (`(19595 R + 38470 G + 7471 B +
+/// 2^15) >> 16`; a gray image's own values; alpha ignored), divided by 255, as diffusers' mask
+/// processor.
+fn read_mask(path: &Path) -> Result<(Vec<f32>, usize, usize)> {
+    let img = ::image::open(path).with_context(|| format!("--mask {}", path.display()))?;
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let gray: Vec<u8> = match img {
+        ::image::DynamicImage::ImageLuma8(g) => g.into_raw(),
+        ::image::DynamicImage::ImageLumaA8(g) => g.pixels().map(|p| p[0]).collect(),
+        other => other
+            .to_rgb8()
+            .pixels()
+            .map(|p| {
+                let [r, g, b] = p.0.map(u32::from);
+                ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16) as u8
+            })
+            .collect(),
+    };
+    Ok((gray.iter().map(|&v| f32::from(v) / 255.0).collect(), w, h))
+}
+
+/// Reads an encode-noise file of `[1 or batch, c, h, w]`.
+fn encode_noise(
+    path: &Option<PathBuf>,
+    (batch, c, h, w): (usize, usize, usize, usize),
+    flag: &str,
+) -> Result<Option<Vec<f32>>> {
+    let Some(p) = path else { return Ok(None) };
+    let (shape, data) = npy::read_f32(p).with_context(|| format!("--{flag}"))?;
+    if shape != [1, c, h, w] && shape != [batch, c, h, w] {
+        bail!(
+            "--{flag} {}: shape {shape:?}, expected [1, {c}, {h}, {w}] or [{batch}, {c}, {h}, {w}]",
+            p.display()
+        );
+    }
+    Ok(Some(data))
 }
 
 /// The PNG file of image `i` (from 0) of `images`: `output` itself for one image, else
@@ -195,6 +249,15 @@ pub fn run(a: ImageArgs) -> Result<()> {
         ),
     };
     let init = a.init.as_deref().map(read_init).transpose()?;
+    let mask = a.mask.as_deref().map(read_mask).transpose()?;
+    if let (Some((_, w, h)), Some((_, mw, mh)), Some(p)) = (&init, &mask, &a.mask) {
+        if (w, h) != (mw, mh) {
+            bail!(
+                "--mask {} is {mw}x{mh}, the --init image {w}x{h}: they must be the same size",
+                p.display()
+            );
+        }
+    }
     let t0 = std::time::Instant::now();
     let options = single_file_options(&a);
     let source = if a.model.is_file() {
@@ -234,6 +297,23 @@ pub fn run(a: ImageArgs) -> Result<()> {
     if let Some(m) = inferred {
         eprintln!("note: {}", m.describe());
     }
+    match (sd.is_inpainting(), &a.mask) {
+        (true, None) => bail!(
+            "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
+             and --mask MASK.png (white = repaint)",
+            a.model.display(),
+            sd.unet.config.in_channels
+        ),
+        (false, Some(p)) => bail!(
+            "--mask {}: {} is not an inpainting model (its UNet takes {} input channels, an \
+             inpainting one {}); image to image needs no mask",
+            p.display(),
+            a.model.display(),
+            sd.unet.config.in_channels,
+            2 * sd.vae.config.latent_channels + 1
+        ),
+        _ => {}
+    }
     if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
         eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
     }
@@ -268,7 +348,13 @@ pub fn run(a: ImageArgs) -> Result<()> {
         step_noise: noise(&a.step_noise, &[steps, batch, c, h, w], "step-noise")?,
         init_image: init.map(|(img, _, _)| img),
         strength: a.strength,
-        encode_noise: None,
+        encode_noise: encode_noise(&a.encode_noise, (batch, c, h, w), "encode-noise")?,
+        mask_encode_noise: encode_noise(
+            &a.mask_encode_noise,
+            (batch, c, h, w),
+            "mask-encode-noise",
+        )?,
+        mask: mask.map(|(m, _, _)| m),
         vae_tiling: match a.vae_tiling.as_str() {
             "on" => VaeTiling::On,
             "off" => VaeTiling::Off,
@@ -329,29 +415,72 @@ pub fn run(a: ImageArgs) -> Result<()> {
     Ok(())
 }
 
-/// The diffusers folder `-m` names, when it names one (`model_index.json` inside).
+/// The Stable Diffusion model `-m` names, when it names one: a diffusers folder
+/// (`model_index.json` inside) or a single-file LDM checkpoint.
 #[cfg(feature = "server")]
-pub fn pipeline_folder(spec: Option<&str>) -> Option<PathBuf> {
-    let dir = PathBuf::from(spec?);
-    dir.join("model_index.json").is_file().then_some(dir)
+pub fn pipeline_model(spec: Option<&str>) -> Option<PathBuf> {
+    let path = PathBuf::from(spec?);
+    let folder = path.join("model_index.json").is_file();
+    (folder || oxinfer::arch::diffusion::ldm::LdmStore::is_ldm_file(&path)).then_some(path)
 }
 
-/// `oxinfer serve` on a Stable Diffusion folder: `/v1/images/generations` only;
-/// `config(model_id)` makes the server settings from the command line.
+/// `oxinfer serve` on a Stable Diffusion folder or single file (its configs from
+/// `--image-config DIR` or inferred, as `oxinfer image` loads it): `/v1/images/generations`
+/// only, text to image; `config(model_id)` makes the server settings from the command line.
 #[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
-    dir: &std::path::Path,
+    path: &std::path::Path,
     listener: std::net::TcpListener,
     config: impl FnOnce(String) -> oxinfer_server::ServerConfig,
 ) -> Result<()> {
     a.model.prepare_runtime()?;
-    let sd = StableDiffusion::load(dir)?;
-    let model_id = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|s| s.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "image-model".into());
+    let source = match (path.is_file(), &a.image_config) {
+        (false, Some(_)) => bail!(
+            "--image-config applies to a single-file checkpoint; {} is a folder (its own \
+             configs are used)",
+            path.display()
+        ),
+        (false, None) => PipelineSource::Folder(path),
+        (true, Some(config)) => PipelineSource::SingleFile { file: path, config },
+        (true, None) => PipelineSource::SingleFileInferred {
+            file: path,
+            tokenizer: None,
+            options: SingleFileOptions::default(),
+        },
+    };
+    let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
+    let (sd, inferred) = StableDiffusion::open(source, a.model.quant).map_err(|e| {
+        let e = anyhow::Error::from(e);
+        if inferring {
+            e.context(
+                "loading a single file with configs inferred from its tensors (--image-config \
+                 DIR gives a diffusers folder's configs instead)",
+            )
+        } else {
+            e
+        }
+    })?;
+    if let Some(m) = inferred {
+        eprintln!("note: {}", m.describe());
+    }
+    if sd.is_inpainting() {
+        bail!(
+            "{} is an inpainting model: the image server is text to image only (use `oxinfer \
+             image --init IMAGE --mask MASK.png`)",
+            path.display()
+        );
+    }
+    // The folder's name, or the file's without its extension.
+    let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let name = match path.is_file() {
+        true => full.file_stem(),
+        false => full.file_name(),
+    };
+    let model_id = name.map_or_else(
+        || "image-model".into(),
+        |s| s.to_string_lossy().into_owned(),
+    );
     let cfg = config(model_id);
     eprintln!(
         "serving the image model {} ({side}x{side} native) on /v1/images/generations; chat, \

@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// `"speculative": {"lookup": N}`: draft up to N tokens (0: off).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub lookup: usize,
+    /// With a single-file Stable Diffusion checkpoint: a diffusers folder of the same
+    /// architecture whose configs, tokenizer and scheduler are used (as `oxinfer image
+    /// --config`); without it they are inferred from the file's tensors.
+    #[arg(long, value_name = "DIR")]
+    pub image_config: Option<std::path::PathBuf>,
 }
 
 /// `secs` (a flag's value) as a duration; an error names the flag.
@@ -146,9 +151,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         log_format: a.log_format,
         speculation: oxinfer::engine::Speculation::lookup(a.lookup),
     };
-    if let Some(dir) = crate::image::pipeline_folder(a.model.model.as_deref()) {
-        return crate::image::serve(&a, &dir, listener, |id| config(id, 1, 77));
+    if let Some(path) = crate::image::pipeline_model(a.model.model.as_deref()) {
+        return crate::image::serve(&a, &path, listener, |id| config(id, 1, 77));
     }
+    anyhow::ensure!(
+        a.image_config.is_none(),
+        "--image-config applies to a single-file Stable Diffusion checkpoint"
+    );
     if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
     }

@@ -6,8 +6,9 @@
 //! - the tiny single files run as diffusers runs them (`from_single_file(config=...)`): v1, v2
 //!   (v-prediction) and v2 as an epsilon model with `leading` timesteps (SD 2.x base / SD-Turbo
 //!   style, which the file cannot tell: given as options): text embeddings, final latents, image;
-//! - inpainting files, files of no known family and a vocabulary the built-in tokenizer does not
-//!   fit end in one error naming the file.
+//! - files of no known family and a vocabulary the built-in tokenizer does not fit end in one
+//!   error naming the file; an inpainting file loads as diffusers' 'inpainting' type and refuses
+//!   a request without a mask.
 
 mod common;
 
@@ -166,13 +167,28 @@ fn single_files_that_cannot_run_are_one_clear_error() {
         .collect();
     let file = tmp.join("inpaint.safetensors");
     write_raw_tensors(&file, &inpaint);
-    let e = inferred_error(&file);
-    assert!(
-        e.contains("inpaint.safetensors")
-            && e.contains("'inpainting'")
-            && e.contains("not implemented"),
-        "{e}"
+    // It loads as diffusers' 'inpainting' type; a request without a mask is refused.
+    let tokenizer = fixtures().join("tiny_sd1/tokenizer");
+    let source = PipelineSource::SingleFileInferred {
+        file: &file,
+        tokenizer: Some(&tokenizer),
+        options: SingleFileOptions::default(),
+    };
+    let (sd, inferred) = StableDiffusion::open(source, None).expect("inpainting single file");
+    assert_eq!(inferred.map(|m| m.model_type), Some(ModelType::Inpainting));
+    assert!(sd.is_inpainting());
+    let req = sd_request(
+        &fixture_json("tiny_sd_single/reference/reference.json"),
+        1,
+        (16, 16),
+        vec![0.0; 4 * 8 * 8],
     );
+    let e = sd
+        .generate(&req, &mut |_, _, _| {})
+        .err()
+        .expect("no mask")
+        .to_string();
+    assert!(e.contains("inpainting model") && e.contains("mask"), "{e}");
     // No text encoder of a known layout.
     let unet_only: Vec<_> = sd1
         .iter()

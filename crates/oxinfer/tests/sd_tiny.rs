@@ -389,8 +389,14 @@ fn batch_images_are_the_seeded_single_images() {
                 .max()
                 .unwrap();
             eprintln!("{name} image {i}: latents scaled diff {d:.2e}, image {di:.2e}, pixels {px}");
+            // DDIM from tiny_sd1's Euler config clips its predicted sample to [-1, 1]
+            // (diffusers' default), which stops the rounding of x0 = (x - √(1-ᾱ)·ε) / √ᾱ
+            // (÷ 0.07 at t = 999) from cancelling in the update: the batched and the lone
+            // products' rounding grows about tenfold.
+            // (The image-to-image case runs DDIM too, from 3 of its steps: it stays within.)
+            let tol = if name == "Ddim" { 10.0 * TOL } else { TOL };
             assert!(
-                d < TOL && di < TOL && px <= 1,
+                d < tol && di < tol && px <= 1,
                 "{name}: batch image {i} against seed + {i} alone: latents {d:e}, image {di:e}, \
                  pixels {px}"
             );

@@ -138,3 +138,25 @@ def test_chat_server_answers_images_with_a_400_naming_the_model(server):
     r = raw("POST", server.url + "/v1/images/generations", {"prompt": "x"})
     assert r.status_code == 400, r.text
     assert "not an image model" in r.json()["error"]["message"]
+
+
+def test_single_file_checkpoint_serves_the_folders_images():
+    """`oxinfer serve` on tiny_sd1 as one LDM file (tests/fixtures/tiny_sd1_ldm, configs and
+    tokenizer from the folder with --image-config) answers with the PNG `oxinfer image` makes
+    from the folder; an inpainting model is refused at start-up with one line."""
+    file = ROOT / "tests" / "fixtures" / "tiny_sd1_ldm" / "tiny_sd1.safetensors"
+    s = conftest.Server("--image-config", str(TINY), model=str(file))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        r = c.images.generate(model="tiny_sd1", prompt="a red cube on a table", size="64x48",
+                              response_format="b64_json", extra_body={"steps": 2, "seed": 5})
+        got = base64.b64decode(r.data[0].b64_json)
+        assert got == cli_png("a red cube on a table", 64, 48, 2, 5)
+        assert any("tiny_sd1" in line for line in s.log), s.log
+    finally:
+        s.stop()
+    inpaint = ROOT / "tests" / "fixtures" / "tiny_sd_inpaint"
+    p = subprocess.run([BIN, "serve", "-m", str(inpaint), "--port", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "inpainting model" in p.stderr, p.stderr
+    assert "text to image only" in p.stderr, p.stderr

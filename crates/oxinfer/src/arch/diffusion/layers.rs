@@ -274,6 +274,35 @@ impl Conv2d {
     ) -> Result<Self, DiffusionError> {
         let full = w.name(&format!("{name}.weight"));
         let t = w.store.require(&full)?;
+        let bias = w.vector(&format!("{name}.bias"), &[cout])?;
+        let conv = |weight| Conv2d {
+            weight,
+            bias,
+            cin,
+            cout,
+            k,
+            stride,
+        };
+        // An f32 kernel the CPU keeps packed or transformed: unfolded into a scratch buffer that
+        // every convolution reuses (no allocation, zeroing and page faults per kernel), then
+        // packed or transformed from there.
+        if t.shape == [cout, cin, k, k] && t.format == WeightFormat::F32 {
+            let rows = (cout, k * k * cin);
+            let kernel = UNFOLD_SCRATCH.with(|scratch| {
+                let mut buf = scratch.borrow_mut();
+                buf.resize(t.bytes().len(), 0);
+                unfold_bytes(t.bytes(), &mut buf, (cout, cin, k * k));
+                let m = oxinfer_kernels::WeightMatrix::new(WeightFormat::F32, &buf, rows.0, rows.1)
+                    .map_err(|e| {
+                        crate::error::LoadError::tensor(w.store.path(), &full, e.to_string())
+                    })?;
+                cpu_kernel(&m, cin, k, stride)
+            })?;
+            if let Some(kernel) = kernel {
+                t.release_rows(0..cout);
+                return Ok(conv(kernel));
+            }
+        }
         let weight = if t.shape == [cout, k * k * cin] {
             t
         } else if t.shape == [cout, cin, k, k] {
@@ -290,27 +319,7 @@ impl Conv2d {
             )
             .into());
         };
-        let m = weight.matrix()?;
-        // Only the packed panels are kept where the CPU's packed GEMM will multiply them: the
-        // same floats as the unfolded f32 copy (plus a ragged last panel's zero rows), packed
-        // once instead of on every call. f16 / bf16 stay unfolded (packed panels are f32, twice
-        // their size) and so does every weight a GPU backend may upload.
-        let cpu_packed = backend::active().is_none()
-            && m.format == WeightFormat::F32
-            && float_packing_pays(m.format);
-        let winograd = cpu_packed
-            && k == 3
-            && stride == 1
-            && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
-            && cin >= WINOGRAD_MIN_CIN
-            && winograd_enabled();
-        let kernel = if winograd {
-            Some(Kernel::Winograd(WinogradWeight::new(&m, cin)?))
-        } else if cpu_packed {
-            PackedFloatMatrix::pack(&m).map(Kernel::Packed)
-        } else {
-            None
-        };
+        let kernel = cpu_kernel(&weight.matrix()?, cin, k, stride)?;
         let weight = match kernel {
             Some(kernel) => {
                 // Only the transformed or packed copy is read from now on.
@@ -322,15 +331,7 @@ impl Conv2d {
                 device: OnceLock::new(),
             },
         };
-        let bias = w.vector(&format!("{name}.bias"), &[cout])?;
-        Ok(Conv2d {
-            weight,
-            bias,
-            cin,
-            cout,
-            k,
-            stride,
-        })
+        Ok(conv(weight))
     }
 
     /// The geometry of this convolution over an `h × w` input.
@@ -370,6 +371,79 @@ impl Conv2d {
             images: x.images,
             data: y,
         })
+    }
+}
+
+/// The kernel the CPU keeps for the unfolded `[cout, k · k · cin]` matrix `m` instead of `m`
+/// itself, if any. Only the packed panels are kept where the CPU's packed GEMM will multiply
+/// them: the same floats as the unfolded f32 copy (plus a ragged last panel's zero rows),
+/// packed once instead of on every call; or the Winograd transform ([`Conv2d`] says where).
+/// f16 / bf16 stay unfolded (packed panels are f32, twice their size) and so does every weight
+/// a GPU backend may upload (`None`).
+fn cpu_kernel(
+    m: &oxinfer_kernels::WeightMatrix,
+    cin: usize,
+    k: usize,
+    stride: usize,
+) -> Result<Option<Kernel>, DiffusionError> {
+    let cout = m.rows;
+    let cpu_packed = backend::active().is_none()
+        && m.format == WeightFormat::F32
+        && float_packing_pays(m.format);
+    let winograd = cpu_packed
+        && k == 3
+        && stride == 1
+        && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
+        && cin >= WINOGRAD_MIN_CIN
+        && winograd_enabled();
+    Ok(if winograd {
+        Some(Kernel::Winograd(WinogradWeight::new(m, cin)?))
+    } else if cpu_packed {
+        PackedFloatMatrix::pack(m).map(Kernel::Packed)
+    } else {
+        None
+    })
+}
+
+thread_local! {
+    /// The unfolded f32 kernel [`Conv2d::load`] packs or transforms from, reused by every
+    /// convolution loaded on this thread; [`release_unfold_scratch`] frees it.
+    static UNFOLD_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Frees this thread's unfolding scratch buffer (the largest f32 kernel loaded: 59 MB for SD
+/// 1.5), once a model's convolutions are loaded.
+pub fn release_unfold_scratch() {
+    UNFOLD_SCRATCH.with(|s| *s.borrow_mut() = Vec::new());
+}
+
+/// `src`, a `[cout, cin, taps]` kernel of `e`-byte elements (`e = src.len() / (cout · cin ·
+/// taps)`), rearranged into `dst` (as long) as `[cout][taps][cin]`, one output channel per pool
+/// task. Elements of 2 and 4 bytes are copied as fixed-size values (a copy of a run-time length
+/// per element is a `memcpy` call).
+fn unfold_bytes(src: &[u8], dst: &mut [u8], (cout, cin, taps): (usize, usize, usize)) {
+    fn run<const E: usize>(src: &[u8], dst: &mut [u8], cin: usize, taps: usize, e: usize) {
+        let per_out = (cin * taps * e).max(1);
+        let mut outs: Vec<&mut [u8]> = dst.chunks_mut(per_out).collect();
+        oxinfer_kernels::pool::for_each_mut(&mut outs, |o, d| {
+            let src = &src[o * per_out..(o + 1) * per_out];
+            for (tap, run) in d.chunks_exact_mut(cin * e).enumerate() {
+                for (ci, v) in run.chunks_exact_mut(e).enumerate() {
+                    let s = (ci * taps + tap) * e;
+                    if E == 0 {
+                        v.copy_from_slice(&src[s..s + e]);
+                    } else {
+                        v[..E].copy_from_slice(&src[s..s + E]);
+                    }
+                }
+            }
+        });
+    }
+    let e = src.len() / (cout * cin * taps).max(1);
+    match e {
+        4 => run::<4>(src, dst, cin, taps, e),
+        2 => run::<2>(src, dst, cin, taps, e),
+        _ => run::<0>(src, dst, cin, taps, e),
     }
 }
 
@@ -440,20 +514,8 @@ pub fn unfold_conv_weight(t: &TensorView) -> Result<TensorView, crate::error::Lo
             std::borrow::Cow::Owned(t.to_f32()?.iter().flat_map(|v| v.to_le_bytes()).collect()),
         ),
     };
-    let e = src.len() / (cout * cin * k * k2).max(1);
     let mut bytes = vec![0u8; src.len()];
-    // One output channel per pool task: its `[ky][kx][cin]` run, written in order.
-    let per_out = cin * k * k2 * e;
-    let mut outs: Vec<&mut [u8]> = bytes.chunks_mut(per_out.max(1)).collect();
-    oxinfer_kernels::pool::for_each_mut(&mut outs, |o, dst| {
-        let src = &src[o * per_out..(o + 1) * per_out];
-        for (tap, run) in dst.chunks_exact_mut(cin * e).enumerate() {
-            for (ci, d) in run.chunks_exact_mut(e).enumerate() {
-                let s = (ci * k * k2 + tap) * e;
-                d.copy_from_slice(&src[s..s + e]);
-            }
-        }
-    });
+    unfold_bytes(&src, &mut bytes, (cout, cin, k * k2));
     Ok(TensorView::from_owned(
         t.path(),
         &t.name,

@@ -241,6 +241,12 @@ impl LdmStore<'_> {
         file.entries()
             .any(|(k, _)| k.starts_with("model.diffusion_model."))
     }
+
+    /// Whether `path` is a safetensors file that [`Self::is_ldm`] (false for anything that
+    /// does not open).
+    pub fn is_ldm_file(path: &Path) -> bool {
+        path.is_file() && SafetensorsModel::open(path).is_ok_and(|m| Self::is_ldm(&m))
+    }
 }
 
 impl TensorStore for LdmStore<'_> {

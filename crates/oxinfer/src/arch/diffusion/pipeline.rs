@@ -5,6 +5,7 @@
 
 use super::clip_text::{ClipTextConfig, ClipTextModel};
 use super::clip_tokenizer::ClipTokenizer;
+use super::inpaint::is_inpainting_unet;
 use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config;
@@ -16,7 +17,7 @@ use super::scheduler::{ScheduleConfig, Scheduler, SchedulerKind};
 use super::unet::{UNet, UNetConfig};
 use super::vae::{VaeConfig, VaeDecoder};
 use super::vae_encoder::VaeEncoder;
-use super::vae_tiling::{decode_tiled, encode_tiled, VaeTiling};
+use super::vae_tiling::{decode_tiled, VaeTiling};
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
@@ -70,6 +71,14 @@ pub struct GenerateRequest {
     pub encode_noise: Option<Vec<f32>>,
     /// Whether the VAE decodes (and, for image to image, encodes) in tiles.
     pub vae_tiling: VaeTiling,
+    /// Inpainting (a model whose UNet takes the mask: [`StableDiffusion::is_inpainting`]): the
+    /// mask `[H, W]`, values in `[0, 1]` binarized at 0.5 (1 = repaint), with `init_image`.
+    /// The latents start from the image's, noised to the first step run, when `strength < 1`,
+    /// from pure noise at strength 1, as diffusers' `StableDiffusionInpaintPipeline`.
+    pub mask: Option<Vec<f32>>,
+    /// Inpainting: the noise that samples the VAE posterior of the masked image, `[1, C, H/8,
+    /// W/8]` (one sample for the batch, as diffusers) or `[N, C, H/8, W/8]`.
+    pub mask_encode_noise: Option<Vec<f32>>,
 }
 
 impl Default for GenerateRequest {
@@ -92,6 +101,8 @@ impl Default for GenerateRequest {
             strength: 0.8,
             encode_noise: None,
             vae_tiling: VaeTiling::Auto,
+            mask: None,
+            mask_encode_noise: None,
         }
     }
 }
@@ -214,12 +225,14 @@ pub fn image_seed(seed: u64, i: usize) -> u64 {
 /// What a seed is mixed with for the ancestral (step) noise.
 const STEP_NOISE_SEED: u64 = 0x5EED_0000_0000_0001;
 /// What a seed is mixed with for the noise that samples the VAE posterior.
-const ENCODE_NOISE_SEED: u64 = 0xE4C0_DE00_0000_0001;
+pub(super) const ENCODE_NOISE_SEED: u64 = 0xE4C0_DE00_0000_0001;
+/// What a seed is mixed with for the noise that samples the masked image's VAE posterior.
+pub(super) const MASK_ENCODE_NOISE_SEED: u64 = 0x3A5C_0000_0000_0001;
 
 /// The seeded noise of a batch: for image `i`, `gaussian_noise(image_seed(seed, i) ^ mix,
 /// chunks · n)` cut in `chunks` pieces of `n`; laid out `[chunks, images, n]` (piece `k` of
 /// every image, then piece `k + 1`), as diffusers' per-step `[N, ...]` draws.
-fn batch_noise(seed: u64, mix: u64, images: usize, chunks: usize, n: usize) -> Vec<f32> {
+pub(super) fn batch_noise(seed: u64, mix: u64, images: usize, chunks: usize, n: usize) -> Vec<f32> {
     let each: Vec<Vec<f32>> = (0..images)
         .map(|i| gaussian_noise(image_seed(seed, i) ^ mix, chunks * n))
         .collect();
@@ -324,7 +337,7 @@ impl StableDiffusion {
     ///
     /// # Errors
     /// As [`Self::load_single_file`], plus a file whose configs cannot be inferred (names the
-    /// tensor), an inpainting checkpoint, a vocabulary the built-in tokenizer does not fit.
+    /// tensor), a vocabulary the built-in tokenizer does not fit.
     pub fn load_single_file_inferred(
         file: &Path,
         tokenizer_dir: Option<&Path>,
@@ -379,6 +392,7 @@ impl StableDiffusion {
             None => None,
         };
         let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
+        super::layers::release_unfold_scratch();
         let sc = &src.scheduler;
         let schedule = ScheduleConfig::parse(sc)?;
         let class = sc.str_or("_class_name", "EulerDiscreteScheduler")?;
@@ -386,17 +400,23 @@ impl StableDiffusion {
             .is_none()
             .then(|| class.to_string());
         let default_scheduler = SchedulerKind::parse(class).unwrap_or(SchedulerKind::Euler);
-        if unet.config.in_channels != vae.config.latent_channels {
-            let what = if unet.config.in_channels == 9 {
-                " (an inpainting UNet: the inpainting pipeline is not implemented)"
-            } else {
-                ""
-            };
+        let (unet_in, latent) = (unet.config.in_channels, vae.config.latent_channels);
+        if unet_in != latent && !is_inpainting_unet(unet_in, latent) {
             return Err(DiffusionError::config(
                 &src.unet.path,
                 format!(
-                    "field 'in_channels' = {} differs from the VAE's latent_channels = {}{what}",
-                    unet.config.in_channels, vae.config.latent_channels
+                    "field 'in_channels' = {unet_in} is neither the VAE's latent_channels = \
+                     {latent} nor {} (an inpainting UNet)",
+                    2 * latent + 1
+                ),
+            ));
+        }
+        if unet.config.out_channels != latent {
+            return Err(DiffusionError::config(
+                &src.unet.path,
+                format!(
+                    "field 'out_channels' = {} differs from the VAE's latent_channels = {latent}",
+                    unet.config.out_channels
                 ),
             ));
         }
@@ -448,6 +468,15 @@ impl StableDiffusion {
         }
     }
 
+    /// Whether the UNet is an inpainting one (it takes the mask and the masked image's latents
+    /// besides the latents: 9 input channels for SD); its requests need `init_image` and `mask`.
+    pub fn is_inpainting(&self) -> bool {
+        is_inpainting_unet(
+            self.unet.config.in_channels,
+            self.vae.config.latent_channels,
+        )
+    }
+
     /// The image side, in pixels, the model was trained at (the UNet's `sample_size` times the
     /// VAE's scale: 512 for SD 1.x).
     pub fn native_size(&self) -> usize {
@@ -471,7 +500,7 @@ impl StableDiffusion {
                 )));
             }
         }
-        Ok((self.unet.config.in_channels, height / s, width / s))
+        Ok((self.vae.config.latent_channels, height / s, width / s))
     }
 
     /// Runs `req`, making its `batch` images; `on_step(i, steps, latents)` is called after each
@@ -495,10 +524,27 @@ impl StableDiffusion {
         let n = c * h * w;
         let total = batch * n;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
+        let inpainting = self.is_inpainting();
+        if req.mask.is_some() && !inpainting {
+            return Err(DiffusionError::Argument(format!(
+                "a mask needs an inpainting model (a UNet of {} input channels: the latents, the \
+                 mask and the masked image's latents); this UNet takes {} (the latents only)",
+                2 * c + 1,
+                self.unet.config.in_channels
+            )));
+        }
+        if inpainting && (req.mask.is_none() || req.init_image.is_none()) {
+            return Err(DiffusionError::Argument(format!(
+                "an inpainting model (its UNet takes {} input channels: the latents, the mask and \
+                 the masked image's latents) needs an init image and a mask",
+                self.unet.config.in_channels
+            )));
+        }
         // An LCM-distilled UNet with the LCM scheduler is diffusers' LCM image-to-image
         // pipeline: the strength shortens the distillation schedule the steps are picked from.
-        // Any other image-to-image runs the last steps of the whole schedule (below).
+        // Any other image-to-image (and inpainting) runs the last steps of the whole schedule.
         let lcm_i2i = req.init_image.is_some()
+            && !inpainting
             && kind == SchedulerKind::Lcm
             && self.unet.config.time_cond_proj_dim.is_some();
         let strength = if lcm_i2i {
@@ -533,12 +579,21 @@ impl StableDiffusion {
                 let z = self.encode_image(image, req, (c, h, w))?;
                 (0, sched.add_noise(&z, &noise, 0))
             }
+            // Inpainting at strength 1 starts from pure noise (diffusers' `is_strength_max`).
+            Some(_) if inpainting && python_strength(req.strength)? == 1.0 => {
+                let sigma0 = sched.init_noise_sigma();
+                (0, noise.iter().map(|v| v * sigma0).collect())
+            }
             Some(image) => {
                 let run = img2img_steps(req.steps, req.strength)?;
                 let start = req.steps - run;
                 let z = self.encode_image(image, req, (c, h, w))?;
                 (start, sched.add_noise(&z, &noise, start))
             }
+        };
+        let inpaint = match inpainting {
+            true => Some(self.inpaint_condition(req, (c, h, w))?),
+            false => None,
         };
         // LCM-distilled UNets take the guidance scale as an embedding, without a second pass.
         let w_emb = self
@@ -570,7 +625,14 @@ impl StableDiffusion {
             let mut x = latents.clone();
             sched.scale_model_input(&mut x, i);
             let t = sched.timesteps[i];
-            let xm = FeatureMap::from_nchw(&x.repeat(branches), branches * batch, c, h, w);
+            let x = x.repeat(branches);
+            let xm = match &inpaint {
+                Some(cond) => {
+                    let x = cond.unet_input(&x, branches * batch)?;
+                    FeatureMap::from_nchw(&x, branches * batch, 2 * c + 1, h, w)
+                }
+                None => FeatureMap::from_nchw(&x, branches * batch, c, h, w),
+            };
             let mut pred = self.unet.forward_cond(&xm, t, &ctx, w_emb)?.to_chw();
             if cfg {
                 let (pred_u, pred_c) = pred.split_at_mut(total);
@@ -596,71 +658,6 @@ impl StableDiffusion {
             width: req.width,
             height: req.height,
         })
-    }
-
-    /// The latents of `image` (NCHW `[1, 3, H, W]` in `[-1, 1]`) for each of the request's
-    /// `N` images: the VAE posterior (computed once, in tiles as `req.vae_tiling` says:
-    /// [`Self::tiles_encode`]) sampled with `req.encode_noise` (one
-    /// sample for all, or one per image) or each image's seeded noise, times the scaling
-    /// factor. NCHW `[N, c, h, w]` for latents of `(c, h, w)`.
-    ///
-    /// # Errors
-    /// A folder without the VAE encoder's weights; an image or encode noise of the wrong size.
-    pub fn encode_image(
-        &self,
-        image: &[f32],
-        req: &GenerateRequest,
-        (c, h, w): (usize, usize, usize),
-    ) -> Result<Vec<f32>, DiffusionError> {
-        let enc = self
-            .vae_encoder
-            .as_ref()
-            .ok_or_else(|| DiffusionError::Missing {
-                path: self.path.join("vae"),
-                what: "the VAE encoder's weights (encoder.*), needed for image-to-image".into(),
-            })?;
-        let (hh, ww) = (req.height, req.width);
-        if image.len() != 3 * hh * ww {
-            return Err(DiffusionError::Argument(format!(
-                "init image has {} values, expected [1, 3, {hh}, {ww}]",
-                image.len()
-            )));
-        }
-        let image = FeatureMap::from_chw(image, 3, hh, ww);
-        let post = if self.tiles_encode(hh, ww, req.vae_tiling) {
-            encode_tiled(enc, &image, self.vae.config.tiles())?
-        } else {
-            enc.encode(&image)?
-        };
-        let (n, batch) = (c * h * w, req.batch);
-        let eps = match &req.encode_noise {
-            Some(v) if v.len() == n || v.len() == batch * n => v.clone(),
-            Some(v) => {
-                return Err(DiffusionError::Argument(format!(
-                    "encode noise has {} values, expected [1, {c}, {h}, {w}] = {n} or \
-                     [{batch}, {c}, {h}, {w}] = {}",
-                    v.len(),
-                    batch * n
-                )))
-            }
-            None => batch_noise(req.seed, ENCODE_NOISE_SEED, batch, 1, n),
-        };
-        let k = self.vae.config.scaling_factor;
-        let (mean, std) = (post.mean.to_chw(), post.std.to_chw());
-        // One posterior sample (the noise's first image) or one per image.
-        Ok((0..batch)
-            .flat_map(|i| {
-                let e = if eps.len() == n {
-                    &eps[..]
-                } else {
-                    &eps[i * n..(i + 1) * n]
-                };
-                mean.iter()
-                    .zip(&std)
-                    .zip(e)
-                    .map(move |((&m, &s), &e)| (m + s * e) * k)
-            })
-            .collect())
     }
 
     /// The VAE's image NCHW `[1, 3, H, W]` of latents NCHW `[1, c, h, w]` (divided by the
@@ -692,15 +689,6 @@ impl StableDiffusion {
         let larger = self.vae.config.tiles().needs_tiles(h, w);
         let s = self.vae.config.scale();
         tiling.tiles(larger, h * s * w * s)
-    }
-
-    /// Whether an image of `height × width` pixels is encoded in tiles under `tiling` (image to
-    /// image): never with [`VaeTiling::Off`]; with [`VaeTiling::On`] when it is larger than one
-    /// tile (the VAE's `sample_size`, diffusers' rule); with [`VaeTiling::Auto`] when, also, it
-    /// has more than [`AUTO_TILE_PIXELS`](super::vae_tiling::AUTO_TILE_PIXELS) pixels.
-    pub fn tiles_encode(&self, height: usize, width: usize, tiling: VaeTiling) -> bool {
-        let larger = self.vae.config.tiles().needs_encode_tiles(height, width);
-        tiling.tiles(larger, height * width)
     }
 }
 

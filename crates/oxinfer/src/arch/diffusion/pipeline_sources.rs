@@ -15,12 +15,13 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The `model_index.json` classes that load: Stable Diffusion 1.x / 2.x pipelines (SD-Turbo is
-/// one) and latent consistency models.
-const PIPELINE_CLASSES: [&str; 4] = [
+/// one), their inpainting pipeline and latent consistency models.
+const PIPELINE_CLASSES: [&str; 5] = [
     "StableDiffusionPipeline",
     "StableDiffusionImg2ImgPipeline",
     "LatentConsistencyModelPipeline",
     "LatentConsistencyModelImg2ImgPipeline",
+    "StableDiffusionInpaintPipeline",
 ];
 
 /// `dir/name`, or an error naming the component when it is not a folder.
@@ -95,7 +96,7 @@ impl Sources {
     /// `tokenizer_dir`, else the built-in CLIP tokenizer, with the family's pad token.
     ///
     /// # Errors
-    /// As [`ldm_config::infer`]; an inpainting UNet (not implemented); with the built-in
+    /// As [`ldm_config::infer`]; with the built-in
     /// tokenizer, a text encoder whose vocabulary is not CLIP's 49,408 tokens.
     pub(super) fn inferred(
         file: &Path,
@@ -105,18 +106,6 @@ impl Sources {
     ) -> Result<(Self, InferredModel), DiffusionError> {
         let mut inferred = ldm_config::infer(model, options)?;
         let m = &mut inferred.model;
-        if m.model_type.is_inpainting() {
-            return Err(DiffusionError::config(
-                file,
-                format!(
-                    "an inpainting checkpoint (diffusers model type '{}', as {}: its UNet takes \
-                     9 input channels, the latents, the mask and the masked image's latents): \
-                     the inpainting pipeline is not implemented",
-                    m.model_type.name(),
-                    m.model_type.hub_repo()
-                ),
-            ));
-        }
         let pad = m.family.pad_token();
         let tokenizer = match tokenizer_dir {
             Some(dir) => ClipTokenizer::load_with_pad(dir, Some(pad))?,

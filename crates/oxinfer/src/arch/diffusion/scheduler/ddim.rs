@@ -1,4 +1,5 @@
-//! DDIM (`DDIMScheduler`, `eta = 0`, no sample clipping) in alpha space.
+//! DDIM (`DDIMScheduler`, `eta = 0`) in alpha space, the predicted clean sample clipped as
+//! [`ScheduleConfig::clip_range`] says.
 
 use super::{linspace, round_even, trailing, Prediction, ScheduleConfig, Scheduler, Spacing};
 
@@ -20,7 +21,8 @@ pub(super) fn timesteps(cfg: &ScheduleConfig, steps: usize) -> Vec<f32> {
     v.into_iter().map(|x| x as f32).collect()
 }
 
-/// `x_prev = √ᾱ_prev · x0 + √(1 − ᾱ_prev) · ε`, with the previous timestep `t − T/steps`.
+/// `x_prev = √ᾱ_prev · x0 + √(1 − ᾱ_prev) · ε`, with the previous timestep `t − T/steps`
+/// (`x0` clipped when the config says so, ε not).
 pub(super) fn step(s: &Scheduler, out: &[f32], i: usize, sample: &[f32]) -> Vec<f32> {
     let t = s.timesteps[i] as i64;
     let prev = t - (s.config.num_train_timesteps / s.len()) as i64;
@@ -35,6 +37,7 @@ pub(super) fn step(s: &Scheduler, out: &[f32], i: usize, sample: &[f32]) -> Vec<
     };
     let b_t = 1.0 - a_t;
     let dir = (1.0 - a_prev).sqrt();
+    let clip = s.config.clip_range(s.kind);
     sample
         .iter()
         .zip(out)
@@ -46,6 +49,8 @@ pub(super) fn step(s: &Scheduler, out: &[f32], i: usize, sample: &[f32]) -> Vec<
                     a_t.sqrt() * o + b_t.sqrt() * x,
                 ),
             };
+            // diffusers clips x0 only: ε stays the one predicted from the unclipped x0.
+            let x0 = clip.map_or(x0, |r| x0.clamp(-r, r));
             a_prev.sqrt() * x0 + dir * eps
         })
         .collect()

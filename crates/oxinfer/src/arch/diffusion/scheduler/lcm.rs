@@ -75,7 +75,7 @@ pub(super) fn step(
     let a_t = ac[t as usize];
     let b_t = 1.0 - a_t;
     let (c_skip, c_out) = boundary_scalings(t, s.config.timestep_scaling as f32);
-    let clip = s.config.clip_sample.map(|r| r as f32);
+    let clip = s.config.clip_range(s.kind);
     let denoised = sample.iter().zip(out).map(|(&x, &o)| {
         let mut x0 = match s.config.prediction {
             Prediction::Epsilon => (x - b_t.sqrt() * o) / a_t.sqrt(),

@@ -84,9 +84,11 @@ pub struct ScheduleConfig {
     pub original_inference_steps: usize,
     /// LCM: what timesteps are multiplied by in the boundary condition (`timestep_scaling`).
     pub timestep_scaling: f64,
-    /// LCM: the predicted clean sample is clamped to `[-r, r]` (`clip_sample`,
-    /// `clip_sample_range`) when set.
-    pub clip_sample: Option<f64>,
+    /// DDIM, LCM: `clip_sample` as the file writes it (`None` when absent: the default of the
+    /// class that runs, as diffusers' `from_config`), see [`Self::clip_range`].
+    pub clip_sample: Option<bool>,
+    /// DDIM, LCM: `clip_sample_range` (default 1).
+    pub clip_sample_range: f64,
 }
 
 impl ScheduleConfig {
@@ -143,14 +145,29 @@ impl ScheduleConfig {
             karras: c.bool_or("use_karras_sigmas", false)?,
             original_inference_steps: c.usize_or("original_inference_steps", 50)?,
             timestep_scaling: c.f64_or("timestep_scaling", 10.0)?,
-            clip_sample: if c.str_or("_class_name", "")? == "LCMScheduler"
-                && c.bool_or("clip_sample", false)?
-            {
-                Some(c.f64_or("clip_sample_range", 1.0)?)
+            clip_sample: if c.has("clip_sample") {
+                Some(c.bool_or("clip_sample", false)?)
             } else {
                 None
             },
+            clip_sample_range: c.f64_or("clip_sample_range", 1.0)?,
         })
+    }
+
+    /// The range `r` that `kind` clamps its predicted clean sample to (`[-r, r]`), when it
+    /// clips: `clip_sample` of the config, or when the config has none (another class's file,
+    /// e.g. an Euler config run with DDIM) the class's default as diffusers' `from_config`
+    /// gives it: `DDIMScheduler` clips (range 1), `LCMScheduler` does not; the other kinds
+    /// never clip.
+    pub fn clip_range(&self, kind: SchedulerKind) -> Option<f32> {
+        let default = match kind {
+            SchedulerKind::Ddim => true,
+            SchedulerKind::Lcm => false,
+            _ => return None,
+        };
+        self.clip_sample
+            .unwrap_or(default)
+            .then_some(self.clip_sample_range as f32)
     }
 
     /// `alphas_cumprod` in f32 as torch computes it: betas `linspace(√start, √end)²`
