@@ -5,7 +5,10 @@
 //! - `OXINFER_EXACT_MATMULS`: those projections run on the exact path (the scalar reference
 //!   matmul: f32 activations, dequantized weights);
 //! - `OXINFER_TWO_TERM_MATMULS`: those projections take two-term int8 activations
-//!   ([`oxinfer_kernels::two_term`]), as the output head always does.
+//!   ([`oxinfer_kernels::two_term`]), as the output head always does;
+//! - `OXINFER_SIM_ACT_MATMULS`: those projections run on the exact path over activations
+//!   rounded to int8 with one scale per `OXINFER_SIM_ACT_BLOCK` values (default 32): what a
+//!   kernel with that activation block would give, to price a kernel change before writing it.
 //!
 //! Each value is a comma-separated list of substrings of tensor names (`token_embd` = a tied
 //! output head, `output.weight`, `ffn_down`, `attn_`, `blk.3.`), or `all`; read once.
@@ -16,6 +19,9 @@ use std::sync::OnceLock;
 pub const EXACT_MATMULS_VAR: &str = "OXINFER_EXACT_MATMULS";
 /// The variable read by [`is_two_term`].
 pub const TWO_TERM_MATMULS_VAR: &str = "OXINFER_TWO_TERM_MATMULS";
+
+/// The variable read by [`sim_block`].
+pub const SIM_ACT_MATMULS_VAR: &str = "OXINFER_SIM_ACT_MATMULS";
 
 /// The patterns of a comma-separated list in `var` (empty when unset).
 fn patterns(var: &str) -> Vec<String> {
@@ -47,4 +53,51 @@ pub fn is_exact(name: &str) -> bool {
 pub fn is_two_term(name: &str) -> bool {
     static P: OnceLock<Vec<String>> = OnceLock::new();
     matches(P.get_or_init(|| patterns(TWO_TERM_MATMULS_VAR)), name)
+}
+
+/// The activation block width to simulate for the projection whose weight tensor is called
+/// `name` (`OXINFER_SIM_ACT_MATMULS`, width `OXINFER_SIM_ACT_BLOCK`), or `None`.
+pub fn sim_block(name: &str) -> Option<usize> {
+    static P: OnceLock<(Vec<String>, usize)> = OnceLock::new();
+    let (p, w) = P.get_or_init(|| {
+        let w = std::env::var("OXINFER_SIM_ACT_BLOCK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32);
+        (patterns(SIM_ACT_MATMULS_VAR), w)
+    });
+    matches(p, name).then_some(*w)
+}
+
+/// `x` rounded to int8 in blocks of `block` values (one scale each: `max |x| / 127`, or with
+/// `OXINFER_SIM_ACT_MSE=1` the scale among `max |x| / 127 · (1 − i / 100)`, `i < 20`, of least
+/// squared error) and back.
+pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
+    static MSE: OnceLock<bool> = OnceLock::new();
+    let mse = *MSE.get_or_init(|| std::env::var("OXINFER_SIM_ACT_MSE").is_ok_and(|v| v == "1"));
+    let round = |b: &[f32], d: f32| -> Vec<f32> {
+        b.iter()
+            .map(|v| (v / d).round().clamp(-127.0, 127.0) * d)
+            .collect()
+    };
+    let mut out = Vec::with_capacity(x.len());
+    for b in x.chunks(block) {
+        let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        if amax == 0.0 || !amax.is_finite() {
+            out.extend_from_slice(b);
+            continue;
+        }
+        let mut best = round(b, amax / 127.0);
+        if mse {
+            let err = |r: &[f32]| -> f32 { r.iter().zip(b).map(|(a, v)| (a - v) * (a - v)).sum() };
+            for i in 1..20 {
+                let r = round(b, amax / 127.0 * (1.0 - i as f32 / 100.0));
+                if err(&r) < err(&best) {
+                    best = r;
+                }
+            }
+        }
+        out.extend(best);
+    }
+    out
 }
