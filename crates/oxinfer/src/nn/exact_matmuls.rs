@@ -101,3 +101,24 @@ pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::sim_round;
+
+    #[test]
+    fn sim_round_uses_one_scale_per_block() {
+        // Block 0 holds a large value, block 1 only small ones: block 1 keeps its own fine step.
+        let mut x = vec![0.01f32; 64];
+        x[0] = 127.0;
+        x[40] = 0.0127;
+        let r = sim_round(&x, 32);
+        assert_eq!(r[0], 127.0);
+        assert_eq!(r[1], 0.0, "0.01 is under half of block 0's step (1.0)");
+        for (a, v) in r[32..].iter().zip(&x[32..]) {
+            assert!((a - v).abs() <= 0.0127 / 127.0 * 0.5 + 1e-9, "{a} vs {v}");
+        }
+        // One 64-wide block: the small values round to zero.
+        assert!(sim_round(&x, 64)[32..].iter().all(|&v| v == 0.0));
+    }
+}
