@@ -8,7 +8,9 @@
 //!   ([`oxinfer_kernels::two_term`]), as the output head always does;
 //! - `OXINFER_SIM_ACT_MATMULS`: those projections run on the exact path over activations
 //!   rounded to int8 with one scale per `OXINFER_SIM_ACT_BLOCK` values (default 32): what a
-//!   kernel with that activation block would give, to price a kernel change before writing it.
+//!   kernel with that activation block would give, to price a kernel change before writing it
+//!   (`OXINFER_SIM_ACT_MSE=1`: least-squared-error scales; `OXINFER_SIM_ACT_POW2=E`: per-32
+//!   scales that are the block's over a power of two up to `2^E`).
 //!
 //! Each value is a comma-separated list of substrings of tensor names (`token_embd` = a tied
 //! output head, `output.weight`, `ffn_down`, `attn_`, `blk.3.`), or `all`; read once.
@@ -71,10 +73,18 @@ pub fn sim_block(name: &str) -> Option<usize> {
 
 /// `x` rounded to int8 in blocks of `block` values (one scale each: `max |x| / 127`, or with
 /// `OXINFER_SIM_ACT_MSE=1` the scale among `max |x| / 127 · (1 − i / 100)`, `i < 20`, of least
-/// squared error) and back.
+/// squared error; with `OXINFER_SIM_ACT_POW2=E`, each 32 values' scale `2^-e` times the
+/// block's, `e ≤ E` as large as keeps their quants within ±127) and back.
 pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
     static MSE: OnceLock<bool> = OnceLock::new();
     let mse = *MSE.get_or_init(|| std::env::var("OXINFER_SIM_ACT_MSE").is_ok_and(|v| v == "1"));
+    static POW2: OnceLock<u32> = OnceLock::new();
+    let pow2 = *POW2.get_or_init(|| {
+        std::env::var("OXINFER_SIM_ACT_POW2")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
     let round = |b: &[f32], d: f32| -> Vec<f32> {
         b.iter()
             .map(|v| (v / d).round().clamp(-127.0, 127.0) * d)
@@ -85,6 +95,19 @@ pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
         let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         if amax == 0.0 || !amax.is_finite() {
             out.extend_from_slice(b);
+            continue;
+        }
+        if pow2 > 0 {
+            // One scale for the block; each 32-wide part a power-of-two fraction of it.
+            let d = amax / 127.0;
+            for p in b.chunks(32) {
+                let a = p.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let mut e = 0;
+                while e < pow2 && a * (1u32 << (e + 1)) as f32 <= amax {
+                    e += 1;
+                }
+                out.extend(round(p, d / (1u32 << e) as f32));
+            }
             continue;
         }
         let mut best = round(b, amax / 127.0);
