@@ -85,6 +85,11 @@ pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     });
+    round_blocks(x, block, mse, pow2)
+}
+
+/// [`sim_round`] with its options given.
+fn round_blocks(x: &[f32], block: usize, mse: bool, pow2: u32) -> Vec<f32> {
     let round = |b: &[f32], d: f32| -> Vec<f32> {
         b.iter()
             .map(|v| (v / d).round().clamp(-127.0, 127.0) * d)
@@ -127,7 +132,7 @@ pub fn sim_round(x: &[f32], block: usize) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::sim_round;
+    use super::{round_blocks, sim_round};
 
     #[test]
     fn sim_round_uses_one_scale_per_block() {
@@ -143,5 +148,23 @@ mod tests {
         }
         // One 64-wide block: the small values round to zero.
         assert!(sim_round(&x, 64)[32..].iter().all(|&v| v == 0.0));
+        // Per-32 parts at a power-of-two fraction of the block's scale (at most 2^-3): block
+        // 1's max is 1e4 times smaller, so it gets 1/8 of block 0's step, 0.125.
+        let r = round_blocks(&x, 64, false, 3);
+        assert_eq!(r[..32], sim_round(&x, 32)[..32]);
+        assert!(r[32..].iter().all(|&v| v == 0.0));
+        let mut y = x.clone();
+        y[40] = 12.0;
+        let r = round_blocks(&y, 64, false, 3);
+        assert_eq!(r[40], 12.0, "max 12 < 127/8: step 1/8");
+        assert_eq!(r[41], 0.0);
+        let mut z = x.clone();
+        z[40] = 40.0;
+        assert_eq!(round_blocks(&z, 64, false, 3)[33], 0.0);
+        assert_eq!(
+            round_blocks(&z, 64, false, 3)[40],
+            40.0,
+            "40 ≤ 127/2: step 1/2"
+        );
     }
 }
