@@ -126,7 +126,8 @@ impl Linear {
     pub fn forward_wide(&self, x: &[f32], t: usize) -> Vec<f32> {
         let on_cpu = t >= PACK_FOR_CALL_MIN_ROWS
             && backend::active().is_none()
-            && !super::exact_matmuls::is_exact(&self.weight.name);
+            && !super::exact_matmuls::is_exact(&self.weight.name)
+            && super::exact_matmuls::sim_block(&self.weight.name).is_none();
         if !on_cpu || !float_packing_pays(self.weight.format) {
             return self.forward(x, t);
         }
@@ -159,6 +160,9 @@ impl Linear {
         debug_assert_eq!(y.len(), t * self.n_out);
         if super::exact_matmuls::is_exact(&self.weight.name) {
             oxinfer_kernels::matmul_reference(&self.matrix(), x, t, y);
+        } else if let Some(block) = super::exact_matmuls::sim_block(&self.weight.name) {
+            let xq = super::exact_matmuls::sim_round(x, block);
+            oxinfer_kernels::matmul_reference(&self.matrix(), &xq, t, y);
         } else if !self.forward_on_device(x, t, y) {
             self.forward_cpu(x, t, y);
         }
@@ -244,6 +248,7 @@ impl Linear {
     fn plain_packed(&self) -> Option<&PackedMatrix> {
         if super::exact_matmuls::is_exact(&self.weight.name)
             || super::exact_matmuls::is_two_term(&self.weight.name)
+            || super::exact_matmuls::sim_block(&self.weight.name).is_some()
         {
             return None;
         }
