@@ -13,7 +13,8 @@ of `--ctx` tokens from the start of the text (the first replaced by BOS), positi
 The exact logits are cached in --cache (one .npy per model and window, kept between runs);
 --env sets variables for the default-kernel run only (debug switches for A/B runs).
 Tokenization: llama.cpp's tokenizer on the GGUF (llama-cpp-python, vocab only), which
-`oxinfer kl` checks itself against on these models.
+`oxinfer kl` checks itself against on these models; where llama-cpp-python is not installed
+(the reference venv), transformers' GGUF tokenizer.
 """
 import argparse
 import hashlib
@@ -26,8 +27,19 @@ import numpy as np
 
 
 def tokenize(model, text):
-    from llama_cpp import Llama
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        # The reference venv has transformers and gguf but not llama-cpp-python: transformers'
+        # GGUF tokenizer. Both kernel sets score the same windows, so the KL compares like with
+        # like; token counts may differ slightly from llama.cpp's.
+        from transformers import AutoTokenizer
 
+        tok = AutoTokenizer.from_pretrained(
+            os.path.dirname(os.path.abspath(model)), gguf_file=os.path.basename(model)
+        )
+        ids = tok.encode(text, add_special_tokens=False)
+        return [tok.bos_token_id] + ids, tok.bos_token_id
     llm = Llama(model_path=model, vocab_only=True, verbose=False)
     toks = llm.tokenize(text.encode(), add_bos=True, special=False)
     bos = llm.token_bos()
