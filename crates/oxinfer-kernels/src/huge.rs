@@ -1,55 +1,75 @@
-//! Byte buffers for weights that are streamed every decode step, backed by transparent huge
-//! pages where the OS offers them.
+//! Buffers for weights that are streamed every decode step (bytes) or kept for every product
+//! (f32 panels), backed by transparent huge pages where the OS offers them.
 //!
 //! A decode step reads every weight byte once. On 4 KiB pages that is one TLB miss (a page
 //! walk) per 4 KiB, which the hardware prefetchers cannot hide and which costs a measurable share
 //! of the bandwidth; on 2 MiB pages it is one per 2 MiB. Linux hands out huge pages for
 //! anonymous memory only where asked (`transparent_hugepage=madvise`, a common default), so a
-//! [`HugeBytes`] of at least [`HUGE_MIN`] bytes is an anonymous mapping advised with
+//! [`HugeBuf`] of at least [`HUGE_MIN`] bytes is an anonymous mapping advised with
 //! `MADV_HUGEPAGE` before its first touch. Smaller buffers, other platforms and a refused
-//! mapping fall back to a plain `Vec<u8>`: the advice is a speed hint, never needed for
+//! mapping fall back to a plain `Vec`: the advice is a speed hint, never needed for
 //! correctness.
 
 use std::ops::{Deref, DerefMut};
 
-/// Buffers from this size on are mapped with the huge-page advice (smaller ones would not hold
-/// a single aligned 2 MiB page).
+/// Buffers from this size on (in bytes) are mapped with the huge-page advice (smaller ones would
+/// not hold a single aligned 2 MiB page).
 pub const HUGE_MIN: usize = 4 << 20;
 
-/// A zero-initialized, fixed-length byte buffer (see the module doc).
-pub struct HugeBytes {
-    inner: Inner,
+/// Element types a [`HugeBuf`] holds: plain numbers for which all-zero bytes are zero and every
+/// bit pattern is a value (so an anonymous mapping's zeroed pages are a valid buffer).
+pub trait HugeElem: Copy + Default + 'static + private::Sealed {}
+impl HugeElem for u8 {}
+impl HugeElem for f32 {}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for f32 {}
 }
 
-enum Inner {
-    Vec(Vec<u8>),
+/// A zero-initialized, fixed-length buffer of `T` (see the module doc).
+pub struct HugeBuf<T: HugeElem> {
+    inner: Inner<T>,
+}
+
+/// Bytes: quantized weights and their packed panels.
+pub type HugeBytes = HugeBuf<u8>;
+/// Floats: f32 weight panels kept for the float GEMM (Stable Diffusion's convolution kernels).
+pub type HugeF32 = HugeBuf<f32>;
+
+enum Inner<T> {
+    Vec(Vec<T>),
     #[cfg(target_os = "linux")]
-    Map(memmap2::MmapMut),
+    Map(memmap2::MmapMut, usize),
 }
 
-impl HugeBytes {
-    /// `len` zero bytes, on huge pages where possible.
+impl<T: HugeElem> HugeBuf<T> {
+    /// `len` zero elements, on huge pages where possible.
     pub fn zeroed(len: usize) -> Self {
         #[cfg(target_os = "linux")]
-        if len >= HUGE_MIN && crate::dispatch::huge_pages_enabled() {
-            if let Ok(map) = memmap2::MmapOptions::new().len(len).map_anon() {
-                // Advice only: a kernel without transparent huge pages refuses it, and the
-                // mapping then works on ordinary pages.
-                let _ = map.advise(memmap2::Advice::HugePage);
-                return Self {
-                    inner: Inner::Map(map),
-                };
+        {
+            let bytes = len * std::mem::size_of::<T>();
+            if bytes >= HUGE_MIN && crate::dispatch::huge_pages_enabled() {
+                if let Ok(map) = memmap2::MmapOptions::new().len(bytes).map_anon() {
+                    // Advice only: a kernel without transparent huge pages refuses it, and the
+                    // mapping then works on ordinary pages.
+                    let _ = map.advise(memmap2::Advice::HugePage);
+                    return Self {
+                        inner: Inner::Map(map, len),
+                    };
+                }
             }
         }
         Self {
-            inner: Inner::Vec(vec![0u8; len]),
+            inner: Inner::Vec(vec![T::default(); len]),
         }
     }
 
-    /// A copy of `bytes`, on huge pages where possible.
-    pub fn copy_of(bytes: &[u8]) -> Self {
-        let mut b = Self::zeroed(bytes.len());
-        b.copy_from_slice(bytes);
+    /// A copy of `items`, on huge pages where possible.
+    pub fn copy_of(items: &[T]) -> Self {
+        let mut b = Self::zeroed(items.len());
+        b.copy_from_slice(items);
         b
     }
 
@@ -59,38 +79,44 @@ impl HugeBytes {
     }
 }
 
-impl Deref for HugeBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
+impl<T: HugeElem> Deref for HugeBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         match &self.inner {
             Inner::Vec(v) => v,
             #[cfg(target_os = "linux")]
-            Inner::Map(m) => m,
+            // SAFETY: the mapping is page-aligned (so aligned for T), holds len · size_of::<T>()
+            // bytes and lives as long as self; every bit pattern is a T (HugeElem).
+            Inner::Map(m, len) => unsafe { std::slice::from_raw_parts(m.as_ptr().cast(), *len) },
         }
     }
 }
 
-impl DerefMut for HugeBytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
+impl<T: HugeElem> DerefMut for HugeBuf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         match &mut self.inner {
             Inner::Vec(v) => v,
             #[cfg(target_os = "linux")]
-            Inner::Map(m) => m,
+            // SAFETY: as in deref, and the mapping is borrowed mutably through self.
+            Inner::Map(m, len) => unsafe {
+                std::slice::from_raw_parts_mut(m.as_mut_ptr().cast(), *len)
+            },
         }
     }
 }
 
-impl Clone for HugeBytes {
+impl<T: HugeElem> Clone for HugeBuf<T> {
     fn clone(&self) -> Self {
         Self::copy_of(self)
     }
 }
 
-impl std::fmt::Debug for HugeBytes {
+impl<T: HugeElem> std::fmt::Debug for HugeBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "HugeBytes({} bytes{})",
+            "HugeBuf<{}>({} elements{})",
+            std::any::type_name::<T>(),
             self.len(),
             if self.is_mapped() { ", mapped" } else { "" }
         )
@@ -118,6 +144,24 @@ mod tests {
             }
             if len < HUGE_MIN {
                 assert!(!b.is_mapped());
+            }
+        }
+    }
+
+    #[test]
+    fn floats_zeroed_writable_and_cloned() {
+        for len in [0usize, 3, HUGE_MIN / 4 - 1, HUGE_MIN / 4 + 777] {
+            let mut b = HugeF32::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&x| x == 0.0), "len {len}");
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = i as f32 * 0.5;
+            }
+            let c = b.clone();
+            assert_eq!(&c[..], &b[..]);
+            #[cfg(target_os = "linux")]
+            if len * 4 >= HUGE_MIN && crate::dispatch::huge_pages_enabled() {
+                assert!(b.is_mapped(), "len {len}");
             }
         }
     }

@@ -165,13 +165,13 @@ fn from_rows_and_from_columns_pack_like_pack() {
     let w = WeightMatrix::new(WeightFormat::F32, &bytes, rows, cols).unwrap();
     let a = PackedFloatMatrix::pack(&w).unwrap();
     let b = PackedFloatMatrix::from_rows(rows, cols, |r| &vals[r * cols..(r + 1) * cols]);
-    assert_eq!(a.data, b.data);
+    assert_eq!(a.data[..], b.data[..]);
     assert_eq!((b.rows(), b.cols()), (rows, cols));
     let columns: Vec<Vec<f32>> = (0..cols)
         .map(|k| (0..rows).map(|r| vals[r * cols + k]).collect())
         .collect();
     let c = PackedFloatMatrix::from_columns(rows, cols, |k| &columns[k]);
-    assert_eq!(a.data, c.data);
+    assert_eq!(a.data[..], c.data[..]);
     assert_eq!((c.rows(), c.cols()), (rows, cols));
 }
 
