@@ -65,7 +65,8 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Rank documents against a query with a cross-encoder (reranker), best first.
     Rerank(rerank::RerankArgs),
-    /// Text to image with a Stable Diffusion 1.x / 2.x diffusers folder, written as a PNG.
+    /// Stable Diffusion 1.x / 2.x / Turbo (diffusers folder or single file): text to image,
+    /// image to image, inpainting; written as PNGs.
     Image(image::ImageArgs),
     /// OpenAI-compatible HTTP server (chat, completions, streaming, continuous batching).
     #[cfg(feature = "server")]
