@@ -65,11 +65,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
 //TAIL
     }
-    for (var j = 0u; j < ROWS; j++) { red[j * 64u + lid] = acc[j]; }
+    for (var j = 0u; j < rows; j++) { red[j * 64u + lid] = acc[j]; }
     workgroupBarrier();
     for (var stride = LANES / 2u; stride > 0u; stride >>= 1u) {
         if (lane < stride) {
-            for (var j = 0u; j < ROWS; j++) { red[j * 64u + lid] += red[j * 64u + lid + stride]; }
+            for (var j = 0u; j < rows; j++) { red[j * 64u + lid] += red[j * 64u + lid + stride]; }
         }
         workgroupBarrier();
     }
