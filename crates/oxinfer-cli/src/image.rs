@@ -198,6 +198,32 @@ fn encode_noise(
     Ok(Some(data))
 }
 
+/// Opens the pipeline `source` (weights `quant`ized on load when asked); a single file whose
+/// configs are inferred from its tensors prints what was inferred, and its errors say that
+/// `config_flag DIR` gives a diffusers folder's configs instead.
+fn open_pipeline(
+    source: PipelineSource,
+    quant: Option<oxinfer::quant::Precision>,
+    config_flag: &str,
+) -> Result<StableDiffusion> {
+    let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
+    let (sd, inferred) = StableDiffusion::open(source, quant).map_err(|e| {
+        let e = anyhow::Error::from(e);
+        if inferring {
+            e.context(format!(
+                "loading a single file with configs inferred from its tensors ({config_flag} \
+                 DIR gives a diffusers folder's configs instead)"
+            ))
+        } else {
+            e
+        }
+    })?;
+    if let Some(m) = inferred {
+        eprintln!("note: {}", m.describe());
+    }
+    Ok(sd)
+}
+
 /// The PNG file of image `i` (from 0) of `images`: `output` itself for one image, else
 /// `output` with `-{i + 1}` after its stem (`out.png` → `out-1.png`, `out` → `out-1`).
 fn output_path(output: &Path, i: usize, images: usize) -> PathBuf {
@@ -282,21 +308,7 @@ pub fn run(a: ImageArgs) -> Result<()> {
         }
         PipelineSource::Folder(&a.model)
     };
-    let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
-    let (sd, inferred) = StableDiffusion::open(source, a.quant).map_err(|e| {
-        let e = anyhow::Error::from(e);
-        if inferring {
-            e.context(
-                "loading a single file with configs inferred from its tensors (--config DIR \
-                 gives a diffusers folder's configs instead)",
-            )
-        } else {
-            e
-        }
-    })?;
-    if let Some(m) = inferred {
-        eprintln!("note: {}", m.describe());
-    }
+    let sd = open_pipeline(source, a.quant, "--config")?;
     match (sd.is_inpainting(), &a.mask) {
         (true, None) => bail!(
             "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
@@ -449,21 +461,7 @@ pub fn serve(
             options: SingleFileOptions::default(),
         },
     };
-    let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
-    let (sd, inferred) = StableDiffusion::open(source, a.model.quant).map_err(|e| {
-        let e = anyhow::Error::from(e);
-        if inferring {
-            e.context(
-                "loading a single file with configs inferred from its tensors (--image-config \
-                 DIR gives a diffusers folder's configs instead)",
-            )
-        } else {
-            e
-        }
-    })?;
-    if let Some(m) = inferred {
-        eprintln!("note: {}", m.describe());
-    }
+    let sd = open_pipeline(source, a.model.quant, "--image-config")?;
     if sd.is_inpainting() {
         bail!(
             "{} is an inpainting model: the image server is text to image only (use `oxinfer \

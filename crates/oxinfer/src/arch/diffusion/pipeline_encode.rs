@@ -96,8 +96,9 @@ impl StableDiffusion {
             enc.encode(&image)?
         };
         let (n, batch) = (c * h * w, req.batch);
-        let eps = match noise {
-            Some(v) if v.len() == n || v.len() == batch * n => v.clone(),
+        let seeded;
+        let eps: &[f32] = match noise {
+            Some(v) if v.len() == n || v.len() == batch * n => v,
             Some(v) => {
                 return Err(DiffusionError::Argument(format!(
                     "{what} has {} values, expected [1, {c}, {h}, {w}] = {n} or \
@@ -106,7 +107,10 @@ impl StableDiffusion {
                     batch * n
                 )))
             }
-            None => batch_noise(req.seed, mix, batch, 1, n),
+            None => {
+                seeded = batch_noise(req.seed, mix, batch, 1, n);
+                &seeded
+            }
         };
         let k = self.vae.config.scaling_factor;
         let (mean, std) = (post.mean.to_chw(), post.std.to_chw());
@@ -114,7 +118,7 @@ impl StableDiffusion {
         Ok((0..batch)
             .flat_map(|i| {
                 let e = if eps.len() == n {
-                    &eps[..]
+                    eps
                 } else {
                     &eps[i * n..(i + 1) * n]
                 };
