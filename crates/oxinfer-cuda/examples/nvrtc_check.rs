@@ -3,7 +3,7 @@
 //! then each translation unit on its own (which checks that it includes every header it uses).
 //! Prints the PTX sizes and compile times, or the compile log and exit status 1 on the first
 //! failure (`OXINFER_PTX_OUT=FILE` also writes the whole program's PTX there, and each IQ
-//! program's to `FILE.<unit>`):
+//! program's to `FILE.<unit>`; `OXINFER_PTX_UNIT=gemv.cu` compiles only that unit):
 //! `cargo run -p oxinfer-cuda --example nvrtc_check [major minor]`.
 
 /// `f()` and the seconds it took.
@@ -42,6 +42,19 @@ fn main() {
         .chain(oxinfer_cuda::IQ_UNITS.map(|u| (Some(u), format!("IQ program ({u})"))))
         .collect();
     let out = std::env::var("OXINFER_PTX_OUT").ok();
+    // `OXINFER_PTX_UNIT=gemv.cu` compiles that translation unit alone (its PTX to
+    // OXINFER_PTX_OUT when given) and stops: the quick loop for one file's registers.
+    if let Ok(unit) = std::env::var("OXINFER_PTX_UNIT") {
+        let (text, secs) = timed(|| ptx(Some(&unit), major, minor));
+        if let (Some(path), Ok(text)) = (&out, &text) {
+            if let Err(e) = std::fs::write(path, text) {
+                eprintln!("{path}: {e}");
+                std::process::exit(1);
+            }
+        }
+        report(&unit, text.map(|t| t.len()), secs);
+        return;
+    }
     for (unit, what) in &programs {
         let (text, secs) = timed(|| ptx(*unit, major, minor));
         // `OXINFER_PTX_OUT=FILE` keeps the programs' PTX (for `ptxas -v`: registers, spills).

@@ -97,3 +97,57 @@ pub(crate) fn decode_case(
     }
     println!("decode: worst logits error {worst:.2e}, greedy tokens equal in {same}/{steps} steps");
 }
+
+/// One sequence decoding alone (one activation row per pass: a single user's decode, whose
+/// one-row int8 GEMVs take the kernels and input layouts that only `t = 1` takes, such as the
+/// grouped int8 layout) against the CPU: a 5-token prompt, then 12 single-token steps fed the
+/// CPU's greedy tokens; every step's logits within `bound` of the CPU's.
+pub(crate) fn decode_single_case(
+    b: &CudaBackend,
+    plan: &oxinfer::plan::Plan,
+    past: &oxinfer::plan::KvCache,
+    windows: &[Option<usize>],
+    bound: f64,
+) {
+    use oxinfer::plan::{cpu, KvCache, SeqBatch};
+    let empty = || {
+        KvCache::new(windows.len(), past.row_width(0), 64)
+            .with_windows(windows)
+            .with_types(past.types())
+    };
+    let (mut cpu_c, mut dev_c) = (empty(), empty());
+    let step = |on_dev: bool, toks: &[u32], cache: &mut KvCache| {
+        let mut batch = [SeqBatch {
+            tokens: toks,
+            cache,
+            all_logits: false,
+            media: None,
+        }];
+        let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");
+        let x = plan.embed.forward(&ids).expect("embed");
+        let logits = if on_dev {
+            oxinfer::backend::plan_run::run(b, plan, &ids, &x, &mut seqs)
+                .expect("decode step declined")
+                .expect("device step")
+        } else {
+            cpu::forward(plan, &ids, x, &mut seqs).expect("cpu step")
+        };
+        logits.concat()
+    };
+    let mut toks = vec![7u32, 21, 4, 88, 50];
+    let mut worst = 0f64;
+    for i in 0..13 {
+        let want = step(false, &toks, &mut cpu_c);
+        let got = step(true, &toks, &mut dev_c);
+        let e = rel_err(&got, &want);
+        worst = worst.max(e);
+        assert!(e < bound, "single decode step {i}: error {e} (bound {bound:.2e})");
+        let next = want
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i as u32);
+        toks = vec![next];
+    }
+    println!("single-sequence decode: worst logits error {worst:.2e}");
+}

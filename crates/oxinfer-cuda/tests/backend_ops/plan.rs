@@ -292,6 +292,7 @@ pub(crate) fn plan_case(weights: PlanWeights, kv: oxinfer::plan::KvType) {
     assert!(e < bound, "logits: error {e} (bound {bound:.2e})");
     scores_case(&b, &plan, &ids[..len0], &x[..len0 * dim], new_cache);
     decode::decode_case(&b, &plan, &past, &windows, bound);
+    decode::decode_single_case(&b, &plan, &past, &windows, bound);
 }
 
 /// Perplexity's reduction on the device (`run_plan_scored`): one sequence's logit rows scored
