@@ -3,7 +3,7 @@
 use crate::common::ModelArgs;
 use anyhow::{Context, Result};
 use clap::Args;
-use oxinfer_server::{ConnLimits, LogFormat, ServerConfig};
+use oxinfer_server::{ConnLimits, LogFormat, ServedDraft, ServerConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,10 +71,11 @@ pub struct ServeArgs {
     /// Request log lines on stderr: text, json or off.
     #[arg(long, default_value = "text", value_name = "text|json|off")]
     pub log_format: LogFormat,
-    /// Prompt-lookup speculative decoding for requests that do not set
-    /// `"speculative": {"lookup": N}`: draft up to N tokens (0: off).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub lookup: usize,
+    /// Speculative decoding for requests that do not set their own `"speculative"` field:
+    /// `--lookup N`, and `--draft MODEL` (loaded once, a draft cache per slot) with
+    /// `--draft-max` / `--draft-min`.
+    #[command(flatten)]
+    pub spec: crate::decode_args::SpecArgs,
     /// With a single-file Stable Diffusion checkpoint: a diffusers folder of the same
     /// architecture whose configs, tokenizer and scheduler are used (as `oxinfer image
     /// --config`); without it they are inferred from the file's tensors.
@@ -149,8 +150,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_body: a.max_body,
         limits,
         log_format: a.log_format,
-        speculation: oxinfer::engine::Speculation::lookup(a.lookup),
+        speculation: a.spec.speculation(),
+        draft: None,
     };
+    anyhow::ensure!(
+        a.spec.draft.is_none()
+            || (crate::image::pipeline_model(a.model.model.as_deref()).is_none()
+                && crate::embed::embedding_model_path(a.model.model.as_deref())?.is_none()),
+        "--draft applies to text generation models, not image or embedding models"
+    );
     if let Some(path) = crate::image::pipeline_model(a.model.model.as_deref()) {
         return crate::image::serve(&a, &path, listener, |id| config(id, 1, 77));
     }
@@ -176,12 +184,39 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
-    let cfg = config(model_id, a.parallel, ctx);
+    let draft = load_served_draft(&a, &model)?;
+    let cfg = ServerConfig {
+        draft,
+        ..config(model_id, a.parallel, ctx)
+    };
     eprintln!(
         "serving {} ({} slots × {} positions, queue {})",
         cfg.model_id, cfg.parallel, cfg.ctx, cfg.queue
     );
     block_on_server(oxinfer_server::serve_on(listener, Arc::new(model), cfg))
+}
+
+/// The `--draft` model, loaded with the served model's options, once its vocabulary has been
+/// checked against `model`'s (the first differing token is named).
+fn load_served_draft(a: &ServeArgs, model: &oxinfer::Model) -> Result<Option<ServedDraft>> {
+    let Some(draft) = a.spec.load_draft(&a.model)? else {
+        return Ok(None);
+    };
+    use oxinfer::engine::speculative::{check_vocabularies, VocabSide};
+    fn side(m: &oxinfer::Model) -> VocabSide<'_> {
+        VocabSide {
+            tokenizer: m.tokenizer(),
+            n_logits: m.config().vocab_size,
+        }
+    }
+    check_vocabularies(side(model), side(&draft))
+        .with_context(|| format!("--draft {}", draft.path().display()))?;
+    eprintln!(
+        "draft model {} (up to {} tokens per step unless a request says otherwise)",
+        draft.path().display(),
+        a.spec.draft_max
+    );
+    Ok(Some(ServedDraft(Arc::new(draft))))
 }
 
 /// Runs a server future on a two-worker async runtime until it ends (Ctrl-C or SIGTERM).

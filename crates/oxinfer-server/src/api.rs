@@ -68,12 +68,14 @@ pub struct GenFields {
     pub speculative: Option<SpeculativeField>,
 }
 
-/// `speculative`: `{"lookup": N}` drafts up to N prompt-lookup tokens per step (0: off);
-/// absent, the server's `--lookup` applies.
+/// `speculative`: `{"lookup": N}` drafts up to N prompt-lookup tokens per step, `{"draft_max":
+/// N}` up to N tokens of the server's draft model (`--draft`); 0 turns either off, an absent
+/// field keeps the server's default (`--lookup`, `--draft-max`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeField {
     pub lookup: Option<u32>,
+    pub draft_max: Option<u32>,
 }
 
 /// `stop`: one string or several.

@@ -71,22 +71,38 @@ pub fn sampling(g: &GenFields) -> Result<SamplingParams, ApiError> {
     Ok(p)
 }
 
-/// Most prompt-lookup draft tokens a request may ask for.
+/// Most prompt-lookup or draft-model tokens a request may ask for per step.
 pub const MAX_LOOKUP: u32 = 64;
 
-/// Speculative decoding of a request: its `speculative` field, else the server's `default`.
-pub fn speculation(g: &GenFields, default: Speculation) -> Result<Speculation, ApiError> {
-    let Some(lookup) = g.speculative.as_ref().and_then(|s| s.lookup) else {
+/// Speculative decoding of a request: its `speculative` field over the server's `default`
+/// (`lookup` and `draft_max` each replace the default's when given; 0 turns one off).
+/// `draft_max` above 0 needs the server's draft model (`has_draft`).
+pub fn speculation(
+    g: &GenFields,
+    default: Speculation,
+    has_draft: bool,
+) -> Result<Speculation, ApiError> {
+    let Some(f) = g.speculative.as_ref() else {
         return Ok(default);
     };
-    if lookup > MAX_LOOKUP {
-        return Err(ApiError::bad_request(format!(
-            "speculative.lookup {lookup} is more than the {MAX_LOOKUP} allowed"
-        ))
-        .with_param("speculative"));
+    let bad = |msg: String| Err(ApiError::bad_request(msg).with_param("speculative"));
+    for (name, v) in [("lookup", f.lookup), ("draft_max", f.draft_max)] {
+        if let Some(n) = v.filter(|&n| n > MAX_LOOKUP) {
+            return bad(format!(
+                "speculative.{name} {n} is more than the {MAX_LOOKUP} allowed"
+            ));
+        }
+    }
+    if f.draft_max.is_some_and(|n| n > 0) && !has_draft {
+        return bad(
+            "speculative.draft_max needs a draft model: this server was started \
+                    without --draft"
+                .to_string(),
+        );
     }
     Ok(Speculation {
-        lookup: lookup as usize,
+        lookup: f.lookup.map_or(default.lookup, |n| n as usize),
+        draft_max: f.draft_max.map_or(default.draft_max, |n| n as usize),
         ..default
     })
 }

@@ -85,8 +85,22 @@ pub struct ServerConfig {
     pub limits: ConnLimits,
     /// How each request is logged on stderr.
     pub log_format: LogFormat,
-    /// Speculative decoding of requests that do not ask otherwise (`--lookup`).
+    /// Speculative decoding of requests that do not ask otherwise (`--lookup`, and
+    /// `--draft-max` / `--draft-min` with a draft model).
     pub speculation: oxinfer::engine::Speculation,
+    /// The draft model of draft-model speculation (`--draft`), if any.
+    pub draft: Option<ServedDraft>,
+}
+
+/// A draft model for speculative decoding (same vocabulary as the served model: check it with
+/// [`oxinfer::engine::speculative::check_vocabularies`] first).
+#[derive(Clone)]
+pub struct ServedDraft(pub Arc<Model>);
+
+impl std::fmt::Debug for ServedDraft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServedDraft({})", self.0.path().display())
+    }
 }
 
 /// What every handler shares.
@@ -195,6 +209,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
             parallel: cfg.parallel,
             queue: cfg.queue,
             ctx: cfg.ctx,
+            draft: cfg.draft.as_ref().map(|d| d.0.clone()),
         },
         metrics.clone(),
     );

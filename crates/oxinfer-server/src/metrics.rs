@@ -25,6 +25,9 @@ pub struct Metrics {
     pub prompt_tokens: AtomicUsize,
     /// Tokens generated.
     pub generated_tokens: AtomicUsize,
+    /// Speculative decoding: drafted tokens the model checked, and those it accepted.
+    pub draft_tokens: AtomicUsize,
+    pub draft_accepted: AtomicUsize,
     /// Requests waiting for a slot.
     pub queue_length: AtomicUsize,
     /// Slots generating now, and slots in all.
@@ -136,6 +139,18 @@ impl Metrics {
             "counter",
             "Tokens generated.",
             &plain(g(&self.generated_tokens)),
+        );
+        metric(
+            "oxinfer_draft_tokens_total",
+            "counter",
+            "Speculative decoding: drafted tokens the model checked (finished requests).",
+            &plain(g(&self.draft_tokens)),
+        );
+        metric(
+            "oxinfer_draft_accepted_tokens_total",
+            "counter",
+            "Speculative decoding: drafted tokens the model accepted (finished requests).",
+            &plain(g(&self.draft_accepted)),
         );
         metric(
             "oxinfer_queue_length",

@@ -116,7 +116,7 @@ pub enum Refused {
 }
 
 /// Settings of the scheduler.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SchedulerConfig {
     /// Sequences generated at once.
     pub parallel: usize,
@@ -124,6 +124,9 @@ pub struct SchedulerConfig {
     pub queue: usize,
     /// Positions of each slot's KV cache.
     pub ctx: usize,
+    /// The draft model requests may speculate with (its vocabulary checked against the
+    /// model's): each slot then keeps a draft cache of `ctx` positions.
+    pub draft: Option<Arc<Model>>,
 }
 
 /// Handle to the scheduler thread.
@@ -240,7 +243,11 @@ fn run(
         return;
     };
     let shape = BatchConfig::new(cfg.parallel.max(1), cfg.ctx);
+    let draft = cfg.draft.clone();
     let mut batch: BatchGenerator<'_, Client> = BatchGenerator::new(model.lm(), Some(tok), &shape);
+    if let Some(d) = &draft {
+        batch = batch.with_draft(d.lm());
+    }
     metrics.slots.store(batch.slot_count(), Ordering::Relaxed);
     let mut waiting: VecDeque<GenRequest> = VecDeque::new();
     loop {
@@ -344,6 +351,11 @@ fn forward(client: &mut Client, ev: SeqEvent, metrics: &Metrics) -> bool {
             if let Some(t) = &client.tally {
                 t.add(f.prompt_tokens, f.tokens.len());
             }
+            let d = f.timings.draft;
+            metrics.draft_tokens.fetch_add(d.drafted, Ordering::Relaxed);
+            metrics
+                .draft_accepted
+                .fetch_add(d.accepted, Ordering::Relaxed);
             client.send(Event::Done {
                 reason: f.reason,
                 prompt_tokens: f.prompt_tokens,

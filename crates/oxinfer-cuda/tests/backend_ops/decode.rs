@@ -141,7 +141,10 @@ pub(crate) fn decode_single_case(
         let got = step(true, &toks, &mut dev_c);
         let e = rel_err(&got, &want);
         worst = worst.max(e);
-        assert!(e < bound, "single decode step {i}: error {e} (bound {bound:.2e})");
+        assert!(
+            e < bound,
+            "single decode step {i}: error {e} (bound {bound:.2e})"
+        );
         let next = want
             .iter()
             .enumerate()
