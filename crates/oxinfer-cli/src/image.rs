@@ -79,9 +79,10 @@ pub struct ImageArgs {
     /// Image to image: start from this PNG (its size is the output's).
     #[arg(long, value_name = "IMAGE.png")]
     pub init: Option<PathBuf>,
-    /// Inpainting (a model whose UNet takes 9 input channels): the mask PNG, the --init image's
-    /// size; white (grey at least 128 after PIL's grayscale conversion) is repainted, black
-    /// kept.
+    /// Inpainting: the mask PNG, the --init image's size; white (grey at least 128 after PIL's
+    /// grayscale conversion) is repainted, black kept. An inpainting model (a UNet of 9 input
+    /// channels) takes the mask; with a plain model the image's latents are put back where the
+    /// mask keeps them after every step, as diffusers' inpainting pipeline does.
     #[arg(long, value_name = "MASK.png", requires = "init")]
     pub mask: Option<PathBuf>,
     /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run
@@ -112,8 +113,8 @@ pub struct ImageArgs {
     /// `[N, 4, H/8, W/8]` (instead of the seed's).
     #[arg(long, value_name = "FILE.npy", requires = "init")]
     pub encode_noise: Option<PathBuf>,
-    /// Inpainting: the noise that samples the VAE posterior of the masked image, as
-    /// --encode-noise.
+    /// Inpainting with an inpainting model: the noise that samples the VAE posterior of the
+    /// masked image, as --encode-noise (a plain model does not use the masked image).
     #[arg(long, value_name = "FILE.npy", requires = "mask")]
     pub mask_encode_noise: Option<PathBuf>,
     /// Write the final latents (before the VAE), NCHW float32 `[N, 4, H/8, W/8]`.
@@ -309,22 +310,13 @@ pub fn run(a: ImageArgs) -> Result<()> {
         PipelineSource::Folder(&a.model)
     };
     let sd = open_pipeline(source, a.quant, "--config")?;
-    match (sd.is_inpainting(), &a.mask) {
-        (true, None) => bail!(
+    if sd.is_inpainting() && a.mask.is_none() {
+        bail!(
             "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
              and --mask MASK.png (white = repaint)",
             a.model.display(),
             sd.unet.config.in_channels
-        ),
-        (false, Some(p)) => bail!(
-            "--mask {}: {} is not an inpainting model (its UNet takes {} input channels, an \
-             inpainting one {}); image to image needs no mask",
-            p.display(),
-            a.model.display(),
-            sd.unet.config.in_channels,
-            2 * sd.vae.config.latent_channels + 1
-        ),
-        _ => {}
+        );
     }
     if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
         eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");

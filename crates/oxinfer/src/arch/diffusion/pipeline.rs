@@ -71,13 +71,17 @@ pub struct GenerateRequest {
     pub encode_noise: Option<Vec<f32>>,
     /// Whether the VAE decodes (and, for image to image, encodes) in tiles.
     pub vae_tiling: VaeTiling,
-    /// Inpainting (a model whose UNet takes the mask: [`StableDiffusion::is_inpainting`]): the
-    /// mask `[H, W]`, values in `[0, 1]` binarized at 0.5 (1 = repaint), with `init_image`.
-    /// The latents start from the image's, noised to the first step run, when `strength < 1`,
-    /// from pure noise at strength 1, as diffusers' `StableDiffusionInpaintPipeline`.
+    /// Inpainting: the mask `[H, W]`, values in `[0, 1]` binarized at 0.5 (1 = repaint), with
+    /// `init_image`. The latents start from the image's, noised to the first step run, when
+    /// `strength < 1`, from pure noise at strength 1, as diffusers'
+    /// `StableDiffusionInpaintPipeline`. An inpainting UNet ([`StableDiffusion::is_inpainting`])
+    /// takes the mask and the masked image's latents; a plain one runs on the latents alone,
+    /// which take the image's latents back where the mask keeps it after every step (noised to
+    /// the next step's level with the initial noise: [`super::inpaint::LatentBlend`]).
     pub mask: Option<Vec<f32>>,
-    /// Inpainting: the noise that samples the VAE posterior of the masked image, `[1, C, H/8,
-    /// W/8]` (one sample for the batch, as diffusers) or `[N, C, H/8, W/8]`.
+    /// Inpainting with an inpainting UNet: the noise that samples the VAE posterior of the
+    /// masked image, `[1, C, H/8, W/8]` (one sample for the batch, as diffusers) or `[N, C, H/8,
+    /// W/8]`. A plain UNet does not use the masked image.
     pub mask_encode_noise: Option<Vec<f32>>,
 }
 
@@ -525,13 +529,13 @@ impl StableDiffusion {
         let total = batch * n;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
         let inpainting = self.is_inpainting();
-        if req.mask.is_some() && !inpainting {
-            return Err(DiffusionError::Argument(format!(
-                "a mask needs an inpainting model (a UNet of {} input channels: the latents, the \
-                 mask and the masked image's latents); this UNet takes {} (the latents only)",
-                2 * c + 1,
-                self.unet.config.in_channels
-            )));
+        // A mask to a plain UNet: diffusers' inpainting pipeline blends the image's latents in
+        // after every step.
+        let blending = req.mask.is_some() && !inpainting;
+        if req.mask.is_some() && req.init_image.is_none() {
+            return Err(DiffusionError::Argument(
+                "a mask needs an init image (the image to inpaint)".into(),
+            ));
         }
         if inpainting && (req.mask.is_none() || req.init_image.is_none()) {
             return Err(DiffusionError::Argument(format!(
@@ -544,7 +548,7 @@ impl StableDiffusion {
         // pipeline: the strength shortens the distillation schedule the steps are picked from.
         // Any other image-to-image (and inpainting) runs the last steps of the whole schedule.
         let lcm_i2i = req.init_image.is_some()
-            && !inpainting
+            && req.mask.is_none()
             && kind == SchedulerKind::Lcm
             && self.unet.config.time_cond_proj_dim.is_some();
         let strength = if lcm_i2i {
@@ -568,6 +572,10 @@ impl StableDiffusion {
                 .needs_noise()
                 .then(|| batch_noise(req.seed, STEP_NOISE_SEED, batch, req.steps, n))
         });
+        let blend = match blending {
+            true => Some(self.latent_blend(req, (c, h, w))?),
+            false => None,
+        };
         // Image-to-image starts at step `start`, from the image's latents noised to that level.
         let (start, mut latents) = match &req.init_image {
             None => {
@@ -580,15 +588,20 @@ impl StableDiffusion {
                 (0, sched.add_noise(&z, &noise, 0))
             }
             // Inpainting at strength 1 starts from pure noise (diffusers' `is_strength_max`).
-            Some(_) if inpainting && python_strength(req.strength)? == 1.0 => {
+            Some(_) if req.mask.is_some() && python_strength(req.strength)? == 1.0 => {
                 let sigma0 = sched.init_noise_sigma();
                 (0, noise.iter().map(|v| v * sigma0).collect())
             }
             Some(image) => {
                 let run = img2img_steps(req.steps, req.strength)?;
                 let start = req.steps - run;
-                let z = self.encode_image(image, req, (c, h, w))?;
-                (start, sched.add_noise(&z, &noise, start))
+                let z = match &blend {
+                    Some(b) => sched.add_noise(&b.image, &noise, start),
+                    None => {
+                        sched.add_noise(&self.encode_image(image, req, (c, h, w))?, &noise, start)
+                    }
+                };
+                (start, z)
             }
         };
         let inpaint = match inpainting {
@@ -645,6 +658,13 @@ impl StableDiffusion {
             // Every scheduler's update is element-wise (DPM-Solver++'s history too), so one step
             // over the batch's values is each image's step.
             latents = sched.step(&pred, i, &latents, sn)?;
+            if let Some(b) = &blend {
+                // The image's latents at the next step's level (unnoised after the last).
+                match i + 1 < sched.len() {
+                    true => b.apply(&mut latents, &sched.add_noise(&b.image, &noise, i + 1)),
+                    false => b.apply(&mut latents, &b.image),
+                }
+            }
             on_step(i, sched.len(), &latents);
         }
         let mut image = Vec::with_capacity(batch * 3 * req.width * req.height);
