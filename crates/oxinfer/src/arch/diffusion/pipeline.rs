@@ -10,6 +10,7 @@ use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config;
 use super::ldm_model_type::{InferredModel, SingleFileOptions};
+use super::lora::{LoraFile, LoraSpec, LoraStore, LoraTarget};
 pub use super::pipeline_sources::PipelineSource;
 use super::pipeline_sources::{open_ldm, weights, Sources};
 use super::quant_store::QuantizedStore;
@@ -292,6 +293,20 @@ impl StableDiffusion {
         source: PipelineSource,
         unet_quant: Option<Precision>,
     ) -> Result<(Self, Option<InferredModel>), DiffusionError> {
+        Self::open_with(source, unet_quant, &[])
+    }
+
+    /// [`Self::open`] with the LoRA files `loras` fused into the UNet and the text encoder
+    /// ([`super::lora`]), before any quantization.
+    ///
+    /// # Errors
+    /// As [`Self::open`]; a LoRA file that does not open, has a key of no known form, shapes
+    /// that do not fit, or a module that targets no weight of the model (each names the key).
+    pub fn open_with(
+        source: PipelineSource,
+        unet_quant: Option<Precision>,
+        loras: &[LoraSpec],
+    ) -> Result<(Self, Option<InferredModel>), DiffusionError> {
         let (mut sources, model, inferred) = match source {
             PipelineSource::Folder(dir) => (Sources::folder(dir)?, None, None),
             PipelineSource::SingleFile { file, config } => {
@@ -315,6 +330,7 @@ impl StableDiffusion {
             }
         };
         sources.unet_quant = unet_quant;
+        sources.loras = loras.to_vec();
         Ok((Self::assemble(sources, model.as_ref())?, inferred))
     }
 
@@ -370,24 +386,30 @@ impl StableDiffusion {
                     (None, None) => unreachable!("inferred configs come with a single file"),
                 })
             };
+        let loras = LoraFile::open_all(&src.loras)?;
         let te_cfg = ClipTextConfig::parse(&src.text_encoder)?;
-        let text_encoder = ClipTextModel::load(te_cfg, &*store(0, src.text_part.clone())?)?;
+        let te_base = store(0, src.text_part.clone())?;
+        let te_store = LoraStore::new(&*te_base, &loras, LoraTarget::TextEncoder, None);
+        let text_encoder = ClipTextModel::load(te_cfg, &te_store)?;
+        te_store.check_all_fused()?;
         let unet_cfg = UNetConfig::parse(&src.unet)?;
         let part = LdmPart::Unet {
             layers_per_block: unet_cfg.layers_per_block,
             up_attn: unet_cfg.up_attn.clone(),
         };
-        let unet_store = store(1, part)?;
+        let unet_base = store(1, part.clone())?;
+        let unet_store = LoraStore::new(&*unet_base, &loras, LoraTarget::Unet, Some(part));
         let unet = match src.unet_quant {
             Some(precision) => UNet::load(
                 unet_cfg,
                 &QuantizedStore {
-                    base: &*unet_store,
+                    base: &unet_store,
                     precision,
                 },
             )?,
-            None => UNet::load(unet_cfg, &*unet_store)?,
+            None => UNet::load(unet_cfg, &unet_store)?,
         };
+        unet_store.check_all_fused()?;
         let vae_cfg = VaeConfig::parse(&src.vae)?;
         let blocks = vae_cfg.block_out_channels.len();
         let vae_store = store(2, LdmPart::Vae { blocks })?;
