@@ -116,25 +116,30 @@ fn classify(key: &str) -> Option<(LoraTarget, String, Part)> {
         ("text_encoder", rest) => (LoraTarget::TextEncoder, rest),
         _ => return None,
     };
-    let (module, part) = DIFFUSERS_ENDINGS
+    if let Some((module, part)) = DIFFUSERS_ENDINGS
+        .iter()
+        .find_map(|(end, part)| rest.strip_suffix(end).map(|m| (m, *part)))
+    {
+        return Some((target, module.replace('.', "_"), part));
+    }
+    // The attention processors' form: `….processor.to_q_lora.down.weight`.
+    let (module, part) = [(".down.weight", Part::Down), (".up.weight", Part::Up)]
         .iter()
         .find_map(|(end, part)| rest.strip_suffix(end).map(|m| (m, *part)))?;
-    let module = processor_module(module, target);
+    let module = processor_module(module, target)?;
     Some((target, module.replace('.', "_"), part))
 }
 
 /// `…attn1.processor.to_q_lora` → `…attn1.to_q` (text encoder: `…self_attn.to_q_lora` →
-/// `…self_attn.q_proj`); other names as they are.
-fn processor_module(module: &str, target: LoraTarget) -> String {
-    let (head, last) = module.rsplit_once('.').unwrap_or(("", module));
-    let Some((_, unet, te)) = PROCESSOR_NAMES.iter().find(|(l, _, _)| *l == last) else {
-        return module.to_string();
-    };
+/// `…self_attn.q_proj`); `None` for a name that is not an attention processor's LoRA.
+fn processor_module(module: &str, target: LoraTarget) -> Option<String> {
+    let (head, last) = module.rsplit_once('.')?;
+    let (_, unet, te) = PROCESSOR_NAMES.iter().find(|(l, _, _)| *l == last)?;
     let head = head.strip_suffix(".processor").unwrap_or(head);
-    match target {
+    Some(match target {
         LoraTarget::Unet => format!("{head}.{unet}"),
         LoraTarget::TextEncoder => format!("{head}.{te}"),
-    }
+    })
 }
 
 /// `lora_alpha` of `target` in the file's `lora_adapter_metadata` (diffusers ≥ 0.34 writes it),
