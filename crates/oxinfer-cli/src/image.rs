@@ -1,6 +1,6 @@
 //! `oxinfer image`: text to image, image to image and inpainting with a Stable Diffusion 1.x /
-//! 2.x diffusers folder or single file, written as a PNG; `.npy` inputs and outputs for checking
-//! against diffusers.
+//! 2.x diffusers folder or single file (LoRA files fused at load), written as a PNG; `.npy`
+//! inputs and outputs for checking against diffusers.
 
 use crate::npy;
 use crate::progress::stderr_is_tty;
@@ -9,7 +9,7 @@ use clap::Args;
 use oxinfer::arch::diffusion::ldm_model_type::SingleFileOptions;
 use oxinfer::arch::diffusion::scheduler::{Prediction, Spacing};
 use oxinfer::arch::diffusion::{
-    GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
+    GenerateRequest, LoraSpec, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
 };
 use std::path::{Path, PathBuf};
 
@@ -123,6 +123,15 @@ pub struct ImageArgs {
     /// Write the VAE's raw output (about [-1, 1]), NCHW float32 `[N, 3, H, W]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
+    /// A LoRA file (.safetensors, the kohya / A1111 or the diffusers / peft form) fused into the
+    /// UNet and the text encoder at load; repeatable. LCM-LoRA: with --scheduler lcm --steps 4
+    /// --cfg 1.
+    #[arg(long, value_name = "FILE.safetensors")]
+    pub lora: Vec<PathBuf>,
+    /// The scale of each --lora in order (diffusers' lora_scale); one value applies to every
+    /// --lora (default 1).
+    #[arg(long, value_name = "F", requires = "lora")]
+    pub lora_scale: Vec<f32>,
     /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
     /// scale; q4; bf16).
     #[arg(long, value_name = "q8|q4|bf16")]
@@ -199,16 +208,38 @@ fn encode_noise(
     Ok(Some(data))
 }
 
-/// Opens the pipeline `source` (weights `quant`ized on load when asked); a single file whose
-/// configs are inferred from its tensors prints what was inferred, and its errors say that
-/// `config_flag DIR` gives a diffusers folder's configs instead.
+/// The LoRA files of `--lora` with their `--lora-scale`s (none: 1; one: for all).
+fn lora_specs(a: &ImageArgs) -> Result<Vec<LoraSpec>> {
+    let scales = &a.lora_scale;
+    if scales.len() > 1 && scales.len() != a.lora.len() {
+        bail!(
+            "--lora-scale given {} times for {} --lora files: give one scale for all, or one per \
+             file",
+            scales.len(),
+            a.lora.len()
+        );
+    }
+    Ok(a.lora
+        .iter()
+        .enumerate()
+        .map(|(i, path)| LoraSpec {
+            path: path.clone(),
+            scale: scales.get(i).or(scales.first()).copied().unwrap_or(1.0),
+        })
+        .collect())
+}
+
+/// Opens the pipeline `source` (weights `quant`ized on load when asked, `loras` fused); a
+/// single file whose configs are inferred from its tensors prints what was inferred, and its
+/// errors say that `config_flag DIR` gives a diffusers folder's configs instead.
 fn open_pipeline(
     source: PipelineSource,
     quant: Option<oxinfer::quant::Precision>,
+    loras: &[LoraSpec],
     config_flag: &str,
 ) -> Result<StableDiffusion> {
     let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
-    let (sd, inferred) = StableDiffusion::open(source, quant).map_err(|e| {
+    let (sd, inferred) = StableDiffusion::open_with(source, quant, loras).map_err(|e| {
         let e = anyhow::Error::from(e);
         if inferring {
             e.context(format!(
@@ -309,7 +340,7 @@ pub fn run(a: ImageArgs) -> Result<()> {
         }
         PipelineSource::Folder(&a.model)
     };
-    let sd = open_pipeline(source, a.quant, "--config")?;
+    let sd = open_pipeline(source, a.quant, &lora_specs(&a)?, "--config")?;
     if sd.is_inpainting() && a.mask.is_none() {
         bail!(
             "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
@@ -453,7 +484,7 @@ pub fn serve(
             options: SingleFileOptions::default(),
         },
     };
-    let sd = open_pipeline(source, a.model.quant, "--image-config")?;
+    let sd = open_pipeline(source, a.model.quant, &[], "--image-config")?;
     if sd.is_inpainting() {
         bail!(
             "{} is an inpainting model: the image server is text to image only (use `oxinfer \
