@@ -219,6 +219,9 @@ fn lora_specs(a: &ImageArgs) -> Result<Vec<LoraSpec>> {
             a.lora.len()
         );
     }
+    if let Some(p) = a.lora.iter().find(|p| !p.is_file()) {
+        bail!("--lora {}: not a file", p.display());
+    }
     Ok(a.lora
         .iter()
         .enumerate()

@@ -231,5 +231,15 @@ fn lora_matches_diffusers() {
         "2",
     ]);
     assert_fails_with(&o, &["--lora-scale given 2 times for 1 --lora"]);
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &sd1,
+        "-p",
+        "x",
+        "--lora",
+        "missing.safetensors",
+    ]);
+    assert_fails_with(&o, &["--lora missing.safetensors", "not a file"]);
     let _ = std::fs::remove_dir_all(&tmp);
 }

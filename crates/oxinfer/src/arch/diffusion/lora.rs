@@ -22,7 +22,7 @@ use super::DiffusionError;
 use crate::error::LoadError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::{TensorStore, TensorView};
-use oxinfer_kernels::pool::for_each_mut;
+use crate::nn::Linear;
 use oxinfer_kernels::WeightFormat;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -349,7 +349,8 @@ impl<'a> LoraStore<'a> {
                 ));
             }
             let f = lora.scale * m.alpha.map_or(1.0, |a| a / rank as f32);
-            add_product(&mut v, &up.to_f32()?, &down.to_f32()?, (rank, cols), f);
+            let at = (lora.path.as_path(), m.key.as_str());
+            add_product(&mut v, &up.to_f32()?, &down.to_f32()?, (rank, cols), f, at)?;
         }
         let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         Ok(TensorView::from_owned(
@@ -398,21 +399,42 @@ impl<'a> LoraStore<'a> {
     }
 }
 
-/// `w[o, c] += f · Σ_j up[o, j] · down[j, c]` for `down` of `(rank, cols)`, the rows of `w` in
-/// parallel.
-fn add_product(w: &mut [f32], up: &[f32], down: &[f32], (rank, cols): (usize, usize), f: f32) {
-    let mut rows: Vec<&mut [f32]> = w.chunks_exact_mut(cols.max(1)).collect();
-    for_each_mut(&mut rows, |o, row| {
-        let mut d = vec![0f32; cols];
-        for (j, &u) in up[o * rank..(o + 1) * rank].iter().enumerate() {
-            for (dc, &x) in d.iter_mut().zip(&down[j * cols..(j + 1) * cols]) {
-                *dc += u * x;
-            }
+/// `w[o, c] += f · Σ_j up[o, j] · down[j, c]` for `down` of `(rank, cols)`: the product as one
+/// linear layer of weight `downᵀ` (`[cols, rank]`) over the `rows` rows of `up`.
+///
+/// # Errors
+/// Sizes that do not fit (named after `name`).
+fn add_product(
+    w: &mut [f32],
+    up: &[f32],
+    down: &[f32],
+    (rank, cols): (usize, usize),
+    f: f32,
+    (path, name): (&Path, &str),
+) -> Result<(), LoadError> {
+    let mut dt = vec![0f32; cols * rank];
+    for (j, row) in down.chunks_exact(cols.max(1)).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            dt[c * rank + j] = x;
         }
-        for (wc, dc) in row.iter_mut().zip(d) {
-            *wc += dc * f;
-        }
-    });
+    }
+    let bytes = dt.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let shape = vec![cols, rank];
+    let down_t = TensorView::from_owned(path, name, WeightFormat::F32, shape, bytes, Vec::new());
+    let product = Linear::from_view(down_t, None)?.forward_wide(up, up.len() / rank.max(1));
+    if product.len() != w.len() {
+        return Err(LoadError::tensor(
+            path,
+            name,
+            format!(
+                "LoRA product of {} values for a weight of {}",
+                product.len(),
+                w.len()
+            ),
+        ));
+    }
+    w.iter_mut().zip(product).for_each(|(x, d)| *x += d * f);
+    Ok(())
 }
 
 impl TensorStore for LoraStore<'_> {
@@ -472,7 +494,13 @@ mod tests {
     #[test]
     fn product_adds_to_each_row() {
         let mut w = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        add_product(&mut w, &[1.0, 2.0], &[1.0, 0.0, -1.0], (1, 3), 0.5);
+        let at = (Path::new("x"), "k");
+        add_product(&mut w, &[1.0, 2.0], &[1.0, 0.0, -1.0], (1, 3), 0.5, at).unwrap();
         assert_eq!(w, [1.5, 2.0, 2.5, 5.0, 5.0, 5.0]);
+        // Rank 2, 3 x 2 weight: up [3, 2], down [2, 2].
+        let mut w = vec![0.0; 6];
+        let up = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
+        add_product(&mut w, &up, &[1.0, 2.0, 3.0, 4.0], (2, 2), 1.0, at).unwrap();
+        assert_eq!(w, [1.0, 2.0, 3.0, 4.0, 4.0, 6.0]);
     }
 }
