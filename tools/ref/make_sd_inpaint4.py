@@ -22,6 +22,8 @@ cases (tiny_sd1, schedulers made by `from_config` of its Euler config as `--sche
   euler_a_s1   Euler ancestral, 3 steps, strength 1 (pure noise), guidance 7.5
   ddim_s06     DDIM, 5 steps, strength 0.6, guidance 7.5
   dpmpp2m_b2   DPM-Solver++ 2M, 4 steps, strength 0.5, two images, guidance 1 (none)
+  lcm_s075     LCM, 4 steps, strength 0.75 (the last 3 of its 4 timesteps), guidance 1, its
+               per-step noise given (LCM-LoRA's usage, here on the plain tiny UNet)
 
 Run from the repository root:
   ~/.cache/oxinfer/refvenv/bin/python tools/ref/make_sd_inpaint4.py
@@ -33,8 +35,10 @@ import shutil
 
 import torch
 from PIL import Image
+import diffusers.schedulers.scheduling_lcm as lcm_mod
 from diffusers import (DDIMScheduler, DPMSolverMultistepScheduler,
-                       EulerAncestralDiscreteScheduler, StableDiffusionInpaintPipeline)
+                       EulerAncestralDiscreteScheduler, LCMScheduler,
+                       StableDiffusionInpaintPipeline)
 
 import make_tiny_sd as base
 from make_sd_i2i_inpaint import FIX, HEIGHT, SD1, WIDTH, patch_noise, versions
@@ -68,7 +72,8 @@ def main():
             ("euler_s075", None, 4, 0.75, GUIDANCE, 1),
             ("euler_a_s1", EulerAncestralDiscreteScheduler, 3, 1.0, GUIDANCE, 1),
             ("ddim_s06", DDIMScheduler, 5, 0.6, GUIDANCE, 1),
-            ("dpmpp2m_b2", DPMSolverMultistepScheduler, 4, 0.5, 1.0, 2)]:
+            ("dpmpp2m_b2", DPMSolverMultistepScheduler, 4, 0.5, 1.0, 2),
+            ("lcm_s075", LCMScheduler, 4, 0.75, 1.0, 1)]:
         pipe.scheduler = euler if cls is None else cls.from_config(euler.config)
         enc_noise = torch.randn((1,) + lat, generator=g)
         masked_enc_noise = torch.randn((1,) + lat, generator=g)
@@ -77,11 +82,13 @@ def main():
         base.save(f"{name}_enc_noise", enc_noise, shapes)
         base.save(f"{name}_masked_enc_noise", masked_enc_noise, shapes)
         base.save(f"{name}_noise", noise, shapes)
-        if cls is EulerAncestralDiscreteScheduler:
+        if cls in (EulerAncestralDiscreteScheduler, LCMScheduler):
             base.save(f"{name}_step_noise", step_noise, shapes)
         # diffusers' order: the init image's posterior sample (always, for a 4-channel UNet),
         # the initial noise, the masked image's posterior sample.
         vq, _ = patch_noise([enc_noise, masked_enc_noise], noise, step_noise)
+        lq = list(step_noise)
+        lcm_mod.randn_tensor = lambda *a, **k: lq.pop(0).clone()
         calls = []
         hook = pipe.unet.register_forward_hook(lambda *a: calls.append(1))
         with torch.no_grad():

@@ -5,7 +5,9 @@
 Writes only new files, under tests/fixtures/tiny_sd1_lora/ (reads tiny_sd1):
   kohya.safetensors   a random rank-4 LoRA in the kohya / A1111 form with diffusers' module names
                       (`lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight`,
-                      `.lora_up.weight`, `.alpha`; `lora_te_text_model_encoder_layers_0_...`),
+                      `.lora_up.weight`, `.alpha`; `lora_te_text_model_encoder_layers_0_...`, the
+                      text encoder named with `text_model.` as LoRA files have it, though
+                      transformers 5's CLIPTextModel has no such level: diffusers maps it),
                       float16 matrices, alpha 2 on the UNet (scale 0.5) and 3 on the text encoder
                       (0.75). It targets the modules LCM-LoRA's training script targets: to_q,
                       to_k, to_v, to_out.0, proj_in / proj_out (1 x 1 convs), ff.net.0.proj,
@@ -86,6 +88,10 @@ def make_loras(pipe, out):
         assert found, comp
         for name, m in found:
             down, up = lora_pair(m, g)
+            # transformers 5's CLIPTextModel has no `text_model` level; LoRA files (and
+            # diffusers' conversion of them) name it.
+            if comp == "text_encoder" and not name.startswith("text_model."):
+                name = "text_model." + name
             k = kprefix + name.replace(".", "_")
             kohya[f"{k}.lora_down.weight"] = down
             kohya[f"{k}.lora_up.weight"] = up
@@ -137,8 +143,13 @@ def main():
         pipe = pipeline()
         if file is not None:
             path = TMP_UNET if file == "ldm" else out / f"{file}.safetensors"
+            q_proj = pipe.text_encoder.encoder.layers[0].self_attn.q_proj.weight
+            before = q_proj.detach().clone()
             pipe.load_lora_weights(str(path))
             pipe.fuse_lora(lora_scale=scale)
+            te_moved = (pipe.text_encoder.encoder.layers[0].self_attn.q_proj.weight
+                        - before).abs().max().item()
+            assert (te_moved > 0) == (file != "ldm"), (file, te_moved)
         if lcm:
             pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)
             q = list(lcm_noise)

@@ -3,7 +3,8 @@
 //! `tests/fixtures/tiny_sd1_lora`: the kohya form (UNet and text encoder, float16, alphas) at
 //! scale 0.8, the diffusers / peft form at scale 1, the kohya form with LDM module names, and
 //! the kohya LoRA with the LCM scheduler at guidance 1 (LCM-LoRA's usage); Euler 4 steps
-//! otherwise. Final latents (scaled) and images within 1e-4. Bad files (a key of no known form,
+//! otherwise; the kohya case over tiny_sd1's LDM single file gives the folder's latents. Final
+//! latents (scaled) and images within 1e-4. Bad files (a key of no known form,
 //! a module for a weight the model lacks, a misshapen module, a missing up matrix) are one
 //! error naming the key.
 
@@ -59,6 +60,18 @@ fn fused_loras_match_diffusers() {
             req.step_noise = Some(npy("lcm_step_noise"));
         }
         let out = sd.generate(&req, &mut |_, _, _| {}).unwrap();
+        if name == "kohya_s08" {
+            // The same LoRA over tiny_sd1 as one LDM file: the same weights, the same result.
+            let file = fixtures().join("tiny_sd1_ldm/tiny_sd1.safetensors");
+            let config = fixtures().join("tiny_sd1");
+            let source = PipelineSource::SingleFile {
+                file: &file,
+                config: &config,
+            };
+            let single = StableDiffusion::open_with(source, None, &loras).unwrap().0;
+            let one = single.generate(&req, &mut |_, _, _| {}).unwrap();
+            assert_eq!(one.latents, out.latents, "single file against the folder");
+        }
         let d = scaled_diff(&out.latents, &npy(&format!("{name}_latents")));
         let di = max_abs_diff(&out.image, &npy(&format!("{name}_image")));
         eprintln!("lora {name}: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");

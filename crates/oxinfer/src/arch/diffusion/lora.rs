@@ -301,8 +301,13 @@ impl<'a> LoraStore<'a> {
                 out.push(n.replace('.', "_"));
             }
         }
-        if self.target == LoraTarget::TextEncoder && !module.starts_with("text_model.") {
-            out.push(format!("text_model_{}", module.replace('.', "_")));
+        // Text encoder modules with and without the `text_model.` level (files name it;
+        // transformers 5's CLIPTextModel and weight files saved from it do not).
+        if self.target == LoraTarget::TextEncoder {
+            match module.strip_prefix("text_model.") {
+                Some(rest) => out.push(rest.replace('.', "_")),
+                None => out.push(format!("text_model_{}", module.replace('.', "_"))),
+            }
         }
         out
     }
