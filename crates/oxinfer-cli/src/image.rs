@@ -1,6 +1,6 @@
 //! `oxinfer image`: text to image, image to image and inpainting with a Stable Diffusion 1.x /
-//! 2.x diffusers folder or single file, written as a PNG; `.npy` inputs and outputs for checking
-//! against diffusers.
+//! 2.x diffusers folder or single file (LoRA files fused at load), written as a PNG; `.npy`
+//! inputs and outputs for checking against diffusers.
 
 use crate::npy;
 use crate::progress::stderr_is_tty;
@@ -9,7 +9,7 @@ use clap::Args;
 use oxinfer::arch::diffusion::ldm_model_type::SingleFileOptions;
 use oxinfer::arch::diffusion::scheduler::{Prediction, Spacing};
 use oxinfer::arch::diffusion::{
-    GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
+    GenerateRequest, LoraSpec, PipelineSource, SchedulerKind, StableDiffusion, VaeTiling,
 };
 use std::path::{Path, PathBuf};
 
@@ -79,9 +79,10 @@ pub struct ImageArgs {
     /// Image to image: start from this PNG (its size is the output's).
     #[arg(long, value_name = "IMAGE.png")]
     pub init: Option<PathBuf>,
-    /// Inpainting (a model whose UNet takes 9 input channels): the mask PNG, the --init image's
-    /// size; white (grey at least 128 after PIL's grayscale conversion) is repainted, black
-    /// kept.
+    /// Inpainting: the mask PNG, the --init image's size; white (grey at least 128 after PIL's
+    /// grayscale conversion) is repainted, black kept. An inpainting model (a UNet of 9 input
+    /// channels) takes the mask; with a plain model the image's latents are put back where the
+    /// mask keeps them after every step, as diffusers' inpainting pipeline does.
     #[arg(long, value_name = "MASK.png", requires = "init")]
     pub mask: Option<PathBuf>,
     /// Image to image: how much to change it, in (0, 1]: the last steps · strength steps run
@@ -112,8 +113,8 @@ pub struct ImageArgs {
     /// `[N, 4, H/8, W/8]` (instead of the seed's).
     #[arg(long, value_name = "FILE.npy", requires = "init")]
     pub encode_noise: Option<PathBuf>,
-    /// Inpainting: the noise that samples the VAE posterior of the masked image, as
-    /// --encode-noise.
+    /// Inpainting with an inpainting model: the noise that samples the VAE posterior of the
+    /// masked image, as --encode-noise (a plain model does not use the masked image).
     #[arg(long, value_name = "FILE.npy", requires = "mask")]
     pub mask_encode_noise: Option<PathBuf>,
     /// Write the final latents (before the VAE), NCHW float32 `[N, 4, H/8, W/8]`.
@@ -122,6 +123,15 @@ pub struct ImageArgs {
     /// Write the VAE's raw output (about [-1, 1]), NCHW float32 `[N, 3, H, W]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
+    /// A LoRA file (.safetensors, the kohya / A1111 or the diffusers / peft form) fused into the
+    /// UNet and the text encoder at load; repeatable. LCM-LoRA: with --scheduler lcm --steps 4
+    /// --cfg 1.
+    #[arg(long, value_name = "FILE.safetensors")]
+    pub lora: Vec<PathBuf>,
+    /// The scale of each --lora in order (diffusers' lora_scale); one value applies to every
+    /// --lora (default 1).
+    #[arg(long, value_name = "F", requires = "lora")]
+    pub lora_scale: Vec<f32>,
     /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
     /// scale; q4; bf16).
     #[arg(long, value_name = "q8|q4|bf16")]
@@ -198,16 +208,41 @@ fn encode_noise(
     Ok(Some(data))
 }
 
-/// Opens the pipeline `source` (weights `quant`ized on load when asked); a single file whose
-/// configs are inferred from its tensors prints what was inferred, and its errors say that
-/// `config_flag DIR` gives a diffusers folder's configs instead.
+/// The LoRA files of `--lora` with their `--lora-scale`s (none: 1; one: for all).
+fn lora_specs(a: &ImageArgs) -> Result<Vec<LoraSpec>> {
+    let scales = &a.lora_scale;
+    if scales.len() > 1 && scales.len() != a.lora.len() {
+        bail!(
+            "--lora-scale given {} times for {} --lora files: give one scale for all, or one per \
+             file",
+            scales.len(),
+            a.lora.len()
+        );
+    }
+    if let Some(p) = a.lora.iter().find(|p| !p.is_file()) {
+        bail!("--lora {}: not a file", p.display());
+    }
+    Ok(a.lora
+        .iter()
+        .enumerate()
+        .map(|(i, path)| LoraSpec {
+            path: path.clone(),
+            scale: scales.get(i).or(scales.first()).copied().unwrap_or(1.0),
+        })
+        .collect())
+}
+
+/// Opens the pipeline `source` (weights `quant`ized on load when asked, `loras` fused); a
+/// single file whose configs are inferred from its tensors prints what was inferred, and its
+/// errors say that `config_flag DIR` gives a diffusers folder's configs instead.
 fn open_pipeline(
     source: PipelineSource,
     quant: Option<oxinfer::quant::Precision>,
+    loras: &[LoraSpec],
     config_flag: &str,
 ) -> Result<StableDiffusion> {
     let inferring = matches!(source, PipelineSource::SingleFileInferred { .. });
-    let (sd, inferred) = StableDiffusion::open(source, quant).map_err(|e| {
+    let (sd, inferred) = StableDiffusion::open_with(source, quant, loras).map_err(|e| {
         let e = anyhow::Error::from(e);
         if inferring {
             e.context(format!(
@@ -308,23 +343,14 @@ pub fn run(a: ImageArgs) -> Result<()> {
         }
         PipelineSource::Folder(&a.model)
     };
-    let sd = open_pipeline(source, a.quant, "--config")?;
-    match (sd.is_inpainting(), &a.mask) {
-        (true, None) => bail!(
+    let sd = open_pipeline(source, a.quant, &lora_specs(&a)?, "--config")?;
+    if sd.is_inpainting() && a.mask.is_none() {
+        bail!(
             "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
              and --mask MASK.png (white = repaint)",
             a.model.display(),
             sd.unet.config.in_channels
-        ),
-        (false, Some(p)) => bail!(
-            "--mask {}: {} is not an inpainting model (its UNet takes {} input channels, an \
-             inpainting one {}); image to image needs no mask",
-            p.display(),
-            a.model.display(),
-            sd.unet.config.in_channels,
-            2 * sd.vae.config.latent_channels + 1
-        ),
-        _ => {}
+        );
     }
     if let (None, Some(class)) = (scheduler, &sd.unsupported_scheduler) {
         eprintln!("note: {class} (scheduler_config.json) is not implemented; using euler (choose with --scheduler)");
@@ -461,7 +487,7 @@ pub fn serve(
             options: SingleFileOptions::default(),
         },
     };
-    let sd = open_pipeline(source, a.model.quant, "--image-config")?;
+    let sd = open_pipeline(source, a.model.quant, &[], "--image-config")?;
     if sd.is_inpainting() {
         bail!(
             "{} is an inpainting model: the image server is text to image only (use `oxinfer \

@@ -2,7 +2,9 @@
 //! (`tools/ref/make_sd_i2i_inpaint.py`): image to image with DDIM from a PNG with the posterior
 //! noise given (`--encode-noise`), and inpainting from the init and mask PNGs of
 //! `tests/fixtures/tiny_sd_inpaint` (the folder and its LDM single file with `--config`), final
-//! latents and image within 1e-4; bad inpainting input ends with one clear error line.
+//! latents and image within 1e-4, and with a plain model's mask (`tests/fixtures/tiny_sd1_inpaint4`);
+//! bad inpainting input ends with one clear error line. Also `--lora` / `--lora-scale` on
+//! tiny_sd1 against `tests/fixtures/tiny_sd1_lora` (`tools/ref/make_sd_lora.py`).
 
 mod cli_process;
 #[path = "../../oxinfer/tests/common/mod.rs"]
@@ -103,7 +105,7 @@ fn inpainting_from_pngs_matches_diffusers_in_both_layouts() {
         run_and_check(&tmp, &args, &refs, "euler_s075");
     }
     // Bad input: one error line each.
-    let (d, init, mask) = (s(&dir), s(&dir.join("init.png")), s(&dir.join("mask.png")));
+    let (d, init) = (s(&dir), s(&dir.join("init.png")));
     let o = oxinfer(&["image", "-m", &d, "-p", "x", "--init", &init]);
     assert_fails_with(&o, &["inpainting model", "--mask"]);
     let o = oxinfer(&["image", "-m", &d, "-p", "x"]);
@@ -127,10 +129,117 @@ fn inpainting_from_pngs_matches_diffusers_in_both_layouts() {
         "image", "-m", &d, "-p", "x", "--init", &init, "--mask", &readme,
     ]);
     assert_fails_with(&o, &["--mask", "README.md"]);
-    let sd1 = s(&fixtures().join("tiny_sd1"));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `--mask` with tiny_sd1's plain 4-channel UNet (the image's latents blended in after every
+/// step), against `tests/fixtures/tiny_sd1_inpaint4` (`tools/ref/make_sd_inpaint4.py`).
+#[test]
+fn inpainting_with_a_plain_model_matches_diffusers() {
+    let tmp = scratch_dir("image-cli-inpaint4");
+    let pngs = fixtures().join("tiny_sd_inpaint");
+    let refs = fixtures().join("tiny_sd1_inpaint4/reference");
+    let r = common::reference(&refs);
+    let args: Vec<String> = [
+        "image",
+        "-m",
+        &s(&fixtures().join("tiny_sd1")),
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "4",
+        "--strength",
+        "0.75",
+        "--init",
+        &s(&pngs.join("init.png")),
+        "--mask",
+        &s(&pngs.join("mask.png")),
+        "--encode-noise",
+        &s(&refs.join("euler_s075_enc_noise.npy")),
+        "--init-noise",
+        &s(&refs.join("euler_s075_noise.npy")),
+    ]
+    .map(String::from)
+    .to_vec();
+    run_and_check(&tmp, &args, &refs, "euler_s075");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `--lora` (the kohya fixture at `--lora-scale 0.8`, Euler; at scale 1 with the LCM scheduler
+/// and guidance 1, as LCM-LoRA is used) against diffusers' fused LoRA; bad `--lora` input ends
+/// with one clear error line.
+#[test]
+fn lora_matches_diffusers() {
+    let tmp = scratch_dir("image-cli-lora");
+    let dir = fixtures().join("tiny_sd1_lora");
+    let refs = dir.join("reference");
+    let r = common::reference(&refs);
+    let (sd1, lora) = (
+        s(&fixtures().join("tiny_sd1")),
+        s(&dir.join("kohya.safetensors")),
+    );
+    let head: Vec<String> = [
+        "image",
+        "-m",
+        &sd1,
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        r["negative_prompt"].as_str().unwrap(),
+        "--steps",
+        "4",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--init-noise",
+        &s(&refs.join("noise.npy")),
+        "--lora",
+        &lora,
+    ]
+    .map(String::from)
+    .to_vec();
+    let euler = ["--lora-scale", "0.8"].map(String::from).to_vec();
+    run_and_check(&tmp, &[head.clone(), euler].concat(), &refs, "kohya_s08");
+    let lcm: Vec<String> = [
+        "--scheduler",
+        "lcm",
+        "--cfg",
+        "1",
+        "--step-noise",
+        &s(&refs.join("lcm_step_noise.npy")),
+    ]
+    .map(String::from)
+    .to_vec();
+    run_and_check(&tmp, &[head, lcm].concat(), &refs, "lcm_kohya");
+    let readme = s(&fixtures().join("../../README.md"));
+    let o = oxinfer(&["image", "-m", &sd1, "-p", "x", "--lora", &readme]);
+    assert_fails_with(&o, &["README.md"]);
     let o = oxinfer(&[
-        "image", "-m", &sd1, "-p", "x", "--init", &init, "--mask", &mask,
+        "image",
+        "-m",
+        &sd1,
+        "-p",
+        "x",
+        "--lora",
+        &lora,
+        "--lora-scale",
+        "1",
+        "--lora-scale",
+        "2",
     ]);
-    assert_fails_with(&o, &["--mask", "not an inpainting model"]);
+    assert_fails_with(&o, &["--lora-scale given 2 times for 1 --lora"]);
+    let o = oxinfer(&[
+        "image",
+        "-m",
+        &sd1,
+        "-p",
+        "x",
+        "--lora",
+        "missing.safetensors",
+    ]);
+    assert_fails_with(&o, &["--lora missing.safetensors", "not a file"]);
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -6,15 +6,19 @@
 //! - `tests/fixtures/tiny_sd_inpaint`: `StableDiffusionInpaintPipeline` with a 9-channel UNet:
 //!   Euler at strength 0.75, Euler ancestral at strength 1 (pure noise), DPM-Solver++ 2M with two
 //!   images and no guidance; the same pipeline as one LDM file gives identical results; bad
-//!   requests (a mask to a plain model, none to an inpainting one, a mask of another size) are
-//!   one error naming what is wrong.
+//!   requests (a mask without an image, none to an inpainting model, a mask of another size)
+//!   are one error naming what is wrong;
+//! - `tests/fixtures/tiny_sd1_inpaint4` (`tools/ref/make_sd_inpaint4.py`): the same pipeline
+//!   with tiny_sd1's plain 4-channel UNet (the image's latents blended in after each step).
 //!
 //! Final latents (scaled) and images within 1e-4.
 
 mod common;
 
 use common::{fixtures, max_abs_diff, read_npy_f32, scaled_diff};
-use oxinfer::arch::diffusion::{GenerateRequest, PipelineSource, SchedulerKind, StableDiffusion};
+use oxinfer::arch::diffusion::{
+    GenerateRequest, Generated, PipelineSource, SchedulerKind, StableDiffusion,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -110,22 +114,49 @@ fn inpainting_matches_diffusers_in_both_layouts() {
     let file = fixtures().join("tiny_sd_inpaint_ldm/inpaint.safetensors");
     let single = StableDiffusion::load_single_file(&file, &dir).unwrap();
     for (name, case) in r["cases"].as_object().unwrap() {
-        let req = inpaint_request(&dir, &r, name);
-        let mut ran = 0;
-        let out = sd.generate(&req, &mut |_, _, _| ran += 1).unwrap();
-        assert_eq!(
-            ran,
-            case["unet_calls"].as_u64().unwrap() as usize,
-            "{name}: steps run"
-        );
-        let d = scaled_diff(&out.latents, &npy(&dir, &format!("{name}_latents")));
-        let di = max_abs_diff(&out.image, &npy(&dir, &format!("{name}_image")));
-        eprintln!("inpainting {name}: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
-        assert!(d < TOL && di < TOL, "{name}: latents {d:e}, image {di:e}");
+        let (req, out) = check_inpaint_case(&sd, &dir, &r, name, case);
         if name == "euler_s075" {
             let one = single.generate(&req, &mut |_, _, _| {}).unwrap();
             assert_eq!(one.latents, out.latents, "single file against the folder");
         }
+    }
+}
+
+/// Runs inpainting case `name` of the reference in `dir` on `sd`: the steps run, the final
+/// latents and image within [`TOL`]; returns the request and its output.
+fn check_inpaint_case(
+    sd: &StableDiffusion,
+    dir: &Path,
+    r: &Value,
+    name: &str,
+    case: &Value,
+) -> (GenerateRequest, Generated) {
+    let req = inpaint_request(dir, r, name);
+    let mut ran = 0;
+    let out = sd.generate(&req, &mut |_, _, _| ran += 1).unwrap();
+    assert_eq!(
+        ran,
+        case["unet_calls"].as_u64().unwrap() as usize,
+        "{name}: steps run"
+    );
+    let d = scaled_diff(&out.latents, &npy(dir, &format!("{name}_latents")));
+    let di = max_abs_diff(&out.image, &npy(dir, &format!("{name}_image")));
+    eprintln!("inpainting {name}: latents scaled diff {d:.2e}, image max abs diff {di:.2e}");
+    assert!(d < TOL && di < TOL, "{name}: latents {d:e}, image {di:e}");
+    (req, out)
+}
+
+/// `tests/fixtures/tiny_sd1_inpaint4` (`tools/ref/make_sd_inpaint4.py`): inpainting with
+/// tiny_sd1's plain 4-channel UNet, the image's latents blended in after every step, with
+/// Euler, Euler ancestral (strength 1), DDIM and DPM-Solver++ 2M (two images, no guidance).
+#[test]
+fn inpainting_with_a_plain_unet_matches_diffusers() {
+    let dir = fixtures().join("tiny_sd1_inpaint4");
+    let r = common::reference(&dir.join("reference"));
+    let sd = StableDiffusion::load(&fixtures().join("tiny_sd1")).unwrap();
+    assert!(!sd.is_inpainting());
+    for (name, case) in r["cases"].as_object().unwrap() {
+        check_inpaint_case(&sd, &dir, &r, name, case);
     }
 }
 
@@ -168,9 +199,10 @@ fn bad_inpainting_requests_are_clear_errors() {
         "{e}"
     );
     let plain = StableDiffusion::load(&fixtures().join("tiny_sd1")).unwrap();
-    let e = err(&plain, &good);
-    assert!(
-        e.contains("a mask needs an inpainting model") && e.contains("takes 4"),
-        "{e}"
-    );
+    let no_image = GenerateRequest {
+        init_image: None,
+        ..good.clone()
+    };
+    let e = err(&plain, &no_image);
+    assert!(e.contains("a mask needs an init image"), "{e}");
 }

@@ -23,6 +23,13 @@ pub enum DiffusionError {
     /// A request argument (size, steps, noise shape, ...) is out of range; names the argument.
     #[error("{0}")]
     Argument(String),
+    /// A LoRA file's key is of no known form, misshapen, or targets no weight of the model.
+    #[error("{path}: LoRA key '{key}': {what}")]
+    Lora {
+        path: PathBuf,
+        key: String,
+        what: String,
+    },
     /// A convolution's shapes do not fit together.
     #[error(transparent)]
     Conv(#[from] ConvError),

@@ -5,6 +5,11 @@
 //! and every UNet call takes `[latents, mask, masked image latents]` stacked along the channels.
 //! The denoised latents themselves start from the image's latents noised to the first step run
 //! (strength < 1) or from pure noise (strength 1), as image to image.
+//!
+//! With a plain UNet (`in_channels` = latent channels) the same pipeline runs the UNet on the
+//! latents alone and, after every step, puts the image back where the mask keeps it
+//! ([`LatentBlend`]): `latents = (1 − mask) · add_noise(image latents, noise, next step) + mask ·
+//! latents`, the image's latents unnoised after the last step, the noise the initial noise.
 
 use super::DiffusionError;
 
@@ -85,6 +90,27 @@ impl InpaintCondition {
     }
 }
 
+/// Inpainting with a plain UNet: the mask at the latents' size and the init image's latents the
+/// denoised latents are blended with after every step.
+pub struct LatentBlend {
+    /// The mask at the latents' size, `[h, w]` (0 keep, 1 repaint).
+    pub mask: Vec<f32>,
+    /// The init image's latents (times the VAE's scaling factor), `[batch, c, h, w]`.
+    pub image: Vec<f32>,
+}
+
+impl LatentBlend {
+    /// `latents = (1 − mask) · kept + mask · latents`, NCHW `[batch, c, h, w]` both, `kept`
+    /// the image's latents at the level of the next step (diffusers' `init_latents_proper`).
+    pub fn apply(&self, latents: &mut [f32], kept: &[f32]) {
+        let hw = self.mask.len().max(1);
+        for (k, (l, &p)) in latents.iter_mut().zip(kept).enumerate() {
+            let m = self.mask[k % hw];
+            *l = (1.0 - m) * p + m * *l;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +134,13 @@ mod tests {
         assert_eq!(x, [1.0, 2.0, 9.0, 5.0, 6.0, 3.0, 4.0, 9.0, 5.0, 6.0]);
         assert!(cond.unet_input(&[1.0, 2.0, 3.0], 2).is_err());
         assert!(is_inpainting_unet(9, 4) && !is_inpainting_unet(4, 4));
+        // Two channels of a 1 x 2 mask: the kept pixel takes the image's value.
+        let blend = LatentBlend {
+            mask: vec![0.0, 1.0],
+            image: vec![],
+        };
+        let mut lat = [1.0, 2.0, 3.0, 4.0];
+        blend.apply(&mut lat, &[10.0, 20.0, 30.0, 40.0]);
+        assert_eq!(lat, [10.0, 2.0, 30.0, 4.0]);
     }
 }

@@ -68,8 +68,8 @@ fn num(s: &str) -> Option<usize> {
     s.parse().ok()
 }
 
-/// A diffusers UNet name without prefix → its LDM name.
-fn unet_name(k: &str, layers: usize, up_attn: &[bool]) -> Option<String> {
+/// A diffusers UNet name without prefix → its LDM name (without `model.diffusion_model.`).
+pub(super) fn unet_name(k: &str, layers: usize, up_attn: &[bool]) -> Option<String> {
     let p: Vec<&str> = k.split('.').collect();
     let l1 = layers + 1;
     Some(match p[..] {

@@ -10,6 +10,7 @@ use super::layers::{guidance_embedding, zip_apply, FeatureMap};
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config;
 use super::ldm_model_type::{InferredModel, SingleFileOptions};
+use super::lora::{LoraFile, LoraSpec, LoraStore, LoraTarget};
 pub use super::pipeline_sources::PipelineSource;
 use super::pipeline_sources::{open_ldm, weights, Sources};
 use super::quant_store::QuantizedStore;
@@ -71,13 +72,17 @@ pub struct GenerateRequest {
     pub encode_noise: Option<Vec<f32>>,
     /// Whether the VAE decodes (and, for image to image, encodes) in tiles.
     pub vae_tiling: VaeTiling,
-    /// Inpainting (a model whose UNet takes the mask: [`StableDiffusion::is_inpainting`]): the
-    /// mask `[H, W]`, values in `[0, 1]` binarized at 0.5 (1 = repaint), with `init_image`.
-    /// The latents start from the image's, noised to the first step run, when `strength < 1`,
-    /// from pure noise at strength 1, as diffusers' `StableDiffusionInpaintPipeline`.
+    /// Inpainting: the mask `[H, W]`, values in `[0, 1]` binarized at 0.5 (1 = repaint), with
+    /// `init_image`. The latents start from the image's, noised to the first step run, when
+    /// `strength < 1`, from pure noise at strength 1, as diffusers'
+    /// `StableDiffusionInpaintPipeline`. An inpainting UNet ([`StableDiffusion::is_inpainting`])
+    /// takes the mask and the masked image's latents; a plain one runs on the latents alone,
+    /// which take the image's latents back where the mask keeps it after every step (noised to
+    /// the next step's level with the initial noise: [`super::inpaint::LatentBlend`]).
     pub mask: Option<Vec<f32>>,
-    /// Inpainting: the noise that samples the VAE posterior of the masked image, `[1, C, H/8,
-    /// W/8]` (one sample for the batch, as diffusers) or `[N, C, H/8, W/8]`.
+    /// Inpainting with an inpainting UNet: the noise that samples the VAE posterior of the
+    /// masked image, `[1, C, H/8, W/8]` (one sample for the batch, as diffusers) or `[N, C, H/8,
+    /// W/8]`. A plain UNet does not use the masked image.
     pub mask_encode_noise: Option<Vec<f32>>,
 }
 
@@ -288,6 +293,20 @@ impl StableDiffusion {
         source: PipelineSource,
         unet_quant: Option<Precision>,
     ) -> Result<(Self, Option<InferredModel>), DiffusionError> {
+        Self::open_with(source, unet_quant, &[])
+    }
+
+    /// [`Self::open`] with the LoRA files `loras` fused into the UNet and the text encoder
+    /// ([`super::lora`]), before any quantization.
+    ///
+    /// # Errors
+    /// As [`Self::open`]; a LoRA file that does not open, has a key of no known form, shapes
+    /// that do not fit, or a module that targets no weight of the model (each names the key).
+    pub fn open_with(
+        source: PipelineSource,
+        unet_quant: Option<Precision>,
+        loras: &[LoraSpec],
+    ) -> Result<(Self, Option<InferredModel>), DiffusionError> {
         let (mut sources, model, inferred) = match source {
             PipelineSource::Folder(dir) => (Sources::folder(dir)?, None, None),
             PipelineSource::SingleFile { file, config } => {
@@ -311,6 +330,7 @@ impl StableDiffusion {
             }
         };
         sources.unet_quant = unet_quant;
+        sources.loras = loras.to_vec();
         Ok((Self::assemble(sources, model.as_ref())?, inferred))
     }
 
@@ -366,24 +386,30 @@ impl StableDiffusion {
                     (None, None) => unreachable!("inferred configs come with a single file"),
                 })
             };
+        let loras = LoraFile::open_all(&src.loras)?;
         let te_cfg = ClipTextConfig::parse(&src.text_encoder)?;
-        let text_encoder = ClipTextModel::load(te_cfg, &*store(0, src.text_part.clone())?)?;
+        let te_base = store(0, src.text_part.clone())?;
+        let te_store = LoraStore::new(&*te_base, &loras, LoraTarget::TextEncoder, None);
+        let text_encoder = ClipTextModel::load(te_cfg, &te_store)?;
+        te_store.check_all_fused()?;
         let unet_cfg = UNetConfig::parse(&src.unet)?;
         let part = LdmPart::Unet {
             layers_per_block: unet_cfg.layers_per_block,
             up_attn: unet_cfg.up_attn.clone(),
         };
-        let unet_store = store(1, part)?;
+        let unet_base = store(1, part.clone())?;
+        let unet_store = LoraStore::new(&*unet_base, &loras, LoraTarget::Unet, Some(part));
         let unet = match src.unet_quant {
             Some(precision) => UNet::load(
                 unet_cfg,
                 &QuantizedStore {
-                    base: &*unet_store,
+                    base: &unet_store,
                     precision,
                 },
             )?,
-            None => UNet::load(unet_cfg, &*unet_store)?,
+            None => UNet::load(unet_cfg, &unet_store)?,
         };
+        unet_store.check_all_fused()?;
         let vae_cfg = VaeConfig::parse(&src.vae)?;
         let blocks = vae_cfg.block_out_channels.len();
         let vae_store = store(2, LdmPart::Vae { blocks })?;
@@ -525,13 +551,13 @@ impl StableDiffusion {
         let total = batch * n;
         let kind = req.scheduler.unwrap_or(self.default_scheduler);
         let inpainting = self.is_inpainting();
-        if req.mask.is_some() && !inpainting {
-            return Err(DiffusionError::Argument(format!(
-                "a mask needs an inpainting model (a UNet of {} input channels: the latents, the \
-                 mask and the masked image's latents); this UNet takes {} (the latents only)",
-                2 * c + 1,
-                self.unet.config.in_channels
-            )));
+        // A mask to a plain UNet: diffusers' inpainting pipeline blends the image's latents in
+        // after every step.
+        let blending = req.mask.is_some() && !inpainting;
+        if req.mask.is_some() && req.init_image.is_none() {
+            return Err(DiffusionError::Argument(
+                "a mask needs an init image (the image to inpaint)".into(),
+            ));
         }
         if inpainting && (req.mask.is_none() || req.init_image.is_none()) {
             return Err(DiffusionError::Argument(format!(
@@ -544,7 +570,7 @@ impl StableDiffusion {
         // pipeline: the strength shortens the distillation schedule the steps are picked from.
         // Any other image-to-image (and inpainting) runs the last steps of the whole schedule.
         let lcm_i2i = req.init_image.is_some()
-            && !inpainting
+            && req.mask.is_none()
             && kind == SchedulerKind::Lcm
             && self.unet.config.time_cond_proj_dim.is_some();
         let strength = if lcm_i2i {
@@ -568,6 +594,10 @@ impl StableDiffusion {
                 .needs_noise()
                 .then(|| batch_noise(req.seed, STEP_NOISE_SEED, batch, req.steps, n))
         });
+        let blend = match blending {
+            true => Some(self.latent_blend(req, (c, h, w))?),
+            false => None,
+        };
         // Image-to-image starts at step `start`, from the image's latents noised to that level.
         let (start, mut latents) = match &req.init_image {
             None => {
@@ -580,15 +610,20 @@ impl StableDiffusion {
                 (0, sched.add_noise(&z, &noise, 0))
             }
             // Inpainting at strength 1 starts from pure noise (diffusers' `is_strength_max`).
-            Some(_) if inpainting && python_strength(req.strength)? == 1.0 => {
+            Some(_) if req.mask.is_some() && python_strength(req.strength)? == 1.0 => {
                 let sigma0 = sched.init_noise_sigma();
                 (0, noise.iter().map(|v| v * sigma0).collect())
             }
             Some(image) => {
                 let run = img2img_steps(req.steps, req.strength)?;
                 let start = req.steps - run;
-                let z = self.encode_image(image, req, (c, h, w))?;
-                (start, sched.add_noise(&z, &noise, start))
+                let z = match &blend {
+                    Some(b) => sched.add_noise(&b.image, &noise, start),
+                    None => {
+                        sched.add_noise(&self.encode_image(image, req, (c, h, w))?, &noise, start)
+                    }
+                };
+                (start, z)
             }
         };
         let inpaint = match inpainting {
@@ -645,6 +680,13 @@ impl StableDiffusion {
             // Every scheduler's update is element-wise (DPM-Solver++'s history too), so one step
             // over the batch's values is each image's step.
             latents = sched.step(&pred, i, &latents, sn)?;
+            if let Some(b) = &blend {
+                // The image's latents at the next step's level (unnoised after the last).
+                match i + 1 < sched.len() {
+                    true => b.apply(&mut latents, &sched.add_noise(&b.image, &noise, i + 1)),
+                    false => b.apply(&mut latents, &b.image),
+                }
+            }
             on_step(i, sched.len(), &latents);
         }
         let mut image = Vec::with_capacity(batch * 3 * req.width * req.height);

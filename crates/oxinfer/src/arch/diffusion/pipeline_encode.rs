@@ -1,8 +1,8 @@
 //! The image conditioning of [`StableDiffusion`]'s requests: the VAE posterior of an image to
-//! image's starting image and, for inpainting, the mask and the masked image's latents
-//! ([`super::inpaint`]).
+//! image's starting image and, for inpainting, the mask and the masked image's latents (an
+//! inpainting UNet) or the image's latents to blend with (a plain UNet) ([`super::inpaint`]).
 
-use super::inpaint::{binarize, mask_latents, masked_image, InpaintCondition};
+use super::inpaint::{binarize, mask_latents, masked_image, InpaintCondition, LatentBlend};
 use super::layers::FeatureMap;
 use super::pipeline::{batch_noise, GenerateRequest, StableDiffusion};
 use super::pipeline::{ENCODE_NOISE_SEED, MASK_ENCODE_NOISE_SEED};
@@ -28,18 +28,14 @@ impl StableDiffusion {
         self.encode_sampled(image, req, shape, noise)
     }
 
-    /// The inpainting UNet's extra inputs for `req` (its `init_image` and `mask`): the
-    /// binarized mask at the latents' size and the latents of the masked image (the VAE
-    /// posterior sampled with `req.mask_encode_noise`, or seeded noise), for latents of
-    /// `(c, h, w)`.
+    /// The request's `init_image` and its `mask` binarized at 0.5 (`[H, W]`, 1 = repaint).
     ///
     /// # Errors
-    /// A missing image or mask; a mask whose size is not the image's; as [`Self::encode_image`].
-    pub(super) fn inpaint_condition(
+    /// A missing image or mask; a mask whose size is not the image's.
+    fn image_and_mask<'r>(
         &self,
-        req: &GenerateRequest,
-        shape: (usize, usize, usize),
-    ) -> Result<InpaintCondition, DiffusionError> {
+        req: &'r GenerateRequest,
+    ) -> Result<(&'r [f32], Vec<f32>), DiffusionError> {
         let (Some(image), Some(mask)) = (&req.init_image, &req.mask) else {
             return Err(DiffusionError::Argument(
                 "inpainting needs an init image and a mask".into(),
@@ -53,7 +49,22 @@ impl StableDiffusion {
                 hh * ww
             )));
         }
-        let mask = binarize(mask);
+        Ok((image, binarize(mask)))
+    }
+
+    /// The inpainting UNet's extra inputs for `req` (its `init_image` and `mask`): the
+    /// binarized mask at the latents' size and the latents of the masked image (the VAE
+    /// posterior sampled with `req.mask_encode_noise`, or seeded noise), for latents of
+    /// `(c, h, w)`.
+    ///
+    /// # Errors
+    /// A missing image or mask; a mask whose size is not the image's; as [`Self::encode_image`].
+    pub(super) fn inpaint_condition(
+        &self,
+        req: &GenerateRequest,
+        shape: (usize, usize, usize),
+    ) -> Result<InpaintCondition, DiffusionError> {
+        let (image, mask) = self.image_and_mask(req)?;
         let masked = masked_image(image, &mask);
         let noise = (
             &req.mask_encode_noise,
@@ -62,7 +73,25 @@ impl StableDiffusion {
         );
         Ok(InpaintCondition {
             masked_latents: self.encode_sampled(&masked, req, shape, noise)?,
-            mask: mask_latents(&mask, hh, ww, self.vae.config.scale()),
+            mask: mask_latents(&mask, req.height, req.width, self.vae.config.scale()),
+        })
+    }
+
+    /// What inpainting with a plain UNet blends the latents with after each step (`req`'s
+    /// `init_image` and `mask`): the binarized mask at the latents' size and the init image's
+    /// latents ([`Self::encode_image`], with `req.encode_noise`), for latents of `(c, h, w)`.
+    ///
+    /// # Errors
+    /// As [`Self::inpaint_condition`].
+    pub(super) fn latent_blend(
+        &self,
+        req: &GenerateRequest,
+        shape: (usize, usize, usize),
+    ) -> Result<LatentBlend, DiffusionError> {
+        let (image, mask) = self.image_and_mask(req)?;
+        Ok(LatentBlend {
+            image: self.encode_image(image, req, shape)?,
+            mask: mask_latents(&mask, req.height, req.width, self.vae.config.scale()),
         })
     }
 

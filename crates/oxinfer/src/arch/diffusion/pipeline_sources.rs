@@ -8,6 +8,7 @@ use super::config::JsonConfig;
 use super::ldm::{LdmPart, LdmStore};
 use super::ldm_config;
 use super::ldm_model_type::{InferredModel, SingleFileOptions};
+use super::lora::LoraSpec;
 use super::DiffusionError;
 use crate::loader::safetensors::SafetensorsModel;
 use crate::quant::Precision;
@@ -89,6 +90,8 @@ pub(super) struct Sources {
     pub(super) folders: Option<[PathBuf; 3]>,
     /// On-load quantization of the UNet's matrices and kernels.
     pub(super) unet_quant: Option<Precision>,
+    /// LoRA files fused into the UNet and the text encoder at load.
+    pub(super) loras: Vec<LoraSpec>,
 }
 
 impl Sources {
@@ -136,6 +139,7 @@ impl Sources {
             text_part: inferred.text_part,
             folders: None,
             unet_quant: None,
+            loras: Vec::new(),
         };
         Ok((sources, inferred.model))
     }
@@ -167,6 +171,7 @@ impl Sources {
             text_part: LdmPart::TextEncoder,
             folders: Some([te_dir, unet_dir, vae_dir]),
             unet_quant: None,
+            loras: Vec::new(),
         })
     }
 }
