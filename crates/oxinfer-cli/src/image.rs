@@ -123,15 +123,8 @@ pub struct ImageArgs {
     /// Write the VAE's raw output (about [-1, 1]), NCHW float32 `[N, 3, H, W]`.
     #[arg(long, value_name = "FILE.npy")]
     pub dump_image: Option<PathBuf>,
-    /// A LoRA file (.safetensors, the kohya / A1111 or the diffusers / peft form) fused into the
-    /// UNet and the text encoder at load; repeatable. LCM-LoRA: with --scheduler lcm --steps 4
-    /// --cfg 1.
-    #[arg(long, value_name = "FILE.safetensors")]
-    pub lora: Vec<PathBuf>,
-    /// The scale of each --lora in order (diffusers' lora_scale); one value applies to every
-    /// --lora (default 1).
-    #[arg(long, value_name = "F", requires = "lora")]
-    pub lora_scale: Vec<f32>,
+    #[command(flatten)]
+    pub lora: LoraArgs,
     /// Quantize the UNet's linear and convolution weights on load (q8: 32 int8 weights per f32
     /// scale; q4; bf16).
     #[arg(long, value_name = "q8|q4|bf16")]
@@ -208,8 +201,22 @@ fn encode_noise(
     Ok(Some(data))
 }
 
+/// LoRA files fused into a Stable Diffusion pipeline at load (`oxinfer image`, `oxinfer serve`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LoraArgs {
+    /// A LoRA file (.safetensors, the kohya / A1111 or the diffusers / peft form) fused into the
+    /// UNet and the text encoder at load; repeatable. LCM-LoRA: with --scheduler lcm --steps 4
+    /// --cfg 1.
+    #[arg(long, value_name = "FILE.safetensors")]
+    pub lora: Vec<PathBuf>,
+    /// The scale of each --lora in order (diffusers' lora_scale); one value applies to every
+    /// --lora (default 1).
+    #[arg(long, value_name = "F", requires = "lora")]
+    pub lora_scale: Vec<f32>,
+}
+
 /// The LoRA files of `--lora` with their `--lora-scale`s (none: 1; one: for all).
-fn lora_specs(a: &ImageArgs) -> Result<Vec<LoraSpec>> {
+fn lora_specs(a: &LoraArgs) -> Result<Vec<LoraSpec>> {
     let scales = &a.lora_scale;
     if scales.len() > 1 && scales.len() != a.lora.len() {
         bail!(
@@ -343,7 +350,7 @@ pub fn run(a: ImageArgs) -> Result<()> {
         }
         PipelineSource::Folder(&a.model)
     };
-    let sd = open_pipeline(source, a.quant, &lora_specs(&a)?, "--config")?;
+    let sd = open_pipeline(source, a.quant, &lora_specs(&a.lora)?, "--config")?;
     if sd.is_inpainting() && a.mask.is_none() {
         bail!(
             "{} is an inpainting model (its UNet takes {} input channels): give --init IMAGE \
@@ -487,7 +494,12 @@ pub fn serve(
             options: SingleFileOptions::default(),
         },
     };
-    let sd = open_pipeline(source, a.model.quant, &[], "--image-config")?;
+    let sd = open_pipeline(
+        source,
+        a.model.quant,
+        &lora_specs(&a.lora)?,
+        "--image-config",
+    )?;
     if sd.is_inpainting() {
         bail!(
             "{} is an inpainting model: the image server is text to image only (use `oxinfer \

@@ -81,6 +81,9 @@ pub struct ServeArgs {
     /// --config`); without it they are inferred from the file's tensors.
     #[arg(long, value_name = "DIR")]
     pub image_config: Option<std::path::PathBuf>,
+    /// With a Stable Diffusion model: LoRA files fused at load (as `oxinfer image --lora`).
+    #[command(flatten)]
+    pub lora: crate::image::LoraArgs,
 }
 
 /// `secs` (a flag's value) as a duration; an error names the flag.
@@ -165,6 +168,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     anyhow::ensure!(
         a.image_config.is_none(),
         "--image-config applies to a single-file Stable Diffusion checkpoint"
+    );
+    anyhow::ensure!(
+        a.lora.lora.is_empty(),
+        "--lora applies to Stable Diffusion models"
     );
     if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));

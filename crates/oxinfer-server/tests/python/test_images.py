@@ -33,15 +33,15 @@ def client(image_server):
     return openai.OpenAI(base_url=image_server.url + "/v1", api_key="k", max_retries=0)
 
 
-def cli_pngs(prompt, width, height, steps, seed, negative="", batch=1):
-    """The PNGs `oxinfer image --batch BATCH` writes for the same request (out.png, or
-    out-1.png ... out-BATCH.png)."""
+def cli_pngs(prompt, width, height, steps, seed, negative="", batch=1, extra=()):
+    """The PNGs `oxinfer image --batch BATCH` (and `extra` arguments) writes for the same
+    request (out.png, or out-1.png ... out-BATCH.png)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "out.png"
         subprocess.run(
             [BIN, "image", "-m", str(TINY), "-p", prompt, "-n", negative, "--width", str(width),
              "--height", str(height), "--steps", str(steps), "--seed", str(seed), "-o", str(out),
-             "--batch", str(batch), "-t", "2"],
+             "--batch", str(batch), "-t", "2", *extra],
             capture_output=True, text=True, check=True,
         )
         if batch == 1:
@@ -138,6 +138,28 @@ def test_chat_server_answers_images_with_a_400_naming_the_model(server):
     r = raw("POST", server.url + "/v1/images/generations", {"prompt": "x"})
     assert r.status_code == 400, r.text
     assert "not an image model" in r.json()["error"]["message"]
+
+
+def test_lora_server_matches_the_cli_with_the_same_lora():
+    """`oxinfer serve --lora FILE --lora-scale F` fuses the LoRA as `oxinfer image` does (the
+    tiny kohya LoRA of tests/fixtures/tiny_sd1_lora, itself checked against diffusers by
+    crates/oxinfer/tests/sd_lora.rs): the same PNG byte for byte, unlike the plain model's;
+    a --lora for a text model is refused at start-up with one line."""
+    lora = ["--lora", str(ROOT / "tests" / "fixtures" / "tiny_sd1_lora" / "kohya.safetensors"),
+            "--lora-scale", "0.8"]
+    s = conftest.Server(*lora, model=str(TINY))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        r = c.images.generate(model="tiny_sd1", prompt="a red cube on a table", size="64x48",
+                              response_format="b64_json", extra_body={"steps": 2, "seed": 5})
+        got = base64.b64decode(r.data[0].b64_json)
+    finally:
+        s.stop()
+    assert got == cli_pngs("a red cube on a table", 64, 48, 2, 5, extra=lora)[0]
+    assert got != cli_png("a red cube on a table", 64, 48, 2, 5), "the LoRA changes the image"
+    p = subprocess.run([BIN, "serve", "-m", conftest.MODEL, "--port", "0", *lora],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--lora applies to Stable Diffusion" in p.stderr, p.stderr
 
 
 def test_single_file_checkpoint_serves_the_folders_images():
