@@ -8,6 +8,9 @@ use oxinfer_kernels::WeightFormat;
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const DECODE: &str = include_str!("shaders/decode.wgsl");
+const WORDS: &str = include_str!("shaders/words.wgsl");
+const MATVEC: &str = include_str!("shaders/matvec.wgsl");
+const VECDOT: &str = include_str!("shaders/vecdot.wgsl");
 const QUANT: &str = include_str!("shaders/quant.wgsl");
 const NORM: &str = include_str!("shaders/norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
@@ -52,6 +55,21 @@ pub(crate) const MATMUL_ROWS: usize = 8;
 /// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
 pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
+/// Output rows one matvec workgroup computes (`matvec.wgsl`).
+pub(crate) const MATVEC_OUT_ROWS: usize = 4;
+
+/// The weight formats the one-row matvec (`matvec.wgsl` + `vecdot.wgsl`) decodes; the others
+/// take the matmul at one row too.
+pub(crate) const MATVEC_FORMATS: [WeightFormat; 7] = [
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4K,
+    WeightFormat::Q6K,
+];
+
 /// Widest attention head the kernel takes (`qv` in `attention.wgsl`).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
@@ -75,6 +93,8 @@ pub const FORMATS: [WeightFormat; 12] = [
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
     Matmul(WeightFormat),
+    /// One activation row (decode) of a [`MATVEC_FORMATS`] weight.
+    Matvec(WeightFormat),
     Quant,
     RmsNorm,
     Add,
@@ -98,7 +118,11 @@ impl Kernel {
             Kernel::AddBias => "add_bias",
             Kernel::GatherRows => "gather_rows",
             Kernel::Rope => "rope",
-            Kernel::Matmul(_) | Kernel::Quant | Kernel::Attention | Kernel::Copy => "main",
+            Kernel::Matmul(_)
+            | Kernel::Matvec(_)
+            | Kernel::Quant
+            | Kernel::Attention
+            | Kernel::Copy => "main",
         }
     }
 
@@ -123,8 +147,14 @@ impl Kernel {
                 };
                 MATMUL
                     .replace("//SCALES", scales)
+                    .replace("//WORDS", WORDS)
                     .replace("//DECODE", &decode)
                     .replace("//TAIL", tail)
+            }
+            Kernel::Matvec(f) => {
+                // Q4_K reads its 16-byte-aligned blocks as vec4 words (its own binding 3).
+                let words = if f == WeightFormat::Q4K { "" } else { WORDS };
+                MATVEC.replace("//FORMAT", &format!("{words}\n{}", section(VECDOT, f)))
             }
             Kernel::Quant => QUANT.to_string(),
             Kernel::RmsNorm => NORM.to_string(),
@@ -137,11 +167,16 @@ impl Kernel {
     }
 }
 
-/// Format `f`'s `decode32` out of `decode.wgsl` (between `//@NAME` and `//@END`).
+/// Format `f`'s `decode32` out of `decode.wgsl`.
 fn decoder(f: WeightFormat) -> &'static str {
+    section(DECODE, f)
+}
+
+/// Format `f`'s block of `src` (between `//@NAME` and `//@END`; empty when it has none).
+fn section(src: &'static str, f: WeightFormat) -> &'static str {
     let tag = format!("//@{f:?}\n");
-    let start = DECODE.find(&tag).map(|i| i + tag.len());
-    let body = start.and_then(|s| DECODE[s..].find("//@END").map(|e| &DECODE[s..s + e]));
+    let start = src.find(&tag).map(|i| i + tag.len());
+    let body = start.and_then(|s| src[s..].find("//@END").map(|e| &src[s..s + e]));
     body.unwrap_or("")
 }
 

@@ -1,0 +1,98 @@
+// y[n] = Σ_k w[n][k] · x[k] for one activation row (a decode step): a workgroup of 64 threads
+// takes 4 output rows. A row's quant blocks are cut into chunks (CPB per block of QK weights,
+// spliced in per format with `xload` and `wdot`); thread i takes chunks i, i + 64, …, loads each
+// chunk's activations once (`xload`) and dots them with that chunk of all 4 rows (`wdot`), so
+// neighbouring threads read neighbouring bytes of a row, each weight byte once, with the decoded
+// values in registers. The four sums per thread are reduced over the workgroup.
+// Params: 0 x offset (A, a multiple of 4), 1 y offset (B), 2 n, 3 k, 5 row bytes of W.
+@group(0) @binding(1) var<storage, read_write> X4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> B: array<f32>;
+
+// 32 activations (or weight codes) of one chunk: l0..l3 and h0..h3 as the format pairs them.
+struct X8 {
+    l0: vec4<f32>, l1: vec4<f32>, l2: vec4<f32>, l3: vec4<f32>,
+    h0: vec4<f32>, h1: vec4<f32>, h2: vec4<f32>, h3: vec4<f32>,
+}
+// Activations: 16 from vec4 index lo, 16 from hi.
+fn x16x2(lo: u32, hi: u32) -> X8 {
+    return X8(X4[lo], X4[lo + 1u], X4[lo + 2u], X4[lo + 3u],
+              X4[hi], X4[hi + 1u], X4[hi + 2u], X4[hi + 3u]);
+}
+// The 4-bit fields of q at bits sh, sh + 8, sh + 16, sh + 24.
+fn nib4(q: u32, sh: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(sh, sh + 8u, sh + 16u, sh + 24u)) & vec4<u32>(15u));
+}
+// The four bytes of q, unsigned.
+fn bytes4(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u));
+}
+// The four bytes of q as int8.
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<i32>(bitcast<i32>(q)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+// Low nibbles of the 16 bytes q as codes l0..l3, high nibbles as h0..h3.
+fn nibbles(q: vec4<u32>) -> X8 {
+    return X8(nib4(q.x, 0u), nib4(q.y, 0u), nib4(q.z, 0u), nib4(q.w, 0u),
+              nib4(q.x, 4u), nib4(q.y, 4u), nib4(q.z, 4u), nib4(q.w, 4u));
+}
+// 16 per set bit of qh at bits at .. at + 3.
+fn hbits(qh: u32, at: u32) -> vec4<f32> {
+    let v = (vec4<u32>(qh) >> vec4<u32>(at, at + 1u, at + 2u, at + 3u)) & vec4<u32>(1u);
+    return vec4<f32>(v * 16u);
+}
+// Q5 codes: bit j of qh on top of weight j's nibble (l: weights 0..15, h: 16..31).
+fn fifth_bits(q: X8, qh: u32) -> X8 {
+    return X8(q.l0 + hbits(qh, 0u), q.l1 + hbits(qh, 4u), q.l2 + hbits(qh, 8u),
+              q.l3 + hbits(qh, 12u), q.h0 + hbits(qh, 16u), q.h1 + hbits(qh, 20u),
+              q.h2 + hbits(qh, 24u), q.h3 + hbits(qh, 28u));
+}
+// Σ (lo.x · code + lo.y) · x over l0..l3 plus the same with hi over h0..h3: the weights decoded
+// as the CPU dequantizes them (scale · code + offset), then dotted.
+fn affine_dot(q: X8, x: X8, lo: vec2<f32>, hi: vec2<f32>) -> f32 {
+    let a = dot(lo.x * q.l0 + lo.y, x.l0) + dot(lo.x * q.l1 + lo.y, x.l1)
+          + dot(lo.x * q.l2 + lo.y, x.l2) + dot(lo.x * q.l3 + lo.y, x.l3);
+    let b = dot(hi.x * q.h0 + hi.y, x.h0) + dot(hi.x * q.h1 + hi.y, x.h1)
+          + dot(hi.x * q.h2 + hi.y, x.h2) + dot(hi.x * q.h3 + hi.y, x.h3);
+    return a + b;
+}
+
+//FORMAT
+
+const WG: u32 = 64u;
+var<workgroup> red: array<vec4<f32>, 64>;
+var<workgroup> red8: array<vec4<f32>, 8>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let n_out = pu(2u);
+    let rb = pu(5u);
+    let n0 = flat(wid, nwg) * 4u;
+    if (n0 >= n_out) { return; }
+    // Rows past the last are read as the last (their sums are dropped).
+    let last = n_out - 1u;
+    let r0 = n0 * rb;
+    let r1 = min(n0 + 1u, last) * rb;
+    let r2 = min(n0 + 2u, last) * rb;
+    let r3 = min(n0 + 3u, last) * rb;
+    let chunks = (pu(3u) / QK) * CPB;
+    let x4 = pu(0u) / 4u;
+    var acc = vec4<f32>();
+    for (var c = lid; c < chunks; c += WG) {
+        let x = xload(x4, c);
+        acc += vec4<f32>(wdot(r0, c, x), wdot(r1, c, x), wdot(r2, c, x), wdot(r3, c, x));
+    }
+    red[lid] = acc;
+    workgroupBarrier();
+    if (lid < 8u) {
+        var s = red[8u * lid];
+        for (var i = 1u; i < 8u; i++) { s += red[8u * lid + i]; }
+        red8[lid] = s;
+    }
+    workgroupBarrier();
+    if (lid < 4u && n0 + lid < n_out) {
+        var s = 0.0;
+        for (var i = 0u; i < 8u; i++) { s += red8[i][lid]; }
+        B[pu(1u) + n0 + lid] = s;
+    }
+}
