@@ -314,6 +314,9 @@ impl Backend for WgpuBackend {
                 *down as f64 / 1e6
             ));
         }
+        if let Some(p) = self.gpu.profile_report() {
+            out.push_str(&p);
+        }
         Some(out)
     }
 }

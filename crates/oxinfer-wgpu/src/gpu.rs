@@ -10,6 +10,7 @@
 //! gains, biases, RoPE tables, row indices).
 
 use crate::kernels::{Dispatch, Kernel};
+use crate::profile::{self, Profile, Stamps};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
@@ -49,6 +50,10 @@ pub struct Gpu {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+    /// Totals under `OXINFER_WGPU_PROFILE=1` ([`crate::profile`]).
+    profile: Option<Mutex<Profile>>,
+    /// Whether dispatches are timed (profiling, and the adapter has timestamp queries).
+    stamps: bool,
     /// The first device error since the last check (wgpu reports them out of band).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -70,9 +75,15 @@ impl Gpu {
             .ok_or_else(|| format!("no wgpu adapter {index}"))?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let profiling = profile::enabled();
+        let stamps = profiling && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let desc = wgpu::DeviceDescriptor {
             label: Some("oxinfer"),
-            required_features: wgpu::Features::empty(),
+            required_features: if stamps {
+                wgpu::Features::TIMESTAMP_QUERY
+            } else {
+                wgpu::Features::empty()
+            },
             required_limits: limits.clone(),
             ..Default::default()
         };
@@ -90,8 +101,20 @@ impl Gpu {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            profile: profiling.then(|| Mutex::new(Profile::default())),
+            stamps,
             error,
         })
+    }
+
+    /// The profile's report (`OXINFER_WGPU_PROFILE=1`), if profiling.
+    pub(crate) fn profile_report(&self) -> Option<String> {
+        let p = self.profile.as_ref()?;
+        let mut r = p.lock().unwrap_or_else(|e| e.into_inner()).report();
+        if !self.stamps {
+            r.push_str("  (no per-kernel times: the adapter has no timestamp queries)\n");
+        }
+        Some(r)
     }
 
     /// The device error reported since the last call, if any.
@@ -188,6 +211,7 @@ impl Gpu {
         items: &[Dispatch],
         reads: &mut [(&wgpu::Buffer, usize, &mut [f32])],
     ) -> Result<(), String> {
+        let start = std::time::Instant::now();
         let pipelines = items
             .iter()
             .map(|d| self.pipeline(d.kernel))
@@ -233,16 +257,32 @@ impl Gpu {
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            for ((d, p), g) in items.iter().zip(&pipelines).zip(&groups) {
-                if d.groups == 0 {
-                    continue;
-                }
+        let launch = |pass: &mut wgpu::ComputePass, d: &Dispatch, p, g| {
+            if d.groups > 0 {
                 let x = d.groups.min(MAX_GROUPS_X);
                 pass.set_pipeline(p);
                 pass.set_bind_group(0, g, &[]);
                 pass.dispatch_workgroups(x, d.groups.div_ceil(x), 1);
+            }
+        };
+        let stamps = self
+            .stamps
+            .then(|| Stamps::new(&self.device, items.len()))
+            .flatten();
+        if let Some(st) = &stamps {
+            // Profiling: each dispatch in its own pass, between two timestamps.
+            for (i, ((d, p), g)) in items.iter().zip(&pipelines).zip(&groups).enumerate() {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: st.writes(i),
+                });
+                launch(&mut pass, d, p, g);
+            }
+            st.resolve(&mut enc);
+        } else {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for ((d, p), g) in items.iter().zip(&pipelines).zip(&groups) {
+                launch(&mut pass, d, p, g);
             }
         }
         let total: u64 = reads.iter().map(|r| r.2.len() as u64 * 4).sum();
@@ -266,6 +306,19 @@ impl Gpu {
         }
         self.queue.submit([enc.finish()]);
         self.check()?;
+        if let Some(prof) = &self.profile {
+            let recorded = start.elapsed().as_secs_f64();
+            self.wait()?;
+            let waited = start.elapsed().as_secs_f64() - recorded;
+            let ticks = match &stamps {
+                Some(st) => st.ticks(&self.device)?,
+                None => Vec::new(),
+            };
+            let kernels: Vec<Kernel> = items.iter().map(|d| d.kernel).collect();
+            let mut p = prof.lock().unwrap_or_else(|e| e.into_inner());
+            p.submission(items.len(), recorded, waited);
+            p.kernels(&kernels, &ticks, self.queue.get_timestamp_period());
+        }
         let Some(st) = staging else {
             return self.wait();
         };

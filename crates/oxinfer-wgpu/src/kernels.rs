@@ -55,8 +55,23 @@ pub(crate) const MATMUL_ROWS: usize = 8;
 /// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
 pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
-/// Output rows one matvec workgroup computes (`matvec.wgsl`).
+/// Output rows one lane group of the matvec computes (`matvec.wgsl`).
 pub(crate) const MATVEC_OUT_ROWS: usize = 4;
+
+/// Threads of one matvec workgroup (`WG` in `matvec.wgsl`).
+pub(crate) const MATVEC_THREADS: usize = 64;
+
+/// Lanes per row group of the matvec for `cols` columns of `f` (one of [`MATVEC_FORMATS`]): the
+/// row's chunks (`CPB` per block in `vecdot.wgsl`) rounded up to a power of two, 4 to 64.
+pub(crate) fn matvec_lanes(f: WeightFormat, cols: usize) -> usize {
+    let per_block = match f {
+        WeightFormat::Q4K => 8,
+        WeightFormat::Q6K => 16,
+        _ => 1,
+    };
+    let chunks = cols / f.block_size() * per_block;
+    chunks.next_power_of_two().clamp(4, MATVEC_THREADS)
+}
 
 /// The weight formats the one-row matvec (`matvec.wgsl` + `vecdot.wgsl`) decodes; the others
 /// take the matmul at one row too.

@@ -4,7 +4,7 @@
 use crate::gpu::Gpu;
 use crate::kernels::{
     self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS, MATVEC_FORMATS,
-    MATVEC_OUT_ROWS,
+    MATVEC_OUT_ROWS, MATVEC_THREADS,
 };
 use oxinfer_kernels::vecdot::{act_kind, ActKind};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
@@ -128,13 +128,15 @@ fn matmul_dispatches(
 ) {
     // The matvec reads activations as vec4: its input must start at a multiple of 4.
     let matvec = t == 1 && x % 4 == 0 && MATVEC_FORMATS.contains(&m.format) && matvec_on();
+    let lanes = kernels::matvec_lanes(m.format, m.cols);
     for p in &m.parts {
         let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, p.w.clone())];
         if let Some(s) = &p.s {
             bufs.push((4, s.clone()));
         }
         let (kernel, groups) = if matvec {
-            (Kernel::Matvec(m.format), p.rows.div_ceil(MATVEC_OUT_ROWS))
+            let rows = MATVEC_OUT_ROWS * MATVEC_THREADS / lanes;
+            (Kernel::Matvec(m.format), p.rows.div_ceil(rows))
         } else {
             let groups = p.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS);
             (Kernel::Matmul(m.format), groups)
@@ -150,6 +152,7 @@ fn matmul_dispatches(
                 u(m.row_bytes),
                 u(m.scale_row_bytes),
                 u(ld),
+                u(lanes),
             ]),
             bufs,
             groups: u(groups),

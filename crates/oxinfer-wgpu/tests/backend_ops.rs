@@ -98,9 +98,15 @@ fn matmul_matches_cpu_twin() {
 fn matvec_matches_cpu_twin() {
     let Some(b) = backend() else { return };
     for f in FORMATS {
-        for (si, &(n, k)) in [(70usize, 512usize), (5, 256), (131, 1536), (9, 4096)]
-            .iter()
-            .enumerate()
+        for (si, &(n, k)) in [
+            (70usize, 512usize),
+            (5, 256),
+            (131, 1536),
+            (9, 4096),
+            (300, 576),
+        ]
+        .iter()
+        .enumerate()
         {
             if !k.is_multiple_of(f.block_size()) {
                 continue;

@@ -1,10 +1,11 @@
-// y[n] = Σ_k w[n][k] · x[k] for one activation row (a decode step): a workgroup of 64 threads
-// takes 4 output rows. A row's quant blocks are cut into chunks (CPB per block of QK weights,
-// spliced in per format with `xload` and `wdot`); thread i takes chunks i, i + 64, …, loads each
+// y[n] = Σ_k w[n][k] · x[k] for one activation row (a decode step). A row's quant blocks are cut
+// into chunks (CPB per block of QK weights, spliced in per format with `xload` and `wdot`). A
+// workgroup of 64 threads is cut into groups of L lanes (a power of two, about the chunks of a
+// row, at most 64); each group takes 4 output rows: lane i takes chunks i, i + L, …, loads each
 // chunk's activations once (`xload`) and dots them with that chunk of all 4 rows (`wdot`), so
-// neighbouring threads read neighbouring bytes of a row, each weight byte once, with the decoded
-// values in registers. The four sums per thread are reduced over the workgroup.
-// Params: 0 x offset (A, a multiple of 4), 1 y offset (B), 2 n, 3 k, 5 row bytes of W.
+// neighbouring lanes read neighbouring bytes of a row, each weight byte once, with the decoded
+// values in registers. The four sums per lane are reduced over the group.
+// Params: 0 x offset (A, a multiple of 4), 1 y offset (B), 2 n, 3 k, 5 row bytes of W, 8 L.
 @group(0) @binding(1) var<storage, read_write> X4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> B: array<f32>;
 
@@ -60,39 +61,37 @@ fn affine_dot(q: X8, x: X8, lo: vec2<f32>, hi: vec2<f32>) -> f32 {
 
 const WG: u32 = 64u;
 var<workgroup> red: array<vec4<f32>, 64>;
-var<workgroup> red8: array<vec4<f32>, 8>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let n_out = pu(2u);
     let rb = pu(5u);
-    let n0 = flat(wid, nwg) * 4u;
-    if (n0 >= n_out) { return; }
+    let lanes = pu(8u);
+    let first = flat(wid, nwg) * (WG / lanes) * 4u;
+    if (first >= n_out) { return; }
+    let lane = lid % lanes;
+    let n0 = first + (lid / lanes) * 4u;
     // Rows past the last are read as the last (their sums are dropped).
     let last = n_out - 1u;
-    let r0 = n0 * rb;
+    let r0 = min(n0, last) * rb;
     let r1 = min(n0 + 1u, last) * rb;
     let r2 = min(n0 + 2u, last) * rb;
     let r3 = min(n0 + 3u, last) * rb;
     let chunks = (pu(3u) / QK) * CPB;
     let x4 = pu(0u) / 4u;
     var acc = vec4<f32>();
-    for (var c = lid; c < chunks; c += WG) {
+    for (var c = lane; c < chunks; c += lanes) {
         let x = xload(x4, c);
         acc += vec4<f32>(wdot(r0, c, x), wdot(r1, c, x), wdot(r2, c, x), wdot(r3, c, x));
     }
     red[lid] = acc;
     workgroupBarrier();
-    if (lid < 8u) {
-        var s = red[8u * lid];
-        for (var i = 1u; i < 8u; i++) { s += red[8u * lid + i]; }
-        red8[lid] = s;
+    for (var stride = lanes / 2u; stride > 0u; stride >>= 1u) {
+        if (lane < stride) { red[lid] += red[lid + stride]; }
+        workgroupBarrier();
     }
-    workgroupBarrier();
-    if (lid < 4u && n0 + lid < n_out) {
-        var s = 0.0;
-        for (var i = 0u; i < 8u; i++) { s += red8[i][lid]; }
-        B[pu(1u) + n0 + lid] = s;
+    if (lane < 4u && n0 + lane < n_out) {
+        B[pu(1u) + n0 + lane] = red[lid - lane][lane];
     }
 }
