@@ -54,6 +54,9 @@ pub struct Gpu {
     profile: Option<Mutex<Profile>>,
     /// Whether dispatches are timed (profiling, and the adapter has timestamp queries).
     stamps: bool,
+    /// Whether kernels may use subgroup operations (the adapter has them, and
+    /// `OXINFER_WGPU_SUBGROUPS` is not `0`).
+    pub(crate) subgroups: bool,
     /// The first device error since the last check (wgpu reports them out of band).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -75,15 +78,18 @@ impl Gpu {
             .ok_or_else(|| format!("no wgpu adapter {index}"))?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let profiling = profile::enabled();
-        let stamps = profiling && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let profiling = profile::mode() != profile::Mode::Off;
+        let has = adapter.features();
+        let stamps = profile::mode() == profile::Mode::Kernels
+            && has.contains(wgpu::Features::TIMESTAMP_QUERY);
+        let subgroups = has.contains(wgpu::Features::SUBGROUP)
+            && std::env::var("OXINFER_WGPU_SUBGROUPS").map_or(true, |v| v != "0");
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::TIMESTAMP_QUERY, stamps);
+        features.set(wgpu::Features::SUBGROUP, subgroups);
         let desc = wgpu::DeviceDescriptor {
             label: Some("oxinfer"),
-            required_features: if stamps {
-                wgpu::Features::TIMESTAMP_QUERY
-            } else {
-                wgpu::Features::empty()
-            },
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         };
@@ -103,6 +109,7 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             profile: profiling.then(|| Mutex::new(Profile::default())),
             stamps,
+            subgroups,
             error,
         })
     }
@@ -186,7 +193,7 @@ impl Gpu {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(k.entry()),
-                source: wgpu::ShaderSource::Wgsl(k.source().into()),
+                source: wgpu::ShaderSource::Wgsl(k.source(self.subgroups).into()),
             });
         let p = self
             .device
@@ -314,10 +321,10 @@ impl Gpu {
                 Some(st) => st.ticks(&self.device)?,
                 None => Vec::new(),
             };
-            let kernels: Vec<Kernel> = items.iter().map(|d| d.kernel).collect();
+            let labels: Vec<String> = items.iter().map(Dispatch::label).collect();
             let mut p = prof.lock().unwrap_or_else(|e| e.into_inner());
             p.submission(items.len(), recorded, waited);
-            p.kernels(&kernels, &ticks, self.queue.get_timestamp_period());
+            p.kernels(&labels, &ticks, self.queue.get_timestamp_period());
         }
         let Some(st) = staging else {
             return self.wait();

@@ -27,6 +27,18 @@ pub(crate) struct Dispatch {
     pub groups: u32,
 }
 
+impl Dispatch {
+    /// The kernel's name for profiles: with its shape (`n x k`) for matrix products.
+    pub(crate) fn label(&self) -> String {
+        match self.kernel {
+            Kernel::Matmul(_) | Kernel::Matvec(_) => {
+                format!("{:?} {}x{}", self.kernel, self.params[2], self.params[3])
+            }
+            k => format!("{k:?}"),
+        }
+    }
+}
+
 /// The parameter words from a list of `u32`s (the rest zero).
 pub(crate) fn words(v: &[u32]) -> [u32; 16] {
     let mut p = [0u32; 16];
@@ -55,23 +67,87 @@ pub(crate) const MATMUL_ROWS: usize = 8;
 /// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
 pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
-/// Output rows one lane group of the matvec computes (`matvec.wgsl`).
-pub(crate) const MATVEC_OUT_ROWS: usize = 4;
-
-/// Threads of one matvec workgroup (`WG` in `matvec.wgsl`).
-pub(crate) const MATVEC_THREADS: usize = 64;
-
-/// Lanes per row group of the matvec for `cols` columns of `f` (one of [`MATVEC_FORMATS`]): the
-/// row's chunks (`CPB` per block in `vecdot.wgsl`) rounded up to a power of two, 4 to 64.
-pub(crate) fn matvec_lanes(f: WeightFormat, cols: usize) -> usize {
-    let per_block = match f {
-        WeightFormat::Q4K => 8,
-        WeightFormat::Q6K => 16,
-        _ => 1,
-    };
-    let chunks = cols / f.block_size() * per_block;
-    chunks.next_power_of_two().clamp(4, MATVEC_THREADS)
+/// The matvec's geometry: threads per workgroup, output rows per lane group (1 to 4), most
+/// lanes per group. `OXINFER_WGPU_MATVEC_SHAPE=threads,rows,lanes` sets it for tuning
+/// (threads and lanes powers of two, lanes ≤ threads ≤ 256); default `64,4,64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatvecShape {
+    pub threads: usize,
+    pub rows: usize,
+    pub max_lanes: usize,
 }
+
+impl MatvecShape {
+    /// The shape in use (the environment's, read once, else the default).
+    pub(crate) fn get() -> MatvecShape {
+        static SHAPE: std::sync::OnceLock<MatvecShape> = std::sync::OnceLock::new();
+        *SHAPE.get_or_init(|| {
+            let v = std::env::var("OXINFER_WGPU_MATVEC_SHAPE").unwrap_or_default();
+            let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            match n[..] {
+                [threads, rows, max_lanes]
+                    if threads.is_power_of_two()
+                        && max_lanes.is_power_of_two()
+                        && (4..=threads).contains(&max_lanes)
+                        && threads <= 256
+                        && (1..=4).contains(&rows) =>
+                {
+                    MatvecShape {
+                        threads,
+                        rows,
+                        max_lanes,
+                    }
+                }
+                _ => MatvecShape {
+                    threads: 64,
+                    rows: 4,
+                    max_lanes: 64,
+                },
+            }
+        })
+    }
+
+    /// Lanes per row group for `cols` columns of `f` (one of [`MATVEC_FORMATS`]): the row's
+    /// chunks (`CPB` per block in `vecdot.wgsl`) rounded up to a power of two, 4 to `max_lanes`.
+    pub(crate) fn lanes(self, f: WeightFormat, cols: usize) -> usize {
+        let per_block = match f {
+            WeightFormat::Q4K => 8,
+            WeightFormat::Q6K => 16,
+            _ => 1,
+        };
+        let chunks = cols / f.block_size() * per_block;
+        chunks.next_power_of_two().clamp(4, self.max_lanes)
+    }
+
+    /// Output rows of one workgroup with `lanes` lanes per group.
+    pub(crate) fn rows_per_group(self, lanes: usize) -> usize {
+        self.rows * self.threads / lanes
+    }
+}
+
+/// The matvec's reduction over a lane group: through subgroup shuffles, then workgroup memory.
+const REDUCE_SUBGROUPS: &str = "
+    let span = min(sg_size, lanes);
+    var v = acc;
+    for (var o = 1u; o < span; o <<= 1u) { v += subgroupShuffleXor(v, o); }
+    red[lid] = v;
+    workgroupBarrier();
+    var sum = 0.0;
+    if (lane < MR) {
+        for (var j = 0u; j < lanes; j += span) { sum += red[lid - lane + j][lane]; }
+    }
+";
+
+/// The matvec's reduction over a lane group by a tree in workgroup memory.
+const REDUCE_TREE: &str = "
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var stride = lanes / 2u; stride > 0u; stride >>= 1u) {
+        if (lane < stride) { red[lid] += red[lid + stride]; }
+        workgroupBarrier();
+    }
+    let sum = red[lid - lane][min(lane, 3u)];
+";
 
 /// The weight formats the one-row matvec (`matvec.wgsl` + `vecdot.wgsl`) decodes; the others
 /// take the matmul at one row too.
@@ -142,8 +218,9 @@ impl Kernel {
     }
 
     /// The WGSL module: the common prelude and the kernel's file (for a matmul, with its
-    /// format's `decode32` and, for split formats, the scales binding spliced in).
-    pub(crate) fn source(self) -> String {
+    /// format's `decode32` and, for split formats, the scales binding spliced in; for a matvec,
+    /// its format's pieces, its shape and its reduction, through subgroups when `subgroups`).
+    pub(crate) fn source(self, subgroups: bool) -> String {
         let body = match self {
             Kernel::Matmul(f) => {
                 let scales = if WeightFormat::SPLIT.contains(&f) {
@@ -169,7 +246,22 @@ impl Kernel {
             Kernel::Matvec(f) => {
                 // Q4_K reads its 16-byte-aligned blocks as vec4 words (its own binding 3).
                 let words = if f == WeightFormat::Q4K { "" } else { WORDS };
-                MATVEC.replace("//FORMAT", &format!("{words}\n{}", section(VECDOT, f)))
+                let s = MatvecShape::get();
+                let shape = format!(
+                    "const WG: u32 = {}u;\nconst MR: u32 = {}u;",
+                    s.threads, s.rows
+                );
+                let (args, reduce) = if subgroups {
+                    (", @builtin(subgroup_size) sg_size: u32", REDUCE_SUBGROUPS)
+                } else {
+                    ("", REDUCE_TREE)
+                };
+                // (naga 30 takes subgroup builtins without `enable subgroups;`, and rejects it.)
+                MATVEC
+                    .replace("//FORMAT", &format!("{words}\n{}", section(VECDOT, f)))
+                    .replace("//SHAPE", &shape)
+                    .replace("//SUBGROUP_ARGS", args)
+                    .replace("//REDUCE", reduce)
             }
             Kernel::Quant => QUANT.to_string(),
             Kernel::RmsNorm => NORM.to_string(),

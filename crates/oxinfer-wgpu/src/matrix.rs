@@ -3,8 +3,8 @@
 
 use crate::gpu::Gpu;
 use crate::kernels::{
-    self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS, MATVEC_FORMATS,
-    MATVEC_OUT_ROWS, MATVEC_THREADS,
+    self, u, words, Buf, Dispatch, Kernel, MatvecShape, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS,
+    MATVEC_FORMATS,
 };
 use oxinfer_kernels::vecdot::{act_kind, ActKind};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
@@ -128,14 +128,15 @@ fn matmul_dispatches(
 ) {
     // The matvec reads activations as vec4: its input must start at a multiple of 4.
     let matvec = t == 1 && x % 4 == 0 && MATVEC_FORMATS.contains(&m.format) && matvec_on();
-    let lanes = kernels::matvec_lanes(m.format, m.cols);
+    let shape = MatvecShape::get();
+    let lanes = shape.lanes(m.format, m.cols);
     for p in &m.parts {
         let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, p.w.clone())];
         if let Some(s) = &p.s {
             bufs.push((4, s.clone()));
         }
         let (kernel, groups) = if matvec {
-            let rows = MATVEC_OUT_ROWS * MATVEC_THREADS / lanes;
+            let rows = shape.rows_per_group(lanes);
             (Kernel::Matvec(m.format), p.rows.div_ceil(rows))
         } else {
             let groups = p.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS);

@@ -1,11 +1,10 @@
-//! `OXINFER_WGPU_PROFILE=1`: where the device time of a pass goes. Per submission, the host time
+//! `OXINFER_WGPU_PROFILE=1` (or `host`): where the time of a pass goes. Per submission, the host time
 //! spent recording it (pipelines, bind groups, commands) and the time waiting for the device;
 //! per kernel, the calls and the device time between timestamps written around each dispatch
 //! (each dispatch then runs in its own compute pass), where the adapter has
 //! `Features::TIMESTAMP_QUERY`. `--profile` prints it after the op table
 //! ([`crate::WgpuBackend`]'s `stats`).
 
-use crate::kernels::Kernel;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -13,10 +12,23 @@ use std::fmt::Write;
 /// 4096 queries per set); later ones count in the host times only.
 const MAX_STAMPED: usize = 2048;
 
-/// Whether `OXINFER_WGPU_PROFILE=1`.
-pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_WGPU_PROFILE").is_ok_and(|v| v == "1"))
+/// `OXINFER_WGPU_PROFILE`: `1` times kernels and submissions, `host` only submissions (each
+/// dispatch then stays in the one compute pass, as without profiling).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Off,
+    Host,
+    Kernels,
+}
+
+/// The profiling mode (read once).
+pub(crate) fn mode() -> Mode {
+    static MODE: std::sync::OnceLock<Mode> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("OXINFER_WGPU_PROFILE").as_deref() {
+        Ok("1") => Mode::Kernels,
+        Ok("host") => Mode::Host,
+        _ => Mode::Off,
+    })
 }
 
 /// Totals since the device was opened.
@@ -39,10 +51,10 @@ impl Profile {
         self.wait_s += wait_s;
     }
 
-    /// Adds the device time of each stamped kernel from its `[begin, end]` ticks.
-    pub(crate) fn kernels(&mut self, kernels: &[Kernel], ticks: &[u64], period_ns: f32) {
-        for (k, t) in kernels.iter().zip(ticks.chunks_exact(2)) {
-            let e = self.kernels.entry(format!("{k:?}")).or_insert((0, 0.0));
+    /// Adds the device time of each stamped kernel (by its label) from its `[begin, end]` ticks.
+    pub(crate) fn kernels(&mut self, labels: &[String], ticks: &[u64], period_ns: f32) {
+        for (k, t) in labels.iter().zip(ticks.chunks_exact(2)) {
+            let e = self.kernels.entry(k.clone()).or_insert((0, 0.0));
             e.0 += 1;
             e.1 += t[1].saturating_sub(t[0]) as f64 * f64::from(period_ns);
         }
@@ -65,7 +77,7 @@ impl Profile {
         for (k, (calls, ns)) in rows {
             let _ = writeln!(
                 out,
-                "  {k:<16} {calls:>7} calls {:>10.3} ms {:>8.2} us/call {:>5.1} %",
+                "  {k:<28} {calls:>7} calls {:>10.3} ms {:>8.2} us/call {:>5.1} %",
                 ns / 1e6,
                 ns / 1e3 / (*calls).max(1) as f64,
                 100.0 * ns / total.max(1.0)

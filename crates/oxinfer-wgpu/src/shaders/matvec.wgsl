@@ -1,10 +1,13 @@
 // y[n] = Σ_k w[n][k] · x[k] for one activation row (a decode step). A row's quant blocks are cut
 // into chunks (CPB per block of QK weights, spliced in per format with `xload` and `wdot`). A
-// workgroup of 64 threads is cut into groups of L lanes (a power of two, about the chunks of a
-// row, at most 64); each group takes 4 output rows: lane i takes chunks i, i + L, …, loads each
-// chunk's activations once (`xload`) and dots them with that chunk of all 4 rows (`wdot`), so
+// workgroup of WG threads is cut into groups of L lanes (a power of two, about the chunks of a
+// row, at most WG); each group takes MR output rows: lane i takes chunks i, i + L, …, loads each
+// chunk's activations once (`xload`) and dots them with that chunk of its MR rows (`wdot`), so
 // neighbouring lanes read neighbouring bytes of a row, each weight byte once, with the decoded
-// values in registers. The four sums per lane are reduced over the group.
+// values in registers. The sums per lane are reduced over the group: with subgroup shuffles
+// inside each subgroup, then over the group's subgroups through workgroup memory (subgroups are
+// taken to be runs of local_invocation_index), or without subgroups by a tree in workgroup
+// memory.
 // Params: 0 x offset (A, a multiple of 4), 1 y offset (B), 2 n, 3 k, 5 row bytes of W, 8 L.
 @group(0) @binding(1) var<storage, read_write> X4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> B: array<f32>;
@@ -59,39 +62,35 @@ fn affine_dot(q: X8, x: X8, lo: vec2<f32>, hi: vec2<f32>) -> f32 {
 
 //FORMAT
 
-const WG: u32 = 64u;
-var<workgroup> red: array<vec4<f32>, 64>;
+// WG (threads per workgroup) and MR (rows per lane group, at most 4), from kernels.rs.
+//SHAPE
+var<workgroup> red: array<vec4<f32>, WG>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+        @builtin(local_invocation_index) lid: u32
+        //SUBGROUP_ARGS
+        ) {
     let n_out = pu(2u);
     let rb = pu(5u);
     let lanes = pu(8u);
-    let first = flat(wid, nwg) * (WG / lanes) * 4u;
+    let first = flat(wid, nwg) * (WG / lanes) * MR;
     if (first >= n_out) { return; }
     let lane = lid % lanes;
-    let n0 = first + (lid / lanes) * 4u;
+    let n0 = first + (lid / lanes) * MR;
     // Rows past the last are read as the last (their sums are dropped).
     let last = n_out - 1u;
-    let r0 = min(n0, last) * rb;
-    let r1 = min(n0 + 1u, last) * rb;
-    let r2 = min(n0 + 2u, last) * rb;
-    let r3 = min(n0 + 3u, last) * rb;
+    var rows = vec4<u32>();
+    for (var r = 0u; r < MR; r++) { rows[r] = min(n0 + r, last) * rb; }
     let chunks = (pu(3u) / QK) * CPB;
     let x4 = pu(0u) / 4u;
     var acc = vec4<f32>();
     for (var c = lane; c < chunks; c += lanes) {
         let x = xload(x4, c);
-        acc += vec4<f32>(wdot(r0, c, x), wdot(r1, c, x), wdot(r2, c, x), wdot(r3, c, x));
+        for (var r = 0u; r < MR; r++) { acc[r] += wdot(rows[r], c, x); }
     }
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var stride = lanes / 2u; stride > 0u; stride >>= 1u) {
-        if (lane < stride) { red[lid] += red[lid + stride]; }
-        workgroupBarrier();
-    }
-    if (lane < 4u && n0 + lane < n_out) {
-        B[pu(1u) + n0 + lane] = red[lid - lane][lane];
+//REDUCE
+    if (lane < MR && n0 + lane < n_out) {
+        B[pu(1u) + n0 + lane] = sum;
     }
 }
