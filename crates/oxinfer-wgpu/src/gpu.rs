@@ -43,6 +43,31 @@ pub(crate) fn adapters() -> Vec<wgpu::Adapter> {
     list
 }
 
+/// The last submission's bind groups and their keys (kernel, storage buffers) by position, and
+/// the uniform buffer of parameter words they bind.
+#[derive(Default)]
+struct Bound {
+    params: Option<wgpu::Buffer>,
+    /// Dispatches `params` has room for.
+    capacity: usize,
+    keys: Vec<(Kernel, Vec<(u32, wgpu::Buffer)>)>,
+    groups: Vec<wgpu::BindGroup>,
+}
+
+/// Dispatches per submission within one [`Gpu::run`] (`OXINFER_WGPU_SUBMIT_EVERY`, default 64;
+/// `0`: the whole run in one submission).
+fn submit_every() -> Option<usize> {
+    static EVERY: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let v = std::env::var("OXINFER_WGPU_SUBMIT_EVERY").ok();
+        match v.and_then(|v| v.parse::<usize>().ok()) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => Some(64),
+        }
+    })
+}
+
 /// An opened device with its kernels.
 pub struct Gpu {
     pub(crate) device: wgpu::Device,
@@ -50,6 +75,7 @@ pub struct Gpu {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+    bound: Mutex<Bound>,
     /// Totals under `OXINFER_WGPU_PROFILE=1` ([`crate::profile`]).
     profile: Option<Mutex<Profile>>,
     /// Whether dispatches are timed (profiling, and the adapter has timestamp queries).
@@ -107,6 +133,7 @@ impl Gpu {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            bound: Mutex::new(Bound::default()),
             profile: profiling.then(|| Mutex::new(Profile::default())),
             stamps,
             subgroups,
@@ -223,44 +250,9 @@ impl Gpu {
             .iter()
             .map(|d| self.pipeline(d.kernel))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut param_bytes = vec![0u8; items.len().max(1) * PARAM_STEP as usize];
-        for (i, d) in items.iter().enumerate() {
-            let at = i * PARAM_STEP as usize;
-            for (j, w) in d.params.iter().enumerate() {
-                param_bytes[at + 4 * j..at + 4 * j + 4].copy_from_slice(&w.to_le_bytes());
-            }
-        }
-        let params = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: &param_bytes,
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
-        let groups: Vec<wgpu::BindGroup> = items
-            .iter()
-            .zip(&pipelines)
-            .enumerate()
-            .map(|(i, (d, p))| {
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &params,
-                        offset: i as u64 * PARAM_STEP,
-                        size: wgpu::BufferSize::new(64),
-                    }),
-                }];
-                entries.extend(d.bufs.iter().map(|(b, buf)| wgpu::BindGroupEntry {
-                    binding: *b,
-                    resource: buf.as_entire_binding(),
-                }));
-                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &p.get_bind_group_layout(0),
-                    entries: &entries,
-                })
-            })
-            .collect();
+        // Held until the submission: the parameter words it writes are this submission's.
+        let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let groups = self.bind_groups(&mut bound, items, &pipelines);
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
@@ -287,9 +279,25 @@ impl Gpu {
             }
             st.resolve(&mut enc);
         } else {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            for ((d, p), g) in items.iter().zip(&pipelines).zip(&groups) {
-                launch(&mut pass, d, p, g);
+            // Every `submit_every()` dispatches but the last ones go to the device as soon as
+            // they are recorded, so it runs them while the host records the rest.
+            let every = submit_every().unwrap_or(items.len()).max(1);
+            let all: Vec<_> = items.iter().zip(&pipelines).zip(&groups).collect();
+            let mut chunks = all.chunks(every).peekable();
+            while let Some(chunk) = chunks.next() {
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    for ((d, p), g) in chunk {
+                        launch(&mut pass, d, p, g);
+                    }
+                }
+                if chunks.peek().is_some() {
+                    let next = self
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                    self.queue
+                        .submit([std::mem::replace(&mut enc, next).finish()]);
+                }
             }
         }
         let total: u64 = reads.iter().map(|r| r.2.len() as u64 * 4).sum();
@@ -312,6 +320,7 @@ impl Gpu {
             }
         }
         self.queue.submit([enc.finish()]);
+        drop(bound);
         self.check()?;
         if let Some(prof) = &self.profile {
             let recorded = start.elapsed().as_secs_f64();
@@ -353,6 +362,82 @@ impl Gpu {
         }
         st.unmap();
         Ok(())
+    }
+
+    /// The bind groups of `items` (parameter words at 256-byte steps of one uniform buffer, then
+    /// the storage buffers), reusing those of the previous submission where a dispatch at the
+    /// same position has the same kernel and buffers: a decode step records the same dispatches
+    /// as the last one with other parameter words, which are written into the kept uniform
+    /// buffer. Only the last submission's groups are kept (they hold their buffers alive).
+    fn bind_groups(
+        &self,
+        b: &mut Bound,
+        items: &[Dispatch],
+        pipelines: &[wgpu::ComputePipeline],
+    ) -> Vec<wgpu::BindGroup> {
+        let mut param_bytes = vec![0u8; items.len().max(1) * PARAM_STEP as usize];
+        for (i, d) in items.iter().enumerate() {
+            let at = i * PARAM_STEP as usize;
+            for (j, w) in d.params.iter().enumerate() {
+                param_bytes[at + 4 * j..at + 4 * j + 4].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        if b.capacity < items.len().max(1) {
+            let capacity = items.len().max(1).next_power_of_two();
+            b.params = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("params"),
+                size: capacity as u64 * PARAM_STEP,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            b.capacity = capacity;
+            b.keys.clear();
+            b.groups.clear();
+        }
+        let Bound {
+            params,
+            keys,
+            groups,
+            ..
+        } = b;
+        let params = params.as_ref().expect("allocated above");
+        self.queue.write_buffer(params, 0, &param_bytes);
+        keys.truncate(items.len());
+        groups.truncate(items.len());
+        for (i, (d, p)) in items.iter().zip(pipelines).enumerate() {
+            if keys
+                .get(i)
+                .is_some_and(|k| k.0 == d.kernel && k.1 == d.bufs)
+            {
+                continue;
+            }
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: params,
+                    offset: i as u64 * PARAM_STEP,
+                    size: wgpu::BufferSize::new(64),
+                }),
+            }];
+            entries.extend(d.bufs.iter().map(|(b, buf)| wgpu::BindGroupEntry {
+                binding: *b,
+                resource: buf.as_entire_binding(),
+            }));
+            let g = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &p.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let key = (d.kernel, d.bufs.clone());
+            if i < keys.len() {
+                keys[i] = key;
+                groups[i] = g;
+            } else {
+                keys.push(key);
+                groups.push(g);
+            }
+        }
+        groups.clone()
     }
 
     /// Blocks until the queue drained; reports any device error.

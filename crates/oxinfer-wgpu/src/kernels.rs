@@ -68,13 +68,15 @@ pub(crate) const MATMUL_ROWS: usize = 8;
 pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
 /// The matvec's geometry: threads per workgroup, output rows per lane group (1 to 4), most
-/// lanes per group. `OXINFER_WGPU_MATVEC_SHAPE=threads,rows,lanes` sets it for tuning
-/// (threads and lanes powers of two, lanes ≤ threads ≤ 256); default `64,4,64`.
+/// lanes per group, chunks per loop step (1 or 2: two chunks' loads issued together).
+/// `OXINFER_WGPU_MATVEC_SHAPE=threads,rows,lanes,unroll` sets it for tuning (threads and lanes
+/// powers of two, lanes ≤ threads ≤ 256); default `64,2,64,1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MatvecShape {
     pub threads: usize,
     pub rows: usize,
     pub max_lanes: usize,
+    pub unroll: usize,
 }
 
 impl MatvecShape {
@@ -85,23 +87,26 @@ impl MatvecShape {
             let v = std::env::var("OXINFER_WGPU_MATVEC_SHAPE").unwrap_or_default();
             let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
             match n[..] {
-                [threads, rows, max_lanes]
+                [threads, rows, max_lanes, unroll]
                     if threads.is_power_of_two()
                         && max_lanes.is_power_of_two()
                         && (4..=threads).contains(&max_lanes)
                         && threads <= 256
-                        && (1..=4).contains(&rows) =>
+                        && (1..=4).contains(&rows)
+                        && (1..=2).contains(&unroll) =>
                 {
                     MatvecShape {
                         threads,
                         rows,
                         max_lanes,
+                        unroll,
                     }
                 }
                 _ => MatvecShape {
                     threads: 64,
-                    rows: 4,
+                    rows: 2,
                     max_lanes: 64,
+                    unroll: 1,
                 },
             }
         })
@@ -135,6 +140,16 @@ const REDUCE_SUBGROUPS: &str = "
     var sum = 0.0;
     if (lane < MR) {
         for (var j = 0u; j < lanes; j += span) { sum += red[lid - lane + j][lane]; }
+    }
+";
+
+/// The matvec's loop over chunks two at a time (both chunks' loads before their sums); the
+/// plain loop takes the last one.
+const UNROLL2: &str = "
+    for (; c + lanes < chunks; c += 2u * lanes) {
+        let xa = xload(x4, c);
+        let xb = xload(x4, c + lanes);
+        for (var r = 0u; r < MR; r++) { acc[r] += wdot(rows[r], c, xa) + wdot(rows[r], c + lanes, xb); }
     }
 ";
 
@@ -262,6 +277,7 @@ impl Kernel {
                     .replace("//SHAPE", &shape)
                     .replace("//SUBGROUP_ARGS", args)
                     .replace("//REDUCE", reduce)
+                    .replace("//UNROLL", if s.unroll == 2 { UNROLL2 } else { "" })
             }
             Kernel::Quant => QUANT.to_string(),
             Kernel::RmsNorm => NORM.to_string(),

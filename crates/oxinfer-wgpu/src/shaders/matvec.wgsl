@@ -85,7 +85,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let chunks = (pu(3u) / QK) * CPB;
     let x4 = pu(0u) / 4u;
     var acc = vec4<f32>();
-    for (var c = lane; c < chunks; c += lanes) {
+    var c = lane;
+//UNROLL
+    for (; c < chunks; c += lanes) {
         let x = xload(x4, c);
         for (var r = 0u; r < MR; r++) { acc[r] += wdot(rows[r], c, x); }
     }
