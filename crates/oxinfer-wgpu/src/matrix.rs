@@ -127,7 +127,7 @@ fn matmul_dispatches(
     list: &mut Vec<Dispatch>,
 ) {
     // The matvec reads activations as vec4: its input must start at a multiple of 4.
-    let matvec = t == 1 && x % 4 == 0 && MATVEC_FORMATS.contains(&m.format) && matvec_on();
+    let matvec = t == 1 && x.is_multiple_of(4) && MATVEC_FORMATS.contains(&m.format) && matvec_on();
     let shape = MatvecShape::get();
     let lanes = shape.lanes(m.format, m.cols);
     for p in &m.parts {
