@@ -62,6 +62,20 @@ impl WgpuBackend {
         self
     }
 
+    /// This backend without subgroup operations (the kernels' workgroup-memory fallbacks), for
+    /// tests of those on adapters that have subgroups. Call it before any kernel runs.
+    pub fn without_subgroups(mut self) -> Self {
+        if let Some(g) = Arc::get_mut(&mut self.gpu) {
+            g.subgroups = false;
+        }
+        self
+    }
+
+    /// Whether kernels use subgroup operations on this adapter.
+    pub fn subgroups(&self) -> bool {
+        self.gpu.subgroups
+    }
+
     /// The adapter's name and API (`"llvmpipe (LLVM 15.0.6, 256 bits) on Vulkan"`).
     pub fn adapter(&self) -> String {
         format!("{} on {:?}", self.gpu.info.name, self.gpu.info.backend)
@@ -313,6 +327,9 @@ impl Backend for WgpuBackend {
                 *up as f64 / 1e6,
                 *down as f64 / 1e6
             ));
+        }
+        if let Some(p) = self.gpu.profile_report() {
+            out.push_str(&p);
         }
         Some(out)
     }

@@ -10,6 +10,7 @@
 //! gains, biases, RoPE tables, row indices).
 
 use crate::kernels::{Dispatch, Kernel};
+use crate::profile::{self, Profile, Stamps};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
@@ -42,6 +43,31 @@ pub(crate) fn adapters() -> Vec<wgpu::Adapter> {
     list
 }
 
+/// The last submission's bind groups and their keys (kernel, storage buffers) by position, and
+/// the uniform buffer of parameter words they bind.
+#[derive(Default)]
+struct Bound {
+    params: Option<wgpu::Buffer>,
+    /// Dispatches `params` has room for.
+    capacity: usize,
+    keys: Vec<(Kernel, Vec<(u32, wgpu::Buffer)>)>,
+    groups: Vec<wgpu::BindGroup>,
+}
+
+/// Dispatches per submission within one [`Gpu::run`] (`OXINFER_WGPU_SUBMIT_EVERY`, default 64;
+/// `0`: the whole run in one submission).
+fn submit_every() -> Option<usize> {
+    static EVERY: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let v = std::env::var("OXINFER_WGPU_SUBMIT_EVERY").ok();
+        match v.and_then(|v| v.parse::<usize>().ok()) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => Some(64),
+        }
+    })
+}
+
 /// An opened device with its kernels.
 pub struct Gpu {
     pub(crate) device: wgpu::Device,
@@ -49,6 +75,14 @@ pub struct Gpu {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+    bound: Mutex<Bound>,
+    /// Totals under `OXINFER_WGPU_PROFILE=1` ([`crate::profile`]).
+    profile: Option<Mutex<Profile>>,
+    /// Whether dispatches are timed (profiling, and the adapter has timestamp queries).
+    stamps: bool,
+    /// Whether kernels may use subgroup operations (the adapter has them, and
+    /// `OXINFER_WGPU_SUBGROUPS` is not `0`).
+    pub(crate) subgroups: bool,
     /// The first device error since the last check (wgpu reports them out of band).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -70,9 +104,18 @@ impl Gpu {
             .ok_or_else(|| format!("no wgpu adapter {index}"))?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let profiling = profile::mode() != profile::Mode::Off;
+        let has = adapter.features();
+        let stamps = profile::mode() == profile::Mode::Kernels
+            && has.contains(wgpu::Features::TIMESTAMP_QUERY);
+        let subgroups = has.contains(wgpu::Features::SUBGROUP)
+            && std::env::var("OXINFER_WGPU_SUBGROUPS").map_or(true, |v| v != "0");
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::TIMESTAMP_QUERY, stamps);
+        features.set(wgpu::Features::SUBGROUP, subgroups);
         let desc = wgpu::DeviceDescriptor {
             label: Some("oxinfer"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         };
@@ -90,8 +133,22 @@ impl Gpu {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            bound: Mutex::new(Bound::default()),
+            profile: profiling.then(|| Mutex::new(Profile::default())),
+            stamps,
+            subgroups,
             error,
         })
+    }
+
+    /// The profile's report (`OXINFER_WGPU_PROFILE=1`), if profiling.
+    pub(crate) fn profile_report(&self) -> Option<String> {
+        let p = self.profile.as_ref()?;
+        let mut r = p.lock().unwrap_or_else(|e| e.into_inner()).report();
+        if !self.stamps {
+            r.push_str("  (no per-kernel times: the adapter has no timestamp queries)\n");
+        }
+        Some(r)
     }
 
     /// The device error reported since the last call, if any.
@@ -163,7 +220,7 @@ impl Gpu {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(k.entry()),
-                source: wgpu::ShaderSource::Wgsl(k.source().into()),
+                source: wgpu::ShaderSource::Wgsl(k.source(self.subgroups).into()),
             });
         let p = self
             .device
@@ -188,61 +245,59 @@ impl Gpu {
         items: &[Dispatch],
         reads: &mut [(&wgpu::Buffer, usize, &mut [f32])],
     ) -> Result<(), String> {
+        let start = std::time::Instant::now();
         let pipelines = items
             .iter()
             .map(|d| self.pipeline(d.kernel))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut param_bytes = vec![0u8; items.len().max(1) * PARAM_STEP as usize];
-        for (i, d) in items.iter().enumerate() {
-            let at = i * PARAM_STEP as usize;
-            for (j, w) in d.params.iter().enumerate() {
-                param_bytes[at + 4 * j..at + 4 * j + 4].copy_from_slice(&w.to_le_bytes());
-            }
-        }
-        let params = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: &param_bytes,
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
-        let groups: Vec<wgpu::BindGroup> = items
-            .iter()
-            .zip(&pipelines)
-            .enumerate()
-            .map(|(i, (d, p))| {
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &params,
-                        offset: i as u64 * PARAM_STEP,
-                        size: wgpu::BufferSize::new(64),
-                    }),
-                }];
-                entries.extend(d.bufs.iter().map(|(b, buf)| wgpu::BindGroupEntry {
-                    binding: *b,
-                    resource: buf.as_entire_binding(),
-                }));
-                self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &p.get_bind_group_layout(0),
-                    entries: &entries,
-                })
-            })
-            .collect();
+        // Held until the submission: the parameter words it writes are this submission's.
+        let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let groups = self.bind_groups(&mut bound, items, &pipelines);
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            for ((d, p), g) in items.iter().zip(&pipelines).zip(&groups) {
-                if d.groups == 0 {
-                    continue;
-                }
+        let launch = |pass: &mut wgpu::ComputePass, d: &Dispatch, p, g| {
+            if d.groups > 0 {
                 let x = d.groups.min(MAX_GROUPS_X);
                 pass.set_pipeline(p);
                 pass.set_bind_group(0, g, &[]);
                 pass.dispatch_workgroups(x, d.groups.div_ceil(x), 1);
+            }
+        };
+        let stamps = self
+            .stamps
+            .then(|| Stamps::new(&self.device, items.len()))
+            .flatten();
+        if let Some(st) = &stamps {
+            // Profiling: each dispatch in its own pass, between two timestamps.
+            for (i, ((d, p), g)) in items.iter().zip(&pipelines).zip(&groups).enumerate() {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: st.writes(i),
+                });
+                launch(&mut pass, d, p, g);
+            }
+            st.resolve(&mut enc);
+        } else {
+            // Every `submit_every()` dispatches but the last ones go to the device as soon as
+            // they are recorded, so it runs them while the host records the rest.
+            let every = submit_every().unwrap_or(items.len()).max(1);
+            let all: Vec<_> = items.iter().zip(&pipelines).zip(&groups).collect();
+            let mut chunks = all.chunks(every).peekable();
+            while let Some(chunk) = chunks.next() {
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    for ((d, p), g) in chunk {
+                        launch(&mut pass, d, p, g);
+                    }
+                }
+                if chunks.peek().is_some() {
+                    let next = self
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                    self.queue
+                        .submit([std::mem::replace(&mut enc, next).finish()]);
+                }
             }
         }
         let total: u64 = reads.iter().map(|r| r.2.len() as u64 * 4).sum();
@@ -265,7 +320,21 @@ impl Gpu {
             }
         }
         self.queue.submit([enc.finish()]);
+        drop(bound);
         self.check()?;
+        if let Some(prof) = &self.profile {
+            let recorded = start.elapsed().as_secs_f64();
+            self.wait()?;
+            let waited = start.elapsed().as_secs_f64() - recorded;
+            let ticks = match &stamps {
+                Some(st) => st.ticks(&self.device)?,
+                None => Vec::new(),
+            };
+            let labels: Vec<String> = items.iter().map(Dispatch::label).collect();
+            let mut p = prof.lock().unwrap_or_else(|e| e.into_inner());
+            p.submission(items.len(), recorded, waited);
+            p.kernels(&labels, &ticks, self.queue.get_timestamp_period());
+        }
         let Some(st) = staging else {
             return self.wait();
         };
@@ -293,6 +362,82 @@ impl Gpu {
         }
         st.unmap();
         Ok(())
+    }
+
+    /// The bind groups of `items` (parameter words at 256-byte steps of one uniform buffer, then
+    /// the storage buffers), reusing those of the previous submission where a dispatch at the
+    /// same position has the same kernel and buffers: a decode step records the same dispatches
+    /// as the last one with other parameter words, which are written into the kept uniform
+    /// buffer. Only the last submission's groups are kept (they hold their buffers alive).
+    fn bind_groups(
+        &self,
+        b: &mut Bound,
+        items: &[Dispatch],
+        pipelines: &[wgpu::ComputePipeline],
+    ) -> Vec<wgpu::BindGroup> {
+        let mut param_bytes = vec![0u8; items.len().max(1) * PARAM_STEP as usize];
+        for (i, d) in items.iter().enumerate() {
+            let at = i * PARAM_STEP as usize;
+            for (j, w) in d.params.iter().enumerate() {
+                param_bytes[at + 4 * j..at + 4 * j + 4].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        if b.capacity < items.len().max(1) {
+            let capacity = items.len().max(1).next_power_of_two();
+            b.params = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("params"),
+                size: capacity as u64 * PARAM_STEP,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            b.capacity = capacity;
+            b.keys.clear();
+            b.groups.clear();
+        }
+        let Bound {
+            params,
+            keys,
+            groups,
+            ..
+        } = b;
+        let params = params.as_ref().expect("allocated above");
+        self.queue.write_buffer(params, 0, &param_bytes);
+        keys.truncate(items.len());
+        groups.truncate(items.len());
+        for (i, (d, p)) in items.iter().zip(pipelines).enumerate() {
+            if keys
+                .get(i)
+                .is_some_and(|k| k.0 == d.kernel && k.1 == d.bufs)
+            {
+                continue;
+            }
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: params,
+                    offset: i as u64 * PARAM_STEP,
+                    size: wgpu::BufferSize::new(64),
+                }),
+            }];
+            entries.extend(d.bufs.iter().map(|(b, buf)| wgpu::BindGroupEntry {
+                binding: *b,
+                resource: buf.as_entire_binding(),
+            }));
+            let g = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &p.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let key = (d.kernel, d.bufs.clone());
+            if i < keys.len() {
+                keys[i] = key;
+                groups[i] = g;
+            } else {
+                keys.push(key);
+                groups.push(g);
+            }
+        }
+        groups.clone()
     }
 
     /// Blocks until the queue drained; reports any device error.

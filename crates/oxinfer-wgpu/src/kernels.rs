@@ -8,6 +8,9 @@ use oxinfer_kernels::WeightFormat;
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const DECODE: &str = include_str!("shaders/decode.wgsl");
+const WORDS: &str = include_str!("shaders/words.wgsl");
+const MATVEC: &str = include_str!("shaders/matvec.wgsl");
+const VECDOT: &str = include_str!("shaders/vecdot.wgsl");
 const QUANT: &str = include_str!("shaders/quant.wgsl");
 const NORM: &str = include_str!("shaders/norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
@@ -22,6 +25,18 @@ pub(crate) struct Dispatch {
     pub bufs: Vec<(u32, wgpu::Buffer)>,
     /// Workgroups, flat (split over x and y at launch).
     pub groups: u32,
+}
+
+impl Dispatch {
+    /// The kernel's name for profiles: with its shape (`n x k`) for matrix products.
+    pub(crate) fn label(&self) -> String {
+        match self.kernel {
+            Kernel::Matmul(_) | Kernel::Matvec(_) => {
+                format!("{:?} {}x{}", self.kernel, self.params[2], self.params[3])
+            }
+            k => format!("{k:?}"),
+        }
+    }
 }
 
 /// The parameter words from a list of `u32`s (the rest zero).
@@ -52,6 +67,115 @@ pub(crate) const MATMUL_ROWS: usize = 8;
 /// Output rows one matmul workgroup computes (`ROWS_OUT` in `matmul.wgsl`).
 pub(crate) const MATMUL_OUT_ROWS: usize = 4;
 
+/// The matvec's geometry: threads per workgroup, output rows per lane group (1 to 4), most
+/// lanes per group, chunks per loop step (1 or 2: two chunks' loads issued together).
+/// `OXINFER_WGPU_MATVEC_SHAPE=threads,rows,lanes,unroll` sets it for tuning (threads and lanes
+/// powers of two, lanes ≤ threads ≤ 256); default `64,2,64,1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatvecShape {
+    pub threads: usize,
+    pub rows: usize,
+    pub max_lanes: usize,
+    pub unroll: usize,
+}
+
+impl MatvecShape {
+    /// The shape in use (the environment's, read once, else the default).
+    pub(crate) fn get() -> MatvecShape {
+        static SHAPE: std::sync::OnceLock<MatvecShape> = std::sync::OnceLock::new();
+        *SHAPE.get_or_init(|| {
+            let v = std::env::var("OXINFER_WGPU_MATVEC_SHAPE").unwrap_or_default();
+            let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            match n[..] {
+                [threads, rows, max_lanes, unroll]
+                    if threads.is_power_of_two()
+                        && max_lanes.is_power_of_two()
+                        && (4..=threads).contains(&max_lanes)
+                        && threads <= 256
+                        && (1..=4).contains(&rows)
+                        && (1..=2).contains(&unroll) =>
+                {
+                    MatvecShape {
+                        threads,
+                        rows,
+                        max_lanes,
+                        unroll,
+                    }
+                }
+                _ => MatvecShape {
+                    threads: 64,
+                    rows: 2,
+                    max_lanes: 64,
+                    unroll: 1,
+                },
+            }
+        })
+    }
+
+    /// Lanes per row group for `cols` columns of `f` (one of [`MATVEC_FORMATS`]): the row's
+    /// chunks (`CPB` per block in `vecdot.wgsl`) rounded up to a power of two, 4 to `max_lanes`.
+    pub(crate) fn lanes(self, f: WeightFormat, cols: usize) -> usize {
+        let per_block = match f {
+            WeightFormat::Q4K => 8,
+            WeightFormat::Q6K => 16,
+            _ => 1,
+        };
+        let chunks = cols / f.block_size() * per_block;
+        chunks.next_power_of_two().clamp(4, self.max_lanes)
+    }
+
+    /// Output rows of one workgroup with `lanes` lanes per group.
+    pub(crate) fn rows_per_group(self, lanes: usize) -> usize {
+        self.rows * self.threads / lanes
+    }
+}
+
+/// The matvec's reduction over a lane group: through subgroup shuffles, then workgroup memory.
+const REDUCE_SUBGROUPS: &str = "
+    let span = min(sg_size, lanes);
+    var v = acc;
+    for (var o = 1u; o < span; o <<= 1u) { v += subgroupShuffleXor(v, o); }
+    red[lid] = v;
+    workgroupBarrier();
+    var sum = 0.0;
+    if (lane < MR) {
+        for (var j = 0u; j < lanes; j += span) { sum += red[lid - lane + j][lane]; }
+    }
+";
+
+/// The matvec's loop over chunks two at a time (both chunks' loads before their sums); the
+/// plain loop takes the last one.
+const UNROLL2: &str = "
+    for (; c + lanes < chunks; c += 2u * lanes) {
+        let xa = xload(x4, c);
+        let xb = xload(x4, c + lanes);
+        for (var r = 0u; r < MR; r++) { acc[r] += wdot(rows[r], c, xa) + wdot(rows[r], c + lanes, xb); }
+    }
+";
+
+/// The matvec's reduction over a lane group by a tree in workgroup memory.
+const REDUCE_TREE: &str = "
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var stride = lanes / 2u; stride > 0u; stride >>= 1u) {
+        if (lane < stride) { red[lid] += red[lid + stride]; }
+        workgroupBarrier();
+    }
+    let sum = red[lid - lane][min(lane, 3u)];
+";
+
+/// The weight formats the one-row matvec (`matvec.wgsl` + `vecdot.wgsl`) decodes; the others
+/// take the matmul at one row too.
+pub(crate) const MATVEC_FORMATS: [WeightFormat; 7] = [
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4K,
+    WeightFormat::Q6K,
+];
+
 /// Widest attention head the kernel takes (`qv` in `attention.wgsl`).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
@@ -75,6 +199,8 @@ pub const FORMATS: [WeightFormat; 12] = [
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
     Matmul(WeightFormat),
+    /// One activation row (decode) of a [`MATVEC_FORMATS`] weight.
+    Matvec(WeightFormat),
     Quant,
     RmsNorm,
     Add,
@@ -98,13 +224,18 @@ impl Kernel {
             Kernel::AddBias => "add_bias",
             Kernel::GatherRows => "gather_rows",
             Kernel::Rope => "rope",
-            Kernel::Matmul(_) | Kernel::Quant | Kernel::Attention | Kernel::Copy => "main",
+            Kernel::Matmul(_)
+            | Kernel::Matvec(_)
+            | Kernel::Quant
+            | Kernel::Attention
+            | Kernel::Copy => "main",
         }
     }
 
     /// The WGSL module: the common prelude and the kernel's file (for a matmul, with its
-    /// format's `decode32` and, for split formats, the scales binding spliced in).
-    pub(crate) fn source(self) -> String {
+    /// format's `decode32` and, for split formats, the scales binding spliced in; for a matvec,
+    /// its format's pieces, its shape and its reduction, through subgroups when `subgroups`).
+    pub(crate) fn source(self, subgroups: bool) -> String {
         let body = match self {
             Kernel::Matmul(f) => {
                 let scales = if WeightFormat::SPLIT.contains(&f) {
@@ -123,8 +254,30 @@ impl Kernel {
                 };
                 MATMUL
                     .replace("//SCALES", scales)
+                    .replace("//WORDS", WORDS)
                     .replace("//DECODE", &decode)
                     .replace("//TAIL", tail)
+            }
+            Kernel::Matvec(f) => {
+                // Q4_K reads its 16-byte-aligned blocks as vec4 words (its own binding 3).
+                let words = if f == WeightFormat::Q4K { "" } else { WORDS };
+                let s = MatvecShape::get();
+                let shape = format!(
+                    "const WG: u32 = {}u;\nconst MR: u32 = {}u;",
+                    s.threads, s.rows
+                );
+                let (args, reduce) = if subgroups {
+                    (", @builtin(subgroup_size) sg_size: u32", REDUCE_SUBGROUPS)
+                } else {
+                    ("", REDUCE_TREE)
+                };
+                // (naga 30 takes subgroup builtins without `enable subgroups;`, and rejects it.)
+                MATVEC
+                    .replace("//FORMAT", &format!("{words}\n{}", section(VECDOT, f)))
+                    .replace("//SHAPE", &shape)
+                    .replace("//SUBGROUP_ARGS", args)
+                    .replace("//REDUCE", reduce)
+                    .replace("//UNROLL", if s.unroll == 2 { UNROLL2 } else { "" })
             }
             Kernel::Quant => QUANT.to_string(),
             Kernel::RmsNorm => NORM.to_string(),
@@ -137,11 +290,16 @@ impl Kernel {
     }
 }
 
-/// Format `f`'s `decode32` out of `decode.wgsl` (between `//@NAME` and `//@END`).
+/// Format `f`'s `decode32` out of `decode.wgsl`.
 fn decoder(f: WeightFormat) -> &'static str {
+    section(DECODE, f)
+}
+
+/// Format `f`'s block of `src` (between `//@NAME` and `//@END`; empty when it has none).
+fn section(src: &'static str, f: WeightFormat) -> &'static str {
     let tag = format!("//@{f:?}\n");
-    let start = DECODE.find(&tag).map(|i| i + tag.len());
-    let body = start.and_then(|s| DECODE[s..].find("//@END").map(|e| &DECODE[s..s + e]));
+    let start = src.find(&tag).map(|i| i + tag.len());
+    let body = start.and_then(|s| src[s..].find("//@END").map(|e| &src[s..s + e]));
     body.unwrap_or("")
 }
 

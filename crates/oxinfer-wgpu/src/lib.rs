@@ -3,7 +3,9 @@
 //!
 //! What runs on the device ([`WgpuBackend`]):
 //! - matmuls reading the weights in their storage format: F32, F16, BF16, GGUF Q4_0, Q4_1,
-//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and oxinfer's split Q8/Q4 (`shaders/decode.wgsl`), over f32
+//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and oxinfer's split Q8/Q4 (`shaders/decode.wgsl`), and for one
+//!   activation row (decode) of the GGUF block formats a matvec that reads each weight byte once
+//!   (`shaders/matvec.wgsl`, `shaders/vecdot.wgsl`), over f32
 //!   inputs (the exact path's sums), or with `OXINFER_WGPU_INT8_INPUTS=1` over inputs rounded
 //!   through int8 blocks as the CPU's integer kernels do (`shaders/quant.wgsl`,
 //!   [`int8_inputs`]);
@@ -15,11 +17,11 @@
 //!   biases, RoPE (interleaved or halves), residual adds, SiLU/tanh-GELU gates, final soft-cap.
 //!
 //! Plain WGSL only (no `shader-f16`, no subgroups): every adapter runs the same kernels. The
-//! kernels favour correctness over speed (one workgroup per output row, up to 8 activation
-//! rows per weight read).
+//! matmul takes up to 8 activation rows per weight read; `OXINFER_WGPU_PROFILE=1` times each
+//! kernel (`profile`).
 //!
 //! Modules, each importing only those before it: `kernels` (WGSL sources and one dispatch
-//! builder per kernel), `gpu` (device, buffers, submission), `matrix` (uploaded weights and the
+//! builder per kernel), `profile` (timestamps and host times per submission), `gpu` (device, buffers, submission), `matrix` (uploaded weights and the
 //! matmul), `kv`, `stack`, `stack_run`, `backend`, `probe`.
 
 mod backend;
@@ -28,6 +30,7 @@ mod kernels;
 mod kv;
 mod matrix;
 mod probe;
+mod profile;
 mod single;
 mod stack;
 mod stack_run;

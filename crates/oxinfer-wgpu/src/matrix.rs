@@ -3,7 +3,8 @@
 
 use crate::gpu::Gpu;
 use crate::kernels::{
-    self, u, words, Buf, Dispatch, Kernel, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS,
+    self, u, words, Buf, Dispatch, Kernel, MatvecShape, FORMATS, MATMUL_OUT_ROWS, MATMUL_ROWS,
+    MATVEC_FORMATS,
 };
 use oxinfer_kernels::vecdot::{act_kind, ActKind};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
@@ -105,6 +106,13 @@ pub fn int8_inputs() -> bool {
     *ON.get_or_init(|| std::env::var("OXINFER_WGPU_INT8_INPUTS").is_ok_and(|v| v == "1"))
 }
 
+/// Whether one-row products of [`MATVEC_FORMATS`] take the matvec kernel (`matvec.wgsl`; the
+/// default) rather than the matmul (`OXINFER_WGPU_MATVEC=0`, for A/B measurements).
+pub(crate) fn matvec_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_WGPU_MATVEC").map_or(true, |v| v != "0"))
+}
+
 /// `y[t][n] (row stride ld) = x[t][k] · Wᵀ` with `x` at `x` in `a`, `y` at `y` in `out`: one
 /// dispatch per part of `m`, each writing its rows' columns of `y`.
 #[allow(clippy::too_many_arguments)]
@@ -118,13 +126,24 @@ fn matmul_dispatches(
     t: usize,
     list: &mut Vec<Dispatch>,
 ) {
+    // The matvec reads activations as vec4: its input must start at a multiple of 4.
+    let matvec = t == 1 && x.is_multiple_of(4) && MATVEC_FORMATS.contains(&m.format) && matvec_on();
+    let shape = MatvecShape::get();
+    let lanes = shape.lanes(m.format, m.cols);
     for p in &m.parts {
         let mut bufs = vec![(1, a.clone()), (2, out.clone()), (3, p.w.clone())];
         if let Some(s) = &p.s {
             bufs.push((4, s.clone()));
         }
+        let (kernel, groups) = if matvec {
+            let rows = shape.rows_per_group(lanes);
+            (Kernel::Matvec(m.format), p.rows.div_ceil(rows))
+        } else {
+            let groups = p.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS);
+            (Kernel::Matmul(m.format), groups)
+        };
         list.push(Dispatch {
-            kernel: Kernel::Matmul(m.format),
+            kernel,
             params: words(&[
                 u(x),
                 u(y + p.row0),
@@ -134,9 +153,10 @@ fn matmul_dispatches(
                 u(m.row_bytes),
                 u(m.scale_row_bytes),
                 u(ld),
+                u(lanes),
             ]),
             bufs,
-            groups: u(p.rows.div_ceil(MATMUL_OUT_ROWS) * t.div_ceil(MATMUL_ROWS)),
+            groups: u(groups),
         });
     }
 }

@@ -92,6 +92,42 @@ fn matmul_matches_cpu_twin() {
     }
 }
 
+/// One activation row (a decode step), which takes the matvec kernel for the block formats it
+/// decodes: output rows that do not fill its row groups, rows of one block and of many; with
+/// the subgroup reduction where the adapter has subgroups, and with the workgroup-memory one.
+#[test]
+fn matvec_matches_cpu_twin() {
+    let Some(b) = backend() else { return };
+    let mut runs = vec![(b, "")];
+    if runs[0].0.subgroups() {
+        let plain = backend().expect("a second backend").without_subgroups();
+        runs.push((plain, " (no subgroups)"));
+    }
+    for (b, what) in &runs {
+        matvec_formats(b, what);
+    }
+}
+
+fn matvec_formats(b: &WgpuBackend, what: &str) {
+    for f in FORMATS {
+        for (si, &(n, k)) in [
+            (70usize, 512usize),
+            (5, 256),
+            (131, 1536),
+            (9, 4096),
+            (300, 576),
+        ]
+        .iter()
+        .enumerate()
+        {
+            if !k.is_multiple_of(f.block_size()) {
+                continue;
+            }
+            check_matmul(b, f, (n, k, 1), 31 + si as u64, what);
+        }
+    }
+}
+
 /// A matrix larger than one storage binding (the limit lowered to 64 KiB) is uploaded in row
 /// parts and multiplied one dispatch per part: the same result as the CPU twin.
 #[test]
