@@ -189,12 +189,7 @@ pub fn serve(
 ) -> Result<()> {
     a.model.prepare_encoder_runtime()?;
     if oxinfer::embed::is_reranker_model(path) {
-        anyhow::ensure!(
-            a.model.quant.is_none(),
-            "{}: --quant is not supported for rerankers (they run as stored)",
-            path.display()
-        );
-        return crate::rerank::serve(path, listener, config);
+        return crate::rerank::serve(path, a.model.quant, listener, config);
     }
     let embedder = Embedder::load_quantized(path, a.model.quant)?;
     let model_id = path

@@ -39,6 +39,10 @@ pub struct RerankArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Convert the model's weight matrices on load: q8 (32 int8 weights per scale), q4 or bf16
+    /// (as `oxinfer embed --quant`). Default: as stored (exact f32 products).
+    #[arg(long, value_name = "q8|q4|bf16")]
+    pub quant: Option<oxinfer::quant::Precision>,
 }
 
 pub fn run(a: RerankArgs) -> Result<()> {
@@ -60,7 +64,7 @@ pub fn run(a: RerankArgs) -> Result<()> {
         oxinfer_kernels::set_num_threads(n);
     }
     let path = PathBuf::from(&a.model);
-    let model = CrossEncoder::load(&path)
+    let model = CrossEncoder::load_quantized(&path, a.quant)
         .with_context(|| format!("-m {}: cannot load the reranker", a.model))?;
     let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
     let scores =
@@ -81,10 +85,11 @@ pub fn run(a: RerankArgs) -> Result<()> {
 #[cfg(feature = "server")]
 pub fn serve(
     path: &std::path::Path,
+    quant: Option<oxinfer::quant::Precision>,
     listener: std::net::TcpListener,
     config: impl FnOnce(String, usize) -> oxinfer_server::ServerConfig,
 ) -> Result<()> {
-    let model = CrossEncoder::load(path)?;
+    let model = CrossEncoder::load_quantized(path, quant)?;
     let model_id = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())

@@ -84,3 +84,15 @@ fn too_long_without_truncation_is_an_error_and_not_an_embedder() {
         &fixtures().join("bert-tiny")
     ));
 }
+
+/// `--quant` for rerankers: q8 and bf16 weights score the reference's pairs close to float32
+/// (measured: q8 7.7e-4, bf16 1.4e-4 at most).
+#[test]
+fn quantized_weights_stay_close() {
+    use oxinfer::quant::Precision;
+    common::embed::quantized_reranker_stays_close(
+        &dir(),
+        "pairs",
+        &[(Precision::Q8, 3e-3), (Precision::Bf16, 1e-3)],
+    );
+}

@@ -21,6 +21,7 @@ use crate::arch::encoder_linear::EncoderLinear;
 use crate::error::{Error, LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
+use crate::quant::{Overlay, Precision};
 use crate::tokenizer::Tokenizer;
 
 /// Pairs per encoder pass.
@@ -164,6 +165,14 @@ impl CrossEncoder {
     /// `BertForSequenceClassification` or `XLMRobertaForSequenceClassification`,
     /// `model.safetensors`, `tokenizer.json`) or a Qwen3-Reranker-style causal LM.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        Self::load_quantized(dir, None)
+    }
+
+    /// [`Self::load`] with the weight matrices converted to `quant` on load
+    /// ([`crate::quant::convert`], as [`crate::embed::TextEncoder::load_quantized`] does for
+    /// embedding models: the encoder's or the causal LM's projections and the classification
+    /// head then run on the quantized matmul kernels); `None`: as stored.
+    pub fn load_quantized(dir: &Path, quant: Option<Precision>) -> Result<Self, LoadError> {
         if !is_reranker_model(dir) {
             return Err(LoadError::malformed(
                 dir,
@@ -178,7 +187,7 @@ impl CrossEncoder {
             let tokenizer =
                 Tokenizer::from_files(&tok_path, tok_cfg.is_file().then_some(&*tok_cfg))
                     .map_err(|e| LoadError::malformed(&tok_path, e.to_string()))?;
-            let model = YesNo::load(dir, &tokenizer)?;
+            let model = YesNo::load(dir, &tokenizer, quant)?;
             return Ok(CrossEncoder {
                 max_tokens: model.max_tokens(),
                 scorer: Scorer::YesNo(Box::new(model)),
@@ -201,7 +210,12 @@ impl CrossEncoder {
             });
         }
         let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
-        let store = SafetensorsModel::open(dir)?;
+        let st = SafetensorsModel::open(dir)?;
+        let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
+        let store = Overlay {
+            base: &st,
+            over: converted.as_ref().map(|c| &c.tensors),
+        };
         let prefix = tensor_prefix(&store);
         let encoder = Bert::load(&cfg, &store, prefix)?;
         let head = ClassifierHead::load(&store, prefix, cfg.hidden_size)?;

@@ -26,6 +26,7 @@ use super::decoder::DecoderStates;
 use super::layout::read_json;
 use super::template::Encoded;
 use crate::error::{Error, LoadError, Result};
+use crate::quant::Precision;
 use crate::tokenizer::Tokenizer;
 
 /// The model card's system turn and the start of the user turn.
@@ -76,8 +77,13 @@ pub struct YesNo {
 }
 
 impl YesNo {
-    /// Loads the model of `dir` (`config.json`, safetensors, tokenized by `tokenizer`).
-    pub fn load(dir: &Path, tokenizer: &Tokenizer) -> Result<Self, LoadError> {
+    /// Loads the model of `dir` (`config.json`, safetensors, tokenized by `tokenizer`), its
+    /// weight matrices converted to `quant` on load when given.
+    pub fn load(
+        dir: &Path,
+        tokenizer: &Tokenizer,
+        quant: Option<Precision>,
+    ) -> Result<Self, LoadError> {
         let cfg_path = dir.join("config.json");
         let cfg_json = read_json(&cfg_path)?;
         if !is_qwen3_causal_lm(&cfg_json) {
@@ -86,7 +92,7 @@ impl YesNo {
                 "a yes/no reranker must be a Qwen3ForCausalLM (model_type qwen3)",
             ));
         }
-        let decoder = DecoderStates::load(dir, &cfg_path, &cfg_json, None)?;
+        let decoder = DecoderStates::load(dir, &cfg_path, &cfg_json, quant)?;
         let tok_path = dir.join("tokenizer.json");
         let token = |piece: &str| {
             tokenizer.token_id(piece).ok_or_else(|| {

@@ -117,3 +117,50 @@ pub fn encode_reference_pairs<'r>(ce: &CrossEncoder, r: &'r Value, key: &str) ->
         encoded,
     }
 }
+
+/// The reranker of `dir` loaded with `--quant` for each `(precision, bound)`: its scores of the
+/// reference's pairs (`r[key]`) move off the float32 reference (the quantized kernels ran) by
+/// at most `bound`, and rank the documents as the reference does where their scores are
+/// further apart than twice the bound.
+pub fn quantized_reranker_stays_close(
+    dir: &Path,
+    key: &str,
+    bounds: &[(oxinfer::quant::Precision, f32)],
+) {
+    let r = super::reference(dir);
+    let query = r["query"].as_str().unwrap();
+    let entries = r[key].as_array().unwrap();
+    let docs: Vec<&str> = entries
+        .iter()
+        .map(|e| e["document"].as_str().unwrap())
+        .collect();
+    let want: Vec<f32> = entries
+        .iter()
+        .map(|e| e["score"].as_f64().unwrap() as f32)
+        .collect();
+    for &(p, bound) in bounds {
+        let ce = CrossEncoder::load_quantized(dir, Some(p)).unwrap_or_else(|e| panic!("{e}"));
+        let got = ce.score(query, &docs, true).unwrap();
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0f32, f32::max);
+        println!(
+            "{} --quant {p:?}: max score diff {worst:.2e}",
+            dir.display()
+        );
+        assert!(worst > 1e-7, "{p:?}: nothing changed");
+        assert!(
+            worst <= bound,
+            "{p:?}: scores differ by {worst} (bound {bound})"
+        );
+        for i in 0..want.len() {
+            for j in 0..want.len() {
+                if want[i] > want[j] + 2.0 * bound {
+                    assert!(got[i] > got[j], "{p:?}: documents {i} and {j} swapped");
+                }
+            }
+        }
+    }
+}
