@@ -2,7 +2,53 @@
 //! from `plan_case` in backend_ops.rs, which builds the plan and the cached rows).
 
 use super::rel_err;
+use oxinfer::plan::{cpu, KvCache, Plan, SeqBatch};
 use oxinfer_cuda::CudaBackend;
+
+/// A fresh cache of `past`'s geometry and storage types (64 positions).
+fn empty_cache(past: &KvCache, windows: &[Option<usize>]) -> KvCache {
+    KvCache::new(windows.len(), past.row_width(0), 64)
+        .with_windows(windows)
+        .with_types(past.types())
+}
+
+/// One pass of `plan` over each sequence's `toks` with its cache, on the device (`on_dev`) or
+/// the CPU executor: each sequence's logits (its last row).
+fn step(
+    b: &CudaBackend,
+    plan: &Plan,
+    on_dev: bool,
+    toks: &[Vec<u32>],
+    caches: &mut [KvCache],
+) -> Vec<Vec<f32>> {
+    let mut batch: Vec<SeqBatch> = toks
+        .iter()
+        .zip(caches.iter_mut())
+        .map(|(t, c)| SeqBatch {
+            tokens: t,
+            cache: c,
+            all_logits: false,
+            media: None,
+        })
+        .collect();
+    let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");
+    let x = plan.embed.forward(&ids).expect("embed");
+    if on_dev {
+        oxinfer::backend::plan_run::run(b, plan, &ids, &x, &mut seqs)
+            .expect("decode step declined")
+            .expect("device step")
+    } else {
+        cpu::forward(plan, &ids, x, &mut seqs).expect("cpu step")
+    }
+}
+
+/// The index of the largest logit.
+fn argmax(l: &[f32]) -> u32 {
+    l.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i as u32)
+}
 
 /// Decode over the device KV cache against the CPU: two sequences (one after 20 cached rows
 /// whose sliding ring has wrapped, one fresh) prefill 5 tokens, then step one token each per
@@ -16,41 +62,11 @@ pub(crate) fn decode_case(
     windows: &[Option<usize>],
     bound: f64,
 ) {
-    use oxinfer::plan::{cpu, KvCache, SeqBatch};
-    // Fresh caches of `past`'s geometry and storage types.
-    let empty = || {
-        KvCache::new(windows.len(), past.row_width(0), 64)
-            .with_windows(windows)
-            .with_types(past.types())
-    };
+    let empty = || empty_cache(past, windows);
     let fresh = || [past.clone(), empty()];
     let (mut cpu_c, mut dev_c) = (fresh(), fresh());
     let step = |on_dev: bool, toks: &[Vec<u32>], caches: &mut [KvCache]| {
-        let mut batch: Vec<SeqBatch> = toks
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(t, c)| SeqBatch {
-                tokens: t,
-                cache: c,
-                all_logits: false,
-                media: None,
-            })
-            .collect();
-        let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");
-        let x = plan.embed.forward(&ids).expect("embed");
-        if on_dev {
-            oxinfer::backend::plan_run::run(b, plan, &ids, &x, &mut seqs)
-                .expect("decode step declined")
-                .expect("device step")
-        } else {
-            cpu::forward(plan, &ids, x, &mut seqs).expect("cpu step")
-        }
-    };
-    let argmax = |l: &[f32]| {
-        l.iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map_or(0, |(i, _)| i as u32)
+        step(b, plan, on_dev, toks, caches)
     };
     let prompts = [vec![3u32, 14, 15, 92, 65], vec![35, 89, 79, 32, 38]];
     let mut toks = prompts.clone();
@@ -109,48 +125,19 @@ pub(crate) fn decode_single_case(
     windows: &[Option<usize>],
     bound: f64,
 ) {
-    use oxinfer::plan::{cpu, KvCache, SeqBatch};
-    let empty = || {
-        KvCache::new(windows.len(), past.row_width(0), 64)
-            .with_windows(windows)
-            .with_types(past.types())
-    };
-    let (mut cpu_c, mut dev_c) = (empty(), empty());
-    let step = |on_dev: bool, toks: &[u32], cache: &mut KvCache| {
-        let mut batch = [SeqBatch {
-            tokens: toks,
-            cache,
-            all_logits: false,
-            media: None,
-        }];
-        let (ids, mut seqs) = oxinfer::plan::batch::layout(&mut batch).expect("layout");
-        let x = plan.embed.forward(&ids).expect("embed");
-        let logits = if on_dev {
-            oxinfer::backend::plan_run::run(b, plan, &ids, &x, &mut seqs)
-                .expect("decode step declined")
-                .expect("device step")
-        } else {
-            cpu::forward(plan, &ids, x, &mut seqs).expect("cpu step")
-        };
-        logits.concat()
-    };
-    let mut toks = vec![7u32, 21, 4, 88, 50];
+    let (mut cpu_c, mut dev_c) = ([empty_cache(past, windows)], [empty_cache(past, windows)]);
+    let mut toks = vec![vec![7u32, 21, 4, 88, 50]];
     let mut worst = 0f64;
     for i in 0..13 {
-        let want = step(false, &toks, &mut cpu_c);
-        let got = step(true, &toks, &mut dev_c);
+        let want = step(b, plan, false, &toks, &mut cpu_c).concat();
+        let got = step(b, plan, true, &toks, &mut dev_c).concat();
         let e = rel_err(&got, &want);
         worst = worst.max(e);
         assert!(
             e < bound,
             "single decode step {i}: error {e} (bound {bound:.2e})"
         );
-        let next = want
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map_or(0, |(i, _)| i as u32);
-        toks = vec![next];
+        toks = vec![vec![argmax(&want)]];
     }
     println!("single-sequence decode: worst logits error {worst:.2e}");
 }
