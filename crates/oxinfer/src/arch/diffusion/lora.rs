@@ -312,7 +312,8 @@ impl<'a> LoraStore<'a> {
         out
     }
 
-    /// `w` (the weight `name`) plus every matching LoRA module's product, as float32.
+    /// `w` (the weight `name`) plus every matching LoRA module's product, summed in float32 and
+    /// stored in `w`'s own float format ([`stored_as`]).
     fn fuse(&self, name: &str, w: TensorView) -> Result<TensorView, LoadError> {
         let Some(module) = name.strip_suffix(".weight") else {
             return Ok(w);
@@ -357,11 +358,11 @@ impl<'a> LoraStore<'a> {
             let at = (lora.path.as_path(), m.key.as_str());
             add_product(&mut v, &up.to_f32()?, &down.to_f32()?, (rank, cols), f, at)?;
         }
-        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let (format, bytes) = stored_as(w.format, &v);
         Ok(TensorView::from_owned(
             w.path(),
             name,
-            WeightFormat::F32,
+            format,
             w.shape.clone(),
             bytes,
             Vec::new(),
@@ -409,6 +410,31 @@ impl<'a> LoraStore<'a> {
 ///
 /// # Errors
 /// Sizes that do not fit (named after `name`).
+/// A fused weight `v` (float32) stored as the checkpoint stored it: f16 and bf16 weights are
+/// rounded once to their format (a half-precision diffusers pipeline's fused weights are half
+/// precision too), so the fused model takes no more memory than the plain one; any other
+/// format stays f32.
+fn stored_as(format: WeightFormat, v: &[f32]) -> (WeightFormat, Vec<u8>) {
+    match format {
+        WeightFormat::F16 => (
+            format,
+            v.iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+        ),
+        WeightFormat::BF16 => (
+            format,
+            v.iter()
+                .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                .collect(),
+        ),
+        _ => (
+            WeightFormat::F32,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+    }
+}
+
 fn add_product(
     w: &mut [f32],
     up: &[f32],
@@ -493,6 +519,23 @@ mod tests {
         ] {
             assert!(classify(bad).is_none(), "{bad}");
         }
+    }
+
+    /// A fused f16 / bf16 weight is stored in its own format, rounded once.
+    #[test]
+    fn fused_half_weights_keep_their_format() {
+        let v = [1.0f32, -2.5, 3.1415927, 1e-3];
+        let (f, b) = stored_as(WeightFormat::F16, &v);
+        assert_eq!((f, b.len()), (WeightFormat::F16, 8));
+        let back: Vec<f32> = b
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect();
+        let want: Vec<f32> = v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect();
+        assert_eq!(back, want);
+        let (f, b) = stored_as(WeightFormat::BF16, &v);
+        assert_eq!((f, b.len()), (WeightFormat::BF16, 8));
+        assert_eq!(stored_as(WeightFormat::F32, &v).1.len(), 16);
     }
 
     /// A 2 x 3 weight with one rank-1 module: `W + f · up ⊗ down`.
