@@ -59,6 +59,17 @@ HEIGHT, WIDTH = 48, 64
 PROMPT, NEGATIVE, GUIDANCE = base.PROMPT, base.NEGATIVE, base.GUIDANCE
 
 
+def fresh_fixture(name: str) -> Path:
+    """Empties tests/fixtures/NAME (made anew) and points base.save at its reference/ folder;
+    returns the fixture folder."""
+    out = FIX / name
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "reference").mkdir(parents=True)
+    base.REF = out / "reference"
+    return out
+
+
 def versions() -> dict:
     return dict(diffusers=diffusers.__version__, transformers=transformers.__version__,
                 torch=torch.__version__)

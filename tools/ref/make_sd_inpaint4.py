@@ -31,7 +31,6 @@ Run from the repository root:
 from __future__ import annotations
 
 import json
-import shutil
 
 import torch
 from PIL import Image
@@ -41,18 +40,15 @@ from diffusers import (DDIMScheduler, DPMSolverMultistepScheduler,
                        StableDiffusionInpaintPipeline)
 
 import make_tiny_sd as base
-from make_sd_i2i_inpaint import FIX, HEIGHT, SD1, WIDTH, patch_noise, versions
+from make_sd_i2i_inpaint import (FIX, HEIGHT, SD1, WIDTH, fresh_fixture, patch_noise,
+                                 versions)
 
 PROMPT, NEGATIVE, GUIDANCE = base.PROMPT, base.NEGATIVE, base.GUIDANCE
 
 
 def main():
-    out = FIX / "tiny_sd1_inpaint4"
+    out = fresh_fixture("tiny_sd1_inpaint4")
     ref_dir = out / "reference"
-    if out.exists():
-        shutil.rmtree(out)
-    ref_dir.mkdir(parents=True)
-    base.REF = ref_dir
     src = FIX / "tiny_sd_inpaint"
     init = Image.open(src / "init.png").convert("RGB")
     mask = Image.open(src / "mask.png").convert("RGB")

@@ -40,7 +40,6 @@ Run from the repository root:
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -49,7 +48,7 @@ from diffusers import LCMScheduler, StableDiffusionPipeline
 from safetensors.torch import save_file
 
 import make_tiny_sd as base
-from make_sd_i2i_inpaint import FIX, HEIGHT, SD1, WIDTH, versions
+from make_sd_i2i_inpaint import FIX, HEIGHT, SD1, WIDTH, fresh_fixture, versions
 
 PROMPT, NEGATIVE, GUIDANCE = base.PROMPT, base.NEGATIVE, base.GUIDANCE
 RANK = 4
@@ -112,12 +111,8 @@ def make_loras(pipe, out):
 
 
 def main():
-    out = FIX / "tiny_sd1_lora"
+    out = fresh_fixture("tiny_sd1_lora")
     ref_dir = out / "reference"
-    if out.exists():
-        shutil.rmtree(out)
-    ref_dir.mkdir(parents=True)
-    base.REF = ref_dir
     shapes: dict = {}
 
     def pipeline():

@@ -156,13 +156,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         speculation: a.spec.speculation(),
         draft: None,
     };
-    anyhow::ensure!(
-        a.spec.draft.is_none()
-            || (crate::image::pipeline_model(a.model.model.as_deref()).is_none()
-                && crate::embed::embedding_model_path(a.model.model.as_deref())?.is_none()),
-        "--draft applies to text generation models, not image or embedding models"
-    );
+    let no_draft = || -> Result<()> {
+        anyhow::ensure!(
+            a.spec.draft.is_none(),
+            "--draft applies to text generation models, not image or embedding models"
+        );
+        Ok(())
+    };
     if let Some(path) = crate::image::pipeline_model(a.model.model.as_deref()) {
+        no_draft()?;
         return crate::image::serve(&a, &path, listener, |id| config(id, 1, 77));
     }
     anyhow::ensure!(
@@ -174,6 +176,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         "--lora applies to Stable Diffusion models"
     );
     if let Some(path) = crate::embed::embedding_model_path(a.model.model.as_deref())? {
+        no_draft()?;
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
     }
     let model = a.kv.apply(a.model.load()?)?;
@@ -209,14 +212,7 @@ fn load_served_draft(a: &ServeArgs, model: &oxinfer::Model) -> Result<Option<Ser
     let Some(draft) = a.spec.load_draft(&a.model)? else {
         return Ok(None);
     };
-    use oxinfer::engine::speculative::{check_vocabularies, VocabSide};
-    fn side(m: &oxinfer::Model) -> VocabSide<'_> {
-        VocabSide {
-            tokenizer: m.tokenizer(),
-            n_logits: m.config().vocab_size,
-        }
-    }
-    check_vocabularies(side(model), side(&draft))
+    oxinfer::engine::speculative::check_draft_model(model, &draft)
         .with_context(|| format!("--draft {}", draft.path().display()))?;
     eprintln!(
         "draft model {} (up to {} tokens per step unless a request says otherwise)",

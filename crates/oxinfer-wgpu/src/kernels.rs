@@ -259,8 +259,13 @@ impl Kernel {
                     .replace("//TAIL", tail)
             }
             Kernel::Matvec(f) => {
-                // Q4_K reads its 16-byte-aligned blocks as vec4 words (its own binding 3).
-                let words = if f == WeightFormat::Q4K { "" } else { WORDS };
+                // Q4_K reads its 16-byte-aligned blocks as vec4 words (its own binding 3); the
+                // 32-weight formats share one chunk layout (`//@B32`).
+                let words = match f {
+                    WeightFormat::Q4K => String::new(),
+                    WeightFormat::Q6K => WORDS.to_string(),
+                    _ => format!("{WORDS}\n{}", section(VECDOT, "B32")),
+                };
                 let s = MatvecShape::get();
                 let shape = format!(
                     "const WG: u32 = {}u;\nconst MR: u32 = {}u;",
@@ -273,7 +278,10 @@ impl Kernel {
                 };
                 // (naga 30 takes subgroup builtins without `enable subgroups;`, and rejects it.)
                 MATVEC
-                    .replace("//FORMAT", &format!("{words}\n{}", section(VECDOT, f)))
+                    .replace(
+                        "//FORMAT",
+                        &format!("{words}\n{}", section(VECDOT, &format!("{f:?}"))),
+                    )
                     .replace("//SHAPE", &shape)
                     .replace("//SUBGROUP_ARGS", args)
                     .replace("//REDUCE", reduce)
@@ -292,12 +300,13 @@ impl Kernel {
 
 /// Format `f`'s `decode32` out of `decode.wgsl`.
 fn decoder(f: WeightFormat) -> &'static str {
-    section(DECODE, f)
+    section(DECODE, &format!("{f:?}"))
 }
 
-/// Format `f`'s block of `src` (between `//@NAME` and `//@END`; empty when it has none).
-fn section(src: &'static str, f: WeightFormat) -> &'static str {
-    let tag = format!("//@{f:?}\n");
+/// The block `name` of `src` (between `//@NAME` and `//@END`, a format's `{:?}` name or a
+/// shared block's; empty when it has none).
+fn section(src: &'static str, name: &str) -> &'static str {
+    let tag = format!("//@{name}\n");
     let start = src.find(&tag).map(|i| i + tag.len());
     let body = start.and_then(|s| src[s..].find("//@END").map(|e| &src[s..s + e]));
     body.unwrap_or("")

@@ -2,11 +2,14 @@
 // `xload(x4, c)` (the activations of chunk c; x4 is the row's first vec4) and `wdot(rb, c, x)`
 // (chunk c of the row whose bytes start at rb, dotted with x). Weights are decoded to the values
 // the CPU dequantizes (oxinfer_kernels::dequant). Each block is marked `//@FORMAT` … `//@END`;
-// formats that read 32-bit words get `words.wgsl` spliced in before their block.
-//@Q4_0
+// formats that read 32-bit words get `words.wgsl` spliced in before their block, and the
+// 32-weight formats the `//@B32` block (one chunk per block: its 32 activations).
+//@B32
 const QK: u32 = 32u;
 const CPB: u32 = 1u;
 fn xload(x4: u32, c: u32) -> X8 { return x16x2(x4 + 8u * c, x4 + 8u * c + 4u); }
+//@END
+//@Q4_0
 fn wdot(rb: u32, c: u32, x: X8) -> f32 {
     let b = rb + c * 18u;
     let d = wf16(b);
@@ -15,9 +18,6 @@ fn wdot(rb: u32, c: u32, x: X8) -> f32 {
 }
 //@END
 //@Q4_1
-const QK: u32 = 32u;
-const CPB: u32 = 1u;
-fn xload(x4: u32, c: u32) -> X8 { return x16x2(x4 + 8u * c, x4 + 8u * c + 4u); }
 fn wdot(rb: u32, c: u32, x: X8) -> f32 {
     let b = rb + c * 20u;
     let dm = unpack2x16float(wword(b));
@@ -26,9 +26,6 @@ fn wdot(rb: u32, c: u32, x: X8) -> f32 {
 }
 //@END
 //@Q5_0
-const QK: u32 = 32u;
-const CPB: u32 = 1u;
-fn xload(x4: u32, c: u32) -> X8 { return x16x2(x4 + 8u * c, x4 + 8u * c + 4u); }
 fn wdot(rb: u32, c: u32, x: X8) -> f32 {
     let b = rb + c * 22u;
     let d = wf16(b);
@@ -38,9 +35,6 @@ fn wdot(rb: u32, c: u32, x: X8) -> f32 {
 }
 //@END
 //@Q5_1
-const QK: u32 = 32u;
-const CPB: u32 = 1u;
-fn xload(x4: u32, c: u32) -> X8 { return x16x2(x4 + 8u * c, x4 + 8u * c + 4u); }
 fn wdot(rb: u32, c: u32, x: X8) -> f32 {
     let b = rb + c * 24u;
     let dm = unpack2x16float(wword(b));
@@ -49,9 +43,6 @@ fn wdot(rb: u32, c: u32, x: X8) -> f32 {
 }
 //@END
 //@Q8_0
-const QK: u32 = 32u;
-const CPB: u32 = 1u;
-fn xload(x4: u32, c: u32) -> X8 { return x16x2(x4 + 8u * c, x4 + 8u * c + 4u); }
 fn wdot(rb: u32, c: u32, x: X8) -> f32 {
     let b = rb + c * 34u;
     let d = wf16(b);

@@ -4,7 +4,7 @@
 
 use super::batch::{BatchConfig, BatchGenerator, PrefillBudget, SeqRequest};
 use super::generate::{Collector, GenerateOptions, Generation, TokenEvent};
-use super::speculative::{check_vocabularies, VocabSide};
+use super::speculative::check_draft_model;
 use super::Model;
 use crate::error::{Error, Result};
 
@@ -34,12 +34,7 @@ impl<'m> Session<'m> {
     /// # Errors
     /// The two vocabularies differ (the first differing token is named).
     pub fn set_draft(&mut self, draft: &'m Model) -> Result<()> {
-        let side = |m: &'m Model| VocabSide {
-            tokenizer: m.tokenizer(),
-            n_logits: m.config().vocab_size,
-        };
-        check_vocabularies(side(self.model), side(draft))
-            .map_err(|e| Error::Request(e.to_string()))?;
+        check_draft_model(self.model, draft).map_err(|e| Error::Request(e.to_string()))?;
         let cfg = BatchConfig {
             slots: 1,
             ctx: self.capacity(),

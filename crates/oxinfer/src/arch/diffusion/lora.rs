@@ -405,11 +405,6 @@ impl<'a> LoraStore<'a> {
     }
 }
 
-/// `w[o, c] += f · Σ_j up[o, j] · down[j, c]` for `down` of `(rank, cols)`: the product as one
-/// linear layer of weight `downᵀ` (`[cols, rank]`) over the `rows` rows of `up`.
-///
-/// # Errors
-/// Sizes that do not fit (named after `name`).
 /// A fused weight `v` (float32) stored as the checkpoint stored it: f16 and bf16 weights are
 /// rounded once to their format (a half-precision diffusers pipeline's fused weights are half
 /// precision too), so the fused model takes no more memory than the plain one; any other
@@ -435,6 +430,11 @@ fn stored_as(format: WeightFormat, v: &[f32]) -> (WeightFormat, Vec<u8>) {
     }
 }
 
+/// `w[o, c] += f · Σ_j up[o, j] · down[j, c]` for `down` of `(rank, cols)`: the product as one
+/// linear layer of weight `downᵀ` (`[cols, rank]`) over the `rows` rows of `up`.
+///
+/// # Errors
+/// Sizes that do not fit (named after `name`).
 fn add_product(
     w: &mut [f32],
     up: &[f32],

@@ -34,6 +34,24 @@ pub enum VocabMismatch {
     Size { target: usize, draft: usize },
 }
 
+/// Checks that `draft` may draft for `target`: [`check_vocabularies`] over their tokenizers and
+/// logits' widths.
+///
+/// # Errors
+/// The first differing token, or why the two cannot be compared.
+pub fn check_draft_model(
+    target: &crate::Model,
+    draft: &crate::Model,
+) -> std::result::Result<(), VocabMismatch> {
+    fn side(m: &crate::Model) -> VocabSide<'_> {
+        VocabSide {
+            tokenizer: m.tokenizer(),
+            n_logits: m.config().vocab_size,
+        }
+    }
+    check_vocabularies(side(target), side(draft))
+}
+
 /// One side of a vocabulary comparison: a model's tokenizer (if any) and its logits' width.
 #[derive(Clone, Copy)]
 pub struct VocabSide<'a> {

@@ -13,7 +13,9 @@
 pub mod draft_model;
 pub mod lookup;
 
-pub use draft_model::{check_vocabularies, DraftModel, VocabMismatch, VocabSide};
+pub use draft_model::{
+    check_draft_model, check_vocabularies, DraftModel, VocabMismatch, VocabSide,
+};
 
 /// How a sequence speculates (all zero: it does not).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
