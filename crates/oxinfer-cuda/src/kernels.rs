@@ -15,8 +15,13 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 15] = [
+const FILES: [(&str, &str); 18] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
+    ("head_post.cuh", include_str!("kernels/head_post.cuh")),
+    (
+        "split_softmax.cuh",
+        include_str!("kernels/split_softmax.cuh"),
+    ),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
     ("gemm.cu", include_str!("kernels/gemm.cu")),
@@ -28,6 +33,10 @@ const FILES: [(&str, &str); 15] = [
         include_str!("kernels/flash_attention.cu"),
     ),
     ("stack.cu", include_str!("kernels/stack.cu")),
+    (
+        "decode_attention.cu",
+        include_str!("kernels/decode_attention.cu"),
+    ),
     ("conv.cu", include_str!("kernels/conv.cu")),
     ("iq_grids.cuh", include_str!("kernels/iq_grids.cuh")),
     ("iq_dequant.cuh", include_str!("kernels/iq_dequant.cuh")),
@@ -37,13 +46,14 @@ const FILES: [(&str, &str); 15] = [
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
-pub const KERNEL_UNITS: [&str; 7] = [
+pub const KERNEL_UNITS: [&str; 8] = [
     "gemm.cu",
     "gemv.cu",
     "act_quant.cu",
     "attention.cu",
     "flash_attention.cu",
     "stack.cu",
+    "decode_attention.cu",
     "conv.cu",
 ];
 
@@ -166,6 +176,18 @@ fn per_elem<T>(mut f: impl FnMut(&str) -> Result<T, String>) -> Result<[T; KV_TY
     Ok([f(a)?, f(b)?, f(c)?, f(d)?, f(e)?])
 }
 
+/// Cache element types that hold values, not blocks (f32, f16, bf16: the first of
+/// [`KvType::ALL`]): those with a fused decode attention.
+pub(crate) const VALUE_KV_TYPES: usize = 3;
+
+/// [`per_elem`] for the [`VALUE_KV_TYPES`] only.
+fn per_value_elem<T>(
+    mut f: impl FnMut(&str) -> Result<T, String>,
+) -> Result<[T; VALUE_KV_TYPES], String> {
+    let [a, b, c, ..] = KvType::ALL.map(kernel_suffix);
+    Ok([f(a)?, f(b)?, f(c)?])
+}
+
 /// Output tile of the f32 implicit-GEMM convolution (pixels × output channels), as compiled
 /// (`CBM`/`CBN` in conv.cu).
 pub(crate) const CONV_TILE: (usize, usize) = (64, 64);
@@ -216,6 +238,11 @@ pub(crate) struct Kernels {
     pub gated_act_q8: sys::CUfunction,
     /// Biases, QK-norm, RoPE and the KV-cache append of one sequence's new rows.
     pub qkv_post: sys::CUfunction,
+    /// `qkv_post`, the split attention and its merge (+ int8) for one new row per sequence,
+    /// per value cache type ([`VALUE_KV_TYPES`], [`KvType::ALL`] order): any head size up to
+    /// 256, and heads up to 128 (decode_attention.rs).
+    pub decode_attention: [sys::CUfunction; VALUE_KV_TYPES],
+    pub decode_attention_h128: [sys::CUfunction; VALUE_KV_TYPES],
     pub add: sys::CUfunction,
     pub gated_act_f32: sys::CUfunction,
     pub gather_rows: sys::CUfunction,
@@ -498,6 +525,8 @@ impl Kernels {
             rms_norm_q8_slices: get("rms_norm_q8_slices")?,
             gated_act_q8: get("gated_act_q8")?,
             qkv_post: get("qkv_post")?,
+            decode_attention: per_value_elem(|s| get(&format!("decode_attention{s}")))?,
+            decode_attention_h128: per_value_elem(|s| get(&format!("decode_attention_h128{s}")))?,
             add: get("add_f32")?,
             gated_act_f32: get("gated_act_f32")?,
             gather_rows: get("gather_rows_f32")?,
@@ -655,6 +684,8 @@ mod tests {
             "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",
+            "decode_attention_h128",
+            "decode_attention_kv_bf16",
         ] {
             assert!(waiting.contains(k), "{k} does not wait: {waiting:?}");
         }

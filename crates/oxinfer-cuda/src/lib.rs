@@ -36,6 +36,7 @@
 
 mod backend;
 mod conv;
+mod decode_attention;
 mod gemm;
 mod gemv;
 mod gpu;

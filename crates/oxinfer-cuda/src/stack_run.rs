@@ -7,6 +7,7 @@
 //! rows go up (plus, when they changed, the packed norm gains and biases, and any cached rows a
 //! CPU pass wrote since the last device pass); only the wanted logits come down.
 
+use crate::decode_attention;
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, HostSrc, Slot};
@@ -303,6 +304,7 @@ pub(crate) fn run(
         .max()
         .unwrap_or(0);
     let all_split = seqs.iter().all(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS);
+    let one_row_each = seqs.iter().all(|s| s.len == 1);
     let shape = geom(d, t, 0, None).shape;
     let part_len = if all_split {
         ops::attention_part_len(t, &shape, ops::split_count(t, max_keys, &shape))
@@ -371,6 +373,7 @@ pub(crate) fn run(
         kv_o,
         max_keys,
         all_split,
+        one_row_each,
         layout,
         bases: &bases,
         pos0: &pos0,
@@ -486,6 +489,8 @@ struct Pass<'p, 'a> {
     /// Whether every sequence's attention runs in the split kernel (at most
     /// `ops::SPLIT_ATTN_MAX_ROWS` rows each), all rows in one launch per layer.
     all_split: bool,
+    /// Whether every sequence brings one row (decode): the fused decode attention may run.
+    one_row_each: bool,
     bases: &'p [LayerBases],
     /// How every sequence's device cache stores its rows.
     layout: KvLayout,
@@ -599,35 +604,25 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             eps: d.eps,
         };
         let heads = (d.n_heads, d.n_kv_heads, hd);
-        // Every row of every sequence in one kernel.
-        ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, 0, t, heads)?;
         let shape = AttnShape {
             scale: l.spec.scale,
             ..geom(d, t, 0, l.spec.window).shape
         };
-        if all_split {
-            // Batched decode (or one sequence's few rows): every row in one split attention,
-            // each row reading its own sequence's cache.
-            let a = AttentionGeom { t, pos0: 0, shape };
-            let splits = ops::split_count(t, p.max_keys, &shape);
-            ops::attention_split(g, b.q, kv, b.att, b.part, rpos, &a, splits, o_quant)?;
-        } else {
-            for (si, &(row, len)) in rows.iter().enumerate() {
-                let a = AttentionGeom {
-                    t: len,
-                    pos0: p.pos0[si],
-                    shape,
-                };
-                let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
-                if len <= ops::SPLIT_ATTN_MAX_ROWS {
-                    let (rp, kv) = (at(rpos, row), kv.at_row(row));
-                    let splits = ops::attention_splits(&a);
-                    ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
-                } else {
-                    let (kb, vb) = p.bases[si][li];
-                    let kv = (kb, vb, p.layout);
-                    ops::attention(g, q, kv, out, &a, path != QuantPath::Exact)?;
-                }
+        let splits = ops::split_count(t, p.max_keys, &shape);
+        let block = o_quant.map(|o| o.layout.block);
+        let fused = p
+            .one_row_each
+            .then(|| decode_attention::fused_layout(&shape, p.layout.elem, block, splits))
+            .flatten();
+        match fused {
+            // Post-processing, cache append, attention, merge and int8 in one kernel.
+            Some(lay) => decode_attention::decode_attention(
+                g, b.q, b.k_new, b.v_new, &post, b.att, o_quant, t, &shape, splits, lay,
+            )?,
+            None => {
+                // Every row of every sequence in one kernel.
+                ops::qkv_post(g, b.q, b.k_new, b.v_new, &post, 0, t, heads)?;
+                attend(g, p, b, kv, rows, li, shape, splits, o_quant)?;
             }
         }
         let res = if fold_residual && lp.post_attn_norm.is_none() {
@@ -677,6 +672,50 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         gemm::linear(g, p.head, b.norm, n, b.logits, path, &mut ready)?;
         if let Some(cap) = d.final_softcap {
             softcap(g, b.logits, n * p.head.rows, cap)?;
+        }
+    }
+    Ok(())
+}
+
+/// Layer `li`'s attention of the pass's rows (their queries post-processed, their keys and
+/// values in the caches) into `b.att`: every row in one split attention when every sequence
+/// takes it (its merge quantizing with `o_quant`), else per sequence the split attention or,
+/// for a long run of new rows, the prompt attention.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    g: &Gpu,
+    p: &Pass,
+    b: &Bufs,
+    kv: ops::KvRows,
+    rows: &[(usize, usize)],
+    li: usize,
+    shape: AttnShape,
+    splits: usize,
+    o_quant: Option<ops::Int8Out>,
+) -> Result<(), String> {
+    let (t, q_row) = (p.t, p.d.q_row());
+    let rpos = at(b.per_pass, p.pos_o);
+    if p.all_split {
+        // Batched decode (or one sequence's few rows): every row in one split attention,
+        // each row reading its own sequence's cache.
+        let a = AttentionGeom { t, pos0: 0, shape };
+        return ops::attention_split(g, b.q, kv, b.att, b.part, rpos, &a, splits, o_quant);
+    }
+    for (si, &(row, len)) in rows.iter().enumerate() {
+        let a = AttentionGeom {
+            t: len,
+            pos0: p.pos0[si],
+            shape,
+        };
+        let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
+        if len <= ops::SPLIT_ATTN_MAX_ROWS {
+            let (rp, kv) = (at(rpos, row), kv.at_row(row));
+            let splits = ops::attention_splits(&a);
+            ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
+        } else {
+            let (kb, vb) = p.bases[si][li];
+            let kv = (kb, vb, p.layout);
+            ops::attention(g, q, kv, out, &a, p.path != QuantPath::Exact)?;
         }
     }
     Ok(())

@@ -7,12 +7,9 @@
 // q [t, H*hd], k/v [pos0+t, KVH*hd], out [t, H*hd]; hd a multiple of 32, at most 256.
 // Lane l holds elements l, l+32, ... of each row (coalesced loads).
 
-#include "common.cuh"
+#include "split_softmax.cuh"
 
 #define QR 4
-#define MAXE 8
-// Keys per step of the split decode attention.
-#define KCH 4
 
 template <typename E>
 __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
@@ -93,86 +90,6 @@ __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
     }
 KV_TYPES(ATTENTION_KERNEL)
 
-// The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
-// j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
-// their key and value rows loaded together before any arithmetic (one key per step made a chain
-// of dependent loads: ~1 µs per key, 19 µs per 32-key slice): running max m, sum l, output acc.
-template <int ME, int KC, typename E>
-__device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k,
-                                             const typename E::T* __restrict__ v, int kv_row, int kvh,
-                                             int hd, int j0, int j1, const float (&qv)[ME],
-                                             float scale, float softcap, float& m, float& l,
-                                             float (&acc)[ME]) {
-    int lane = threadIdx.x & 31, per = hd >> 5;
-    for (int j = j0; j < j1; j += KC) {
-        float kk[KC][ME], vv[KC][ME];
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            bool in = j + c < j1;
-            long at = (long)(j + c) * kv_row + kvh * hd + lane;
-            #pragma unroll
-            for (int e = 0; e < ME; e++) {
-                kk[c][e] = in && e < per ? E::ld(k, at + 32 * e) : 0.f;
-                vv[c][e] = in && e < per ? E::ld(v, at + 32 * e) : 0.f;
-            }
-        }
-        float sc[KC];
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            float d = 0.f;
-            #pragma unroll
-            for (int e = 0; e < ME; e++) d += e < per ? qv[e] * kk[c][e] : 0.f;
-            sc[c] = d;
-        }
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            #pragma unroll
-            for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
-        float mn = m;
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            sc[c] *= scale;
-            if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
-            if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
-            mn = fmaxf(mn, sc[c]);
-        }
-        float corr = __expf(m - mn);
-        l *= corr;
-        #pragma unroll
-        for (int e = 0; e < ME; e++) acc[e] *= corr;
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            float p = __expf(sc[c] - mn);
-            l += p;
-            #pragma unroll
-            for (int e = 0; e < ME; e++) acc[e] += p * vv[c][e];
-        }
-        m = mn;
-    }
-}
-
-// One warp's partial (unnormalized output, running max, sum) at part + gw · (hd + 2).
-template <int ME>
-__device__ __forceinline__ void store_partial(float* __restrict__ part, long gw, int hd,
-                                              const float (&acc)[ME], float m, float l) {
-    int lane = threadIdx.x & 31, per = hd >> 5;
-    float* o = part + gw * (hd + 2);
-    #pragma unroll
-    for (int e = 0; e < ME; e++)
-        if (e < per) o[lane + 32 * e] = acc[e];
-    if (lane == 0) {
-        o[hd] = m;
-        o[hd + 1] = l;
-    }
-}
-
-// The first key of slice s of S equal slices of the n keys from `first` on, and its end.
-__device__ __forceinline__ void slice_keys(int first, int n, int s, int S, int& j0, int& j1) {
-    int chunk = (n + S - 1) / S;
-    j0 = first + s * chunk;
-    j1 = min(first + n, j0 + chunk);
-}
-
 // Decode attention split over the keys (flash-decoding), for query rows that each see a long
 // cache, of one sequence or of many (batched decode): warp (row r, head h, split s) runs the
 // online softmax over slice s of the S slices of the keys row r sees and writes its
@@ -233,34 +150,6 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
     ATTENTION_SPLIT_KERNEL(attention_split_f32##SUFFIX, MAXE, KCH, E)                          \
     ATTENTION_SPLIT_KERNEL(attention_split_f32_h128##SUFFIX, 4, 2 * KCH, E)
 KV_TYPES(ATTENTION_SPLIT_KERNELS)
-
-// The merge of (row, head) gw's S partials of attention_split into v (lane's values
-// lane + 32 e, e < hd / 32): the running maxima rescaled to the largest, weighted sums over the
-// slices in order.
-__device__ __forceinline__ void combine_head(const float* __restrict__ part, long gw, int hd,
-                                             int S, float (&v)[MAXE]) {
-    int lane = threadIdx.x & 31, per = hd >> 5;
-    const float* p = part + gw * S * (hd + 2);
-    float mx = __int_as_float(0xff800000);
-    for (int s = 0; s < S; s++)
-        if (p[s * (hd + 2) + hd + 1] > 0.f) mx = fmaxf(mx, p[s * (hd + 2) + hd]);
-    float sum = 0.f, acc[MAXE];
-    #pragma unroll
-    for (int e = 0; e < MAXE; e++) acc[e] = 0.f;
-    for (int s = 0; s < S; s++) {
-        const float* ps = p + s * (hd + 2);
-        float l = ps[hd + 1];
-        if (!(l > 0.f)) continue;
-        float c = __expf(ps[hd] - mx);
-        sum += l * c;
-        #pragma unroll
-        for (int e = 0; e < MAXE; e++)
-            if (e < per) acc[e] += ps[lane + 32 * e] * c;
-    }
-    float inv = 1.f / sum;
-    #pragma unroll
-    for (int e = 0; e < MAXE; e++) v[e] = acc[e] * inv;
-}
 
 // Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
 // each. vrot: the chunk the cached values were rotated in (warp_hadamard; 0 for none), undone
