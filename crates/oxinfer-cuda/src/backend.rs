@@ -180,7 +180,7 @@ impl CudaBackend {
         g.upload(kp, k)?;
         g.upload(vp, v)?;
         if a.t <= ops::SPLIT_ATTN_MAX_ROWS {
-            let splits = ops::attention_splits(a);
+            let splits = ops::attention_splits(a, oxinfer::plan::KvType::F32);
             let part_len = ops::attention_part_len(a.t, &a.shape, splits);
             let part = g.scratch(Slot::AttPart, part_len * 4)?;
             // Each row's position, each row's sequence (0), then the one sequence's key and

@@ -219,6 +219,8 @@ pub(crate) struct Kernels {
     /// Decode attention over slices of the keys (flash-decoding) per cache element type
     /// ([`KvType::ALL`] order), and the merge of the slices.
     pub attention_split: [sys::CUfunction; KV_TYPES],
+    /// The split attention with a KV group's query heads in one warp (GQA), per cache type.
+    pub attention_split_gqa: [sys::CUfunction; KV_TYPES],
     pub attention_combine: sys::CUfunction,
     /// The rotation of a rotated cache's values undone on a prompt attention's output.
     pub rotate_heads: sys::CUfunction,
@@ -515,6 +517,7 @@ impl Kernels {
             attention_split_h128: per_elem(|s| get(&format!("attention_split_f32_h128{s}")))?,
             quant_act_i8: get("quant_act_i8")?,
             attention_split: per_elem(|s| get(&format!("attention_split_f32{s}")))?,
+            attention_split_gqa: per_elem(|s| get(&format!("attention_split_gqa{s}")))?,
             attention_combine: get("attention_combine_f32")?,
             rotate_heads: get("rotate_heads_f32")?,
             attention_combine_q8: get("attention_combine_q8")?,
@@ -684,6 +687,7 @@ mod tests {
             "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",
+            "attention_split_gqa_kv_f16",
             "decode_attention_h128",
             "decode_attention_kv_bf16",
         ] {

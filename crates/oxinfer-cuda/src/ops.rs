@@ -12,6 +12,7 @@ use crate::kv::{kernel_index, KvLayout};
 use crate::matrix::DeviceMatrix;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction};
 use oxinfer::backend::{AttentionGeom, AttnShape, ConvGeom, GateAct};
+use oxinfer::plan::KvType;
 use oxinfer_kernels::WeightFormat;
 use std::ffi::c_void;
 
@@ -124,22 +125,46 @@ pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
 /// least [`split_attention_keys`] keys per slice on average, at most 128 slices). The key count
 /// is rounded up to a power of two first, so consecutive decode steps share the count (and a
 /// captured step's launch stays valid) until the cache length crosses the next power of two.
-pub(crate) fn attention_splits(a: &AttentionGeom) -> usize {
-    split_count(a.t, a.n_keys(), &a.shape)
+pub(crate) fn attention_splits(a: &AttentionGeom, elem: KvType) -> usize {
+    split_count(a.t, a.n_keys(), &a.shape, elem)
 }
 
 /// [`attention_splits`] for `rows` query rows (of one sequence or several) of which the longest
 /// sees `keys` positions.
-pub(crate) fn split_count(rows: usize, keys: usize, shape: &AttnShape) -> usize {
+pub(crate) fn split_count(rows: usize, keys: usize, shape: &AttnShape, elem: KvType) -> usize {
     let keys = match shape.window {
         Some(w) => w.min(keys),
         None => keys,
     }
     .next_power_of_two();
-    let warps = (rows * shape.n_heads).max(1);
+    // A warp per (row, head, slice), or per (row, KV head, slice) when grouped.
+    let heads = if grouped_attention(shape, elem) {
+        shape.n_kv_heads
+    } else {
+        shape.n_heads
+    };
+    let warps = (rows * heads).max(1);
     (2048 / warps)
         .clamp(1, 128)
         .min(keys.div_ceil(split_attention_keys()).max(1))
+}
+
+/// Whether the split attention over a cache of `elem` runs a KV group's query heads in one
+/// warp (`attention_split_gqa`: block-type caches, Q8_0 / Q4_0, with 2 to 8 query heads per
+/// KV head of at most 128; unless `OXINFER_CUDA_ATTN_GQA=0`), decoding each cached key and
+/// value once for the group. On an H100 (docs/gpu.md, session 20) it made a Q8_0 cache's decode
+/// 2.0–2.5× faster at depth 16k–32k, but an f32 cache's 20 % slower (fewer warps in flight),
+/// so the value types keep a warp per query head.
+pub(crate) fn grouped_attention(shape: &AttnShape, elem: KvType) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("OXINFER_CUDA_ATTN_GQA").as_deref() != Ok("0"));
+    let (h, kvh, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+    on && matches!(elem, KvType::Q8_0 | KvType::Q4_0)
+        && kvh > 0
+        && h.is_multiple_of(kvh)
+        && (2..=8).contains(&(h / kvh))
+        && hd <= 128
+        && hd.is_multiple_of(32)
 }
 
 /// The fewest keys per slice of the split attention on average: 32, or
@@ -198,13 +223,15 @@ pub(crate) fn attention_split(
         [a.t, sh.n_heads, sh.n_kv_heads, sh.head_dim, splits].map(|v| v as i32);
     let window = sh.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let softcap = sh.softcap.unwrap_or(0.0);
-    let warps = a.t * sh.n_heads * splits;
     let elem = kernel_index(kv.layout.elem);
-    let split_kernel = if sh.head_dim <= 128 {
-        g.k.attention_split_h128[elem]
+    let (split_kernel, heads) = if grouped_attention(sh, kv.layout.elem) {
+        (g.k.attention_split_gqa[elem], sh.n_kv_heads)
+    } else if sh.head_dim <= 128 {
+        (g.k.attention_split_h128[elem], sh.n_heads)
     } else {
-        g.k.attention_split[elem]
+        (g.k.attention_split[elem], sh.n_heads)
     };
+    let warps = a.t * heads * splits;
     g.launch(
         split_kernel,
         ((warps * 32).div_ceil(128) as u32, 1, 1),

@@ -307,13 +307,17 @@ pub(crate) fn run(
     let one_row_each = seqs.iter().all(|s| s.len == 1);
     let shape = geom(d, t, 0, None).shape;
     let part_len = if all_split {
-        ops::attention_part_len(t, &shape, ops::split_count(t, max_keys, &shape))
+        ops::attention_part_len(
+            t,
+            &shape,
+            ops::split_count(t, max_keys, &shape, layout.elem),
+        )
     } else {
         seqs.iter()
             .filter(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS)
             .map(|s| {
                 let a = geom(d, s.len, s.cache.len(), None);
-                ops::attention_part_len(s.len, &shape, ops::attention_splits(&a))
+                ops::attention_part_len(s.len, &shape, ops::attention_splits(&a, layout.elem))
             })
             .max()
             .unwrap_or(0)
@@ -608,7 +612,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             scale: l.spec.scale,
             ..geom(d, t, 0, l.spec.window).shape
         };
-        let splits = ops::split_count(t, p.max_keys, &shape);
+        let splits = ops::split_count(t, p.max_keys, &shape, p.layout.elem);
         let block = o_quant.map(|o| o.layout.block);
         let fused = p
             .one_row_each
@@ -710,7 +714,7 @@ fn attend(
         let (q, out) = (at(b.q, row * q_row), at(b.att, row * q_row));
         if len <= ops::SPLIT_ATTN_MAX_ROWS {
             let (rp, kv) = (at(rpos, row), kv.at_row(row));
-            let splits = ops::attention_splits(&a);
+            let splits = ops::attention_splits(&a, p.layout.elem);
             ops::attention_split(g, q, kv, out, b.part, rp, &a, splits, None)?;
         } else {
             let (kb, vb) = p.bases[si][li];

@@ -151,6 +151,147 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q,
     ATTENTION_SPLIT_KERNEL(attention_split_f32_h128##SUFFIX, 4, 2 * KCH, E)
 KV_TYPES(ATTENTION_SPLIT_KERNELS)
 
+// Query heads per KV head the grouped split attention takes at most.
+#define MAXG 8
+
+// n ≤ 4 consecutive cached values from element i (a multiple of n) into x (zeros past n, and
+// all zeros unless `in`): one 16- or 8-byte load for the value types when n = 4.
+template <typename E>
+__device__ __forceinline__ void kv_ld_run(const typename E::T* __restrict__ p, long i, int n,
+                                          bool in, float (&x)[4]) {
+    if constexpr (E::CODE == KvF32::CODE) {
+        if (in && n == 4) {
+            float4 f = *(const float4*)(p + i);
+            x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+            return;
+        }
+    } else if constexpr (E::CODE == KvF16::CODE || E::CODE == KvBf16::CODE) {
+        if (in && n == 4) {
+            uint2 u = *(const uint2*)(p + i);
+            x[0] = E::bits((u16)u.x), x[1] = E::bits((u16)(u.x >> 16));
+            x[2] = E::bits((u16)u.y), x[3] = E::bits((u16)(u.y >> 16));
+            return;
+        }
+    }
+    #pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = in && e < n ? E::ld(p, i + e) : 0.f;
+}
+
+// attention_split_f32 with the query heads of a KV group together (GQA; heads of up to 128,
+// G = H / KVH from 2 to MAXG): warp (row r, KV head kvh, slice s) reads each key and value of
+// its slice once for the G heads' online softmaxes (the per-head kernel read them G times,
+// bound by L2 bandwidth on long caches), and writes head kvh·G + g's partial where
+// attention_split_f32 writes it, so the same merges follow. Lane l holds the per = hd / 32
+// consecutive elements per·l .. per·l + per − 1 of a head (vector loads of the value types).
+// The same slices; the sums run in another order than the per-head kernel's.
+template <int KC, typename E>
+__device__ __forceinline__ void attention_split_gqa(const float* __restrict__ q,
+                                                    const unsigned long long* __restrict__ kv,
+                                                    const int* __restrict__ rseq,
+                                                    float* __restrict__ part, int t,
+                                                    const int* __restrict__ rpos, int H,
+                                                    int KVH, int hd, float scale, int window,
+                                                    float softcap, int S) {
+    long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (gw >= (long)t * KVH * S) return;
+    int s = (int)(gw % S);
+    int kvh = (int)((gw / S) % KVH);
+    int r = (int)(gw / ((long)S * KVH));
+    int G = H / KVH, per = hd >> 5;
+    int q_row = H * hd, kv_row = KVH * hd;
+    int pos = rpos[r];
+    int first = window > 0 ? max(0, pos - window + 1) : 0;
+    int j0, j1;
+    slice_keys(first, pos - first + 1, s, S, j0, j1);
+    float qv[MAXG][4], acc[MAXG][4], m[MAXG], l[MAXG];
+    #pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        m[g] = __int_as_float(0xff800000);
+        l[g] = 0.f;
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            acc[g][e] = 0.f;
+            qv[g][e] = g < G && e < per
+                           ? q[(long)r * q_row + (kvh * G + g) * hd + per * lane + e]
+                           : 0.f;
+        }
+    }
+    const typename E::T* k = (const typename E::T*)kv[2 * rseq[r]];
+    const typename E::T* v = (const typename E::T*)kv[2 * rseq[r] + 1];
+    long base = (long)kvh * hd + per * lane;
+    for (int j = j0; j < j1; j += KC) {
+        float kk[KC][4], vv[KC][4];
+        #pragma unroll
+        for (int c = 0; c < KC; c++) {
+            bool in = j + c < j1;
+            long at = (long)(j + c) * kv_row + base;
+            kv_ld_run<E>(k, at, per, in, kk[c]);
+            kv_ld_run<E>(v, at, per, in, vv[c]);
+        }
+        #pragma unroll
+        for (int g = 0; g < MAXG; g++) {
+            if (g >= G) break;
+            float sc[KC];
+            #pragma unroll
+            for (int c = 0; c < KC; c++) {
+                float d = 0.f;
+                #pragma unroll
+                for (int e = 0; e < 4; e++) d += qv[g][e] * kk[c][e];
+                sc[c] = d;
+            }
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                #pragma unroll
+                for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
+            float mn = m[g];
+            #pragma unroll
+            for (int c = 0; c < KC; c++) {
+                sc[c] *= scale;
+                if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
+                if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
+                mn = fmaxf(mn, sc[c]);
+            }
+            float corr = __expf(m[g] - mn);
+            l[g] *= corr;
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[g][e] *= corr;
+            #pragma unroll
+            for (int c = 0; c < KC; c++) {
+                float p = __expf(sc[c] - mn);
+                l[g] += p;
+                #pragma unroll
+                for (int e = 0; e < 4; e++) acc[g][e] += p * vv[c][e];
+            }
+            m[g] = mn;
+        }
+    }
+    #pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        if (g >= G) break;
+        float* o = part + ((long)(r * H + kvh * G + g) * S + s) * (hd + 2);
+        #pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (e < per) o[per * lane + e] = acc[g][e];
+        if (lane == 0) {
+            o[hd] = m[g];
+            o[hd + 1] = l[g];
+        }
+    }
+}
+
+#define ATTENTION_SPLIT_GQA_KERNEL(E, SUFFIX)                                                  \
+    extern "C" __global__ void attention_split_gqa##SUFFIX(                                   \
+        const float* __restrict__ q, const unsigned long long* __restrict__ kv,               \
+        const int* __restrict__ rseq, float* __restrict__ part, int t,                        \
+        const int* __restrict__ rpos, int H, int KVH, int hd, float scale, int window,        \
+        float softcap, int S) {                                                               \
+        PDL_ENTER();                                                                          \
+        attention_split_gqa<KCH, E>(q, kv, rseq, part, t, rpos, H, KVH, hd, scale, window,    \
+                                    softcap, S);                                              \
+    }
+KV_TYPES(ATTENTION_SPLIT_GQA_KERNEL)
+
 // Merges the S partials of attention_split_f32 per (row, head) into out [t, H*hd]: one warp
 // each. vrot: the chunk the cached values were rotated in (warp_hadamard; 0 for none), undone
 // here on each head's output.
