@@ -159,6 +159,21 @@ impl PackedFloatMatrix {
         }
     }
 
+    /// All-zero f32 panels for a `[rows, cols]` matrix (on huge pages where large), for a
+    /// caller that writes the values itself through [`Self::panels_mut`]: a layout the other
+    /// constructors do not read (a convolution kernel packed straight from its file layout).
+    pub fn zeroed(rows: usize, cols: usize) -> Self {
+        Self::zeroed_f32(rows, cols)
+    }
+
+    /// The `ceil(rows / 16)` panels in order, each `cols` groups of [`NR`] floats: panel `p`'s
+    /// `[k * NR + r]` is row `NR · p + r`, column `k`. The padding rows of the last panel (past
+    /// `rows`) must stay zero.
+    pub fn panels_mut(&mut self) -> std::slice::ChunksExactMut<'_, f32> {
+        let len = NR * self.cols.max(1);
+        self.data.chunks_exact_mut(len)
+    }
+
     /// Storage format of the original weights.
     pub fn format(&self) -> WeightFormat {
         self.format
