@@ -110,7 +110,7 @@ impl WinogradWeight {
             for (r, row) in rows.chunks_exact_mut(9 * cin).enumerate() {
                 w.dequantize_row_into(p * NR + r, row);
             }
-            move |r, c, tap| rows[r * 9 * cin + tap * cin + c]
+            move |r, c| std::array::from_fn(|tap| rows[r * 9 * cin + tap * cin + c])
         }))
     }
 
@@ -134,20 +134,28 @@ impl WinogradWeight {
             )));
         }
         Ok(Self::transform(cout, cin, |p, _| {
-            move |r, c, tap| {
-                let s = (((p * NR + r) * cin + c) * 9 + tap) * 4;
-                f32::from_le_bytes([src[s], src[s + 1], src[s + 2], src[s + 3]])
+            move |r, c| {
+                let s = ((p * NR + r) * cin + c) * 36;
+                let taps: &[u8; 36] = src[s..s + 36].try_into().expect("36 bytes");
+                std::array::from_fn(|t| {
+                    f32::from_le_bytes([
+                        taps[4 * t],
+                        taps[4 * t + 1],
+                        taps[4 * t + 2],
+                        taps[4 * t + 3],
+                    ])
+                })
             }
         }))
     }
 
     /// The transform of [`Self::from_stored`] over a `cout × cin` kernel: `panel(p, live)`
-    /// gives, for panel `p` (output channels `16p ..`, `live` of them), the reader of tap
-    /// `t` of channel pair (`16p + r`, `c`) as `read(r, c, t)`.
+    /// gives, for panel `p` (output channels `16p ..`, `live` of them), the reader of the 9
+    /// taps of channel pair (`16p + r`, `c`) as `read(r, c)`.
     fn transform<P, R>(cout: usize, cin: usize, panel: P) -> Self
     where
         P: Fn(usize, usize) -> R + Sync,
-        R: Fn(usize, usize, usize) -> f32,
+        R: Fn(usize, usize) -> [f32; 9],
     {
         let gf = G.map(|row| row.map(|v| v as f32));
         let mut u: Vec<PackedFloatMatrix> = (0..POSITIONS)
@@ -170,8 +178,8 @@ impl WinogradWeight {
                 // (whose transform stays +0, the padding the matrices must keep).
                 let mut g = [[0f32; NR]; 9];
                 for r in 0..live {
-                    for (tap, gt) in g.iter_mut().enumerate() {
-                        gt[r] = read(r, c, tap);
+                    for (gt, v) in g.iter_mut().zip(read(r, c)) {
+                        gt[r] = v;
                     }
                 }
                 // t[i][b] = Σ_a G[i][a] g[a][b].
