@@ -166,6 +166,20 @@ impl PackedFloatMatrix {
         Self::zeroed_f32(rows, cols)
     }
 
+    /// `count` all-zero f32 `[rows, cols]` matrices as [`Self::zeroed`], sharing one huge-page
+    /// mapping where each alone would be too small for one ([`HugeF32::zeroed_parts`]).
+    pub fn zeroed_many(count: usize, rows: usize, cols: usize) -> Vec<Self> {
+        HugeF32::zeroed_parts(&vec![rows.div_ceil(NR) * NR * cols; count])
+            .into_iter()
+            .map(|data| PackedFloatMatrix {
+                format: WeightFormat::F32,
+                rows,
+                cols,
+                data,
+            })
+            .collect()
+    }
+
     /// The `ceil(rows / 16)` panels in order, each `cols` groups of [`NR`] floats: panel `p`'s
     /// `[k * NR + r]` is row `NR · p + r`, column `k`. The padding rows of the last panel (past
     /// `rows`) must stay zero.
