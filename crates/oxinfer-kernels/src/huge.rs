@@ -8,7 +8,8 @@
 //! [`HugeBuf`] of at least [`HUGE_MIN`] bytes is an anonymous mapping advised with
 //! `MADV_HUGEPAGE` before its first touch. Smaller buffers, other platforms and a refused
 //! mapping fall back to a plain `Vec`: the advice is a speed hint, never needed for
-//! correctness.
+//! correctness. [`HugeBuf::zeroed_parts`] carves several buffers out of one such mapping, so
+//! that buffers each too small for a huge page (a Winograd kernel's 36 matrices) still get them.
 
 use std::ops::{Deref, DerefMut};
 
@@ -42,6 +43,15 @@ enum Inner<T> {
     Vec(Vec<T>),
     #[cfg(target_os = "linux")]
     Map(memmap2::MmapMut, usize),
+    /// `len` elements from element `start` of a mapping shared with the other buffers of one
+    /// [`HugeBuf::zeroed_parts`] call, whose ranges are disjoint.
+    #[cfg(target_os = "linux")]
+    Part {
+        map: std::sync::Arc<memmap2::MmapRaw>,
+        start: usize,
+        len: usize,
+        _elem: std::marker::PhantomData<T>,
+    },
 }
 
 impl<T: HugeElem> HugeBuf<T> {
@@ -66,6 +76,38 @@ impl<T: HugeElem> HugeBuf<T> {
         }
     }
 
+    /// Zero buffers of the lengths `lens`, carved one after another from one mapping advised
+    /// for huge pages when together they take at least [`HUGE_MIN`] bytes (else each as
+    /// [`Self::zeroed`] makes it): many buffers each too small for a huge page share them.
+    pub fn zeroed_parts(lens: &[usize]) -> Vec<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            let bytes = lens.iter().sum::<usize>() * std::mem::size_of::<T>();
+            if lens.len() > 1 && bytes >= HUGE_MIN && crate::dispatch::huge_pages_enabled() {
+                if let Ok(map) = memmap2::MmapOptions::new().len(bytes).map_anon() {
+                    // Advice only, as in zeroed.
+                    let _ = map.advise(memmap2::Advice::HugePage);
+                    let map = std::sync::Arc::new(memmap2::MmapRaw::from(map));
+                    let mut start = 0;
+                    return lens
+                        .iter()
+                        .map(|&len| {
+                            let part = Inner::Part {
+                                map: map.clone(),
+                                start,
+                                len,
+                                _elem: std::marker::PhantomData,
+                            };
+                            start += len;
+                            Self { inner: part }
+                        })
+                        .collect();
+                }
+            }
+        }
+        lens.iter().map(|&len| Self::zeroed(len)).collect()
+    }
+
     /// A copy of `items`, on huge pages where possible.
     pub fn copy_of(items: &[T]) -> Self {
         let mut b = Self::zeroed(items.len());
@@ -88,6 +130,14 @@ impl<T: HugeElem> Deref for HugeBuf<T> {
             // SAFETY: the mapping is page-aligned (so aligned for T), holds len · size_of::<T>()
             // bytes and lives as long as self; every bit pattern is a T (HugeElem).
             Inner::Map(m, len) => unsafe { std::slice::from_raw_parts(m.as_ptr().cast(), *len) },
+            #[cfg(target_os = "linux")]
+            // SAFETY: the mapping is page-aligned and holds the parts' elements back to back, so
+            // elements start .. start + len are in bounds and aligned for T; it lives as long as
+            // the Arc in self; every bit pattern is a T. Only this part reaches that range (the
+            // parts' ranges are disjoint), and it is written only through &mut self.
+            Inner::Part {
+                map, start, len, ..
+            } => unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<T>().add(*start), *len) },
         }
     }
 }
@@ -100,6 +150,14 @@ impl<T: HugeElem> DerefMut for HugeBuf<T> {
             // SAFETY: as in deref, and the mapping is borrowed mutably through self.
             Inner::Map(m, len) => unsafe {
                 std::slice::from_raw_parts_mut(m.as_mut_ptr().cast(), *len)
+            },
+            #[cfg(target_os = "linux")]
+            // SAFETY: as in deref; the range is this part's alone (disjoint from every other
+            // part of the mapping) and self is borrowed mutably, so the slice is unaliased.
+            Inner::Part {
+                map, start, len, ..
+            } => unsafe {
+                std::slice::from_raw_parts_mut(map.as_mut_ptr().cast::<T>().add(*start), *len)
             },
         }
     }
@@ -144,6 +202,31 @@ mod tests {
             }
             if len < HUGE_MIN {
                 assert!(!b.is_mapped());
+            }
+        }
+    }
+
+    #[test]
+    fn parts_are_disjoint_zeroed_and_writable() {
+        let n = HUGE_MIN / 4 / 3 + 5;
+        for lens in [vec![n, 0, n, n], vec![3, 4], vec![7]] {
+            let mut parts = HugeF32::zeroed_parts(&lens);
+            assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), lens);
+            for (i, p) in parts.iter_mut().enumerate() {
+                assert!(p.iter().all(|&x| x == 0.0), "part {i}");
+                p.fill(i as f32 + 1.0);
+            }
+            for (i, p) in parts.iter().enumerate() {
+                assert!(
+                    p.iter().all(|&x| x == i as f32 + 1.0),
+                    "part {i} overwritten"
+                );
+                assert_eq!(&p.clone()[..], &p[..]);
+            }
+            #[cfg(target_os = "linux")]
+            if lens.len() > 1 && crate::dispatch::huge_pages_enabled() {
+                let big = lens.iter().sum::<usize>() * 4 >= HUGE_MIN;
+                assert_eq!(parts[0].is_mapped(), big, "{lens:?}");
             }
         }
     }

@@ -159,6 +159,35 @@ impl PackedFloatMatrix {
         }
     }
 
+    /// All-zero f32 panels for a `[rows, cols]` matrix (on huge pages where large), for a
+    /// caller that writes the values itself through [`Self::panels_mut`]: a layout the other
+    /// constructors do not read (a convolution kernel packed straight from its file layout).
+    pub fn zeroed(rows: usize, cols: usize) -> Self {
+        Self::zeroed_f32(rows, cols)
+    }
+
+    /// `count` all-zero f32 `[rows, cols]` matrices as [`Self::zeroed`], sharing one huge-page
+    /// mapping where each alone would be too small for one ([`HugeF32::zeroed_parts`]).
+    pub fn zeroed_many(count: usize, rows: usize, cols: usize) -> Vec<Self> {
+        HugeF32::zeroed_parts(&vec![rows.div_ceil(NR) * NR * cols; count])
+            .into_iter()
+            .map(|data| PackedFloatMatrix {
+                format: WeightFormat::F32,
+                rows,
+                cols,
+                data,
+            })
+            .collect()
+    }
+
+    /// The `ceil(rows / 16)` panels in order, each `cols` groups of [`NR`] floats: panel `p`'s
+    /// `[k * NR + r]` is row `NR · p + r`, column `k`. The padding rows of the last panel (past
+    /// `rows`) must stay zero.
+    pub fn panels_mut(&mut self) -> std::slice::ChunksExactMut<'_, f32> {
+        let len = NR * self.cols.max(1);
+        self.data.chunks_exact_mut(len)
+    }
+
     /// Storage format of the original weights.
     pub fn format(&self) -> WeightFormat {
         self.format

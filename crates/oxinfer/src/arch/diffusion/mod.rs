@@ -12,6 +12,7 @@ pub mod clip_text;
 pub mod clip_tokenizer;
 pub mod clip_vocab;
 pub mod config;
+pub mod conv;
 pub mod error;
 pub mod inpaint;
 pub mod layers;

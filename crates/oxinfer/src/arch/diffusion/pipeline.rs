@@ -418,7 +418,6 @@ impl StableDiffusion {
             None => None,
         };
         let vae = VaeDecoder::load(vae_cfg, &*vae_store)?;
-        super::layers::release_unfold_scratch();
         let sc = &src.scheduler;
         let schedule = ScheduleConfig::parse(sc)?;
         let class = sc.str_or("_class_name", "EulerDiscreteScheduler")?;

@@ -3,7 +3,7 @@
 //! with stride-2 convs padded only at the right and bottom, the mid block, GroupNorm + SiLU +
 //! conv to `2 · latent_channels`, `quant_conv`; `logvar` clamped to `[-30, 20]`.
 
-use super::layers::{Conv2d, FeatureMap, Norm, Weights};
+use super::layers::{lazy_kernels, Conv2d, FeatureMap, Norm, Weights};
 use super::resnet::ResnetBlock;
 use super::vae::{VaeConfig, VaeMid, VAE_EPS};
 use super::DiffusionError;
@@ -74,8 +74,15 @@ pub struct VaeEncoder {
 }
 
 impl VaeEncoder {
-    /// Loads the encoder (`encoder.*`, `quant_conv`) from `store`.
+    /// Loads the encoder (`encoder.*`, `quant_conv`) from `store`. Its f32 convolution kernels
+    /// are made on the first [`Self::encode`] ([`super::layers::lazy_kernels`]): text to image
+    /// never runs the encoder, so it costs no preparation and no kernel memory there.
     pub fn load(cfg: &VaeConfig, store: &dyn TensorStore) -> Result<Self, DiffusionError> {
+        lazy_kernels(|| Self::load_now(cfg, store))
+    }
+
+    /// [`Self::load`]'s work.
+    fn load_now(cfg: &VaeConfig, store: &dyn TensorStore) -> Result<Self, DiffusionError> {
         let ch = &cfg.block_out_channels;
         let n = ch.len();
         let groups = cfg.norm_num_groups;

@@ -28,7 +28,7 @@
 
 use super::conv::{check_input_cols, check_output, normalized_images, ConvError};
 use crate::backend::{ConvGeom, NormSpec};
-use oxinfer_kernels::packed::float::{matmul_float_packed, PackedFloatMatrix};
+use oxinfer_kernels::packed::float::{matmul_float_packed, PackedFloatMatrix, NR};
 use oxinfer_kernels::pool::pool_threads;
 use oxinfer_kernels::WeightMatrix;
 
@@ -92,9 +92,7 @@ pub struct WinogradWeight {
 impl WinogradWeight {
     /// Transforms `w`, a `3 × 3` kernel in the unfolded layout `[cout][ky][kx][cin]` (a
     /// [`WeightMatrix`] of `cout` rows and `9 · cin` columns, in any format the CPU kernels
-    /// dequantize), to `U = G g Gᵀ` per channel pair, computed separably in f32 (output
-    /// channels in parallel on the pool; about 1e-7 relative to the exact transform, far below
-    /// F(4, 3)'s own rounding); the 36 matrices are then packed in parallel.
+    /// dequantize), to `U = G g Gᵀ` per channel pair ([`Self::from_stored`] says how).
     ///
     /// # Errors
     /// `cin` is 0 or `w` does not have `9 · cin` columns.
@@ -105,51 +103,113 @@ impl WinogradWeight {
                 w.cols
             )));
         }
-        let cout = w.rows;
-        // U = G g Gᵀ per output channel, separably (T = G g, then U = T Gᵀ: 162 multiply-adds
-        // per channel pair instead of 324), in f32 over contiguous input channels; laid out
-        // `[cout][36][cin]`, so each output channel's task writes one contiguous run.
+        Ok(Self::transform(w.rows, cin, |p, live| {
+            // The panel's rows, dequantized: tap `t` of channel `c` of row `r` at
+            // `[r][t · cin + c]`.
+            let mut rows = vec![0f32; live * 9 * cin];
+            for (r, row) in rows.chunks_exact_mut(9 * cin).enumerate() {
+                w.dequantize_row_into(p * NR + r, row);
+            }
+            move |r, c| std::array::from_fn(|tap| rows[r * 9 * cin + tap * cin + c])
+        }))
+    }
+
+    /// Transforms a `3 × 3` f32 kernel as a file stores it: `src` is `[cout][cin][3][3]`
+    /// little-endian f32 (any alignment), read in place: no unfolded copy is made. The result
+    /// is bit for bit [`Self::new`]'s of the same kernel unfolded.
+    ///
+    /// Both compute `U = G g Gᵀ` separably (`T = G g`, then `U = T Gᵀ`: 162 multiply-adds per
+    /// channel pair instead of 324) in f32, about 1e-7 relative to the exact transform (far
+    /// below F(4, 3)'s own rounding), one panel of 16 output channels per pool task with the
+    /// panel's rows as the vector lanes, each result written straight into its place in the
+    /// 36 packed matrices.
+    ///
+    /// # Errors
+    /// `cin` is 0 or `src` is not `cout · cin · 9` f32 values.
+    pub fn from_stored(src: &[u8], cout: usize, cin: usize) -> Result<Self, ConvError> {
+        if cin == 0 || src.len() != cout * cin * 9 * 4 {
+            return Err(ConvError(format!(
+                "Winograd kernel of {} bytes, expected {cout} * {cin} * 3 * 3 f32 (cin > 0)",
+                src.len()
+            )));
+        }
+        Ok(Self::transform(cout, cin, |p, _| {
+            move |r, c| {
+                let s = ((p * NR + r) * cin + c) * 36;
+                let taps: &[u8; 36] = src[s..s + 36].try_into().expect("36 bytes");
+                std::array::from_fn(|t| {
+                    f32::from_le_bytes([
+                        taps[4 * t],
+                        taps[4 * t + 1],
+                        taps[4 * t + 2],
+                        taps[4 * t + 3],
+                    ])
+                })
+            }
+        }))
+    }
+
+    /// The transform of [`Self::from_stored`] over a `cout × cin` kernel: `panel(p, live)`
+    /// gives, for panel `p` (output channels `16p ..`, `live` of them), the reader of the 9
+    /// taps of channel pair (`16p + r`, `c`) as `read(r, c)`.
+    fn transform<P, R>(cout: usize, cin: usize, panel: P) -> Self
+    where
+        P: Fn(usize, usize) -> R + Sync,
+        R: Fn(usize, usize) -> [f32; 9],
+    {
         let gf = G.map(|row| row.map(|v| v as f32));
-        let mut all = vec![0f32; cout * POSITIONS * cin];
-        let mut rows: Vec<&mut [f32]> = all.chunks_exact_mut(POSITIONS * cin).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut rows, |o, out| {
-            let mut g = vec![0f32; 9 * cin];
-            w.dequantize_row_into(o, &mut g);
-            let tap = |ab: usize| &g[ab * cin..(ab + 1) * cin];
-            // t[i][b] = Σ_a G[i][a] g[a][b], [6][3][cin].
-            let mut t = vec![0f32; 18 * cin];
-            for (ib, ti) in t.chunks_exact_mut(cin).enumerate() {
-                let (i, b) = (ib / 3, ib % 3);
-                for (a, &cf) in gf[i].iter().enumerate() {
-                    if cf != 0.0 {
-                        ti.iter_mut()
-                            .zip(tap(a * 3 + b))
-                            .for_each(|(d, &v)| *d += cf * v);
+        // One mapping for the 36 matrices: on huge pages even where each is smaller than one
+        // (every SD 1.5 layer below 1920 x 640 channels), a fraction of the page faults.
+        let mut u = PackedFloatMatrix::zeroed_many(POSITIONS, cout, cin);
+        // Panel p of each of the 36 matrices, gathered per panel: one task's outputs.
+        let mut panels: Vec<Vec<&mut [f32]>> = (0..cout.div_ceil(NR))
+            .map(|_| Vec::with_capacity(POSITIONS))
+            .collect();
+        for m in &mut u {
+            for (p, part) in m.panels_mut().enumerate() {
+                panels[p].push(part);
+            }
+        }
+        oxinfer_kernels::pool::for_each_mut(&mut panels, |p, out| {
+            let live = NR.min(cout - p * NR);
+            let read = panel(p, live);
+            for c in 0..cin {
+                // g[tap][r]: the 9 taps of channel pair (16p + r, c), zero past `live` rows
+                // (whose transform stays +0, the padding the matrices must keep).
+                let mut g = [[0f32; NR]; 9];
+                for r in 0..live {
+                    for (gt, v) in g.iter_mut().zip(read(r, c)) {
+                        gt[r] = v;
                     }
                 }
-            }
-            // U[i][j] = Σ_b t[i][b] G[j][b].
-            for (xi, u) in out.chunks_exact_mut(cin).enumerate() {
-                let (i, j) = (xi / TILE_IN, xi % TILE_IN);
-                for (b, &cf) in gf[j].iter().enumerate() {
-                    if cf != 0.0 {
-                        let tb = &t[(i * 3 + b) * cin..(i * 3 + b + 1) * cin];
-                        u.iter_mut().zip(tb).for_each(|(d, &v)| *d += cf * v);
+                // t[i][b] = Σ_a G[i][a] g[a][b].
+                let mut t = [[0f32; NR]; 18];
+                for (ib, ti) in t.iter_mut().enumerate() {
+                    let (i, b) = (ib / 3, ib % 3);
+                    for (a, &cf) in gf[i].iter().enumerate() {
+                        if cf != 0.0 {
+                            ti.iter_mut()
+                                .zip(&g[a * 3 + b])
+                                .for_each(|(d, &v)| *d += cf * v);
+                        }
                     }
+                }
+                // U[i][j] = Σ_b t[i][b] G[j][b], into group c of matrix (i, j)'s panel.
+                for (xi, part) in out.iter_mut().enumerate() {
+                    let (i, j) = (xi / TILE_IN, xi % TILE_IN);
+                    let mut uv = [0f32; NR];
+                    for (b, &cf) in gf[j].iter().enumerate() {
+                        if cf != 0.0 {
+                            uv.iter_mut()
+                                .zip(&t[i * 3 + b])
+                                .for_each(|(d, &v)| *d += cf * v);
+                        }
+                    }
+                    part[c * NR..(c + 1) * NR].copy_from_slice(&uv);
                 }
             }
         });
-        let mut u: Vec<Option<PackedFloatMatrix>> = vec![None; POSITIONS];
-        oxinfer_kernels::pool::for_each_mut(&mut u, |xi, slot| {
-            *slot = Some(PackedFloatMatrix::from_rows(cout, cin, |r| {
-                &all[(r * POSITIONS + xi) * cin..(r * POSITIONS + xi + 1) * cin]
-            }));
-        });
-        Ok(WinogradWeight {
-            u: u.into_iter().flatten().collect(),
-            cin,
-            cout,
-        })
+        WinogradWeight { u, cin, cout }
     }
 
     /// Input channels.
@@ -586,6 +646,50 @@ mod tests {
             let e = compare(&mut Rng(seed), h, w, cin, cout, images, None, block);
             proptest::prop_assert!(e < TOL, "rel err {:.2e}", e);
         }
+    }
+
+    #[test]
+    fn stored_layout_transforms_bit_for_bit_as_the_unfolded_one() {
+        let mut rng = Rng(0x0b5e_55ed);
+        // Ragged last panels and a single panel; cin of one and of several SIMD runs.
+        for (cout, cin) in [(1, 1), (5, 16), (17, 3), (40, 70)] {
+            let oihw = rng.vec(cout * cin * 9, 0.5, 0.0);
+            let stored: Vec<u8> = oihw.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut unfolded = vec![0f32; oihw.len()];
+            for o in 0..cout {
+                for c in 0..cin {
+                    for tap in 0..9 {
+                        unfolded[(o * 9 + tap) * cin + c] = oihw[(o * cin + c) * 9 + tap];
+                    }
+                }
+            }
+            let bytes: Vec<u8> = unfolded.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let wm = WeightMatrix::new(WeightFormat::F32, &bytes, cout, 9 * cin).unwrap();
+            let bits = |w: WinogradWeight| -> Vec<u32> {
+                w.u.into_iter()
+                    .flat_map(|mut m| {
+                        m.panels_mut()
+                            .flat_map(|p| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            let want = bits(WinogradWeight::new(&wm, cin).unwrap());
+            let got = bits(WinogradWeight::from_stored(&stored, cout, cin).unwrap());
+            assert!(want == got, "{cout} x {cin}");
+            // Position (0, 0) is g[0][0] / 16 exactly: the placement of every pair.
+            let w = WinogradWeight::from_stored(&stored, cout, cin).unwrap();
+            let mut u0 = w.u[0].clone();
+            let p0: Vec<f32> = u0.panels_mut().flat_map(|p| p.to_vec()).collect();
+            for o in 0..cout {
+                for c in 0..cin {
+                    let v = p0[(o / NR * cin + c) * NR + o % NR];
+                    assert_eq!(v, oihw[(o * cin + c) * 9] / 16.0, "pair ({o}, {c})");
+                }
+            }
+        }
+        let e = WinogradWeight::from_stored(&[0u8; 35], 1, 1).unwrap_err().0;
+        assert!(e.contains("35 bytes"), "{e}");
     }
 
     #[test]
