@@ -240,30 +240,7 @@ __device__ __forceinline__ void attention_split_gqa(const float* __restrict__ q,
                 for (int e = 0; e < 4; e++) d += qv[g][e] * kk[c][e];
                 sc[c] = d;
             }
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                #pragma unroll
-                for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
-            float mn = m[g];
-            #pragma unroll
-            for (int c = 0; c < KC; c++) {
-                sc[c] *= scale;
-                if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
-                if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
-                mn = fmaxf(mn, sc[c]);
-            }
-            float corr = __expf(m[g] - mn);
-            l[g] *= corr;
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[g][e] *= corr;
-            #pragma unroll
-            for (int c = 0; c < KC; c++) {
-                float p = __expf(sc[c] - mn);
-                l[g] += p;
-                #pragma unroll
-                for (int e = 0; e < 4; e++) acc[g][e] += p * vv[c][e];
-            }
-            m[g] = mn;
+            softmax_step<4, KC>(sc, vv, j, j1, scale, softcap, m[g], l[g], acc[g]);
         }
     }
     #pragma unroll
@@ -339,7 +316,7 @@ extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
                                                 int gnb) {
     PDL_ENTER();
     __shared__ float vals[32 * MAXE];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int L = max(B, hd), per = hd >> 5;
     long gw = (long)blockIdx.x * (L / hd) + warp;
     float v[MAXE];
@@ -353,12 +330,5 @@ extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
         }
     }
     __syncthreads();
-    int pb = B >> 5;
-    for (int b = warp; b < L / B; b += nw) {
-        float x[8];
-        #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = i < pb ? vals[b * B + lane + 32 * i] : 0.f;
-        long blk = (long)blockIdx.x * (L / B) + b;
-        warp_quant_block(x, B, q + blk * B, dq + blk, qs + blk * pb, gnb, blk);
-    }
+    quant_span(vals, L, B, q, dq, qs, gnb);
 }

@@ -119,14 +119,7 @@ __device__ __forceinline__ void decode_attention(
     }
     if (!q8) return;
     __syncthreads();
-    int pb = B >> 5;
-    for (int b = warp; b < L / B; b += nw) {
-        float x[8];
-        #pragma unroll
-        for (int e = 0; e < 8; e++) x[e] = e < pb ? vals[b * B + lane + 32 * e] : 0.f;
-        long blk = (long)blockIdx.x * (L / B) + b;
-        warp_quant_block(x, B, q8 + blk * B, dq + blk, qs + blk * pb, gnb, blk);
-    }
+    quant_span(vals, L, B, q8, dq, qs, gnb);
 }
 
 #define DECODE_ATTENTION_KERNEL(NAME, ME, KC, E)                                               \

@@ -13,6 +13,56 @@
 // Keys per step of the split decode attention (twice as many for heads up to 128).
 #define KCH 4
 
+// One step of the online softmax over keys j .. j + KC - 1 (those from j1 on masked out): each
+// lane's partial scores sc summed across the warp, scaled (and soft-capped), then the running
+// max m, sum l and output acc (lane's values) updated with the keys' values vv.
+template <int ME, int KC>
+__device__ __forceinline__ void softmax_step(float (&sc)[KC], const float (&vv)[KC][ME], int j,
+                                             int j1, float scale, float softcap, float& m,
+                                             float& l, float (&acc)[ME]) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        #pragma unroll
+        for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
+    float mn = m;
+    #pragma unroll
+    for (int c = 0; c < KC; c++) {
+        sc[c] *= scale;
+        if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
+        if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
+        mn = fmaxf(mn, sc[c]);
+    }
+    float corr = __expf(m - mn);
+    l *= corr;
+    #pragma unroll
+    for (int e = 0; e < ME; e++) acc[e] *= corr;
+    #pragma unroll
+    for (int c = 0; c < KC; c++) {
+        float p = __expf(sc[c] - mn);
+        l += p;
+        #pragma unroll
+        for (int e = 0; e < ME; e++) acc[e] += p * vv[c][e];
+    }
+    m = mn;
+}
+
+// The block's warps quantize the L / B int8 blocks of B (32 or 256) that vals (shared, the
+// block's L values) holds for span blockIdx.x of the output into q / dq / qs
+// (warp_quant_block: quant_act_i8's layout, gnb as there).
+__device__ __forceinline__ void quant_span(const float* vals, int L, int B, i8* __restrict__ q,
+                                           float* __restrict__ dq, int* __restrict__ qs,
+                                           int gnb) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int pb = B >> 5;
+    for (int b = warp; b < L / B; b += nw) {
+        float x[8];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) x[e] = e < pb ? vals[b * B + lane + 32 * e] : 0.f;
+        long blk = (long)blockIdx.x * (L / B) + b;
+        warp_quant_block(x, B, q + blk * B, dq + blk, qs + blk * pb, gnb, blk);
+    }
+}
+
 // The online softmax of one warp's query (lane's values qv[e], e < hd / 32) over keys
 // j0 .. j1 - 1 of one KV head (row j of k / v at j · kv_row + kvh · hd), KC keys per step with
 // their key and value rows loaded together before any arithmetic (one key per step made a chain
@@ -50,30 +100,7 @@ __device__ __forceinline__ void softmax_keys(const typename E::T* __restrict__ k
             for (int e = 0; e < ME; e++) d += e < per ? qv[e] * kk[c][e] : 0.f;
             sc[c] = d;
         }
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            #pragma unroll
-            for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
-        float mn = m;
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            sc[c] *= scale;
-            if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
-            if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
-            mn = fmaxf(mn, sc[c]);
-        }
-        float corr = __expf(m - mn);
-        l *= corr;
-        #pragma unroll
-        for (int e = 0; e < ME; e++) acc[e] *= corr;
-        #pragma unroll
-        for (int c = 0; c < KC; c++) {
-            float p = __expf(sc[c] - mn);
-            l += p;
-            #pragma unroll
-            for (int e = 0; e < ME; e++) acc[e] += p * vv[c][e];
-        }
-        m = mn;
+        softmax_step<ME, KC>(sc, vv, j, j1, scale, softcap, m, l, acc);
     }
 }
 
