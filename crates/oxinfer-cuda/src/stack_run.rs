@@ -304,7 +304,6 @@ pub(crate) fn run(
         .max()
         .unwrap_or(0);
     let all_split = seqs.iter().all(|s| s.len <= ops::SPLIT_ATTN_MAX_ROWS);
-    let one_row_each = seqs.iter().all(|s| s.len == 1);
     let shape = geom(d, t, 0, None).shape;
     let part_len = if all_split {
         ops::attention_part_len(
@@ -377,7 +376,6 @@ pub(crate) fn run(
         kv_o,
         max_keys,
         all_split,
-        one_row_each,
         layout,
         bases: &bases,
         pos0: &pos0,
@@ -493,8 +491,6 @@ struct Pass<'p, 'a> {
     /// Whether every sequence's attention runs in the split kernel (at most
     /// `ops::SPLIT_ATTN_MAX_ROWS` rows each), all rows in one launch per layer.
     all_split: bool,
-    /// Whether every sequence brings one row (decode): the fused decode attention may run.
-    one_row_each: bool,
     bases: &'p [LayerBases],
     /// How every sequence's device cache stores its rows.
     layout: KvLayout,
@@ -563,6 +559,8 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     let fold_residual = residual_in_gemv();
     // Every sequence's attention is the split kernel, whose merge can quantize its output.
     let all_split = p.all_split;
+    // Every sequence brings one row (decode): the fused decode attention may run.
+    let one_row_each = rows.iter().all(|&(_, len)| len == 1);
     for (li, (l, m)) in d.layers.iter().zip(p.mats).enumerate() {
         let lp = &p.lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
@@ -614,8 +612,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         };
         let splits = ops::split_count(t, p.max_keys, &shape, p.layout.elem);
         let block = o_quant.map(|o| o.layout.block);
-        let fused = p
-            .one_row_each
+        let fused = one_row_each
             .then(|| decode_attention::fused_layout(&shape, p.layout.elem, block, splits))
             .flatten();
         match fused {

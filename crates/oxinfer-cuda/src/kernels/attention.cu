@@ -316,19 +316,9 @@ extern "C" __global__ void attention_combine_q8(const float* __restrict__ part,
                                                 int gnb) {
     PDL_ENTER();
     __shared__ float vals[32 * MAXE];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int L = max(B, hd), per = hd >> 5;
+    int warp = threadIdx.x >> 5, L = max(B, hd);
     long gw = (long)blockIdx.x * (L / hd) + warp;
-    float v[MAXE];
-    combine_head(part, gw, hd, S, v);
-    warp_hadamard(v, per, vrot);
-    #pragma unroll
-    for (int e = 0; e < MAXE; e++) {
-        if (e < per) {
-            out[gw * hd + lane + 32 * e] = v[e];
-            vals[warp * hd + lane + 32 * e] = v[e];
-        }
-    }
+    merge_head(part, gw, hd, S, vrot, out + gw * hd, vals + warp * hd);
     __syncthreads();
     quant_span(vals, L, B, q, dq, qs, gnb);
 }

@@ -105,18 +105,7 @@ __device__ __forceinline__ void decode_attention(
         store_partial<ME>(part, (long)i * S + sl, hd, acc, m, l);
     }
     __syncthreads();
-    if (w == 0) {
-        float o[MAXE];
-        combine_head(part, i, hd, S, o);
-        warp_hadamard(o, per, vrot);
-        #pragma unroll
-        for (int e = 0; e < MAXE; e++) {
-            if (e < per) {
-                out[(long)r * q_row + h * hd + lane + 32 * e] = o[e];
-                vals[i * hd + lane + 32 * e] = o[e];
-            }
-        }
-    }
+    if (w == 0) merge_head(part, i, hd, S, vrot, out + (long)r * q_row + h * hd, vals + i * hd);
     if (!q8) return;
     __syncthreads();
     quant_span(vals, L, B, q8, dq, qs, gnb);

@@ -154,4 +154,23 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part, lon
     for (int e = 0; e < MAXE; e++) v[e] = acc[e] * inv;
 }
 
+// Merges head gw's S partials (combine_head), undoes the values' rotation in chunks of vrot
+// (warp_hadamard; 0 for none), and stores the head's hd values at out and at vals (shared, for
+// the block's quantization): one warp.
+__device__ __forceinline__ void merge_head(const float* __restrict__ part, long gw, int hd,
+                                           int S, int vrot, float* __restrict__ out,
+                                           float* vals) {
+    int lane = threadIdx.x & 31, per = hd >> 5;
+    float v[MAXE];
+    combine_head(part, gw, hd, S, v);
+    warp_hadamard(v, per, vrot);
+    #pragma unroll
+    for (int e = 0; e < MAXE; e++) {
+        if (e < per) {
+            out[lane + 32 * e] = v[e];
+            vals[lane + 32 * e] = v[e];
+        }
+    }
+}
+
 #endif  // OXINFER_SPLIT_SOFTMAX_CUH

@@ -68,11 +68,8 @@ impl DecoderStates {
             });
         }
         let st = SafetensorsModel::open(dir)?;
-        let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
-        let overlay = Overlay {
-            base: &st,
-            over: converted.as_ref().map(|c| &c.tensors),
-        };
+        let converted = crate::quant::convert_to(&st, quant)?;
+        let overlay = Overlay::new(&st, converted.as_ref());
         let store = BareModelNames { inner: &overlay };
         let src = ConfigSource::Json {
             path: cfg_path,

@@ -63,11 +63,8 @@ impl TextEncoder {
         let bert = ENCODER_MODEL_TYPES.contains(&model_type);
         if bert || model_type == modernbert::MODEL_TYPE {
             let st = SafetensorsModel::open(dir)?;
-            let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
-            let store = Overlay {
-                base: &st,
-                over: converted.as_ref().map(|c| &c.tensors),
-            };
+            let converted = crate::quant::convert_to(&st, quant)?;
+            let store = Overlay::new(&st, converted.as_ref());
             return Ok(if bert {
                 let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
                 let prefix = tensor_prefix(&store);

@@ -211,11 +211,8 @@ impl CrossEncoder {
         }
         let cfg = BertConfig::from_json(&cfg_path, &cfg_json)?;
         let st = SafetensorsModel::open(dir)?;
-        let converted = quant.map(|p| crate::quant::convert(&st, p)).transpose()?;
-        let store = Overlay {
-            base: &st,
-            over: converted.as_ref().map(|c| &c.tensors),
-        };
+        let converted = crate::quant::convert_to(&st, quant)?;
+        let store = Overlay::new(&st, converted.as_ref());
         let prefix = tensor_prefix(&store);
         let encoder = Bert::load(&cfg, &store, prefix)?;
         let head = ClassifierHead::load(&store, prefix, cfg.hidden_size)?;

@@ -219,10 +219,7 @@ impl Model {
             path: &cfg_path,
             json: &json,
         };
-        let store = Overlay {
-            base: &st,
-            over: converted.as_ref().map(|c| &c.tensors),
-        };
+        let store = Overlay::new(&st, converted.as_ref());
         let lm = arch::load(&config, &store, Naming::Hf, &src)?;
         let tok_json = dir.join("tokenizer.json");
         let tok_cfg = dir.join("tokenizer_config.json");
@@ -354,10 +351,7 @@ impl Model {
         let WeightSource::Safetensors(st) = &self.source else {
             return None;
         };
-        let store = Overlay {
-            base: st,
-            over: self.converted.as_ref().map(|c| &c.tensors),
-        };
+        let store = Overlay::new(st, self.converted.as_ref());
         let mut names: Vec<&str> = st
             .entries()
             .map(|(n, _)| n.as_str())

@@ -68,6 +68,17 @@ fn convertible(name: &str, dtype: &str, shape: &[usize]) -> bool {
     (shape.len() == 2 || stacked_experts) && dtype_format(dtype).is_some()
 }
 
+/// [`convert`] to `precision` when one is given (`--quant`), else nothing to overlay.
+///
+/// # Errors
+/// As [`convert`].
+pub fn convert_to(
+    st: &SafetensorsModel,
+    precision: Option<Precision>,
+) -> Result<Option<Converted>, LoadError> {
+    precision.map(|p| convert(st, p)).transpose()
+}
+
 /// Converts every 2-D float matrix and stacked 3-D expert tensor of `st` to `precision` (norms,
 /// biases and other vectors stay as stored; so do matrices already in the target format, and
 /// Q8/Q4 matrices whose rows are not a multiple of 32 weights).
@@ -122,6 +133,16 @@ pub struct Overlay<'a> {
     pub base: &'a dyn TensorStore,
     /// Replacements by name.
     pub over: Option<&'a BTreeMap<String, TensorView>>,
+}
+
+impl<'a> Overlay<'a> {
+    /// `base` with the tensors of `converted` (when given) read in place of its own.
+    pub fn new(base: &'a dyn TensorStore, converted: Option<&'a Converted>) -> Self {
+        Overlay {
+            base,
+            over: converted.map(|c| &c.tensors),
+        }
+    }
 }
 
 impl TensorStore for Overlay<'_> {

@@ -16,7 +16,7 @@
 pub mod convert;
 pub mod writer;
 
-pub use convert::{convert, Converted, Overlay, QuantReport};
+pub use convert::{convert, convert_to, Converted, Overlay, QuantReport};
 pub use writer::{write, WriteOptions, WriteReport};
 
 use oxinfer_kernels::WeightFormat;

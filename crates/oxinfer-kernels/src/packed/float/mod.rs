@@ -124,7 +124,7 @@ impl PackedFloatMatrix {
     /// calling thread: for small matrices made per call (an attention head's keys, each a row
     /// of the head's slice of the key projection).
     pub fn from_rows<'a>(rows: usize, cols: usize, row: impl Fn(usize) -> &'a [f32]) -> Self {
-        let mut m = Self::zeroed_f32(rows, cols);
+        let mut m = Self::zeroed(rows, cols);
         for (p, panel) in m.data.chunks_exact_mut(NR * cols.max(1)).enumerate() {
             for r in 0..NR.min(rows - p * NR) {
                 for (group, &v) in panel.chunks_exact_mut(NR).zip(&row(p * NR + r)[..cols]) {
@@ -139,7 +139,7 @@ impl PackedFloatMatrix {
     /// the calling thread: an attention head's values as `Vᵀ` (row `e` of the packed matrix is
     /// feature `e` over the tokens, column `k` is token `k`'s value vector).
     pub fn from_columns<'a>(rows: usize, cols: usize, column: impl Fn(usize) -> &'a [f32]) -> Self {
-        let mut m = Self::zeroed_f32(rows, cols);
+        let mut m = Self::zeroed(rows, cols);
         for (p, panel) in m.data.chunks_exact_mut(NR * cols.max(1)).enumerate() {
             let (r0, live) = (p * NR, NR.min(rows - p * NR));
             for (k, group) in panel.chunks_exact_mut(NR).enumerate() {
@@ -149,21 +149,16 @@ impl PackedFloatMatrix {
         m
     }
 
-    /// All-zero f32 panels for `[rows, cols]`.
-    fn zeroed_f32(rows: usize, cols: usize) -> Self {
+    /// All-zero f32 panels for a `[rows, cols]` matrix (on huge pages where large): the start
+    /// of the other constructors, and for a caller that writes the values itself through
+    /// [`Self::panels_mut`] (a convolution kernel packed straight from its file layout).
+    pub fn zeroed(rows: usize, cols: usize) -> Self {
         PackedFloatMatrix {
             format: WeightFormat::F32,
             rows,
             cols,
             data: HugeF32::zeroed(rows.div_ceil(NR) * NR * cols),
         }
-    }
-
-    /// All-zero f32 panels for a `[rows, cols]` matrix (on huge pages where large), for a
-    /// caller that writes the values itself through [`Self::panels_mut`]: a layout the other
-    /// constructors do not read (a convolution kernel packed straight from its file layout).
-    pub fn zeroed(rows: usize, cols: usize) -> Self {
-        Self::zeroed_f32(rows, cols)
     }
 
     /// `count` all-zero f32 `[rows, cols]` matrices as [`Self::zeroed`], sharing one huge-page
