@@ -107,15 +107,7 @@ pub(crate) fn gemv_i8(
     let units = GEMV_WARPS / split;
     let smem = staged_unit_bytes(w.row_bytes) * units;
     let stage = t == 1 && !pair && staged() && smem <= STAGED_MAX_SMEM;
-    let blocks_needed = total.div_ceil(GEMV_WARPS / split * if pair { 2 } else { 1 });
-    let streamed = if stage {
-        streamed_launch(g, w, units, blocks_needed)
-    } else {
-        None
-    };
-    let f = if let Some((f, _, _)) = streamed {
-        Some(f)
-    } else if pair {
+    let f = if pair {
         g.k.gemv_i8_pair(w.format)
     } else if stage {
         g.k.gemv_i8_staged(w.format, staged_early())
@@ -123,20 +115,17 @@ pub(crate) fn gemv_i8(
         g.k.gemv_i8(w.format, t)
     }
     .ok_or_else(|| format!("no int8 GEMV for {} with {t} rows", w.format))?;
-    let (blocks, smem) = match streamed {
-        Some((_, blocks, smem)) => (blocks, smem),
-        None => (blocks_needed, if stage { smem } else { 0 }),
-    };
     let rb = w.row_bytes as i64;
     g.declare_bytes(w.buf.bytes() + more.iter().map(|(m, _)| m.buf.bytes()).sum::<usize>());
     let [cols, t_i, split_i] = [w.cols, t, split].map(|v| v as i32);
     let accum = i32::from(out == GemvOut::Accumulate);
     let grouped = i32::from(grouped);
+    let rows_per_block = GEMV_WARPS / split * if pair { 2 } else { 1 };
     g.launch_smem(
         f,
-        (blocks as u32, 1, 1),
+        (total.div_ceil(rows_per_block) as u32, 1, 1),
         ((32 * GEMV_WARPS) as u32, 1, 1),
-        smem as u32,
+        if stage { smem as u32 } else { 0 },
         &mut [
             arg(&mats),
             arg(&rb),
@@ -149,67 +138,6 @@ pub(crate) fn gemv_i8(
             arg(&grouped),
         ],
     )
-}
-
-/// The streamed one-row GEMV's kernel, grid (blocks) and dynamic shared bytes for `w` with
-/// `units` staged units per block, where it applies: a format with a streamed kernel, rings
-/// that fit [`STAGED_MAX_SMEM`], and more blocks (`blocks_needed`, the staged kernel's grid) than
-/// the device holds at once; the grid is then one block per resident slot (a persistent grid:
-/// each unit takes every U-th row). Off unless `OXINFER_CUDA_GEMV_STREAM` is `2` or `3` (row
-/// buffers per unit; measured in docs/gpu.md).
-fn streamed_launch(
-    g: &Gpu,
-    w: &DeviceMatrix,
-    units: usize,
-    blocks_needed: usize,
-) -> Option<(cudarc::driver::sys::CUfunction, usize, usize)> {
-    let stages = stream_stages()?;
-    let f = g.k.gemv_i8_streamed(w.format, stages)?;
-    let smem = units * stages * staged_unit_bytes(w.row_bytes);
-    if smem > STAGED_MAX_SMEM {
-        return None;
-    }
-    let resident = blocks_per_sm(f, 32 * GEMV_WARPS, smem)? * g.sm_count;
-    (blocks_needed > resident).then_some((f, resident, smem))
-}
-
-/// Row buffers per unit of the streamed GEMV (`OXINFER_CUDA_GEMV_STREAM`: `2` or `3`; anything
-/// else none, i.e. the staged kernel). Read once.
-fn stream_stages() -> Option<usize> {
-    static STAGES: OnceLock<Option<usize>> = OnceLock::new();
-    *STAGES.get_or_init(|| match std::env::var("OXINFER_CUDA_GEMV_STREAM").as_deref() {
-        Ok("2") => Some(2),
-        Ok("3") => Some(3),
-        _ => None,
-    })
-}
-
-/// Blocks of `threads` threads with `smem` dynamic shared bytes of kernel `f` resident on one
-/// multiprocessor at once (the driver's occupancy calculator; cached per kernel and size).
-fn blocks_per_sm(f: cudarc::driver::sys::CUfunction, threads: usize, smem: usize) -> Option<usize> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static CACHE: OnceLock<Mutex<HashMap<(usize, usize), usize>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let key = (f as usize, smem);
-    if let Some(&n) = cache.lock().ok()?.get(&key) {
-        return Some(n);
-    }
-    let mut n = 0i32;
-    // SAFETY: `f` is a live kernel of a loaded module; `n` outlives the call.
-    unsafe {
-        cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            &mut n,
-            f,
-            threads as i32,
-            smem,
-        )
-    }
-    .result()
-    .ok()?;
-    let n = usize::try_from(n).ok().filter(|&n| n > 0)?;
-    cache.lock().ok()?.insert(key, n);
-    Some(n)
 }
 
 /// Most dynamic shared memory a staged GEMV block takes (its kernels are allowed this much,

@@ -383,9 +383,6 @@ struct FormatKernels {
     /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
     /// for the previous kernel first, and fetching the weights before waiting.
     gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
-    /// One-row int8 GEMVs as a stream over a persistent grid, per format (main program
-    /// formats only): rings of two and of three row buffers per unit.
-    gemv_i8_streamed: Vec<(WeightFormat, [sys::CUfunction; 2])>,
 }
 
 impl FormatKernels {
@@ -435,7 +432,6 @@ impl FormatKernels {
         self.gemv8.extend(other.gemv8);
         self.gemv_i8.extend(other.gemv_i8);
         self.gemv_i8_staged.extend(other.gemv_i8_staged);
-        self.gemv_i8_streamed.extend(other.gemv_i8_streamed);
     }
 }
 
@@ -481,13 +477,6 @@ impl Kernels {
         let names = RefCell::new(HashMap::new());
         let get = |name: &str| load(&module, &names, name);
         let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
-        for &(f, n) in &INT8_GEMV_FORMATS {
-            let smem = crate::gemv::STAGED_MAX_SMEM;
-            let ring = |stages: usize| {
-                load_smem(&module, &names, &format!("gemv_{n}_i8_p{stages}"), smem)
-            };
-            formats.gemv_i8_streamed.push((f, [ring(2)?, ring(3)?]));
-        }
         // iq.cu holds the formats' GEMM, decoders and GEMVs, iq_i8.cu their int8 GEMVs.
         let iq_kernels = iq.and_then(|programs| {
             let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
@@ -615,13 +604,6 @@ impl Kernels {
         Some(k[usize::from(early)])
     }
 
-    /// The streamed one-row int8-activation GEMV for `f` (a persistent grid; `stages` row
-    /// buffers per unit, 2 or 3), where the format has one.
-    pub fn gemv_i8_streamed(&self, f: WeightFormat, stages: usize) -> Option<sys::CUfunction> {
-        let k = self.formats.gemv_i8_streamed.iter().find(|(g, _)| *g == f)?.1;
-        k.get(stages.checked_sub(2)?).copied()
-    }
-
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
     pub fn dequant_f16(&self, f: WeightFormat) -> Option<sys::CUfunction> {
         for_format(&self.formats.dequant_f16, f)
@@ -702,8 +684,6 @@ mod tests {
             "attention_combine_q8",
             "gemv_q4_k_i8_s1",
             "gemv_q6_k_i8_s1e",
-            "gemv_q4_k_i8_p2",
-            "gemv_q8_0_i8_p3",
             "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",

@@ -487,22 +487,6 @@ __device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
     return make_int2(k, row);
 }
 
-// Adds share `share` of `split` of the dot products of the R weight rows at wr with the T
-// activation rows into accs (lane `lane`): the lane layout of format F (above).
-template <int F, int T, int R>
-__device__ __forceinline__ void rows_dot(const u8* __restrict__ wr, long row_bytes,
-                                         const i8* __restrict__ xq, const float* __restrict__ xd,
-                                         const int* __restrict__ xs, int cols, int t, int lane,
-                                         int share, int split, float (&acc)[R][T], int grouped) {
-    if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
-    else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-    else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
-    else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
-    else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-    else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-}
-
 template <int F, int T, int R, bool STAGED, bool EARLY = false>
 __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
                                         const i8* __restrict__ xq,
@@ -545,7 +529,15 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     for (int rr = 0; rr < R; rr++)
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
-    if (valid) rows_dot<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+    if (valid) {
+        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
+        else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+        else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+        else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    }
     if (split == 1) {
         int ac = mat == 0 ? accum : 0;
         #pragma unroll
@@ -574,99 +566,6 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
             float* yo = m.yk(gr.x) + (long)r * m.rowsk(gr.x) + gr.y;
             *yo = gr.x == 0 && accum ? *yo + v : v;
         }
-    }
-}
-
-// cp.async.wait_group with its count as an immediate: returns when at most N of this thread's
-// most recent copy groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Synchronizes the n warps of staged unit u of the block: named barrier 1 + u (barrier 0 is
-// __syncthreads'; immediate ids, so ptxas reserves five barriers, not all sixteen), or
-// __syncwarp for a one-warp unit.
-__device__ __forceinline__ void unit_sync(int u, int n) {
-    static_assert(GEMV_WARPS == 4, "one barrier per unit of at most four");
-    if (n == 1) __syncwarp();
-    else if (u == 0) asm volatile("bar.sync 1, %0;" ::"r"(32 * n) : "memory");
-    else if (u == 1) asm volatile("bar.sync 2, %0;" ::"r"(32 * n) : "memory");
-    else if (u == 2) asm volatile("bar.sync 3, %0;" ::"r"(32 * n) : "memory");
-    else asm volatile("bar.sync 4, %0;" ::"r"(32 * n) : "memory");
-}
-
-// The one-row int8 GEMV as a stream (one activation row, R = 1): a persistent grid (the host
-// launches as many blocks as are resident at once, gemv.rs) whose units (a warp, or `split`
-// warps sharing a row) take the grid rows u, u + U, u + 2U, ... (U units in the grid), each
-// row's weights copied into a ring of NSTAGE shared-memory row buffers per unit: the copies of
-// row k + NSTAGE - 1 are issued before row k's dot products, so a unit keeps NSTAGE - 1 rows
-// in flight while it computes, no block retires before the matrix is done, and the first
-// NSTAGE - 1 rows of every unit are fetched before waiting for the previous kernel (as EARLY;
-// the kernel enters with PDL_LAUNCH only). The dot products and their reduction are gemv_i8's
-// (rows_dot, gemv_store, the split warps' partials added in warp order): the same results bit
-// for bit. Dynamic shared memory: units · NSTAGE · staged_unit_bytes(row_bytes, 1).
-template <int F, int NSTAGE>
-__device__ __forceinline__ void gemv_i8_streamed(const GemvMats& m, long row_bytes,
-                                                 const i8* __restrict__ xq,
-                                                 const float* __restrict__ xd, int cols,
-                                                 int split, int accum, int grouped) {
-    extern __shared__ __align__(16) u8 gemv_smem[];
-    __shared__ float partial[GEMV_WARPS];
-    const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
-    const int* xs = (const int*)(xd + (((long)(cols / act_block) + 3) & ~3l));
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int units = GEMV_WARPS / split, u = warp / split, share = warp % split;
-    int ut = threadIdx.x - u * 32 * split;
-    int total = m.rows[0] + (m.w[1] ? m.rows[1] : 0) + (m.w[2] ? m.rows[2] : 0);
-    int U = gridDim.x * units, first = blockIdx.x * units + u;
-    int iters = first < total ? (total - first + U - 1) / U : 0;
-    long unit = staged_unit_bytes(row_bytes, 1);
-    u8* ring = gemv_smem + (long)u * NSTAGE * unit;
-    // Row k's weights in global memory (k < iters).
-    auto row_at = [&](int k) {
-        int2 mr = gemv_mat_row(m, first + k * U);
-        return m.wk(mr.x) + (long)mr.y * row_bytes;
-    };
-    // Issues row k's copies into its ring slot as one copy group (an empty group past the
-    // unit's last row, so that every iteration commits exactly one).
-    auto stage = [&](int k) {
-        if (k < iters) {
-            stage_bytes(ring + (k % NSTAGE) * unit, row_at(k), row_bytes, ut, 32 * split);
-        } else {
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-        }
-    };
-    #pragma unroll
-    for (int s = 0; s < NSTAGE - 1; s++) stage(s);
-    PDL_WAIT();
-    for (int k = 0; k < iters; k++) {
-        stage(k + NSTAGE - 1);
-        cp_async_wait_group<NSTAGE - 1>();
-        unit_sync(u, split);
-        int2 mr = gemv_mat_row(m, first + k * U);
-        const u8* src = m.wk(mr.x) + (long)mr.y * row_bytes;
-        const u8* wr = ring + (k % NSTAGE) * unit + ((unsigned long long)src & 15ull);
-        float acc[1][1] = {{0.f}};
-        rows_dot<F, 1, 1>(wr, row_bytes, xq, xd, xs, cols, 1, lane, share, split, acc, grouped);
-        int ac = mr.x == 0 ? accum : 0;
-        if (split == 1) {
-            gemv_store<1>(acc[0], m.yk(mr.x), m.rowsk(mr.x), mr.y, 1, ac);
-        } else {
-            float v = acc[0][0];
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) partial[warp] = v;
-            unit_sync(u, split);
-            if (ut == 0) {
-                float sum = 0.f;
-                for (int w = 0; w < split; w++) sum += partial[u * split + w];
-                float* yo = m.yk(mr.x) + mr.y;
-                *yo = ac ? *yo + sum : sum;
-            }
-        }
-        // The slot (and the partials) are free for the next rows once every warp is past here.
-        unit_sync(u, split);
     }
 }
 
@@ -699,25 +598,10 @@ __device__ __forceinline__ void gemv_i8_streamed(const GemvMats& m, long row_byt
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, false, _s1)                                            \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)
 
-// A streamed one-row int8 GEMV entry point (gemv_i8_streamed) with an NSTAGE-row ring per unit.
-#define GEMV_I8_STREAMED(F, NAME, NSTAGE)                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_p##NSTAGE(  \
-        GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
-        int accum, int grouped) {                                                              \
-        PDL_LAUNCH();                                                                          \
-        gemv_i8_streamed<F, NSTAGE>(m, row_bytes, xq, xd, cols, split, accum, grouped);        \
-    }
-#define GEMV_I8_STREAMS(F, NAME) GEMV_I8_STREAMED(F, NAME, 2) GEMV_I8_STREAMED(F, NAME, 3)
-
 #ifndef OXINFER_TEMPLATES_ONLY
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)
 GEMV_I8(FMT_Q4_0, q4_0)
 GEMV_I8(FMT_Q4_1, q4_1)
 GEMV_I8(FMT_Q8_0, q8_0)
-GEMV_I8_STREAMS(FMT_Q4_K, q4_k)
-GEMV_I8_STREAMS(FMT_Q6_K, q6_k)
-GEMV_I8_STREAMS(FMT_Q4_0, q4_0)
-GEMV_I8_STREAMS(FMT_Q4_1, q4_1)
-GEMV_I8_STREAMS(FMT_Q8_0, q8_0)
 #endif  // OXINFER_TEMPLATES_ONLY
