@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 18] = [
+const FILES: [(&str, &str); 19] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("head_post.cuh", include_str!("kernels/head_post.cuh")),
     (
@@ -23,6 +23,7 @@ const FILES: [(&str, &str); 18] = [
         include_str!("kernels/split_softmax.cuh"),
     ),
     ("dequant.cuh", include_str!("kernels/dequant.cuh")),
+    ("dot32.cuh", include_str!("kernels/dot32.cuh")),
     ("mma.cuh", include_str!("kernels/mma.cuh")),
     ("gemm.cu", include_str!("kernels/gemm.cu")),
     ("gemv.cu", include_str!("kernels/gemv.cu")),
@@ -105,12 +106,14 @@ pub(crate) const GEMV_MAX_ROWS: usize = 8;
 
 /// Block formats with a GEMV on int8 activations (`gemv_{name}_i8_*`; activations in the
 /// CPU's blocks for the format: 256 for the K-quants, 32 for the others).
-pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 5] = [
+pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 7] = [
     (WeightFormat::Q4K, "q4_k"),
     (WeightFormat::Q6K, "q6_k"),
     (WeightFormat::Q4_0, "q4_0"),
     (WeightFormat::Q4_1, "q4_1"),
     (WeightFormat::Q8_0, "q8_0"),
+    (WeightFormat::Q5_0, "q5_0"),
+    (WeightFormat::Q5_1, "q5_1"),
 ];
 
 /// The formats of [`IQ_FORMATS`] with an int8 GEMV: all of them (activations in blocks of 32

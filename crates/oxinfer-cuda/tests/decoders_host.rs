@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The kernel headers the driver includes, by name (common.cuh is the shim's).
-const HEADERS: [(&str, &str); 4] = [
+const HEADERS: [(&str, &str); 5] = [
     ("dequant.cuh", include_str!("../src/kernels/dequant.cuh")),
+    ("dot32.cuh", include_str!("../src/kernels/dot32.cuh")),
     ("iq_grids.cuh", include_str!("../src/kernels/iq_grids.cuh")),
     (
         "iq_dequant.cuh",
@@ -125,6 +126,7 @@ const DRIVER: &str = r#"
 #include "dequant.cuh"
 #include "iq_dequant.cuh"
 #include "iq_gemv.cuh"
+#include "dot32.cuh"
 #include <cstdio>
 #include <vector>
 
@@ -233,6 +235,29 @@ int main(int argc, char** argv) {
             std::vector<u8> blk(hdr[1]);
             if (std::fread(blk.data(), 1, blk.size(), stdin) != blk.size()) return 2;
             if (!group(hdr[0], blk.data())) return 3;
+        }
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "dot32") == 0) {
+        // Records [u32 ggml id][the block][32 int8 activations]: dot32_i8 with dx = 1 and the
+        // activations' sum, the block at a 2-byte aligned address (as in a row of 22-byte
+        // blocks) with readable bytes after it.
+        u32 id;
+        while (std::fread(&id, 4, 1, stdin) == 1) {
+            alignas(16) u8 buf[48] = {};
+            u8* blk = buf + 2;
+            int n = id == FMT_Q4_0 ? 18 : id == FMT_Q4_1 ? 20 : id == FMT_Q5_0 ? 22
+                  : id == FMT_Q5_1 ? 24 : 34;
+            int x[8];
+            if (std::fread(blk, 1, n, stdin) != (size_t)n || std::fread(x, 4, 8, stdin) != 8) return 2;
+            int sx = 0;
+            for (int i = 0; i < 32; i++) sx += (int)((const i8*)x)[i];
+            float v = id == FMT_Q4_0   ? dot32_i8<FMT_Q4_0>(blk, x, sx, 1.f)
+                      : id == FMT_Q4_1 ? dot32_i8<FMT_Q4_1>(blk, x, sx, 1.f)
+                      : id == FMT_Q5_0 ? dot32_i8<FMT_Q5_0>(blk, x, sx, 1.f)
+                      : id == FMT_Q5_1 ? dot32_i8<FMT_Q5_1>(blk, x, sx, 1.f)
+                                       : dot32_i8<FMT_Q8_0>(blk, x, 0, 1.f);
+            std::fwrite(&v, 4, 1, stdout);
         }
         return 0;
     }
@@ -550,6 +575,54 @@ fn int8_table_lookups_match_the_cpu_tables() {
         assert!(
             g.to_bits() == w.to_bits(),
             "{f} block {i}: dot {g:e} vs {w:e}"
+        );
+    }
+}
+
+/// The int8 GEMVs' 32-weight block dot products (dot32.cuh: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against
+/// the CPU dequantizer's weights times the activations, summed in f64: equal to f32 rounding
+/// on random blocks with extreme scales and activations (the kernels' integer sums are exact;
+/// the scale, minimum and offset terms are one or two f32 products).
+#[test]
+fn block32_int8_dots_match_the_cpu() {
+    let Some(exe) = build_driver("dot32") else {
+        return;
+    };
+    use WeightFormat::*;
+    let mut rng = Rng(0xD0_7320_0000_0005);
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..20000 {
+        let f = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0][n % 5];
+        let mut blk: Vec<u8> = (0..f.block_bytes()).map(|_| rng.next() as u8).collect();
+        let (d, m) = SCALES[n / 5 % SCALES.len()];
+        blocks::set_scales(f, &mut blk, d, m);
+        let x: Vec<i8> = (0..32)
+            .map(|_| match n / 5 % 4 {
+                0 => 127,
+                1 => -127,
+                _ => (rng.next() % 255) as i8,
+            })
+            .collect();
+        let mut w = vec![0f32; 32];
+        oxinfer_kernels::dequantize_row(f, &blk, &mut w).expect("dequantize");
+        let exact: f64 = w.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+        let size: f64 = w
+            .iter()
+            .zip(&x)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+            .sum();
+        want.push((f, exact, size));
+        input.extend(f.ggml_type().expect("GGML format").to_le_bytes());
+        input.extend(&blk);
+        input.extend(x.iter().map(|&v| v as u8));
+    }
+    let got = f32s(&run(&exe, &["dot32"], &input));
+    assert_eq!(got.len(), want.len(), "driver output size");
+    for (i, (&g, &(f, exact, size))) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g as f64 - exact).abs() <= 4e-7 * size + f64::from(f32::MIN_POSITIVE),
+            "{f} block {i}: dot {g:e} vs {exact:e} (terms {size:e})"
         );
     }
 }

@@ -310,43 +310,7 @@ __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long ro
     }
 }
 
-// One 32-weight block (Q4_0, Q4_1, Q8_0) times its 32 int8 activations x (eight packed words,
-// their sum sx precomputed by the quantization), scaled by the activations' block scale dx: the
-// CPU's integer block sums.
-template <int F>
-__device__ __forceinline__ float dot32_i8(const u8* blk, const int* x, int sx, float dx);
-
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_Q4_0>(const u8* blk, const int* x, int sx, float dx) {
-    int dot = 0;
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int w = ld32_a2(blk + 2 + 4 * i);
-        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
-        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
-    }
-    return dx * h2f(ld16(blk)) * (float)(dot - 8 * sx);
-}
-
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_Q4_1>(const u8* blk, const int* x, int sx, float dx) {
-    int dot = 0;
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int w = ld32_a2(blk + 4 + 4 * i);
-        dot = dp4a(w & 0x0F0F0F0F, x[i], dot);
-        dot = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + i], dot);
-    }
-    return dx * (h2f(ld16(blk)) * (float)dot + h2f(ld16(blk + 2)) * (float)sx);
-}
-
-template <>
-__device__ __forceinline__ float dot32_i8<FMT_Q8_0>(const u8* blk, const int* x, int sx, float dx) {
-    int dot = 0;
-    #pragma unroll
-    for (int i = 0; i < 8; i++) dot = dp4a(ld32_a2(blk + 2 + 4 * i), x[i], dot);
-    return dx * h2f(ld16(blk)) * (float)dot;
-}
+#include "dot32.cuh"
 
 // A 32-weight block format on int8 activations in blocks of 32 (xd: one scale per 32): one lane
 // per block, so a warp reads 32 consecutive blocks and their 1 KiB of activations (the block's
@@ -604,4 +568,6 @@ GEMV_I8(FMT_Q6_K, q6_k)
 GEMV_I8(FMT_Q4_0, q4_0)
 GEMV_I8(FMT_Q4_1, q4_1)
 GEMV_I8(FMT_Q8_0, q8_0)
+GEMV_I8(FMT_Q5_0, q5_0)
+GEMV_I8(FMT_Q5_1, q5_1)
 #endif  // OXINFER_TEMPLATES_ONLY
