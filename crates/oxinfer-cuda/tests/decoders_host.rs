@@ -120,7 +120,9 @@ void iq4xs_wide_rows(const u8* w0, long row_bytes, const i8* xq, const float* xd
 /// `[u32 ggml id][u32 n][n bytes of one 256-weight block]` and writes iq_group32 of each of its
 /// eight groups (8 i32 words of int8 quants, 2 i32 scales, f32 unit); with argument `lut`, writes instead
 /// lut16_x4 of every four-code word for IQ4_NL's and MXFP4's tables, then dot32_i8 of the
-/// blocks on stdin (IQ4_NL: 18 bytes + 32 int8 activations; MXFP4: 17 + 32) with dx = 1.
+/// blocks on stdin (IQ4_NL: 18 bytes + 32 int8 activations; MXFP4: 17 + 32) with dx = 1; with
+/// `dot32`, reads `[u32 ggml id][one Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block][32 int8
+/// activations]` and writes dot32_i8 of each with dx = 1.
 const DRIVER: &str = r#"
 #include "common.cuh"
 #include "dequant.cuh"
@@ -132,6 +134,21 @@ const DRIVER: &str = r#"
 
 template <int F> void row(const u8* r, int cols, float* y) {
     for (int k = 0; k < cols; k += 16) dq16<F>(r, k, y + k);
+}
+
+// Reads one block of F and its 32 int8 activations from stdin into *v as dot32_i8 with dx = 1
+// and the activations' sum (the block 2-byte aligned, readable bytes after it).
+template <int F> static bool dot32_record(float* v) {
+    alignas(16) u8 buf[48] = {};
+    u8* blk = buf + 2;
+    int x[8];
+    if (std::fread(blk, 1, Fmt<F>::BYTES, stdin) != (size_t)Fmt<F>::BYTES ||
+        std::fread(x, 4, 8, stdin) != 8)
+        return false;
+    int sx = 0;
+    for (int i = 0; i < 32; i++) sx += (int)((const i8*)x)[i];
+    *v = dot32_i8<F>(blk, x, sx, 1.f);
+    return true;
 }
 
 static bool decode(u32 id, const u8* r, int cols, float* y) {
@@ -244,19 +261,15 @@ int main(int argc, char** argv) {
         // blocks) with readable bytes after it.
         u32 id;
         while (std::fread(&id, 4, 1, stdin) == 1) {
-            alignas(16) u8 buf[48] = {};
-            u8* blk = buf + 2;
-            int n = id == FMT_Q4_0 ? 18 : id == FMT_Q4_1 ? 20 : id == FMT_Q5_0 ? 22
-                  : id == FMT_Q5_1 ? 24 : 34;
-            int x[8];
-            if (std::fread(blk, 1, n, stdin) != (size_t)n || std::fread(x, 4, 8, stdin) != 8) return 2;
-            int sx = 0;
-            for (int i = 0; i < 32; i++) sx += (int)((const i8*)x)[i];
-            float v = id == FMT_Q4_0   ? dot32_i8<FMT_Q4_0>(blk, x, sx, 1.f)
-                      : id == FMT_Q4_1 ? dot32_i8<FMT_Q4_1>(blk, x, sx, 1.f)
-                      : id == FMT_Q5_0 ? dot32_i8<FMT_Q5_0>(blk, x, sx, 1.f)
-                      : id == FMT_Q5_1 ? dot32_i8<FMT_Q5_1>(blk, x, sx, 1.f)
-                                       : dot32_i8<FMT_Q8_0>(blk, x, 0, 1.f);
+            float v;
+            bool ok;
+            switch (id) {
+#define DOT32(F) case F: ok = dot32_record<F>(&v); break;
+            DOT32(FMT_Q4_0) DOT32(FMT_Q4_1) DOT32(FMT_Q5_0) DOT32(FMT_Q5_1) DOT32(FMT_Q8_0)
+#undef DOT32
+            default: return 3;
+            }
+            if (!ok) return 2;
             std::fwrite(&v, 4, 1, stdout);
         }
         return 0;
