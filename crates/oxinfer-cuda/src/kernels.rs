@@ -236,7 +236,10 @@ pub(crate) struct Kernels {
     /// f16/bf16 weights → f32 (exact-product path).
     pub half_to_f32: sys::CUfunction,
     /// Residual add (optional) + RMSNorm + int8 quantization (optional) of the next GEMV's input.
-    pub add_rms_norm_q8: sys::CUfunction,
+    /// Indexed by [`crate::ops::rms_per_variant`]: 1, 4 or 16 values a thread.
+    pub add_rms_norm_q8: [sys::CUfunction; 3],
+    /// The same with the residual RMS-normalized before the add (Gemma's post-norms).
+    pub add_normed_rms_norm_q8: [sys::CUfunction; 3],
     /// RMSNorm + int8 quantization over (row, slice) blocks (decode; no residual add).
     pub rms_norm_q8_slices: sys::CUfunction,
     /// Gated activation + int8 quantization.
@@ -527,7 +530,16 @@ impl Kernels {
             quant_act_f16: get("quant_act_f16")?,
             quant_act_f32: get("quant_act_f32")?,
             half_to_f32: get("half_to_f32")?,
-            add_rms_norm_q8: get("add_rms_norm_q8")?,
+            add_rms_norm_q8: [
+                get("add_rms_norm_q8_p1")?,
+                get("add_rms_norm_q8_p4")?,
+                get("add_rms_norm_q8")?,
+            ],
+            add_normed_rms_norm_q8: [
+                get("add_normed_rms_norm_q8_p1")?,
+                get("add_normed_rms_norm_q8_p4")?,
+                get("add_normed_rms_norm_q8")?,
+            ],
             rms_norm_q8_slices: get("rms_norm_q8_slices")?,
             gated_act_q8: get("gated_act_q8")?,
             qkv_post: get("qkv_post")?,
@@ -683,6 +695,9 @@ mod tests {
         for k in [
             "gemv_q4_k_i8_1",
             "add_rms_norm_q8",
+            "add_normed_rms_norm_q8",
+            "add_rms_norm_q8_p1",
+            "add_normed_rms_norm_q8_p4",
             "rms_norm_q8_slices",
             "attention_combine_q8",
             "gemv_q4_k_i8_s1",

@@ -422,14 +422,25 @@ pub(crate) struct Int8Out {
     pub layout: Int8Layout,
 }
 
-/// `x += res` (when given), then `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then
-/// (when `out` is given) `y` quantized to int8 blocks like [`quant_act_i8`]: the arithmetic of
-/// [`add`], [`rms_norm`] and [`quant_act_i8`] in one kernel (`y` may be `x`).
+/// The residual rows a norm kernel adds to `x` before normalizing (`[rows, dim]` f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Residual {
+    pub rows: CUdeviceptr,
+    /// When given, the rows are first RMS-normalized with this gain (`[dim]`), as [`rms_norm`]
+    /// in place would: Gemma's post-attention / post-MLP norms.
+    pub norm: Option<CUdeviceptr>,
+}
+
+/// `x += res` (when given; its rows normalized first when `res.norm` is), then
+/// `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then (when `out` is given) `y`
+/// quantized to int8 blocks like [`quant_act_i8`]: the arithmetic of [`rms_norm`] (for the
+/// residual), [`add`], [`rms_norm`] and [`quant_act_i8`] in one kernel, bit for bit (`y` may be
+/// `x`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn add_rms_norm_q8(
     g: &Gpu,
     x: CUdeviceptr,
-    res: Option<CUdeviceptr>,
+    res: Option<Residual>,
     w: CUdeviceptr,
     y: CUdeviceptr,
     out: Option<Int8Out>,
@@ -442,32 +453,57 @@ pub(crate) fn add_rms_norm_q8(
             "RMSNorm over rows of {dim}: the device kernel takes at most {RMS_MAX_DIM}"
         ));
     }
-    let res = res.unwrap_or(0);
     let (q, d, qs, b, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
         (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
     });
     let (r, n) = (rows as i32, dim as i32);
     // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
-    let threads = dim.next_multiple_of(32).min(1024) as u32;
-    g.launch(
-        g.k.add_rms_norm_q8,
-        (rows as u32, 1, 1),
-        (threads, 1, 1),
-        &mut [
-            arg(&x),
-            arg(&res),
-            arg(&w),
-            arg(&y),
-            arg(&q),
-            arg(&d),
-            arg(&qs),
-            arg(&r),
-            arg(&n),
-            arg(&eps),
-            arg(&b),
-            arg(&gnb),
-        ],
-    )
+    let threads = dim.next_multiple_of(32).min(1024);
+    let per = rms_per_variant(dim, threads);
+    let (grid, block) = ((rows as u32, 1, 1), (threads as u32, 1, 1));
+    let tail = [
+        arg(&w),
+        arg(&y),
+        arg(&q),
+        arg(&d),
+        arg(&qs),
+        arg(&r),
+        arg(&n),
+        arg(&eps),
+        arg(&b),
+        arg(&gnb),
+    ];
+    match res {
+        Some(Residual {
+            rows: res,
+            norm: Some(res_w),
+        }) => {
+            let mut params = vec![arg(&x), arg(&res), arg(&res_w)];
+            params.extend(tail);
+            g.launch(g.k.add_normed_rms_norm_q8[per], grid, block, &mut params)
+        }
+        _ => {
+            let res = res.map_or(0, |r| r.rows);
+            let mut params = vec![arg(&x), arg(&res)];
+            params.extend(tail);
+            g.launch(g.k.add_rms_norm_q8[per], grid, block, &mut params)
+        }
+    }
+}
+
+/// Which of the norm kernels' variants (1, 4 or 16 values a thread: `add_rms_norm_q8_p1`,
+/// `_p4`, the plain one in `kernels/stack.cu`) covers rows of `dim` on `threads` threads: the
+/// narrowest (fewer registers, the gains loaded with the row), unless
+/// `OXINFER_CUDA_NORM_NARROW=0` (always 16, for measuring). Every variant gives the same bits.
+pub(crate) fn rms_per_variant(dim: usize, threads: usize) -> usize {
+    static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let narrow =
+        *NARROW.get_or_init(|| !std::env::var("OXINFER_CUDA_NORM_NARROW").is_ok_and(|v| v == "0"));
+    match dim.div_ceil(threads.max(1)) {
+        1 if narrow => 0,
+        2..=4 if narrow => 1,
+        _ => 2,
+    }
 }
 
 /// Values per block of [`rms_norm_q8_slices`]' grid (`RMS_SLICE` in `kernels/stack.cu`).

@@ -14,7 +14,7 @@ use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::{DeviceKvCache, KvLayout};
 use crate::matrix::DeviceMatrix;
-use crate::ops::{self, add, gated_act, rms_norm, softcap};
+use crate::ops::{self, add, gated_act, rms_norm, softcap, Residual};
 use crate::stack::StackDesc;
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
@@ -507,7 +507,7 @@ struct Pass<'p, 'a> {
 fn add_norm_for(
     g: &mut Gpu,
     x: CUdeviceptr,
-    res: Option<CUdeviceptr>,
+    res: Option<Residual>,
     gain: CUdeviceptr,
     y: CUdeviceptr,
     rows: usize,
@@ -523,7 +523,11 @@ fn add_norm_for(
         }
         _ => (None, None),
     };
-    if res.is_none() && x != y && rows <= GEMV_MAX_ROWS && dim <= ops::RMS_MAX_DIM {
+    // Int8 blocks of 32 are quantized from registers by the one-block kernel; the sliced one
+    // (which reads nothing back) is for blocks of 256 and plain norms.
+    let blocks_of_32 = out.is_some_and(|o| o.layout.block == 32) && !norm_slices_always();
+    if res.is_none() && x != y && rows <= GEMV_MAX_ROWS && dim <= ops::RMS_MAX_DIM && !blocks_of_32
+    {
         ops::rms_norm_q8_slices(g, x, gain, y, out, rows, dim, eps)?;
     } else {
         ops::add_rms_norm_q8(g, x, res, gain, y, out, rows, dim, eps)?;
@@ -537,6 +541,44 @@ fn add_norm_for(
 fn residual_in_gemv() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_RESIDUAL_GEMV").is_ok_and(|v| v == "0"))
+}
+
+/// Whether decode norms without a residual always take the sliced kernel
+/// (`OXINFER_CUDA_NORM_SLICES=1`, the rule before session 22; for measuring), even when the
+/// next GEMV takes int8 blocks of 32.
+fn norm_slices_always() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_NORM_SLICES").is_ok_and(|v| v == "1"))
+}
+
+/// Whether a post-norm (Gemma's post-attention and post-MLP norms) runs inside the next norm's
+/// kernel (unless `OXINFER_CUDA_POST_NORM_FUSED=0`: then as its own kernel first). Either way
+/// the same arithmetic in the same order.
+fn post_norm_fused() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_POST_NORM_FUSED").is_ok_and(|v| v == "0"))
+}
+
+/// `y`'s rows as the residual of the next norm, post-normalized with gain `post` when given:
+/// by the next norm's kernel when [`post_norm_fused`], else here in place.
+fn post_normed(
+    g: &Gpu,
+    y: CUdeviceptr,
+    post: Option<CUdeviceptr>,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<Residual, String> {
+    match post {
+        Some(w) if !post_norm_fused() => {
+            rms_norm(g, y, w, y, rows, dim, eps)?;
+            Ok(Residual {
+                rows: y,
+                norm: None,
+            })
+        }
+        norm => Ok(Residual { rows: y, norm }),
+    }
 }
 
 /// Whether the split attention's merge quantizes the output projection's input itself (unless
@@ -555,7 +597,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     let rpos = at(b.per_pass, p.pos_o);
     // The last block's output, added to the residual stream by the next norm (unless the
     // block's last GEMV added it already).
-    let mut pending: Option<CUdeviceptr> = None;
+    let mut pending: Option<Residual> = None;
     let fold_residual = residual_in_gemv();
     // Every sequence's attention is the split kernel, whose merge can quantize its output.
     let all_split = p.all_split;
@@ -631,10 +673,8 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             None
         } else {
             gemm::linear(g, wo, b.att, t, b.y, path, &mut o_ready)?;
-            if let Some(w) = lp.post_attn_norm {
-                rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
-            }
-            Some(b.y)
+            let post = opt_p(lp.post_attn_norm);
+            Some(post_normed(g, b.y, post, t, dim, d.eps)?)
         };
         let ffn_norm = at_p(lp.ffn_norm);
         let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
@@ -655,14 +695,15 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             gemm::linear_add(g, wd, b.gate, t, x, b.y, path, &mut ready)?;
         } else {
             gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
-            if let Some(w) = lp.post_ffn_norm {
-                rms_norm(g, b.y, at_p(w), b.y, t, dim, d.eps)?;
-            }
-            pending = Some(b.y);
+            let post = opt_p(lp.post_ffn_norm);
+            pending = Some(post_normed(g, b.y, post, t, dim, d.eps)?);
         }
     }
     if let Some(y) = pending {
-        add(g, b.x, y, t * dim)?;
+        if let Some(w) = y.norm {
+            rms_norm(g, y.rows, w, y.rows, t, dim, d.eps)?;
+        }
+        add(g, b.x, y.rows, t * dim)?;
     }
     if p.n_logit > 0 {
         let n = p.n_logit;

@@ -47,45 +47,26 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 // y = x / sqrt(mean(x^2) + eps) · w over rows of `dim` (the sum of squares in f64 like the CPU
 // reference; y may equal x), then, with q != 0, y quantized to int8 blocks of B values into
 // q [rows * dim], dq [rows * dim / B] and qs [rows * dim / 32] (quant_act_i8; gnb > 0: q in the
-// grouped layout, common.cuh). One block per row, up to RMS_THREADS
-// threads, dim ≤ RMS_THREADS · RMS_PER (ops.rs checks): each thread loads its RMS_PER values of
-// x and res into registers before it writes anything, so the loads are in flight together (a
-// loop that stores x between loads waited for each load in turn: 16 µs for one 3584-wide row
-// under ncu on the H200, 9.6 µs in `--profile` with this order).
+// grouped layout, common.cuh). One block per row of up to RMS_THREADS threads holding PER
+// values each (element tid + k · threads, k < PER; dim ≤ threads · PER, ops.rs picks PER):
+// each thread loads its values of x and res into registers before it writes anything, so the
+// loads are in flight together (a loop that stored x between loads waited for each load in
+// turn: 16 µs for one 3584-wide row under ncu on the H200, 9.6 µs in `--profile` with this
+// order). The sum of squares is the same for every PER that covers the row (the extra values
+// are zeros), so the variants and rms_norm_q8_slices agree bit for bit.
 #define RMS_THREADS 1024
 #define RMS_PER 16
-extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
-    float* x, const float* __restrict__ res, const float* __restrict__ w, float* y, i8* q,
-    float* dq, int* qs, int rows, int dim, float eps, int B, int gnb) {
-    PDL_ENTER();
-    int r = blockIdx.x;
-    if (r >= rows) return;
-    float* xr = x + (long)r * dim;
-    float* yr = y + (long)r * dim;
-    int tid = threadIdx.x, nt = blockDim.x;
-    // x (+ res) first, every load before any store; w after the reduction (loading w with x
-    // made the kernel slower on the H200: 17 µs against 9.6 in `--profile`).
-    float v[RMS_PER];
-    #pragma unroll
-    for (int k = 0; k < RMS_PER; k++) {
-        int i = tid + k * nt;
-        float a = i < dim ? xr[i] : 0.f;
-        v[k] = res != 0 && i < dim ? a + res[(long)r * dim + i] : a;
-    }
-    if (res != 0) {
-        #pragma unroll
-        for (int k = 0; k < RMS_PER; k++) {
-            int i = tid + k * nt;
-            if (i < dim) xr[i] = v[k];
-        }
-    }
+
+// The sum of squares of a row held PER values per thread (f64, every block of a row the same
+// tree: threads, then warps through `part` [32]); every thread gets the total.
+template <int PER>
+__device__ __forceinline__ double row_sum_sq(const float (&v)[PER], double* part) {
+    int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31;
     double ss = 0.0;
     #pragma unroll
-    for (int k = 0; k < RMS_PER; k++) ss += (double)v[k] * (double)v[k];
+    for (int k = 0; k < PER; k++) ss += (double)v[k] * (double)v[k];
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[32];
-    int warp = tid >> 5, lane = tid & 31;
     if (lane == 0) part[warp] = ss;
     __syncthreads();
     if (warp == 0) {
@@ -96,15 +77,84 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
         if (lane == 0) part[0] = ss;
     }
     __syncthreads();
-    float inv = (float)(1.0 / sqrt(part[0] / (double)dim + (double)eps));
+    return part[0];
+}
+
+// The body of the add_rms_norm_q8 kernels (NORM_RES false) and add_normed_rms_norm_q8 ones
+// (NORM_RES true: res is first RMS-normalized with gain res_w, as rms_norm_f32 in place would,
+// then added: Gemma's post-attention / post-MLP norms and the next norm in one kernel,
+// bit-identical to the three). With blocks of 32 each warp quantizes its own values from
+// registers (warp w's k-th values are exactly block w + k · threads / 32); blocks of 256 span
+// warps, so those are read back from y after a barrier.
+template <bool NORM_RES, int PER>
+__device__ __forceinline__ void add_rms_norm_q8_body(
+    float* x, const float* __restrict__ res, const float* __restrict__ res_w,
+    const float* __restrict__ w, float* y, i8* q, float* dq, int* qs, int rows, int dim,
+    float eps, int B, int gnb) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    float* xr = x + (long)r * dim;
+    float* yr = y + (long)r * dim;
+    int tid = threadIdx.x, nt = blockDim.x;
+    __shared__ double part[NORM_RES ? 2 : 1][32];
+    // x (+ res) first, every load before any store; w after the reduction for wide rows
+    // (loading w with x made the 16-value kernel slower on the H200: 17 µs against 9.6 in
+    // `--profile`), with x for narrow ones.
+    constexpr bool EARLY_W = PER <= 4;
+    float v[PER], wv[PER];
+    if (NORM_RES) {
+        float rv[PER];
+        #pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int i = tid + k * nt;
+            v[k] = i < dim ? xr[i] : 0.f;
+            rv[k] = i < dim ? res[(long)r * dim + i] : 0.f;
+            if (EARLY_W) wv[k] = i < dim ? w[i] : 0.f;
+        }
+        float inv_r = (float)(1.0 / sqrt(row_sum_sq<PER>(rv, part[1]) / (double)dim + (double)eps));
+        #pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int i = tid + k * nt;
+            if (i < dim) v[k] = v[k] + rv[k] * inv_r * res_w[i];
+        }
+    } else {
+        #pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int i = tid + k * nt;
+            float a = i < dim ? xr[i] : 0.f;
+            v[k] = res != 0 && i < dim ? a + res[(long)r * dim + i] : a;
+            if (EARLY_W) wv[k] = i < dim ? w[i] : 0.f;
+        }
+    }
+    if (res != 0) {
+        #pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int i = tid + k * nt;
+            if (i < dim) xr[i] = v[k];
+        }
+    }
+    float inv = (float)(1.0 / sqrt(row_sum_sq<PER>(v, part[0]) / (double)dim + (double)eps));
     #pragma unroll
-    for (int k = 0; k < RMS_PER; k++) {
+    for (int k = 0; k < PER; k++) {
         int i = tid + k * nt;
-        if (i < dim) yr[i] = v[k] * inv * w[i];
+        v[k] = v[k] * inv * (EARLY_W ? wv[k] : (i < dim ? w[i] : 0.f));
+        if (i < dim) yr[i] = v[k];
     }
     if (q == 0) return;
+    int warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
+    if (B == 32) {
+        #pragma unroll
+        for (int k = 0; k < PER; k++) {
+            long b = warp + (long)k * nw;
+            if (b * 32 >= dim) break;
+            float one[8] = {v[k], 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            long blk = ((long)r * dim) / 32 + b;
+            warp_quant_block(one, 32, q + blk * 32, dq + blk, qs + blk);
+        }
+        return;
+    }
     __syncthreads();
-    int nw = nt >> 5, per = B >> 5;
+    int per = B >> 5;
     for (int b = warp; b < dim / B; b += nw) {
         float vb[8];
         #pragma unroll
@@ -113,6 +163,29 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8(
         warp_quant_block(vb, B, q + blk * B, dq + blk, qs + blk * per, gnb, blk);
     }
 }
+
+// add_rms_norm_q8 (PER = 16 values a thread, rows up to 16384) and its narrow variants _p1 and
+// _p4 (rows up to 1024 and 4096); add_normed_rms_norm_q8* the same with res (required)
+// RMS-normalized with gain res_w before the add.
+#define ADD_RMS_NORM_KERNELS(PER, SUFFIX)                                                      \
+    extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8##SUFFIX(          \
+        float* x, const float* __restrict__ res, const float* __restrict__ w, float* y, i8* q,  \
+        float* dq, int* qs, int rows, int dim, float eps, int B, int gnb) {                    \
+        PDL_ENTER();                                                                           \
+        add_rms_norm_q8_body<false, PER>(x, res, nullptr, w, y, q, dq, qs, rows, dim, eps, B,  \
+                                         gnb);                                                 \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_normed_rms_norm_q8##SUFFIX(   \
+        float* x, const float* __restrict__ res, const float* __restrict__ res_w,              \
+        const float* __restrict__ w, float* y, i8* q, float* dq, int* qs, int rows, int dim,   \
+        float eps, int B, int gnb) {                                                           \
+        PDL_ENTER();                                                                           \
+        add_rms_norm_q8_body<true, PER>(x, res, res_w, w, y, q, dq, qs, rows, dim, eps, B,     \
+                                        gnb);                                                  \
+    }
+ADD_RMS_NORM_KERNELS(RMS_PER, )
+ADD_RMS_NORM_KERNELS(1, _p1)
+ADD_RMS_NORM_KERNELS(4, _p4)
 
 // The RMSNorm + int8 quantization of add_rms_norm_q8 without the residual add (the decode
 // stack adds the residual in the GEMV that produced it) over a grid of (rows, slices of
