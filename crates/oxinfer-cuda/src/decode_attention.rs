@@ -231,4 +231,22 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn few_heads_take_short_slices_within_the_fused_kernel() {
+        use crate::ops::split_count;
+        // Gemma 3 270M: 4 heads of 256 over one KV head; the output projection's int8 blocks
+        // of 256 give one head per block, so the fused kernel takes up to 16 slices.
+        let gemma = sh(4, 1, 256);
+        assert_eq!(split_count(1, 100, &gemma, KvType::F32), 16);
+        assert_eq!(split_count(1, 20, &gemma, KvType::F32), 4);
+        assert!(fused_layout(&gemma, KvType::F32, Some(256), 16).is_some());
+        // Past 512 keys the 32-key rule gives more slices than 16, as before.
+        assert_eq!(split_count(1, 1000, &gemma, KvType::F32), 32);
+        // Many heads keep 32 keys a slice (the 7B: 28 heads).
+        assert_eq!(split_count(1, 128, &sh(28, 4, 128), KvType::F32), 4);
+        // Four rows of Gemma are still few warps; five are not.
+        assert_eq!(split_count(4, 128, &gemma, KvType::F32), 16);
+        assert_eq!(split_count(5, 128, &gemma, KvType::F32), 4);
+    }
 }

@@ -122,7 +122,8 @@ fn flash_attention_enabled() -> bool {
 pub(crate) const SPLIT_ATTN_MAX_ROWS: usize = 8;
 
 /// Slices of the keys the split attention uses for `a` (enough warps to fill the device, at
-/// least [`split_attention_keys`] keys per slice on average, at most 128 slices). The key count
+/// least 32 keys per slice on average, 8 where the heads are few ([`split_count`]), at most
+/// 128 slices). The key count
 /// is rounded up to a power of two first, so consecutive decode steps share the count (and a
 /// captured step's launch stays valid) until the cache length crosses the next power of two.
 pub(crate) fn attention_splits(a: &AttentionGeom, elem: KvType) -> usize {
@@ -144,10 +145,20 @@ pub(crate) fn split_count(rows: usize, keys: usize, shape: &AttnShape, elem: KvT
         shape.n_heads
     };
     let warps = (rows * heads).max(1);
-    (2048 / warps)
-        .clamp(1, 128)
-        .min(keys.div_ceil(split_attention_keys()).max(1))
+    let mut slices = keys.div_ceil(split_attention_keys().unwrap_or(32)).max(1);
+    if warps <= FEW_ATTN_WARPS && split_attention_keys().is_none() {
+        // Few heads leave most of the device idle and each warp a long chain of dependent
+        // loads: up to 16 slices (the fused decode kernel's warps) of at least 8 keys.
+        slices = slices.max(keys.div_ceil(8).min(16));
+    }
+    (2048 / warps).clamp(1, 128).min(slices)
 }
+
+/// Warps (rows × heads) up to which [`split_count`] cuts slices of 8 keys instead of 32. On an
+/// H100 (docs/gpu.md, session 22) 8-key slices made Gemma 3 270M (4 heads) and SmolLM2-135M
+/// (9 heads) decode 4–10 % faster at depths up to 128; session 8 measured them slower on the
+/// 7B's 28 heads.
+const FEW_ATTN_WARPS: usize = 16;
 
 /// Whether the split attention over a cache of `elem` runs a KV group's query heads in one
 /// warp (`attention_split_gqa`: block-type caches, Q8_0 / Q4_0, with 2 to 8 query heads per
@@ -167,17 +178,17 @@ pub(crate) fn grouped_attention(shape: &AttnShape, elem: KvType) -> bool {
         && hd.is_multiple_of(32)
 }
 
-/// The fewest keys per slice of the split attention on average: 32, or
-/// `OXINFER_CUDA_ATTN_SPLIT_KEYS` (a power of two from 4 to 256; for measuring). Fewer keys per
-/// slice shorten each warp's chain of dependent loads and give the merge more partials.
-fn split_attention_keys() -> usize {
-    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// The fewest keys per slice of the split attention on average when
+/// `OXINFER_CUDA_ATTN_SPLIT_KEYS` sets it (a power of two from 4 to 256; for measuring: it
+/// replaces [`split_count`]'s rule). Fewer keys per slice shorten each warp's chain of dependent
+/// loads and give the merge more partials.
+fn split_attention_keys() -> Option<usize> {
+    static KEYS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *KEYS.get_or_init(|| {
         std::env::var("OXINFER_CUDA_ATTN_SPLIT_KEYS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|k| k.is_power_of_two() && (4..=256).contains(k))
-            .unwrap_or(32)
     })
 }
 
