@@ -136,6 +136,7 @@ pub(crate) fn decode_attention(
         g.k.decode_attention[elem]
     };
     let blocks = t * shape.n_heads / lay.heads;
+    let early = i32::from(loads_early());
     g.launch_smem(
         f,
         (blocks as u32, 1, 1),
@@ -174,8 +175,16 @@ pub(crate) fn decode_attention(
             arg(&softcap),
             arg(&s),
             arg(&nh),
+            arg(&early),
         ],
     )
+}
+
+/// Whether the fused decode attention loads the row's position, cache and RoPE entries and the
+/// QK-norm gains before waiting for the q/k/v products (unless `OXINFER_CUDA_ATTN_EARLY=0`).
+fn loads_early() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_ATTN_EARLY").is_ok_and(|v| v == "0"))
 }
 
 #[cfg(test)]

@@ -29,7 +29,9 @@
 // Arguments as qkv_post's (q, kn, vn: the rows' raw projections; q is not written) and
 // attention_split_f32's (kv, rseq, rpos: each row's cache and position, read on the device).
 // Dynamic shared memory: NH · S · (hd + 2) + NH · 512 + L + 256 · W · NH floats
-// (decode_attention.rs: fused_layout).
+// (decode_attention.rs: fused_layout). The kernel enters with PDL_LAUNCH and, with `early`,
+// loads what the pass's kernels never write before it waits for the previous kernels (PRE
+// below); without, it waits first.
 template <int ME, int KC, typename E>
 __device__ __forceinline__ void decode_attention(
     const float* __restrict__ q, const float* __restrict__ kn, const float* __restrict__ vn,
@@ -55,9 +57,18 @@ __device__ __forceinline__ void decode_attention(
     float* scratch = vals + L + warp * 256;
     typename E::T* knew = (typename E::T*)(fresh + i * 512);
     typename E::T* vnew = (typename E::T*)(fresh + i * 512 + 256);
+    // Before waiting for the q/k/v products (PRE): what the pass's kernels never write, i.e.
+    // the row's position and cache (per-pass uploads), the RoPE entries and the QK-norm gains.
     int pos = rpos[r];
     const float* c = cs + (long)r * half;
     const float* s = sn + (long)r * half;
+    int seq = rseq[r];
+    void* kc = (void*)kv[2 * seq];
+    void* vc = (void*)kv[2 * seq + 1];
+    HeadPre pk, pq;
+    if (w == 0) pk.load(kw, c, s, half, hd, true);
+    if (w == 2 % W) pq.load(qn, c, s, half, hd, true);
+    PDL_WAIT();
     // The three post-processing chains of head i in parallel, on warps 0, 1 and 2 of the head
     // (fewer warps take two or three in turn): its new key, its new value, its query (into
     // vals, free until the merge).
@@ -66,22 +77,22 @@ __device__ __forceinline__ void decode_attention(
     bool owner = h % group == 0;
     float v[8];
     if (w == 0) {
-        head_post(kn + src, kb ? kb + kvh * hd : 0, kw, c, s, half, interleaved, true, hd, eps,
-                  scratch, v);
+        head_post_pre(kn + src, kb ? kb + kvh * hd : 0, kw != 0, pk, half, interleaved, true, hd,
+                      eps, scratch, v);
         warp_hadamard(v, per, krot);
         kv_store_head(knew, 0, v, per, E::CODE);
-        if (owner) kv_store_head((void*)kv[2 * rseq[r]], at, v, per, E::CODE);
+        if (owner) kv_store_head(kc, at, v, per, E::CODE);
     }
     if (w == 1 % W) {
         head_post(vn + src, vb ? vb + kvh * hd : 0, 0, c, s, half, interleaved, false, hd, eps,
                   scratch, v);
         warp_hadamard(v, per, vrot);
         kv_store_head(vnew, 0, v, per, E::CODE);
-        if (owner) kv_store_head((void*)kv[2 * rseq[r] + 1], at, v, per, E::CODE);
+        if (owner) kv_store_head(vc, at, v, per, E::CODE);
     }
     if (w == 2 % W) {
-        head_post(q + (long)r * q_row + h * hd, qb ? qb + h * hd : 0, qn, c, s, half,
-                  interleaved, true, hd, eps, scratch, v);
+        head_post_pre(q + (long)r * q_row + h * hd, qb ? qb + h * hd : 0, qn != 0, pq, half,
+                      interleaved, true, hd, eps, scratch, v);
         warp_hadamard(v, per, krot);
         #pragma unroll
         for (int e = 0; e < 8; e++)
@@ -91,8 +102,8 @@ __device__ __forceinline__ void decode_attention(
     float qv[ME];
     #pragma unroll
     for (int e = 0; e < ME; e++) qv[e] = e < per ? vals[i * hd + lane + 32 * e] : 0.f;
-    const typename E::T* k = (const typename E::T*)kv[2 * rseq[r]];
-    const typename E::T* vv = (const typename E::T*)kv[2 * rseq[r] + 1];
+    const typename E::T* k = (const typename E::T*)kc;
+    const typename E::T* vv = (const typename E::T*)vc;
     int first = window > 0 ? max(0, pos - window + 1) : 0;
     for (int sl = w; sl < S; sl += W) {
         int j0, j1;
@@ -122,8 +133,9 @@ __device__ __forceinline__ void decode_attention(
         const float* __restrict__ sn, int half, int interleaved, float eps, int krot,         \
         int vrot, float* __restrict__ out, i8* __restrict__ q8, float* __restrict__ dq,       \
         int* __restrict__ qs, int B, int gnb, int H, int KVH, int hd, float scale,            \
-        int window, float softcap, int S, int NH) {                                           \
-        PDL_ENTER();                                                                          \
+        int window, float softcap, int S, int NH, int early) {                                \
+        PDL_LAUNCH();                                                                         \
+        if (!early) PDL_WAIT();                                                               \
         decode_attention<ME, KC, E>(q, kn, vn, kv, rseq, rpos, qb, kb, vb, qn, kw, cs, sn,    \
                                     half, interleaved, eps, krot, vrot, out, q8, dq, qs, B,   \
                                     gnb, H, KVH, hd, scale, window, softcap, S, NH);          \

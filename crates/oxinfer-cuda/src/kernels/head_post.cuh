@@ -11,6 +11,77 @@
 // with the row's tables c / s [half] (pairs (2j, 2j + 1) when `interleaved`, else (j, j + half);
 // elements from 2·half on unrotated), the result into v. `sh` is the warp's own 256 floats of
 // shared memory for the rotation's exchange between lanes.
+//
+// What head_post reads besides the head itself, loaded ahead (HeadPre::load: nothing in it is
+// written by the pass's kernels, so a kernel may load it before waiting for the previous one):
+// the lane's gains (element lane + 32 e) and RoPE table entries (pair lane + 32 i, i < 4:
+// half ≤ 128).
+struct HeadPre {
+    float g[8], c[4], s[4];
+    __device__ __forceinline__ void load(const float* __restrict__ gain,
+                                         const float* __restrict__ cs,
+                                         const float* __restrict__ sn, int half, int hd,
+                                         bool rotate) {
+        int lane = threadIdx.x & 31, per = hd >> 5;
+        #pragma unroll
+        for (int e = 0; e < 8; e++) g[e] = gain && e < per ? gain[lane + 32 * e] : 0.f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int j = lane + 32 * i;
+            c[i] = rotate && j < half ? cs[j] : 0.f;
+            s[i] = rotate && j < half ? sn[j] : 0.f;
+        }
+    }
+};
+
+// head_post with its gains and table entries already in `pre` (gain: whether to normalize).
+__device__ __forceinline__ void head_post_pre(const float* __restrict__ src,
+                                              const float* __restrict__ bias, bool gain,
+                                              const HeadPre& pre, int half, int interleaved,
+                                              bool rotate, int hd, float eps, float* sh,
+                                              float (&v)[8]) {
+    int lane = threadIdx.x & 31, per = hd >> 5;
+    double ss = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        v[e] = 0.f;
+        if (e < per) {
+            v[e] = src[lane + 32 * e];
+            if (bias) v[e] += bias[lane + 32 * e];
+            ss += (double)v[e] * (double)v[e];
+        }
+    }
+    if (gain) {
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+        #pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < per) v[e] = v[e] * inv * pre.g[e];
+    }
+    if (!rotate) return;
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < per) sh[lane + 32 * e] = v[e];
+    __syncwarp();
+    // Each pair is read and written by one lane only.
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int j = lane + 32 * i;
+        if (j < half) {
+            int ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + half;
+            float a = sh[ia], b = sh[ib];
+            sh[ia] = a * pre.c[i] - b * pre.s[i];
+            sh[ib] = a * pre.s[i] + b * pre.c[i];
+        }
+    }
+    __syncwarp();
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < per) v[e] = sh[lane + 32 * e];
+    __syncwarp();
+}
+
 __device__ __forceinline__ void head_post(const float* __restrict__ src,
                                           const float* __restrict__ bias,
                                           const float* __restrict__ gain,
