@@ -345,7 +345,7 @@ pub(crate) fn run(
     };
     g.scratch(Slot::X16, t * widest * 4)?;
     g.scratch(Slot::XScale, ops::int8_side_bytes(t * widest, 32))?;
-    let counters = if t == 1 && gemv_tails(g, 0, None) {
+    let counters = if t == 1 && gemv_tails() {
         // The down projections' inputs (the tails' second slots) and one counter per int8
         // block of the widest gated activation, zeroed when allocated (each launch leaves
         // them at zero).
@@ -564,22 +564,10 @@ fn residual_in_gemv() -> bool {
 
 /// Whether one-row decode steps end their blocks in GEMV tails ([`Tail`]: the gated
 /// activation inside the gate/up GEMV, the residual's post-norm and the next norm inside the
-/// output and down projections' GEMVs) for a launch of `rows` output rows whose tail
-/// normalizes rows of `norm_dim` (when it does). By default only where the launch's warps fit
-/// the device at once (fewer than 32 rows per multiprocessor) and the norm is at most 1,024
-/// wide: every block waits for an atomic's round trip before it retires, paid once per wave,
-/// and the norm is one block's serial work (session 19 measured the 7B's tails slower:
-/// docs/gpu.md). `OXINFER_CUDA_GEMV_TAILS=0`: never; `all`: wherever they fit.
-fn gemv_tails(g: &Gpu, rows: usize, norm_dim: Option<usize>) -> bool {
-    static MODE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let mode = *MODE.get_or_init(
-        || match std::env::var("OXINFER_CUDA_GEMV_TAILS").as_deref() {
-            Ok("0") => Some(false),
-            Ok("all") => Some(true),
-            _ => None,
-        },
-    );
-    mode.unwrap_or(rows < 32 * g.sm_count && norm_dim.is_none_or(|d| d <= 1024))
+/// output and down projections' GEMVs), unless `OXINFER_CUDA_GEMV_TAILS=0`.
+fn gemv_tails() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_TAILS").is_ok_and(|v| v == "0"))
 }
 
 /// A block's last product `w · input` (its int8 input as `ready` says) with the block's end in
@@ -600,7 +588,7 @@ fn block_end_tail(
     next: &DeviceMatrix,
 ) -> Result<Option<Ready>, String> {
     let (t, dim) = (p.t, p.d.dim);
-    if !gemv_tails(g, w.rows, Some(dim)) || !residual_in_gemv() || t != 1 || b.counters == 0 {
+    if !gemv_tails() || !residual_in_gemv() || t != 1 || b.counters == 0 {
         return Ok(None);
     }
     let Some(layout) = gemm::int8_layout(next, t).filter(|l| dim.is_multiple_of(l.block)) else {
@@ -637,7 +625,7 @@ fn gated_tail(
     ready: &mut Ready,
 ) -> Result<Option<Ready>, String> {
     let t = p.t;
-    if !gemv_tails(g, wg.rows + wu.rows, None) || t != 1 || b.counters == 0 {
+    if !gemv_tails() || t != 1 || b.counters == 0 {
         return Ok(None);
     }
     let Some(layout) = gemm::int8_layout(wd, t).filter(|l| wg.rows.is_multiple_of(l.block)) else {
