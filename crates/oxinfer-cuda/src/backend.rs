@@ -338,18 +338,7 @@ impl CudaBackend {
             if gemm::has_int8_gemv(format) {
                 // The layout a model's product takes (the constant input reads the same).
                 let grouped = gemm::int8_layout(&w, t).is_some_and(|l| l.grouped);
-                gemv::gemv_i8(
-                    g,
-                    &w,
-                    &[],
-                    x,
-                    xd,
-                    y,
-                    t,
-                    GemvOut::Store,
-                    grouped,
-                    &gemv::Tail::None,
-                )
+                gemv::gemv_i8(g, &w, &[], x, xd, y, t, GemvOut::Store, grouped)
             } else {
                 gemv::gemv(g, &w, x, y, t)
             }

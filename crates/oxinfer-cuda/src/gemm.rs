@@ -1,7 +1,7 @@
 //! Host side of the matmuls: activation conversion, the in-tile dequantizing tensor-core GEMM,
 //! the dequantize-then-cuBLAS alternative, and cuBLAS for float weights.
 
-use crate::gemv::{self, GemvOut, Tail};
+use crate::gemv::{self, GemvOut};
 use crate::gpu::{DevBuf, Gpu, Slot};
 use crate::kernels::{GEMM_BK, GEMV_MAX_ROWS};
 use crate::matrix::DeviceMatrix;
@@ -162,34 +162,9 @@ pub(crate) fn prepare(
     }
 }
 
-/// What [`linear`] was last given and prepared: the f32 input, the scratch slots its prepared
-/// form lies in and which form it is (a later product over the same input and kind skips the
-/// preparation).
-pub(crate) type Ready = Option<(CUdeviceptr, InputSlots, Input16)>;
-
-/// The scratch slots of a prepared input: `A` (`X16` and `XScale`, where [`linear`] prepares),
-/// or `B` (`X16B`, `XScaleB`: an int8 input a GEMV's tail writes while that GEMV still reads
-/// `A`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum InputSlots {
-    A,
-    B,
-}
-
-impl InputSlots {
-    fn values(self) -> Slot {
-        match self {
-            InputSlots::A => Slot::X16,
-            InputSlots::B => Slot::X16B,
-        }
-    }
-    fn scales(self) -> Slot {
-        match self {
-            InputSlots::A => Slot::XScale,
-            InputSlots::B => Slot::XScaleB,
-        }
-    }
-}
+/// What [`linear`] was last given and prepared: the f32 input, where its prepared form lies
+/// and which form it is (a later product over the same input and kind skips the preparation).
+pub(crate) type Ready = Option<(CUdeviceptr, CUdeviceptr, Input16)>;
 
 /// The input `w`'s product over `t` rows takes: `(kind, gemv, int8 gemv)`.
 fn plan_input(w: &DeviceMatrix, t: usize, path: QuantPath) -> (Input16, bool, bool) {
@@ -241,9 +216,9 @@ fn reads_either_layout(f: WeightFormat) -> bool {
     matches!(f, WeightFormat::Q4K | WeightFormat::Q6K)
 }
 
-/// Where [`linear`] finds the int8 GEMV input of `t` rows of `cols` values laid out as
-/// `layout` in `slots`, for a fused kernel to write; `x` is the f32 input it stands for, and
-/// the returned [`Ready`] tells `linear` that the input is prepared.
+/// Where [`linear`] keeps the int8 GEMV input of `t` rows of `cols` values laid out as
+/// `layout`, for a fused kernel to write; `x` is the f32 input it stands for, and the returned
+/// [`Ready`] tells `linear` that the input is prepared.
 pub(crate) fn int8_input(
     gpu: &mut Gpu,
     x: CUdeviceptr,
@@ -251,15 +226,14 @@ pub(crate) fn int8_input(
     cols: usize,
     layout: ops::Int8Layout,
     path: QuantPath,
-    slots: InputSlots,
 ) -> Result<(ops::Int8Out, Ready), String> {
     let block = layout.block;
-    let q = gpu.scratch(slots.values(), t * cols * path.elem_bytes())?;
-    let d = gpu.scratch(slots.scales(), ops::int8_side_bytes(t * cols, block))?;
+    let q = gpu.scratch(Slot::X16, t * cols * path.elem_bytes())?;
+    let d = gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * cols, block))?;
     let s = ops::int8_sums(d, t * cols, block);
     Ok((
         ops::Int8Out { q, d, s, layout },
-        Some((x, slots, Input16::I8(layout))),
+        Some((x, q, Input16::I8(layout))),
     ))
 }
 
@@ -280,23 +254,18 @@ fn prepared_input(
             kind = Input16::I8(have);
         }
     }
-    // Where a fused kernel left this input, else the first pair of slots.
-    let slots = match *ready {
-        Some((rx, s, rk)) if rx == x && rk == kind => s,
-        _ => InputSlots::A,
-    };
     let x16 = match kind {
         Input16::F32 => x,
-        Input16::Q8F32(_) => gpu.scratch(slots.values(), t * w.cols * 4)?,
-        _ => gpu.scratch(slots.values(), t * w.cols * path.elem_bytes())?,
+        Input16::Q8F32(_) => gpu.scratch(Slot::X16, t * w.cols * 4)?,
+        _ => gpu.scratch(Slot::X16, t * w.cols * path.elem_bytes())?,
     };
     let scale = match kind {
-        Input16::I8(l) => gpu.scratch(slots.scales(), ops::int8_side_bytes(t * w.cols, l.block))?,
+        Input16::I8(l) => gpu.scratch(Slot::XScale, ops::int8_side_bytes(t * w.cols, l.block))?,
         _ => gpu.scratch(Slot::Scale, 16)?,
     };
-    if *ready != Some((x, slots, kind)) {
+    if *ready != Some((x, x16, kind)) {
         prepare(gpu, kind, x, x16, t * w.cols, w.cols, scale)?;
-        *ready = Some((x, slots, kind));
+        *ready = Some((x, x16, kind));
     }
     Ok((x16, scale, kind, gemv, int8))
 }
@@ -314,19 +283,7 @@ pub(crate) fn linear(
 ) -> Result<(), String> {
     let (x16, scale, kind, gemv, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
-        let g = grouped(kind);
-        return gemv::gemv_i8(
-            gpu,
-            w,
-            &[],
-            x16,
-            scale,
-            y,
-            t,
-            GemvOut::Store,
-            g,
-            &Tail::None,
-        );
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, y, t, GemvOut::Store, grouped(kind));
     }
     if gemv {
         return gemv::gemv(gpu, w, x16, y, t);
@@ -352,8 +309,7 @@ pub(crate) fn linear_add(
     let (x16, scale, kind, _, int8) = prepared_input(gpu, w, x, t, path, ready)?;
     if int8 {
         let g = grouped(kind);
-        let out = GemvOut::Accumulate;
-        return gemv::gemv_i8(gpu, w, &[], x16, scale, acc, t, out, g, &Tail::None);
+        return gemv::gemv_i8(gpu, w, &[], x16, scale, acc, t, GemvOut::Accumulate, g);
     }
     linear(gpu, w, x, t, tmp, path, ready)?;
     ops::add(gpu, acc, tmp, t * w.rows)
@@ -389,45 +345,11 @@ pub(crate) fn linear_group(
     if n > 1 {
         let (x16, scale, kind, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
         let g = grouped(kind);
-        let out = GemvOut::Store;
-        gemv::gemv_i8(gpu, w1, &ws[1..n], x16, scale, y1, t, out, g, &Tail::None)?;
+        gemv::gemv_i8(gpu, w1, &ws[1..n], x16, scale, y1, t, GemvOut::Store, g)?;
     } else {
         linear(gpu, w1, x, t, y1, path, ready)?;
     }
     linear_group(gpu, &ws[n..], x, t, path, ready)
-}
-
-/// One int8 GEMV launch of `ws` (one or two weights of one format and width over the input
-/// `x`: `yᵢ = x · Wᵢᵀ`, or with `out` accumulating, `y₀ += …`) followed by `tail`
-/// ([`gemv::Tail`]), when that is these weights' product and the tail fits
-/// ([`gemv::tail_fits`]); `Ok(false)`, with nothing queued, when not (the caller then runs
-/// the separate kernels).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn linear_tail(
-    gpu: &mut Gpu,
-    ws: &[(&DeviceMatrix, CUdeviceptr)],
-    x: CUdeviceptr,
-    t: usize,
-    out: GemvOut,
-    path: QuantPath,
-    ready: &mut Ready,
-    tail: &Tail,
-) -> Result<bool, String> {
-    let Some((&(w1, y1), more)) = ws.split_first() else {
-        return Ok(false);
-    };
-    let like = |w: &DeviceMatrix| {
-        w.format == w1.format && (w.cols, w.row_bytes) == (w1.cols, w1.row_bytes)
-    };
-    if int8_layout(w1, t).is_none()
-        || !more.iter().all(|(w, _)| like(w))
-        || !gemv::tail_fits(w1, more, t, tail)
-    {
-        return Ok(false);
-    }
-    let (x16, scale, kind, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
-    gemv::gemv_i8(gpu, w1, more, x16, scale, y1, t, out, grouped(kind), tail)?;
-    Ok(true)
 }
 
 /// Most weights [`linear_group`] joins into one launch: 3, or `OXINFER_CUDA_GEMV_GROUP`

@@ -6,9 +6,8 @@
 use crate::gpu::Gpu;
 use crate::kernels::{GEMV_MAX_ROWS, GEMV_WARPS};
 use crate::matrix::DeviceMatrix;
-use crate::ops::{arg, Int8Out};
+use crate::ops::arg;
 use cudarc::driver::sys::CUdeviceptr;
-use oxinfer::backend::GateAct;
 use oxinfer_kernels::WeightFormat;
 use std::sync::OnceLock;
 
@@ -65,106 +64,6 @@ struct GemvMats {
     rows: [i32; 3],
 }
 
-/// What a one-row int8 GEMV launch does after its products, by the last of its blocks to store
-/// what the step needs (`GemvTail` in `kernels/gemv.cu`): the step's own launch is saved.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Tail {
-    None,
-    /// The launch's two matrices are the gate and up projections: `g = act(g) · u` (written
-    /// back into the gate's output) quantized to `out`, as [`crate::ops::gated_act_q8`] does.
-    Gated {
-        out: Int8Out,
-        act: GateAct,
-        /// Arrival counters, one per int8 block of the output, zero between launches.
-        count: CUdeviceptr,
-    },
-    /// The matrix's output completes the residual stream `x` (`[dim]`, `dim` = its rows):
-    /// accumulated into it, or (`res`: the GEMV's output and a gain) RMS-normalized and added
-    /// to it; then `y = x / rms(x) · gain` is stored and quantized to `out`, as
-    /// [`crate::ops::add_rms_norm_q8`] does.
-    Norm {
-        x: CUdeviceptr,
-        res: Option<(CUdeviceptr, CUdeviceptr)>,
-        gain: CUdeviceptr,
-        y: CUdeviceptr,
-        out: Int8Out,
-        eps: f32,
-        /// One arrival counter, zero between launches.
-        count: CUdeviceptr,
-    },
-}
-
-/// The kernels' `GemvTail`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GemvTailArgs {
-    kind: i32,
-    act: i32,
-    b: i32,
-    gnb: i32,
-    count: CUdeviceptr,
-    q: CUdeviceptr,
-    dq: CUdeviceptr,
-    qs: CUdeviceptr,
-    x: CUdeviceptr,
-    res: CUdeviceptr,
-    res_w: CUdeviceptr,
-    w: CUdeviceptr,
-    y: CUdeviceptr,
-    eps: f32,
-    dim: i32,
-}
-
-impl GemvTailArgs {
-    /// The kernel arguments of `tail` after a launch over matrices of `rows` rows each.
-    fn of(tail: &Tail, rows: usize) -> Self {
-        let mut a = GemvTailArgs {
-            kind: 0,
-            act: 0,
-            b: 32,
-            gnb: 0,
-            count: 0,
-            q: 0,
-            dq: 0,
-            qs: 0,
-            x: 0,
-            res: 0,
-            res_w: 0,
-            w: 0,
-            y: 0,
-            eps: 0.0,
-            dim: rows as i32,
-        };
-        let out = match *tail {
-            Tail::None => return a,
-            Tail::Gated { out, act, count } => {
-                (a.kind, a.count) = (1, count);
-                a.act = match act {
-                    GateAct::Silu => 0,
-                    GateAct::GeluTanh => 1,
-                };
-                out
-            }
-            Tail::Norm {
-                x,
-                res,
-                gain,
-                y,
-                out,
-                eps,
-                count,
-            } => {
-                (a.kind, a.count, a.x, a.w, a.y, a.eps) = (2, count, x, gain, y, eps);
-                (a.res, a.res_w) = res.unwrap_or((0, 0));
-                out
-            }
-        };
-        (a.b, a.gnb) = (out.layout.block as i32, out.layout.gnb(rows));
-        (a.q, a.dq, a.qs) = (out.q, out.d, out.s);
-        a
-    }
-}
-
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` (or `+=`,
 /// `out`) with `xq` the int8 values `[t, cols]` and `xd` one scale per block (`[t, cols /
 /// block]`, from `quant_act_i8`), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four
@@ -174,8 +73,7 @@ impl GemvTailArgs {
 /// (weight rows copied whole into shared memory first) when [`staged`] says so and the rows
 /// fit [`STAGED_MAX_SMEM`]. `xd` holds the scales and then the run sums
 /// ([`crate::ops::int8_side_bytes`]). `grouped`: `xq` is in the grouped layout
-/// ([`crate::ops::Int8Layout::grouped`]; one row of Q4_K or Q6_K). `tail`: the step after
-/// the products ([`Tail`]; one activation row only, and [`tail_fits`]).
+/// ([`crate::ops::Int8Layout::grouped`]; one row of Q4_K or Q6_K).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_i8(
     g: &Gpu,
@@ -187,7 +85,6 @@ pub(crate) fn gemv_i8(
     t: usize,
     out: GemvOut,
     grouped: bool,
-    tail: &Tail,
 ) -> Result<(), String> {
     if more.len() > 2 {
         return Err(format!(
@@ -195,15 +92,6 @@ pub(crate) fn gemv_i8(
             more.len() + 1
         ));
     }
-    if !matches!(tail, Tail::None) && !tail_fits(w, more, t, tail) {
-        return Err(format!(
-            "a GEMV tail {tail:?} after {} × {} ({} more matrices, {t} rows)",
-            w.rows,
-            w.cols,
-            more.len()
-        ));
-    }
-    let tail_args = GemvTailArgs::of(tail, w.rows);
     let mut mats = GemvMats {
         w: [w.buf.ptr(), 0, 0],
         y: [y, 0, 0],
@@ -248,32 +136,8 @@ pub(crate) fn gemv_i8(
             arg(&split_i),
             arg(&accum),
             arg(&grouped),
-            arg(&tail_args),
         ],
     )
-}
-
-/// Whether `tail` can follow the int8 GEMV of `w` and `more` over `t` rows: one activation row;
-/// for [`Tail::Gated`] exactly two matrices of equal rows whose int8 blocks of the output are
-/// whole launch blocks' rows (at most 8 rows per launch block, blocks of 32 or 256); for
-/// [`Tail::Norm`] one matrix, its rows a multiple of the output's block.
-pub(crate) fn tail_fits(
-    w: &DeviceMatrix,
-    more: &[(&DeviceMatrix, CUdeviceptr)],
-    t: usize,
-    tail: &Tail,
-) -> bool {
-    match tail {
-        Tail::None => true,
-        _ if t != 1 => false,
-        Tail::Gated { out, .. } => {
-            more.len() == 1
-                && more[0].0.rows == w.rows
-                && w.rows.is_multiple_of(out.layout.block)
-                && out.layout.block.is_multiple_of(2 * GEMV_WARPS)
-        }
-        Tail::Norm { out, .. } => more.is_empty() && w.rows.is_multiple_of(out.layout.block),
-    }
 }
 
 /// Most dynamic shared memory a staged GEMV block takes (its kernels are allowed this much,

@@ -214,13 +214,6 @@ pub(crate) enum Slot {
     Pos = 21,
     /// Decoder stack: per logit row its score (log-probability of the target, argmax), f64 pairs.
     Scores = 22,
-    /// A second int8 GEMV input (values), for one a GEMV's tail writes while the GEMV still
-    /// reads the first ([`crate::gemm::InputSlots::B`]).
-    X16B = 23,
-    /// Its scales and run sums.
-    XScaleB = 24,
-    /// Arrival counters of the GEMV tails (u32, zero between launches).
-    Counters = 25,
 }
 
 impl Gpu {

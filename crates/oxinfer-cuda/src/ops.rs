@@ -424,7 +424,7 @@ impl Int8Layout {
 
 /// Where the int8 quantization of a fused kernel's output goes: values `q` (`[n]` int8), one
 /// f32 scale per `layout.block` values at `d` and the run sums at `s` ([`int8_side_bytes`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) struct Int8Out {
     pub q: CUdeviceptr,
     pub d: CUdeviceptr,

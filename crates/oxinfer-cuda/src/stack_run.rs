@@ -8,8 +8,8 @@
 //! CPU pass wrote since the last device pass); only the wanted logits come down.
 
 use crate::decode_attention;
-use crate::gemm::{self, InputSlots, QuantPath, Ready};
-use crate::gemv::{GemvOut, Tail};
+use crate::gemm::Ready;
+use crate::gemm::{self, QuantPath};
 use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::{DeviceKvCache, KvLayout};
@@ -18,7 +18,7 @@ use crate::ops::{self, add, gated_act, rms_norm, softcap, Residual};
 use crate::stack::StackDesc;
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
-use oxinfer::backend::{AttentionGeom, AttnShape, GateAct, Weight};
+use oxinfer::backend::{AttentionGeom, AttnShape, Weight};
 use oxinfer::plan::{KvCache, KvType, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::attention::KvView;
 use std::sync::{Arc, Mutex};
@@ -244,7 +244,7 @@ pub(crate) fn run(
     }
     let (t, dim) = (i.t(), d.dim);
     let (q_row, kv_row) = (d.q_row(), d.kv_row());
-    let ffn = mats.iter().map(|m| m[4].rows).max().unwrap_or(0);
+    let ffn = mats.first().map_or(0, |m| m[4].rows);
     let n_logit = i.logit_rows.len();
     let vocab = head.rows;
 
@@ -341,25 +341,9 @@ pub(crate) fn run(
         logits: g.scratch(Slot::Logits, n_logit * vocab * 4)?,
         part: g.scratch(Slot::AttPart, part_len * 4)?,
         params: 0,
-        counters: 0,
     };
     g.scratch(Slot::X16, t * widest * 4)?;
     g.scratch(Slot::XScale, ops::int8_side_bytes(t * widest, 32))?;
-    let counters = if t == 1 && gemv_tails() {
-        // The down projections' inputs (the tails' second slots) and one counter per int8
-        // block of the widest gated activation, zeroed when allocated (each launch leaves
-        // them at zero).
-        g.scratch(Slot::X16B, ffn * 4)?;
-        g.scratch(Slot::XScaleB, ops::int8_side_bytes(ffn, 32))?;
-        let n = ffn / 32 + 1;
-        let (c, fresh) = g.scratch_fresh(Slot::Counters, n * 4)?;
-        if fresh {
-            g.upload(c, &vec![0u32; n + n / 4])?;
-        }
-        c
-    } else {
-        0
-    };
     g.scratch(Slot::W16, biggest_w * path.elem_bytes())?;
     let scores_dev = match targets_o {
         Some(_) => g.scratch(Slot::Scores, n_logit * 16)?,
@@ -367,7 +351,6 @@ pub(crate) fn run(
     };
     let bufs = Bufs {
         params: params_on_device(g, &params)?,
-        counters,
         ..bufs
     };
     let bases = {
@@ -487,8 +470,6 @@ struct Bufs {
     logits: CUdeviceptr,
     part: CUdeviceptr,
     params: CUdeviceptr,
-    /// The GEMV tails' arrival counters (0: none, tails off).
-    counters: CUdeviceptr,
 }
 
 /// Everything [`queue_pass`] reads besides the buffers.
@@ -537,7 +518,7 @@ fn add_norm_for(
 ) -> Result<Ready, String> {
     let (out, ready) = match gemm::int8_layout(w, rows) {
         Some(layout) if dim.is_multiple_of(layout.block) => {
-            let (out, ready) = gemm::int8_input(g, y, rows, dim, layout, path, InputSlots::A)?;
+            let (out, ready) = gemm::int8_input(g, y, rows, dim, layout, path)?;
             (Some(out), ready)
         }
         _ => (None, None),
@@ -560,86 +541,6 @@ fn add_norm_for(
 fn residual_in_gemv() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_RESIDUAL_GEMV").is_ok_and(|v| v == "0"))
-}
-
-/// Whether one-row decode steps end their blocks in GEMV tails ([`Tail`]: the gated
-/// activation inside the gate/up GEMV, the residual's post-norm and the next norm inside the
-/// output and down projections' GEMVs), unless `OXINFER_CUDA_GEMV_TAILS=0`.
-fn gemv_tails() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_TAILS").is_ok_and(|v| v == "0"))
-}
-
-/// A block's last product `w · input` (its int8 input as `ready` says) with the block's end in
-/// its tail ([`Tail::Norm`]): the sum completes the residual stream `x` (accumulated into it,
-/// or stored into `y` and RMS-normalized with `post` first), then the next norm (`gain`) into
-/// `norm`, quantized for `next`'s GEMV. Returns `next`'s prepared input, or `None` with nothing
-/// queued when this pass cannot (several rows, no int8 GEMV, tails or residual folding off).
-#[allow(clippy::too_many_arguments)]
-fn block_end_tail(
-    g: &mut Gpu,
-    p: &Pass,
-    b: &Bufs,
-    w: &DeviceMatrix,
-    input: CUdeviceptr,
-    ready: &mut Ready,
-    post: Option<CUdeviceptr>,
-    gain: CUdeviceptr,
-    next: &DeviceMatrix,
-) -> Result<Option<Ready>, String> {
-    let (t, dim) = (p.t, p.d.dim);
-    if !gemv_tails() || !residual_in_gemv() || t != 1 || b.counters == 0 {
-        return Ok(None);
-    }
-    let Some(layout) = gemm::int8_layout(next, t).filter(|l| dim.is_multiple_of(l.block)) else {
-        return Ok(None);
-    };
-    let (out, next_ready) = gemm::int8_input(g, b.norm, t, dim, layout, p.path, InputSlots::A)?;
-    let tail = Tail::Norm {
-        x: b.x,
-        res: post.map(|w| (b.y, w)),
-        gain,
-        y: b.norm,
-        out,
-        eps: p.d.eps,
-        count: b.counters,
-    };
-    let (y, mode) = match post {
-        None => (b.x, GemvOut::Accumulate),
-        Some(_) => (b.y, GemvOut::Store),
-    };
-    let ran = gemm::linear_tail(g, &[(w, y)], input, t, mode, p.path, ready, &tail)?;
-    Ok(ran.then_some(next_ready))
-}
-
-/// The gate and up products of `norm` (prepared as `ready` says) with the gated activation and
-/// its int8 quantization for the down projection in the launch's tail ([`Tail::Gated`]),
-/// written to the second input slots (the launch still reads the first). Returns the down
-/// projection's prepared input, or `None` with nothing queued when this pass cannot.
-fn gated_tail(
-    g: &mut Gpu,
-    p: &Pass,
-    b: &Bufs,
-    [wg, wu, wd]: [&DeviceMatrix; 3],
-    act: GateAct,
-    ready: &mut Ready,
-) -> Result<Option<Ready>, String> {
-    let t = p.t;
-    if !gemv_tails() || t != 1 || b.counters == 0 {
-        return Ok(None);
-    }
-    let Some(layout) = gemm::int8_layout(wd, t).filter(|l| wg.rows.is_multiple_of(l.block)) else {
-        return Ok(None);
-    };
-    let (out, down_ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, p.path, InputSlots::B)?;
-    let tail = Tail::Gated {
-        out,
-        act,
-        count: b.counters,
-    };
-    let ws = [(wg, b.gate), (wu, b.up)];
-    let ran = gemm::linear_tail(g, &ws, b.norm, t, GemvOut::Store, p.path, ready, &tail)?;
-    Ok(ran.then_some(down_ready))
 }
 
 /// Whether decode norms without a residual always take the sliced kernel
@@ -697,9 +598,6 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     // The last block's output, added to the residual stream by the next norm (unless the
     // block's last GEMV added it already).
     let mut pending: Option<Residual> = None;
-    // The next norm's int8 output, when the last block's GEMV tail made it.
-    let mut normed: Option<Ready> = None;
-    let layers = d.layers.len();
     let fold_residual = residual_in_gemv();
     // Every sequence's attention is the split kernel, whose merge can quantize its output.
     let all_split = p.all_split;
@@ -712,10 +610,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let (rope_dim, interleaved) = d.ropes[l.spec.rope];
         let (x, np) = (b.x, b.norm);
         let attn_norm = at_p(lp.attn_norm);
-        let mut ready = match normed.take() {
-            Some(r) => r,
-            None => add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?,
-        };
+        let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
         let qkv = [(wq, b.q), (wk, b.k_new), (wv, b.v_new)];
         gemm::linear_group(g, &qkv, np, t, path, &mut ready)?;
         // The output projection's int8 input, written by the attention's merge.
@@ -726,7 +621,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                     && combine_quantizes()
                     && ops::split_attention_quantizes(d.n_heads, hd, layout.block) =>
             {
-                let (out, r) = gemm::int8_input(g, b.att, t, q_row, layout, path, InputSlots::A)?;
+                let (out, r) = gemm::int8_input(g, b.att, t, q_row, layout, path)?;
                 o_ready = r;
                 Some(out)
             }
@@ -773,70 +668,36 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
                 attend(g, p, b, kv, rows, li, shape, splits, o_quant)?;
             }
         }
-        let ffn_norm = at_p(lp.ffn_norm);
-        let post = opt_p(lp.post_attn_norm);
-        let mut ready = match block_end_tail(g, p, b, wo, b.att, &mut o_ready, post, ffn_norm, wg)?
-        {
-            Some(r) => r,
-            None => {
-                let res = if fold_residual && post.is_none() {
-                    gemm::linear_add(g, wo, b.att, t, x, b.y, path, &mut o_ready)?;
-                    None
-                } else {
-                    gemm::linear(g, wo, b.att, t, b.y, path, &mut o_ready)?;
-                    Some(post_normed(g, b.y, post, t, dim, d.eps)?)
-                };
-                add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?
-            }
-        };
-        let mut ready = match gated_tail(g, p, b, [wg, wu, wd], l.act, &mut ready)? {
-            Some(r) => r,
-            None => {
-                gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
-                let n = t * wg.rows;
-                match gemm::int8_layout(wd, t) {
-                    Some(layout) if wg.rows.is_multiple_of(layout.block) => {
-                        let slots = InputSlots::A;
-                        let (out, ready) =
-                            gemm::int8_input(g, b.gate, t, wg.rows, layout, path, slots)?;
-                        ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
-                        ready
-                    }
-                    _ => {
-                        gated_act(g, b.gate, b.up, n, l.act)?;
-                        None
-                    }
-                }
-            }
-        };
-        // The next norm: the next layer's attention norm, or after the last layer the final
-        // norm when the head reads this very row (one row, one logit row).
-        let next = if li + 1 < layers {
-            Some((at_p(p.lp[li + 1].attn_norm), p.mats[li + 1][0]))
+        let res = if fold_residual && lp.post_attn_norm.is_none() {
+            gemm::linear_add(g, wo, b.att, t, x, b.y, path, &mut o_ready)?;
+            None
         } else {
-            (t == 1 && p.n_logit == 1).then_some((at_p(p.final_norm), p.head))
+            gemm::linear(g, wo, b.att, t, b.y, path, &mut o_ready)?;
+            let post = opt_p(lp.post_attn_norm);
+            Some(post_normed(g, b.y, post, t, dim, d.eps)?)
         };
-        let post = opt_p(lp.post_ffn_norm);
-        let tailed = match next {
-            Some((gain, nw)) => block_end_tail(g, p, b, wd, b.gate, &mut ready, post, gain, nw)?,
-            None => None,
+        let ffn_norm = at_p(lp.ffn_norm);
+        let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
+        gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
+        let n = t * wg.rows;
+        let mut ready = match gemm::int8_layout(wd, t) {
+            Some(layout) if wg.rows.is_multiple_of(layout.block) => {
+                let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, path)?;
+                ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
+                ready
+            }
+            _ => {
+                gated_act(g, b.gate, b.up, n, l.act)?;
+                None
+            }
         };
-        if tailed.is_some() {
-            normed = tailed;
-        } else if fold_residual && post.is_none() {
+        if fold_residual && lp.post_ffn_norm.is_none() {
             gemm::linear_add(g, wd, b.gate, t, x, b.y, path, &mut ready)?;
         } else {
             gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
+            let post = opt_p(lp.post_ffn_norm);
             pending = Some(post_normed(g, b.y, post, t, dim, d.eps)?);
         }
-    }
-    if let Some(mut ready) = normed {
-        // The last layer's tail normalized the one row into `norm` for the head.
-        gemm::linear(g, p.head, b.norm, 1, b.logits, path, &mut ready)?;
-        if let Some(cap) = d.final_softcap {
-            softcap(g, b.logits, p.head.rows, cap)?;
-        }
-        return Ok(());
     }
     if let Some(y) = pending {
         if let Some(w) = y.norm {

@@ -451,155 +451,11 @@ __device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
     return make_int2(k, row);
 }
 
-// What a one-row int8 GEMV launch does after its products (`kind`; TAIL_NONE: nothing). The
-// blocks of the launch count their arrivals (`count`, zero between launches: the last to arrive
-// resets it), and the last block to store the rows a step needs does the step, so the step
-// needs no launch of its own:
-//  TAIL_GATED: matrices 0 and 1 are the gate and up projections (n rows each); per int8 block
-//    of B outputs (one counter each), g = act(g) · u is written back into matrix 0's output and
-//    quantized to int8 blocks of B into q / dq / qs (gated_act_q8's arithmetic, bit for bit).
-//  TAIL_NORM: matrix 0's output (`dim` rows) completes the residual stream x: accumulated into
-//    it (res null), or stored at res and RMS-normalized with gain res_w before x += res (Gemma's
-//    post-norms, as add_normed_rms_norm_q8); then y = x / rms(x) · w, quantized to int8 blocks
-//    of B (add_rms_norm_q8's arithmetic with the sums of squares in another f64 order).
-// q is in the grouped layout when gnb > 0 (common.cuh). Only blocks of one matrix's rows may
-// share a launch block (the host checks the rows per block divide B).
-#define TAIL_NONE 0
-#define TAIL_GATED 1
-#define TAIL_NORM 2
-struct GemvTail {
-    int kind, act, B, gnb;
-    unsigned* count;
-    i8* q;
-    float* dq;
-    int* qs;
-    float* x;
-    const float* res;
-    const float* res_w;
-    const float* w;
-    float* y;
-    float eps;
-    int dim;
-};
-
-// The f64 sum of v over the block's threads (every thread gets it); `red` holds GEMV_WARPS.
-__device__ __forceinline__ double block_sum_d(double v, double* red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    #pragma unroll
-    for (int k = 0; k < GEMV_WARPS; k++) t += red[k];
-    return t;
-}
-
-// TAIL_NORM's step, by the launch's last block (its GEMV_WARPS warps).
-__device__ __noinline__ void gemv_tail_norm(const GemvTail& tl) {
-    __shared__ double red[GEMV_WARPS];
-    int tid = threadIdx.x, nt = blockDim.x, dim = tl.dim;
-    float* x = tl.x;
-    if (tl.res) {
-        double ss = 0.0;
-        for (int i = tid; i < dim; i += nt) {
-            float r = __ldcg(tl.res + i);
-            ss += (double)r * (double)r;
-        }
-        float inv_r = (float)(1.0 / sqrt(block_sum_d(ss, red) / (double)dim + (double)tl.eps));
-        for (int i = tid; i < dim; i += nt) {
-            float v = __ldcg(x + i) + __ldcg(tl.res + i) * inv_r * tl.res_w[i];
-            x[i] = v;
-        }
-        __syncthreads();
-    }
-    double ss = 0.0;
-    for (int i = tid; i < dim; i += nt) {
-        float v = __ldcg(x + i);
-        ss += (double)v * (double)v;
-    }
-    float inv = (float)(1.0 / sqrt(block_sum_d(ss, red) / (double)dim + (double)tl.eps));
-    int lane = tid & 31, warp = tid >> 5, nw = nt >> 5, per = tl.B >> 5;
-    for (int b = warp; b < dim / tl.B; b += nw) {
-        float v[8];
-        #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            v[e] = 0.f;
-            if (e < per) {
-                int i = b * tl.B + lane + 32 * e;
-                v[e] = __ldcg(x + i) * inv * tl.w[i];
-                tl.y[i] = v[e];
-            }
-        }
-        warp_quant_block(v, tl.B, tl.q + (long)b * tl.B, tl.dq + b, tl.qs + b * per, tl.gnb, b);
-    }
-}
-
-// TAIL_GATED's step for int8 block blk, by one warp of the block that completed it.
-__device__ __noinline__ void gemv_tail_gated(const GemvMats& m, const GemvTail& tl, int blk) {
-    int lane = threadIdx.x & 31, per = tl.B >> 5;
-    float* g = m.y[0];
-    const float* u = m.y[1];
-    float gv[8], uv[8], v[8];
-    #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        long j = (long)blk * tl.B + lane + 32 * i;
-        gv[i] = i < per ? __ldcg(g + j) : 0.f;
-        uv[i] = i < per ? __ldcg(u + j) : 0.f;
-    }
-    #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        v[i] = 0.f;
-        if (i < per) {
-            float x = gv[i];
-            float a = tl.act == 0 ? x / (1.f + expf(-x))
-                                  : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
-            v[i] = a * uv[i];
-            g[(long)blk * tl.B + lane + 32 * i] = v[i];
-        }
-    }
-    warp_quant_block(v, tl.B, tl.q + (long)blk * tl.B, tl.dq + blk, tl.qs + blk * per, tl.gnb, blk);
-}
-
-// After the block's rows are stored (grid rows blockIdx.x · units .. + units): counts the
-// block's arrival and, when it completes a step of `tl`, does that step. Every thread of the
-// block calls it.
-__device__ __forceinline__ void gemv_tail(const GemvMats& m, const GemvTail& tl, int units) {
-    __shared__ int done;
-    // Release: every thread's stores before the block's arrival is counted.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        done = -1;
-        if (tl.kind == TAIL_GATED) {
-            int2 gr = gemv_mat_row(m, blockIdx.x * units);
-            if (gr.x < 2) {
-                int blk = gr.y / tl.B, n = min(units, m.rowsk(gr.x) - gr.y);
-                unsigned* c = tl.count + blk;
-                if (atomicAdd(c, (unsigned)n) + n == 2u * tl.B) {
-                    done = blk;
-                    *c = 0;
-                }
-            }
-        } else if (atomicAdd(tl.count, 1u) == gridDim.x - 1) {
-            done = 0;
-            *tl.count = 0;
-        }
-    }
-    __syncthreads();
-    if (done < 0) return;
-    // Acquire: the other blocks' stores (read with __ldcg, past this SM's L1).
-    __threadfence();
-    if (tl.kind == TAIL_NORM) gemv_tail_norm(tl);
-    else if (threadIdx.x < 32) gemv_tail_gated(m, tl, done);
-}
-
 template <int F, int T, int R, bool STAGED, bool EARLY = false>
 __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
                                         const i8* __restrict__ xq,
                                         const float* __restrict__ xd, int cols, int t, int split,
-                                        int accum, int grouped, const GemvTail& tail) {
+                                        int accum, int grouped) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
@@ -609,9 +465,9 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     int2 mr = gemv_mat_row(m, row);
     int mat = mr.x, lrow = mr.y;
     bool valid = mat < 3;
-    // A warp per row (split 1) has no block-wide step unless a tail follows: an idle warp
-    // leaves now. With split warps per row, every warp stays for the __syncthreads below.
-    if (split == 1 && !valid && tail.kind == TAIL_NONE) return;
+    // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
+    // warps per row, every warp stays for the __syncthreads below.
+    if (split == 1 && !valid) return;
     const u8* wr = valid ? m.wk(mat) + (long)lrow * row_bytes : m.w[0];
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
@@ -648,14 +504,9 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     }
     if (split == 1) {
         int ac = mat == 0 ? accum : 0;
-        if (valid) {
-            #pragma unroll
-            for (int rr = 0; rr < R; rr++)
-                gemv_store<T>(acc[rr], m.yk(mat), m.rowsk(mat), lrow + rr, t, ac);
-        }
-        // (Every warp waited for the previous kernels: an idle one stays in a launch with a
-        // tail.)
-        if (tail.kind != TAIL_NONE) gemv_tail(m, tail, GEMV_WARPS * R);
+        #pragma unroll
+        for (int rr = 0; rr < R; rr++)
+            gemv_store<T>(acc[rr], m.yk(mat), m.rowsk(mat), lrow + rr, t, ac);
         return;
     }
     __shared__ float partial[GEMV_WARPS][T];
@@ -680,7 +531,6 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
             *yo = gr.x == 0 && accum ? *yo + v : v;
         }
     }
-    if (tail.kind != TAIL_NONE) gemv_tail(m, tail, units);
 }
 
 // Blocks per multiprocessor an int8 GEMV entry point is compiled for (__launch_bounds__' second
@@ -696,14 +546,13 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
-        int accum, int grouped, GemvTail tail) {                                               \
+        int accum, int grouped) {                                                              \
         if (EARLY) {                                                                           \
             PDL_LAUNCH();                                                                      \
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
-        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped,  \
-                                        tail);                                                 \
+        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped); \
     }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
