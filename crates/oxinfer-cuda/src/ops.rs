@@ -442,6 +442,67 @@ pub(crate) struct Residual {
     pub norm: Option<CUdeviceptr>,
 }
 
+/// The arguments the norm kernels share after their inputs (`w, y, q, dq, qs, rows, dim, eps,
+/// B, gnb` in `kernels/stack.cu`), for rows of `dim` quantized to `out` when given.
+struct NormArgs {
+    w: CUdeviceptr,
+    y: CUdeviceptr,
+    q: CUdeviceptr,
+    d: CUdeviceptr,
+    qs: CUdeviceptr,
+    rows: i32,
+    dim: i32,
+    eps: f32,
+    block: i32,
+    gnb: i32,
+}
+
+impl NormArgs {
+    fn new(
+        w: CUdeviceptr,
+        y: CUdeviceptr,
+        out: Option<Int8Out>,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Self {
+        let (q, d, qs, block, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
+            (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
+        });
+        let (rows, dim) = (rows as i32, dim as i32);
+        NormArgs {
+            w,
+            y,
+            q,
+            d,
+            qs,
+            rows,
+            dim,
+            eps,
+            block,
+            gnb,
+        }
+    }
+
+    /// `lead` (the kernel's input pointers), then the shared arguments.
+    fn params(&self, lead: &[*mut c_void]) -> Vec<*mut c_void> {
+        let mut p = lead.to_vec();
+        p.extend([
+            arg(&self.w),
+            arg(&self.y),
+            arg(&self.q),
+            arg(&self.d),
+            arg(&self.qs),
+            arg(&self.rows),
+            arg(&self.dim),
+            arg(&self.eps),
+            arg(&self.block),
+            arg(&self.gnb),
+        ]);
+        p
+    }
+}
+
 /// `x += res` (when given; its rows normalized first when `res.norm` is), then
 /// `y = x / rms(x) · w` row-wise over `rows` rows of `dim`, then (when `out` is given) `y`
 /// quantized to int8 blocks like [`quant_act_i8`]: the arithmetic of [`rms_norm`] (for the
@@ -464,39 +525,22 @@ pub(crate) fn add_rms_norm_q8(
             "RMSNorm over rows of {dim}: the device kernel takes at most {RMS_MAX_DIM}"
         ));
     }
-    let (q, d, qs, b, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
-        (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
-    });
-    let (r, n) = (rows as i32, dim as i32);
+    let na = NormArgs::new(w, y, out, rows, dim, eps);
     // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
     let threads = dim.next_multiple_of(32).min(1024);
     let per = rms_per_variant(dim, threads);
     let (grid, block) = ((rows as u32, 1, 1), (threads as u32, 1, 1));
-    let tail = [
-        arg(&w),
-        arg(&y),
-        arg(&q),
-        arg(&d),
-        arg(&qs),
-        arg(&r),
-        arg(&n),
-        arg(&eps),
-        arg(&b),
-        arg(&gnb),
-    ];
     match res {
         Some(Residual {
             rows: res,
             norm: Some(res_w),
         }) => {
-            let mut params = vec![arg(&x), arg(&res), arg(&res_w)];
-            params.extend(tail);
+            let mut params = na.params(&[arg(&x), arg(&res), arg(&res_w)]);
             g.launch(g.k.add_normed_rms_norm_q8[per], grid, block, &mut params)
         }
         _ => {
             let res = res.map_or(0, |r| r.rows);
-            let mut params = vec![arg(&x), arg(&res)];
-            params.extend(tail);
+            let mut params = na.params(&[arg(&x), arg(&res)]);
             g.launch(g.k.add_rms_norm_q8[per], grid, block, &mut params)
         }
     }
@@ -542,29 +586,14 @@ pub(crate) fn rms_norm_q8_slices(
             x == y
         ));
     }
-    let (q, d, qs, b, gnb) = out.map_or((0, 0, 0, 32, 0), |o| {
-        (o.q, o.d, o.s, o.layout.block as i32, o.layout.gnb(dim))
-    });
-    let (r, n) = (rows as i32, dim as i32);
+    let na = NormArgs::new(w, y, out, rows, dim, eps);
     // The same threads as add_rms_norm_q8, so each block's reduction is the same.
     let threads = dim.next_multiple_of(32).min(1024) as u32;
     g.launch(
         g.k.rms_norm_q8_slices,
         (rows as u32, dim.div_ceil(RMS_SLICE) as u32, 1),
         (threads, 1, 1),
-        &mut [
-            arg(&x),
-            arg(&w),
-            arg(&y),
-            arg(&q),
-            arg(&d),
-            arg(&qs),
-            arg(&r),
-            arg(&n),
-            arg(&eps),
-            arg(&b),
-            arg(&gnb),
-        ],
+        &mut na.params(&[arg(&x)]),
     )
 }
 
