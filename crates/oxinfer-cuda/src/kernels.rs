@@ -236,10 +236,10 @@ pub(crate) struct Kernels {
     /// f16/bf16 weights → f32 (exact-product path).
     pub half_to_f32: sys::CUfunction,
     /// Residual add (optional) + RMSNorm + int8 quantization (optional) of the next GEMV's input.
-    /// Indexed by [`crate::ops::rms_per_variant`]: 1, 4 or 16 values a thread.
-    pub add_rms_norm_q8: [sys::CUfunction; 3],
+    /// Indexed by [`crate::ops::rms_per_variant`]: 1, 4, 8 or 16 values a thread.
+    pub add_rms_norm_q8: [sys::CUfunction; 4],
     /// The same with the residual RMS-normalized before the add (Gemma's post-norms).
-    pub add_normed_rms_norm_q8: [sys::CUfunction; 3],
+    pub add_normed_rms_norm_q8: [sys::CUfunction; 4],
     /// RMSNorm + int8 quantization over (row, slice) blocks (decode; no residual add).
     pub rms_norm_q8_slices: sys::CUfunction,
     /// Gated activation + int8 quantization.
@@ -533,11 +533,13 @@ impl Kernels {
             add_rms_norm_q8: [
                 get("add_rms_norm_q8_p1")?,
                 get("add_rms_norm_q8_p4")?,
+                get("add_rms_norm_q8_p8")?,
                 get("add_rms_norm_q8")?,
             ],
             add_normed_rms_norm_q8: [
                 get("add_normed_rms_norm_q8_p1")?,
                 get("add_normed_rms_norm_q8_p4")?,
+                get("add_normed_rms_norm_q8_p8")?,
                 get("add_normed_rms_norm_q8")?,
             ],
             rms_norm_q8_slices: get("rms_norm_q8_slices")?,

@@ -546,9 +546,9 @@ pub(crate) fn add_rms_norm_q8(
     }
 }
 
-/// Which of the norm kernels' variants (1, 4 or 16 values a thread: `add_rms_norm_q8_p1`,
-/// `_p4`, the plain one in `kernels/stack.cu`) covers rows of `dim` on `threads` threads: the
-/// narrowest (fewer registers, the gains loaded with the row), unless
+/// Which of the norm kernels' variants (1, 4, 8 or 16 values a thread: `add_rms_norm_q8_p1`,
+/// `_p4`, `_p8`, the plain one in `kernels/stack.cu`) covers rows of `dim` on `threads`
+/// threads: the narrowest (fewer registers, the gains loaded with the row for up to 4), unless
 /// `OXINFER_CUDA_NORM_NARROW=0` (always 16, for measuring). Every variant gives the same bits.
 pub(crate) fn rms_per_variant(dim: usize, threads: usize) -> usize {
     static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -557,7 +557,8 @@ pub(crate) fn rms_per_variant(dim: usize, threads: usize) -> usize {
     match dim.div_ceil(threads.max(1)) {
         1 if narrow => 0,
         2..=4 if narrow => 1,
-        _ => 2,
+        5..=8 if narrow => 2,
+        _ => 3,
     }
 }
 

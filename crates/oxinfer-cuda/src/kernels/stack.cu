@@ -57,14 +57,10 @@ extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const 
 #define RMS_THREADS 1024
 #define RMS_PER 16
 
-// The sum of squares of a row held PER values per thread (f64, every block of a row the same
-// tree: threads, then warps through `part` [32]); every thread gets the total.
-template <int PER>
-__device__ __forceinline__ double row_sum_sq(const float (&v)[PER], double* part) {
+// The block's total of each thread's ss (f64, every block of a row the same tree: lanes, then
+// warps through `part` [32]); every thread gets it.
+__device__ __forceinline__ double row_total(double ss, double* part) {
     int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31;
-    double ss = 0.0;
-    #pragma unroll
-    for (int k = 0; k < PER; k++) ss += (double)v[k] * (double)v[k];
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) part[warp] = ss;
@@ -78,6 +74,16 @@ __device__ __forceinline__ double row_sum_sq(const float (&v)[PER], double* part
     }
     __syncthreads();
     return part[0];
+}
+
+// The sum of squares of a row held PER values per thread (each thread's in order k = 0, 1, ...,
+// then row_total).
+template <int PER>
+__device__ __forceinline__ double row_sum_sq(const float (&v)[PER], double* part) {
+    double ss = 0.0;
+    #pragma unroll
+    for (int k = 0; k < PER; k++) ss += (double)v[k] * (double)v[k];
+    return row_total(ss, part);
 }
 
 // The body of the add_rms_norm_q8 kernels (NORM_RES false) and add_normed_rms_norm_q8 ones
@@ -103,19 +109,28 @@ __device__ __forceinline__ void add_rms_norm_q8_body(
     constexpr bool EARLY_W = PER <= 4;
     float v[PER], wv[PER];
     if (NORM_RES) {
-        float rv[PER];
+        // Narrow rows keep res in registers; wider ones sum its squares as they load and read
+        // it again (ptxas 12.9, sm_90: with both arrays held the 16-value variant spilled 652
+        // bytes; this way the 8-value one spills none and the 16-value one, only for rows
+        // wider than 8,192, 160).
+        constexpr bool KEEP_RES = PER <= 4;
+        float rv[KEEP_RES ? PER : 1];
+        double ssr = 0.0;
         #pragma unroll
         for (int k = 0; k < PER; k++) {
             int i = tid + k * nt;
             v[k] = i < dim ? xr[i] : 0.f;
-            rv[k] = i < dim ? res[(long)r * dim + i] : 0.f;
+            float rk = i < dim ? res[(long)r * dim + i] : 0.f;
+            ssr += (double)rk * (double)rk;
+            if (KEEP_RES) rv[KEEP_RES ? k : 0] = rk;
             if (EARLY_W) wv[k] = i < dim ? w[i] : 0.f;
         }
-        float inv_r = (float)(1.0 / sqrt(row_sum_sq<PER>(rv, part[1]) / (double)dim + (double)eps));
+        float inv_r = (float)(1.0 / sqrt(row_total(ssr, part[1]) / (double)dim + (double)eps));
         #pragma unroll
         for (int k = 0; k < PER; k++) {
             int i = tid + k * nt;
-            if (i < dim) v[k] = v[k] + rv[k] * inv_r * res_w[i];
+            float rk = KEEP_RES ? rv[KEEP_RES ? k : 0] : (i < dim ? res[(long)r * dim + i] : 0.f);
+            if (i < dim) v[k] = v[k] + rk * inv_r * res_w[i];
         }
     } else {
         #pragma unroll
@@ -164,8 +179,8 @@ __device__ __forceinline__ void add_rms_norm_q8_body(
     }
 }
 
-// add_rms_norm_q8 (PER = 16 values a thread, rows up to 16384) and its narrow variants _p1 and
-// _p4 (rows up to 1024 and 4096); add_normed_rms_norm_q8* the same with res (required)
+// add_rms_norm_q8 (PER = 16 values a thread, rows up to 16384) and its narrow variants _p1, _p4
+// and _p8 (rows up to 1024, 4096 and 8192); add_normed_rms_norm_q8* the same with res (required)
 // RMS-normalized with gain res_w before the add.
 #define ADD_RMS_NORM_KERNELS(PER, SUFFIX)                                                      \
     extern "C" __global__ void __launch_bounds__(RMS_THREADS) add_rms_norm_q8##SUFFIX(          \
@@ -186,6 +201,7 @@ __device__ __forceinline__ void add_rms_norm_q8_body(
 ADD_RMS_NORM_KERNELS(RMS_PER, )
 ADD_RMS_NORM_KERNELS(1, _p1)
 ADD_RMS_NORM_KERNELS(4, _p4)
+ADD_RMS_NORM_KERNELS(8, _p8)
 
 // The RMSNorm + int8 quantization of add_rms_norm_q8 without the residual add (the decode
 // stack adds the residual in the GEMV that produced it) over a grid of (rows, slices of
