@@ -1023,3 +1023,28 @@ pub(crate) fn conv(
         ],
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rms_per_variant;
+
+    #[test]
+    fn norm_variant_is_the_narrowest_that_covers_the_row() {
+        // (row width, variant): 1 value a thread up to 1,024, then 4, 8 and 16 on 1,024 threads.
+        for (dim, want) in [
+            (576usize, 0usize),
+            (640, 0),
+            (1024, 0),
+            (1152, 1),
+            (3584, 1),
+            (4096, 1),
+            (5376, 2),
+            (8192, 2),
+            (8193, 3),
+            (16384, 3),
+        ] {
+            let threads = dim.next_multiple_of(32).min(1024);
+            assert_eq!(rms_per_variant(dim, threads), want, "rows of {dim}");
+        }
+    }
+}
