@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Packs what a GPU side-by-side run on an offline device machine needs (scripts/gpu-side-by-side.sh
+# there) into target/gpucarry, small enough to travel with the working tree in one device call
+# (about 11 MB; a call takes 64 MiB in all, the tracked tree about 51 MB):
+#
+#   oxinfer.xz        a stripped release build of the CLI with the CUDA backend only (its own
+#                     target dir, target/cudaonly; about 5 MB compressed)
+#   smol.skel.xz      tools/ref/make_synthetic_like.py skeletons of the real test models
+#   gemma.skel.xz     (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M; fetched first if missing)
+#   gguf-*.whl        the gguf package, for expanding them and making the synthetic 7B there
+#   llama-src.tar.xz  llama.cpp's source, pruned (scripts/build-llama-cpp.sh pack)
+#
+#   scripts/gpu-carry.sh            then: run `bash scripts/gpu-side-by-side.sh` with carry
+#                                   ["target/gpucarry"]
+#
+# Python: $OXINFER_REF_PYTHON, else the reference venv's (tools/ref/setup-venv.sh), else a venv
+# made here with only gguf and numpy (~/.cache/oxinfer/gguf-venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=target/gpucarry
+CACHE="$HOME/.cache/oxinfer"
+mkdir -p "$OUT"
+
+PY=${OXINFER_REF_PYTHON:-$CACHE/refvenv/bin/python}
+if ! "$PY" -c "import gguf, numpy" 2>/dev/null; then
+  PY=$CACHE/gguf-venv/bin/python
+  if ! "$PY" -c "import gguf, numpy" 2>/dev/null; then
+    python3 -m venv "$CACHE/gguf-venv"
+    "$CACHE/gguf-venv/bin/pip" install -q gguf numpy
+  fi
+fi
+
+echo "== oxinfer (CUDA only, stripped)"
+cargo build --release -q -p oxinfer-cli --no-default-features --features cuda --target-dir target/cudaonly
+strip -o "$OUT/oxinfer" target/cudaonly/release/oxinfer
+xz -T0 -9 -f "$OUT/oxinfer"
+
+echo "== model skeletons"
+bash scripts/fetch-test-models.sh >/dev/null
+MODELS=${OXINFER_TEST_MODELS:-${OXINFER_CACHE:-$CACHE}/models}
+"$PY" tools/ref/make_synthetic_like.py skeleton "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$OUT/smol.skel.xz"
+"$PY" tools/ref/make_synthetic_like.py skeleton "$MODELS/gemma-3-270m-q4_k_m.gguf" "$OUT/gemma.skel.xz"
+
+echo "== gguf wheel, llama.cpp source"
+rm -f "$OUT"/gguf-*.whl
+python3 -m pip download -q --no-deps gguf -d "$OUT"
+bash scripts/build-llama-cpp.sh pack "$OUT/llama-src.tar.xz"
+
+du -ch "$OUT"/* | tail -1
