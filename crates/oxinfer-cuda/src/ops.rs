@@ -1026,7 +1026,137 @@ pub(crate) fn conv(
 
 #[cfg(test)]
 mod tests {
-    use super::rms_per_variant;
+    use super::*;
+    use crate::gpu::Slot;
+
+    /// The CPU twin of the norm kernels for one row: `x += res` (normalized with `res_w` first
+    /// when given), `y = x / rms(x) · w` (sums of squares in f64), and `y`'s int8 blocks of
+    /// `block` (d = amax / 127, q = round(y / d)).
+    fn norm_row(
+        x: &mut [f32],
+        res: &[f32],
+        res_w: Option<&[f32]>,
+        w: &[f32],
+        eps: f32,
+        block: usize,
+    ) -> (Vec<f32>, Vec<i8>, Vec<f32>) {
+        let inv = |v: &[f32]| {
+            let ss: f64 = v.iter().map(|&a| a as f64 * a as f64).sum();
+            (1.0 / (ss / v.len() as f64 + eps as f64).sqrt()) as f32
+        };
+        let inv_r = inv(res);
+        for (i, xi) in x.iter_mut().enumerate() {
+            let r = match res_w {
+                Some(rw) => res[i] * inv_r * rw[i],
+                None => res[i],
+            };
+            *xi += r;
+        }
+        let n = inv(x);
+        let y: Vec<f32> = x.iter().zip(w).map(|(&a, &g)| a * n * g).collect();
+        let (mut q, mut d) = (Vec::new(), Vec::new());
+        for b in y.chunks(block) {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let dd = amax / 127.0;
+            let id = if amax == 0.0 { 0.0 } else { 1.0 / dd };
+            q.extend(
+                b.iter()
+                    .map(|v| (v * id).round().clamp(-127.0, 127.0) as i8),
+            );
+            d.push(dd);
+        }
+        (y, q, d)
+    }
+
+    /// Every variant of the norm kernels (1, 4, 8 and 16 values a thread; plain and with the
+    /// residual post-normalized; int8 blocks of 32 and 256) against [`norm_row`] on two rows:
+    /// f32 results within a few ulps (the f64 sums are reduced in another order), int8 values
+    /// within one step. Skipped without a CUDA device.
+    #[test]
+    fn norm_kernels_match_the_cpu_at_every_width() {
+        if !crate::gpu::driver_present() {
+            eprintln!("skipped: no CUDA driver");
+            return;
+        }
+        let mut g = match crate::gpu::Gpu::open(0) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("skipped: no CUDA device ({e})");
+                return;
+            }
+        };
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let (rows, eps) = (2usize, 1e-6f32);
+        for dim in [576usize, 640, 1152, 3584, 5376, 9216] {
+            for normed in [false, true] {
+                for block in [32usize, 256] {
+                    if !dim.is_multiple_of(block) {
+                        continue;
+                    }
+                    let n = rows * dim;
+                    let x: Vec<f32> = (0..n).map(|_| rnd() * 3.0).collect();
+                    let res: Vec<f32> = (0..n).map(|_| rnd()).collect();
+                    let w: Vec<f32> = (0..dim).map(|_| 1.0 + rnd() * 0.5).collect();
+                    let rw: Vec<f32> = (0..dim).map(|_| 1.0 + rnd() * 0.5).collect();
+                    let buf = |g: &mut crate::gpu::Gpu, s: Slot, b: usize| g.scratch(s, b).unwrap();
+                    let (xd, rd, wd, rwd) = (
+                        buf(&mut g, Slot::X, n * 4),
+                        buf(&mut g, Slot::Y, n * 4),
+                        buf(&mut g, Slot::G, dim * 4),
+                        buf(&mut g, Slot::U, dim * 4),
+                    );
+                    let (yd, qd) = (buf(&mut g, Slot::Norm, n * 4), buf(&mut g, Slot::X16, n));
+                    let dd = buf(&mut g, Slot::XScale, int8_side_bytes(n, block));
+                    for (p, v) in [(xd, &x), (rd, &res), (wd, &w), (rwd, &rw)] {
+                        g.upload(p, v).unwrap();
+                    }
+                    let out = Int8Out {
+                        q: qd,
+                        d: dd,
+                        s: int8_sums(dd, n, block),
+                        layout: Int8Layout {
+                            block,
+                            grouped: false,
+                        },
+                    };
+                    let r = Residual {
+                        rows: rd,
+                        norm: normed.then_some(rwd),
+                    };
+                    add_rms_norm_q8(&g, xd, Some(r), wd, yd, Some(out), rows, dim, eps).unwrap();
+                    let (mut gx, mut gy) = (vec![0f32; n], vec![0f32; n]);
+                    let (mut gq, mut gd) = (vec![0i8; n], vec![0f32; n / block]);
+                    g.download(&mut gx, xd).unwrap();
+                    g.download(&mut gy, yd).unwrap();
+                    g.download(&mut gq, qd).unwrap();
+                    g.download(&mut gd, dd).unwrap();
+                    let case = format!("dim {dim}, post-norm {normed}, blocks of {block}");
+                    for row in 0..rows {
+                        let at = row * dim..(row + 1) * dim;
+                        let mut cx = x[at.clone()].to_vec();
+                        let rwo = normed.then_some(&rw[..]);
+                        let (cy, cq, cd) = norm_row(&mut cx, &res[at.clone()], rwo, &w, eps, block);
+                        let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * b.abs().max(1.0);
+                        for i in 0..dim {
+                            assert!(close(gx[at.start + i], cx[i]), "{case}: x[{row}, {i}]");
+                            assert!(close(gy[at.start + i], cy[i]), "{case}: y[{row}, {i}]");
+                            let dq = (gq[at.start + i] as i32 - cq[i] as i32).abs();
+                            assert!(dq <= 1, "{case}: q[{row}, {i}]");
+                        }
+                        for (k, &c) in cd.iter().enumerate() {
+                            assert!(close(gd[row * dim / block + k], c), "{case}: d[{row}, {k}]");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn norm_variant_is_the_narrowest_that_covers_the_row() {
