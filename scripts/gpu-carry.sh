@@ -10,13 +10,28 @@
 #   gguf-*.whl        the gguf package, for expanding them and making the synthetic 7B there
 #   llama-src.tar.xz  llama.cpp's source, pruned (scripts/build-llama-cpp.sh pack)
 #
-#   scripts/gpu-carry.sh            then: run `bash scripts/gpu-side-by-side.sh` with carry
-#                                   ["target/gpucarry"]
+#   scripts/gpu-carry.sh [--tests] [--no-llama]
+#       then run `bash scripts/gpu-side-by-side.sh` there with carry ["target/gpucarry"]
+#
+# --tests adds the device tests, stripped and compressed (about 1 MB each): backend_ops.xz (run
+# it there from the repository root: `xz -dc target/gpucarry/backend_ops.xz > /tmp/bo; chmod +x
+# /tmp/bo; /tmp/bo --test-threads 1`) and cuda_lib_tests.xz (oxinfer-cuda's unit tests; run with
+# a filter such as `norm_kernels`, since a few read the source tree at its path here).
+# --no-llama leaves llama.cpp's source out (4.6 MB), e.g. to make room for the tests.
 #
 # Python: $OXINFER_REF_PYTHON, else the reference venv's (tools/ref/setup-venv.sh), else a venv
 # made here with only gguf and numpy (~/.cache/oxinfer/gguf-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TESTS=0
+LLAMA=1
+for a in "$@"; do
+  case $a in
+    --tests) TESTS=1 ;;
+    --no-llama) LLAMA=0 ;;
+    *) echo "unknown argument $a (--tests, --no-llama)" >&2; exit 2 ;;
+  esac
+done
 OUT=target/gpucarry
 CACHE="$HOME/.cache/oxinfer"
 mkdir -p "$OUT"
@@ -41,9 +56,29 @@ MODELS=${OXINFER_TEST_MODELS:-${OXINFER_CACHE:-$CACHE}/models}
 "$PY" tools/ref/make_synthetic_like.py skeleton "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$OUT/smol.skel.xz"
 "$PY" tools/ref/make_synthetic_like.py skeleton "$MODELS/gemma-3-270m-q4_k_m.gguf" "$OUT/gemma.skel.xz"
 
-echo "== gguf wheel, llama.cpp source"
+echo "== gguf wheel"
 rm -f "$OUT"/gguf-*.whl
 python3 -m pip download -q --no-deps gguf -d "$OUT"
-bash scripts/build-llama-cpp.sh pack "$OUT/llama-src.tar.xz"
+rm -f "$OUT/llama-src.tar.xz" "$OUT/backend_ops.xz" "$OUT/cuda_lib_tests.xz"
+if [ "$LLAMA" = 1 ]; then
+  echo "== llama.cpp source"
+  bash scripts/build-llama-cpp.sh pack "$OUT/llama-src.tar.xz"
+fi
+if [ "$TESTS" = 1 ]; then
+  echo "== device tests"
+  # The test executables cargo lists for oxinfer-cuda: its unit tests and backend_ops.
+  exes=$(cargo test --release -q -p oxinfer-cuda --no-run --message-format=json 2>/dev/null |
+    python3 -c "import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] in ('oxinfer_cuda', 'backend_ops'):
+        print(m['target']['kind'][0], m['executable'])")
+  while read -r kind exe; do
+    name=backend_ops
+    [ "$kind" = lib ] && name=cuda_lib_tests
+    strip -o "$OUT/$name" "$exe"
+    xz -T0 -9 -f "$OUT/$name"
+  done <<<"$exes"
+fi
 
 du -ch "$OUT"/* | tail -1
