@@ -526,10 +526,8 @@ pub(crate) fn add_rms_norm_q8(
         ));
     }
     let na = NormArgs::new(w, y, out, rows, dim, eps);
-    // A thread per value up to 1024 threads (whole warps); each holds up to 16 in registers.
-    let threads = dim.next_multiple_of(32).min(1024);
-    let per = rms_per_variant(dim, threads);
-    let (grid, block) = ((rows as u32, 1, 1), (threads as u32, 1, 1));
+    let per = rms_per_variant(dim);
+    let (grid, block) = ((rows as u32, 1, 1), (norm_threads(dim), 1, 1));
     match res {
         Some(Residual {
             rows: res,
@@ -546,15 +544,23 @@ pub(crate) fn add_rms_norm_q8(
     }
 }
 
+/// Threads of a norm kernel's block for rows of `dim`: one per value up to 1,024 (whole warps),
+/// each holding up to 16 values in registers; the sliced kernel takes the same, so every block
+/// reduces a row in the same order.
+fn norm_threads(dim: usize) -> u32 {
+    dim.next_multiple_of(32).min(1024) as u32
+}
+
 /// Which of the norm kernels' variants (1, 4, 8 or 16 values a thread: `add_rms_norm_q8_p1`,
-/// `_p4`, `_p8`, the plain one in `kernels/stack.cu`) covers rows of `dim` on `threads`
-/// threads: the narrowest (fewer registers, the gains loaded with the row for up to 4), unless
-/// `OXINFER_CUDA_NORM_NARROW=0` (always 16, for measuring). Every variant gives the same bits.
-pub(crate) fn rms_per_variant(dim: usize, threads: usize) -> usize {
+/// `_p4`, `_p8`, the plain one in `kernels/stack.cu`) covers rows of `dim` on
+/// [`norm_threads`]: the narrowest (fewer registers, the gains loaded with the row for up to
+/// 4), unless `OXINFER_CUDA_NORM_NARROW=0` (always 16, for measuring). Every variant gives the
+/// same bits.
+pub(crate) fn rms_per_variant(dim: usize) -> usize {
     static NARROW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let narrow =
         *NARROW.get_or_init(|| !std::env::var("OXINFER_CUDA_NORM_NARROW").is_ok_and(|v| v == "0"));
-    match dim.div_ceil(threads.max(1)) {
+    match dim.div_ceil(norm_threads(dim).max(1) as usize) {
         1 if narrow => 0,
         2..=4 if narrow => 1,
         5..=8 if narrow => 2,
@@ -589,11 +595,10 @@ pub(crate) fn rms_norm_q8_slices(
     }
     let na = NormArgs::new(w, y, out, rows, dim, eps);
     // The same threads as add_rms_norm_q8, so each block's reduction is the same.
-    let threads = dim.next_multiple_of(32).min(1024) as u32;
     g.launch(
         g.k.rms_norm_q8_slices,
         (rows as u32, dim.div_ceil(RMS_SLICE) as u32, 1),
-        (threads, 1, 1),
+        (norm_threads(dim), 1, 1),
         &mut na.params(&[arg(&x)]),
     )
 }
@@ -1173,8 +1178,7 @@ mod tests {
             (8193, 3),
             (16384, 3),
         ] {
-            let threads = dim.next_multiple_of(32).min(1024);
-            assert_eq!(rms_per_variant(dim, threads), want, "rows of {dim}");
+            assert_eq!(rms_per_variant(dim), want, "rows of {dim}");
         }
     }
 }
