@@ -9,11 +9,11 @@ video) placeholder tokens (mm_token_type_ids 1 or 2; the <|image> and <image|> m
 so an image token also sees the later tokens of its own image, while keys further back than the
 window stay hidden; full-attention layers stay causal, and so do decode steps.
 
-Writes tests/fixtures/tiny_gemma4_bidir/ with the files make_tiny_gemma4_mm.py describes (no
-audio references), the same two images in one prompt (64 and 63 soft tokens, the sliding window
-8), and in reference.json `causal_logits_max_diff`: how far the prompt's logits under the plain
-causal mask lie from the bidirectional ones (checked to be large, so the fixture exercises the
-mask).
+Writes tests/fixtures/tiny_gemma4_bidir/ with the files make_tiny_gemma4_mm.py describes, for a
+checkpoint without the audio tower (as the larger checkpoints have none): the same two images in
+one prompt (64 and 63 soft tokens, the sliding window 8), and in reference.json
+`causal_logits_max_diff`: how far the prompt's logits under the plain causal mask lie from the
+bidirectional ones (checked to be large, so the fixture exercises the mask).
 
 Run (from the repository root):
   /root/.cache/oxinfer/refvenv/bin/python tools/ref/make_tiny_gemma4_bidir.py
@@ -38,7 +38,7 @@ MIN_CAUSAL_DIFF = 0.05
 
 @torch.no_grad()
 def main() -> None:
-    cfg = configs(use_bidirectional_attention="vision")
+    cfg = configs(use_bidirectional_attention="vision", audio=False)
     # The images of make_tiny_gemma4_mm.py (made there with ImageMagick).
     made = make(OUT, cfg, images_from=FIXTURES / "tiny_gemma4_mm")
     model, ref = made["model"], made["ref"]

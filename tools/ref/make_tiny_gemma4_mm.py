@@ -61,9 +61,9 @@ QUESTIONS = ["Say?", "What is it?", "Tell me.", "Which?", "Compare them.", "Why?
              "Describe.", "Count.", "Hm?"]
 
 
-def configs(use_bidirectional_attention: str | None = None) -> Gemma4Config:
-    """The tiny checkpoint's configuration; `use_bidirectional_attention="vision"` makes the
-    text config of the larger checkpoints (make_tiny_gemma4_bidir.py)."""
+def configs(use_bidirectional_attention: str | None = None, audio: bool = True) -> Gemma4Config:
+    """The tiny checkpoint's configuration; `use_bidirectional_attention="vision"` and no
+    audio tower make that of the larger checkpoints (make_tiny_gemma4_bidir.py)."""
     text = Gemma4TextConfig(
         vocab_size=VOCAB_MM, hidden_size=32, intermediate_size=48, num_hidden_layers=6,
         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -90,13 +90,14 @@ def configs(use_bidirectional_attention: str | None = None) -> Gemma4Config:
         standardize=True, initializer_range=0.1,
         rope_parameters={"rope_type": "axial", "rope_theta": 100.0},
     )
-    audio = Gemma4AudioConfig(
+    audio_cfg = Gemma4AudioConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         subsampling_conv_channels=[8, 4], conv_kernel_size=5, attention_chunk_size=12,
         attention_context_left=13, attention_context_right=0, output_proj_dims=24,
         use_clipped_linears=True, initializer_range=0.1,
     )
-    cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=audio,
+    cfg = Gemma4Config(text_config=text, vision_config=vision,
+                       audio_config=audio_cfg if audio else None,
                        boi_token_id=BOI_ID, eoi_token_id=EOI_ID, image_token_id=IMAGE_ID,
                        video_token_id=VIDEO_ID, boa_token_id=BOA_ID, eoa_token_index=EOA_ID,
                        audio_token_id=AUDIO_ID, tie_word_embeddings=True)

@@ -92,6 +92,73 @@ pub fn attention_cached(
     out
 }
 
+/// The rows of a pass whose queries lie in a group of tokens that attend to each other both
+/// ways (an image's soft tokens: [`crate::plan::media::MediaEmbeds::groups`]), attended again
+/// over the keys that group adds to the causal mask: a query at position `p` of group `a..b`
+/// sees every key the causal mask shows it and the later keys of its group, those older than
+/// `p + 1 − window` still hidden when `p.window` is set — transformers' `AND(sliding_window,
+/// OR(causal, blockwise))` — so it sees positions `max(0, p + 1 − window) .. b`, one contiguous
+/// run. That is what a causal query at position `b − 1` with window `b − max(0, p + 1 − window)`
+/// sees, so each such row is one [`attention_cached`] call of one query (the kernels, the KV
+/// types and an installed backend's causal attention op all apply).
+///
+/// `q`, `k`, `v`, `ring`, `t`, `pos0` and `p` are those of the [`attention_cached`] call whose
+/// output `out` (`[t, n_heads · head_dim]`) holds; rows `i` with `pos0 + i` in a group other than
+/// its last position are overwritten. Every group that has rows in the pass must lie within
+/// the keys stored (`..pos0 + t`) and, in a ring, after its oldest (the pass runs whole groups:
+/// [`crate::plan::batch::layout`]).
+///
+/// # Panics
+/// A group reaches past the stored keys.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_groups(
+    q: &[f32],
+    k: KvView<'_>,
+    v: KvView<'_>,
+    ring: usize,
+    t: usize,
+    pos0: usize,
+    groups: &[std::ops::Range<usize>],
+    p: &AttnShape,
+    out: &mut [f32],
+) {
+    let q_row = p.n_heads * p.head_dim;
+    let kv_row = p.n_kv_heads * p.head_dim;
+    for g in groups {
+        let rows = g.start.max(pos0)..(g.end - 1).min(pos0 + t);
+        if rows.is_empty() {
+            continue;
+        }
+        assert!(
+            g.end <= pos0 + t,
+            "the group at positions {}..{} reaches past the {} keys stored",
+            g.start,
+            g.end,
+            pos0 + t
+        );
+        // The keys of positions `..g.end` in position order (the plain layout's rows up to the
+        // group's end); a ring as it is.
+        let (kg, vg) = if ring == 0 {
+            (
+                k.split_at_row(g.end, kv_row).0,
+                v.split_at_row(g.end, kv_row).0,
+            )
+        } else {
+            (k, v)
+        };
+        for pos in rows {
+            let i = pos - pos0;
+            let shape = AttnShape {
+                window: p.window.map(|w| g.end - (pos + 1).saturating_sub(w)),
+                ..*p
+            };
+            let qi = &q[i * q_row..(i + 1) * q_row];
+            let o = attention_cached(qi, kg, vg, ring, 1, g.end - 1, &shape);
+            out[i * q_row..(i + 1) * q_row].copy_from_slice(&o);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
