@@ -271,4 +271,86 @@ mod tests {
             );
         }
     }
+
+    /// [`attend_groups`] against the mask written out: a query at `p` sees key `j` when
+    /// `j > p − window` and (`j ≤ p` or both lie in one group), softmax over those only. Plain
+    /// and ring (sliding) caches of f32, Q8_0 keys and values within the Q8_0 bound; rows
+    /// outside the groups keep the causal output.
+    #[test]
+    fn groups_see_their_later_tokens_within_the_window() {
+        use crate::plan::{KvCache, KvType, KvTypes};
+        let (n_heads, hd) = (2usize, 8usize);
+        let (pos0, t) = (6usize, 14usize);
+        let groups = [8..12, 13..19];
+        let val = |i: usize, s: usize| {
+            let x = ((i * 7919 + s * 104_729) % 2003) as f32;
+            x / 1001.0 - 1.0
+        };
+        let n = pos0 + t;
+        let k: Vec<f32> = (0..n * hd).map(|i| val(i, 1)).collect();
+        let v: Vec<f32> = (0..n * hd).map(|i| val(i, 2)).collect();
+        let q: Vec<f32> = (0..t * n_heads * hd).map(|i| val(i, 3)).collect();
+        let group_of = |j: usize| groups.iter().position(|g| g.contains(&j));
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f32>();
+        for window in [Some(4), Some(30), None] {
+            let p = AttnShape {
+                n_heads,
+                n_kv_heads: 1,
+                head_dim: hd,
+                scale: 0.35,
+                window,
+                softcap: None,
+            };
+            // The mask written out.
+            let mut want = vec![0f32; t * n_heads * hd];
+            for i in 0..t {
+                let pos = pos0 + i;
+                let same_group = |j: usize| group_of(j).is_some() && group_of(j) == group_of(pos);
+                let seen: Vec<usize> = (0..n)
+                    .filter(|&j| window.is_none_or(|w| j + w > pos))
+                    .filter(|&j| j <= pos || same_group(j))
+                    .collect();
+                for h in 0..n_heads {
+                    let qi = &q[(i * n_heads + h) * hd..][..hd];
+                    let s: Vec<f32> = seen
+                        .iter()
+                        .map(|&j| dot(qi, &k[j * hd..][..hd]) * p.scale)
+                        .collect();
+                    let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f32 = e.iter().sum();
+                    let o = &mut want[(i * n_heads + h) * hd..][..hd];
+                    for (w, &j) in e.iter().zip(&seen) {
+                        for (o, x) in o.iter_mut().zip(&v[j * hd..][..hd]) {
+                            *o += w / z * x;
+                        }
+                    }
+                }
+            }
+            for (ty, bound) in [(KvType::F32, 1e-5), (KvType::Q8_0, 0.05)] {
+                for ring in [false, true] {
+                    let mut c = KvCache::new(1, hd, 64).with_types(KvTypes { k: ty, v: ty });
+                    if ring {
+                        c = c.with_windows(&[window]);
+                    }
+                    c.store(0, &k[..pos0 * hd], &v[..pos0 * hd], hd);
+                    c.advance(pos0);
+                    c.store(0, &k[pos0 * hd..], &v[pos0 * hd..], hd);
+                    let l = &c.layers[0];
+                    let (kv, vv) = (l.k.view(), l.v.view());
+                    let mut got = attention_cached(&q, kv, vv, l.ring, t, pos0, &p);
+                    attend_groups(&q, kv, vv, l.ring, t, pos0, &groups, &p, &mut got);
+                    let d = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    assert!(
+                        d <= bound,
+                        "{ty} window {window:?} ring {ring}: differs by {d}"
+                    );
+                }
+            }
+        }
+    }
 }
