@@ -61,7 +61,9 @@ QUESTIONS = ["Say?", "What is it?", "Tell me.", "Which?", "Compare them.", "Why?
              "Describe.", "Count.", "Hm?"]
 
 
-def configs() -> Gemma4Config:
+def configs(use_bidirectional_attention: str | None = None, audio: bool = True) -> Gemma4Config:
+    """The tiny checkpoint's configuration; `use_bidirectional_attention="vision"` and no
+    audio tower make that of the larger checkpoints (make_tiny_gemma4_bidir.py)."""
     text = Gemma4TextConfig(
         vocab_size=VOCAB_MM, hidden_size=32, intermediate_size=48, num_hidden_layers=6,
         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -79,6 +81,7 @@ def configs() -> Gemma4Config:
         hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB_MM,
         num_kv_shared_layers=2, use_double_wide_mlp=False,
         pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+        use_bidirectional_attention=use_bidirectional_attention,
     )
     vision = Gemma4VisionConfig(
         hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
@@ -87,13 +90,14 @@ def configs() -> Gemma4Config:
         standardize=True, initializer_range=0.1,
         rope_parameters={"rope_type": "axial", "rope_theta": 100.0},
     )
-    audio = Gemma4AudioConfig(
+    audio_cfg = Gemma4AudioConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         subsampling_conv_channels=[8, 4], conv_kernel_size=5, attention_chunk_size=12,
         attention_context_left=13, attention_context_right=0, output_proj_dims=24,
         use_clipped_linears=True, initializer_range=0.1,
     )
-    cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=audio,
+    cfg = Gemma4Config(text_config=text, vision_config=vision,
+                       audio_config=audio_cfg if audio else None,
                        boi_token_id=BOI_ID, eoi_token_id=EOI_ID, image_token_id=IMAGE_ID,
                        video_token_id=VIDEO_ID, boa_token_id=BOA_ID, eoa_token_index=EOA_ID,
                        audio_token_id=AUDIO_ID, tie_word_embeddings=True)
@@ -160,34 +164,45 @@ def image_processor() -> Gemma4ImageProcessorPil:
 
 @torch.no_grad()
 def main() -> None:
-    cfg = configs()
+    make(OUT, configs())
+
+
+@torch.no_grad()
+def make(out: Path, cfg: Gemma4Config, images_from: Path | None = None) -> dict:
+    """Writes the checkpoint of `cfg` and its references to `out` (rebuilt), the images made
+    with ImageMagick or copied from `images_from`; returns the reloaded model, the mixed
+    prompt's inputs and logits (`model`, `input_ids`, `kwargs`, `logits`) and the reference."""
     model = build_model(cfg)
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    model.save_pretrained(OUT, safe_serialization=True)
-    write_tokenizer(OUT)
-    shutil.copy(FIXTURES / "gemma4-chat" / "chat_template.jinja", OUT / "chat_template.jinja")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    write_tokenizer(out)
+    shutil.copy(FIXTURES / "gemma4-chat" / "chat_template.jinja", out / "chat_template.jinja")
     proc = image_processor()
     proc_cfg = proc.to_dict()
     proc_cfg.pop("_processor_class", None)
-    (OUT / "preprocessor_config.json").write_text(json.dumps(proc_cfg, indent=1, default=str) + "\n")
-    subprocess_convert(OUT / "scene.png")
+    (out / "preprocessor_config.json").write_text(json.dumps(proc_cfg, indent=1, default=str) + "\n")
+    if images_from is None:
+        subprocess_convert(out / "scene.png")
+    else:
+        for name in ["scene.png", "logo.png"]:
+            shutil.copy(images_from / name, out / name)
     model = Gemma4ForConditionalGeneration.from_pretrained(
-        OUT, dtype=torch.float32, attn_implementation="eager").eval()
+        out, dtype=torch.float32, attn_implementation="eager").eval()
 
-    images = {"scene": Image.open(OUT / "scene.png").convert("RGB"),
-              "logo": Image.open(OUT / "logo.png").convert("RGB")}
+    images = {"scene": Image.open(out / "scene.png").convert("RGB"),
+              "logo": Image.open(out / "logo.png").convert("RGB")}
     ref = {"versions": versions(), "seed": SEED, "images": {}}
     soft = {}
     for name, img in images.items():
         f = proc(images=[img], return_tensors="pt")
         pv, pos = f["pixel_values"], f["image_position_ids"]
         real = (pos[0] >= 0).all(-1)
-        np.save(OUT / f"pixels_{name}.npy", pv[0][real].numpy().astype(np.float32))
+        np.save(out / f"pixels_{name}.npy", pv[0][real].numpy().astype(np.float32))
         feats = model.model.get_image_features(pv, pos, return_dict=True).pooler_output[0]
         soft[name] = feats
-        np.save(OUT / f"vision_{name}.npy", feats.numpy().astype(np.float32))
+        np.save(out / f"vision_{name}.npy", feats.numpy().astype(np.float32))
         grid = [int(pos[0][real][:, 1].max()) + 1, int(pos[0][real][:, 0].max()) + 1]
         ref["images"][name] = {"size": [img.height, img.width],
                                "resized": [grid[0] * PATCH, grid[1] * PATCH],
@@ -196,12 +211,12 @@ def main() -> None:
     # The chat template with an image, and the prompt with the placeholders expanded; the
     # question is the first of QUESTIONS whose 32 greedy steps all have a safe margin.
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(OUT)
+    tok = AutoTokenizer.from_pretrained(out)
     # tokenizer.json as the GemmaTokenizer class runs it (its space handling included), so the
     # engine reading tokenizer.json tokenizes as transformers does.
-    tok.save_pretrained(OUT)
-    tok = AutoTokenizer.from_pretrained(OUT)
-    template = (OUT / "chat_template.jinja").read_text()
+    tok.save_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    template = (out / "chat_template.jinja").read_text()
     order = ["scene", "logo"]
     pv_all, pos_all = [], []
     for name in order:
@@ -238,9 +253,9 @@ def main() -> None:
     else:
         raise SystemExit("no question gives safe greedy margins")
     logits = model(input_ids=input_ids, use_cache=False, **kwargs).logits[0].float()
-    np.save(OUT / "logits.npy", logits.numpy().astype(np.float32))
+    np.save(out / "logits.npy", logits.numpy().astype(np.float32))
     ref.update({
-        "config": json.loads((OUT / "config.json").read_text()),
+        "config": json.loads((out / "config.json").read_text()),
         "chat_template_text": text,
         "image_order": order,
         "prompt_ids": ids,
@@ -249,10 +264,12 @@ def main() -> None:
         "logits_abs_max": float(logits.abs().max()),
         "vision_abs_max": {k: float(v.abs().max()) for k, v in soft.items()},
     })
-    (OUT / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
-    total = sum(p.stat().st_size for p in OUT.iterdir())
-    print(f"{OUT}: {total / 1024:.0f} KiB; prompt {len(ids)} ids; greedy {greedy}; "
+    (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    total = sum(p.stat().st_size for p in out.iterdir())
+    print(f"{out}: {total / 1024:.0f} KiB; prompt {len(ids)} ids; greedy {greedy}; "
           f"min margin {min(margins):.4f}")
+    return {"model": model, "input_ids": input_ids, "kwargs": kwargs, "logits": logits,
+            "ref": ref}
 
 
 def subprocess_convert(path: Path) -> None:

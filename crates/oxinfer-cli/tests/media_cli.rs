@@ -1,8 +1,9 @@
 //! `oxinfer run --image` / `--video` as a process on the tiny multimodal fixtures (Qwen 3.5
-//! vision, Gemma 4): the reference prompt ids given with `--tokens` (placeholder runs already
-//! expanded) and the images (and, for Qwen 3.5, two animated GIFs) give transformers' logits
-//! (`--dump-logits`, within 1e-4) and greedy ids; a chat prompt with an image or a video runs;
-//! a bad image or video ends with one error line naming the file.
+//! vision, Gemma 4, and Gemma 4 whose images attend to themselves both ways): the reference
+//! prompt ids given with `--tokens` (placeholder runs already expanded) and the images (and, for
+//! Qwen 3.5, two animated GIFs) give transformers' logits (`--dump-logits`, within 1e-4) and
+//! greedy ids; a chat prompt with an image or a video runs; a bad image or video ends with one
+//! error line naming the file.
 
 mod cli_process;
 #[path = "../../oxinfer/tests/common/mod.rs"]
@@ -12,9 +13,11 @@ use cli_process::{assert_fails_with, oxinfer, stderr, stdout};
 use common::{fixtures, ids, max_abs_diff, read_npy_f32, scratch_dir};
 
 /// (fixture, images in prompt order).
-const FIXTURES: [(&str, [&str; 2]); 2] = [
+const FIXTURES: [(&str, [&str; 2]); 3] = [
     ("qwen35-vl-tiny", ["wide.png", "logo.png"]),
     ("tiny_gemma4_mm", ["scene.png", "logo.png"]),
+    // use_bidirectional_attention: vision (images attend to themselves both ways).
+    ("tiny_gemma4_bidir", ["scene.png", "logo.png"]),
 ];
 
 /// `oxinfer run -m dir --tokens r["prompt_ids"] MEDIA… --temp 0 --show-tokens --dump-logits

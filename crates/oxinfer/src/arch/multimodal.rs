@@ -58,6 +58,14 @@ pub trait MediaTowers: Send + Sync {
         Vec::new()
     }
 
+    /// Whether the soft tokens of an input of `kind` attend to each other both ways (a
+    /// prompt's run of them is one group of the text model's mask,
+    /// [`crate::plan::media::MediaEmbeds::groups`]); `false` (the default): causally.
+    fn bidirectional(&self, kind: MediaKind) -> bool {
+        let _ = kind;
+        false
+    }
+
     /// Encodes an image: soft tokens `[n, hidden]` of the text model.
     fn encode_image(&self, img: &RgbImage) -> Result<Vec<f32>, String>;
 

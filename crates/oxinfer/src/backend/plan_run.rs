@@ -112,6 +112,16 @@ fn run_with(
     if plan.bidirectional {
         return None; // the backends' attention op is causal only
     }
+    // Nor do the backends' plan runs apply media groups (soft tokens that attend to each other
+    // both ways): a pass holding one runs on the CPU, whose attention does.
+    let grouped = |s: &SeqRows<'_>| {
+        let pos0 = s.cache.len();
+        let m = s.media.as_deref();
+        m.is_some_and(|m| m.has_group_in(pos0..pos0 + s.len))
+    };
+    if seqs.iter().any(grouped) {
+        return None;
+    }
     if seqs.iter().any(|s| !b.holds_kv(s.cache.types())) {
         return None; // the device cannot keep this cache's types: the CPU runs it
     }

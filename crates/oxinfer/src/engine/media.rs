@@ -43,8 +43,16 @@ impl EncodedMedia {
         (0..groups).map(|g| (g * per, per)).collect()
     }
 
-    /// The span of run `(first, len)` of this input (run `g`) starting at `start`.
-    fn span(&self, start: usize, g: usize, (first, len): (usize, usize), dim: usize) -> MediaSpan {
+    /// The span of run `(first, len)` of this input (run `g`) starting at `start`, its soft
+    /// tokens attending to each other both ways when `towers` say so.
+    fn span(
+        &self,
+        towers: &dyn MediaTowers,
+        start: usize,
+        g: usize,
+        (first, len): (usize, usize),
+        dim: usize,
+    ) -> MediaSpan {
         let whole = first == 0 && len * dim == self.rows.len();
         MediaSpan {
             start,
@@ -56,6 +64,7 @@ impl EncodedMedia {
             // Each group its own identity (equal keys and starts mean equal rows).
             key: self.key ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             grid: self.grid,
+            bidirectional: towers.bidirectional(self.kind),
         }
     }
 }
@@ -297,7 +306,7 @@ pub fn expand_markers(
                 );
             }
             out.extend(t.start);
-            spans.push(m.span(out.len(), g, run, dim));
+            spans.push(m.span(towers, out.len(), g, run, dim));
             out.extend(std::iter::repeat_n(t.placeholder, run.1));
             out.extend(t.end);
         }
@@ -380,7 +389,7 @@ pub fn fill_runs(
                     run.1
                 )));
             }
-            spans.push(m.span(start, g, run, dim));
+            spans.push(m.span(towers, start, g, run, dim));
         }
     }
     spans.sort_by_key(|s| s.start);

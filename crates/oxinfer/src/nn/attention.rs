@@ -92,6 +92,73 @@ pub fn attention_cached(
     out
 }
 
+/// The rows of a pass whose queries lie in a group of tokens that attend to each other both
+/// ways (an image's soft tokens: [`crate::plan::media::MediaEmbeds::groups`]), attended again
+/// over the keys that group adds to the causal mask: a query at position `p` of group `a..b`
+/// sees every key the causal mask shows it and the later keys of its group, those older than
+/// `p + 1 − window` still hidden when `p.window` is set — transformers' `AND(sliding_window,
+/// OR(causal, blockwise))` — so it sees positions `max(0, p + 1 − window) .. b`, one contiguous
+/// run. That is what a causal query at position `b − 1` with window `b − max(0, p + 1 − window)`
+/// sees, so each such row is one [`attention_cached`] call of one query (the kernels, the KV
+/// types and an installed backend's causal attention op all apply).
+///
+/// `q`, `k`, `v`, `ring`, `t`, `pos0` and `p` are those of the [`attention_cached`] call whose
+/// output `out` (`[t, n_heads · head_dim]`) holds; rows `i` with `pos0 + i` in a group other than
+/// its last position are overwritten. Every group that has rows in the pass must lie within
+/// the keys stored (`..pos0 + t`) and, in a ring, after its oldest (the pass runs whole groups:
+/// [`crate::plan::batch::layout`]).
+///
+/// # Panics
+/// A group reaches past the stored keys.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_groups(
+    q: &[f32],
+    k: KvView<'_>,
+    v: KvView<'_>,
+    ring: usize,
+    t: usize,
+    pos0: usize,
+    groups: &[std::ops::Range<usize>],
+    p: &AttnShape,
+    out: &mut [f32],
+) {
+    let q_row = p.n_heads * p.head_dim;
+    let kv_row = p.n_kv_heads * p.head_dim;
+    for g in groups {
+        let rows = g.start.max(pos0)..(g.end - 1).min(pos0 + t);
+        if rows.is_empty() {
+            continue;
+        }
+        assert!(
+            g.end <= pos0 + t,
+            "the group at positions {}..{} reaches past the {} keys stored",
+            g.start,
+            g.end,
+            pos0 + t
+        );
+        // The keys of positions `..g.end` in position order (the plain layout's rows up to the
+        // group's end); a ring as it is.
+        let (kg, vg) = if ring == 0 {
+            (
+                k.split_at_row(g.end, kv_row).0,
+                v.split_at_row(g.end, kv_row).0,
+            )
+        } else {
+            (k, v)
+        };
+        for pos in rows {
+            let i = pos - pos0;
+            let shape = AttnShape {
+                window: p.window.map(|w| g.end - (pos + 1).saturating_sub(w)),
+                ..*p
+            };
+            let qi = &q[i * q_row..(i + 1) * q_row];
+            let o = attention_cached(qi, kg, vg, ring, 1, g.end - 1, &shape);
+            out[i * q_row..(i + 1) * q_row].copy_from_slice(&o);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +269,88 @@ mod tests {
                 e_rot * 2.0 < e_plain && e_rot < bound,
                 "{ty}: rotated {e_rot} vs unrotated {e_plain}"
             );
+        }
+    }
+
+    /// [`attend_groups`] against the mask written out: a query at `p` sees key `j` when
+    /// `j > p − window` and (`j ≤ p` or both lie in one group), softmax over those only. Plain
+    /// and ring (sliding) caches of f32, Q8_0 keys and values within the Q8_0 bound; rows
+    /// outside the groups keep the causal output.
+    #[test]
+    fn groups_see_their_later_tokens_within_the_window() {
+        use crate::plan::{KvCache, KvType, KvTypes};
+        let (n_heads, hd) = (2usize, 8usize);
+        let (pos0, t) = (6usize, 14usize);
+        let groups = [8..12, 13..19];
+        let val = |i: usize, s: usize| {
+            let x = ((i * 7919 + s * 104_729) % 2003) as f32;
+            x / 1001.0 - 1.0
+        };
+        let n = pos0 + t;
+        let k: Vec<f32> = (0..n * hd).map(|i| val(i, 1)).collect();
+        let v: Vec<f32> = (0..n * hd).map(|i| val(i, 2)).collect();
+        let q: Vec<f32> = (0..t * n_heads * hd).map(|i| val(i, 3)).collect();
+        let group_of = |j: usize| groups.iter().position(|g| g.contains(&j));
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f32>();
+        for window in [Some(4), Some(30), None] {
+            let p = AttnShape {
+                n_heads,
+                n_kv_heads: 1,
+                head_dim: hd,
+                scale: 0.35,
+                window,
+                softcap: None,
+            };
+            // The mask written out.
+            let mut want = vec![0f32; t * n_heads * hd];
+            for i in 0..t {
+                let pos = pos0 + i;
+                let same_group = |j: usize| group_of(j).is_some() && group_of(j) == group_of(pos);
+                let seen: Vec<usize> = (0..n)
+                    .filter(|&j| window.is_none_or(|w| j + w > pos))
+                    .filter(|&j| j <= pos || same_group(j))
+                    .collect();
+                for h in 0..n_heads {
+                    let qi = &q[(i * n_heads + h) * hd..][..hd];
+                    let s: Vec<f32> = seen
+                        .iter()
+                        .map(|&j| dot(qi, &k[j * hd..][..hd]) * p.scale)
+                        .collect();
+                    let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f32 = e.iter().sum();
+                    let o = &mut want[(i * n_heads + h) * hd..][..hd];
+                    for (w, &j) in e.iter().zip(&seen) {
+                        for (o, x) in o.iter_mut().zip(&v[j * hd..][..hd]) {
+                            *o += w / z * x;
+                        }
+                    }
+                }
+            }
+            for (ty, bound) in [(KvType::F32, 1e-5), (KvType::Q8_0, 0.05)] {
+                for ring in [false, true] {
+                    let mut c = KvCache::new(1, hd, 64).with_types(KvTypes { k: ty, v: ty });
+                    if ring {
+                        c = c.with_windows(&[window]);
+                    }
+                    c.store(0, &k[..pos0 * hd], &v[..pos0 * hd], hd);
+                    c.advance(pos0);
+                    c.store(0, &k[pos0 * hd..], &v[pos0 * hd..], hd);
+                    let l = &c.layers[0];
+                    let (kv, vv) = (l.k.view(), l.v.view());
+                    let mut got = attention_cached(&q, kv, vv, l.ring, t, pos0, &p);
+                    attend_groups(&q, kv, vv, l.ring, t, pos0, &groups, &p, &mut got);
+                    let d = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    assert!(
+                        d <= bound,
+                        "{ty} window {window:?} ring {ring}: differs by {d}"
+                    );
+                }
+            }
         }
     }
 }

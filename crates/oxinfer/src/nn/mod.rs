@@ -20,7 +20,7 @@ pub use crate::backend::cpu_ref::conv::{
     conv2d_cpu, conv2d_cpu_images, conv_geom, conv_input_norm, ConvError,
 };
 pub use crate::plan::{KvCache, LayerCache, RecurrentState, SeqRows};
-pub use attention::{attention, attention_cached};
+pub use attention::{attend_groups, attention, attention_cached};
 pub use conv::{conv2d, conv2d_images};
 pub use embedding::Embedding;
 pub use layer_norm::LayerNorm;

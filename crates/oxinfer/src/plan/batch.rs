@@ -54,7 +54,9 @@ impl SeqRows<'_> {
 }
 
 /// Validates a batch and stacks its sequences: returns the token ids of every sequence and
-/// each sequence's rows.
+/// each sequence's rows. A sequence's pass may not begin or end inside one of its media groups
+/// ([`MediaEmbeds::groups`]: their tokens attend to each other both ways, so every layer needs
+/// the whole group's keys at once).
 pub fn layout<'a>(batch: &'a mut [SeqBatch<'_>]) -> Result<(Vec<u32>, Vec<SeqRows<'a>>)> {
     let mut ids = Vec::new();
     let mut seqs = Vec::with_capacity(batch.len());
@@ -69,6 +71,16 @@ pub fn layout<'a>(batch: &'a mut [SeqBatch<'_>]) -> Result<(Vec<u32>, Vec<SeqRow
                 s.tokens.len(),
                 s.cache.capacity()
             )));
+        }
+        let end = pos0 + s.tokens.len();
+        if let Some(m) = &s.media {
+            if let Some(g) = m.cut_group(pos0).or_else(|| m.cut_group(end)) {
+                return Err(Error::Request(format!(
+                    "a pass over positions {pos0}..{end} cuts the media group at positions \
+                     {}..{} (its soft tokens attend to each other both ways and run in one pass)",
+                    g.start, g.end
+                )));
+            }
         }
         seqs.push(SeqRows {
             row: ids.len(),

@@ -1,9 +1,12 @@
 //! Soft tokens of media inputs (images, audio) injected into a sequence: rows that replace the
 //! token embeddings at given positions, the placeholder ids there swapped for the model's
 //! input id first (so token-indexed inputs such as Gemma 4's per-layer embeddings read what
-//! transformers reads). A prefill chunk may cover any part of a span.
+//! transformers reads). A prefill chunk may cover any part of a span, except of a span whose
+//! soft tokens attend to each other both ways ([`MediaSpan::bidirectional`]): a pass holds such
+//! a group whole or none of it ([`MediaEmbeds::cut_group`]).
 
 use super::batch::SeqBatch;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// One input's soft tokens at positions `start .. start + n` of a sequence.
@@ -19,6 +22,10 @@ pub struct MediaSpan {
     /// The soft tokens as a `[rows, cols]` grid (row-major), for models whose rotary positions
     /// are multimodal ([`super::positions`]); `None`: they take plain positions.
     pub grid: Option<[usize; 2]>,
+    /// The soft tokens attend to each other both ways (Gemma 4's
+    /// `use_bidirectional_attention: "vision"`): with the spans next to it that do too, the
+    /// span is one group of [`MediaEmbeds::groups`].
+    pub bidirectional: bool,
 }
 
 impl MediaSpan {
@@ -65,6 +72,53 @@ impl MediaEmbeds {
             }
         }
         limit
+    }
+
+    /// The groups of positions whose tokens attend to each other both ways, in order: each
+    /// run of adjacent bidirectional spans (transformers' `get_block_sequence_ids_for_mask`
+    /// groups consecutive vision tokens; an image's start and end markers are text between).
+    pub fn groups(&self) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for s in self.spans.iter().filter(|s| s.bidirectional) {
+            let r = s.start..s.start + s.len(self.dim);
+            match out.last_mut() {
+                Some(last) if last.end == r.start => last.end = r.end,
+                _ if r.is_empty() => {}
+                _ => out.push(r),
+            }
+        }
+        out
+    }
+
+    /// The group that a boundary at position `pos` (between `pos − 1` and `pos`) cuts, if any.
+    pub fn cut_group(&self, pos: usize) -> Option<Range<usize>> {
+        self.groups()
+            .into_iter()
+            .find(|g| g.start < pos && pos < g.end)
+    }
+
+    /// Whether a group has positions in `range`.
+    pub fn has_group_in(&self, range: Range<usize>) -> bool {
+        self.groups()
+            .iter()
+            .any(|g| g.start < range.end && range.start < g.end)
+    }
+
+    /// `pos` moved back to the start of the group it cuts (a cached prefix ending inside a
+    /// group is reused up to the group only).
+    pub fn uncut_prefix(&self, pos: usize) -> usize {
+        self.cut_group(pos).map_or(pos, |g| g.start)
+    }
+
+    /// How many of `n` wanted tokens a pass from position `pos` (not inside a group) runs so
+    /// that it ends outside every group: fewer, up to the start of the group the end would
+    /// cut, or, when that group starts at `pos`, more, through its end.
+    pub fn uncut_chunk(&self, pos: usize, n: usize) -> usize {
+        match self.cut_group(pos + n) {
+            Some(g) if g.start > pos => g.start - pos,
+            Some(g) => g.end - pos,
+            None => n,
+        }
     }
 }
 
@@ -143,6 +197,7 @@ mod tests {
                     rows: Arc::new(vec![key as f32; 4]),
                     key,
                     grid: None,
+                    bidirectional: false,
                 })
                 .collect(),
             dim: 2,
@@ -177,5 +232,47 @@ mod tests {
         assert_eq!(MediaEmbeds::agreed_prefix(Some(&a), None, 20), 2);
         assert_eq!(MediaEmbeds::agreed_prefix(None, Some(&b), 5), 2);
         assert_eq!(MediaEmbeds::agreed_prefix(None, None, 5), 5);
+    }
+
+    /// Spans `(start, rows, bidirectional)` of width 1.
+    fn grouped(spans: &[(usize, usize, bool)]) -> MediaEmbeds {
+        MediaEmbeds {
+            spans: spans
+                .iter()
+                .map(|&(start, n, bidirectional)| MediaSpan {
+                    start,
+                    rows: Arc::new(vec![0.0; n]),
+                    key: start as u64,
+                    grid: None,
+                    bidirectional,
+                })
+                .collect(),
+            dim: 1,
+            input_id: 0,
+            mapped_ids: Vec::new(),
+        }
+    }
+
+    /// Adjacent bidirectional spans make one group, others none; a boundary inside a group
+    /// moves back to its start (prefixes) or to either side (chunks).
+    #[test]
+    fn groups_and_the_boundaries_that_keep_them_whole() {
+        let m = grouped(&[(2, 4, true), (6, 3, true), (12, 5, true), (20, 4, false)]);
+        assert_eq!(m.groups(), [2..9, 12..17]);
+        assert_eq!(m.cut_group(5), Some(2..9));
+        assert_eq!(m.cut_group(2), None);
+        assert_eq!(m.cut_group(9), None);
+        assert_eq!(m.cut_group(22), None);
+        assert_eq!(m.uncut_prefix(13), 12);
+        assert_eq!(m.uncut_prefix(10), 10);
+        // From 0, 4 tokens would end inside 2..9: 2; from 2 (its start): through 9.
+        assert_eq!(m.uncut_chunk(0, 4), 2);
+        assert_eq!(m.uncut_chunk(2, 4), 7);
+        assert_eq!(m.uncut_chunk(9, 5), 3);
+        assert_eq!(m.uncut_chunk(17, 5), 5);
+        assert!(m.has_group_in(8..10));
+        assert!(!m.has_group_in(9..12));
+        assert!(!m.has_group_in(17..30));
+        assert!(grouped(&[(0, 4, false)]).groups().is_empty());
     }
 }

@@ -77,6 +77,7 @@ mod tests {
                 rows: Arc::new(vec![0.0; 24]),
                 key: 1,
                 grid: Some([4, 6]),
+                bidirectional: false,
             }],
             dim: 1,
             input_id: 0,

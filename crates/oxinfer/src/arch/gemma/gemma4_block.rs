@@ -7,7 +7,7 @@ use super::Names;
 use crate::error::LoadError;
 use crate::loader::{Naming, TensorStore};
 use crate::nn::moe::SparseMoe;
-use crate::nn::{attention_cached, AttnShape, GateAct, GatedMlp, Linear, RmsNorm};
+use crate::nn::{attend_groups, attention_cached, AttnShape, GateAct, GatedMlp, Linear, RmsNorm};
 use crate::plan::{
     AttentionOp, AttentionParts, AttnSpec, Ffn, FfnBody, NormOp, PleOp, RopeOp, RowsOp, SeqRows,
 };
@@ -23,6 +23,10 @@ pub struct Attention {
     shape: LayerShape,
     /// The cache layer it reads (its own index unless KV-shared).
     kv_source: usize,
+    /// A sliding layer: the soft tokens of a bidirectional media group (an image, under
+    /// `use_bidirectional_attention: "vision"`) also see the later tokens of their group.
+    /// transformers' `create_masks_for_vision_model` keeps the full-attention layers causal.
+    media_groups: bool,
 }
 
 struct KvProj {
@@ -79,13 +83,16 @@ impl Attention {
             n_heads,
             shape: s,
             kv_source: p.kv_source[i],
+            media_groups: p.layer_kinds[i] == super::LayerKind::Sliding,
         })
     }
 }
 
 /// Unscaled queries (`scale` 1), QK norms with plain gains, an RMS norm without gain on values,
 /// k = v where the layer has no v projection, and KV sharing: `skipped[k]` positions of sequence
-/// `k` may be left out of a KV-shared layer, whose keys are all in the source layer's cache.
+/// `k` may be left out of a KV-shared layer, whose keys are all in the source layer's cache. In
+/// sliding layers the queries of a sequence's media groups see their whole group
+/// ([`attend_groups`]).
 impl AttentionOp for Attention {
     fn parts(&self) -> AttentionParts<'_> {
         AttentionParts {
@@ -151,7 +158,16 @@ impl AttentionOp for Attention {
                     .store(layer, k, &v[rows.start * kv_row..rows.end * kv_row], hd);
             }
             let lc = &sq.cache.layers[self.kv_source];
-            let out = attention_cached(q, lc.k.view(), lc.v.view(), lc.ring, sq.len, pos0, &params);
+            let mut out =
+                attention_cached(q, lc.k.view(), lc.v.view(), lc.ring, sq.len, pos0, &params);
+            let groups = match sq.media.as_deref() {
+                Some(m) if self.media_groups => m.groups(),
+                _ => Vec::new(),
+            };
+            if !groups.is_empty() {
+                let (k, v) = (lc.k.view(), lc.v.view());
+                attend_groups(q, k, v, lc.ring, sq.len, pos0, &groups, &params, &mut out);
+            }
             a[rows.start * q_row..rows.end * q_row].copy_from_slice(&out);
         }
         self.o.forward(&a, t)

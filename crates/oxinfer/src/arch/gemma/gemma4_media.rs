@@ -36,8 +36,9 @@ pub struct Gemma4Media {
     /// Image, audio and video placeholder ids.
     placeholders: Vec<u32>,
     pad_id: u32,
-    /// `use_bidirectional_attention: "vision"` (the larger checkpoints): image tokens attend
-    /// to each other both ways in the sliding layers, which the decoder does not do yet.
+    /// `use_bidirectional_attention: "vision"` (the larger checkpoints): the soft tokens of an
+    /// image attend to each other both ways in the sliding layers
+    /// ([`super::gemma4_block::Attention`]).
     bidirectional: bool,
 }
 
@@ -236,12 +237,13 @@ impl MediaTowers for Gemma4Media {
         self.placeholders.clone()
     }
 
+    /// Images (transformers groups video tokens too, but videos are not accepted), when the
+    /// text config says `use_bidirectional_attention: "vision"`.
+    fn bidirectional(&self, kind: MediaKind) -> bool {
+        self.bidirectional && kind == MediaKind::Image
+    }
+
     fn encode_image(&self, img: &RgbImage) -> Result<Vec<f32>, String> {
-        if self.bidirectional {
-            return Err("this checkpoint's image tokens attend bidirectionally \
-                        (use_bidirectional_attention: vision), which is not supported yet"
-                .into());
-        }
         let v = self
             .vision
             .as_ref()

@@ -224,8 +224,12 @@ impl<'m, T> BatchGenerator<'m, T> {
         common =
             MediaEmbeds::agreed_prefix(req.opts.media.as_deref(), slot.media.as_deref(), common);
         slot.media = req.opts.media.clone();
-        // At least one prompt token must run to produce logits.
+        // At least one prompt token must run to produce logits; a media group whose tokens
+        // attend to each other both ways runs whole, so a prefix ending inside one stops at it.
         common = common.min(req.prompt.len() - 1);
+        if let Some(m) = req.opts.media.as_deref() {
+            common = m.uncut_prefix(common);
+        }
         slot.cache.truncate(common);
         // A cache that cannot rewind that far (sliding windows, recurrent state) empties itself.
         common = common.min(slot.cache.len());

@@ -9,6 +9,7 @@ use crate::engine::sampler::Sampler;
 use crate::engine::speculative::Speculation;
 use crate::engine::stop::StopMatcher;
 use crate::error::{Error, Result};
+use crate::plan::media::MediaEmbeds;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::Arc;
 
@@ -183,13 +184,23 @@ impl<'m> Sequence<'m> {
         self.prompt.len() - self.pos
     }
 
-    /// Most prompt tokens this sequence runs in one pass.
-    pub(super) fn media(&self) -> Option<Arc<crate::plan::media::MediaEmbeds>> {
+    /// The media of the prompt.
+    pub(super) fn media(&self) -> Option<Arc<MediaEmbeds>> {
         self.opts.media.clone()
     }
 
+    /// Most prompt tokens this sequence runs in one pass.
     pub(super) fn chunk_cap(&self) -> usize {
         self.opts.prefill_chunk.max(1)
+    }
+
+    /// How many prompt tokens the next pass runs when `n` are wanted: the pass ends outside
+    /// the prompt's media groups ([`MediaEmbeds::uncut_chunk`]: fewer, or more when a group
+    /// starts here, which then runs whole).
+    pub(super) fn prompt_chunk(&self, n: usize) -> usize {
+        let m = self.opts.media.as_deref();
+        m.map_or(n, |m| m.uncut_chunk(self.pos, n))
+            .min(self.prompt_left())
     }
 
     /// The next `n` tokens to run: prompt tokens while prefilling, else the last sampled one

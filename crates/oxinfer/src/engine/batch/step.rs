@@ -157,8 +157,11 @@ fn plan(lanes: &[Lane<'_, '_>], budget: PrefillBudget) -> Vec<(usize, usize)> {
         if left == 0 {
             plan.push((i, lane.seq.decode_len()));
         } else if budget > 0 {
-            let n = left.min(budget).min(lane.seq.chunk_cap());
-            budget -= n;
+            // A media group the chunk would cut runs whole, past the budget if need be.
+            let n = lane
+                .seq
+                .prompt_chunk(left.min(budget).min(lane.seq.chunk_cap()));
+            budget = budget.saturating_sub(n);
             plan.push((i, n));
         }
     }
