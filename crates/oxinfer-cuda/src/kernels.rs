@@ -400,9 +400,6 @@ struct FormatKernels {
     gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
     /// One-row int8 GEMVs of [`INT8_GEMV_MIXES`]' pairs: plain, staged, staged early.
     gemv_i8_mixed: Vec<((WeightFormat, WeightFormat), [sys::CUfunction; 3])>,
-    /// One-row staged early int8 GEMVs that compute their input from a gated MLP's gate and
-    /// up rows (`gemv_{name}_i8_gs1e`), per format of [`INT8_GEMV_FORMATS`].
-    gemv_i8_gated: Vec<(WeightFormat, sys::CUfunction)>,
 }
 
 impl FormatKernels {
@@ -453,7 +450,6 @@ impl FormatKernels {
         self.gemv_i8.extend(other.gemv_i8);
         self.gemv_i8_staged.extend(other.gemv_i8_staged);
         self.gemv_i8_mixed.extend(other.gemv_i8_mixed);
-        self.gemv_i8_gated.extend(other.gemv_i8_gated);
     }
 }
 
@@ -499,11 +495,6 @@ impl Kernels {
         let names = RefCell::new(HashMap::new());
         let get = |name: &str| load(&module, &names, name);
         let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
-        for (f, n) in INT8_GEMV_FORMATS {
-            let smem = crate::gemv::STAGED_MAX_SMEM;
-            let k = load_smem(&module, &names, &format!("gemv_{n}_i8_gs1e"), smem)?;
-            formats.gemv_i8_gated.push((f, k));
-        }
         for (f, f3, n) in INT8_GEMV_MIXES {
             let smem = crate::gemv::STAGED_MAX_SMEM;
             formats.gemv_i8_mixed.push((
@@ -669,12 +660,6 @@ impl Kernels {
             .find(|(p, _)| *p == (f, f3))?
             .1;
         Some(k[if staged { 1 + usize::from(early) } else { 0 }])
-    }
-
-    /// The one-row staged early int8 GEMV of `f` with the gated prologue (its input computed
-    /// from a gated MLP's gate and up rows).
-    pub fn gemv_i8_gated(&self, f: WeightFormat) -> Option<sys::CUfunction> {
-        for_format(&self.formats.gemv_i8_gated, f)
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.

@@ -365,7 +365,7 @@ pub(crate) fn int8_sums(scales: CUdeviceptr, n: usize, block: usize) -> CUdevice
 }
 
 /// The kernels' id of a gated activation (0 SiLU, 1 tanh-GELU).
-pub(crate) fn act_id(act: GateAct) -> i32 {
+fn act_id(act: GateAct) -> i32 {
     match act {
         GateAct::Silu => 0,
         GateAct::GeluTanh => 1,

@@ -10,7 +10,6 @@
 use crate::decode_attention;
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
-use crate::gemv::{self, GemvOut};
 use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::{DeviceKvCache, KvLayout};
@@ -681,40 +680,21 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
         gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
         let n = t * wg.rows;
-        let fold = fold_residual && lp.post_ffn_norm.is_none();
-        let layout = gemm::int8_layout(wd, t).filter(|l| wg.rows.is_multiple_of(l.block));
-        // One row: the down projection may compute its own input (the gated GEMV).
-        let gated = match layout {
-            Some(layout) if t == 1 => {
-                let (y, out) = if fold {
-                    (x, GemvOut::Accumulate)
-                } else {
-                    (b.y, GemvOut::Store)
-                };
-                let act = ops::act_id(l.act);
-                gemv::gemv_i8_gated(g, wd, b.gate, b.up, act, layout, y, out)?
+        let mut ready = match gemm::int8_layout(wd, t) {
+            Some(layout) if wg.rows.is_multiple_of(layout.block) => {
+                let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, path)?;
+                ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
+                ready
             }
-            _ => false,
+            _ => {
+                gated_act(g, b.gate, b.up, n, l.act)?;
+                None
+            }
         };
-        if !gated {
-            let mut ready = match layout {
-                Some(layout) => {
-                    let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, path)?;
-                    ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
-                    ready
-                }
-                None => {
-                    gated_act(g, b.gate, b.up, n, l.act)?;
-                    None
-                }
-            };
-            if fold {
-                gemm::linear_add(g, wd, b.gate, t, x, b.y, path, &mut ready)?;
-            } else {
-                gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
-            }
-        }
-        if !fold {
+        if fold_residual && lp.post_ffn_norm.is_none() {
+            gemm::linear_add(g, wd, b.gate, t, x, b.y, path, &mut ready)?;
+        } else {
+            gemm::linear(g, wd, b.gate, t, b.y, path, &mut ready)?;
             let post = opt_p(lp.post_ffn_norm);
             pending = Some(post_normed(g, b.y, post, t, dim, d.eps)?);
         }

@@ -454,53 +454,6 @@ __device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
     return make_int2(k, row);
 }
 
-// Bytes of shared memory the gated GEMV's prologue takes for one activation row of `cols`
-// values in int8 blocks of B: the values (rounded to 16 bytes), the scales (their count rounded
-// up to 4, as ops::int8_side_bytes lays them out) and the sums of each run of 32.
-__host__ __device__ constexpr long gated_smem_bytes(int cols, int B) {
-    return (((long)cols + 15) & ~15l) + 4l * (((cols / B) + 3) & ~3) + 4l * (cols / 32);
-}
-
-// The gated GEMV's prologue: the block computes act(g) · u of the one activation row (cols
-// values: gated_value) and quantizes it into int8 blocks of B (32 or 256) in shared memory,
-// xq / xd / xs laid out as quant_act_i8 and gated_act_q8 write them (gnb > 0: the grouped
-// layout), with the same arithmetic (warp_quant_block), then synchronizes the block. Each warp
-// takes runs of 256 values (one block of 256, or eight of 32) in turn, its lanes' loads of a
-// run all issued before any is used.
-template <int B>
-__device__ __forceinline__ void gated_quant_prologue(const float* __restrict__ g,
-                                                     const float* __restrict__ u, int act,
-                                                     int cols, int gnb, i8* xq, float* xd,
-                                                     int* xs) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int runs = (cols + 255) >> 8;
-    for (int c = warp; c < runs; c += GEMV_WARPS) {
-        float gv[8], uv[8], v[8];
-        #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            bool in = c * 256 + 32 * i < cols;
-            long e = (long)c * 256 + lane + 32 * i;
-            gv[i] = in ? g[e] : 0.f;
-            uv[i] = in ? u[e] : 0.f;
-        }
-        #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = gated_value(gv[i], uv[i], act);
-        if constexpr (B == 256) {
-            warp_quant_block(v, 256, xq + c * 256, xd + c, xs + c * 8, gnb, c);
-        } else {
-            #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                int b = c * 8 + i;
-                if (b * 32 < cols) {
-                    const float one[8] = {v[i], 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-                    warp_quant_block(one, 32, xq + b * 32, xd + b, xs + b);
-                }
-            }
-        }
-    }
-    __syncthreads();
-}
-
 // The dot products of one warp's R rows of format F (the dispatch of gemv_i8 below).
 template <int F, int T, int R>
 __device__ __forceinline__ void gemv_i8_dots(const u8* __restrict__ wr, long row_bytes,
@@ -521,21 +474,12 @@ __device__ __forceinline__ void gemv_i8_dots(const u8* __restrict__ wr, long row
 // F3: the format of the third matrix of m (F: all three). A mixed launch (F3 != F) joins a
 // value projection stored in another format than the query's and key's (Q8_0 beside Q5_0,
 // Q6_K beside Q4_K in llama.cpp's mixes); both formats must take the same int8 input layout.
-//
-// GATED (one row, staged early): xq and xd are the gated MLP's gate and up rows (f32, cols
-// values each) and act its activation (gated_value); after waiting for the previous kernel the
-// block computes and quantizes act(gate) · up itself (gated_quant_prologue) into shared memory
-// behind its staged rows, and the dot products read it there: the separate gated_act_q8 launch
-// before the down projection is saved. Every block redoes the prologue (cols ≤ a few thousand:
-// the host's rule, gemv.rs).
-template <int F, int T, int R, bool STAGED, bool EARLY = false, int F3 = F, bool GATED = false>
+template <int F, int T, int R, bool STAGED, bool EARLY = false, int F3 = F>
 __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
                                         const i8* __restrict__ xq,
                                         const float* __restrict__ xd, int cols, int t, int split,
-                                        int accum, int grouped, int act = 0) {
+                                        int accum, int grouped) {
     static_assert(STAGED || !EARLY, "only a staged GEMV fetches its weights early");
-    static_assert(!GATED || (STAGED && EARLY && T == 1 && R == 1 && F3 == F),
-                  "the gated GEMV is the one-row staged early kernel");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int act_block = (F == FMT_Q4_K || F == FMT_Q6_K || is_iq256(F)) ? 256 : 32;
     const int* xs = (const int*)(xd + (((long)t * (cols / act_block) + 3) & ~3l));
@@ -545,8 +489,8 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     int mat = mr.x, lrow = mr.y;
     bool valid = mat < 3;
     // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
-    // warps per row, or a gated prologue, every warp stays for the __syncthreads below.
-    if (!GATED && split == 1 && !valid) return;
+    // warps per row, every warp stays for the __syncthreads below.
+    if (split == 1 && !valid) return;
     // This warp's matrix's row bytes (a mixed launch's third matrix has its own).
     const bool third = F3 != F && mat == 2;
     const long rb = third ? m.row_bytes3 : row_bytes;
@@ -554,23 +498,7 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(F3 == F ? row_bytes : max(row_bytes, m.row_bytes3), R);
-        if constexpr (GATED) {
-            // Staged rows, then the prologue's activations behind them.
-            int units = GEMV_WARPS / split, u = warp / split, ut = threadIdx.x - u * 32 * split;
-            wr = stage_bytes(gemv_smem + u * unit, wr, valid ? rb : 0, ut, 32 * split);
-            PDL_WAIT();
-            i8* sq = (i8*)(gemv_smem + units * unit);
-            float* sd = (float*)(sq + ((cols + 15) & ~15));
-            int* ss = (int*)(sd + (((cols / act_block) + 3) & ~3));
-            gated_quant_prologue<act_block>((const float*)xq, xd, act, cols,
-                                            grouped ? cols / 256 : 0, sq, sd, ss);
-            xq = sq;
-            xd = sd;
-            xs = ss;
-            cp_async_wait_all();
-            __syncthreads();
-            if (split == 1 && !valid) return;
-        } else if (split == 1) {
+        if (split == 1) {
             wr = stage_bytes(gemv_smem + warp * unit, wr, R * rb, lane, 32);
             if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
@@ -639,8 +567,9 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
 #define GEMV_I8_MIN_BLOCKS(F, T, R) ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1 ? 12 : 0)
 
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
-// waits inside gemv_i8, after issuing its weight copies.
-#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
+// waits inside gemv_i8, after issuing its weight copies. F3: the third matrix's format (a mixed
+// launch when it is not F).
+#define GEMV_I8_KERNEL_F3(F, F3, NAME, T, R, STAGED, EARLY, SUFFIX)                             \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
         int accum, int grouped) {                                                              \
@@ -649,8 +578,11 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
-        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped); \
+        gemv_i8<F, T, R, STAGED, EARLY, F3>(m, row_bytes, xq, xd, cols, t, split, accum,       \
+                                            grouped);                                          \
     }
+#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
+    GEMV_I8_KERNEL_F3(F, F, NAME, T, R, STAGED, EARLY, SUFFIX)
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
     GEMV_I8_KERNEL(F, NAME, 4, 1, false, false, _4)                                            \
@@ -658,44 +590,14 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     GEMV_I8_KERNEL(F, NAME, 1, 2, false, false, _r2_1)                                         \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, false, _s1)                                            \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)
-
-// A mixed one-row entry point (the third matrix in format F3): plain, staged, staged early.
-#define GEMV_I8_MIXED_KERNEL(F, F3, NAME, STAGED, EARLY, SUFFIX)                               \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8##SUFFIX(     \
-        GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
-        int accum, int grouped) {                                                              \
-        if (EARLY) {                                                                           \
-            PDL_LAUNCH();                                                                      \
-        } else {                                                                               \
-            PDL_ENTER();                                                                       \
-        }                                                                                      \
-        gemv_i8<F, 1, 1, STAGED, EARLY, F3>(m, row_bytes, xq, xd, cols, t, split, accum,       \
-                                            grouped);                                          \
-    }
+// The one-row entry points of a mixed pair (the third matrix in format F3): plain, staged,
+// staged early.
 #define GEMV_I8_MIXED(F, F3, NAME)                                                             \
-    GEMV_I8_MIXED_KERNEL(F, F3, NAME, false, false, _1)                                        \
-    GEMV_I8_MIXED_KERNEL(F, F3, NAME, true, false, _s1)                                        \
-    GEMV_I8_MIXED_KERNEL(F, F3, NAME, true, true, _s1e)
-
-// The gated one-row entry point (gemv_i8's GATED): gate and up rows instead of int8 inputs.
-#define GEMV_I8_GATED(F, NAME)                                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_##NAME##_i8_gs1e(        \
-        GemvMats m, long row_bytes, const float* gate, const float* up, int cols, int act,     \
-        int split, int accum, int grouped) {                                                   \
-        PDL_LAUNCH();                                                                          \
-        gemv_i8<F, 1, 1, true, true, F, true>(m, row_bytes, (const i8*)gate, up, cols, 1,      \
-                                              split, accum, grouped, act);                     \
-    }
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, false, false, _1)                                     \
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, false, _s1)                                     \
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, true, _s1e)
 
 #ifndef OXINFER_TEMPLATES_ONLY
-// The down projections' formats in the models measured (docs/gpu.md).
-GEMV_I8_GATED(FMT_Q4_K, q4_k)
-GEMV_I8_GATED(FMT_Q6_K, q6_k)
-GEMV_I8_GATED(FMT_Q4_0, q4_0)
-GEMV_I8_GATED(FMT_Q4_1, q4_1)
-GEMV_I8_GATED(FMT_Q8_0, q8_0)
-GEMV_I8_GATED(FMT_Q5_0, q5_0)
-GEMV_I8_GATED(FMT_Q5_1, q5_1)
 // The mixes of llama.cpp's quantization types (kernels.rs, INT8_GEMV_MIXES).
 GEMV_I8_MIXED(FMT_Q5_0, FMT_Q8_0, q5_0_q8_0)
 GEMV_I8_MIXED(FMT_Q4_K, FMT_Q6_K, q4_k_q6_k)

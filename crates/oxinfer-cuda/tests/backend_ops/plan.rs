@@ -18,8 +18,7 @@ pub(crate) enum PlanWeights {
     /// The value projection in another format than the query's and key's, as llama.cpp's
     /// mixes store it (one-row GEMV launches then take the pair's mixed kernel): Q4_K with Q6_K
     /// values and Q4_K down (layer 0), Q5_0 with Q8_0 values and Q4_1 down (layer 1); Q8_0
-    /// head. The down projections' one-row gated GEMVs then quantize their input in blocks of
-    /// 256 in the grouped layout, and of 32.
+    /// head.
     Mixes,
 }
 
