@@ -333,7 +333,7 @@ pub(crate) fn linear_group(
     let like = |w: &DeviceMatrix| {
         w.format == w1.format && (w.cols, w.row_bytes) == (w1.cols, w1.row_bytes)
     };
-    let n = if int8_layout(w1, t).is_some() {
+    let mut n = if int8_layout(w1, t).is_some() {
         1 + ws[1..]
             .iter()
             .take(max_group() - 1)
@@ -342,6 +342,14 @@ pub(crate) fn linear_group(
     } else {
         1
     };
+    // Query and key joined by a value projection of the mix's other format (one row).
+    if n == 2 && max_group() == 3 && t == 1 {
+        if let Some((w3, _)) = ws.get(2) {
+            if crate::gemv::mixes_with(w1, w3) {
+                n = 3;
+            }
+        }
+    }
     if n > 1 {
         let (x16, scale, kind, ..) = prepared_input(gpu, w1, x, t, path, ready)?;
         let g = grouped(kind);

@@ -62,6 +62,8 @@ struct GemvMats {
     w: [CUdeviceptr; 3],
     y: [CUdeviceptr; 3],
     rows: [i32; 3],
+    /// Row bytes of the third matrix (its own format's in a mixed launch).
+    row_bytes3: i64,
 }
 
 /// GEMV on int8 activations (formats of `INT8_GEMV_FORMATS`): `y[t, rows] = x · Wᵀ` (or `+=`,
@@ -69,7 +71,9 @@ struct GemvMats {
 /// block]`, from `quant_act_i8`), `t` ≤ [`GEMV_MAX_ROWS`]; a warp per output row, or the four
 /// warps of a block per row when the matrices have too few rows to fill the device
 /// ([`gemv_split`]). Each of `more` (at most two `(w2, y2)`, same format and width as `w`, any
-/// number of rows) is also multiplied, `y2 = x · W2ᵀ`, in the same launch. One-row products take the staged kernel
+/// number of rows; for one activation row the last may be of the other format of an
+/// [`crate::kernels::INT8_GEMV_MIXES`] pair, see [`mixes_with`]) is also multiplied,
+/// `y2 = x · W2ᵀ`, in the same launch. One-row products take the staged kernel
 /// (weight rows copied whole into shared memory first) when [`staged`] says so and the rows
 /// fit [`STAGED_MAX_SMEM`]. `xd` holds the scales and then the run sums
 /// ([`crate::ops::int8_side_bytes`]). `grouped`: `xq` is in the grouped layout
@@ -96,18 +100,39 @@ pub(crate) fn gemv_i8(
         w: [w.buf.ptr(), 0, 0],
         y: [y, 0, 0],
         rows: [w.rows as i32, 0, 0],
+        row_bytes3: w.row_bytes as i64,
     };
     for (i, (m, ym)) in more.iter().enumerate() {
         (mats.w[i + 1], mats.y[i + 1], mats.rows[i + 1]) = (m.buf.ptr(), *ym, m.rows as i32);
     }
+    // A third matrix of another format: the mixed kernel of the pair (one activation row).
+    let mixed = match more {
+        [_, (w3, _)] if w3.format != w.format => {
+            if t != 1 || !mixes_with(w, w3) {
+                return Err(format!(
+                    "no int8 GEMV takes {} with {} for {t} rows",
+                    w.format, w3.format
+                ));
+            }
+            mats.row_bytes3 = w3.row_bytes as i64;
+            Some(w3.format)
+        }
+        _ => None,
+    };
     let total: usize = mats.rows.iter().map(|&r| r as usize).sum();
     let split = gemv_split(w, total, t, g.sm_count);
-    let pair = t == 1 && split == 1 && mats.rows.iter().all(|r| r % 2 == 0) && gemv_pairs();
+    let pair = t == 1
+        && split == 1
+        && mixed.is_none()
+        && mats.rows.iter().all(|r| r % 2 == 0)
+        && gemv_pairs();
     // Shared bytes of the staged kernel: one row per `split` warps.
     let units = GEMV_WARPS / split;
-    let smem = staged_unit_bytes(w.row_bytes) * units;
+    let smem = staged_unit_bytes(w.row_bytes.max(mats.row_bytes3 as usize)) * units;
     let stage = t == 1 && !pair && staged() && smem <= STAGED_MAX_SMEM;
-    let f = if pair {
+    let f = if let Some(f3) = mixed {
+        g.k.gemv_i8_mixed(w.format, f3, stage, staged_early())
+    } else if pair {
         g.k.gemv_i8_pair(w.format)
     } else if stage {
         g.k.gemv_i8_staged(w.format, staged_early())
@@ -138,6 +163,18 @@ pub(crate) fn gemv_i8(
             arg(&grouped),
         ],
     )
+}
+
+/// Whether one-row int8 GEMV launches may take `w3` as the third matrix beside matrices like
+/// `w` although its format differs: a pair of [`crate::kernels::INT8_GEMV_MIXES`], the same
+/// width, unless `OXINFER_CUDA_GEMV_MIXED=0`.
+pub(crate) fn mixes_with(w: &DeviceMatrix, w3: &DeviceMatrix) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_GEMV_MIXED").is_ok_and(|v| v == "0"))
+        && w.cols == w3.cols
+        && crate::kernels::INT8_GEMV_MIXES
+            .iter()
+            .any(|&(f, f3, _)| (f, f3) == (w.format, w3.format))
 }
 
 /// Most dynamic shared memory a staged GEMV block takes (its kernels are allowed this much,

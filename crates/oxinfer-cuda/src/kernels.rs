@@ -116,6 +116,15 @@ pub(crate) const INT8_GEMV_FORMATS: [(WeightFormat, &str); 7] = [
     (WeightFormat::Q5_1, "q5_1"),
 ];
 
+/// Pairs of formats one one-row int8 GEMV launch takes together (`gemv_{name}_i8_{1,s1,s1e}`):
+/// query and key in the first, the value projection in the second, as llama.cpp's mixes store
+/// them (Gemma 3's Q4_K_M: Q5_0 with Q8_0, its rows not a multiple of 256; the 7B's: Q4_K with
+/// Q6_K). Both formats of a pair take the same int8 input layout.
+pub(crate) const INT8_GEMV_MIXES: [(WeightFormat, WeightFormat, &str); 2] = [
+    (WeightFormat::Q5_0, WeightFormat::Q8_0, "q5_0_q8_0"),
+    (WeightFormat::Q4K, WeightFormat::Q6K, "q4_k_q6_k"),
+];
+
 /// The formats of [`IQ_FORMATS`] with an int8 GEMV: all of them (activations in blocks of 32
 /// for IQ4_NL and MXFP4, 256 for the others, as the CPU quantizes them).
 pub(crate) const IQ_INT8_GEMV_FORMATS: [(WeightFormat, &str); 12] = IQ_FORMATS;
@@ -389,6 +398,8 @@ struct FormatKernels {
     /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
     /// for the previous kernel first, and fetching the weights before waiting.
     gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    /// One-row int8 GEMVs of [`INT8_GEMV_MIXES`]' pairs: plain, staged, staged early.
+    gemv_i8_mixed: Vec<((WeightFormat, WeightFormat), [sys::CUfunction; 3])>,
 }
 
 impl FormatKernels {
@@ -438,6 +449,7 @@ impl FormatKernels {
         self.gemv8.extend(other.gemv8);
         self.gemv_i8.extend(other.gemv_i8);
         self.gemv_i8_staged.extend(other.gemv_i8_staged);
+        self.gemv_i8_mixed.extend(other.gemv_i8_mixed);
     }
 }
 
@@ -483,6 +495,17 @@ impl Kernels {
         let names = RefCell::new(HashMap::new());
         let get = |name: &str| load(&module, &names, name);
         let mut formats = FormatKernels::load(&module, &names, &QUANT_FORMATS, &INT8_GEMV_FORMATS)?;
+        for (f, f3, n) in INT8_GEMV_MIXES {
+            let smem = crate::gemv::STAGED_MAX_SMEM;
+            formats.gemv_i8_mixed.push((
+                (f, f3),
+                [
+                    get(&format!("gemv_{n}_i8_1"))?,
+                    load_smem(&module, &names, &format!("gemv_{n}_i8_s1"), smem)?,
+                    load_smem(&module, &names, &format!("gemv_{n}_i8_s1e"), smem)?,
+                ],
+            ));
+        }
         // iq.cu holds the formats' GEMM, decoders and GEMVs, iq_i8.cu their int8 GEMVs.
         let iq_kernels = iq.and_then(|programs| {
             let [(m0, w0), (m1, w1)] = <[_; 2]>::try_from(programs).map_err(|_| "two programs")?;
@@ -619,6 +642,24 @@ impl Kernels {
     pub fn gemv_i8_staged(&self, f: WeightFormat, early: bool) -> Option<sys::CUfunction> {
         let k = self.formats.gemv_i8_staged.iter().find(|(g, _)| *g == f)?.1;
         Some(k[usize::from(early)])
+    }
+
+    /// The one-row int8 GEMV taking matrices of `f` and a third one of `f3`
+    /// ([`INT8_GEMV_MIXES`]): plain, or staged (`early`: fetching before the wait).
+    pub fn gemv_i8_mixed(
+        &self,
+        f: WeightFormat,
+        f3: WeightFormat,
+        staged: bool,
+        early: bool,
+    ) -> Option<sys::CUfunction> {
+        let k = self
+            .formats
+            .gemv_i8_mixed
+            .iter()
+            .find(|(p, _)| *p == (f, f3))?
+            .1;
+        Some(k[if staged { 1 + usize::from(early) } else { 0 }])
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.

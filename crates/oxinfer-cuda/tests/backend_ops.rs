@@ -578,6 +578,13 @@ fn plan_iq_weights_matches_cpu() {
     plan::plan_case(plan::PlanWeights::Iq, KvType::F32);
 }
 
+/// [`plan_matches_cpu`] with value projections in another format than the query's and key's
+/// (Q4_K with Q6_K, Q5_0 with Q8_0): decode steps take the mixed one-row GEMV launches.
+#[test]
+fn plan_mixed_value_formats_match_cpu() {
+    plan::plan_case(plan::PlanWeights::Mixes, KvType::F32);
+}
+
 /// Convolution (and the odd-width float uploads it needs): in its own file, same binary.
 #[path = "backend_ops/conv.rs"]
 mod conv;

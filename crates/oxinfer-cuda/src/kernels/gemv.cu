@@ -430,6 +430,9 @@ struct GemvMats {
     const u8* w[3];
     float* y[3];
     int rows[3];
+    // Bytes of one row of the third matrix: another format's when the kernel's F3 is not F
+    // (gemv_i8's mixed launch), else the same as the others' (unused).
+    long row_bytes3;
     // Element k (0..2) by selects, not by a dynamic index (which would copy the parameter
     // struct to local memory).
     __device__ __forceinline__ const u8* wk(int k) const { return k == 0 ? w[0] : k == 1 ? w[1] : w[2]; }
@@ -451,7 +454,27 @@ __device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
     return make_int2(k, row);
 }
 
-template <int F, int T, int R, bool STAGED, bool EARLY = false>
+// The dot products of one warp's R rows of format F (the dispatch of gemv_i8 below).
+template <int F, int T, int R>
+__device__ __forceinline__ void gemv_i8_dots(const u8* __restrict__ wr, long row_bytes,
+                                             const i8* __restrict__ xq,
+                                             const float* __restrict__ xd,
+                                             const int* __restrict__ xs, int cols, int t,
+                                             int lane, int share, int split, float (&acc)[R][T],
+                                             int grouped) {
+    if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+    else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+    else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+    else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
+    else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+    else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
+    else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+}
+
+// F3: the format of the third matrix of m (F: all three). A mixed launch (F3 != F) joins a
+// value projection stored in another format than the query's and key's (Q8_0 beside Q5_0,
+// Q6_K beside Q4_K in llama.cpp's mixes); both formats must take the same int8 input layout.
+template <int F, int T, int R, bool STAGED, bool EARLY = false, int F3 = F>
 __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
                                         const i8* __restrict__ xq,
                                         const float* __restrict__ xd, int cols, int t, int split,
@@ -468,12 +491,15 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     // A warp per row (split 1) has no block-wide step: an idle warp leaves now. With split
     // warps per row, every warp stays for the __syncthreads below.
     if (split == 1 && !valid) return;
-    const u8* wr = valid ? m.wk(mat) + (long)lrow * row_bytes : m.w[0];
+    // This warp's matrix's row bytes (a mixed launch's third matrix has its own).
+    const bool third = F3 != F && mat == 2;
+    const long rb = third ? m.row_bytes3 : row_bytes;
+    const u8* wr = valid ? m.wk(mat) + (long)lrow * rb : m.w[0];
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
-        long unit = staged_unit_bytes(row_bytes, R);
+        long unit = staged_unit_bytes(F3 == F ? row_bytes : max(row_bytes, m.row_bytes3), R);
         if (split == 1) {
-            wr = stage_bytes(gemv_smem + warp * unit, wr, R * row_bytes, lane, 32);
+            wr = stage_bytes(gemv_smem + warp * unit, wr, R * rb, lane, 32);
             if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
             __syncwarp();
@@ -482,7 +508,7 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
             // bytes around row 0's start: wr then points into shared memory on every path,
             // so the dot products read it with shared loads, not generic ones).
             int u = warp / split, ut = threadIdx.x - u * 32 * split;
-            wr = stage_bytes(gemv_smem + u * unit, wr, valid ? row_bytes : 0, ut, 32 * split);
+            wr = stage_bytes(gemv_smem + u * unit, wr, valid ? rb : 0, ut, 32 * split);
             if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
             __syncthreads();
@@ -494,13 +520,12 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
         #pragma unroll
         for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
     if (valid) {
-        if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
-        else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-        else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
-        else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
-        else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-        else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
-        else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
+        if constexpr (F3 != F) {
+            if (third) gemv_i8_dots<F3, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+            else gemv_i8_dots<F, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        } else {
+            gemv_i8_dots<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        }
     }
     if (split == 1) {
         int ac = mat == 0 ? accum : 0;
@@ -542,8 +567,9 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
 #define GEMV_I8_MIN_BLOCKS(F, T, R) ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1 ? 12 : 0)
 
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
-// waits inside gemv_i8, after issuing its weight copies.
-#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
+// waits inside gemv_i8, after issuing its weight copies. F3: the third matrix's format (a mixed
+// launch when it is not F).
+#define GEMV_I8_KERNEL_F3(F, F3, NAME, T, R, STAGED, EARLY, SUFFIX)                             \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, T, R)) gemv_##NAME##_i8##SUFFIX(     \
         GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
         int accum, int grouped) {                                                              \
@@ -552,8 +578,11 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
         } else {                                                                               \
             PDL_ENTER();                                                                       \
         }                                                                                      \
-        gemv_i8<F, T, R, STAGED, EARLY>(m, row_bytes, xq, xd, cols, t, split, accum, grouped); \
+        gemv_i8<F, T, R, STAGED, EARLY, F3>(m, row_bytes, xq, xd, cols, t, split, accum,       \
+                                            grouped);                                          \
     }
+#define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
+    GEMV_I8_KERNEL_F3(F, F, NAME, T, R, STAGED, EARLY, SUFFIX)
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
     GEMV_I8_KERNEL(F, NAME, 4, 1, false, false, _4)                                            \
@@ -561,8 +590,17 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     GEMV_I8_KERNEL(F, NAME, 1, 2, false, false, _r2_1)                                         \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, false, _s1)                                            \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)
+// The one-row entry points of a mixed pair (the third matrix in format F3): plain, staged,
+// staged early.
+#define GEMV_I8_MIXED(F, F3, NAME)                                                             \
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, false, false, _1)                                     \
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, false, _s1)                                     \
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, true, _s1e)
 
 #ifndef OXINFER_TEMPLATES_ONLY
+// The mixes of llama.cpp's quantization types (kernels.rs, INT8_GEMV_MIXES).
+GEMV_I8_MIXED(FMT_Q5_0, FMT_Q8_0, q5_0_q8_0)
+GEMV_I8_MIXED(FMT_Q4_K, FMT_Q6_K, q4_k_q6_k)
 GEMV_I8(FMT_Q4_K, q4_k)
 GEMV_I8(FMT_Q6_K, q6_k)
 GEMV_I8(FMT_Q4_0, q4_0)

@@ -23,10 +23,7 @@ extern "C" __global__ void gated_act_f32(float* g, const float* __restrict__ u, 
     PDL_ENTER();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = g[i];
-    float a = act == 0 ? x / (1.f + expf(-x))
-                       : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
-    g[i] = a * u[i];
+    g[i] = gated_value(g[i], u[i], act);
 }
 
 // dst[i, :] = src[idx[i], :] for rows of width dim.
@@ -298,10 +295,7 @@ extern "C" __global__ void gated_act_q8(float* g, const float* __restrict__ u, i
     for (int i = 0; i < 8; i++) {
         v[i] = 0.f;
         if (i < per) {
-            float x = gv[i];
-            float a = act == 0 ? x / (1.f + expf(-x))
-                               : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
-            v[i] = a * uv[i];
+            v[i] = gated_value(gv[i], uv[i], act);
             g[b * B + lane + 32 * i] = v[i];
         }
     }

@@ -15,16 +15,23 @@ pub(crate) enum PlanWeights {
     Quantized,
     /// IQ4_XS (layer 0) and IQ2_XXS (layer 1) projections, IQ4_NL values, IQ3_S down, MXFP4 head.
     Iq,
+    /// The value projection in another format than the query's and key's, as llama.cpp's
+    /// mixes store it (one-row GEMV launches then take the pair's mixed kernel): Q4_K with Q6_K
+    /// values and Q4_K down (layer 0), Q5_0 with Q8_0 values and Q4_1 down (layer 1); Q8_0
+    /// head.
+    Mixes,
 }
 
 impl PlanWeights {
-    /// Formats of: layer 0's projections, layer 1's, the values, the down projections, the head.
-    fn formats(self) -> [WeightFormat; 5] {
+    /// Formats of: layer 0's projections, layer 1's, layer 0's values, layer 1's values, layer
+    /// 0's down projection, layer 1's, the head.
+    fn formats(self) -> [WeightFormat; 7] {
         use WeightFormat::*;
         match self {
-            PlanWeights::F16 => [F16; 5],
-            PlanWeights::Quantized => [Q4K, Q4_1, Q8_0, Q6K, Q8_0],
-            PlanWeights::Iq => [IQ4_XS, IQ2_XXS, IQ4_NL, IQ3_S, MXFP4],
+            PlanWeights::F16 => [F16; 7],
+            PlanWeights::Quantized => [Q4K, Q4_1, Q8_0, Q8_0, Q6K, Q6K, Q8_0],
+            PlanWeights::Iq => [IQ4_XS, IQ2_XXS, IQ4_NL, IQ4_NL, IQ3_S, IQ3_S, MXFP4],
+            PlanWeights::Mixes => [Q4K, Q5_0, Q6K, Q8_0, Q4K, Q4_1, Q8_0],
         }
     }
 }
@@ -32,7 +39,7 @@ impl PlanWeights {
 /// The plan of backend_ops.rs's `plan_*` tests with `weights`, every KV cache (host and device)
 /// storing keys and values as `kv`.
 pub(crate) fn plan_case(weights: PlanWeights, kv: oxinfer::plan::KvType) {
-    let [f0, f1, fv, fdown, fhead] = weights.formats();
+    let [f0, f1, fv0, fv1, fdown0, fdown1, fhead] = weights.formats();
     use oxinfer::config::{RopeConfig, RopeScaling, RopeStyle};
     use oxinfer::loader::TensorView;
     use oxinfer::nn::SelfAttention;
@@ -100,7 +107,11 @@ pub(crate) fn plan_case(weights: PlanWeights, kv: oxinfer::plan::KvType) {
     };
     let blocks: Vec<Block> = (0..n_layers)
         .map(|li| {
-            let f = if li == 0 { f0 } else { f1 };
+            let (f, fv, fdown) = if li == 0 {
+                (f0, fv0, fdown0)
+            } else {
+                (f1, fv1, fdown1)
+            };
             Block {
                 attn_norm: norm(dim, &mut vr),
                 attn: SelfAttention {
