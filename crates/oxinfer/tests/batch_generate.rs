@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fixtures, real_model};
+use common::{fixtures, real_model, run_all, step_once};
 use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished, Rejected, SeqEvent};
 use oxinfer::engine::grammar::Grammar;
 use oxinfer::engine::{GenerateOptions, SamplingParams, SeqRequest, StopReason};
@@ -36,26 +36,6 @@ fn request(prompt: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Seq
             sampling,
             ..GenerateOptions::default()
         },
-    }
-}
-
-/// One step of `batch`, keeping each tag's [`Finished`] in `done`.
-fn step_once(batch: &mut BatchGenerator<'_, usize>, done: &mut [Option<Finished>]) {
-    batch
-        .step(|&mut i, ev| {
-            if let SeqEvent::Finished(f) = ev {
-                done[i] = Some(f);
-            }
-            true
-        })
-        .map_err(|f| f.error)
-        .expect("step");
-}
-
-/// Steps `batch` until idle, keeping each tag's [`Finished`] in `done`.
-fn run_all(batch: &mut BatchGenerator<'_, usize>, done: &mut [Option<Finished>]) {
-    while !batch.is_idle() {
-        step_once(batch, done);
     }
 }
 

@@ -8,10 +8,12 @@
 
 mod common;
 
-use common::{check_mixed_prompt, encode_files, fixtures, ids, max_abs_diff, read_npy_f32};
+use common::{
+    check_mixed_prompt, encode_files, fixtures, ids, max_abs_diff, read_npy_f32, run_all, step_once,
+};
 use oxinfer::arch::multimodal::MediaKind;
 use oxinfer::arch::SeqBatch;
-use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished, PrefillBudget, SeqEvent};
+use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished, PrefillBudget};
 use oxinfer::engine::media::{fill_runs, EncodedMedia};
 use oxinfer::engine::{GenerateOptions, SamplingParams, SeqRequest};
 use oxinfer::plan::media::MediaEmbeds;
@@ -101,24 +103,11 @@ fn batched_sequences_under_a_small_prefill_budget_match() {
         opts: greedy(&media),
     };
     let mut done: Vec<Option<Finished>> = vec![None, None];
-    let mut step = |batch: &mut BatchGenerator<'_, usize>| {
-        batch
-            .step(|&mut i, ev| {
-                if let SeqEvent::Finished(f) = ev {
-                    done[i] = Some(f);
-                }
-                true
-            })
-            .map_err(|f| f.error)
-            .expect("step");
-    };
     batch.admit(req.clone(), 0).expect("admit 0");
     // The second joins while the first is in its first image, then prefills beside it.
-    step(&mut batch);
+    step_once(&mut batch, &mut done);
     batch.admit(req, 1).expect("admit 1");
-    while !batch.is_idle() {
-        step(&mut batch);
-    }
+    run_all(&mut batch, &mut done);
     for (i, f) in done.iter().enumerate() {
         let f = f.as_ref().expect("finished");
         let d = max_abs_diff(f.prompt_logits.as_ref().unwrap(), &want);

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{fixtures, real_model};
-use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished, SeqEvent};
+use common::{fixtures, real_model, run_all};
+use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished};
 use oxinfer::engine::speculative::{check_vocabularies, VocabMismatch, VocabSide};
 use oxinfer::engine::{GenerateOptions, Generation, SamplingParams, SeqRequest, Speculation};
 use oxinfer::Model;
@@ -115,17 +115,7 @@ fn lookup_in_a_batch_matches_each_alone() {
         batch.admit(r.clone(), i).expect("admit");
     }
     let mut done: Vec<Option<Finished>> = vec![None; reqs.len()];
-    while !batch.is_idle() {
-        batch
-            .step(|&mut i, ev| {
-                if let SeqEvent::Finished(f) = ev {
-                    done[i] = Some(f);
-                }
-                true
-            })
-            .map_err(|f| f.error)
-            .expect("step");
-    }
+    run_all(&mut batch, &mut done);
     for (i, r) in reqs.iter().enumerate() {
         let mut plain = r.opts.clone();
         plain.speculation = Speculation::default();

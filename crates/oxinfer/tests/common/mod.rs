@@ -1,10 +1,11 @@
 //! Helpers shared by the integration tests of `oxinfer` and `oxinfer-cli` (the CLI's tests
 //! include this folder with `#[path]`): fixture paths and readers ([`fixtures`], [`reference`],
 //! [`ids`], [`read_npy_f32`]), comparisons ([`max_abs_diff`], [`agreement`]), scratch folders,
-//! the reference checks of the tiny checkpoints ([`checks`], multimodal ones [`media`]) and the real test models
-//! ([`models`]).
+//! the reference checks of the tiny checkpoints ([`checks`], multimodal ones [`media`]), the real test models
+//! ([`models`]) and a batch generator's step ([`batch`]).
 #![allow(dead_code)]
 
+pub mod batch;
 pub mod checks;
 pub mod embed;
 pub mod media;
@@ -12,6 +13,8 @@ pub mod models;
 pub mod safetensors_raw;
 
 // Not every test binary uses both.
+#[allow(unused_imports)]
+pub use batch::*;
 #[allow(unused_imports)]
 pub use checks::*;
 #[allow(unused_imports)]
