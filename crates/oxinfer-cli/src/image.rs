@@ -471,7 +471,8 @@ pub fn pipeline_model(spec: Option<&str>) -> Option<PathBuf> {
 
 /// `oxinfer serve` on a Stable Diffusion folder or single file (its configs from
 /// `--image-config DIR` or inferred, as `oxinfer image` loads it): `/v1/images/generations`
-/// only, text to image; `config(model_id)` makes the server settings from the command line.
+/// (text to image) and `/v1/images/edits` (image to image, inpainting; an inpainting model only
+/// this); `config(model_id)` makes the server settings from the command line.
 #[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
@@ -501,9 +502,9 @@ pub fn serve(
         "--image-config",
     )?;
     if sd.is_inpainting() {
-        bail!(
-            "{} is an inpainting model: the image server is text to image only (use `oxinfer \
-             image --init IMAGE --mask MASK.png`)",
+        eprintln!(
+            "note: {} is an inpainting model: it serves POST /v1/images/edits with an image and \
+             a mask; /v1/images/generations answers 400",
             path.display()
         );
     }
