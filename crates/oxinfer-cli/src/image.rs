@@ -520,8 +520,8 @@ pub fn serve(
     );
     let cfg = config(model_id);
     eprintln!(
-        "serving the image model {} ({side}x{side} native) on /v1/images/generations; chat, \
-         completion and embedding endpoints are not available",
+        "serving the image model {} ({side}x{side} native) on /v1/images/generations and \
+         /v1/images/edits; chat, completion and embedding endpoints are not available",
         cfg.model_id,
         side = sd.native_size()
     );
