@@ -149,17 +149,9 @@ fn noise(path: &Option<PathBuf>, want: &[usize], flag: &str) -> Result<Option<Ve
 
 /// The `--init` PNG as NCHW `[1, 3, H, W]` in `[-1, 1]`, with its width and height.
 fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
-    let img = ::image::open(path)
-        .with_context(|| format!("--init {}", path.display()))?
-        .to_rgb8();
+    let img = ::image::open(path).with_context(|| format!("--init {}", path.display()))?;
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let mut chw = vec![0f32; 3 * w * h];
-    for (p, px) in img.pixels().enumerate() {
-        for c in 0..3 {
-            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
-        }
-    }
-    Ok((chw, w, h))
+    Ok((oxinfer::arch::diffusion::init_image_chw(&img), w, h))
 }
 
 /// The `--mask` PNG as `[H, W]` values in `[0, 1]` (the pipeline binarizes them at 0.5), with

@@ -383,20 +383,6 @@ fn decode_upload(field: &str, data: &[u8]) -> Result<image::DynamicImage, ApiErr
         .map_err(|e| bad(format!("the {format:?} file does not decode: {e}")))
 }
 
-/// The image as the pipeline's init image: RGB (alpha dropped), `[3, H, W]` in `[-1, 1]`,
-/// exactly as `oxinfer image --init` reads its file.
-fn init_image(img: &image::DynamicImage) -> Vec<f32> {
-    let rgb = img.to_rgb8();
-    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
-    let mut chw = vec![0f32; 3 * w * h];
-    for (p, px) in rgb.pixels().enumerate() {
-        for c in 0..3 {
-            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
-        }
-    }
-    chw
-}
-
 /// OpenAI's mask as the pipeline's: the mask's fully transparent pixels (alpha 0) are the ones
 /// to repaint (1), every other pixel is kept (0): the white = repaint mask `oxinfer image
 /// --mask` takes, binarized. A mask without an alpha channel is a 400 (its colours mean nothing
@@ -481,7 +467,7 @@ async fn run_edit(
         );
     }
     let mut g = pipeline_request(&f.req, &st.sd, (w, h))?;
-    g.init_image = Some(init_image(&img));
+    g.init_image = Some(oxinfer::arch::diffusion::init_image_chw(&img));
     g.mask = mask;
     g.strength = strength;
     compute(st, g).await
