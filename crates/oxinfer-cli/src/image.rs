@@ -149,17 +149,9 @@ fn noise(path: &Option<PathBuf>, want: &[usize], flag: &str) -> Result<Option<Ve
 
 /// The `--init` PNG as NCHW `[1, 3, H, W]` in `[-1, 1]`, with its width and height.
 fn read_init(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize)> {
-    let img = ::image::open(path)
-        .with_context(|| format!("--init {}", path.display()))?
-        .to_rgb8();
+    let img = ::image::open(path).with_context(|| format!("--init {}", path.display()))?;
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let mut chw = vec![0f32; 3 * w * h];
-    for (p, px) in img.pixels().enumerate() {
-        for c in 0..3 {
-            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
-        }
-    }
-    Ok((chw, w, h))
+    Ok((oxinfer::arch::diffusion::init_image_chw(&img), w, h))
 }
 
 /// The `--mask` PNG as `[H, W]` values in `[0, 1]` (the pipeline binarizes them at 0.5), with
@@ -471,7 +463,8 @@ pub fn pipeline_model(spec: Option<&str>) -> Option<PathBuf> {
 
 /// `oxinfer serve` on a Stable Diffusion folder or single file (its configs from
 /// `--image-config DIR` or inferred, as `oxinfer image` loads it): `/v1/images/generations`
-/// only, text to image; `config(model_id)` makes the server settings from the command line.
+/// (text to image) and `/v1/images/edits` (image to image, inpainting; an inpainting model only
+/// this); `config(model_id)` makes the server settings from the command line.
 #[cfg(feature = "server")]
 pub fn serve(
     a: &crate::serve::ServeArgs,
@@ -501,9 +494,9 @@ pub fn serve(
         "--image-config",
     )?;
     if sd.is_inpainting() {
-        bail!(
-            "{} is an inpainting model: the image server is text to image only (use `oxinfer \
-             image --init IMAGE --mask MASK.png`)",
+        eprintln!(
+            "note: {} is an inpainting model: it serves POST /v1/images/edits with an image and \
+             a mask; /v1/images/generations answers 400",
             path.display()
         );
     }
@@ -519,8 +512,8 @@ pub fn serve(
     );
     let cfg = config(model_id);
     eprintln!(
-        "serving the image model {} ({side}x{side} native) on /v1/images/generations; chat, \
-         completion and embedding endpoints are not available",
+        "serving the image model {} ({side}x{side} native) on /v1/images/generations and \
+         /v1/images/edits; chat, completion and embedding endpoints are not available",
         cfg.model_id,
         side = sd.native_size()
     );

@@ -228,6 +228,7 @@ pub fn router(model: Arc<Model>, cfg: ServerConfig) -> Router {
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::not_an_embedding_model))
         .route("/v1/images/generations", post(images::not_an_image_model))
+        .route("/v1/images/edits", post(images::not_an_image_model))
         .route("/v1/rerank", post(rerank::chat_model_is_not_a_reranker))
         .route("/v1/models", get(info::models))
         .route("/metrics", get(info::metrics_text))
@@ -247,13 +248,17 @@ pub(crate) struct KeyCheck {
 }
 
 /// The task endpoints a server may offer; a single-task server answers the others with a 400.
-const TASK_ENDPOINTS: [&str; 5] = [
+const TASK_ENDPOINTS: [&str; 6] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
     "/v1/rerank",
     "/v1/images/generations",
+    "/v1/images/edits",
 ];
+
+/// The one endpoint whose body is `multipart/form-data` (OpenAI's `images.edit` uploads files).
+const MULTIPART_ENDPOINT: &str = "/v1/images/edits";
 
 /// The router of a server on a model that does one task (embeddings, reranking, images):
 /// `own` holds its routes (paths `own_paths`); `/v1/models` lists the one model with `meta`;
@@ -424,17 +429,29 @@ fn is_json_media_type(value: &str) -> bool {
 /// Refuses (415) a POST whose body is declared as anything but JSON. A web page can send
 /// `text/plain`, form or multipart bodies to a local server without a CORS preflight; refusing
 /// them keeps pages a user visits from driving the API. A request without `Content-Type` is
-/// let through (browsers always label the bodies they send).
+/// let through (browsers always label the bodies they send). The exception is
+/// `multipart/form-data` on [`MULTIPART_ENDPOINT`], the shape OpenAI's `images.edit` sends:
+/// there the `Origin` check ([`access`]) still refuses pages of other sites, and a key, when
+/// set, is a header no page can add without a preflight.
 async fn require_json(req: Request, next: Next) -> Response {
     if req.method() == axum::http::Method::POST {
         if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
             let given = ct.to_str().unwrap_or("(not text)");
-            if !is_json_media_type(given) {
+            let multipart = req.uri().path() == MULTIPART_ENDPOINT && is_multipart_form(given);
+            if !is_json_media_type(given) && !multipart {
                 return ApiError::unsupported_media_type(given).into_response();
             }
         }
     }
     next.run(req).await
+}
+
+/// Whether `given` is `multipart/form-data` (any parameters, any case).
+fn is_multipart_form(given: &str) -> bool {
+    given
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
@@ -454,6 +471,15 @@ async fn not_found(req: Request) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::is_json_media_type;
+
+    #[test]
+    fn multipart_forms() {
+        use super::is_multipart_form;
+        assert!(is_multipart_form("multipart/form-data; boundary=x"));
+        assert!(is_multipart_form("Multipart/Form-Data"));
+        assert!(!is_multipart_form("multipart/mixed; boundary=x"));
+        assert!(!is_multipart_form("application/json"));
+    }
 
     #[test]
     fn json_media_types() {

@@ -36,7 +36,9 @@ pub use clip_tokenizer::ClipTokenizer;
 pub use error::DiffusionError;
 pub use layers::FeatureMap;
 pub use lora::LoraSpec;
-pub use pipeline::{image_seed, GenerateRequest, Generated, PipelineSource, StableDiffusion};
+pub use pipeline::{
+    image_seed, init_image_chw, GenerateRequest, Generated, PipelineSource, StableDiffusion,
+};
 pub use scheduler::{Scheduler, SchedulerKind};
 pub use unet::UNet;
 pub use vae::VaeDecoder;

@@ -25,6 +25,21 @@ use crate::loader::TensorStore;
 use crate::quant::Precision;
 use std::path::{Path, PathBuf};
 
+/// An image as [`GenerateRequest::init_image`] takes it: RGB (alpha dropped), `[3, H, W]` with
+/// values `v / 255 · 2 − 1` in `[-1, 1]`, as diffusers' image processor normalizes it (the CLI's
+/// `--init` file and the server's uploaded image alike).
+pub fn init_image_chw(img: &image::DynamicImage) -> Vec<f32> {
+    let rgb = img.to_rgb8();
+    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
+    let mut chw = vec![0f32; 3 * w * h];
+    for (p, px) in rgb.pixels().enumerate() {
+        for c in 0..3 {
+            chw[c * w * h + p] = f32::from(px[c]) / 255.0 * 2.0 - 1.0;
+        }
+    }
+    chw
+}
+
 /// One text-to-image request: `batch` images of one prompt.
 #[derive(Clone, Debug)]
 pub struct GenerateRequest {
