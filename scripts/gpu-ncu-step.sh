@@ -9,7 +9,7 @@
 #   bash scripts/gpu-ncu-step.sh MODEL [--full N]      MODEL: smol gemma q7b
 #
 # Env: GPU_SBS_CARRY (target/gpucarry), GPU_SBS_WORK (/tmp/gpu-sbs; the models of
-# scripts/gpu-side-by-side.sh are reused), NCU (/usr/local/cuda/bin/ncu), NCU_OUT (the work dir,
+# scripts/gpu-side-by-side.sh are reused), GPU_SBS_PYTHON (python3), NCU (/usr/local/cuda/bin/ncu), NCU_OUT (the work dir,
 # or $OUT on a device call). Written in session 23 and checked only here (bash -n, the summary on
 # a hand-made CSV): no device time was left to run it.
 set -euo pipefail
@@ -21,18 +21,12 @@ C=${GPU_SBS_CARRY:-target/gpucarry}
 W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 O=${NCU_OUT:-${OUT:-$W}}
-mkdir -p "$W/site" "$W/m" "$W/bin" "$O"
-[ -x "$W/bin/oxinfer" ] || { xz -dc "$C/oxinfer.xz" >"$W/bin/oxinfer"; chmod +x "$W/bin/oxinfer"; }
-[ -d "$W/site/gguf" ] || python3 -m zipfile -e "$(ls "$C"/gguf-*.whl | head -1)" "$W/site"
+PY=${GPU_SBS_PYTHON:-python3}
+mkdir -p "$O"
+source scripts/gpu-work.sh
+gpu_model "$M"
 f=$W/m/$M.gguf
-if [ ! -s "$f" ]; then
-  case $M in
-    q7b) PYTHONPATH=$W/site python3 tools/ref/make_synthetic_7b.py --out "$f" >&2 ;;
-    smol | gemma) PYTHONPATH=$W/site python3 tools/ref/make_synthetic_like.py expand "$C/$M.skel.xz" "$f" >&2 ;;
-    *) echo "unknown model $M (smol, gemma, q7b)" >&2; exit 2 ;;
-  esac
-fi
-X=$W/bin/oxinfer
+X=$OX
 # Kernels compiled (NVRTC, cached on disk) before ncu sees anything.
 "$X" run -m "$f" --device cuda --tokens 1,2,3 -n 2 >/dev/null 2>&1
 # A 4-token prompt and 3 generated tokens: the prompt pass, then decode passes.

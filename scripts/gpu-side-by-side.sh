@@ -25,12 +25,7 @@ PY=${GPU_SBS_PYTHON:-python3}
 read -r -a MODELS <<<"${*:-smol gemma q7b}"
 S=$(date +%s)
 say() { echo "[$(($(date +%s) - S)) s] $*" >&2; }
-mkdir -p "$W/site" "$W/m" "$W/bin"
-
-xz -dc "$C/oxinfer.xz" >"$W/bin/oxinfer"
-chmod +x "$W/bin/oxinfer"
-OX=$W/bin/oxinfer
-python3 -m zipfile -e "$(ls "$C"/gguf-*.whl | head -1)" "$W/site"
+source scripts/gpu-work.sh
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >&2
 
 LB=${LLAMA_BENCH:-}
@@ -44,13 +39,7 @@ if [ -z "$LB" ]; then
 fi
 
 for m in "${MODELS[@]}"; do
-  f=$W/m/$m.gguf
-  [ -s "$f" ] && continue
-  case $m in
-    q7b) PYTHONPATH=$W/site "$PY" tools/ref/make_synthetic_7b.py --out "$f" >&2 ;;
-    smol | gemma) PYTHONPATH=$W/site "$PY" tools/ref/make_synthetic_like.py expand "$C/$m.skel.xz" "$f" >&2 ;;
-    *) echo "unknown model $m (smol, gemma, q7b)" >&2; exit 2 ;;
-  esac
+  gpu_model "$m"
 done
 say "models ready"
 # The first open compiles the device kernels (NVRTC, cached on disk): not timed.

@@ -94,7 +94,7 @@ fn parse_size(size: Option<&str>, native: usize) -> Result<(usize, usize), ApiEr
             .trim()
             .parse()
             .map_err(|_| bad(format!("'{v}' is not a whole number")))?;
-        if n == 0 || !n.is_multiple_of(8) || n > MAX_SIDE {
+        if !valid_side(n) {
             return Err(bad(format!(
                 "each side must be a positive multiple of 8, at most {MAX_SIDE}"
             )));
@@ -102,6 +102,12 @@ fn parse_size(size: Option<&str>, native: usize) -> Result<(usize, usize), ApiEr
         Ok(n)
     };
     Ok((side(w)?, side(h)?))
+}
+
+/// Whether an image side (pixels) is one the pipeline makes: a positive multiple of 8 (the
+/// VAE's scale), at most [`MAX_SIDE`].
+fn valid_side(n: usize) -> bool {
+    n > 0 && n.is_multiple_of(8) && n <= MAX_SIDE
 }
 
 /// A seed for a request that gave none.
@@ -420,7 +426,7 @@ async fn run_edit(
     })?;
     let img = decode_upload("image", data)?;
     let (w, h) = (img.width() as usize, img.height() as usize);
-    if w == 0 || h == 0 || !w.is_multiple_of(8) || !h.is_multiple_of(8) || w.max(h) > MAX_SIDE {
+    if !valid_side(w) || !valid_side(h) {
         return Err(ApiError::bad_request(format!(
             "image: it is {w}x{h}; each side must be a positive multiple of 8, at most {MAX_SIDE}"
         ))

@@ -414,12 +414,7 @@ fn bearer_matches(headers: &axum::http::HeaderMap, key: &str) -> bool {
 /// Whether a `Content-Type` value names JSON (`application/json` or `application/*+json`,
 /// parameters such as `charset` ignored, case-insensitive).
 fn is_json_media_type(value: &str) -> bool {
-    let media = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media = media_type(value);
     media == "application/json"
         || media
             .strip_prefix("application/")
@@ -448,10 +443,17 @@ async fn require_json(req: Request, next: Next) -> Response {
 
 /// Whether `given` is `multipart/form-data` (any parameters, any case).
 fn is_multipart_form(given: &str) -> bool {
-    given
+    media_type(given) == "multipart/form-data"
+}
+
+/// The media type of a `Content-Type` value: before any parameters, trimmed, lower case.
+fn media_type(value: &str) -> String {
+    value
         .split(';')
         .next()
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
