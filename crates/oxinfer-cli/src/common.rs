@@ -41,6 +41,10 @@ pub struct ModelArgs {
     /// f32 scale) or q4 (Q4_0-style: 32 4-bit weights per f16 scale). Default: as stored.
     #[arg(long, value_name = "bf16|q8|q4")]
     pub quant: Option<Precision>,
+    /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) with the image / audio towers
+    /// of a GGUF model (Gemma 4, Qwen 3.5). Default: a model folder's one `mmproj*.gguf`.
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
     /// Say more on stderr: the device chosen and why, where the model comes from.
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -150,7 +154,13 @@ impl ModelArgs {
             s.enable_steady_tick(std::time::Duration::from_millis(100));
             s
         });
-        let model = Model::load_with(&path, &LoadOptions { quant: self.quant });
+        let model = Model::load_with(
+            &path,
+            &LoadOptions {
+                quant: self.quant,
+                mmproj: self.mmproj.clone(),
+            },
+        );
         if let Some(s) = spinner {
             s.finish_and_clear();
         }

@@ -20,21 +20,23 @@ const FIXTURES: [(&str, [&str; 2]); 3] = [
     ("tiny_gemma4_bidir", ["scene.png", "logo.png"]),
 ];
 
-/// `oxinfer run -m dir --tokens r["prompt_ids"] MEDIA… --temp 0 --show-tokens --dump-logits
-/// out` (each `(flag, file)` of `media` in order): prints `r["greedy_ids"]`, and the dumped
-/// prompt logits match `dir/logits` within 1e-4.
+/// `oxinfer run MODEL… --tokens r["prompt_ids"] MEDIA… --temp 0 --show-tokens --dump-logits
+/// out` (`model`: `-m dir`, or `-m file.gguf --mmproj file`; each `(flag, file)` of `media` in
+/// order): prints `r["greedy_ids"]`, and the dumped prompt logits match `logits` within 1e-4.
 fn check_tokens_run(
-    dir: &std::path::Path,
+    model: &[&str],
     r: &serde_json::Value,
     media: &[(&str, std::path::PathBuf)],
-    logits: &str,
+    logits: &std::path::Path,
     out: &std::path::Path,
     label: &str,
 ) {
     let join = |v: &serde_json::Value| ids(v).iter().map(|i| i.to_string()).collect::<Vec<_>>();
     let (prompt, want) = (join(&r["prompt_ids"]), join(&r["greedy_ids"]));
     let (prompt, n) = (prompt.join(","), want.len().to_string());
-    let mut args = vec!["run", "-m", dir.to_str().unwrap(), "--tokens", &prompt];
+    let mut args = vec!["run"];
+    args.extend(model);
+    args.extend(["--tokens", &prompt]);
     for (flag, file) in media {
         args.extend([*flag, file.to_str().unwrap()]);
     }
@@ -51,7 +53,7 @@ fn check_tokens_run(
     assert!(o.status.success(), "{label}: {}", stderr(&o));
     assert_eq!(stdout(&o).trim(), want.join(" "), "{label}");
     let (got_shape, got) = read_npy_f32(out);
-    let (want_shape, want) = read_npy_f32(&dir.join(logits));
+    let (want_shape, want) = read_npy_f32(logits);
     assert_eq!(got_shape, want_shape, "{label}");
     let d = max_abs_diff(&got, &want);
     println!("{label}: --dump-logits max diff {d:e}");
@@ -90,7 +92,8 @@ fn tokens_with_images_match_transformers() {
             ("--image", dir.join(images[1])),
         ];
         let out = tmp.join(format!("{name}.npy"));
-        check_tokens_run(&dir, &r, &media, "logits.npy", &out, name);
+        let model = ["-m", dir.to_str().unwrap()];
+        check_tokens_run(&model, &r, &media, &dir.join("logits.npy"), &out, name);
     }
 }
 
@@ -125,10 +128,10 @@ fn tokens_with_an_image_and_videos_match_transformers() {
         ("--video", dir.join("short.gif")),
     ];
     check_tokens_run(
-        &dir,
+        &["-m", dir.to_str().unwrap()],
         &r,
         &media,
-        "logits_video.npy",
+        &dir.join("logits_video.npy"),
         &out,
         "qwen35-vl-tiny with videos",
     );
@@ -146,4 +149,108 @@ fn tokens_with_an_image_and_videos_match_transformers() {
         &path("wide.png"),
     ]);
     assert_fails_with(&o, &["wide.png", "not a video"]);
+}
+
+/// The GGUF twins of the fixtures (`tests/fixtures/mmproj-gguf/`, written by llama.cpp's
+/// converter: `tools/ref/make_mmproj_fixtures.py`): `-m model.gguf --mmproj mmproj-f32.gguf`
+/// gives transformers' logits and greedy ids, and a folder holding both finds the mmproj by
+/// itself. `tiny_gemma4_mm`'s images are causal in transformers, but an mmproj file does not
+/// say so and llama.cpp's rule (images attend both ways unless the text model is 1,536 or
+/// 2,560 wide) makes them bidirectional at this width: its audio is checked, the images of
+/// `tiny_gemma4_bidir`.
+/// (fixture, media flags and files, reference file, logits file).
+type MmprojCase = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+    &'static str,
+);
+
+#[test]
+fn gguf_with_mmproj_matches_transformers() {
+    let tmp = scratch_dir("media-cli-mmproj");
+    let cases: [MmprojCase; 3] = [
+        (
+            "qwen35-vl-tiny",
+            &[("--image", "wide.png"), ("--image", "logo.png")],
+            "reference.json",
+            "logits.npy",
+        ),
+        (
+            "tiny_gemma4_bidir",
+            &[("--image", "scene.png"), ("--image", "logo.png")],
+            "reference.json",
+            "logits.npy",
+        ),
+        (
+            "tiny_gemma4_mm",
+            &[("--audio", "speech.wav")],
+            "reference_audio.json",
+            "logits_audio.npy",
+        ),
+    ];
+    for (name, media, reference, logits) in cases {
+        let src = fixtures().join(name);
+        let gguf = fixtures().join("mmproj-gguf").join(name);
+        let text = std::fs::read_to_string(src.join(reference)).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let media: Vec<_> = media.iter().map(|(f, file)| (*f, src.join(file))).collect();
+        let (model, mmproj) = (gguf.join("model.gguf"), gguf.join("mmproj-f32.gguf"));
+        let explicit = [
+            "-m",
+            model.to_str().unwrap(),
+            "--mmproj",
+            mmproj.to_str().unwrap(),
+        ];
+        let out = tmp.join(format!("{name}.npy"));
+        let label = format!("{name} (GGUF + mmproj)");
+        check_tokens_run(&explicit, &r, &media, &src.join(logits), &out, &label);
+        let folder = ["-m", gguf.to_str().unwrap()];
+        let label = format!("{name} (GGUF folder)");
+        check_tokens_run(&folder, &r, &media, &src.join(logits), &out, &label);
+    }
+}
+
+#[test]
+fn mismatched_or_misplaced_mmproj_files_fail_by_name() {
+    let g = fixtures().join("mmproj-gguf");
+    let path = |p: std::path::PathBuf| p.to_str().unwrap().to_string();
+    let qwen_text = path(g.join("qwen35-vl-tiny/model.gguf"));
+    let qwen_mm = path(g.join("qwen35-vl-tiny/mmproj-f32.gguf"));
+    let gemma_mm = path(g.join("tiny_gemma4_mm/mmproj-f32.gguf"));
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "-p", "Hi", "--max-tokens", "1"];
+        all.extend(args);
+        oxinfer(&all)
+    };
+    // The towers alone are not a model.
+    assert_fails_with(&run(&["-m", &qwen_mm]), &["mmproj-f32.gguf", "--mmproj"]);
+    // Towers of another family.
+    assert_fails_with(
+        &run(&["-m", &qwen_text, "--mmproj", &gemma_mm]),
+        &["mmproj-f32.gguf", "gemma4", "qwen35"],
+    );
+    let llama = path(fixtures().join("llama-tiny-a/model.gguf"));
+    assert_fails_with(
+        &run(&["-m", &llama, "--mmproj", &qwen_mm]),
+        &["mmproj-f32.gguf", "llama"],
+    );
+    // A text model given as the towers.
+    assert_fails_with(
+        &run(&["-m", &qwen_text, "--mmproj", &qwen_text]),
+        &["model.gguf", "not a multimodal projector"],
+    );
+    // A safetensors checkpoint has its towers in its folder.
+    let st = path(fixtures().join("qwen35-vl-tiny"));
+    assert_fails_with(
+        &run(&["-m", &st, "--mmproj", &qwen_mm]),
+        &["mmproj-f32.gguf", "safetensors"],
+    );
+    // A truncated mmproj file.
+    let cut = scratch_dir("media-cli-mmproj-bad").join("mmproj-cut.gguf");
+    std::fs::write(&cut, &std::fs::read(&qwen_mm).unwrap()[..50_000]).unwrap();
+    assert_fails_with(
+        &run(&["-m", &qwen_text, "--mmproj", cut.to_str().unwrap()]),
+        &["mmproj-cut.gguf", "truncated"],
+    );
 }

@@ -198,6 +198,13 @@ impl ModelConfig {
     pub fn from_gguf(g: &GgufFile) -> Result<Self, LoadError> {
         let path = g.path();
         let arch_name = g.architecture()?;
+        if arch_name == "clip" {
+            return Err(LoadError::malformed(
+                path,
+                "is a multimodal projector (mmproj) file, not a model: pass the model's GGUF \
+                 with -m and this file with --mmproj",
+            ));
+        }
         let arch = Arch::from_gguf(arch_name).ok_or_else(|| LoadError::UnsupportedArch {
             path: path.to_path_buf(),
             arch: arch_name.to_string(),

@@ -41,8 +41,14 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn load(path: &Path, quant: Option<Precision>) -> Model {
-    Model::load_with(path, &LoadOptions { quant })
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    Model::load_with(
+        path,
+        &LoadOptions {
+            quant,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
@@ -177,10 +183,16 @@ fn prequantized_checkpoint_loads_in_place_with_identical_logits() {
             } else {
                 Precision::Q4
             };
-            let e = Model::load_with(&out, &LoadOptions { quant: Some(other) })
-                .err()
-                .expect("re-quantizing a pre-quantized checkpoint is refused")
-                .to_string();
+            let e = Model::load_with(
+                &out,
+                &LoadOptions {
+                    quant: Some(other),
+                    ..Default::default()
+                },
+            )
+            .err()
+            .expect("re-quantizing a pre-quantized checkpoint is refused")
+            .to_string();
             assert!(
                 e.contains("pre-quantized") && e.contains(quant.name()),
                 "{e}"
@@ -285,6 +297,7 @@ fn gguf_models_are_not_quantized_again() {
         &gguf,
         &LoadOptions {
             quant: Some(Precision::Q8),
+            ..Default::default()
         },
     )
     .err()

@@ -223,11 +223,26 @@ fn tiny_written_vocabularies() {
         "{msg}"
     );
 
-    // Missing merges.
+    // No merges key: a vocabulary without merges (GGUF writers store no empty array), so
+    // every symbol stays one token where the merges would have joined "hello".
     let meta: Vec<_> = tiny_bpe(None, "gpt2")
         .into_iter()
         .filter(|(k, _)| k != "tokenizer.ggml.merges")
         .collect();
+    let tok = tokenizer_of(&path, &meta).unwrap_or_else(|e| panic!("{e}"));
+    let ids = tok.encode("hello", false).unwrap_or_default();
+    let pieces: Vec<_> = ids
+        .iter()
+        .map(|&i| tok.token_piece(i).unwrap_or("?"))
+        .collect();
+    assert_eq!(pieces, ["h", "e", "l", "l", "o"]);
+    // Merges of the wrong type are still an error naming the key.
+    let mut meta = tiny_bpe(None, "gpt2");
+    for (k, v) in meta.iter_mut() {
+        if k == "tokenizer.ggml.merges" {
+            *v = MetaValue::U32(7);
+        }
+    }
     let msg = tokenizer_error(&path, &meta);
     assert!(msg.contains("tokenizer.ggml.merges"), "{msg}");
 

@@ -99,3 +99,28 @@ def test_resent_image_is_not_encoded_again(qwen_server, client):
     assert [t.bytes for t in a.choices[0].logprobs.content] == \
         [t.bytes for t in b.choices[0].logprobs.content]
     assert metric(qwen_server, "oxinfer_media_encoded_total") == before + 1
+
+
+def test_gguf_with_mmproj_replies_as_the_cli():
+    """A server on the GGUF twin (tests/fixtures/mmproj-gguf/qwen35-vl-tiny: llama.cpp's text
+    model and mmproj file, paired because they share a folder; the CLI's logits on it are
+    checked against transformers in crates/oxinfer-cli/tests/media_cli.rs) replies to an image
+    as `oxinfer run` on the same folder: the same text, and the first token's top
+    log-probabilities within 1e-4. (The tiny tokenizer is byte-fallback BPE, which llama.cpp's
+    converter writes as byte-level: text prompts tokenize differently from the safetensors
+    checkpoint, so the reference is the CLI on the GGUF.)"""
+    gguf = ROOT / "tests" / "fixtures" / "mmproj-gguf" / "qwen35-vl-tiny"
+    s = conftest.Server("--ctx", "512", model=str(gguf))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        _, printed, last = cli("--image", LOGO, "What is it?", model=gguf, extra=["--think"])
+        r = c.chat.completions.create(
+            model="tiny", messages=user(image_part(LOGO), text="What is it?"), temperature=0,
+            max_tokens=N, logprobs=True, top_logprobs=5)
+        assert r.choices[0].message.content.encode() == printed
+        lp = sorted(log_softmax(last), reverse=True)[:5]
+        top = r.choices[0].logprobs.content[0].top_logprobs
+        for t, want in zip(top, lp):
+            assert abs(t.logprob - want) < 1e-4, (t.logprob, want)
+    finally:
+        s.stop()

@@ -41,6 +41,13 @@ impl CausalLm for KvTyped {
         self.inner.media()
     }
 
+    fn attach_mmproj(
+        &mut self,
+        mm: &super::mmproj::Mmproj,
+    ) -> std::result::Result<(), crate::error::LoadError> {
+        self.inner.attach_mmproj(mm)
+    }
+
     fn forward_batch(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>> {
         self.inner.forward_batch(batch)
     }

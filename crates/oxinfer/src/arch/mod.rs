@@ -13,6 +13,7 @@ pub mod encoder_math;
 pub mod gemma;
 pub mod kv_typed;
 pub mod llama;
+pub mod mmproj;
 pub mod modernbert;
 pub mod multimodal;
 pub mod names;
@@ -41,6 +42,19 @@ pub trait CausalLm: Send + Sync {
     /// The vision/audio towers, for a multimodal checkpoint that has them.
     fn media(&self) -> Option<&dyn multimodal::MediaTowers> {
         None
+    }
+
+    /// Takes the media towers of an mmproj file (llama.cpp's `--mmproj`) for a model loaded
+    /// from GGUF, in place of any it has; an architecture without towers refuses it.
+    fn attach_mmproj(&mut self, mm: &mmproj::Mmproj) -> std::result::Result<(), LoadError> {
+        Err(LoadError::malformed(
+            mm.path(),
+            format!(
+                "is an mmproj file ({}), but a {} model takes no media towers",
+                mm.projector(),
+                self.config().arch.name()
+            ),
+        ))
     }
 
     /// Runs every sequence of `batch` (each `tokens` at positions `cache.len() ..`, appended to

@@ -413,6 +413,16 @@ impl CausalLm for Qwen35 {
             .map(|v| v as &dyn super::multimodal::MediaTowers)
     }
 
+    fn attach_mmproj(&mut self, mm: &super::mmproj::Mmproj) -> std::result::Result<(), LoadError> {
+        let vision =
+            super::qwen_vision::Qwen35Vision::load(mm, &mm.source(), self.cfg.hidden_size)?;
+        self.vision =
+            Some(vision.ok_or_else(|| {
+                LoadError::malformed(mm.path(), "holds no Qwen 3.5 vision tower")
+            })?);
+        Ok(())
+    }
+
     fn plan(&self) -> Plan<'_> {
         let spec = AttnSpec {
             rope: 0,

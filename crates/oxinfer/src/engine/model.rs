@@ -38,6 +38,10 @@ pub struct LoadOptions {
     /// Convert the weight matrices of a safetensors checkpoint to this precision at load
     /// (`None`: use them as stored). Refused for GGUF files.
     pub quant: Option<Precision>,
+    /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) holding the media towers of a
+    /// GGUF model ([`crate::arch::mmproj`]). Refused for safetensors checkpoints (their
+    /// folder holds the towers). `None`: a model folder's one `mmproj*.gguf`, if any.
+    pub mmproj: Option<PathBuf>,
 }
 
 /// Summary of a model for `oxinfer info`.
@@ -55,6 +59,13 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
     pub has_tokenizer: bool,
     pub config: ModelConfig,
+}
+
+/// Whether a `.gguf` file's name marks it as llama.cpp's multimodal projector (`mmproj*`).
+fn is_mmproj_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.to_ascii_lowercase().starts_with("mmproj"))
 }
 
 fn is_gguf(path: &Path) -> bool {
@@ -101,6 +112,17 @@ impl Model {
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
+            // llama.cpp's repositories keep the towers beside the model as `mmproj*.gguf`.
+            let (projectors, ggufs): (Vec<PathBuf>, Vec<PathBuf>) =
+                ggufs.into_iter().partition(|p| is_mmproj_name(p));
+            if let ([one], None) = (projectors.as_slice(), &opts.mmproj) {
+                if ggufs.len() == 1 {
+                    let mut model = Self::load_gguf(&ggufs[0], opts)?;
+                    model.attach_mmproj(one)?;
+                    model.load_time = t0.elapsed();
+                    return Ok(model);
+                }
+            }
             match ggufs.as_slice() {
                 [one] => Self::load_gguf(one, opts)?,
                 [] => {
@@ -123,8 +145,44 @@ impl Model {
                 },
             }
         };
+        if let Some(mm) = &opts.mmproj {
+            if !matches!(model.source, WeightSource::Gguf(_)) {
+                return Err(LoadError::malformed(
+                    mm,
+                    format!(
+                        "--mmproj pairs towers with a GGUF model; {} is a safetensors \
+                         checkpoint, whose folder holds its towers",
+                        model.path.display()
+                    ),
+                )
+                .into());
+            }
+            model.attach_mmproj(mm)?;
+        }
         model.load_time = t0.elapsed();
         Ok(model)
+    }
+
+    /// Gives the model the media towers of the mmproj file at `path`
+    /// ([`LoadOptions::mmproj`]); token ids come from the model's vocabulary.
+    pub fn attach_mmproj(&mut self, path: &Path) -> Result<()> {
+        let tok = self.tokenizer.as_ref();
+        let token_id = |text: &str| tok.and_then(|t| t.token_id(text));
+        let pad_id = match &self.source {
+            WeightSource::Gguf(g) => g
+                .get_u64("tokenizer.ggml.padding_token_id")?
+                .map(|v| v as u32),
+            WeightSource::Safetensors(_) => None,
+        };
+        let text = crate::arch::mmproj::TextSide {
+            arch: self.config.arch,
+            token_id: &token_id,
+            hidden: self.config.hidden_size,
+            pad_id,
+        };
+        let mm = crate::arch::mmproj::Mmproj::open(path, &text)?;
+        self.lm.attach_mmproj(&mm)?;
+        Ok(())
     }
 
     fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<Model> {

@@ -166,11 +166,14 @@ pub(crate) fn from_gguf(g: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let backend;
     let add_bos_family_default;
     if is_bpe {
-        let merges = g
-            .get(KEY_MERGES)
-            .ok_or_else(|| missing(path, KEY_MERGES))?
-            .as_strings()
-            .ok_or_else(|| bad(path, KEY_MERGES, "expected an array of strings"))?;
+        // A vocabulary without merges (every token one symbol) has no merges key: GGUF
+        // writers do not store empty arrays (llama.cpp's gguf-py refuses them).
+        let merges = match g.get(KEY_MERGES) {
+            Some(v) => v
+                .as_strings()
+                .ok_or_else(|| bad(path, KEY_MERGES, "expected an array of strings"))?,
+            None => &[],
+        };
         let (family, unknown) = PreTokenizer::for_name(pre_name);
         if unknown && !spm_style_bpe {
             eprintln!(

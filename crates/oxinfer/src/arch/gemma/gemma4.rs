@@ -213,6 +213,17 @@ impl CausalLm for Gemma4 {
         self.media.as_ref().map(|m| m as _)
     }
 
+    fn attach_mmproj(
+        &mut self,
+        mm: &crate::arch::mmproj::Mmproj,
+    ) -> std::result::Result<(), LoadError> {
+        let media = Gemma4Media::load(mm, &mm.source(), self.cfg.hidden_size)?;
+        self.media = Some(media.ok_or_else(|| {
+            LoadError::malformed(mm.path(), "holds no Gemma 4 vision or audio tower")
+        })?);
+        Ok(())
+    }
+
     /// Sliding layers keep only about two windows of positions; each layer's rows have its own
     /// width; KV-shared layers store nothing.
     fn new_cache(&self, capacity: usize) -> KvCache {

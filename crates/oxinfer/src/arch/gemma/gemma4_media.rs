@@ -178,6 +178,13 @@ impl Gemma4Media {
                 }
             }
         }
+        // Else the config's own `feature_extractor` section (an mmproj file's translation
+        // carries its mel bin count there), else the released checkpoints' settings.
+        if fe_json.is_none() {
+            fe_json = json
+                .get("feature_extractor")
+                .map(|v| (path.to_path_buf(), v.clone()));
+        }
         let features = AudioFeatureExtractor::from_json(fe_json.as_ref().map(|f| &f.1))
             .map_err(|e| LoadError::field(fe_json.as_ref().map_or(path, |f| f.0.as_path()), e))?;
         let tower = AudioTower::load(

@@ -12,6 +12,7 @@ pub mod gemma4;
 pub mod gemma4_block;
 pub mod gemma4_config;
 pub mod gemma4_media;
+pub mod gemma4_mmproj;
 pub mod image_processor;
 pub mod vision;
 

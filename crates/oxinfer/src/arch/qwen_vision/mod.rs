@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod image_processor;
+pub mod mmproj;
 pub mod tower;
 pub mod video_processor;
 
