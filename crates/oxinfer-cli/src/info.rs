@@ -75,6 +75,14 @@ pub fn run(a: InfoArgs) -> Result<()> {
         if i.has_tokenizer { "yes" } else { "no" }
     );
     println!("chat template:   {chat}");
+    if !i.media.is_empty() {
+        let from = i
+            .mmproj
+            .as_ref()
+            .map(|p| format!(" (towers from {})", p.display()))
+            .unwrap_or_default();
+        println!("media inputs:    {}{from}", i.media.join(", "));
+    }
     let ctx = a.ctx.ctx.unwrap_or(i.context_length);
     let kv = model.kv_footprint(ctx);
     let mib = |b: usize| b as f64 / 1048576.0;

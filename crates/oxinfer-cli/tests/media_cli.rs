@@ -254,3 +254,19 @@ fn mismatched_or_misplaced_mmproj_files_fail_by_name() {
         &["mmproj-cut.gguf", "truncated"],
     );
 }
+
+#[test]
+fn info_names_the_towers_and_their_mmproj_file() {
+    let dir = fixtures().join("mmproj-gguf/tiny_gemma4_mm");
+    let o = oxinfer(&["info", "-m", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("media inputs:"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert!(
+        line.contains("image, audio") && line.contains("mmproj-f32.gguf"),
+        "{line}"
+    );
+}

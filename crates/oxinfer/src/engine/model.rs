@@ -30,6 +30,8 @@ pub struct Model {
     load_time: Duration,
     /// Storage types of the keys and values of the caches `lm` makes.
     kv_types: crate::plan::KvTypes,
+    /// The mmproj file the media towers came from ([`Model::attach_mmproj`]).
+    mmproj: Option<PathBuf>,
 }
 
 /// How to load a model.
@@ -59,6 +61,10 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
     pub has_tokenizer: bool,
     pub config: ModelConfig,
+    /// The media the towers accept (`image`, `audio`, `video`); empty for a text model.
+    pub media: Vec<&'static str>,
+    /// The mmproj file the towers came from, for a GGUF model given one.
+    pub mmproj: Option<PathBuf>,
 }
 
 /// Whether a `.gguf` file's name marks it as llama.cpp's multimodal projector (`mmproj*`).
@@ -182,6 +188,7 @@ impl Model {
         };
         let mm = crate::arch::mmproj::Mmproj::open(path, &text)?;
         self.lm.attach_mmproj(&mm)?;
+        self.mmproj = Some(path.to_path_buf());
         Ok(())
     }
 
@@ -239,6 +246,7 @@ impl Model {
             precision: None,
             load_time: Duration::ZERO,
             kv_types: Default::default(),
+            mmproj: None,
         })
     }
 
@@ -313,6 +321,7 @@ impl Model {
             converted,
             load_time: Duration::ZERO,
             kv_types: Default::default(),
+            mmproj: None,
         })
     }
 
@@ -590,6 +599,18 @@ impl Model {
             has_chat_template: self.template.is_some(),
             has_tokenizer: self.tokenizer.is_some(),
             config: self.config.clone(),
+            media: self
+                .lm
+                .media()
+                .map(|m| {
+                    crate::arch::multimodal::MediaKind::ALL
+                        .into_iter()
+                        .filter(|&k| m.accepts(k))
+                        .map(|k| k.name())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            mmproj: self.mmproj.clone(),
         }
     }
 }
