@@ -270,3 +270,35 @@ fn info_names_the_towers_and_their_mmproj_file() {
         "{line}"
     );
 }
+
+/// An mmproj file found beside a model in a folder, not asked for, that cannot be paired with
+/// it (here Qwen 3.5 towers beside a Llama model) leaves a text model and a warning; the same
+/// file given with `--mmproj` is an error.
+#[test]
+fn an_unpairable_mmproj_in_a_folder_warns_and_the_text_model_runs() {
+    let dir = scratch_dir("media-cli-mmproj-folder");
+    std::fs::copy(
+        fixtures().join("llama-tiny-a/model.gguf"),
+        dir.join("model.gguf"),
+    )
+    .unwrap();
+    let mm = fixtures().join("mmproj-gguf/qwen35-vl-tiny/mmproj-f32.gguf");
+    std::fs::copy(&mm, dir.join("mmproj-f32.gguf")).unwrap();
+    let o = oxinfer(&[
+        "run",
+        "-m",
+        dir.to_str().unwrap(),
+        "--tokens",
+        "1,2,3",
+        "--max-tokens",
+        "2",
+        "--show-tokens",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning:") && stderr(&o).contains("without media towers"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o).split_whitespace().count(), 2);
+}

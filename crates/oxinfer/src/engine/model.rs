@@ -41,8 +41,9 @@ pub struct LoadOptions {
     /// (`None`: use them as stored). Refused for GGUF files.
     pub quant: Option<Precision>,
     /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) holding the media towers of a
-    /// GGUF model ([`crate::arch::mmproj`]). Refused for safetensors checkpoints (their
-    /// folder holds the towers). `None`: a model folder's one `mmproj*.gguf`, if any.
+    /// GGUF model ([`crate::arch::mmproj`]); an error when it cannot be paired with the model.
+    /// Refused for safetensors checkpoints (their folder holds the towers). `None`: a model
+    /// folder's one `mmproj*.gguf`, if any, with a warning instead of an error when it cannot.
     pub mmproj: Option<PathBuf>,
 }
 
@@ -124,7 +125,14 @@ impl Model {
             if let ([one], None) = (projectors.as_slice(), &opts.mmproj) {
                 if ggufs.len() == 1 {
                     let mut model = Self::load_gguf(&ggufs[0], opts)?;
-                    model.attach_mmproj(one)?;
+                    // Found, not asked for: towers this engine cannot pair with the model
+                    // (another family, a projector type not implemented) leave it a text model.
+                    if let Err(e) = model.attach_mmproj(one) {
+                        eprintln!(
+                            "warning: {e}; the model runs without media towers (pass --mmproj \
+                             to require them)"
+                        );
+                    }
                     model.load_time = t0.elapsed();
                     return Ok(model);
                 }
