@@ -131,12 +131,7 @@ pub fn attention_full_f32(
         let kv_off = s.k_row * kv_w + (h / group) * d;
         let (kh, vh) = (&k[kv_off..], &v[kv_off..]);
         let mut o = vec![0f32; nq * d];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `available` checked AVX-512 F; qh holds nq rows of d floats q_w apart (the
-        // sequence check above), kh and vh n_k rows of d floats kv_w apart, o nq·d floats.
-        unsafe {
-            avx512::block(qh, q_w, nq, (kh, vh), kv_w, s.n_k, d, p.scale, &mut o);
-        }
+        run_block(qh, q_w, nq, (kh, vh), kv_w, s.n_k, d, p.scale, &mut o);
         for (r, src) in o.chunks_exact(d).enumerate() {
             // SAFETY: row s.q_row + r0 + r < q's rows = out's rows, columns h·d .. h·d + d of
             // it: inside out, and written by this task alone (one task per (row, head)); out
@@ -151,6 +146,34 @@ pub fn attention_full_f32(
         }
     });
     true
+}
+
+/// One task's block of `nq` queries on the CPU's kernel (the caller checked [`available`] and
+/// that `q` holds `nq` rows of `d` floats `ldq` apart, `k` and `v` `n_k` rows `ldkv` apart, `o`
+/// `nq · d` floats).
+#[allow(clippy::too_many_arguments)]
+fn run_block(
+    q: &[f32],
+    ldq: usize,
+    nq: usize,
+    kv: (&[f32], &[f32]),
+    ldkv: usize,
+    n_k: usize,
+    d: usize,
+    scale: f32,
+    o: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `available` (checked by the only caller) means AVX-512 F; the bounds are this
+    // function's contract, checked by the caller's sequence checks.
+    unsafe {
+        avx512::block(q, ldq, nq, kv, ldkv, n_k, d, scale, o);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (q, ldq, nq, kv, ldkv, n_k, d, scale, o);
+        unreachable!("attention_full_f32 runs on x86_64 only (available)");
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
