@@ -139,7 +139,7 @@ mod avx2 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use crate::act::{EXP_POLY, EXP_RANGE, LN2_SPLIT};
     use std::arch::x86_64::*;
 
@@ -147,7 +147,7 @@ mod avx512 {
     /// [`crate::act`]'s eight-lane `exp8`), inputs clamped to [`EXP_RANGE`].
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn exp16(x: __m512) -> __m512 {
+    pub(crate) fn exp16(x: __m512) -> __m512 {
         let x = _mm512_min_ps(
             _mm512_max_ps(x, _mm512_set1_ps(EXP_RANGE.0)),
             _mm512_set1_ps(EXP_RANGE.1),

@@ -27,6 +27,7 @@
 
 use crate::dispatch::{detected_isa, Isa};
 
+pub mod full_f32;
 pub mod kv_dequant;
 pub mod kv_rotation;
 pub mod kv_tile;

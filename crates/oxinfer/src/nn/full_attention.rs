@@ -5,8 +5,11 @@
 //! task per (sequence, query head, block of [`FULL_Q_BLOCK`] queries) computes its
 //! `[block, n_k]` scores, their softmax and its share of the output, both products on the GEMM;
 //! under `OXINFER_KERNELS=scalar` / `OXINFER_PACKED=0` one head at a time on the row kernels.
-//! The backends' attention op is causal only.
+//! Without a window or soft-cap, on AVX-512, one fused kernel runs instead
+//! ([`full_f32::attention_full_f32`]; `OXINFER_FUSED_ATTENTION=0` turns it off). The backends'
+//! attention op is causal only.
 
+use oxinfer_kernels::attention::full_f32::{self, FullSeq, FullShape};
 use oxinfer_kernels::attention::AttnShape;
 use oxinfer_kernels::packed::float::{float_packing_pays, matmul_float_packed, PackedFloatMatrix};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
@@ -69,6 +72,9 @@ pub fn attention_full_seqs(
         r_k += n_k;
     }
     at.retain(|s| s.n_q > 0 && s.n_k > 0);
+    if p.window.is_none() && p.softcap.is_none() && fused(q, k, v, &at, p, &mut out) {
+        return out;
+    }
     if float_packing_pays(WeightFormat::F32) {
         full_packed(q, k, v, &at, p, &mut out);
     } else {
@@ -99,6 +105,28 @@ struct SeqAt {
     r_k: usize,
     n_q: usize,
     n_k: usize,
+}
+
+/// [`attention_full_seqs`] on the fused kernel ([`full_f32::attention_full_f32`]: scores, online
+/// softmax and `P·V` per block of 32 queries, no score matrix written out; AVX-512 only);
+/// `false`, `out` untouched, where it does not run.
+fn fused(q: &[f32], k: &[f32], v: &[f32], seqs: &[SeqAt], p: &AttnShape, out: &mut [f32]) -> bool {
+    let seqs: Vec<FullSeq> = seqs
+        .iter()
+        .map(|s| FullSeq {
+            q_row: s.r_q,
+            n_q: s.n_q,
+            k_row: s.r_k,
+            n_k: s.n_k,
+        })
+        .collect();
+    let shape = FullShape {
+        n_heads: p.n_heads,
+        n_kv_heads: p.n_kv_heads,
+        head_dim: p.head_dim,
+        scale: p.scale,
+    };
+    full_f32::attention_full_f32(q, k, v, &seqs, &shape, out)
 }
 
 /// Queries per task of [`attention_full`] on the packed GEMM: enough rows for the GEMM's
