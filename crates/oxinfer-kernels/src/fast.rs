@@ -82,9 +82,19 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
     let n_tasks = rows.div_ceil(chunk);
     let out = SyncPtr(y.as_mut_ptr());
     let format = w.format;
+    let quarters = t == 1 && !format.is_split() && vecdot::groups_rows4(isa);
     parallel_for(n_tasks, &|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(rows);
+        if quarters {
+            if let Acts::Q8(q) = &acts {
+                // SAFETY: rows r0..r1 of the single output row belong to this task only; `y`
+                // (t * rows = rows elements) outlives parallel_for.
+                let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
+                gemv_quarters(w, q, r0..r1, y, isa);
+                return;
+            }
+        }
         let mut kb: Vec<KBlock> = (0..ROW_GROUP).map(|_| KBlock::default()).collect();
         // acc[g * t + ti]: row g of the current group, token ti.
         let mut acc = vec![0f32; ROW_GROUP * t];
@@ -184,6 +194,35 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
             g0 = g1;
         }
     });
+}
+
+/// One token's outputs `y` for the rows `rs` of a 32-weight format `w` with the four-row
+/// kernel ([`vecdot::dot_q8_rows4`]), taking the range's four quarters side by side: row `i`
+/// of each quarter in one call. Four rows next to each other would interleave four reads in
+/// one 4 KiB page, which the hardware prefetchers (one stream per page) follow badly; the
+/// quarters are four sequential streams in different pages. Each output is its row's own dot
+/// product, so the order of the rows changes no bits.
+fn gemv_quarters(
+    w: &WeightMatrix,
+    x: &[BlockQ8],
+    rs: std::ops::Range<usize>,
+    y: &mut [f32],
+    isa: Isa,
+) {
+    let rb = w.row_bytes();
+    let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+    let n = rs.len();
+    let q = n / 4;
+    for i in 0..q {
+        let r = [i, q + i, 2 * q + i, 3 * q + i];
+        let o = vecdot::dot_q8_rows4(w.format, r.map(|j| row(rs.start + j)), x, isa);
+        for (j, v) in r.into_iter().zip(o) {
+            y[j] = v;
+        }
+    }
+    for j in 4 * q..n {
+        y[j] = vecdot::dot_q8(w.format, row(rs.start + j), x, isa);
+    }
 }
 
 /// Weight rows processed together by one task step (their activations are shared).
