@@ -234,6 +234,42 @@ mod tests {
     use crate::dispatch::available_isas;
     use crate::test_util::panic_message;
 
+    /// The one-token path through the four-row kernel (rows taken from the quarters of each
+    /// task, odd row counts left over) gives each row the bits of the scalar row kernels.
+    #[test]
+    fn four_row_decode_path_matches_the_scalar_rows() {
+        for format in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+            for (rows, blocks) in [(1, 1), (7, 2), (45, 3), (301, 5), (1030, 2)] {
+                let cols = 32 * blocks;
+                let data = crate::vecdot::tests::random_matrix_rows(format, rows, cols, 3);
+                let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 13) % 29) as f32 / 7.0 - 2.0)
+                    .collect();
+                let mut want = vec![0f32; rows];
+                matmul_fast(&w, &x, 1, &mut want, crate::dispatch::Isa::Scalar);
+                for isa in available_isas() {
+                    let mut y = vec![0f32; rows];
+                    matmul_fast(&w, &x, 1, &mut y, isa);
+                    for (r, (a, b)) in y.iter().zip(&want).enumerate() {
+                        if crate::vecdot::groups_rows4(isa) {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "{format} {rows} rows {isa:?}: row {r}"
+                            );
+                        } else {
+                            assert!(
+                                (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                                "{format} {isa:?} row {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// `matmul_fast` is a safe public entry point that writes `y` through a raw pointer: an
     /// output or input of the wrong length must panic before any write (it wrote past `y`).
     #[test]

@@ -167,6 +167,23 @@ fn f16x4_to_f32(h: v128) -> v128 {
     v128_or(v128_bitselect(special, finite, is_special), sign)
 }
 
+/// The f16 scale (bits 0..16 of each lane) and, with `min`, the f16 min (bits 16..32) of four
+/// blocks as f32, exactly, for finite values only: [`f16x4_to_f32`] without its checks for
+/// infinities and NaNs.
+#[inline(always)]
+fn finite_scales(h: v128, min: bool) -> (v128, v128) {
+    let two112 = f32x4_splat(f32::from_bits(0x7780_0000));
+    let d_mag = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
+    let d_sign = v128_and(i32x4_shl(h, 16), u32x4_splat(0x8000_0000));
+    let d = v128_or(f32x4_mul(d_mag, two112), d_sign);
+    if !min {
+        return (d, f32x4_splat(0.0));
+    }
+    let m_mag = v128_and(u32x4_shr(h, 3), u32x4_splat(0x0FFF_E000));
+    let m_sign = v128_and(h, u32x4_splat(0x8000_0000));
+    (d, v128_or(f32x4_mul(m_mag, two112), m_sign))
+}
+
 /// Lane `r` = the sum of the four i32 lanes of `s[r]` (wrapping, as [`hsum_i32`]).
 #[inline(always)]
 fn hsum4_i32(s: [v128; 4]) -> v128 {
@@ -207,10 +224,52 @@ pub fn dot_q8_rows4(
     go!(Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4)
 }
 
+/// One activation block as i16 for [`block_sum`]: for Q4_0 / Q4_1 quants 0, 2 .. 14, then
+/// 1, 3 .. 15, 16, 18 .. 30 and 17, 19 .. 31 (the order in which [`block_sum`] takes the
+/// nibbles apart); for the other formats quants 0..8, 8..16, 16..24, 24..32.
+#[inline(always)]
+fn widen_acts(format: WeightFormat, y: &BlockQ8) -> [v128; 4] {
+    let a = [load_i8(&y.qs, 0), load_i8(&y.qs, 16)];
+    if matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+        let even = |v: v128| i16x8_shr(i16x8_shl(v, 8), 8);
+        [
+            even(a[0]),
+            i16x8_shr(a[0], 8),
+            even(a[1]),
+            i16x8_shr(a[1], 8),
+        ]
+    } else {
+        [
+            i16x8_extend_low_i8x16(a[0]),
+            i16x8_extend_high_i8x16(a[0]),
+            i16x8_extend_low_i8x16(a[1]),
+            i16x8_extend_high_i8x16(a[1]),
+        ]
+    }
+}
+
 /// The integer dot product of one block `b` of a 32-weight `format` with an activation block
-/// widened to i16 (`a16`: quants 0..8, 8..16, 16..24, 24..32), in four i32 lanes.
+/// widened by [`widen_acts`], in four i32 lanes.
 #[inline(always)]
 fn block_sum(format: WeightFormat, b: &[u8], a16: &[v128; 4]) -> v128 {
+    if matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+        // Each u16 lane `i` of the 16 nibble bytes holds quants 2i (bits 0..4), 2i + 16
+        // (4..8), 2i + 1 (8..12) and 2i + 17 (12..16).
+        let (at, off) = if format == WeightFormat::Q4_0 {
+            (2, 8)
+        } else {
+            (4, 0)
+        };
+        let v = load_at(b, at);
+        let mask = u16x8_splat(0x000F);
+        let off = i16x8_splat(off);
+        let q = |v: v128| i16x8_sub(v, off);
+        let p0 = i32x4_dot_i16x8(q(v128_and(v, mask)), a16[0]);
+        let p1 = i32x4_dot_i16x8(q(v128_and(u16x8_shr(v, 8), mask)), a16[1]);
+        let p2 = i32x4_dot_i16x8(q(v128_and(u16x8_shr(v, 4), mask)), a16[2]);
+        let p3 = i32x4_dot_i16x8(q(u16x8_shr(v, 12)), a16[3]);
+        return i32x4_add(i32x4_add(p0, p1), i32x4_add(p2, p3));
+    }
     let (lo, hi) = legacy_quants(format, b).expect("a format with a kernel");
     let p0 = i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), a16[0]);
     let p1 = i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), a16[1]);
@@ -236,13 +295,7 @@ fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4])
         let at = bi * bb;
         let (b0, b1) = (&w0[at..at + bb], &w1[at..at + bb]);
         let (b2, b3) = (&w2[at..at + bb], &w3[at..at + bb]);
-        let a = [load_i8(&y.qs, 0), load_i8(&y.qs, 16)];
-        let a16 = [
-            i16x8_extend_low_i8x16(a[0]),
-            i16x8_extend_high_i8x16(a[0]),
-            i16x8_extend_low_i8x16(a[1]),
-            i16x8_extend_high_i8x16(a[1]),
-        ];
+        let a16 = widen_acts(format, y);
         let sums = [
             block_sum(format, b0, &a16),
             block_sum(format, b1, &a16),
@@ -261,13 +314,21 @@ fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4])
             (d, f32x4_splat(0.0))
         } else {
             let h = u32x4(head(b0), head(b1), head(b2), head(b3));
-            let d = f16x4_to_f32(v128_and(h, u32x4_splat(0xFFFF)));
-            let m = if matches!(format, WeightFormat::Q4_1 | WeightFormat::Q5_1) {
-                f16x4_to_f32(u32x4_shr(h, 16))
+            let min = matches!(format, WeightFormat::Q4_1 | WeightFormat::Q5_1);
+            // Bits 16..32 are the min for Q4_1 / Q5_1 and quants otherwise (not looked at).
+            let exp = v128_and(h, u32x4_splat(if min { 0x7C00_7C00 } else { 0x7C00 }));
+            if v128_any_true(i16x8_eq(exp, i16x8_splat(0x7C00))) {
+                // An infinite or NaN scale (a broken file): the exact conversion.
+                let d = f16x4_to_f32(v128_and(h, u32x4_splat(0xFFFF)));
+                let m = if min {
+                    f16x4_to_f32(u32x4_shr(h, 16))
+                } else {
+                    f32x4_splat(0.0)
+                };
+                (d, m)
             } else {
-                f32x4_splat(0.0)
-            };
-            (d, m)
+                finite_scales(h, min)
+            }
         };
         // The scalar twin's `sum += d * y.d * sumi as f32 + m * y.s`, lane by lane.
         let dd = f32x4_mul(d, f32x4_splat(y.d));
@@ -435,6 +496,33 @@ mod tests {
                     g.to_bits(),
                     want.to_bits()
                 );
+            }
+        }
+    }
+
+    /// [`finite_scales`] converts every finite f16 scale and min as `half` does.
+    #[test]
+    fn finite_scales_match_half() {
+        let lanes = |v: v128| {
+            [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ]
+        };
+        let finite: Vec<u16> = (0..=u16::MAX).filter(|h| h & 0x7C00 != 0x7C00).collect();
+        for c in finite.chunks_exact(4) {
+            // The min is another finite value (the chunk reversed).
+            let h = |i: usize| u32::from(c[i]) | u32::from(c[3 - i]) << 16;
+            let (d, m) = finite_scales(u32x4(h(0), h(1), h(2), h(3)), true);
+            let (d_only, _) = finite_scales(u32x4(h(0), h(1), h(2), h(3)), false);
+            for i in 0..4 {
+                let want_d = half::f16::from_bits(c[i]).to_f32().to_bits();
+                let want_m = half::f16::from_bits(c[3 - i]).to_f32().to_bits();
+                assert_eq!(lanes(d)[i].to_bits(), want_d, "{:#06x}", c[i]);
+                assert_eq!(lanes(d_only)[i].to_bits(), want_d, "{:#06x}", c[i]);
+                assert_eq!(lanes(m)[i].to_bits(), want_m, "{:#06x}", c[3 - i]);
             }
         }
     }

@@ -141,6 +141,18 @@ fn both(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> (f32, f32) {
     }
 }
 
+/// `rows` rows of [`random_row`] back to back (each its own seed).
+pub(crate) fn random_matrix_rows(
+    format: WeightFormat,
+    rows: usize,
+    n: usize,
+    seed: u64,
+) -> Vec<u8> {
+    (0..rows as u64)
+        .flat_map(|r| random_row(format, n, seed.wrapping_mul(1000) + r))
+        .collect()
+}
+
 const FORMATS: [WeightFormat; 25] = [
     WeightFormat::F32,
     WeightFormat::F16,
