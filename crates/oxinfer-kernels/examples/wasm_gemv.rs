@@ -5,6 +5,7 @@
 
 use oxinfer_kernels::dispatch::detected_isa;
 use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::packed::{matmul_packed_isa, PackedMatrix};
 use oxinfer_kernels::q8::{quantize_q8, BlockQ8};
 use oxinfer_kernels::vecdot::{dot_q8, dot_q8_rows4, Isa};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
@@ -93,4 +94,81 @@ fn main() {
             t_one * 1e6, gbs(t_one), t_four * 1e6, gbs(t_four), t_scalar * 1e6, gbs(t_scalar), t_mm * 1e6, gbs(t_mm)
         );
     }
+
+    // Cold weights, as in a model: 64 different matrices (35 MB) in turn.
+    let (format, rows, cols) = (WeightFormat::Q4_1, 1536, 576);
+    let rb = cols / 32 * format.block_bytes();
+    let mats: Vec<Vec<u8>> = (0..64).map(|s| random_bytes(rows * rb, 100 + s)).collect();
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let mut y = vec![0f32; rows];
+    let mut q = vec![BlockQ8::default(); cols / 32];
+    quantize_q8(&x, &mut q);
+    let cold = |name: &str, f: &mut dyn FnMut(&[u8], &mut [f32])| {
+        let mut y = vec![0f32; rows];
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            for m in &mats {
+                f(m, &mut y);
+                black_box(&y);
+            }
+        }
+        let t = t0.elapsed().as_secs_f64() / (5 * mats.len()) as f64;
+        println!(
+            "{format} {rows}x{cols} cold (64 matrices in turn): {name} {:.1} us ({:.2} GB/s)",
+            t * 1e6,
+            (rows * rb) as f64 / t / 1e9
+        );
+    };
+    cold("matmul_fast", &mut |m, y| {
+        let w = WeightMatrix::new(format, m, rows, cols).unwrap();
+        matmul_fast(&w, &x, 1, y, isa);
+    });
+    let packed: Vec<PackedMatrix> = mats
+        .iter()
+        .map(|m| PackedMatrix::pack(&WeightMatrix::new(format, m, rows, cols).unwrap()).unwrap())
+        .collect();
+    let mut i = 0;
+    cold("matmul_packed", &mut |_, y| {
+        matmul_packed_isa(&packed[i % packed.len()], &x, 1, y, isa);
+        i += 1;
+    });
+    cold("dot_q8 per row", &mut |m, y| {
+        for r in 0..rows {
+            y[r] = dot_q8(format, &m[r * rb..(r + 1) * rb], &q, isa);
+        }
+    });
+    cold("rows4 consecutive", &mut |m, y| {
+        let row = |r: usize| &m[r * rb..(r + 1) * rb];
+        for r in (0..rows).step_by(4) {
+            let o = dot_q8_rows4(
+                format,
+                [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                &q,
+                isa,
+            );
+            y[r..r + 4].copy_from_slice(&o);
+        }
+    });
+    for split in [4, 16, 64] {
+        cold(&format!("rows4 every {split}"), &mut |m, y| {
+            let row = |r: usize| &m[r * rb..(r + 1) * rb];
+            for base in (0..rows).step_by(4 * split) {
+                for i in 0..split {
+                    let r = [
+                        base + i,
+                        base + split + i,
+                        base + 2 * split + i,
+                        base + 3 * split + i,
+                    ];
+                    let o = dot_q8_rows4(format, r.map(row), &q, isa);
+                    for (j, v) in r.into_iter().zip(o) {
+                        y[j] = v;
+                    }
+                }
+            }
+        });
+    }
+    let _ = &mut y;
 }

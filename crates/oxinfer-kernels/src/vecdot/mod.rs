@@ -15,6 +15,8 @@ mod simd128;
 mod unpack;
 
 pub use crate::dispatch::{available_isas, detected_isa, Isa};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use simd128::f16x4_to_f32 as simd128_f16x4_to_f32;
 pub use unpack::{unpack_k, KBlock};
 
 use crate::format::WeightFormat;

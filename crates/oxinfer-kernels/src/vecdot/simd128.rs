@@ -156,7 +156,7 @@ fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)
 /// quiet bit set, as there): the magnitude shifted into f32 position is scaled by 2¹¹² (the
 /// exponent biases' difference), which is exact for every finite f16.
 #[inline(always)]
-fn f16x4_to_f32(h: v128) -> v128 {
+pub(crate) fn f16x4_to_f32(h: v128) -> v128 {
     let mag = v128_and(h, u32x4_splat(0x7FFF));
     let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
     let shifted = i32x4_shl(mag, 13);
