@@ -154,17 +154,26 @@ fn group(format: WeightFormat, g: &[u8], x: &[BlockQ8]) -> [f32; LANES] {
                 i64x2_shuffle::<1, 1>(v, v)
             }
         };
-        // Lanes 0-3 and 4-7, each as two vectors of halves.
+        // Lanes 0-3 and 4-7, each as two vectors of halves. (The loops over registers are
+        // written out: LLVM keeps `for j in 0..8` as a loop, with `a16` in linear memory.)
         let mut p = [[i32x4_splat(0); 2]; 2];
         if format == WeightFormat::Q8_0 {
-            for j in 0..8 {
+            let mut reg = |j: usize| {
                 let x = xw(j);
                 half_sums(load_at(blk, qo + 32 * j), x, true, &mut p[0]);
                 half_sums(load_at(blk, qo + 32 * j + 16), x, true, &mut p[1]);
-            }
+            };
+            reg(0);
+            reg(1);
+            reg(2);
+            reg(3);
+            reg(4);
+            reg(5);
+            reg(6);
+            reg(7);
         } else {
             // Chunk c: W_2c in the low nibbles, W_2c+1 in the high ones.
-            for c in 0..4 {
+            let mut chunk = |c: usize| {
                 let (x_lo, x_hi) = (xw(2 * c), xw(2 * c + 1));
                 for (h, ph) in p.iter_mut().enumerate() {
                     let v = load_at(blk, qo + 32 * c + 16 * h);
@@ -178,7 +187,11 @@ fn group(format: WeightFormat, g: &[u8], x: &[BlockQ8]) -> [f32; LANES] {
                         half_sums(hi, x_hi, false, ph);
                     }
                 }
-            }
+            };
+            chunk(0);
+            chunk(1);
+            chunk(2);
+            chunk(3);
         }
         let s = [
             f32x4_convert_i32x4(fold(p[0])),
