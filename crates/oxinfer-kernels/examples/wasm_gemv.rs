@@ -62,8 +62,8 @@ fn main() {
         };
         let row = |r: usize| &data[r * rb..(r + 1) * rb];
         let t_one = time(&mut || {
-            for r in 0..rows {
-                y[r] = dot_q8(format, row(r), &q, isa);
+            for (r, out) in y.iter_mut().enumerate() {
+                *out = dot_q8(format, row(r), &q, isa);
             }
             black_box(&y);
         });
@@ -80,8 +80,8 @@ fn main() {
             black_box(&y);
         });
         let t_scalar = time(&mut || {
-            for r in 0..rows {
-                y[r] = dot_q8(format, row(r), &q, Isa::Scalar);
+            for (r, out) in y.iter_mut().enumerate() {
+                *out = dot_q8(format, row(r), &q, Isa::Scalar);
             }
             black_box(&y);
         });
@@ -135,8 +135,8 @@ fn main() {
         i += 1;
     });
     cold("dot_q8 per row", &mut |m, y| {
-        for r in 0..rows {
-            y[r] = dot_q8(format, &m[r * rb..(r + 1) * rb], &q, isa);
+        for (r, out) in y.iter_mut().enumerate() {
+            *out = dot_q8(format, &m[r * rb..(r + 1) * rb], &q, isa);
         }
     });
     cold("rows4 consecutive", &mut |m, y| {

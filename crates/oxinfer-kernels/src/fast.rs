@@ -220,8 +220,8 @@ fn gemv_quarters(
             y[j] = v;
         }
     }
-    for j in 4 * q..n {
-        y[j] = vecdot::dot_q8(w.format, row(rs.start + j), x, isa);
+    for (j, out) in y.iter_mut().enumerate().take(n).skip(4 * q) {
+        *out = vecdot::dot_q8(w.format, row(rs.start + j), x, isa);
     }
 }
 

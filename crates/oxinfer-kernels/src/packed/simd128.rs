@@ -148,7 +148,7 @@ fn group(format: WeightFormat, g: &[u8], x: &[BlockQ8]) -> [f32; LANES] {
         ];
         let xw = |j: usize| {
             let v = a16[j / 2];
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 i64x2_shuffle::<0, 0>(v, v)
             } else {
                 i64x2_shuffle::<1, 1>(v, v)
