@@ -82,9 +82,19 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
     let n_tasks = rows.div_ceil(chunk);
     let out = SyncPtr(y.as_mut_ptr());
     let format = w.format;
+    let quarters = t == 1 && !format.is_split() && vecdot::groups_rows4(isa);
     parallel_for(n_tasks, &|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(rows);
+        if quarters {
+            if let Acts::Q8(q) = &acts {
+                // SAFETY: rows r0..r1 of the single output row belong to this task only; `y`
+                // (t * rows = rows elements) outlives parallel_for.
+                let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
+                gemv_quarters(w, q, r0..r1, y, isa);
+                return;
+            }
+        }
         let mut kb: Vec<KBlock> = (0..ROW_GROUP).map(|_| KBlock::default()).collect();
         // acc[g * t + ti]: row g of the current group, token ti.
         let mut acc = vec![0f32; ROW_GROUP * t];
@@ -186,6 +196,35 @@ pub fn matmul_fast(w: &WeightMatrix, x: &[f32], t: usize, y: &mut [f32], isa: Is
     });
 }
 
+/// One token's outputs `y` for the rows `rs` of a 32-weight format `w` with the four-row
+/// kernel ([`vecdot::dot_q8_rows4`]), taking the range's four quarters side by side: row `i`
+/// of each quarter in one call. Four rows next to each other would interleave four reads in
+/// one 4 KiB page, which the hardware prefetchers (one stream per page) follow badly; the
+/// quarters are four sequential streams in different pages. Each output is its row's own dot
+/// product, so the order of the rows changes no bits.
+fn gemv_quarters(
+    w: &WeightMatrix,
+    x: &[BlockQ8],
+    rs: std::ops::Range<usize>,
+    y: &mut [f32],
+    isa: Isa,
+) {
+    let rb = w.row_bytes();
+    let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+    let n = rs.len();
+    let q = n / 4;
+    for i in 0..q {
+        let r = [i, q + i, 2 * q + i, 3 * q + i];
+        let o = vecdot::dot_q8_rows4(w.format, r.map(|j| row(rs.start + j)), x, isa);
+        for (j, v) in r.into_iter().zip(o) {
+            y[j] = v;
+        }
+    }
+    for (j, out) in y.iter_mut().enumerate().take(n).skip(4 * q) {
+        *out = vecdot::dot_q8(w.format, row(rs.start + j), x, isa);
+    }
+}
+
 /// Weight rows processed together by one task step (their activations are shared).
 const ROW_GROUP: usize = 8;
 
@@ -194,6 +233,42 @@ mod tests {
     use super::*;
     use crate::dispatch::available_isas;
     use crate::test_util::panic_message;
+
+    /// The one-token path through the four-row kernel (rows taken from the quarters of each
+    /// task, odd row counts left over) gives each row the bits of the scalar row kernels.
+    #[test]
+    fn four_row_decode_path_matches_the_scalar_rows() {
+        for format in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+            for (rows, blocks) in [(1, 1), (7, 2), (45, 3), (301, 5), (1030, 2)] {
+                let cols = 32 * blocks;
+                let data = crate::vecdot::tests::random_matrix_rows(format, rows, cols, 3);
+                let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 13) % 29) as f32 / 7.0 - 2.0)
+                    .collect();
+                let mut want = vec![0f32; rows];
+                matmul_fast(&w, &x, 1, &mut want, crate::dispatch::Isa::Scalar);
+                for isa in available_isas() {
+                    let mut y = vec![0f32; rows];
+                    matmul_fast(&w, &x, 1, &mut y, isa);
+                    for (r, (a, b)) in y.iter().zip(&want).enumerate() {
+                        if crate::vecdot::groups_rows4(isa) {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "{format} {rows} rows {isa:?}: row {r}"
+                            );
+                        } else {
+                            assert!(
+                                (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                                "{format} {isa:?} row {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// `matmul_fast` is a safe public entry point that writes `y` through a raw pointer: an
     /// output or input of the wrong length must panic before any write (it wrote past `y`).

@@ -68,6 +68,7 @@ pub mod float;
 mod pack;
 mod row;
 mod scalar;
+mod simd128;
 #[cfg(test)]
 mod tests;
 mod tiles;
@@ -251,8 +252,8 @@ pub fn packing_allowed(format: WeightFormat, mode: PackingMode) -> bool {
 }
 
 /// Whether `format` is packed here: the memory rule allows it under this process's
-/// `OXINFER_PACKED` ([`packing_allowed`], [`crate::dispatch::packing_mode`]), the CPU has AVX2
-/// and the kernel set is `auto` (the scalar twin exists for tests, not for speed).
+/// `OXINFER_PACKED` ([`packing_allowed`], [`crate::dispatch::packing_mode`]), this CPU has
+/// packed kernels for it ([`packed_kernels`]) and the kernel set is `auto`.
 pub fn packing_pays(format: WeightFormat) -> bool {
     packing_pays_in(format, false)
 }
@@ -269,7 +270,7 @@ pub fn packing_pays_in(format: WeightFormat, model_fits: bool) -> bool {
             && packed_growth(format).is_some());
     allowed
         && crate::dispatch::kernel_set() == crate::dispatch::KernelSet::Auto
-        && detected_isa().has_avx2()
+        && packed_kernels(format, detected_isa())
 }
 
 /// The memory rule over a whole model: whether packing every tensor whose format has a packed
@@ -600,6 +601,20 @@ fn run_tile(
         unsafe { avx2::tile(format, gdata, nb, acts, ti, n, tile) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 && simd128::tile(format, gdata, nb, acts, ti, n, tile) {
+        return;
+    }
     let _ = isa;
     scalar::tile(format, gdata, nb, acts, ti, n, tile);
+}
+
+/// Whether `format` has packed kernels for `isa` (the scalar twin exists for tests, not for
+/// speed): every packed format on the AVX2 levels; Q4_0, Q4_1, Q8_0 and IQ4_NL on SIMD128.
+pub fn packed_kernels(format: WeightFormat, isa: Isa) -> bool {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if isa == Isa::Simd128 {
+        return simd128::handles(format);
+    }
+    isa.has_avx2() && PackedMatrix::supports(format)
 }

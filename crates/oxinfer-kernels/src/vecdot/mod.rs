@@ -15,6 +15,8 @@ mod simd128;
 mod unpack;
 
 pub use crate::dispatch::{available_isas, detected_isa, Isa};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use simd128::f16x4_to_f32 as simd128_f16x4_to_f32;
 pub use unpack::{unpack_k, KBlock};
 
 use crate::format::WeightFormat;
@@ -24,6 +26,12 @@ use crate::q8::{BlockQ8, BlockQ8K};
 /// its own); callers with two or more rows and four or more tokens then pair the rows.
 pub fn pairs_rows(isa: Isa) -> bool {
     isa == Isa::NeonI8mm
+}
+
+/// Whether [`dot_q8_rows4`] is faster than four [`dot_q8`] calls at `isa` (it has a kernel of
+/// its own); callers with one token and four or more rows then take the rows four at a time.
+pub fn groups_rows4(isa: Isa) -> bool {
+    isa == Isa::Simd128
 }
 
 /// The activation format a weight format's kernels take.
@@ -177,6 +185,31 @@ pub fn dot_q8_2x4(
             out
         }
         _ => w.map(|row| dot_q8_x4(format, row, xs, isa)),
+    }
+}
+
+/// Dot products of four rows of a 32-weight format (of equal length) with one token's
+/// activations: `out[r] = w[r] · x`. With [`groups_rows4`] it runs a four-row kernel (the
+/// activations widened once for the four rows, one vector of sums per block); otherwise it is
+/// four [`dot_q8`] calls.
+///
+/// # Panics
+/// As [`dot_q8`], for each row.
+pub fn dot_q8_rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], isa: Isa) -> [f32; 4] {
+    for row in w {
+        check::q8_row(format, row, x.len());
+    }
+    match isa {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            let mut out = [0f32; 4];
+            if simd128::dot_q8_rows4(format, w, x, &mut out) {
+                out
+            } else {
+                w.map(|row| scalar::dot_q8(format, row, x))
+            }
+        }
+        _ => w.map(|row| dot_q8(format, row, x, isa)),
     }
 }
 

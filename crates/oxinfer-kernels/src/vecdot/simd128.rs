@@ -87,10 +87,10 @@ fn q5_high_bits(qh: u32) -> (v128, v128) {
     (spread(0, 1), spread(2, 3))
 }
 
-/// The 32 quants of one block of a 32-weight `format` as signed bytes (quants 0..16, 16..32)
-/// and its scale and min (`weight = d * q + m`); `None` for a format without a kernel here.
+/// The 32 quants of one block of a 32-weight `format` as signed bytes (quants 0..16, 16..32);
+/// `None` for a format without a kernel here.
 #[inline(always)]
-fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)> {
+fn legacy_quants(format: WeightFormat, b: &[u8]) -> Option<(v128, v128)> {
     let nibbles = |at: usize| {
         let qs = load_at(b, at);
         (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4))
@@ -99,17 +99,14 @@ fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)
         WeightFormat::Q4_0 => {
             let (lo, hi) = nibbles(2);
             let off = i8x16_splat(8);
-            (i8x16_sub(lo, off), i8x16_sub(hi, off), f16_at(b, 0), 0.0)
+            (i8x16_sub(lo, off), i8x16_sub(hi, off))
         }
-        WeightFormat::Q4_1 => {
-            let (lo, hi) = nibbles(4);
-            (lo, hi, f16_at(b, 0), f16_at(b, 2))
-        }
+        WeightFormat::Q4_1 => nibbles(4),
         WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
-            let (h, at, off, m) = if format == WeightFormat::Q5_0 {
-                (2, 6, 16, 0.0)
+            let (h, at, off) = if format == WeightFormat::Q5_0 {
+                (2, 6, 16)
             } else {
-                (4, 8, 0, f16_at(b, 2))
+                (4, 8, 0)
             };
             let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
             let (lo, hi) = nibbles(at);
@@ -118,23 +115,232 @@ fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)
             (
                 i8x16_sub(v128_or(lo, hb_lo), off),
                 i8x16_sub(v128_or(hi, hb_hi), off),
-                f16_at(b, 0),
-                m,
             )
         }
-        WeightFormat::Q8_0 => (load_at(b, 2), load_at(b, 18), f16_at(b, 0), 0.0),
+        WeightFormat::Q8_0 => (load_at(b, 2), load_at(b, 18)),
         WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
-            let (table, at, d) = if format == WeightFormat::IQ4_NL {
-                (&KVALUES_IQ4NL, 2, f16_at(b, 0))
+            let (table, at) = if format == WeightFormat::IQ4_NL {
+                (&KVALUES_IQ4NL, 2)
             } else {
-                (&KVALUES_MXFP4, 1, e8m0_half(b[0]))
+                (&KVALUES_MXFP4, 1)
             };
             let t = load_i8(table, 0);
             let (lo, hi) = nibbles(at);
-            (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi), d, 0.0)
+            (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi))
         }
         _ => return None,
     })
+}
+
+/// The scale and min of one block of a 32-weight `format` (`weight = d * q + m`; `m = 0` for
+/// the symmetric formats), as the scalar twin reads them.
+#[inline(always)]
+fn legacy_scales(format: WeightFormat, b: &[u8]) -> (f32, f32) {
+    match format {
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => (f16_at(b, 0), f16_at(b, 2)),
+        WeightFormat::MXFP4 => (e8m0_half(b[0]), 0.0),
+        _ => (f16_at(b, 0), 0.0),
+    }
+}
+
+/// [`legacy_quants`] and [`legacy_scales`] together.
+#[inline(always)]
+fn legacy_block(format: WeightFormat, b: &[u8]) -> Option<(v128, v128, f32, f32)> {
+    let (lo, hi) = legacy_quants(format, b)?;
+    let (d, m) = legacy_scales(format, b);
+    Some((lo, hi, d, m))
+}
+
+/// Four f16 values (the low 16 bits of each u32 lane) as f32, exactly as
+/// `half::f16::to_f32` converts them (zeros, subnormals, infinities; NaNs stay NaNs with the
+/// quiet bit set, as there): the magnitude shifted into f32 position is scaled by 2¹¹² (the
+/// exponent biases' difference), which is exact for every finite f16.
+#[inline(always)]
+pub(crate) fn f16x4_to_f32(h: v128) -> v128 {
+    let mag = v128_and(h, u32x4_splat(0x7FFF));
+    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+    let shifted = i32x4_shl(mag, 13);
+    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000))); // 2^112
+    let quiet = v128_and(u32x4_gt(mag, u32x4_splat(0x7C00)), u32x4_splat(0x0040_0000));
+    let special = v128_or(v128_or(shifted, u32x4_splat(0x7F80_0000)), quiet);
+    let is_special = u32x4_ge(mag, u32x4_splat(0x7C00));
+    v128_or(v128_bitselect(special, finite, is_special), sign)
+}
+
+/// The f16 scale (bits 0..16 of each lane) and, with `min`, the f16 min (bits 16..32) of four
+/// blocks as f32, exactly, for finite values only: [`f16x4_to_f32`] without its checks for
+/// infinities and NaNs.
+#[inline(always)]
+fn finite_scales(h: v128, min: bool) -> (v128, v128) {
+    let two112 = f32x4_splat(f32::from_bits(0x7780_0000));
+    let d_mag = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
+    let d_sign = v128_and(i32x4_shl(h, 16), u32x4_splat(0x8000_0000));
+    let d = v128_or(f32x4_mul(d_mag, two112), d_sign);
+    if !min {
+        return (d, f32x4_splat(0.0));
+    }
+    let m_mag = v128_and(u32x4_shr(h, 3), u32x4_splat(0x0FFF_E000));
+    let m_sign = v128_and(h, u32x4_splat(0x8000_0000));
+    (d, v128_or(f32x4_mul(m_mag, two112), m_sign))
+}
+
+/// Lane `r` = the sum of the four i32 lanes of `s[r]` (wrapping, as [`hsum_i32`]).
+#[inline(always)]
+fn hsum4_i32(s: [v128; 4]) -> v128 {
+    let pair = |a: v128, b: v128| {
+        i32x4_add(
+            i32x4_shuffle::<0, 4, 1, 5>(a, b),
+            i32x4_shuffle::<2, 6, 3, 7>(a, b),
+        )
+    };
+    let (ab, cd) = (pair(s[0], s[1]), pair(s[2], s[3]));
+    i32x4_add(i64x2_shuffle::<0, 2>(ab, cd), i64x2_shuffle::<1, 3>(ab, cd))
+}
+
+/// `out[r] = w[r] · x` for four rows of a 32-weight format and one token (the decode GEMV):
+/// each activation block is widened to i16 once for the four rows, and the rows' integer sums
+/// are gathered into one vector (lane `r`: row `r`) where the scales are applied, so no
+/// horizontal sum is taken per block. Each lane takes the scalar twin's float steps in its
+/// order: the same bits as four [`dot_q8_multi`] calls. `false` (nothing written) for a format
+/// without a kernel here. The caller checked that each row is `x.len()` blocks.
+pub fn dot_q8_rows4(
+    format: WeightFormat,
+    w: [&[u8]; 4],
+    x: &[BlockQ8],
+    out: &mut [f32; 4],
+) -> bool {
+    // One monomorphic loop per format, so the format's match folds away.
+    macro_rules! go {
+        ($($f:ident)|*) => {
+            match format {
+                $(WeightFormat::$f => {
+                    rows4(WeightFormat::$f, w, x, out);
+                    true
+                })*
+                _ => false,
+            }
+        };
+    }
+    go!(Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4)
+}
+
+/// One activation block as i16 for [`block_sum`]: for Q4_0 / Q4_1 quants 0, 2 .. 14, then
+/// 1, 3 .. 15, 16, 18 .. 30 and 17, 19 .. 31 (the order in which [`block_sum`] takes the
+/// nibbles apart); for the other formats quants 0..8, 8..16, 16..24, 24..32.
+#[inline(always)]
+fn widen_acts(format: WeightFormat, y: &BlockQ8) -> [v128; 4] {
+    let a = [load_i8(&y.qs, 0), load_i8(&y.qs, 16)];
+    if matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+        let even = |v: v128| i16x8_shr(i16x8_shl(v, 8), 8);
+        [
+            even(a[0]),
+            i16x8_shr(a[0], 8),
+            even(a[1]),
+            i16x8_shr(a[1], 8),
+        ]
+    } else {
+        [
+            i16x8_extend_low_i8x16(a[0]),
+            i16x8_extend_high_i8x16(a[0]),
+            i16x8_extend_low_i8x16(a[1]),
+            i16x8_extend_high_i8x16(a[1]),
+        ]
+    }
+}
+
+/// The integer dot product of one block `b` of a 32-weight `format` with an activation block
+/// widened by [`widen_acts`], in four i32 lanes.
+#[inline(always)]
+fn block_sum(format: WeightFormat, b: &[u8], a16: &[v128; 4]) -> v128 {
+    if matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+        // Each u16 lane `i` of the 16 nibble bytes holds quants 2i (bits 0..4), 2i + 16
+        // (4..8), 2i + 1 (8..12) and 2i + 17 (12..16).
+        let (at, off) = if format == WeightFormat::Q4_0 {
+            (2, 8)
+        } else {
+            (4, 0)
+        };
+        let v = load_at(b, at);
+        let mask = u16x8_splat(0x000F);
+        let off = i16x8_splat(off);
+        let q = |v: v128| i16x8_sub(v, off);
+        let p0 = i32x4_dot_i16x8(q(v128_and(v, mask)), a16[0]);
+        let p1 = i32x4_dot_i16x8(q(v128_and(u16x8_shr(v, 8), mask)), a16[1]);
+        let p2 = i32x4_dot_i16x8(q(v128_and(u16x8_shr(v, 4), mask)), a16[2]);
+        let p3 = i32x4_dot_i16x8(q(u16x8_shr(v, 12)), a16[3]);
+        return i32x4_add(i32x4_add(p0, p1), i32x4_add(p2, p3));
+    }
+    let (lo, hi) = legacy_quants(format, b).expect("a format with a kernel");
+    let p0 = i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), a16[0]);
+    let p1 = i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), a16[1]);
+    let p2 = i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), a16[2]);
+    let p3 = i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), a16[3]);
+    i32x4_add(i32x4_add(p0, p1), i32x4_add(p2, p3))
+}
+
+/// The first four bytes of a block (its f16 scale and, for Q4_1 / Q5_1, min) as a u32.
+#[inline(always)]
+fn head(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[inline(always)]
+fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4]) {
+    // The four rows are written out one by one (not looped over): LLVM keeps a loop over an
+    // array of rows as a loop, with the array and the sums in linear memory.
+    let bb = format.block_bytes();
+    let [w0, w1, w2, w3] = w;
+    let mut acc = f32x4_splat(0.0);
+    for (bi, y) in x.iter().enumerate() {
+        let at = bi * bb;
+        let (b0, b1) = (&w0[at..at + bb], &w1[at..at + bb]);
+        let (b2, b3) = (&w2[at..at + bb], &w3[at..at + bb]);
+        let a16 = widen_acts(format, y);
+        let sums = [
+            block_sum(format, b0, &a16),
+            block_sum(format, b1, &a16),
+            block_sum(format, b2, &a16),
+            block_sum(format, b3, &a16),
+        ];
+        let sumi = f32x4_convert_i32x4(hsum4_i32(sums));
+        let (d, m) = if format == WeightFormat::MXFP4 {
+            let d = [b0[0], b1[0], b2[0], b3[0]];
+            let d = f32x4(
+                e8m0_half(d[0]),
+                e8m0_half(d[1]),
+                e8m0_half(d[2]),
+                e8m0_half(d[3]),
+            );
+            (d, f32x4_splat(0.0))
+        } else {
+            let h = u32x4(head(b0), head(b1), head(b2), head(b3));
+            let min = matches!(format, WeightFormat::Q4_1 | WeightFormat::Q5_1);
+            // Bits 16..32 are the min for Q4_1 / Q5_1 and quants otherwise (not looked at).
+            let exp = v128_and(h, u32x4_splat(if min { 0x7C00_7C00 } else { 0x7C00 }));
+            if v128_any_true(i16x8_eq(exp, i16x8_splat(0x7C00))) {
+                // An infinite or NaN scale (a broken file): the exact conversion.
+                let d = f16x4_to_f32(v128_and(h, u32x4_splat(0xFFFF)));
+                let m = if min {
+                    f16x4_to_f32(u32x4_shr(h, 16))
+                } else {
+                    f32x4_splat(0.0)
+                };
+                (d, m)
+            } else {
+                finite_scales(h, min)
+            }
+        };
+        // The scalar twin's `sum += d * y.d * sumi as f32 + m * y.s`, lane by lane.
+        let dd = f32x4_mul(d, f32x4_splat(y.d));
+        let t = f32x4_add(f32x4_mul(dd, sumi), f32x4_mul(m, f32x4_splat(y.s)));
+        acc = f32x4_add(acc, t);
+    }
+    *out = [
+        f32x4_extract_lane::<0>(acc),
+        f32x4_extract_lane::<1>(acc),
+        f32x4_extract_lane::<2>(acc),
+        f32x4_extract_lane::<3>(acc),
+    ];
 }
 
 /// `out[k] = w · xs[k]` for a row of a 32-weight format (the blocks unpacked once for the
@@ -259,4 +465,82 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32]) -> Option<f32> {
     let tail = super::scalar::dot_float(format, &w[i * format.block_bytes()..], &x[i..]);
     sum += tail;
     Some(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every f16 bit pattern converts as `half` converts it (NaNs: both NaN).
+    #[test]
+    fn f16x4_to_f32_matches_half_on_every_value() {
+        for h in (0..=u16::MAX).step_by(4) {
+            let hs = [h, h + 1, h + 2, h + 3];
+            let v = f16x4_to_f32(u32x4(
+                hs[0].into(),
+                hs[1].into(),
+                hs[2].into(),
+                hs[3].into(),
+            ));
+            let got = [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ];
+            for (g, h) in got.into_iter().zip(hs) {
+                let want = half::f16::from_bits(h).to_f32();
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{h:#06x}: {g} ({:#010x}) vs {want} ({:#010x})",
+                    g.to_bits(),
+                    want.to_bits()
+                );
+            }
+        }
+    }
+
+    /// [`finite_scales`] converts every finite f16 scale and min as `half` does.
+    #[test]
+    fn finite_scales_match_half() {
+        let lanes = |v: v128| {
+            [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ]
+        };
+        let finite: Vec<u16> = (0..=u16::MAX).filter(|h| h & 0x7C00 != 0x7C00).collect();
+        for c in finite.chunks_exact(4) {
+            // The min is another finite value (the chunk reversed).
+            let h = |i: usize| u32::from(c[i]) | u32::from(c[3 - i]) << 16;
+            let (d, m) = finite_scales(u32x4(h(0), h(1), h(2), h(3)), true);
+            let (d_only, _) = finite_scales(u32x4(h(0), h(1), h(2), h(3)), false);
+            for i in 0..4 {
+                let want_d = half::f16::from_bits(c[i]).to_f32().to_bits();
+                let want_m = half::f16::from_bits(c[3 - i]).to_f32().to_bits();
+                assert_eq!(lanes(d)[i].to_bits(), want_d, "{:#06x}", c[i]);
+                assert_eq!(lanes(d_only)[i].to_bits(), want_d, "{:#06x}", c[i]);
+                assert_eq!(lanes(m)[i].to_bits(), want_m, "{:#06x}", c[3 - i]);
+            }
+        }
+    }
+
+    /// [`hsum4_i32`] puts each vector's lane sum in its lane.
+    #[test]
+    fn hsum4_gathers_each_vectors_sum() {
+        let s = [
+            i32x4(1, 2, 3, 4),
+            i32x4(10, 20, 30, 40),
+            i32x4(-5, 7, i32::MAX, 1),
+            i32x4(100, -200, 300, -400),
+        ];
+        let v = hsum4_i32(s);
+        let want = s.map(hsum_i32);
+        assert_eq!(i32x4_extract_lane::<0>(v), want[0]);
+        assert_eq!(i32x4_extract_lane::<1>(v), want[1]);
+        assert_eq!(i32x4_extract_lane::<2>(v), want[2]);
+        assert_eq!(i32x4_extract_lane::<3>(v), want[3]);
+    }
 }

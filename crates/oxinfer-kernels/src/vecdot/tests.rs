@@ -141,6 +141,18 @@ fn both(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> (f32, f32) {
     }
 }
 
+/// `rows` rows of [`random_row`] back to back (each its own seed).
+pub(crate) fn random_matrix_rows(
+    format: WeightFormat,
+    rows: usize,
+    n: usize,
+    seed: u64,
+) -> Vec<u8> {
+    (0..rows as u64)
+        .flat_map(|r| random_row(format, n, seed.wrapping_mul(1000) + r))
+        .collect()
+}
+
 const FORMATS: [WeightFormat; 25] = [
     WeightFormat::F32,
     WeightFormat::F16,
@@ -265,6 +277,11 @@ proptest! {
         };
         let want: Vec<[f32; 4]> = rows.iter().map(|w| xs.map(|x| dot_q8(format, w, x, Isa::Scalar))).collect();
         for isa in available_isas() {
+            let quad = dot_q8_rows4(format, [&rows[0], &rows[1], &rows[1], &rows[0]], xs[2], isa);
+            for (j, r) in [0, 1, 1, 0].into_iter().enumerate() {
+                let tol = 1e-5 * mag(r, 2) + 1e-6;
+                prop_assert!((quad[j] - want[r][2]).abs() <= tol, "{format} rows4 {isa:?}: row {r}: {} vs {}", quad[j], want[r][2]);
+            }
             let pair = dot_q8_2x4(format, [&rows[0], &rows[1]], xs, isa);
             for r in 0..2 {
                 let x4 = dot_q8_x4(format, &rows[r], xs, isa);
@@ -422,6 +439,20 @@ fn simd128_kernels_match_their_scalar_twins() {
                 let want = dot_q8(format, &w, &q, Isa::Scalar).to_bits();
                 for got in dot_q8_x4(format, &w, xs, simd) {
                     assert_eq!(got.to_bits(), want, "{format} x4 seed {seed}");
+                }
+                let rows: Vec<Vec<u8>> = (0..4)
+                    .map(|r| random_row(format, n, seed * 4 + r + 100))
+                    .collect();
+                let four = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+                let got = dot_q8_rows4(format, four, &q, simd);
+                for (r, row) in rows.iter().enumerate() {
+                    let want = dot_q8(format, row, &q, Isa::Scalar);
+                    assert_eq!(
+                        got[r].to_bits(),
+                        want.to_bits(),
+                        "{format} rows4 seed {seed} row {r}: {} vs {want}",
+                        got[r]
+                    );
                 }
             }
         }

@@ -1,0 +1,174 @@
+//! One-token matvecs (the decode GEMV) of SmolLM2-135M's shapes on one thread, per kernel:
+//! wall time per call and GB/s of weights. Meant for the wasm build under wasmtime:
+//! `cargo run --release -p oxinfer-kernels --example wasm_gemv --target wasm32-wasip1-threads`
+//! (natively it runs too).
+
+use oxinfer_kernels::dispatch::detected_isa;
+use oxinfer_kernels::fast::matmul_fast;
+use oxinfer_kernels::packed::{matmul_packed_isa, PackedMatrix};
+use oxinfer_kernels::q8::{quantize_q8, BlockQ8};
+use oxinfer_kernels::vecdot::{dot_q8, dot_q8_rows4, Isa};
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+use std::hint::black_box;
+use std::time::Instant;
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}
+
+fn main() {
+    let isa = detected_isa();
+    oxinfer_kernels::set_num_threads(1);
+    for (format, rows, cols) in [
+        (WeightFormat::Q4_1, 1536, 576),
+        (WeightFormat::Q4_1, 576, 1536),
+        (WeightFormat::Q8_0, 1536, 576),
+        (WeightFormat::Q8_0, 49152, 576),
+    ] {
+        let bb = format.block_bytes();
+        let rb = cols / 32 * bb;
+        let mut data = random_bytes(rows * rb, 7);
+        // Finite f16 scales (and mins) in every block.
+        for b in data.chunks_exact_mut(bb) {
+            b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            if format == WeightFormat::Q4_1 {
+                b[2..4].copy_from_slice(&half::f16::from_f32(-0.05).to_le_bytes());
+            }
+        }
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let mut q = vec![BlockQ8::default(); cols / 32];
+        quantize_q8(&x, &mut q);
+        let w = WeightMatrix::new(format, &data, rows, cols).unwrap();
+        let mut y = vec![0f32; rows];
+        let iters = (200_000_000 / data.len()).max(3);
+        let gbs = |t: f64| data.len() as f64 / t / 1e9;
+        let time = |f: &mut dyn FnMut()| {
+            f();
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            t0.elapsed().as_secs_f64() / iters as f64
+        };
+        let row = |r: usize| &data[r * rb..(r + 1) * rb];
+        let t_one = time(&mut || {
+            for (r, out) in y.iter_mut().enumerate() {
+                *out = dot_q8(format, row(r), &q, isa);
+            }
+            black_box(&y);
+        });
+        let t_four = time(&mut || {
+            for r in (0..rows).step_by(4) {
+                let o = dot_q8_rows4(
+                    format,
+                    [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                    &q,
+                    isa,
+                );
+                y[r..r + 4].copy_from_slice(&o);
+            }
+            black_box(&y);
+        });
+        let t_scalar = time(&mut || {
+            for (r, out) in y.iter_mut().enumerate() {
+                *out = dot_q8(format, row(r), &q, Isa::Scalar);
+            }
+            black_box(&y);
+        });
+        let t_mm = time(&mut || {
+            matmul_fast(&w, &x, 1, &mut y, isa);
+            black_box(&y);
+        });
+        println!(
+            "{format} {rows}x{cols} {isa:?}: dot_q8 {:.1} us ({:.2} GB/s) | rows4 {:.1} us ({:.2}) | scalar {:.1} us ({:.2}) | matmul_fast {:.1} us ({:.2})",
+            t_one * 1e6, gbs(t_one), t_four * 1e6, gbs(t_four), t_scalar * 1e6, gbs(t_scalar), t_mm * 1e6, gbs(t_mm)
+        );
+    }
+
+    // Cold weights, as in a model: 64 different matrices (35 MB) in turn.
+    let (format, rows, cols) = (WeightFormat::Q4_1, 1536, 576);
+    let rb = cols / 32 * format.block_bytes();
+    let mats: Vec<Vec<u8>> = (0..64).map(|s| random_bytes(rows * rb, 100 + s)).collect();
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let mut y = vec![0f32; rows];
+    let mut q = vec![BlockQ8::default(); cols / 32];
+    quantize_q8(&x, &mut q);
+    let cold = |name: &str, f: &mut dyn FnMut(&[u8], &mut [f32])| {
+        let mut y = vec![0f32; rows];
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            for m in &mats {
+                f(m, &mut y);
+                black_box(&y);
+            }
+        }
+        let t = t0.elapsed().as_secs_f64() / (5 * mats.len()) as f64;
+        println!(
+            "{format} {rows}x{cols} cold (64 matrices in turn): {name} {:.1} us ({:.2} GB/s)",
+            t * 1e6,
+            (rows * rb) as f64 / t / 1e9
+        );
+    };
+    cold("matmul_fast", &mut |m, y| {
+        let w = WeightMatrix::new(format, m, rows, cols).unwrap();
+        matmul_fast(&w, &x, 1, y, isa);
+    });
+    let packed: Vec<PackedMatrix> = mats
+        .iter()
+        .map(|m| PackedMatrix::pack(&WeightMatrix::new(format, m, rows, cols).unwrap()).unwrap())
+        .collect();
+    let mut i = 0;
+    cold("matmul_packed", &mut |_, y| {
+        matmul_packed_isa(&packed[i % packed.len()], &x, 1, y, isa);
+        i += 1;
+    });
+    cold("dot_q8 per row", &mut |m, y| {
+        for (r, out) in y.iter_mut().enumerate() {
+            *out = dot_q8(format, &m[r * rb..(r + 1) * rb], &q, isa);
+        }
+    });
+    cold("rows4 consecutive", &mut |m, y| {
+        let row = |r: usize| &m[r * rb..(r + 1) * rb];
+        for r in (0..rows).step_by(4) {
+            let o = dot_q8_rows4(
+                format,
+                [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                &q,
+                isa,
+            );
+            y[r..r + 4].copy_from_slice(&o);
+        }
+    });
+    for split in [4, 16, 64] {
+        cold(&format!("rows4 every {split}"), &mut |m, y| {
+            let row = |r: usize| &m[r * rb..(r + 1) * rb];
+            for base in (0..rows).step_by(4 * split) {
+                for i in 0..split {
+                    let r = [
+                        base + i,
+                        base + split + i,
+                        base + 2 * split + i,
+                        base + 3 * split + i,
+                    ];
+                    let o = dot_q8_rows4(format, r.map(row), &q, isa);
+                    for (j, v) in r.into_iter().zip(o) {
+                        y[j] = v;
+                    }
+                }
+            }
+        });
+    }
+    let _ = &mut y;
+}

@@ -1,0 +1,236 @@
+//! SIMD128 micro-kernels over the packed layouts of Q4_0, Q4_1, Q8_0 and IQ4_NL, for the wasm
+//! builds: one token at a time against a group of eight interleaved rows.
+//!
+//! A 16-byte half of a packed quant register (`W_j`) holds quants `4j .. 4j + 4` of four
+//! lanes. Widened to i16 (two lanes per vector) and multiplied with the token's four
+//! activations broadcast to both halves (`i32x4.dot_i16x8_s`), it gives each lane's sum in two
+//! i32 halves; these add up over the block in four vectors (lanes 0-1, 2-3, 4-5, 6-7), one
+//! pair of shuffles per four lanes folds them into one vector of lane sums, and the block's
+//! scales (eight f16s read as one vector) apply to the eight rows in two f32x4. The weights
+//! are read as one sequential stream (what the row-major kernels cannot do for several rows).
+//!
+//! Float steps: the scalar twin's (`super::scalar::lane32`) in its order, with a rounded
+//! multiply and add where the twin fuses them (baseline SIMD128 has no fused multiply-add), so
+//! the two agree within that rounding, not bit for bit.
+#![cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+
+use super::pack::{packed_block_bytes, qs_offset, LANES};
+use super::tiles::TILE_TOKENS;
+use crate::dequant::KVALUES_IQ4NL;
+use crate::fast::Acts;
+use crate::format::WeightFormat;
+use crate::q8::BlockQ8;
+use std::arch::wasm32::*;
+
+/// Whether [`tile`] has a kernel for `format`.
+pub(crate) fn handles(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0 | WeightFormat::IQ4_NL
+    )
+}
+
+/// See `super::run_tile`; `false` (nothing written) for a format without a kernel here.
+pub(crate) fn tile(
+    format: WeightFormat,
+    g: &[u8],
+    nb: usize,
+    acts: &Acts,
+    ti: usize,
+    n: usize,
+    tile: &mut [[f32; LANES]; TILE_TOKENS],
+) -> bool {
+    let Acts::Q8(q) = acts else { return false };
+    // One monomorphic loop per format, so the format's match folds away.
+    macro_rules! go {
+        ($($f:ident)|*) => {
+            match format {
+                $(WeightFormat::$f => {
+                    for (k, lanes) in tile.iter_mut().take(n).enumerate() {
+                        let x = &q[(ti + k) * nb..(ti + k + 1) * nb];
+                        *lanes = group(WeightFormat::$f, g, x);
+                    }
+                    true
+                })*
+                _ => false,
+            }
+        };
+    }
+    go!(Q4_0 | Q4_1 | Q8_0 | IQ4_NL)
+}
+
+/// The 16 bytes of `s` at `at`.
+#[inline(always)]
+fn load_at(s: &[u8], at: usize) -> v128 {
+    let b: &[u8; 16] = s[at..at + 16].try_into().expect("16 bytes");
+    // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(b.as_ptr().cast()) }
+}
+
+/// Eight f16s (one vector) as two f32x4, exactly as `half` converts them.
+#[inline(always)]
+fn f16x8_to_f32(v: v128) -> [v128; 2] {
+    let (lo, hi) = (u32x4_extend_low_u16x8(v), u32x4_extend_high_u16x8(v));
+    let exp = v128_and(v, u16x8_splat(0x7C00));
+    if v128_any_true(i16x8_eq(exp, i16x8_splat(0x7C00))) {
+        // An infinite or NaN scale (a broken file): the exact conversion.
+        return [
+            crate::vecdot::simd128_f16x4_to_f32(lo),
+            crate::vecdot::simd128_f16x4_to_f32(hi),
+        ];
+    }
+    let two112 = f32x4_splat(f32::from_bits(0x7780_0000));
+    let conv = |h: v128| {
+        let mag = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
+        let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+        v128_or(f32x4_mul(mag, two112), sign)
+    };
+    [conv(lo), conv(hi)]
+}
+
+/// Adds the products of one 16-byte half of a quant register (four lanes × four quants, as
+/// signed bytes after `widen`) with the broadcast activations `xw` to `p[0]` (its first two
+/// lanes) and `p[1]` (the other two).
+#[inline(always)]
+fn half_sums(w: v128, xw: v128, signed: bool, p: &mut [v128; 2]) {
+    let (a, b) = if signed {
+        (i16x8_extend_low_i8x16(w), i16x8_extend_high_i8x16(w))
+    } else {
+        (u16x8_extend_low_u8x16(w), u16x8_extend_high_u8x16(w))
+    };
+    p[0] = i32x4_add(p[0], i32x4_dot_i16x8(a, xw));
+    p[1] = i32x4_add(p[1], i32x4_dot_i16x8(b, xw));
+}
+
+/// Lane sums of four lanes from their halves (`p[0]`: lanes 0, 0, 1, 1; `p[1]`: 2, 2, 3, 3).
+#[inline(always)]
+fn fold(p: [v128; 2]) -> v128 {
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(p[0], p[1]),
+        i32x4_shuffle::<1, 3, 5, 7>(p[0], p[1]),
+    )
+}
+
+/// The eight lanes of one packed group `g` of `format` dotted with one token's blocks `x`.
+#[inline(always)]
+fn group(format: WeightFormat, g: &[u8], x: &[BlockQ8]) -> [f32; LANES] {
+    let pb = packed_block_bytes(format).expect("a packed format");
+    let qo = qs_offset(format);
+    let table = i8x16(
+        KVALUES_IQ4NL[0],
+        KVALUES_IQ4NL[1],
+        KVALUES_IQ4NL[2],
+        KVALUES_IQ4NL[3],
+        KVALUES_IQ4NL[4],
+        KVALUES_IQ4NL[5],
+        KVALUES_IQ4NL[6],
+        KVALUES_IQ4NL[7],
+        KVALUES_IQ4NL[8],
+        KVALUES_IQ4NL[9],
+        KVALUES_IQ4NL[10],
+        KVALUES_IQ4NL[11],
+        KVALUES_IQ4NL[12],
+        KVALUES_IQ4NL[13],
+        KVALUES_IQ4NL[14],
+        KVALUES_IQ4NL[15],
+    );
+    let mut acc = [f32x4_splat(0.0); 2];
+    for (blk, y) in g.chunks_exact(pb).zip(x) {
+        let blk = &blk[..pb];
+        // The token's 32 activations as i16 (quants 0..8, 8..16, 16..24, 24..32), then
+        // quants 4j .. 4j + 4 in both 64-bit halves for W_j.
+        let (a0, a1) = (load_i8(&y.qs, 0), load_i8(&y.qs, 16));
+        let a16 = [
+            i16x8_extend_low_i8x16(a0),
+            i16x8_extend_high_i8x16(a0),
+            i16x8_extend_low_i8x16(a1),
+            i16x8_extend_high_i8x16(a1),
+        ];
+        let xw = |j: usize| {
+            let v = a16[j / 2];
+            if j.is_multiple_of(2) {
+                i64x2_shuffle::<0, 0>(v, v)
+            } else {
+                i64x2_shuffle::<1, 1>(v, v)
+            }
+        };
+        // Lanes 0-3 and 4-7, each as two vectors of halves. (The loops over registers are
+        // written out: LLVM keeps `for j in 0..8` as a loop, with `a16` in linear memory.)
+        let mut p = [[i32x4_splat(0); 2]; 2];
+        if format == WeightFormat::Q8_0 {
+            let mut reg = |j: usize| {
+                let x = xw(j);
+                half_sums(load_at(blk, qo + 32 * j), x, true, &mut p[0]);
+                half_sums(load_at(blk, qo + 32 * j + 16), x, true, &mut p[1]);
+            };
+            reg(0);
+            reg(1);
+            reg(2);
+            reg(3);
+            reg(4);
+            reg(5);
+            reg(6);
+            reg(7);
+        } else {
+            // Chunk c: W_2c in the low nibbles, W_2c+1 in the high ones.
+            let mut chunk = |c: usize| {
+                let (x_lo, x_hi) = (xw(2 * c), xw(2 * c + 1));
+                for (h, ph) in p.iter_mut().enumerate() {
+                    let v = load_at(blk, qo + 32 * c + 16 * h);
+                    let (lo, hi) = (v128_and(v, u8x16_splat(0x0F)), u8x16_shr(v, 4));
+                    if format == WeightFormat::IQ4_NL {
+                        let (lo, hi) = (i8x16_swizzle(table, lo), i8x16_swizzle(table, hi));
+                        half_sums(lo, x_lo, true, ph);
+                        half_sums(hi, x_hi, true, ph);
+                    } else {
+                        half_sums(lo, x_lo, false, ph);
+                        half_sums(hi, x_hi, false, ph);
+                    }
+                }
+            };
+            chunk(0);
+            chunk(1);
+            chunk(2);
+            chunk(3);
+        }
+        let s = [
+            f32x4_convert_i32x4(fold(p[0])),
+            f32x4_convert_i32x4(fold(p[1])),
+        ];
+        let d = f16x8_to_f32(load_at(blk, 0));
+        let m = if format == WeightFormat::Q4_1 {
+            f16x8_to_f32(load_at(blk, 16))
+        } else {
+            [f32x4_splat(0.0); 2]
+        };
+        let (yd, ys) = (f32x4_splat(y.d), f32x4_splat(y.s));
+        for h in 0..2 {
+            // The twin's `acc = (d * y.d).mul_add(s, acc)`, then its min or offset term.
+            acc[h] = f32x4_add(acc[h], f32x4_mul(f32x4_mul(d[h], yd), s[h]));
+            match format {
+                WeightFormat::Q4_1 => acc[h] = f32x4_add(acc[h], f32x4_mul(m[h], ys)),
+                WeightFormat::Q4_0 => {
+                    let off = f32x4_neg(f32x4_mul(d[h], f32x4_splat(8.0)));
+                    acc[h] = f32x4_add(acc[h], f32x4_mul(off, ys));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = [0f32; LANES];
+    for (h, a) in acc.into_iter().enumerate() {
+        out[4 * h] = f32x4_extract_lane::<0>(a);
+        out[4 * h + 1] = f32x4_extract_lane::<1>(a);
+        out[4 * h + 2] = f32x4_extract_lane::<2>(a);
+        out[4 * h + 3] = f32x4_extract_lane::<3>(a);
+    }
+    out
+}
+
+/// 16 signed bytes of `s` at `at`.
+#[inline(always)]
+fn load_i8(s: &[i8; 32], at: usize) -> v128 {
+    let b: &[i8; 16] = s[at..at + 16].try_into().expect("16 bytes");
+    // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(b.as_ptr().cast()) }
+}
