@@ -397,19 +397,8 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `n` values in [−amp, amp] from a xorshift generator.
-    fn random(n: usize, seed: u64, amp: f32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                amp * ((x >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
-            })
-            .collect()
-    }
+    // `n` values in [−amp, amp]: the attention tests' xorshift generator.
+    use crate::attention::tests::values as random;
 
     /// f64 reference: every (sequence, head, query) as a plain softmax over its keys.
     fn reference(q: &[f32], k: &[f32], v: &[f32], seqs: &[FullSeq], p: &FullShape) -> Vec<f32> {
