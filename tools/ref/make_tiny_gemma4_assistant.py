@@ -15,6 +15,7 @@ Writes tests/fixtures/gemma4-assistant-tiny/:
                      (see below), whether the two agree.
   logits_rounds.npy  float32 [rounds, draft, vocab]: the clean recomputation's draft logits.
   logits_generate.npy float32 [rounds, draft, vocab]: the candidate logits generate() produced.
+  logits_rounds_f64.npy the clean recomputation in float64 (stored as float32).
 
 Drafting semantics (transformers 5.24 SinglePositionMultiTokenCandidateGenerator): with p + 1
 tokens known (the last, token p, not yet run by the target), the drafter's input is
@@ -284,6 +285,15 @@ def main():
         f.unlink()
     np.save(OUT / "logits_rounds.npy", np.stack(clean_logits).astype(np.float32))
     np.save(OUT / "logits_generate.npy", np.stack(gen_logits).astype(np.float32))
+    # The clean rounds again in float64: float32 rounding alone moves the logits by ~1e-4
+    # (more down the chain), so the Rust test compares with these.
+    t64 = Gemma4ForCausalLM.from_pretrained(TARGET, dtype=torch.float64,
+                                            attn_implementation="eager").eval()
+    a64 = Gemma4AssistantForCausalLM.from_pretrained(OUT, dtype=torch.float64,
+                                                     attn_implementation="eager").eval()
+    l64 = np.stack([clean_round(t64, a64, seq[:r["context_len"]], N_DRAFT)[1] for r in rounds])
+    np.save(OUT / "logits_rounds_f64.npy", l64.astype(np.float32))
+    f32_vs_f64 = np.abs(np.stack(clean_logits) - l64).max(axis=(0, 2))
     ref = dict(
         generator="tools/ref/make_tiny_gemma4_assistant.py",
         versions=dict(python=sys.version.split()[0], torch=torch.__version__,
@@ -292,6 +302,7 @@ def main():
         prompt=PROMPT, n_new=N_NEW, n_draft=N_DRAFT, greedy_ids=plain_ids,
         assisted_ids=assisted_ids, drafted=drafted, accepted=accepted,
         clean_loop=dict(rounds=clean_rounds, drafted=clean_drafted, accepted=clean_accepted),
+        float32_vs_float64_max_abs_diff_per_step=[float(x) for x in f32_vs_f64],
         rounds=rounds,
     )
     (OUT / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")

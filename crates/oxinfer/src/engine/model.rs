@@ -245,6 +245,14 @@ impl Model {
     fn load_safetensors(dir: &Path, file: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
         let cfg_path = dir.join("config.json");
         let json = crate::config::read_config_json(&cfg_path)?;
+        if json.get("model_type").and_then(|v| v.as_str()) == Some("gemma4_assistant") {
+            return Err(LoadError::malformed(
+                &cfg_path,
+                "is a Gemma 4 drafter (gemma4_assistant), which runs only beside its Gemma 4 \
+                 target (arch::gemma::gemma4_assistant); it is not a model of its own",
+            )
+            .into());
+        }
         let config = ModelConfig::from_config_value(&cfg_path, &json)?;
         let st = SafetensorsModel::open(file.unwrap_or(dir))?;
         let stored = match st.metadata(quant::METADATA_KEY) {
