@@ -148,3 +148,78 @@ fn gemma4_drafter_is_not_a_model_of_its_own() {
         .to_string();
     assert!(err.contains("gemma4_assistant"), "{err}");
 }
+
+/// End to end with oxinfer's own caches: a greedy speculative loop (test code: the engine's
+/// loop does not drive the drafter yet) drafts up to 4 tokens a round from the target's cache
+/// and hidden state, verifies them in one pass of `1 + draft` rows, rolls the cache back past
+/// the first rejection (`KvCache::truncate`, sliding rings keeping `draft + 2` extra rows) and
+/// continues from the hidden state of the last accepted row. Its tokens are the plain greedy
+/// ones, and it accepts exactly the drafts the same loop accepts in transformers (the script's
+/// `clean_loop`).
+#[test]
+fn gemma4_drafter_greedy_loop_matches_plain_greedy() {
+    let target = load_target(&fixtures().join("gemma4-tiny-dense"));
+    let dir = fixtures().join("gemma4-assistant-tiny");
+    let drafter = Gemma4Drafter::load(&dir, &target).unwrap();
+    let r = reference(&dir);
+    let (prompt, greedy) = (ids(&r["prompt"]), ids(&r["greedy_ids"]));
+    let (max_draft, end) = (4, prompt.len() + greedy.len());
+    let dim = target.config().hidden_size;
+    let plan = target.plan();
+    let argmax = |h: &[f32]| {
+        let l = plan.head.forward(h, 1);
+        (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32
+    };
+    let run = |cache: &mut oxinfer::nn::KvCache, tokens: &[u32]| {
+        let h = target
+            .forward_hidden(&mut [SeqBatch {
+                tokens,
+                cache: &mut *cache,
+                all_logits: true,
+                media: None,
+            }])
+            .unwrap();
+        cache.advance(tokens.len());
+        h
+    };
+    let mut cache = target.new_cache(64);
+    cache.keep_rewind(max_draft + 2);
+    let h = run(&mut cache, &prompt);
+    let mut last = h[h.len() - dim..].to_vec();
+    let mut out = vec![argmax(&last)];
+    let (mut rounds, mut drafted, mut accepted) = (0, 0, 0);
+    while prompt.len() + out.len() < end {
+        let n = max_draft.min(end - prompt.len() - out.len());
+        let token = *out.last().unwrap();
+        let p = cache.len();
+        let draft: Vec<u32> = drafter
+            .draft(&target, &mut cache, token, &last, n)
+            .unwrap()
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        let mut rows = vec![token];
+        rows.extend(&draft);
+        let h = run(&mut cache, &rows);
+        let best: Vec<u32> = (0..rows.len())
+            .map(|i| argmax(&h[i * dim..(i + 1) * dim]))
+            .collect();
+        let k = (0..n).take_while(|&i| draft[i] == best[i]).count();
+        out.extend(&draft[..k]);
+        out.push(best[k]);
+        cache.truncate(p + 1 + k);
+        last = h[k * dim..(k + 1) * dim].to_vec();
+        rounds += 1;
+        drafted += n;
+        accepted += k;
+    }
+    out.truncate(greedy.len());
+    assert_eq!(out, greedy);
+    let clean = &r["clean_loop"];
+    let want = |k: &str| clean[k].as_u64().unwrap() as usize;
+    assert_eq!(
+        (rounds, drafted, accepted),
+        (want("rounds"), want("drafted"), want("accepted"))
+    );
+    println!("{accepted} of {drafted} drafts accepted in {rounds} rounds; tokens = plain greedy");
+}
