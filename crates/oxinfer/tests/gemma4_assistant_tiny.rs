@@ -223,3 +223,60 @@ fn gemma4_drafter_greedy_loop_matches_plain_greedy() {
     );
     println!("{accepted} of {drafted} drafts accepted in {rounds} rounds; tokens = plain greedy");
 }
+
+/// The engine's generation loop with the drafter attached as a draft head
+/// (`BatchGenerator::with_draft_head`): `draft_max: 4` gives the plain greedy tokens, and
+/// accepts the drafts the same loop accepts in transformers (`clean_loop`).
+#[test]
+fn gemma4_drafter_in_the_batch_generator_gives_plain_greedy() {
+    use oxinfer::engine::batch::{BatchConfig, BatchGenerator, Finished, SeqRequest};
+    use oxinfer::engine::speculative::draft_head::DraftHead;
+    use oxinfer::engine::speculative::Speculation;
+    use oxinfer::{GenerateOptions, SamplingParams};
+    let target = load_target(&fixtures().join("gemma4-tiny-dense"));
+    let dir = fixtures().join("gemma4-assistant-tiny");
+    let drafter = Gemma4Drafter::load(&dir, &target).unwrap();
+    let r = reference(&dir);
+    let (prompt, greedy) = (ids(&r["prompt"]), ids(&r["greedy_ids"]));
+    let run = |head: bool| -> Finished {
+        let mut batch = BatchGenerator::new(&target, None, &BatchConfig::new(1, 128));
+        if head {
+            batch = batch.with_draft_head(DraftHead {
+                drafter: &drafter,
+                target: &target,
+            });
+        }
+        let speculation = Speculation {
+            draft_max: if head { 4 } else { 0 },
+            ..Speculation::default()
+        };
+        let opts = GenerateOptions {
+            max_tokens: greedy.len(),
+            sampling: SamplingParams::greedy(),
+            speculation,
+            ..GenerateOptions::default()
+        };
+        let req = SeqRequest {
+            prompt: prompt.clone(),
+            opts,
+        };
+        batch.admit(req, 0).expect("admit");
+        let mut done = [None];
+        common::batch::run_all(&mut batch, &mut done);
+        done[0].take().expect("finished")
+    };
+    assert_eq!(run(false).tokens, greedy, "plain");
+    let f = run(true);
+    assert_eq!(f.tokens, greedy, "with the draft head");
+    let d = f.timings.draft;
+    let clean = &r["clean_loop"];
+    println!(
+        "draft head in the batch loop: {} of {} drafts accepted",
+        d.accepted, d.drafted
+    );
+    // The loop drafts at most `max_tokens - generated - 1` (a draft whose bonus token would
+    // pass the limit is wasted), the script's loop up to the limit: fewer drafts near the end.
+    let want = |k: &str| clean[k].as_u64().unwrap() as usize;
+    assert_eq!(d.accepted, want("accepted"));
+    assert!(d.drafted > 0 && d.drafted <= want("drafted"));
+}

@@ -212,6 +212,16 @@ pub fn run_plan_hidden(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<f3
     Ok(plan.final_norm.forward(&h))
 }
 
+/// Runs `plan` over `batch` on the CPU as [`run_plan`] does and returns per sequence its
+/// logits and the final-normed hidden state of the same rows ([`plan::cpu::forward_with_hidden`]).
+pub fn run_plan_with_hidden(
+    plan: &Plan,
+    batch: &mut [SeqBatch<'_>],
+) -> Result<plan::cpu::LogitsAndHidden> {
+    let (ids, x, mut seqs) = embed_batch(plan, batch)?;
+    plan::cpu::forward_with_hidden(plan, &ids, x, &mut seqs)
+}
+
 /// The stacked token ids of `batch`, their embeddings (media rows substituted) `[t, dim]`, and
 /// each sequence's rows.
 fn embed_batch<'a>(

@@ -180,6 +180,12 @@ impl Gemma4Drafter {
         Ok(out)
     }
 
+    /// Whether a step at position `cache.len()` can run on `cache` (it is not empty and still
+    /// holds every key the step reads).
+    pub fn can_step(&self, cache: &KvCache) -> bool {
+        !cache.is_empty() && self.check_cache(cache, cache.len()).is_ok()
+    }
+
     /// Checks that every target layer a drafter layer reads still holds the keys of its
     /// window at position `p`.
     fn check_cache(&self, cache: &KvCache, p: usize) -> Result<()> {
