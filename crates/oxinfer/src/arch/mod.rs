@@ -57,6 +57,12 @@ pub trait CausalLm: Send + Sync {
         ))
     }
 
+    /// The model as a Gemma 4 text model, when it is one: what a Gemma 4 drafter
+    /// ([`gemma::gemma4_assistant`]) reads of its target (embedding table, cache layout).
+    fn as_gemma4(&self) -> Option<&gemma::gemma4::Gemma4> {
+        None
+    }
+
     /// Runs every sequence of `batch` (each `tokens` at positions `cache.len() ..`, appended to
     /// its cache) in one pass. Returns, per sequence, its logits `[n, vocab]`: of every new
     /// position when `all_logits`, else of the last one (`n = 1`).

@@ -30,6 +30,8 @@ pub struct Model {
     load_time: Duration,
     /// Storage types of the keys and values of the caches `lm` makes.
     kv_types: crate::plan::KvTypes,
+    /// A Gemma 4 drafter reading this model's state ([`Model::attach_draft_head`]).
+    draft_head: Option<crate::arch::gemma::gemma4_assistant::Gemma4Drafter>,
 }
 
 /// How to load a model.
@@ -239,6 +241,7 @@ impl Model {
             precision: None,
             load_time: Duration::ZERO,
             kv_types: Default::default(),
+            draft_head: None,
         })
     }
 
@@ -321,6 +324,7 @@ impl Model {
             converted,
             load_time: Duration::ZERO,
             kv_types: Default::default(),
+            draft_head: None,
         })
     }
 
@@ -558,6 +562,33 @@ impl Model {
     pub fn chat_tokens(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         let prompt = self.chat_prompt(messages, true, &serde_json::Value::Null)?;
         self.tokenize_prompt(&prompt, self.adds_bos())
+    }
+
+    /// Loads the Gemma 4 drafter in folder `dir` (`model_type: gemma4_assistant`) for this
+    /// model; sessions then draft with it for requests whose
+    /// [`Speculation::draft_max`](super::Speculation::draft_max) is set.
+    ///
+    /// # Errors
+    /// This model is not a Gemma 4 text model, or the drafter does not load or fit it.
+    pub fn attach_draft_head(&mut self, dir: &Path) -> Result<()> {
+        let target = self.lm.as_gemma4().ok_or_else(|| {
+            Error::Request(format!(
+                "{} is a Gemma 4 drafter, but the model is {}, not Gemma 4",
+                dir.display(),
+                self.config.arch.name()
+            ))
+        })?;
+        let head = crate::arch::gemma::gemma4_assistant::Gemma4Drafter::load(dir, target)?;
+        self.draft_head = Some(head);
+        Ok(())
+    }
+
+    /// The Gemma 4 drafter attached with [`Model::attach_draft_head`] and the target it reads.
+    pub fn draft_head(&self) -> Option<crate::engine::speculative::draft_head::DraftHead<'_>> {
+        Some(crate::engine::speculative::draft_head::DraftHead {
+            drafter: self.draft_head.as_ref()?,
+            target: self.lm.as_gemma4()?,
+        })
     }
 
     /// A new generation session with an empty KV cache of at most `ctx` positions (`None`: the

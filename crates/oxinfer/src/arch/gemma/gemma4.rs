@@ -247,6 +247,10 @@ impl CausalLm for Gemma4 {
         self.media.as_ref().map(|m| m as _)
     }
 
+    fn as_gemma4(&self) -> Option<&Gemma4> {
+        Some(self)
+    }
+
     fn attach_mmproj(
         &mut self,
         mm: &crate::arch::mmproj::Mmproj,

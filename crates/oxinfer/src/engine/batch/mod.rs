@@ -299,6 +299,9 @@ impl<'m, T> BatchGenerator<'m, T> {
             }
             s.cache.clear();
             s.cached.clear();
+            if let Some(h) = &mut s.head {
+                h.pos = None;
+            }
         }
         tags
     }
