@@ -82,6 +82,12 @@ pub(super) fn run_step(
     let plan = plan(lanes, budget);
     // When every sequence samples the argmax of its last row, only those indices come back.
     let argmax = plan.iter().all(|&(i, _)| lanes[i].seq.argmax_is_enough());
+    // A draft head reads the target's hidden state of each sequence's last kept row: while some
+    // sequence drafts with it, the pass returns those rows too (on the CPU).
+    let want_hidden = drafters.head.is_some()
+        && plan
+            .iter()
+            .any(|&(i, _)| lanes[i].seq.speculation().draft_max > 0);
     let mut batch: Vec<SeqBatch<'_>> = Vec::with_capacity(plan.len());
     let mut next = plan.iter().peekable();
     for (i, lane) in lanes.iter_mut().enumerate() {
@@ -96,9 +102,8 @@ pub(super) fn run_step(
             });
         }
     }
-    // A draft head reads the target's hidden state of each sequence's last kept row.
     let mut hidden: Vec<Vec<f32>> = Vec::new();
-    let result = if drafters.head.is_some() {
+    let result = if want_hidden {
         crate::arch::run_plan_with_hidden(&lm.plan(), &mut batch).map(|out| {
             hidden = out.hidden;
             out.logits.into_iter().map(PassOut::Logits).collect()
@@ -152,7 +157,7 @@ pub(super) fn run_step(
 }
 
 /// Gives a decoding sequence that speculates its draft for this step: prompt lookup first,
-/// then the draft model. A cache that cannot rewind (recurrent state) gets none; a sliding
+/// then the draft model or the draft head. A cache that cannot rewind (recurrent state) gets none; a sliding
 /// window cache keeps enough extra rows to rewind the draft.
 fn make_draft(drafters: Drafters<'_, '_>, lane: &mut Lane<'_, '_>) -> crate::Result<()> {
     let spec = lane.seq.speculation();
