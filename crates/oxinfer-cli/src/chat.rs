@@ -73,11 +73,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
         }
     }
     let (model, defaults) = model_args.load_with_defaults()?;
-    let model = a.kv.apply(model)?;
+    let mut model = a.kv.apply(model)?;
     if model.chat_template().is_none() {
         bail!(cannot_chat(&crate::run::model_name(&model)));
     }
-    let draft = a.spec.load_draft(&model_args)?;
+    let draft = a.spec.load_draft(&model_args, &mut model)?;
     let mut session = model.session(a.ctx.or_model_default(&defaults));
     if let Some(d) = &draft {
         session.set_draft(d)?;

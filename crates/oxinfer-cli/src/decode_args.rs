@@ -16,7 +16,8 @@ pub struct SpecArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub lookup: usize,
     /// Draft model for speculative decoding (same vocabulary as the model): a GGUF file, a
-    /// safetensors folder or a model name.
+    /// safetensors folder or a model name; or a Gemma 4 drafter folder (`model_type:
+    /// gemma4_assistant`) for a Gemma 4 model, which drafts from the model's own state.
     #[arg(long = "draft", visible_alias = "model-draft", value_name = "MODEL")]
     pub draft: Option<String>,
     /// Most tokens the draft model drafts per step.
@@ -42,7 +43,22 @@ impl SpecArgs {
     }
 
     /// Loads the draft model, if one is named, with the main model's device and load options.
-    pub fn load_draft(&self, main: &ModelArgs) -> Result<Option<Model>> {
+    /// A Gemma 4 drafter folder is attached to `model` instead (`Ok(None)`).
+    pub fn load_draft(&self, main: &ModelArgs, model: &mut Model) -> Result<Option<Model>> {
+        let Some(name) = &self.draft else {
+            return Ok(None);
+        };
+        if let Some(dir) = self.draft_head_dir() {
+            model
+                .attach_draft_head(&dir)
+                .with_context(|| format!("--draft {name}"))?;
+            return Ok(None);
+        }
+        self.load_draft_model(main)
+    }
+
+    /// Loads the draft model, if one is named, with the main model's device and load options.
+    pub fn load_draft_model(&self, main: &ModelArgs) -> Result<Option<Model>> {
         let Some(name) = &self.draft else {
             return Ok(None);
         };
@@ -53,6 +69,16 @@ impl SpecArgs {
         args.load()
             .with_context(|| format!("loading the draft model {name}"))
             .map(Some)
+    }
+}
+
+impl SpecArgs {
+    /// The `--draft` folder when it holds a Gemma 4 drafter (`model_type: gemma4_assistant`).
+    pub fn draft_head_dir(&self) -> Option<std::path::PathBuf> {
+        let dir = std::path::PathBuf::from(self.draft.as_ref()?);
+        let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (json.get("model_type")?.as_str()? == "gemma4_assistant").then_some(dir)
     }
 }
 

@@ -92,8 +92,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         (None, None, None) => Some(read_stdin()?),
     };
     let (model, defaults) = a.model.load_with_defaults()?;
-    let model = a.kv.apply(model)?;
-    let draft = a.spec.load_draft(&a.model)?;
+    let mut model = a.kv.apply(model)?;
+    let draft = a.spec.load_draft(&a.model, &mut model)?;
     if let Some(dir) = &a.save_quantized {
         crate::quantize::save(&model, dir)?;
     }

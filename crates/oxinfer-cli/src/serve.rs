@@ -209,7 +209,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
 /// The `--draft` model, loaded with the served model's options, once its vocabulary has been
 /// checked against `model`'s (the first differing token is named).
 fn load_served_draft(a: &ServeArgs, model: &oxinfer::Model) -> Result<Option<ServedDraft>> {
-    let Some(draft) = a.spec.load_draft(&a.model)? else {
+    if let Some(dir) = a.spec.draft_head_dir() {
+        anyhow::bail!(
+            "--draft {}: Gemma 4 drafters (gemma4_assistant) run in `run` and `chat`; `serve` \
+             does not drive them yet",
+            dir.display()
+        );
+    }
+    let Some(draft) = a.spec.load_draft_model(&a.model)? else {
         return Ok(None);
     };
     oxinfer::engine::speculative::check_draft_model(model, &draft)

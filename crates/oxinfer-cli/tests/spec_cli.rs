@@ -49,6 +49,47 @@ fn run_with_lookup_prints_the_plain_greedy_tokens() {
     }
 }
 
+/// `run --draft DIR` with a Gemma 4 drafter folder (`gemma4_assistant`) drafts from the Gemma 4
+/// model's own state: the plain greedy tokens, and the acceptance on the stats line (the
+/// fixture's drafter accepts 21 of 33, as in crates/oxinfer/tests/gemma4_assistant_tiny.rs);
+/// a drafter for a model that is not Gemma 4 is an error saying so.
+#[test]
+fn run_with_a_gemma4_drafter_prints_the_plain_greedy_tokens() {
+    let fixtures = common::fixtures();
+    let target = fixtures.join("gemma4-tiny-dense");
+    let drafter = fixtures.join("gemma4-assistant-tiny");
+    let run = |model: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-m",
+            model.to_str().unwrap(),
+            "--tokens",
+            "2,220,102,149,189,197,8,32,105,70,155,188",
+            "--temp",
+            "0",
+            "-n",
+            "32",
+            "--show-tokens",
+        ];
+        args.extend_from_slice(extra);
+        oxinfer_env(&args, &[])
+    };
+    let plain = run(&target, &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let d = drafter.to_str().unwrap();
+    let spec = run(&target, &["--draft", d, "--draft-max", "4"]);
+    assert!(spec.status.success(), "{}", stderr(&spec));
+    assert_eq!(stdout(&spec), stdout(&plain));
+    assert!(
+        stderr(&spec).contains("draft 21 of 33 accepted"),
+        "{}",
+        stderr(&spec)
+    );
+    let other = run(&fixtures.join("llama-tiny-a"), &["--draft", d]);
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("not Gemma 4"), "{}", stderr(&other));
+}
+
 /// Pipes `turns` into `oxinfer chat` with a small context; returns (stdout, stderr).
 fn chat(model: &str, turns: &str, extra: &[&str]) -> (String, String) {
     use std::io::Write;

@@ -37,6 +37,10 @@ impl CausalLm for KvTyped {
         self.inner.plan()
     }
 
+    fn as_gemma4(&self) -> Option<&super::gemma::gemma4::Gemma4> {
+        self.inner.as_gemma4()
+    }
+
     fn media(&self) -> Option<&dyn super::multimodal::MediaTowers> {
         self.inner.media()
     }

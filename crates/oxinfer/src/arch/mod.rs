@@ -57,6 +57,12 @@ pub trait CausalLm: Send + Sync {
         ))
     }
 
+    /// The model as a Gemma 4 text model, when it is one: what a Gemma 4 drafter
+    /// ([`gemma::gemma4_assistant`]) reads of its target (embedding table, cache layout).
+    fn as_gemma4(&self) -> Option<&gemma::gemma4::Gemma4> {
+        None
+    }
+
     /// Runs every sequence of `batch` (each `tokens` at positions `cache.len() ..`, appended to
     /// its cache) in one pass. Returns, per sequence, its logits `[n, vocab]`: of every new
     /// position when `all_logits`, else of the last one (`n = 1`).
@@ -210,6 +216,16 @@ pub fn run_plan_hidden(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<f3
     let (ids, x, mut seqs) = embed_batch(plan, batch)?;
     let h = plan::cpu::hidden(plan, &ids, x, &mut seqs)?;
     Ok(plan.final_norm.forward(&h))
+}
+
+/// Runs `plan` over `batch` on the CPU as [`run_plan`] does and returns per sequence its
+/// logits and the final-normed hidden state of the same rows ([`plan::cpu::forward_with_hidden`]).
+pub fn run_plan_with_hidden(
+    plan: &Plan,
+    batch: &mut [SeqBatch<'_>],
+) -> Result<plan::cpu::LogitsAndHidden> {
+    let (ids, x, mut seqs) = embed_batch(plan, batch)?;
+    plan::cpu::forward_with_hidden(plan, &ids, x, &mut seqs)
 }
 
 /// The stacked token ids of `batch`, their embeddings (media rows substituted) `[t, dim]`, and

@@ -32,6 +32,8 @@ pub struct Model {
     kv_types: crate::plan::KvTypes,
     /// The mmproj file the media towers came from ([`Model::attach_mmproj`]).
     mmproj: Option<PathBuf>,
+    /// A Gemma 4 drafter reading this model's state ([`Model::attach_draft_head`]).
+    draft_head: Option<crate::arch::gemma::gemma4_assistant::Gemma4Drafter>,
 }
 
 /// How to load a model.
@@ -255,12 +257,21 @@ impl Model {
             load_time: Duration::ZERO,
             kv_types: Default::default(),
             mmproj: None,
+            draft_head: None,
         })
     }
 
     fn load_safetensors(dir: &Path, file: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
         let cfg_path = dir.join("config.json");
         let json = crate::config::read_config_json(&cfg_path)?;
+        if json.get("model_type").and_then(|v| v.as_str()) == Some("gemma4_assistant") {
+            return Err(LoadError::malformed(
+                &cfg_path,
+                "is a Gemma 4 drafter (gemma4_assistant), which runs only beside its Gemma 4 \
+                 target (arch::gemma::gemma4_assistant); it is not a model of its own",
+            )
+            .into());
+        }
         let config = ModelConfig::from_config_value(&cfg_path, &json)?;
         let st = SafetensorsModel::open(file.unwrap_or(dir))?;
         let stored = match st.metadata(quant::METADATA_KEY) {
@@ -330,6 +341,7 @@ impl Model {
             load_time: Duration::ZERO,
             kv_types: Default::default(),
             mmproj: None,
+            draft_head: None,
         })
     }
 
@@ -567,6 +579,33 @@ impl Model {
     pub fn chat_tokens(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         let prompt = self.chat_prompt(messages, true, &serde_json::Value::Null)?;
         self.tokenize_prompt(&prompt, self.adds_bos())
+    }
+
+    /// Loads the Gemma 4 drafter in folder `dir` (`model_type: gemma4_assistant`) for this
+    /// model; sessions then draft with it for requests whose
+    /// [`Speculation::draft_max`](super::Speculation::draft_max) is set.
+    ///
+    /// # Errors
+    /// This model is not a Gemma 4 text model, or the drafter does not load or fit it.
+    pub fn attach_draft_head(&mut self, dir: &Path) -> Result<()> {
+        let target = self.lm.as_gemma4().ok_or_else(|| {
+            Error::Request(format!(
+                "{} is a Gemma 4 drafter, but the model is {}, not Gemma 4",
+                dir.display(),
+                self.config.arch.name()
+            ))
+        })?;
+        let head = crate::arch::gemma::gemma4_assistant::Gemma4Drafter::load(dir, target)?;
+        self.draft_head = Some(head);
+        Ok(())
+    }
+
+    /// The Gemma 4 drafter attached with [`Model::attach_draft_head`] and the target it reads.
+    pub fn draft_head(&self) -> Option<crate::engine::speculative::draft_head::DraftHead<'_>> {
+        Some(crate::engine::speculative::draft_head::DraftHead {
+            drafter: self.draft_head.as_ref()?,
+            target: self.lm.as_gemma4()?,
+        })
     }
 
     /// A new generation session with an empty KV cache of at most `ctx` positions (`None`: the

@@ -15,6 +15,7 @@ pub struct Session<'m> {
 }
 
 impl<'m> Session<'m> {
+    /// A session over `model`, drafting with its draft head if it has one.
     pub(super) fn new(model: &'m Model, ctx: usize) -> Self {
         let cfg = BatchConfig {
             slots: 1,
@@ -22,10 +23,11 @@ impl<'m> Session<'m> {
             // Each call's `prefill_chunk` alone sets how many prompt tokens a pass runs.
             prefill: PrefillBudget::UNLIMITED,
         };
-        Session {
-            model,
-            batch: BatchGenerator::new(model.lm(), model.tokenizer(), &cfg),
+        let mut batch = BatchGenerator::new(model.lm(), model.tokenizer(), &cfg);
+        if let Some(head) = model.draft_head() {
+            batch = batch.with_draft_head(head);
         }
+        Session { model, batch }
     }
 
     /// Drafts with `draft` for requests whose [`Speculation::draft_max`](super::Speculation::draft_max)

@@ -26,6 +26,40 @@ pub fn forward(
     Ok(split_logits(logits(plan, &h, rows.len()), vocab, &counts))
 }
 
+/// Per sequence, the logits of a pass and the final-normed hidden state of the same rows.
+pub struct LogitsAndHidden {
+    /// `[rows, vocab]` per sequence.
+    pub logits: Vec<Vec<f32>>,
+    /// `[rows, dim]` per sequence.
+    pub hidden: Vec<Vec<f32>>,
+}
+
+/// [`forward`], also returning per sequence the final-normed hidden state of its logit rows
+/// (`[rows, dim]`: every new row, or the last one): what a drafter reading the target's hidden
+/// state needs ([`crate::engine::speculative::draft_head`]).
+pub fn forward_with_hidden(
+    plan: &Plan,
+    ids: &[u32],
+    x: Vec<f32>,
+    seqs: &mut [SeqRows<'_>],
+) -> Result<LogitsAndHidden> {
+    let x = hidden(plan, ids, x, seqs)?;
+    for s in seqs.iter_mut() {
+        s.cache.advance(s.len);
+    }
+    let (rows, counts) = logit_rows(seqs);
+    let h = plan.final_norm.forward(&gather_rows(&x, plan.dim, &rows));
+    let mut logits = plan.head.forward(&h, rows.len());
+    if let Some(cap) = plan.final_softcap {
+        softcap(&mut logits, cap);
+    }
+    let vocab = plan.head.matrix().rows;
+    Ok(LogitsAndHidden {
+        logits: split_logits(logits, vocab, &counts),
+        hidden: split_logits(h, plan.dim, &counts),
+    })
+}
+
 /// The hidden state `[t, dim]` after every layer; each layer's keys/values are appended to the
 /// caches, which are not advanced. Rows a backend left only in a cache's device mirror are
 /// copied to the host first ([`super::KvCache::sync_host`]).

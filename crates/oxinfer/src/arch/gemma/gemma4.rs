@@ -86,7 +86,29 @@ impl Gemma4 {
         naming: Naming,
         src: &ConfigSource<'_>,
     ) -> Result<Self, LoadError> {
-        let params = Gemma4Params::read(cfg, src)?;
+        Self::load_with(cfg, store, naming, src, Gemma4Params::read(cfg, src)?)
+    }
+
+    /// Loads a drafter's text model (transformers `gemma4_assistant`'s `model.*`): layers that
+    /// read `target`'s cache ([`Gemma4Params::read_drafter`]), no soft-cap.
+    pub fn load_drafter(
+        cfg: &ModelConfig,
+        store: &dyn TensorStore,
+        src: &ConfigSource<'_>,
+        target: &Gemma4Params,
+    ) -> Result<Self, LoadError> {
+        let mut params = Gemma4Params::read_drafter(cfg, src, target)?;
+        params.final_softcap = None;
+        Self::load_with(cfg, store, Naming::Hf, src, params)
+    }
+
+    fn load_with(
+        cfg: &ModelConfig,
+        store: &dyn TensorStore,
+        naming: Naming,
+        src: &ConfigSource<'_>,
+        params: Gemma4Params,
+    ) -> Result<Self, LoadError> {
         let names = Names::detect(store, naming);
         let (d, eps) = (cfg.hidden_size, cfg.norm_eps);
         let (embed, head) =
@@ -196,11 +218,23 @@ impl Gemma4 {
         &self.params
     }
 
+    /// A sliding layer's window. A drafter's sliding layers see one key more: transformers
+    /// masks them with the bidirectional window `|q − k| ≤ window` over the target's keys
+    /// before the query, so the `window + 1` last of them.
     fn window(&self, kind: LayerKind) -> Option<usize> {
         match kind {
-            LayerKind::Sliding => self.cfg.sliding_window,
+            LayerKind::Sliding => self
+                .cfg
+                .sliding_window
+                .map(|w| w + usize::from(self.params.reads_target)),
             LayerKind::Full => None,
         }
+    }
+
+    /// The scaled embeddings (× √hidden) of `ids`, `[ids, hidden]`: what a drafter reads of
+    /// the last token.
+    pub fn embed_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.embed.forward(ids)
     }
 }
 
@@ -211,6 +245,10 @@ impl CausalLm for Gemma4 {
 
     fn media(&self) -> Option<&dyn crate::arch::multimodal::MediaTowers> {
         self.media.as_ref().map(|m| m as _)
+    }
+
+    fn as_gemma4(&self) -> Option<&Gemma4> {
+        Some(self)
     }
 
     fn attach_mmproj(

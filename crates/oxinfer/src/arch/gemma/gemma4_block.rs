@@ -27,6 +27,9 @@ pub struct Attention {
     /// `use_bidirectional_attention: "vision"`) also see the later tokens of their group.
     /// transformers' `create_masks_for_vision_model` keeps the full-attention layers causal.
     media_groups: bool,
+    /// A drafter's layer: its query (rotated at its own position) attends to the target's
+    /// cached keys before that position, which is the cache's length.
+    reads_target: bool,
 }
 
 struct KvProj {
@@ -84,6 +87,7 @@ impl Attention {
             shape: s,
             kv_source: p.kv_source[i],
             media_groups: p.layer_kinds[i] == super::LayerKind::Sliding,
+            reads_target: p.reads_target,
         })
     }
 }
@@ -92,7 +96,8 @@ impl Attention {
 /// k = v where the layer has no v projection, and KV sharing: `skipped[k]` positions of sequence
 /// `k` may be left out of a KV-shared layer, whose keys are all in the source layer's cache. In
 /// sliding layers the queries of a sequence's media groups see their whole group
-/// ([`attend_groups`]).
+/// ([`attend_groups`]). A drafter's layers (all KV-shared) read the target's cache: one row
+/// at position `cache.len()` attends to the keys before it.
 impl AttentionOp for Attention {
     fn parts(&self) -> AttentionParts<'_> {
         AttentionParts {
@@ -158,6 +163,8 @@ impl AttentionOp for Attention {
                     .store(layer, k, &v[rows.start * kv_row..rows.end * kv_row], hd);
             }
             let lc = &sq.cache.layers[self.kv_source];
+            // A drafter's row attends as the cache's last position does (keys up to pos0 - 1).
+            let pos0 = pos0.saturating_sub(usize::from(self.reads_target));
             let mut out =
                 attention_cached(q, lc.k.view(), lc.v.view(), lc.ring, sq.len, pos0, &params);
             let groups = match sq.media.as_deref() {

@@ -54,6 +54,9 @@ pub struct Gemma4Params {
     pub moe: Option<MoeParams>,
     /// Final logits become `cap · tanh(logits / cap)`.
     pub final_softcap: Option<f32>,
+    /// A drafter (transformers `gemma4_assistant`): every layer reads a target model's keys
+    /// and values (`kv_source` indexes the target's layers) at the positions before its own.
+    pub reads_target: bool,
 }
 
 /// A `text_config` field as written (`Some(Null)` when the file says null), or the family
@@ -221,12 +224,102 @@ fn kv_sources(
     Ok(kv_source)
 }
 
+/// A drafter's KV plan: each layer reads `target`'s last unshared layer of its kind (the layer
+/// transformers' target stores in `shared_kv_states`).
+fn target_sources(
+    src: &ConfigSource<'_>,
+    layer_kinds: &[LayerKind],
+    shapes: &[LayerShape],
+    target: &Gemma4Params,
+) -> Result<Vec<usize>, LoadError> {
+    let n_target = target.layer_kinds.len();
+    layer_kinds
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| {
+            let j = (0..n_target)
+                .rev()
+                .find(|&j| target.layer_kinds[j] == kind && !target.is_kv_shared(j))
+                .ok_or_else(|| {
+                    bad(
+                        src,
+                        format!("drafter layer {i} is {kind:?}, but the target has no such layer"),
+                    )
+                })?;
+            if target.shapes[j] != shapes[i] {
+                return Err(bad(
+                    src,
+                    format!(
+                        "drafter layer {i} has head dim {} and {} kv heads, the target's layer \
+                         {j} it reads {} and {}",
+                        shapes[i].head_dim,
+                        shapes[i].n_kv_heads,
+                        target.shapes[j].head_dim,
+                        target.shapes[j].n_kv_heads
+                    ),
+                ));
+            }
+            Ok(j)
+        })
+        .collect()
+}
+
 impl Gemma4Params {
     /// Reads the settings from GGUF metadata or a `config.json`.
     pub fn read(cfg: &ModelConfig, src: &ConfigSource<'_>) -> Result<Self, LoadError> {
         if src.gguf().is_some() {
             return Self::read_gguf(cfg, src);
         }
+        Self::read_json(cfg, src, None)
+    }
+
+    /// Reads the text settings of a drafter's `config.json` (transformers `gemma4_assistant`,
+    /// nested under `text_config`) for `target`: every layer reads the keys and values of the
+    /// target's last unshared layer of its kind, which must have its head dim and kv heads.
+    /// transformers' `validate_architecture` rules hold: no per-layer embeddings, no experts,
+    /// no double-wide MLP, every layer KV-shared.
+    pub fn read_drafter(
+        cfg: &ModelConfig,
+        src: &ConfigSource<'_>,
+        target: &Gemma4Params,
+    ) -> Result<Self, LoadError> {
+        if src.gguf().is_some() {
+            return Err(bad(
+                src,
+                "a Gemma 4 drafter is read from a config.json".into(),
+            ));
+        }
+        let n = cfg.n_layers;
+        match int(src, "num_kv_shared_layers")? {
+            None | Some(0) => {}
+            Some(s) if s == n => {}
+            Some(s) => {
+                return Err(bad(
+                    src,
+                    format!("num_kv_shared_layers is {s}; a drafter shares all {n} layers"),
+                ))
+            }
+        }
+        for key in ["enable_moe_block", "use_double_wide_mlp"] {
+            if flag(src, key)? {
+                return Err(bad(src, format!("a drafter cannot have '{key}'")));
+            }
+        }
+        let p = Self::read_json(cfg, src, Some(target))?;
+        if p.ple.is_some() {
+            return Err(bad(
+                src,
+                "a drafter cannot have per-layer inputs (hidden_size_per_layer_input)".into(),
+            ));
+        }
+        Ok(p)
+    }
+
+    fn read_json(
+        cfg: &ModelConfig,
+        src: &ConfigSource<'_>,
+        target: Option<&Gemma4Params>,
+    ) -> Result<Self, LoadError> {
         super::check_activation(src)?;
         let n = cfg.n_layers;
         if let Some(Value::String(b)) = field(src, "use_bidirectional_attention") {
@@ -311,12 +404,17 @@ impl Gemma4Params {
             }
         }
         check_shapes(src, cfg, &shapes)?;
-        let shared = int(src, "num_kv_shared_layers")?.unwrap_or(0);
-        let kv_source = kv_sources(src, &layer_kinds, &shapes, shared)?;
+        let kv_source = match target {
+            Some(t) => target_sources(src, &layer_kinds, &shapes, t)?,
+            None => {
+                let shared = int(src, "num_kv_shared_layers")?.unwrap_or(0);
+                kv_sources(src, &layer_kinds, &shapes, shared)?
+            }
+        };
         let double_wide = flag(src, "use_double_wide_mlp")?;
         let ffn = (0..n)
             .map(|i| {
-                if double_wide && kv_source[i] != i {
+                if double_wide && kv_source[i] != i && target.is_none() {
                     2 * cfg.intermediate_size
                 } else {
                     cfg.intermediate_size
@@ -410,6 +508,7 @@ impl Gemma4Params {
             ffn,
             moe,
             final_softcap,
+            reads_target: target.is_some(),
         })
     }
 
@@ -518,11 +617,12 @@ impl Gemma4Params {
             ffn: per_layer("feed_forward_length", cfg.intermediate_size)?,
             moe,
             final_softcap: super::softcap(src, "final_logit_softcapping", "")?,
+            reads_target: false,
         })
     }
 
-    /// Whether layer `i` reads another layer's keys and values.
+    /// Whether layer `i` reads another layer's keys and values (a drafter's layers all do).
     pub fn is_kv_shared(&self, i: usize) -> bool {
-        self.kv_source[i] != i
+        self.reads_target || self.kv_source[i] != i
     }
 }

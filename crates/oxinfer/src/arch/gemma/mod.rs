@@ -9,6 +9,7 @@ pub mod audio_features;
 pub mod clipped;
 pub mod gemma3;
 pub mod gemma4;
+pub mod gemma4_assistant;
 pub mod gemma4_block;
 pub mod gemma4_config;
 pub mod gemma4_media;

@@ -43,6 +43,7 @@ pub use step::{PrefillBudget, StepReport};
 use crate::arch::CausalLm;
 use crate::clock::Instant;
 use crate::engine::grammar::Vocabulary;
+use crate::engine::speculative::draft_head::{DraftHead, HeadSlot, HEAD_EXTRA_ROWS};
 use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::error::{Error, Result};
 use crate::nn::KvCache;
@@ -50,7 +51,7 @@ use crate::plan::media::MediaEmbeds;
 use crate::tokenizer::Tokenizer;
 use sequence::Sequence;
 use std::sync::Arc;
-use step::{run_step, Lane};
+use step::{run_step, Drafters, Lane};
 
 /// Shape of a [`BatchGenerator`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +115,8 @@ struct Slot<'m, T> {
     last_used: Instant,
     /// The draft model's cache for this slot, when the generator has a draft model.
     draft: Option<DraftSlot>,
+    /// The target's last hidden state, when the generator has a draft head.
+    head: Option<HeadSlot>,
 }
 
 /// Generates several sequences at once over one model. `T` is the caller's tag of each
@@ -128,6 +131,8 @@ pub struct BatchGenerator<'m, T> {
     slots: Vec<Slot<'m, T>>,
     /// Drafts for sequences that ask for draft-model speculation.
     drafter: Option<DraftModel<'m>>,
+    /// Drafts from the target's own state (instead of `drafter`).
+    head: Option<DraftHead<'m>>,
 }
 
 impl<'m, T> BatchGenerator<'m, T> {
@@ -142,6 +147,7 @@ impl<'m, T> BatchGenerator<'m, T> {
                 active: None,
                 last_used: Instant::now(),
                 draft: None,
+                head: None,
             })
             .collect();
         BatchGenerator {
@@ -151,7 +157,22 @@ impl<'m, T> BatchGenerator<'m, T> {
             prefill: cfg.prefill,
             slots,
             drafter: None,
+            head: None,
         }
+    }
+
+    /// Attaches a draft head that reads the target's own cache and hidden state (a Gemma 4
+    /// drafter for `lm`, which must be `head.target`); sequences whose
+    /// [`Speculation::draft_max`](crate::engine::Speculation::draft_max) is set then draft with
+    /// it. The slots' caches keep `64 + 2` rows beyond each sliding window (the most a request
+    /// may draft, plus the drafter's extra key), and the target's passes run on the CPU.
+    pub fn with_draft_head(mut self, head: DraftHead<'m>) -> Self {
+        for s in &mut self.slots {
+            s.cache.keep_rewind(64 + HEAD_EXTRA_ROWS);
+            s.head = Some(HeadSlot::default());
+        }
+        self.head = Some(head);
+        self
     }
 
     /// Attaches a draft model (same vocabulary as the target: check it first with
@@ -278,6 +299,9 @@ impl<'m, T> BatchGenerator<'m, T> {
             }
             s.cache.clear();
             s.cached.clear();
+            if let Some(h) = &mut s.head {
+                h.pos = None;
+            }
         }
         tags
     }
@@ -300,6 +324,7 @@ impl<'m, T> BatchGenerator<'m, T> {
                     cached: &mut s.cached,
                     seq,
                     draft: s.draft.as_mut(),
+                    head: s.head.as_mut(),
                 });
                 tags.push(tag);
                 slot_of.push(k);
@@ -308,8 +333,11 @@ impl<'m, T> BatchGenerator<'m, T> {
         if lanes.is_empty() {
             return Ok(StepReport::default());
         }
-        let drafter = self.drafter.as_ref();
-        let ran = run_step(self.lm, drafter, &mut lanes, self.prefill, &mut |i, ev| {
+        let drafters = Drafters {
+            model: self.drafter.as_ref(),
+            head: self.head.as_ref(),
+        };
+        let ran = run_step(self.lm, drafters, &mut lanes, self.prefill, &mut |i, ev| {
             on_event(&mut *tags[i], ev)
         });
         drop(lanes);
@@ -367,10 +395,11 @@ pub fn generate_in_cache(
             cached: &mut appended,
             seq: &mut seq,
             draft: None,
+            head: None,
         }];
         run_step(
             lm,
-            None,
+            Drafters::default(),
             &mut lanes,
             PrefillBudget::UNLIMITED,
             &mut |_, ev| on_event(ev),

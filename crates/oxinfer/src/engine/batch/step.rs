@@ -4,6 +4,7 @@
 
 use super::sequence::{PassOut, SeqEvent, Sequence};
 use crate::arch::{CausalLm, SeqBatch};
+use crate::engine::speculative::draft_head::{DraftHead, HeadSlot, HEAD_EXTRA_ROWS};
 use crate::engine::speculative::draft_model::{DraftModel, DraftSlot};
 use crate::engine::speculative::lookup::lookup_draft;
 use crate::error::Error;
@@ -54,6 +55,15 @@ pub(super) struct Lane<'a, 'm> {
     pub seq: &'a mut Sequence<'m>,
     /// The slot's draft-model cache, when the generator has a draft model.
     pub draft: Option<&'a mut DraftSlot>,
+    /// The target's last hidden state, when the generator has a draft head.
+    pub head: Option<&'a mut HeadSlot>,
+}
+
+/// Where drafts beyond prompt lookup come from.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Drafters<'d, 'm> {
+    pub model: Option<&'d DraftModel<'m>>,
+    pub head: Option<&'d DraftHead<'m>>,
 }
 
 /// Runs one step over `lanes`; `emit(lane, event)` receives the events (returns `false` to
@@ -61,17 +71,23 @@ pub(super) struct Lane<'a, 'm> {
 /// the lanes whose pass failed (their caches are in an unknown state).
 pub(super) fn run_step(
     lm: &dyn CausalLm,
-    drafter: Option<&DraftModel<'_>>,
+    drafters: Drafters<'_, '_>,
     lanes: &mut [Lane<'_, '_>],
     budget: PrefillBudget,
     emit: &mut dyn FnMut(usize, SeqEvent) -> bool,
 ) -> Result<(StepReport, Vec<usize>), (Error, Vec<usize>)> {
     for (i, lane) in lanes.iter_mut().enumerate() {
-        make_draft(drafter, lane).map_err(|e| (e, vec![i]))?;
+        make_draft(drafters, lane).map_err(|e| (e, vec![i]))?;
     }
     let plan = plan(lanes, budget);
     // When every sequence samples the argmax of its last row, only those indices come back.
     let argmax = plan.iter().all(|&(i, _)| lanes[i].seq.argmax_is_enough());
+    // A draft head reads the target's hidden state of each sequence's last kept row: while some
+    // sequence drafts with it, the pass returns those rows too (on the CPU).
+    let want_hidden = drafters.head.is_some()
+        && plan
+            .iter()
+            .any(|&(i, _)| lanes[i].seq.speculation().draft_max > 0);
     let mut batch: Vec<SeqBatch<'_>> = Vec::with_capacity(plan.len());
     let mut next = plan.iter().peekable();
     for (i, lane) in lanes.iter_mut().enumerate() {
@@ -86,7 +102,13 @@ pub(super) fn run_step(
             });
         }
     }
-    let result = if argmax {
+    let mut hidden: Vec<Vec<f32>> = Vec::new();
+    let result = if want_hidden {
+        crate::arch::run_plan_with_hidden(&lm.plan(), &mut batch).map(|out| {
+            hidden = out.hidden;
+            out.logits.into_iter().map(PassOut::Logits).collect()
+        })
+    } else if argmax {
         lm.forward_batch_argmax(&mut batch)
             .map(|ids| ids.into_iter().map(PassOut::Argmax).collect::<Vec<_>>())
     } else {
@@ -98,9 +120,13 @@ pub(super) fn run_step(
     let logits = result.map_err(|e| (e, ran.clone()))?;
     let vocab = lm.config().vocab_size;
     let mut report = StepReport::default();
-    for (&(i, n), logits) in plan.iter().zip(logits) {
+    for (k, (&(i, n), logits)) in plan.iter().zip(logits).enumerate() {
         let Lane {
-            cache, cached, seq, ..
+            cache,
+            cached,
+            seq,
+            head,
+            ..
         } = &mut lanes[i];
         cached.extend_from_slice(seq.input(n));
         if seq.prompt_left() > 0 {
@@ -112,14 +138,28 @@ pub(super) fn run_step(
         // Roll back the rows of rejected draft tokens.
         cache.truncate(len - n + took.kept);
         cached.truncate(cached.len() - n + took.kept);
+        if let (Some(slot), Some(h)) = (head.as_deref_mut(), hidden.get(k)) {
+            // Rows came back for every new position, or for the last one only.
+            let dim = lm.config().hidden_size;
+            let rows = h.len() / dim;
+            let row = if rows == n {
+                took.kept.max(1) - 1
+            } else {
+                rows - 1
+            };
+            slot.hidden.clear();
+            slot.hidden
+                .extend_from_slice(&h[row * dim..(row + 1) * dim]);
+            slot.pos = (took.kept > 0).then(|| cache.len() - 1);
+        }
     }
     Ok((report, ran))
 }
 
 /// Gives a decoding sequence that speculates its draft for this step: prompt lookup first,
-/// then the draft model. A cache that cannot rewind (recurrent state) gets none; a sliding
+/// then the draft model or the draft head. A cache that cannot rewind (recurrent state) gets none; a sliding
 /// window cache keeps enough extra rows to rewind the draft.
-fn make_draft(drafter: Option<&DraftModel<'_>>, lane: &mut Lane<'_, '_>) -> crate::Result<()> {
+fn make_draft(drafters: Drafters<'_, '_>, lane: &mut Lane<'_, '_>) -> crate::Result<()> {
     let spec = lane.seq.speculation();
     if !spec.is_on() {
         return Ok(());
@@ -135,8 +175,12 @@ fn make_draft(drafter: Option<&DraftModel<'_>>, lane: &mut Lane<'_, '_>) -> crat
     lane.cache.keep_rewind(room);
     let mut draft = lookup_draft(lane.seq.history(), room.min(spec.lookup));
     if draft.len() < spec.draft_min.max(1) && spec.draft_max > 0 {
-        if let (Some(model), Some(slot)) = (drafter, lane.draft.as_deref_mut()) {
+        if let (Some(model), Some(slot)) = (drafters.model, lane.draft.as_deref_mut()) {
             draft = model.draft(slot, lane.seq.history(), room.min(spec.draft_max))?;
+        } else if let (Some(head), Some(slot)) = (drafters.head, lane.head.as_deref()) {
+            lane.cache.keep_rewind(room + HEAD_EXTRA_ROWS);
+            let max = room.min(spec.draft_max);
+            draft = head.draft(slot, lane.cache, lane.seq.history(), max)?;
         }
     }
     lane.seq.set_draft(&draft);

@@ -2,7 +2,8 @@
 //! target model checks them all in one forward pass of `1 + draft` rows; the accepted prefix
 //! is kept, the KV cache is rolled back past the first rejected token. Drafts come from the
 //! prompt and output so far ([`lookup`], `--lookup N`) or from a smaller model with the same
-//! vocabulary ([`draft_model`], `--draft MODEL`).
+//! vocabulary ([`draft_model`], `--draft MODEL`) or from a draft head reading the target's own
+//! cache and hidden state ([`draft_head`]: Gemma 4's `gemma4_assistant` drafters).
 //!
 //! Every draft is a deterministic guess, a point mass q, so the verification rule
 //! ([`Sampler::verify_draft`](crate::engine::Sampler::verify_draft): accept with probability
@@ -10,6 +11,7 @@
 //! distributed exactly as plain sampling, and greedy output identical token for token.
 //! The one generation loop ([`crate::engine::batch`]) runs it; this module only makes drafts.
 
+pub mod draft_head;
 pub mod draft_model;
 pub mod lookup;
 
