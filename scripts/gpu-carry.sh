@@ -82,3 +82,11 @@ for l in sys.stdin:
 fi
 
 du -ch "$OUT"/* | tail -1
+# A device call sends the tracked tree and the carry together, at most 64 MiB.
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+carry=$(du -cb "$OUT"/* | tail -1 | cut -f1)
+limit=$((64 << 20))
+echo "tracked tree $((tree >> 20)) MiB + carry $((carry >> 20)) MiB = $(((tree + carry) >> 20)) MiB of $((limit >> 20)) MiB"
+if [ $((tree + carry)) -gt "$limit" ]; then
+  echo "warning: over the device call's 64 MiB: drop --tests or the llama.cpp tarball (--no-llama)" >&2
+fi
