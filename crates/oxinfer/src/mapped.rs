@@ -247,6 +247,13 @@ impl TensorView {
         }
     }
 
+    /// An f32 tensor held in memory: `values` (row-major `shape`, made by a transformation at
+    /// load); `origin` names the file it came from in errors.
+    pub fn from_f32(origin: &Path, name: &str, shape: Vec<usize>, values: &[f32]) -> TensorView {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_owned(origin, name, WeightFormat::F32, shape, bytes, Vec::new())
+    }
+
     /// `[rows, cols]` of the tensor seen as a matrix: the last dimension is `cols`, the others
     /// multiply into `rows` (a vector is one row).
     pub fn rows_cols(&self) -> (usize, usize) {

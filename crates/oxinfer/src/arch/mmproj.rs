@@ -15,7 +15,6 @@ use crate::config::{Arch, ConfigSource};
 use crate::error::LoadError;
 use crate::gguf::GgufFile;
 use crate::loader::{TensorStore, TensorView};
-use oxinfer_kernels::WeightFormat;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -90,30 +89,9 @@ impl Mmproj {
             .copied()
             .collect::<Vec<_>>()
             .join("+");
-        let family: &[Arch] = match (vision, audio) {
-            (Some("qwen3vl_merger"), None) => &[Arch::Qwen35, Arch::Qwen35Moe],
-            _ => &[Arch::Gemma4],
-        };
-        if !projector.is_empty() && !family.contains(&text.arch) {
-            return Err(LoadError::malformed(
-                path,
-                format!(
-                    "holds {} towers ({projector}), which pair with a {} model; the model is {}",
-                    family[0].name(),
-                    family
-                        .iter()
-                        .map(|a| a.name())
-                        .collect::<Vec<_>>()
-                        .join(" or "),
-                    text.arch.name()
-                ),
-            ));
-        }
-        let translated = match (vision, audio) {
-            (Some("gemma4v") | None, Some("gemma4a") | None) if !projector.is_empty() => {
-                super::gemma::gemma4_mmproj::translate(&g, text, vision.is_some(), audio.is_some())?
-            }
-            (Some("qwen3vl_merger"), None) => super::qwen_vision::mmproj::translate(&g, text)?,
+        let gemma4 = match (vision, audio) {
+            (Some("qwen3vl_merger"), None) => false,
+            (Some("gemma4v") | None, Some("gemma4a") | None) if !projector.is_empty() => true,
             _ => {
                 return Err(LoadError::malformed(
                     path,
@@ -128,6 +106,31 @@ impl Mmproj {
                     ),
                 ))
             }
+        };
+        let family: &[Arch] = if gemma4 {
+            &[Arch::Gemma4]
+        } else {
+            &[Arch::Qwen35, Arch::Qwen35Moe]
+        };
+        if !family.contains(&text.arch) {
+            return Err(LoadError::malformed(
+                path,
+                format!(
+                    "holds {} towers ({projector}), which pair with a {} model; the model is {}",
+                    family[0].name(),
+                    family
+                        .iter()
+                        .map(|a| a.name())
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                    text.arch.name()
+                ),
+            ));
+        }
+        let translated = if gemma4 {
+            super::gemma::gemma4_mmproj::translate(&g, text, vision.is_some(), audio.is_some())?
+        } else {
+            super::qwen_vision::mmproj::translate(&g, text)?
         };
         Ok(Mmproj {
             path: path.to_path_buf(),
@@ -167,41 +170,11 @@ impl TensorStore for Mmproj {
     }
 }
 
-/// The tensor `name` of `g`, or an error naming it.
-pub(crate) fn require(g: &GgufFile, name: &str) -> Result<TensorView, LoadError> {
-    g.tensor(name)
-        .ok_or_else(|| LoadError::tensor(g.path(), name, "missing"))
-}
-
 /// A whole-number `clip.*` key, or an error naming it when absent.
 pub(crate) fn require_u64(g: &GgufFile, key: &str) -> Result<usize, LoadError> {
     g.get_u64(key)?
         .map(|v| v as usize)
         .ok_or_else(|| LoadError::field(g.path(), format!("missing key {key}")))
-}
-
-/// `t`'s values as f32 (any stored float format), or an error naming the tensor when it is
-/// quantized.
-pub(crate) fn f32_values(t: &TensorView) -> Result<Vec<f32>, LoadError> {
-    match t.format {
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => t.to_f32(),
-        f => Err(LoadError::tensor(
-            t.path(),
-            &t.name,
-            format!("stored as {}, expected a float format here", f.name()),
-        )),
-    }
-}
-
-/// An owned f32 tensor called `name`, made from `values` (row-major `shape`).
-pub(crate) fn owned_f32(
-    origin: &Path,
-    name: &str,
-    shape: Vec<usize>,
-    values: &[f32],
-) -> TensorView {
-    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    TensorView::from_owned(origin, name, WeightFormat::F32, shape, bytes, Vec::new())
 }
 
 /// `t` under another name and shape with the same bytes (a reshape: the element count must

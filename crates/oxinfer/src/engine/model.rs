@@ -100,6 +100,8 @@ impl Model {
         // Kernel variants are chosen before any weight is packed or multiplied.
         crate::tuning::ensure();
         let meta = std::fs::metadata(path).map_err(|e| LoadError::io(path, e))?;
+        // A model folder's one `mmproj*.gguf` (llama.cpp's repositories keep the towers there).
+        let mut found_mmproj = None;
         let mut model = if meta.is_file() {
             if is_gguf(path) || path.extension().is_some_and(|e| e == "gguf") {
                 Self::load_gguf(path, opts)?
@@ -121,23 +123,10 @@ impl Model {
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
-            // llama.cpp's repositories keep the towers beside the model as `mmproj*.gguf`.
             let (projectors, ggufs): (Vec<PathBuf>, Vec<PathBuf>) =
                 ggufs.into_iter().partition(|p| is_mmproj_name(p));
-            if let ([one], None) = (projectors.as_slice(), &opts.mmproj) {
-                if ggufs.len() == 1 {
-                    let mut model = Self::load_gguf(&ggufs[0], opts)?;
-                    // Found, not asked for: towers this engine cannot pair with the model
-                    // (another family, a projector type not implemented) leave it a text model.
-                    if let Err(e) = model.attach_mmproj(one) {
-                        eprintln!(
-                            "warning: {e}; the model runs without media towers (pass --mmproj \
-                             to require them)"
-                        );
-                    }
-                    model.load_time = t0.elapsed();
-                    return Ok(model);
-                }
+            if let [one] = projectors.as_slice() {
+                found_mmproj = Some(one.clone());
             }
             match ggufs.as_slice() {
                 [one] => Self::load_gguf(one, opts)?,
@@ -174,6 +163,15 @@ impl Model {
                 .into());
             }
             model.attach_mmproj(mm)?;
+        } else if let Some(mm) = &found_mmproj {
+            // Found, not asked for: towers this engine cannot pair with the model (another
+            // family, a projector type not implemented) leave it a text model.
+            if let Err(e) = model.attach_mmproj(mm) {
+                eprintln!(
+                    "warning: {e}; the model runs without media towers (pass --mmproj to \
+                     require them)"
+                );
+            }
         }
         model.load_time = t0.elapsed();
         Ok(model)

@@ -449,9 +449,7 @@ fn add_product(
             dt[c * rank + j] = x;
         }
     }
-    let bytes = dt.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let shape = vec![cols, rank];
-    let down_t = TensorView::from_owned(path, name, WeightFormat::F32, shape, bytes, Vec::new());
+    let down_t = TensorView::from_f32(path, name, vec![cols, rank], &dt);
     let product = Linear::from_view(down_t, None)?.forward_wide(up, up.len() / rank.max(1));
     if product.len() != w.len() {
         return Err(LoadError::tensor(

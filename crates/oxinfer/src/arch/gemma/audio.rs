@@ -17,7 +17,6 @@ use crate::mapped::TensorView;
 use crate::nn::layer_norm::layer_norm_row;
 use crate::nn::{Linear, RmsNorm};
 use oxinfer_kernels::act::GateAct;
-use oxinfer_kernels::WeightFormat;
 use serde_json::Value;
 
 /// Shape and settings of the tower (`audio_config`).
@@ -136,15 +135,7 @@ impl SubsampleLayer {
                 }
             }
         }
-        let bytes = taps.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let view = TensorView::from_owned(
-            store.path(),
-            &name,
-            WeightFormat::F32,
-            vec![cout, 9 * cin],
-            bytes,
-            Vec::new(),
-        );
+        let view = TensorView::from_f32(store.path(), &name, vec![cout, 9 * cin], &taps);
         Ok(SubsampleLayer {
             conv: Linear::from_view(view, None)?,
             cin,

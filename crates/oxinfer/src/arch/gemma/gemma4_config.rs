@@ -414,7 +414,7 @@ impl Gemma4Params {
         let double_wide = flag(src, "use_double_wide_mlp")?;
         let ffn = (0..n)
             .map(|i| {
-                if double_wide && kv_source[i] != i && target.is_none() {
+                if double_wide && kv_source[i] != i {
                     2 * cfg.intermediate_size
                 } else {
                     cfg.intermediate_size

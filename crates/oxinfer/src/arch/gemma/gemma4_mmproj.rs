@@ -12,12 +12,10 @@
 //! ways when the text model is not 1,536 or 2,560 wide (E2B and E4B are causal), the rule
 //! llama.cpp applies where transformers reads `use_bidirectional_attention` from the config.
 
-use crate::arch::mmproj::{
-    f32_values, owned_f32, require, require_u64, reshaped, TextSide, Translated,
-};
+use crate::arch::mmproj::{require_u64, reshaped, TextSide, Translated};
 use crate::error::LoadError;
 use crate::gguf::GgufFile;
-use crate::loader::TensorView;
+use crate::loader::{TensorStore, TensorView};
 use serde_json::{json, Value};
 
 /// Text hidden sizes of the Gemma 4 checkpoints whose images stay causal (E2B, E4B).
@@ -34,7 +32,7 @@ const CLIP_SUFFIXES: [(&str, &str); 5] = [
 
 /// Vision layer tensors: llama.cpp's stem → transformers' stem under `encoder.layers.N.`, and
 /// whether it is a clippable linear (`.linear.weight` plus clamps) or a plain `.weight`.
-const VISION_LAYER: [(&str, &str, bool); 12] = [
+const VISION_LAYER: [(&str, &str, bool); 13] = [
     ("attn_q", "self_attn.q_proj", true),
     ("attn_k", "self_attn.k_proj", true),
     ("attn_v", "self_attn.v_proj", true),
@@ -47,6 +45,7 @@ const VISION_LAYER: [(&str, &str, bool); 12] = [
     ("ln1", "input_layernorm", false),
     ("attn_post_norm", "post_attention_layernorm", false),
     ("ln2", "pre_feedforward_layernorm", false),
+    ("ffn_post_norm", "post_feedforward_layernorm", false),
 ];
 
 /// Audio layer tensors, as [`VISION_LAYER`] under `layers.N.` (the depthwise kernel and
@@ -95,7 +94,7 @@ fn add_stem(
     } else {
         out.push((
             format!("{hf}.weight"),
-            require(g, &format!("{gguf}.weight"))?,
+            g.require(&format!("{gguf}.weight"))?,
         ));
     }
     Ok(())
@@ -143,12 +142,13 @@ fn vision_config(g: &GgufFile) -> Result<Value, LoadError> {
     let path = g.path();
     let hidden = require_u64(g, "clip.vision.embedding_length")?;
     let heads = require_u64(g, "clip.vision.attention.head_count")?;
-    let head_dim = *require(g, "v.blk.0.attn_q_norm.weight")?
+    let head_dim = *g
+        .require("v.blk.0.attn_q_norm.weight")?
         .shape
         .last()
         .unwrap_or(&0);
-    let kv_rows = require(g, "v.blk.0.attn_k.weight")?.shape[0];
-    let positions = require(g, "v.position_embd.weight")?.shape;
+    let kv_rows = g.require("v.blk.0.attn_k.weight")?.shape[0];
+    let positions = g.require("v.position_embd.weight")?.shape;
     if head_dim == 0 || !kv_rows.is_multiple_of(head_dim) || positions.len() != 3 {
         return Err(LoadError::field(
             path,
@@ -182,7 +182,7 @@ fn vision_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<(
     let path = g.path();
     let tower = "model.vision_tower";
     // The converter made `[hidden, patch·patch·3]` (y, x, channel) into `[hidden, 3, p, p]`.
-    let patch = require(g, "v.patch_embd.weight")?;
+    let patch = g.require("v.patch_embd.weight")?;
     let [n, c, p, q] = patch.shape[..] else {
         return Err(LoadError::tensor(
             path,
@@ -190,7 +190,7 @@ fn vision_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<(
             "expected 4 dimensions",
         ));
     };
-    let src = f32_values(&patch)?;
+    let src = patch.to_f32()?;
     let mut dst = vec![0f32; src.len()];
     for o in 0..n {
         for ch in 0..c {
@@ -204,11 +204,11 @@ fn vision_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<(
     let name = format!("{tower}.patch_embedder.input_proj.weight");
     out.push((
         name.clone(),
-        owned_f32(path, &name, vec![n, p * q * c], &dst),
+        TensorView::from_f32(path, &name, vec![n, p * q * c], &dst),
     ));
     out.push((
         format!("{tower}.patch_embedder.position_embedding_table"),
-        require(g, "v.position_embd.weight")?,
+        g.require("v.position_embd.weight")?,
     ));
     for s in ["std_bias", "std_scale"] {
         if let Some(t) = g.tensor(&format!("v.{s}")) {
@@ -227,17 +227,10 @@ fn vision_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<(
                 clippable,
             )?;
         }
-        add_stem(
-            g,
-            out,
-            &format!("v.blk.{i}.ffn_post_norm"),
-            &format!("{hf}.post_feedforward_layernorm"),
-            false,
-        )?;
     }
     out.push((
         "model.embed_vision.embedding_projection.weight".into(),
-        require(g, "mm.input_projection.weight")?,
+        g.require("mm.input_projection.weight")?,
     ));
     Ok(())
 }
@@ -248,11 +241,12 @@ fn audio_config(g: &GgufFile) -> Result<Value, LoadError> {
     while let Some(t) = g.tensor(&format!("a.conv1d.{}.weight", channels.len())) {
         channels.push(t.shape[0]);
     }
-    let kernel = *require(g, "a.blk.0.conv_dw.weight")?
+    let kernel = *g
+        .require("a.blk.0.conv_dw.weight")?
         .shape
         .last()
         .unwrap_or(&0);
-    let out_dims = require(g, "a.pre_encode.out.weight")?.shape[0];
+    let out_dims = g.require("a.pre_encode.out.weight")?.shape[0];
     if channels.is_empty() || kernel == 0 {
         return Err(LoadError::field(
             path,
@@ -281,18 +275,18 @@ fn audio_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<()
         out.push((format!("{sub}.layer{i}.conv.weight"), t));
         out.push((
             format!("{sub}.layer{i}.norm.weight"),
-            require(g, &format!("a.conv1d.{i}.norm.weight"))?,
+            g.require(&format!("a.conv1d.{i}.norm.weight"))?,
         ));
         i += 1;
     }
     out.push((
         format!("{sub}.input_proj_linear.weight"),
-        require(g, "a.input_projection.weight")?,
+        g.require("a.input_projection.weight")?,
     ));
     for s in ["weight", "bias"] {
         out.push((
             format!("{tower}.output_proj.{s}"),
-            require(g, &format!("a.pre_encode.out.{s}"))?,
+            g.require(&format!("a.pre_encode.out.{s}"))?,
         ));
     }
     let layers = require_u64(g, "clip.audio.block_count")?;
@@ -317,7 +311,7 @@ fn audio_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<()
                 false,
             )?;
         }
-        let dw = require(g, &format!("{gg}.conv_dw.weight"))?;
+        let dw = g.require(&format!("{gg}.conv_dw.weight"))?;
         let [ch, k] = dw.shape[..] else {
             return Err(LoadError::tensor(path, &dw.name, "expected 2 dimensions"));
         };
@@ -327,8 +321,9 @@ fn audio_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<()
         ));
         // The file holds softplus(per_dim_scale); the tower applies softplus to the parameter.
         // Inverted in f64: softplus of the result gives the stored value back within an ulp.
-        let scale = require(g, &format!("{gg}.per_dim_scale.weight"))?;
-        let inv: Vec<f32> = f32_values(&scale)?
+        let scale = g.require(&format!("{gg}.per_dim_scale.weight"))?;
+        let inv: Vec<f32> = scale
+            .to_f32()?
             .iter()
             .map(|&y| {
                 let y = y as f64;
@@ -336,11 +331,14 @@ fn audio_tensors(g: &GgufFile, out: &mut Vec<(String, TensorView)>) -> Result<()
             })
             .collect();
         let name = format!("{hf}.self_attn.per_dim_scale");
-        out.push((name.clone(), owned_f32(path, &name, vec![inv.len()], &inv)));
+        out.push((
+            name.clone(),
+            TensorView::from_f32(path, &name, vec![inv.len()], &inv),
+        ));
     }
     out.push((
         "model.embed_audio.embedding_projection.weight".into(),
-        require(g, "mm.a.input_projection.weight")?,
+        g.require("mm.a.input_projection.weight")?,
     ));
     Ok(())
 }

@@ -8,9 +8,10 @@
 //! tower's RoPE θ is transformers' fixed 10,000. Deepstack layers (Qwen3-VL, not Qwen 3.5) are
 //! refused by the tower's configuration.
 
-use crate::arch::mmproj::{f32_values, owned_f32, require, require_u64, TextSide, Translated};
+use crate::arch::mmproj::{require_u64, TextSide, Translated};
 use crate::error::LoadError;
 use crate::gguf::GgufFile;
+use crate::loader::{TensorStore, TensorView};
 use serde_json::json;
 
 /// Block tensors: llama.cpp's stem → transformers' under `blocks.N.` (each `.weight` and
@@ -30,7 +31,7 @@ pub(crate) fn translate(g: &GgufFile, text: &TextSide<'_>) -> Result<Translated,
     let v = "model.visual";
     let mut tensors = Vec::new();
     let mut pair = |hf: String, gguf: String| -> Result<(), LoadError> {
-        tensors.push((hf, require(g, &gguf)?));
+        tensors.push((hf, g.require(&gguf)?));
         Ok(())
     };
     let depth = require_u64(g, "clip.vision.block_count")?;
@@ -58,8 +59,8 @@ pub(crate) fn translate(g: &GgufFile, text: &TextSide<'_>) -> Result<Translated,
         "v.patch_embd.bias".into(),
     )?;
     // The converter split the Conv3d kernel `[o, c, t, p, p]` at t = 0 and t = 1.
-    let t0 = require(g, "v.patch_embd.weight")?;
-    let t1 = require(g, "v.patch_embd.weight.1")?;
+    let t0 = g.require("v.patch_embd.weight")?;
+    let t1 = g.require("v.patch_embd.weight.1")?;
     let [o, c, p, q] = t0.shape[..] else {
         return Err(LoadError::tensor(path, &t0.name, "expected 4 dimensions"));
     };
@@ -73,7 +74,7 @@ pub(crate) fn translate(g: &GgufFile, text: &TextSide<'_>) -> Result<Translated,
             ),
         ));
     }
-    let (a, b) = (f32_values(&t0)?, f32_values(&t1)?);
+    let (a, b) = (t0.to_f32()?, t1.to_f32()?);
     let plane = p * q;
     let mut kernel = Vec::with_capacity(2 * a.len());
     for (sa, sb) in a.chunks_exact(plane).zip(b.chunks_exact(plane)) {
@@ -83,10 +84,10 @@ pub(crate) fn translate(g: &GgufFile, text: &TextSide<'_>) -> Result<Translated,
     let name = format!("{v}.patch_embed.proj.weight");
     tensors.push((
         name.clone(),
-        owned_f32(path, &name, vec![o, c, 2, p, q], &kernel),
+        TensorView::from_f32(path, &name, vec![o, c, 2, p, q], &kernel),
     ));
 
-    let positions = require(g, "v.position_embd.weight")?.shape[0];
+    let positions = g.require("v.position_embd.weight")?.shape[0];
     // Layers marked as deepstack taps (Qwen3-VL): named in the config so that the tower's
     // configuration refuses them.
     let deepstack: Vec<usize> = match g
