@@ -7,22 +7,11 @@ use oxinfer_kernels::dispatch::detected_isa;
 use oxinfer_kernels::fast::matmul_fast;
 use oxinfer_kernels::packed::{matmul_packed_isa, PackedMatrix};
 use oxinfer_kernels::q8::{quantize_q8, BlockQ8};
+use oxinfer_kernels::synthetic::random_matrix;
 use oxinfer_kernels::vecdot::{dot_q8, dot_q8_rows4, Isa};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::hint::black_box;
 use std::time::Instant;
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
-}
 
 fn main() {
     let isa = detected_isa();
@@ -33,16 +22,9 @@ fn main() {
         (WeightFormat::Q8_0, 1536, 576),
         (WeightFormat::Q8_0, 49152, 576),
     ] {
-        let bb = format.block_bytes();
-        let rb = cols / 32 * bb;
-        let mut data = random_bytes(rows * rb, 7);
-        // Finite f16 scales (and mins) in every block.
-        for b in data.chunks_exact_mut(bb) {
-            b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            if format == WeightFormat::Q4_1 {
-                b[2..4].copy_from_slice(&half::f16::from_f32(-0.05).to_le_bytes());
-            }
-        }
+        let rb = cols / 32 * format.block_bytes();
+        // Random quants with finite f16 scales (and mins) in every block.
+        let data = random_matrix(format, rows, cols, 7).expect("whole blocks");
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
             .collect();
@@ -98,7 +80,9 @@ fn main() {
     // Cold weights, as in a model: 64 different matrices (35 MB) in turn.
     let (format, rows, cols) = (WeightFormat::Q4_1, 1536, 576);
     let rb = cols / 32 * format.block_bytes();
-    let mats: Vec<Vec<u8>> = (0..64).map(|s| random_bytes(rows * rb, 100 + s)).collect();
+    let mats: Vec<Vec<u8>> = (0..64)
+        .map(|s| random_matrix(format, rows, cols, 100 + s).expect("whole blocks"))
+        .collect();
     let x: Vec<f32> = (0..cols)
         .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
         .collect();
