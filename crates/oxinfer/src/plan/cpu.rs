@@ -49,13 +49,9 @@ pub fn forward_with_hidden(
     }
     let (rows, counts) = logit_rows(seqs);
     let h = plan.final_norm.forward(&gather_rows(&x, plan.dim, &rows));
-    let mut logits = plan.head.forward(&h, rows.len());
-    if let Some(cap) = plan.final_softcap {
-        softcap(&mut logits, cap);
-    }
     let vocab = plan.head.matrix().rows;
     Ok(LogitsAndHidden {
-        logits: split_logits(logits, vocab, &counts),
+        logits: split_logits(normed_logits(plan, &h, rows.len()), vocab, &counts),
         hidden: split_logits(h, plan.dim, &counts),
     })
 }
@@ -130,8 +126,12 @@ struct Sliced {
 
 /// Final norm, head and soft-cap of the hidden rows `h` (`[n, dim]`): `[n, vocab]`.
 pub fn logits(plan: &Plan, h: &[f32], n: usize) -> Vec<f32> {
-    let h = plan.final_norm.forward(h);
-    let mut logits = plan.head.forward(&h, n);
+    normed_logits(plan, &plan.final_norm.forward(h), n)
+}
+
+/// The head (and final soft-cap) over `n` rows already through the final norm.
+pub(crate) fn normed_logits(plan: &Plan, h: &[f32], n: usize) -> Vec<f32> {
+    let mut logits = plan.head.forward(h, n);
     if let Some(cap) = plan.final_softcap {
         softcap(&mut logits, cap);
     }

@@ -148,7 +148,7 @@ impl Gemma4Drafter {
         let h = plan.final_norm.forward(&h);
         let logits = match &self.centroids {
             Some(c) => c.logits(&h, plan.head),
-            None => plan.head.forward(&h, 1),
+            None => plan::cpu::normed_logits(&plan, &h, 1),
         };
         Ok(DraftStep {
             logits,
