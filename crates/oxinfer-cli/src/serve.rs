@@ -179,7 +179,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         no_draft()?;
         return crate::embed::serve(&a, &path, listener, |id, ctx| config(id, 1, ctx));
     }
-    let model = a.kv.apply(a.model.load()?)?;
+    let mut model = a.kv.apply(a.model.load()?)?;
+    attach_served_draft_head(&a, &mut model)?;
     anyhow::ensure!(
         model.tokenizer().is_some(),
         "{}: the model has no tokenizer; the server needs one",
@@ -206,15 +207,29 @@ pub fn run(a: ServeArgs) -> Result<()> {
     block_on_server(oxinfer_server::serve_on(listener, Arc::new(model), cfg))
 }
 
+/// A Gemma 4 drafter folder given as `--draft`, attached to `model` (which must be the Gemma 4
+/// model it drafts for): every slot then drafts from the model's own state.
+fn attach_served_draft_head(a: &ServeArgs, model: &mut oxinfer::Model) -> Result<()> {
+    let Some(dir) = a.spec.draft_head_dir() else {
+        return Ok(());
+    };
+    model
+        .attach_draft_head(&dir)
+        .with_context(|| format!("--draft {}", dir.display()))?;
+    eprintln!(
+        "draft head {} (up to {} tokens per step unless a request says otherwise)",
+        dir.display(),
+        a.spec.draft_max
+    );
+    Ok(())
+}
+
 /// The `--draft` model, loaded with the served model's options, once its vocabulary has been
-/// checked against `model`'s (the first differing token is named).
+/// checked against `model`'s (the first differing token is named); `None` without `--draft`
+/// or when it named a drafter folder ([`attach_served_draft_head`]).
 fn load_served_draft(a: &ServeArgs, model: &oxinfer::Model) -> Result<Option<ServedDraft>> {
-    if let Some(dir) = a.spec.draft_head_dir() {
-        anyhow::bail!(
-            "--draft {}: Gemma 4 drafters (gemma4_assistant) run in `run` and `chat`; `serve` \
-             does not drive them yet",
-            dir.display()
-        );
+    if a.spec.draft_head_dir().is_some() {
+        return Ok(None);
     }
     let Some(draft) = a.spec.load_draft_model(&a.model)? else {
         return Ok(None);

@@ -286,7 +286,7 @@ async fn run(
         .logprobs
         .unwrap_or(false)
         .then(|| req.top_logprobs.unwrap_or(0).min(20) as usize);
-    let speculation = gen::speculation(&req.gen, st.cfg.speculation, st.cfg.draft.is_some())?;
+    let speculation = gen::speculation(&req.gen, st.cfg.speculation, st.can_draft())?;
     let jobs = (0..n)
         .map(|i| {
             let mut sampling = sampling.clone();

@@ -102,7 +102,7 @@ async fn run(
         stop,
         logprobs: req.logprobs.map(|k| k.min(5) as usize),
         grammar: None,
-        speculation: gen::speculation(&req.gen, st.cfg.speculation, st.cfg.draft.is_some())?,
+        speculation: gen::speculation(&req.gen, st.cfg.speculation, st.can_draft())?,
         media: None,
     };
     let rx = gen::submit(st, vec![job], tally)?.remove(0);

@@ -76,7 +76,7 @@ pub const MAX_LOOKUP: u32 = 64;
 
 /// Speculative decoding of a request: its `speculative` field over the server's `default`
 /// (`lookup` and `draft_max` each replace the default's when given; 0 turns one off).
-/// `draft_max` above 0 needs the server's draft model (`has_draft`).
+/// `draft_max` above 0 needs a draft model or draft head (`has_draft`).
 pub fn speculation(
     g: &GenFields,
     default: Speculation,
@@ -95,8 +95,8 @@ pub fn speculation(
     }
     if f.draft_max.is_some_and(|n| n > 0) && !has_draft {
         return bad(
-            "speculative.draft_max needs a draft model: this server was started \
-                    without --draft"
+            "speculative.draft_max needs a draft model or drafter: this server was \
+                    started without --draft"
                 .to_string(),
         );
     }

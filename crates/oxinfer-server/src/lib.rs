@@ -157,6 +157,12 @@ impl AppState {
     pub fn check_model(&self, name: Option<&str>) -> Result<(), ApiError> {
         self.cfg.check_model(name)
     }
+
+    /// Whether requests may ask for drafts (`speculative.draft_max`): the server has a draft
+    /// model, or the served model a draft head (a Gemma 4 drafter given as `--draft`).
+    pub fn can_draft(&self) -> bool {
+        self.cfg.draft.is_some() || self.model.draft_head().is_some()
+    }
 }
 
 /// `GET /health` of a server without a scheduler (embedding and image models): it answers

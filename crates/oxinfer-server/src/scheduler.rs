@@ -247,6 +247,8 @@ fn run(
     let mut batch: BatchGenerator<'_, Client> = BatchGenerator::new(model.lm(), Some(tok), &shape);
     if let Some(d) = &draft {
         batch = batch.with_draft(d.lm());
+    } else if let Some(head) = model.draft_head() {
+        batch = batch.with_draft_head(head);
     }
     metrics.slots.store(batch.slot_count(), Ordering::Relaxed);
     let mut waiting: VecDeque<GenRequest> = VecDeque::new();
