@@ -8,7 +8,7 @@ use oxinfer::engine::SamplingParams;
 use oxinfer::hub::ollama::{OllamaLayers, OllamaParams};
 use oxinfer::hub::KnownModel;
 use oxinfer::quant::Precision;
-use oxinfer::{LoadOptions, Model};
+use oxinfer::{LoadOptions, Model, Projector};
 use std::path::PathBuf;
 
 /// Model selection, threads and the compute device (shared by every command that loads a model).
@@ -41,13 +41,25 @@ pub struct ModelArgs {
     /// f32 scale) or q4 (Q4_0-style: 32 4-bit weights per f16 scale). Default: as stored.
     #[arg(long, value_name = "bf16|q8|q4")]
     pub quant: Option<Precision>,
-    /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) with the image / audio towers
-    /// of a GGUF model (Gemma 4, Qwen 3.5). Default: a model folder's one `mmproj*.gguf`.
-    #[arg(long, value_name = "FILE")]
-    pub mmproj: Option<PathBuf>,
+    #[command(flatten)]
+    pub projector: ProjectorArgs,
     /// Say more on stderr: the device chosen and why, where the model comes from.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+}
+
+/// Where a GGUF model's image / audio towers come from (llama.cpp's `mmproj-*.gguf` files).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProjectorArgs {
+    /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) with the image / audio towers
+    /// of a GGUF model (Gemma 4, Qwen 3.5). Default: a model folder's one `mmproj*.gguf`; for
+    /// a Hugging Face GGUF of those families, the repository's projector (fetched with it).
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
+    /// No media towers from a projector file: neither a folder's `mmproj*.gguf` nor a Hugging
+    /// Face repository's (which is then not fetched).
+    #[arg(long, conflicts_with = "mmproj")]
+    pub no_mmproj: bool,
 }
 
 /// The model as a positional argument (`oxinfer chat MODEL`), the same as `-m MODEL`.
@@ -154,11 +166,17 @@ impl ModelArgs {
             s.enable_steady_tick(std::time::Duration::from_millis(100));
             s
         });
+        let mmproj = match &self.projector.mmproj {
+            Some(file) => Projector::File(file.clone()),
+            None if self.projector.no_mmproj => Projector::Off,
+            None => hub_projector(self.model.as_deref(), &path, &mut progress)
+                .map_or(Projector::FromFolder, Projector::Found),
+        };
         let model = Model::load_with(
             &path,
             &LoadOptions {
                 quant: self.quant,
-                mmproj: self.mmproj.clone(),
+                mmproj,
             },
         );
         if let Some(s) = spinner {
@@ -173,6 +191,34 @@ impl ModelArgs {
             None => OllamaParams::default(),
         };
         Ok((model, defaults))
+    }
+}
+
+/// The projector of a Hugging Face GGUF reference `spec` (resolved to `model`) whose
+/// architecture takes towers from one (Gemma 4, Qwen 3.5), fetched beside it when missing; a
+/// projector that cannot be had is a warning, and the model runs as a text model.
+pub fn hub_projector(
+    spec: Option<&str>,
+    model: &std::path::Path,
+    progress: &mut dyn oxinfer::hub::Progress,
+) -> Option<PathBuf> {
+    let arch = oxinfer::gguf::GgufFile::open(model).ok().and_then(|g| {
+        g.architecture()
+            .ok()
+            .and_then(oxinfer::config::Arch::from_gguf)
+    })?;
+    if !oxinfer::arch::mmproj::takes_projector(arch) {
+        return None;
+    }
+    match oxinfer::hub::resolve_projector(spec, model, progress) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!(
+                "warning: the repository's projector (mmproj) could not be had ({e}); the \
+                 model runs without media towers"
+            );
+            None
+        }
     }
 }
 

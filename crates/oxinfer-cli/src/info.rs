@@ -19,6 +19,8 @@ pub struct InfoArgs {
     pub ctx: CtxArgs,
     #[command(flatten)]
     pub kv: crate::kv_args::KvArgs,
+    #[command(flatten)]
+    pub projector: crate::common::ProjectorArgs,
 }
 
 pub fn run(a: InfoArgs) -> Result<()> {
@@ -27,6 +29,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         model: a.model,
         device: oxinfer::backend::DevicePref::Cpu,
         verbose: a.verbose,
+        projector: a.projector,
         ..Default::default()
     };
     let model = a.kv.apply(a.positional.merge_into(args)?.load()?)?;

@@ -1,4 +1,6 @@
-//! `oxinfer pull REF`: fetch a model into its cache without running it, then print its path.
+//! `oxinfer pull REF`: fetch a model into its cache without running it, then print its path
+//! (and, for a Hugging Face GGUF that takes towers from a projector, the projector's, fetched
+//! with it as `run` would).
 
 use anyhow::Result;
 use clap::Args;
@@ -15,5 +17,9 @@ pub fn run(a: PullArgs) -> Result<()> {
     let mut progress = crate::progress::Bars::new();
     let path = oxinfer::hub::resolve_model(Some(&a.reference), &mut progress)?;
     println!("{}", path.display());
+    if let Some(projector) = crate::common::hub_projector(Some(&a.reference), &path, &mut progress)
+    {
+        println!("{}", projector.display());
+    }
     Ok(())
 }

@@ -250,3 +250,99 @@ fn ollama_template_system_and_params_layers_are_used() {
     assert_eq!(out, full, "--stop overrides the params' stop");
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A Hugging Face GGUF of a family whose towers come from projector files (Gemma 4) brings the
+/// repository's projector with it (F32 preferred here over a Q8_0 one, which is not fetched);
+/// `--no-mmproj` leaves it a text model; offline, the cached projector is found again; a Llama
+/// repository's projector is not fetched at all.
+#[test]
+fn hf_gguf_brings_its_projector_when_the_family_takes_one() {
+    let root = scratch_dir("hub-cli-mmproj");
+    let hub = FakeHub::start("t");
+    let mm = fixtures().join("mmproj-gguf/tiny_gemma4_bidir");
+    let junk = |len: usize| (0..len).map(|i| (i * 7) as u8).collect::<Vec<u8>>();
+    hub.add_repo(FakeRepo {
+        id: "tiny/gemma4-GGUF".into(),
+        commit: COMMIT.into(),
+        files: vec![
+            FakeFile::new("g-F32.gguf", fs::read(mm.join("model.gguf")).unwrap(), true),
+            FakeFile::new(
+                "mmproj-F32.gguf",
+                fs::read(mm.join("mmproj-f32.gguf")).unwrap(),
+                true,
+            ),
+            FakeFile::new("mmproj-Q8_0.gguf", junk(4096), true),
+        ],
+        gated: false,
+    });
+    hub.add_repo(FakeRepo {
+        id: "tiny/llama-GGUF".into(),
+        commit: COMMIT.into(),
+        files: vec![
+            FakeFile::new(
+                "tiny-Q8_0.gguf",
+                fs::read(fixtures().join("llama-tiny-a/model.gguf")).unwrap(),
+                true,
+            ),
+            FakeFile::new("mmproj-F16.gguf", junk(4096), true),
+        ],
+        gated: false,
+    });
+    let hf_home = root.join("hf");
+    let ox = root.join("ox");
+    let env = [
+        ("HF_ENDPOINT", hub.endpoint.as_str()),
+        ("HF_HOME", hf_home.to_str().unwrap()),
+        ("OXINFER_CACHE", ox.to_str().unwrap()),
+    ];
+    let snapshot = |repo: &str| {
+        hf_home
+            .join(format!("hub/models--tiny--{repo}/snapshots"))
+            .join(COMMIT)
+    };
+    let media = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("media inputs"))
+            .map(str::to_string)
+    };
+
+    let (out, _) = ok(oxinfer_env(&["pull", "tiny/gemma4-GGUF"], &env));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            snapshot("gemma4-GGUF").join("g-F32.gguf").to_str().unwrap(),
+            snapshot("gemma4-GGUF")
+                .join("mmproj-F32.gguf")
+                .to_str()
+                .unwrap()
+        ]
+    );
+    let (out, err) = ok(oxinfer_env(&["info", "-m", "tiny/gemma4-GGUF"], &env));
+    let line = media(&out).unwrap_or_else(|| panic!("no media inputs in:\n{out}\n{err}"));
+    assert!(
+        line.contains("image") && line.contains("mmproj-F32.gguf"),
+        "{line}"
+    );
+    assert!(snapshot("gemma4-GGUF").join("mmproj-F32.gguf").is_file());
+    assert!(!snapshot("gemma4-GGUF").join("mmproj-Q8_0.gguf").exists());
+
+    let mut offline = env.to_vec();
+    offline.push(("HF_HUB_OFFLINE", "1"));
+    let (out, _) = ok(oxinfer_env(
+        &["info", "-m", "tiny/gemma4-GGUF", "--no-mmproj"],
+        &offline,
+    ));
+    assert_eq!(media(&out), None, "{out}");
+    let (out, _) = ok(oxinfer_env(&["info", "-m", "tiny/gemma4-GGUF"], &offline));
+    assert!(
+        media(&out).is_some_and(|l| l.contains("mmproj-F32.gguf")),
+        "{out}"
+    );
+
+    let (out, _) = ok(oxinfer_env(&["info", "-m", "tiny/llama-GGUF"], &env));
+    assert_eq!(media(&out), None, "{out}");
+    assert!(snapshot("llama-GGUF").join("tiny-Q8_0.gguf").is_file());
+    assert!(!snapshot("llama-GGUF").join("mmproj-F16.gguf").exists());
+    fs::remove_dir_all(&root).unwrap();
+}

@@ -47,7 +47,9 @@ impl Arch {
     pub const SUPPORTED: &'static str =
         "llama (Llama, SmolLM, Mistral), qwen2, qwen3, qwen35 (Qwen 3.5), qwen35moe, gemma3 (Gemma 3 text), gemma4 (Gemma 4 text)";
 
-    fn from_gguf(name: &str) -> Option<Self> {
+    /// The architecture a GGUF's `general.architecture` names (`None`: not one this engine
+    /// runs).
+    pub fn from_gguf(name: &str) -> Option<Self> {
         match name {
             "llama" | "mistral" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),

@@ -27,7 +27,9 @@ pub mod tuning;
 
 pub use chat_template::ChatMessage;
 pub use config::ModelConfig;
-pub use engine::{GenerateOptions, Generation, LoadOptions, Model, SamplingParams, Session};
+pub use engine::{
+    GenerateOptions, Generation, LoadOptions, Model, Projector, SamplingParams, Session,
+};
 
 pub use error::{Error, LoadError, Result};
 pub use tokenizer::Tokenizer;

@@ -59,6 +59,12 @@ pub struct Mmproj {
     tensors: HashMap<String, TensorView>,
 }
 
+/// Whether models of `arch` take towers from projector files (the families [`Mmproj::open`]
+/// pairs projectors with): the question to ask before fetching a repository's projector.
+pub fn takes_projector(arch: Arch) -> bool {
+    matches!(arch, Arch::Gemma4 | Arch::Qwen35 | Arch::Qwen35Moe)
+}
+
 impl Mmproj {
     /// Opens `path` and translates it for the text model described by `text`. Errors name the
     /// file: not an mmproj (`general.architecture` other than `clip`), a projector type no

@@ -19,7 +19,7 @@ pub mod tool_calls;
 pub use batch::{BatchConfig, BatchGenerator, SeqEvent, SeqRequest};
 pub use generate::{GenerateOptions, Generation, StopReason, Timings, TokenEvent};
 pub use kl::KlStats;
-pub use model::{LoadOptions, Model, ModelInfo};
+pub use model::{LoadOptions, Model, ModelInfo, Projector};
 pub use perplexity::Perplexity;
 pub use sampler::{Sampler, SamplingParams};
 pub use session::Session;

@@ -42,11 +42,27 @@ pub struct LoadOptions {
     /// Convert the weight matrices of a safetensors checkpoint to this precision at load
     /// (`None`: use them as stored). Refused for GGUF files.
     pub quant: Option<Precision>,
-    /// llama.cpp's multimodal projector file (`mmproj-*.gguf`) holding the media towers of a
-    /// GGUF model ([`crate::arch::mmproj`]); an error when it cannot be paired with the model.
-    /// Refused for safetensors checkpoints (their folder holds the towers). `None`: a model
-    /// folder's one `mmproj*.gguf`, if any, with a warning instead of an error when it cannot.
-    pub mmproj: Option<PathBuf>,
+    /// Where a GGUF model's media towers come from (llama.cpp's `mmproj-*.gguf` files,
+    /// [`crate::arch::mmproj`]).
+    pub mmproj: Projector,
+}
+
+/// Where a GGUF model's media towers come from: llama.cpp's multimodal projector files
+/// (`mmproj-*.gguf`). Safetensors checkpoints hold their towers in their folder: a projector
+/// file is refused for them ([`Projector::File`]) or left alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Projector {
+    /// A model folder's one `mmproj*.gguf`, if any; one that cannot be paired with the model
+    /// leaves it a text model, with a warning.
+    #[default]
+    FromFolder,
+    /// This file, which must pair with the model (`--mmproj`): an error otherwise.
+    File(PathBuf),
+    /// This file if it pairs with the model, else a warning and a text model (a Hub
+    /// repository's projector, fetched beside the model).
+    Found(PathBuf),
+    /// None: a text model even when a projector is at hand (`--no-mmproj`).
+    Off,
 }
 
 /// Summary of a model for `oxinfer info`.
@@ -150,7 +166,12 @@ impl Model {
                 },
             }
         };
-        if let Some(mm) = &opts.mmproj {
+        let found = match &opts.mmproj {
+            Projector::FromFolder => found_mmproj,
+            Projector::Found(mm) => Some(mm.clone()),
+            Projector::File(_) | Projector::Off => None,
+        };
+        if let Projector::File(mm) = &opts.mmproj {
             if !matches!(model.source, WeightSource::Gguf(_)) {
                 return Err(LoadError::malformed(
                     mm,
@@ -163,10 +184,10 @@ impl Model {
                 .into());
             }
             model.attach_mmproj(mm)?;
-        } else if let Some(mm) = &found_mmproj {
+        } else if let Some(mm) = found.filter(|_| matches!(model.source, WeightSource::Gguf(_))) {
             // Found, not asked for: towers this engine cannot pair with the model (another
             // family, a projector type not implemented) leave it a text model.
-            if let Err(e) = model.attach_mmproj(mm) {
+            if let Err(e) = model.attach_mmproj(&mm) {
                 eprintln!(
                     "warning: {e}; the model runs without media towers (pass --mmproj to \
                      require them)"

@@ -89,6 +89,59 @@ fn resolve_online(
     Ok(entry_path(&cache.snapshot(&info.commit), &selection))
 }
 
+/// The multimodal projector (`mmproj*.gguf`) beside the GGUF file `model` that `r` resolved
+/// to ([`select::projector_for`] picks it), fetched into the same snapshot when missing; `None`
+/// when `model` is not a file of `r`'s snapshot (a safetensors folder) or its folder holds no
+/// projector. Online as [`resolve`]; offline, or when the Hub cannot be reached, only a
+/// projector already in the cache is found.
+pub fn resolve_projector(
+    r: &HfRef,
+    cfg: &HfConfig,
+    model: &Path,
+    progress: &mut dyn Progress,
+) -> Result<Option<PathBuf>, HubError> {
+    let cache = RepoCache::new(&cfg.hub_cache, &r.repo);
+    #[cfg(feature = "download")]
+    if !cfg.offline {
+        let client = HfClient::new(cfg.clone());
+        match client.repo_info(&r.repo, &r.revision) {
+            Ok(info) => {
+                let snapshot = cache.snapshot(&info.commit);
+                let Some(file) = entry_in(&snapshot, model)
+                    .and_then(|entry| select::projector_for(&info.files, &entry))
+                else {
+                    return Ok(None);
+                };
+                let one = Selection {
+                    files: vec![file.clone()],
+                    entry: Some(file.clone()),
+                };
+                fetch_selection(&client, r, &info.commit, &one, &cache, progress)?;
+                return Ok(Some(snapshot.join(file)));
+            }
+            Err(HubError::Http { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    #[cfg(not(feature = "download"))]
+    let _ = progress;
+    let Some(commit) = cache.commit_for(&r.revision) else {
+        return Ok(None);
+    };
+    let snapshot = cache.snapshot(&commit);
+    let files = cache.snapshot_files(&commit);
+    Ok(entry_in(&snapshot, model)
+        .and_then(|entry| select::projector_for(&files, &entry))
+        .map(|f| snapshot.join(f)))
+}
+
+/// `model`'s path inside `snapshot` with `/` separators (a repository path), if it is there.
+fn entry_in(snapshot: &Path, model: &Path) -> Option<String> {
+    let rel = model.strip_prefix(snapshot).ok()?;
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
+}
+
 fn entry_path(snapshot: &Path, selection: &Selection) -> PathBuf {
     match &selection.entry {
         Some(f) => snapshot.join(f),

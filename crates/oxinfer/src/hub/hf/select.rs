@@ -44,6 +44,41 @@ fn is_weights_gguf(f: &str) -> bool {
     is_gguf(f) && !base.starts_with("mmproj")
 }
 
+/// A GGUF that is llama.cpp's multimodal projector (`mmproj*.gguf`): a model's image and audio
+/// towers.
+fn is_projector_gguf(f: &str) -> bool {
+    is_gguf(f) && !is_weights_gguf(f)
+}
+
+/// Quantization tags of projector files in order of preference after the model's own: the
+/// precisions llama.cpp's repositories ship their towers in.
+const PROJECTOR_TAGS: [&str; 4] = ["F16", "BF16", "F32", "Q8_0"];
+
+/// The projector that goes with the model GGUF `entry` among the repository's `files`: an
+/// `mmproj*.gguf` in the entry's folder, the one carrying the entry's quantization tag when
+/// there is one, else the first of [`PROJECTOR_TAGS`] present, else the first by name; `None`
+/// when that folder holds no projector.
+pub fn projector_for(files: &[String], entry: &str) -> Option<String> {
+    let folder = |f: &str| f.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    let dir = folder(entry);
+    let mut candidates: Vec<&String> = files
+        .iter()
+        .filter(|f| is_projector_gguf(f) && folder(f) == dir)
+        .collect();
+    candidates.sort();
+    let own = quant_tag_of(entry);
+    let preferred = own
+        .iter()
+        .map(String::as_str)
+        .chain(PROJECTOR_TAGS)
+        .find_map(|tag| {
+            candidates
+                .iter()
+                .find(|f| quant_tag_of(f).as_deref() == Some(tag))
+        });
+    preferred.or(candidates.first()).map(|f| f.to_string())
+}
+
 /// `f` and, when it is part of a split GGUF, every other part listed in `files`, in order; the
 /// first part first.
 fn with_split_parts(files: &[String], f: &str) -> Vec<String> {
@@ -182,6 +217,35 @@ mod tests {
         );
         let s = select(&files, &r(HfSelect::Default)).unwrap();
         assert_eq!(s.entry.as_deref(), Some("m-Q4_K_M-00001-of-00002.gguf"));
+    }
+
+    #[test]
+    fn projectors_pair_by_folder_then_tag() {
+        let files = names(&[
+            "m-Q4_K_M.gguf",
+            "mmproj-BF16.gguf",
+            "mmproj-F16.gguf",
+            "mmproj-Q8_0.gguf",
+            "sub/m-Q8_0.gguf",
+            "sub/mmproj-Q8_0.gguf",
+            "sub/mmproj-F32.gguf",
+            "other/m-F16.gguf",
+        ]);
+        let pick = |entry: &str| projector_for(&files, entry);
+        assert_eq!(pick("m-Q4_K_M.gguf").as_deref(), Some("mmproj-F16.gguf"));
+        assert_eq!(
+            pick("sub/m-Q8_0.gguf").as_deref(),
+            Some("sub/mmproj-Q8_0.gguf")
+        );
+        assert_eq!(pick("other/m-F16.gguf"), None);
+        let odd = names(&["m-Q4_0.gguf", "mmproj-model-q5_1.gguf", "mmproj-a.gguf"]);
+        assert_eq!(
+            projector_for(&odd, "m-Q4_0.gguf").as_deref(),
+            Some("mmproj-a.gguf")
+        );
+        // A projector is never taken as the model's weights.
+        let s = select(&files, &r(HfSelect::Quant("BF16".into())));
+        assert!(s.is_err(), "{s:?}");
     }
 
     #[test]
