@@ -10,7 +10,7 @@
 //! are read as one sequential stream (what the row-major kernels cannot do for several rows).
 //!
 //! With relaxed SIMD ([`crate::dispatch::Isa::RelaxedSimd128`], a build with
-//! `+relaxed-simd`), the 4-bit formats take their integer sums with
+//! `+relaxed-simd`), the kernels take their integer sums with
 //! `i32x4.relaxed_dot_i8x16_i7x16_add_s` instead ([`Relaxed`]): the same integers, so the same
 //! bits as the SIMD128 kernels. The float step is one function for both ([`group`]).
 //!
@@ -77,22 +77,30 @@ fn load_at(s: &[u8], at: usize) -> v128 {
 /// Eight f16s (one vector) as two f32x4, exactly as `half` converts them.
 #[inline(always)]
 fn f16x8_to_f32(v: v128) -> [v128; 2] {
-    let (lo, hi) = (u32x4_extend_low_u16x8(v), u32x4_extend_high_u16x8(v));
     let exp = v128_and(v, u16x8_splat(0x7C00));
     if v128_any_true(i16x8_eq(exp, i16x8_splat(0x7C00))) {
         // An infinite or NaN scale (a broken file): the exact conversion.
+        let (lo, hi) = (u32x4_extend_low_u16x8(v), u32x4_extend_high_u16x8(v));
         return [
             crate::vecdot::simd128_f16x4_to_f32(lo),
             crate::vecdot::simd128_f16x4_to_f32(hi),
         ];
     }
+    // A finite f16 `s eeeee mmmmmmmmmm` as f32 bits `s 000eeeee mmmmmmmmmm 0…0` (its value
+    // times 2⁻¹¹², exactly, subnormals included), built in 16-bit halves: the low half is
+    // `v << 13`, the high half `v >> 3` (arithmetic: the sign lands in bits 12-15) with bits
+    // 12-14 cleared; the halves interleaved give the eight f32s, and a multiply by 2¹¹²
+    // (exact) rebiases the exponent.
+    let low = i16x8_shl(v, 13);
+    let high = v128_and(i16x8_shr(v, 3), u16x8_splat(0x8FFF));
     let two112 = f32x4_splat(f32::from_bits(0x7780_0000));
-    let conv = |h: v128| {
-        let mag = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
-        let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-        v128_or(f32x4_mul(mag, two112), sign)
-    };
-    [conv(lo), conv(hi)]
+    [
+        f32x4_mul(i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(low, high), two112),
+        f32x4_mul(
+            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(low, high),
+            two112,
+        ),
+    ]
 }
 
 /// Adds the products of one 16-byte half of a quant register (four lanes × four quants, as
@@ -216,18 +224,16 @@ impl BlockSums for Widen {
 /// broadcast, and sums each lane's four products into its i32 lane: one instruction per half
 /// register, no widening and no folding. Its unsigned operand must be 0..=127 for a defined
 /// result: the Q4_0 / Q4_1 nibbles are; IQ4_NL values (−127..=113) go in as `v + 128` split
-/// into two tables of 0..=127 with `128 Σ activations` taken off; Q8_0 quants are full signed
-/// bytes and stay on [`Widen`].
+/// into two tables of 0..=127 with `128 Σ activations` taken off; a Q8_0 quant `q` (a full
+/// signed byte) is `(q & 0x7F) − 128 · (q >> 7)` (its top bit as 0 or 1), two products of
+/// 0..=127 operands.
 #[cfg(target_feature = "relaxed-simd")]
 pub(crate) struct Relaxed;
 
 #[cfg(target_feature = "relaxed-simd")]
 impl BlockSums for Relaxed {
     fn handles(format: WeightFormat) -> bool {
-        matches!(
-            format,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::IQ4_NL
-        )
+        Widen::handles(format)
     }
 
     #[inline(always)]
@@ -257,6 +263,30 @@ impl BlockSums for Relaxed {
             i32x4_splat(0)
         };
         let mut p = [start; 2];
+        if format == WeightFormat::Q8_0 {
+            // The low seven bits' products in `p`, the top bits' in `neg`.
+            let mut neg = [i32x4_splat(0); 2];
+            let mut reg = |j: usize| {
+                let x = xw(j);
+                for (h, (ph, nh)) in p.iter_mut().zip(&mut neg).enumerate() {
+                    let v = load_at(blk, qo + 32 * j + 16 * h);
+                    *ph = dot_u7(*ph, x, v128_and(v, u8x16_splat(0x7F)));
+                    *nh = dot_u7(*nh, x, u8x16_shr(v, 7));
+                }
+            };
+            reg(0);
+            reg(1);
+            reg(2);
+            reg(3);
+            reg(4);
+            reg(5);
+            reg(6);
+            reg(7);
+            return [
+                i32x4_sub(p[0], i32x4_shl(neg[0], 7)),
+                i32x4_sub(p[1], i32x4_shl(neg[1], 7)),
+            ];
+        }
         // Chunk c: W_2c in the low nibbles, W_2c+1 in the high ones (written out, as above).
         let mut chunk = |c: usize| {
             let (x_lo, x_hi) = (xw(2 * c), xw(2 * c + 1));
@@ -327,4 +357,42 @@ fn load_i8(s: &[i8; 32], at: usize) -> v128 {
     let b: &[i8; 16] = s[at..at + 16].try_into().expect("16 bytes");
     // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
     unsafe { v128_load(b.as_ptr().cast()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`f16x8_to_f32`] converts every f16 as `half` does (NaNs: both NaN), eight at a time
+    /// (a vector with an infinity or NaN takes the exact path; the others the fast one).
+    #[test]
+    fn f16x8_to_f32_matches_half_on_every_value() {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        // The finite values alone (the fast path), then every value (both paths).
+        let finite: Vec<u16> = all
+            .iter()
+            .copied()
+            .filter(|h| h & 0x7C00 != 0x7C00)
+            .collect();
+        for set in [&finite, &all] {
+            for c in set.chunks_exact(8) {
+                let b: Vec<u8> = c.iter().flat_map(|h| h.to_le_bytes()).collect();
+                let [lo, hi] = f16x8_to_f32(load_at(&b, 0));
+                let lane = |v: v128, i: usize| match i {
+                    0 => f32x4_extract_lane::<0>(v),
+                    1 => f32x4_extract_lane::<1>(v),
+                    2 => f32x4_extract_lane::<2>(v),
+                    _ => f32x4_extract_lane::<3>(v),
+                };
+                for (i, &h) in c.iter().enumerate() {
+                    let got = lane(if i < 4 { lo } else { hi }, i % 4);
+                    let want = half::f16::from_bits(h).to_f32();
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "{h:#06x}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 }

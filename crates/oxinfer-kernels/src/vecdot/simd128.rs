@@ -203,8 +203,8 @@ fn hsum4_i32(s: [v128; 4]) -> v128 {
 /// the rows' integer sums are gathered into one vector (lane `r`: row `r`) where the scales are
 /// applied, so no horizontal sum is taken per block. Each lane takes the scalar twin's float
 /// steps in its order: the same bits as four [`dot_q8_multi`] calls. On
-/// [`Isa::RelaxedSimd128`] the formats with 7-bit quants (all but Q8_0) take their integer sums
-/// with relaxed SIMD ([`relaxed::Relaxed`]): the same integers. `false` (nothing written) for a
+/// [`Isa::RelaxedSimd128`] they take their integer sums with relaxed SIMD
+/// ([`relaxed::Relaxed`]): the same integers. `false` (nothing written) for a
 /// format without a kernel here. The caller checked that each row is `x.len()` blocks.
 pub fn dot_q8_rows4(
     format: WeightFormat,
@@ -226,8 +226,8 @@ pub fn dot_q8_rows4(
         };
     }
     #[cfg(target_feature = "relaxed-simd")]
-    if isa == Isa::RelaxedSimd128 && relaxed::Relaxed::handles(format) {
-        return go!(relaxed::Relaxed: Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL | MXFP4);
+    if isa == Isa::RelaxedSimd128 {
+        return go!(relaxed::Relaxed: Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4);
     }
     let _ = isa;
     go!(Widen: Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4)
@@ -391,7 +391,8 @@ fn rows4<S: RowSums>(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &m
 /// `vpmaddubsw` and one `vpmaddwd` (or a VNNI `vpdpbusd`). The weights go in the 0..=127
 /// operand: 4- and 5-bit quants are already there; quants with negative values go in as
 /// `q + offset` (a table of `value + offset`, split in two where it exceeds 127), and
-/// `offset · Σ activations` is taken off. The integer sums are those of the SIMD128 kernels, so
+/// `offset · Σ activations` is taken off; a Q8_0 quant (a full signed byte) is
+/// `(q & 0x7F) − 128 · (q >> 7)`. The integer sums are those of the SIMD128 kernels, so
 /// the results are their bits.
 #[cfg(target_feature = "relaxed-simd")]
 pub(crate) mod relaxed {
@@ -440,21 +441,6 @@ pub(crate) mod relaxed {
     /// Relaxed SIMD for [`rows4`]: the two 16-byte halves of the activations and their sum.
     pub(crate) struct Relaxed;
 
-    impl Relaxed {
-        /// Whether there is a kernel for `format`: the 32-weight formats but Q8_0.
-        pub(crate) fn handles(format: WeightFormat) -> bool {
-            matches!(
-                format,
-                WeightFormat::Q4_0
-                    | WeightFormat::Q4_1
-                    | WeightFormat::Q5_0
-                    | WeightFormat::Q5_1
-                    | WeightFormat::IQ4_NL
-                    | WeightFormat::MXFP4
-            )
-        }
-    }
-
     impl RowSums for Relaxed {
         type Acts = ([v128; 2], v128);
 
@@ -497,6 +483,15 @@ pub(crate) mod relaxed {
                 WeightFormat::MXFP4 => {
                     let t = load_i8(&MXFP4_U7[0], 0);
                     both(off(12), look(t, nibbles(1)))
+                }
+                WeightFormat::Q8_0 => {
+                    // q = (q & 0x7F) − 128 · (q >> 7).
+                    let q = (load_at(b, 2), load_at(b, 18));
+                    let low = |v: v128| v128_and(v, u8x16_splat(0x7F));
+                    let top = |v: v128| u8x16_shr(v, 7);
+                    let pos = both(i32x4_splat(0), (low(q.0), low(q.1)));
+                    let neg = both(i32x4_splat(0), (top(q.0), top(q.1)));
+                    i32x4_sub(pos, i32x4_shl(neg, 7))
                 }
                 _ => unreachable!("{format:?} has no relaxed kernel"),
             }

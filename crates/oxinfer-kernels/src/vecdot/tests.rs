@@ -498,8 +498,8 @@ fn simd128_against_scalar(simd: Isa) {
 
 /// The four-row kernels at the ends of both operands' ranges, where the relaxed dot product's
 /// 16-bit pair sums are largest (2 · 127 · 128): activations of ±127 and −128 (which the
-/// quantizer never writes, but a block may hold) against quant bytes of all zeros, all ones and
-/// mixed nibbles; every SIMD128 level returns the scalar twin's bits.
+/// quantizer never writes, but a block may hold) against quant bytes of all zeros, all ones,
+/// 0x80 (Q8_0's −128) and 0x7F; every SIMD128 level returns the scalar twin's bits.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd128_rows4_are_exact_at_the_extremes() {
@@ -543,7 +543,7 @@ fn simd128_rows4_are_exact_at_the_extremes() {
             WeightFormat::MXFP4 => 1,
             _ => 2,
         };
-        let rows: Vec<Vec<u8>> = [0x00u8, 0xFF, 0x0F, 0xF0]
+        let rows: Vec<Vec<u8>> = [0x00u8, 0xFF, 0x80, 0x7F]
             .iter()
             .enumerate()
             .map(|(r, &fill)| {
