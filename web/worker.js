@@ -1,7 +1,8 @@
-// The engine's Web Worker: loads the wasm module (web/pkg, made by scripts/build-web.sh), holds
-// one model, and answers the requests of oxinfer.js. A generation runs one forward pass per
-// step and returns to the event loop between steps, so a `cancel` message stops it after at
-// most one pass and every token is posted as soon as it is sampled.
+// The engine's Web Worker: loads the wasm module (web/pkg or web/pkg-relaxed, made by
+// scripts/build-web.sh: see below), holds one model, and answers the requests of oxinfer.js. A
+// generation runs one forward pass per step and returns to the event loop between steps, so a
+// `cancel` message stops it after at most one pass and every token is posted as soon as it is
+// sampled.
 //
 // Requests: {id, op, ...}. Replies: {id, type: "result", value}, {id, type: "error", message},
 // and while an op runs {id, type: "progress", received, total} (load) or {id, type: "token",
@@ -35,11 +36,12 @@ function chooseBuild() {
 
 // The module's exports once it is loaded and instantiated.
 const ready = (async () => {
-  const pkg = await import(BUILDS[chooseBuild()]);
-  await pkg.default();
-  return pkg;
+  const exports = await import(BUILDS[chooseBuild()]);
+  await exports.default();
+  return exports;
 })();
-let lastPanic = () => null;
+// The same, once `ready` has resolved (every request awaits it first).
+let pkg = null;
 let model = null;
 let cancelRequested = false;
 // Requests run one at a time, in order; `cancel` alone jumps the queue.
@@ -59,8 +61,7 @@ self.onmessage = (e) => {
 
 async function handle(req) {
   try {
-    const pkg = await ready;
-    lastPanic = pkg.lastPanic;
+    pkg = await ready;
     const op = OPS[req.op];
     if (!op) throw new Error(`unknown request '${req.op}'`);
     const value = await op(req);
@@ -76,7 +77,7 @@ async function handle(req) {
 function describe(err) {
   if (err instanceof WebAssembly.RuntimeError) {
     model = null;
-    const why = lastPanic();
+    const why = pkg?.lastPanic();
     return `the engine stopped (${why || err.message}); load the model again`;
   }
   return err && err.message ? err.message : String(err);
@@ -89,7 +90,7 @@ function requireModel() {
 
 const OPS = {
   async kernels(req) {
-    const inEffect = (await ready).setKernels(req.name);
+    const inEffect = pkg.setKernels(req.name);
     if (inEffect !== req.name) {
       throw new Error(`the kernels are already '${inEffect}' in this worker (chosen once, before the first load); use a new Oxinfer`);
     }
@@ -102,7 +103,7 @@ const OPS = {
     }
     const post = (received, total) =>
       self.postMessage({ id: req.id, type: "progress", received, total });
-    const loader = await readSource((await ready).ModelLoader, req.source, post);
+    const loader = await readSource(req.source, post);
     model = loader.finish(req.context ?? undefined);
     return JSON.parse(model.info());
   },
@@ -143,9 +144,10 @@ const OPS = {
   },
 };
 
-// A ModelLoader (the class of the module's exports) filled from `source`: {url}, {blob} (a File or Blob) or {bytes} (an
+// A ModelLoader filled from `source`: {url}, {blob} (a File or Blob) or {bytes} (an
 // ArrayBuffer), reporting progress as pieces arrive.
-async function readSource(ModelLoader, source, progress) {
+async function readSource(source, progress) {
+  const { ModelLoader } = pkg;
   if (source.url !== undefined) {
     const resp = await fetch(source.url);
     if (!resp.ok) throw new Error(`${source.url}: HTTP ${resp.status} ${resp.statusText}`);
