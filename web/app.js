@@ -3,8 +3,9 @@
 import { Oxinfer } from "./oxinfer.js";
 
 const $ = (id) => document.getElementById(id);
-const ox = new Oxinfer();
 const params = new URLSearchParams(location.search);
+// `?build=simd128` or `?build=relaxed`: that module, not the one the browser's features choose.
+const ox = new Oxinfer(undefined, { build: params.get("build") ?? "auto" });
 // `?kernels=scalar`: the reference kernels (as OXINFER_KERNELS=scalar natively), for tests.
 const kernelsChosen = params.get("kernels") ? ox.setKernels(params.get("kernels")) : Promise.resolve();
 const history = [];
@@ -12,7 +13,7 @@ let busy = false;
 
 // For scripts and tests (web/tests/drive_browser.py): the client (and its class, for a second
 // worker), and a promise per chat turn.
-window.oxinferApp = { ox, history, lastTurn: null, Oxinfer };
+window.oxinferApp = { ox, history, lastTurn: null, info: null, Oxinfer };
 
 async function load(source, label) {
   setBusy(true);
@@ -28,6 +29,7 @@ async function load(source, label) {
         $("status").textContent = `Loading ${label}: ${(received / 2 ** 20).toFixed(0)} MiB`;
       },
     });
+    window.oxinferApp.info = info;
     history.length = 0;
     $("log").replaceChildren();
     $("status").textContent =

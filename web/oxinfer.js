@@ -12,6 +12,7 @@
 //   ox.cancel();                                                      // stops a generation
 //   const row = await ox.lastLogits([1, 504, 3575]);                  // Float32Array(vocab)
 //   await new Oxinfer().setKernels("scalar");   // before its first load: the reference kernels
+//   new Oxinfer(undefined, { build: "simd128" }); // that module, not the best one the browser runs
 //
 // A source is {url} (same origin, streamed), {blob} (a File from a picker or a drop, read in
 // 16 MiB slices) or {bytes} (an ArrayBuffer). Options are those of crates/oxinfer-web
@@ -19,9 +20,15 @@
 // ignoreEos, prefillChunk. Errors reject with an Error of one line.
 
 export class Oxinfer {
-  /** Starts the worker (module worker; `workerUrl` defaults to worker.js beside this file). */
-  constructor(workerUrl = new URL("./worker.js", import.meta.url)) {
-    this.worker = new Worker(workerUrl, { type: "module" });
+  /**
+   * Starts the worker (module worker; `workerUrl` defaults to worker.js beside this file).
+   * `build`: "auto" (the default: the relaxed-SIMD module where the browser has relaxed SIMD,
+   * else the SIMD128 one), "simd128" or "relaxed".
+   */
+  constructor(workerUrl = new URL("./worker.js", import.meta.url), { build = "auto" } = {}) {
+    const url = new URL(workerUrl, globalThis.location?.href);
+    if (build !== "auto") url.searchParams.set("build", build);
+    this.worker = new Worker(url, { type: "module" });
     this.nextId = 1;
     this.pending = new Map();
     this.worker.onmessage = (e) => this.#receive(e.data);

@@ -1,14 +1,47 @@
-// The engine's Web Worker: loads the wasm module (web/pkg, made by scripts/build-web.sh), holds
-// one model, and answers the requests of oxinfer.js. A generation runs one forward pass per
-// step and returns to the event loop between steps, so a `cancel` message stops it after at
-// most one pass and every token is posted as soon as it is sampled.
+// The engine's Web Worker: loads the wasm module (web/pkg or web/pkg-relaxed, made by
+// scripts/build-web.sh: see below), holds one model, and answers the requests of oxinfer.js. A
+// generation runs one forward pass per step and returns to the event loop between steps, so a
+// `cancel` message stops it after at most one pass and every token is posted as soon as it is
+// sampled.
 //
 // Requests: {id, op, ...}. Replies: {id, type: "result", value}, {id, type: "error", message},
 // and while an op runs {id, type: "progress", received, total} (load) or {id, type: "token",
 // token: {id, text}} (generate).
-import init, { ModelLoader, lastPanic, setKernels } from "./pkg/oxinfer_web.js";
+//
+// Two builds of the module: web/pkg-relaxed (relaxed SIMD: faster int8 kernels) where the
+// engine has relaxed SIMD, else web/pkg (SIMD128). A module that uses relaxed SIMD does not
+// load where it is missing, so the choice is made before loading, by validating a tiny module
+// that uses `i32x4.relaxed_dot_i8x16_i7x16_add_s`. `?build=simd128` or `?build=relaxed` on
+// the worker's URL (Oxinfer's `build` option) forces one.
 
-const ready = init();
+/** (func (param v128 v128 v128) (result v128) local.get 0 1 2, i32x4.relaxed_dot_i8x16_i7x16_add_s) */
+const RELAXED_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b, // type: (v128 v128 v128) -> v128
+  0x03, 0x02, 0x01, 0x00, // function 0 has type 0
+  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x93, 0x02, 0x0b, // code
+]);
+
+const BUILDS = { simd128: "./pkg/oxinfer_web.js", relaxed: "./pkg-relaxed/oxinfer_web.js" };
+
+/** The build this worker runs: the one asked for, or the best the engine validates. */
+function chooseBuild() {
+  const asked = new URL(self.location.href).searchParams.get("build");
+  if (asked !== null && asked !== "auto") {
+    if (!(asked in BUILDS)) throw new Error(`build: unknown build '${asked}' (expected auto, simd128 or relaxed)`);
+    return asked;
+  }
+  return WebAssembly.validate(RELAXED_PROBE) ? "relaxed" : "simd128";
+}
+
+// The module's exports once it is loaded and instantiated.
+const ready = (async () => {
+  const exports = await import(BUILDS[chooseBuild()]);
+  await exports.default();
+  return exports;
+})();
+// The same, once `ready` has resolved (every request awaits it first).
+let pkg = null;
 let model = null;
 let cancelRequested = false;
 // Requests run one at a time, in order; `cancel` alone jumps the queue.
@@ -28,7 +61,7 @@ self.onmessage = (e) => {
 
 async function handle(req) {
   try {
-    await ready;
+    pkg = await ready;
     const op = OPS[req.op];
     if (!op) throw new Error(`unknown request '${req.op}'`);
     const value = await op(req);
@@ -44,7 +77,7 @@ async function handle(req) {
 function describe(err) {
   if (err instanceof WebAssembly.RuntimeError) {
     model = null;
-    const why = lastPanic();
+    const why = pkg?.lastPanic();
     return `the engine stopped (${why || err.message}); load the model again`;
   }
   return err && err.message ? err.message : String(err);
@@ -57,7 +90,7 @@ function requireModel() {
 
 const OPS = {
   async kernels(req) {
-    const inEffect = setKernels(req.name);
+    const inEffect = pkg.setKernels(req.name);
     if (inEffect !== req.name) {
       throw new Error(`the kernels are already '${inEffect}' in this worker (chosen once, before the first load); use a new Oxinfer`);
     }
@@ -114,6 +147,7 @@ const OPS = {
 // A ModelLoader filled from `source`: {url}, {blob} (a File or Blob) or {bytes} (an
 // ArrayBuffer), reporting progress as pieces arrive.
 async function readSource(source, progress) {
+  const { ModelLoader } = pkg;
   if (source.url !== undefined) {
     const resp = await fetch(source.url);
     if (!resp.ok) throw new Error(`${source.url}: HTTP ${resp.status} ${resp.statusText}`);

@@ -16,8 +16,12 @@ http://127.0.0.1:PORT/web/index.html?kernels=scalar (the reference kernels, to c
 3. through the page's client (window.oxinferApp.ox): greedy ids for the other prompts, each a
    new conversation, greedy ids after TOKENS, the last row of logits after TOKENS, and the
    error for an id outside the vocabulary;
-4. in a second client (a second worker) on the default SIMD128 kernels: the same ids after
+4. in a second and a third client (workers) on the default int8 kernels of each build, the
+   SIMD128 module (web/pkg) and the relaxed-SIMD one (web/pkg-relaxed): the same ids after
    TOKENS and logits.
+
+The page itself runs the module its worker picks (`auto`: relaxed SIMD where Chromium has it);
+`--bench --build simd128|relaxed` times one of them.
 
 Needs: chromium (Debian package; $CHROMIUM overrides), websocket-client (scripts/setup-web.sh
 installs it in ~/.cache/oxinfer/webvenv).
@@ -192,12 +196,13 @@ def client_checks(page, client, a, prompts):
 
 
 def run_checks(page, a):
-    """The page runs on the scalar kernels (?kernels=scalar); a second client in the same page
-    on the default SIMD128 kernels."""
+    """The page runs on the scalar kernels (?kernels=scalar) of the module its worker picks; a
+    client per build in the same page on that build's default int8 kernels."""
     prompts = a.prompt or DEFAULT_PROMPTS
     out = {"bad": load_via_ui(page, a.bad), "load": load_via_ui(page, a.model)}
     if out["load"]["state"] != "ready":
         return out
+    out["load"]["info"] = page.eval("window.oxinferApp.info")
     out["chat"] = chat_via_ui(page, prompts[0], a.n)
     if a.screenshot:
         import base64
@@ -207,19 +212,21 @@ def run_checks(page, a):
     out["scalar"] = client_checks(page, "window.oxinferApp.ox", a, prompts[1:])
     out["badIds"] = page.eval(
         "window.oxinferApp.ox.lastLogits([1, 1e9]).then(() => 'no error', e => e.message)")
-    page.eval(f"""(async () => {{
-        window.simd = new window.oxinferApp.Oxinfer();
-        window.simdInfo = await window.simd.load({{url: {json.dumps(a.model)}}});
-    }})()""")
-    out["simd"] = client_checks(page, "window.simd", a, [])
-    out["simd"]["info"] = page.eval("window.simdInfo")
-    page.eval("window.simd.terminate()")
+    for build in ("simd128", "relaxed"):
+        page.eval(f"""(async () => {{
+            window.simd = new window.oxinferApp.Oxinfer(undefined, {{build: '{build}'}});
+            window.simdInfo = await window.simd.load({{url: {json.dumps(a.model)}}});
+        }})()""")
+        out[build] = client_checks(page, "window.simd", a, [])
+        out[build]["info"] = page.eval("window.simdInfo")
+        page.eval("window.simd.terminate()")
     return out
 
 
 def run_bench(page, a):
     """Prefill and decode speed of `a.n` greedy tokens after the chat prompt, `a.reps` times."""
     load = load_via_ui(page, a.model)
+    load["info"] = page.eval("window.oxinferApp.info")
     prompt = (a.prompt or ["Write a long story about a dragon who learns to fly."])[0]
     runs = []
     for _ in range(a.reps):
@@ -243,6 +250,8 @@ def main():
     ap.add_argument("--bench", action="store_true", help="measure speed instead of checking")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--js-flags", help="V8 flags for Chromium (e.g. --no-liftoff)")
+    ap.add_argument("--build", choices=["auto", "simd128", "relaxed"], default="auto",
+                    help="with --bench: the module the page runs (default: the worker's pick)")
     a = ap.parse_args()
 
     server = serve(a.root)
@@ -252,7 +261,7 @@ def main():
     try:
         page = Page(port)
         page.call("Emulation.setDeviceMetricsOverride", width=900, height=640, deviceScaleFactor=1, mobile=False)
-        query = "" if a.bench else "?kernels=scalar"
+        query = f"?build={a.build}" if a.bench else "?kernels=scalar"
         page.call("Page.navigate", url=f"http://127.0.0.1:{server.server_port}/web/index.html{query}")
         page.wait_for("document.readyState === 'complete' && window.oxinferApp !== undefined", 60)
         result = run_bench(page, a) if a.bench else run_checks(page, a)

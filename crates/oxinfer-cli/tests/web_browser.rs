@@ -13,13 +13,16 @@
 //!
 //! The page runs on the scalar kernels (`?kernels=scalar`), so ids and logits can be compared
 //! with native's `OXINFER_KERNELS=scalar`: the same float code on both sides, so the ids must be
-//! identical and the logits within [`SCALAR_TOL`]. A second worker in the page runs the
-//! default SIMD128 kernels (int8 activations, like native's default but in another float
-//! order): its logits after the fixed token ids stay within twice native's own spread between
+//! identical and the logits within [`SCALAR_TOL`]. Its worker runs the module the browser's
+//! features pick: the relaxed-SIMD build in Chromium. Two more workers in the page run the
+//! default int8 kernels of each build, SIMD128 (`web/pkg`) and relaxed SIMD
+//! (`web/pkg-relaxed`) (int8 activations, like native's default but in another float order):
+//! each one's logits after the fixed token ids stay within twice native's own spread between
 //! its two int8 kernel paths, with the same argmax, and its ids after them follow native's
-//! default until a near-tie those float orders can flip, if they part at all.
+//! default until a near-tie those float orders can flip, if they part at all. The two builds'
+//! kernels take the same integer sums, so their ids and logits must be identical.
 //!
-//! Needs the built package (`scripts/build-web.sh`), Chromium and the driver's venv
+//! Needs the built package (`scripts/build-web.sh`, both modules), Chromium and the driver's venv
 //! (`scripts/setup-web.sh`); without them it prints a `skipped:` line, and fails instead when
 //! `OXINFER_WEB_REQUIRED=1` (set by .ci/run, which builds them).
 
@@ -66,8 +69,9 @@ fn web_setup(what: &str) -> Option<PathBuf> {
     let python = venv.join("bin/python");
     let has = |cmd: &mut Command| cmd.output().is_ok_and(|o| o.status.success());
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let missing = if !repo().join("web/pkg/oxinfer_web_bg.wasm").is_file() {
-        Some("no web/pkg/oxinfer_web_bg.wasm (scripts/build-web.sh builds it)")
+    let built = |pkg: &str| repo().join(pkg).join("oxinfer_web_bg.wasm").is_file();
+    let missing = if !built("web/pkg") || !built("web/pkg-relaxed") {
+        Some("no web/pkg or web/pkg-relaxed module (scripts/build-web.sh builds them)")
     } else if !has(Command::new(&chromium).arg("--version")) {
         Some("no chromium (scripts/setup-web.sh installs it)")
     } else if !has(Command::new(&python).args(["-c", "import websocket"])) {
@@ -165,6 +169,62 @@ fn top_and_lead(row: &[f32]) -> (usize, f32) {
     (order[0], row[order[0]] - row[order[1]])
 }
 
+/// Native's default int8 kernels after [`TOKENS`], which a browser build's int8 kernels are
+/// held to.
+struct NativeInt8<'a> {
+    model: &'a str,
+    out: &'a Path,
+    /// The last logits row (packed kernels).
+    logits: Vec<f32>,
+    /// The same row on native's row-major int8 kernels (`OXINFER_PACKED=0`): the spread of
+    /// two int8 float orders.
+    spread_row: Vec<f32>,
+    /// The greedy ids after [`TOKENS`].
+    ids: Vec<u64>,
+}
+
+impl NativeInt8<'_> {
+    /// Checks one build's client report (`isa` its kernels' name): its logits row within twice
+    /// native's spread with the same argmax, and its ids following native's until a near-tie.
+    /// Returns the row's max |diff| from native's.
+    fn check(&self, report: &Value, isa: &str) -> f32 {
+        assert_eq!(report["info"]["isa"], isa, "{}", report["info"]);
+        let row: Vec<f32> = nums(&report["logits"]).iter().map(|&x| x as f32).collect();
+        let d = max_abs_diff(&row, &self.logits);
+        let spread = max_abs_diff(&self.spread_row, &self.logits);
+        let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+        assert!(
+            d <= 2.0 * spread + 1e-3,
+            "{isa}: browser {d} vs native spread {spread}"
+        );
+        assert_eq!(argmax(&row), argmax(&self.logits), "{isa}: argmax");
+        // The ids after TOKENS follow native's default kernels until a near-tie, if they part
+        // at all: where they part, native's lead must be within what the two int8 float orders
+        // can move (twice the larger of the row difference and native's own spread above).
+        // Demanding identical ids broke on such a tie after an unrelated change of summation
+        // order.
+        let (want, got) = (&self.ids, ids(&report["tokens"]["tokens"]));
+        assert_eq!(got.len(), want.len(), "--tokens: browser {isa} ids {got:?}");
+        if let Some(k) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            let fed: Vec<String> = std::iter::once(TOKENS.to_string())
+                .chain(want[..k].iter().map(|t| t.to_string()))
+                .collect();
+            let row = native_last_logits(self.model, &fed.join(","), self.out, "parted.npy", &[]);
+            let (_, lead) = top_and_lead(&row);
+            let bound = 2.0 * d.max(spread);
+            visible_line(&format!(
+                "browser {isa} ids part from native's at token {k}: native leads by {lead:.4} \
+                 (bound {bound:.4})"
+            ));
+            assert!(
+                lead <= bound,
+                "browser {isa} parts from native at token {k} where native leads by {lead}"
+            );
+        }
+        d
+    }
+}
+
 #[test]
 fn browser_matches_native_cli_on_smollm2() {
     let what = "browser_matches_native_cli_on_smollm2";
@@ -232,68 +292,62 @@ fn browser_matches_native_cli_on_smollm2() {
         "--tokens: scalar kernels"
     );
 
-    let simd = &r["simd"];
-    assert_eq!(simd["info"]["isa"], "simd128", "{}", simd["info"]);
+    // The page's worker picked the relaxed-SIMD module (Chromium has relaxed SIMD).
+    assert_eq!(
+        r["load"]["info"]["isa"], "simd128+relaxed",
+        "{}",
+        r["load"]["info"]
+    );
 
-    // The logits row.
+    // The logits row on the scalar kernels.
     let out = scratch_dir("web-logits");
     let floats = |v: &Value| -> Vec<f32> { nums(v).iter().map(|&x| x as f32).collect() };
-    let (b_scalar, b_simd) = (floats(&scalar["logits"]), floats(&simd["logits"]));
+    let b_scalar = floats(&scalar["logits"]);
     let n_scalar = native_last_logits(m, TOKENS, &out, "scalar.npy", SCALAR);
-    let n_simd = native_last_logits(m, TOKENS, &out, "simd.npy", &[]);
-    let row_major =
-        native_last_logits(m, TOKENS, &out, "row-major.npy", &[("OXINFER_PACKED", "0")]);
     assert_eq!(b_scalar.len(), n_scalar.len(), "vocabulary size");
     let d_scalar = max_abs_diff(&b_scalar, &n_scalar);
-    let (d_simd, spread) = (
-        max_abs_diff(&b_simd, &n_simd),
-        max_abs_diff(&row_major, &n_simd),
-    );
-    let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
-    visible_line(&format!(
-        "browser ({}) vs native logits: scalar kernels max |diff| {d_scalar:.2e}; SIMD128 vs \
-         native default {d_simd:.3} (native packed vs row-major {spread:.3}); chat turn on \
-         scalar kernels: {stats}",
-        r["userAgent"].as_str().unwrap_or("?"),
-    ));
     assert!(
         d_scalar <= SCALAR_TOL,
         "browser vs native scalar logits: {d_scalar}"
     );
-    assert!(
-        d_simd <= 2.0 * spread + 1e-3,
-        "browser {d_simd} vs native spread {spread}"
-    );
-    assert_eq!(argmax(&b_simd), argmax(&n_simd), "argmax of the logits row");
 
-    // On SIMD128, what users run: the ids after TOKENS follow native's default kernels until
-    // a near-tie, if they part at all: where they part, native's lead must be within what the
-    // two int8 float orders can move (twice the larger of the row difference and native's own
-    // spread above). Demanding identical ids broke on such a tie after an unrelated change of
-    // summation order.
-    let want = ids_of(&native(&tokens_args, &[]));
-    let got = ids(&simd["tokens"]["tokens"]);
+    // Each build's int8 kernels, what users run.
+    let native_int8 = NativeInt8 {
+        model: m,
+        out: &out,
+        logits: native_last_logits(m, TOKENS, &out, "simd.npy", &[]),
+        spread_row: native_last_logits(
+            m,
+            TOKENS,
+            &out,
+            "row-major.npy",
+            &[("OXINFER_PACKED", "0")],
+        ),
+        ids: ids_of(&native(&tokens_args, &[])),
+    };
+    let d_simd = native_int8.check(&r["simd128"], "simd128");
+    let d_relaxed = native_int8.check(&r["relaxed"], "simd128+relaxed");
+    visible_line(&format!(
+        "browser ({}) vs native logits: scalar kernels max |diff| {d_scalar:.2e}; SIMD128 vs \
+         native default {d_simd:.3}, relaxed SIMD {d_relaxed:.3} (native packed vs row-major \
+         {:.3}); chat turn on scalar kernels: {stats}",
+        r["userAgent"].as_str().unwrap_or("?"),
+        max_abs_diff(&native_int8.spread_row, &native_int8.logits),
+    ));
+    // The relaxed kernels' integer sums are SIMD128's, and the float code is the same.
     assert_eq!(
-        got.len(),
-        want.len(),
-        "--tokens: browser SIMD128 ids {got:?}"
+        ids(&r["relaxed"]["tokens"]["tokens"]),
+        ids(&r["simd128"]["tokens"]["tokens"]),
+        "relaxed vs SIMD128 ids"
     );
-    if let Some(k) = (0..want.len()).find(|&i| got[i] != want[i]) {
-        let fed: Vec<String> = std::iter::once(TOKENS.to_string())
-            .chain(want[..k].iter().map(|t| t.to_string()))
-            .collect();
-        let row = native_last_logits(m, &fed.join(","), &out, "parted.npy", &[]);
-        let (_, lead) = top_and_lead(&row);
-        let bound = 2.0 * d_simd.max(spread);
-        visible_line(&format!(
-            "browser SIMD128 ids part from native's at token {k}: native leads by {lead:.4} \
-             (bound {bound:.4})"
-        ));
-        assert!(
-            lead <= bound,
-            "browser SIMD128 parts from native at token {k} where native leads by {lead}"
-        );
-    }
+    assert_eq!(
+        max_abs_diff(
+            &floats(&r["relaxed"]["logits"]),
+            &floats(&r["simd128"]["logits"])
+        ),
+        0.0,
+        "relaxed vs SIMD128 logits"
+    );
 
     let bad_ids = r["badIds"].as_str().unwrap_or_default();
     assert!(bad_ids.contains("outside the vocabulary"), "{bad_ids}");

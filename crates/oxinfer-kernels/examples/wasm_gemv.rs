@@ -1,9 +1,11 @@
 //! One-token matvecs (the decode GEMV) of SmolLM2-135M's shapes on one thread, per kernel:
 //! wall time per call and GB/s of weights. Meant for the wasm build under wasmtime:
 //! `cargo run --release -p oxinfer-kernels --example wasm_gemv --target wasm32-wasip1-threads`
-//! (natively it runs too).
+//! (natively it runs too). A build with relaxed SIMD (`RUSTFLAGS="-C
+//! target-feature=+simd128,+relaxed-simd"`) times the packed and four-row kernels of both
+//! SIMD128 levels.
 
-use oxinfer_kernels::dispatch::detected_isa;
+use oxinfer_kernels::dispatch::{available_isas, detected_isa};
 use oxinfer_kernels::fast::matmul_fast;
 use oxinfer_kernels::packed::{matmul_packed_isa, PackedMatrix};
 use oxinfer_kernels::q8::{quantize_q8, BlockQ8};
@@ -15,6 +17,12 @@ use std::time::Instant;
 
 fn main() {
     let isa = detected_isa();
+    // The SIMD128 levels of this build (SIMD128, and relaxed SIMD where built with it).
+    let levels: Vec<Isa> = available_isas()
+        .into_iter()
+        .filter(|i| i.is_simd128())
+        .collect();
+    let levels = if levels.is_empty() { vec![isa] } else { levels };
     oxinfer_kernels::set_num_threads(1);
     for (format, rows, cols) in [
         (WeightFormat::Q4_1, 1536, 576),
@@ -71,6 +79,18 @@ fn main() {
             matmul_fast(&w, &x, 1, &mut y, isa);
             black_box(&y);
         });
+        let packed = PackedMatrix::pack(&w).unwrap();
+        for &level in &levels {
+            let t_packed = time(&mut || {
+                matmul_packed_isa(&packed, &x, 1, &mut y, level);
+                black_box(&y);
+            });
+            println!(
+                "{format} {rows}x{cols} {level:?}: matmul_packed {:.1} us ({:.2} GB/s)",
+                t_packed * 1e6,
+                gbs(t_packed)
+            );
+        }
         println!(
             "{format} {rows}x{cols} {isa:?}: dot_q8 {:.1} us ({:.2} GB/s) | rows4 {:.1} us ({:.2}) | scalar {:.1} us ({:.2}) | matmul_fast {:.1} us ({:.2})",
             t_one * 1e6, gbs(t_one), t_four * 1e6, gbs(t_four), t_scalar * 1e6, gbs(t_scalar), t_mm * 1e6, gbs(t_mm)
@@ -113,28 +133,32 @@ fn main() {
         .iter()
         .map(|m| PackedMatrix::pack(&WeightMatrix::new(format, m, rows, cols).unwrap()).unwrap())
         .collect();
-    let mut i = 0;
-    cold("matmul_packed", &mut |_, y| {
-        matmul_packed_isa(&packed[i % packed.len()], &x, 1, y, isa);
-        i += 1;
-    });
+    for &level in &levels {
+        let mut i = 0;
+        cold(&format!("matmul_packed {level:?}"), &mut |_, y| {
+            matmul_packed_isa(&packed[i % packed.len()], &x, 1, y, level);
+            i += 1;
+        });
+    }
     cold("dot_q8 per row", &mut |m, y| {
         for (r, out) in y.iter_mut().enumerate() {
             *out = dot_q8(format, &m[r * rb..(r + 1) * rb], &q, isa);
         }
     });
-    cold("rows4 consecutive", &mut |m, y| {
-        let row = |r: usize| &m[r * rb..(r + 1) * rb];
-        for r in (0..rows).step_by(4) {
-            let o = dot_q8_rows4(
-                format,
-                [row(r), row(r + 1), row(r + 2), row(r + 3)],
-                &q,
-                isa,
-            );
-            y[r..r + 4].copy_from_slice(&o);
-        }
-    });
+    for &level in &levels {
+        cold(&format!("rows4 consecutive {level:?}"), &mut |m, y| {
+            let row = |r: usize| &m[r * rb..(r + 1) * rb];
+            for r in (0..rows).step_by(4) {
+                let o = dot_q8_rows4(
+                    format,
+                    [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                    &q,
+                    level,
+                );
+                y[r..r + 4].copy_from_slice(&o);
+            }
+        });
+    }
     for split in [4, 16, 64] {
         cold(&format!("rows4 every {split}"), &mut |m, y| {
             let row = |r: usize| &m[r * rb..(r + 1) * rb];

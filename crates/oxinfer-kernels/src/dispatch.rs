@@ -443,6 +443,13 @@ pub enum Isa {
     /// that uses it does not load on an engine without it (`-C target-feature=+simd128`).
     #[non_exhaustive]
     Simd128,
+    /// SIMD128 with relaxed SIMD (`i32x4.relaxed_dot_i8x16_i7x16_add_s`: 16 int8 products
+    /// summed four by four into i32 lanes in one instruction), chosen at build time like
+    /// [`Isa::Simd128`] (`-C target-feature=+simd128,+relaxed-simd`): the int8 kernels that
+    /// can put 7-bit weights in the instruction's unsigned operand use it, every other kernel
+    /// is SIMD128's.
+    #[non_exhaustive]
+    RelaxedSimd128,
 }
 
 impl Isa {
@@ -456,6 +463,7 @@ impl Isa {
             Isa::NeonDot => "neon+dotprod",
             Isa::NeonI8mm => "neon+dotprod+i8mm",
             Isa::Simd128 => "simd128",
+            Isa::RelaxedSimd128 => "simd128+relaxed",
         }
     }
 
@@ -477,9 +485,9 @@ impl Isa {
         matches!(self, Isa::Neon | Isa::NeonDot | Isa::NeonI8mm)
     }
 
-    /// Whether this is WebAssembly SIMD128.
+    /// Whether this is WebAssembly SIMD128 (with or without relaxed SIMD).
     pub fn is_simd128(self) -> bool {
-        self == Isa::Simd128
+        matches!(self, Isa::Simd128 | Isa::RelaxedSimd128)
     }
 }
 
@@ -517,7 +525,17 @@ pub fn detected_isa() -> Isa {
                 return Isa::Neon;
             }
         }
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        #[cfg(all(
+            target_arch = "wasm32",
+            target_feature = "simd128",
+            target_feature = "relaxed-simd"
+        ))]
+        return Isa::RelaxedSimd128;
+        #[cfg(all(
+            target_arch = "wasm32",
+            target_feature = "simd128",
+            not(target_feature = "relaxed-simd")
+        ))]
         return Isa::Simd128;
         #[allow(unreachable_code)]
         Isa::Scalar
@@ -546,6 +564,9 @@ pub fn available_isas() -> Vec<Isa> {
     }
     if best.is_simd128() {
         v.push(Isa::Simd128);
+    }
+    if best == Isa::RelaxedSimd128 {
+        v.push(Isa::RelaxedSimd128);
     }
     v
 }

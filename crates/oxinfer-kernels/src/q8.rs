@@ -60,6 +60,12 @@ fn quantize_block(x: &[f32], qs: &mut [i8]) -> f32 {
             return d;
         }
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if x.len().is_multiple_of(16) && qs.len() == x.len() {
+        if let Some(d) = simd128::quantize_block(x, qs) {
+            return d;
+        }
+    }
     quantize_block_scalar(x, qs)
 }
 
@@ -115,6 +121,61 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
                 .map(|&q| i16::from(q))
                 .sum();
         }
+    }
+}
+
+/// The block quantizer on wasm SIMD128 (the scalar one's bytes and scale, as on AVX2): where
+/// the portable code rounds each value with a `roundf` call (wasm has no round-half-away
+/// instruction), this rounds four at a time: truncate, then step away from zero where the
+/// (exact) remainder is at least one half.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128 {
+    use std::arch::wasm32::*;
+
+    /// `x` (a multiple of 16 values) into `qs` (as many); `None` for a block that is all zero
+    /// or holds a NaN or an infinity (the scalar path's cases).
+    pub(super) fn quantize_block(x: &[f32], qs: &mut [i8]) -> Option<f32> {
+        let load = |i: usize| {
+            let b: &[f32; 4] = x[4 * i..4 * i + 4].try_into().expect("4 values");
+            // SAFETY: `b` is 16 readable bytes; wasm loads have no alignment requirement.
+            unsafe { v128_load(b.as_ptr().cast()) }
+        };
+        let (mut amax, mut finite) = (f32x4_splat(0.0), u32x4_splat(u32::MAX));
+        for i in 0..x.len() / 4 {
+            let a = f32x4_abs(load(i));
+            finite = v128_and(finite, f32x4_le(a, f32x4_splat(f32::MAX)));
+            amax = f32x4_max(amax, a);
+        }
+        if !i32x4_all_true(finite) {
+            return None;
+        }
+        let amax = f32x4_extract_lane::<0>(amax)
+            .max(f32x4_extract_lane::<1>(amax))
+            .max(f32x4_extract_lane::<2>(amax))
+            .max(f32x4_extract_lane::<3>(amax));
+        if amax == 0.0 {
+            return None;
+        }
+        let d = amax / 127.0;
+        let id = f32x4_splat(1.0 / d);
+        // `(v * id).round().clamp(-127.0, 127.0) as i8`, four lanes at a time.
+        let quant = |i: usize| {
+            let p = f32x4_mul(load(i), id);
+            let t = f32x4_trunc(p);
+            let away = f32x4_ge(f32x4_abs(f32x4_sub(p, t)), f32x4_splat(0.5));
+            let one = v128_or(v128_and(p, f32x4_splat(-0.0)), f32x4_splat(1.0));
+            let r = f32x4_add(t, v128_and(one, away));
+            let r = f32x4_min(f32x4_max(r, f32x4_splat(-127.0)), f32x4_splat(127.0));
+            i32x4_trunc_sat_f32x4(r)
+        };
+        for (c, out) in qs.chunks_exact_mut(16).enumerate() {
+            let lo = i16x8_narrow_i32x4(quant(4 * c), quant(4 * c + 1));
+            let hi = i16x8_narrow_i32x4(quant(4 * c + 2), quant(4 * c + 3));
+            let out: &mut [i8; 16] = out.try_into().expect("16 bytes");
+            // SAFETY: `out` is 16 writable bytes; wasm stores have no alignment requirement.
+            unsafe { v128_store(out.as_mut_ptr().cast(), i8x16_narrow_i16x8(lo, hi)) };
+        }
+        Some(d)
     }
 }
 

@@ -601,8 +601,18 @@ fn run_tile(
         unsafe { avx2::tile(format, gdata, nb, acts, ti, n, tile) };
         return;
     }
+    #[cfg(all(
+        target_arch = "wasm32",
+        target_feature = "simd128",
+        target_feature = "relaxed-simd"
+    ))]
+    if isa == Isa::RelaxedSimd128
+        && simd128::tile::<simd128::Relaxed>(format, gdata, nb, acts, ti, n, tile)
+    {
+        return;
+    }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if isa == Isa::Simd128 && simd128::tile(format, gdata, nb, acts, ti, n, tile) {
+    if isa.is_simd128() && simd128::tile::<simd128::Widen>(format, gdata, nb, acts, ti, n, tile) {
         return;
     }
     let _ = isa;
@@ -613,7 +623,7 @@ fn run_tile(
 /// speed): every packed format on the AVX2 levels; Q4_0, Q4_1, Q8_0 and IQ4_NL on SIMD128.
 pub fn packed_kernels(format: WeightFormat, isa: Isa) -> bool {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if isa == Isa::Simd128 {
+    if isa.is_simd128() {
         return simd128::handles(format);
     }
     isa.has_avx2() && PackedMatrix::supports(format)

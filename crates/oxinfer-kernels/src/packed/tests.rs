@@ -98,7 +98,7 @@ fn check(format: WeightFormat, rows: usize, blocks: usize, t: usize, seed: u64) 
         );
     }
     for isa in available_isas() {
-        if isa == Isa::Simd128 {
+        if isa.is_simd128() {
             // The SIMD128 kernels round the multiply-adds that the twin fuses (one extra
             // rounding of a term and of the running sum per block and term), a few ulps of
             // the sums' magnitude: within the bound of the packed vs row-major check above.
@@ -109,6 +109,18 @@ fn check(format: WeightFormat, rows: usize, blocks: usize, t: usize, seed: u64) 
                     (a - b).abs() <= 2e-5 * scale,
                     "{format} rows {rows} cols {cols} t {t} {isa:?}: {a} vs scalar twin {b} at {i}"
                 );
+            }
+            if isa == Isa::RelaxedSimd128 {
+                // The relaxed integer sums are SIMD128's, and the float step is shared.
+                let mut widen = vec![0f32; t * rows];
+                matmul_packed_isa(&p, &x, t, &mut widen, Isa::Simd128);
+                for (i, (a, b)) in simd.iter().zip(&widen).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{format} rows {rows} cols {cols} t {t}: relaxed {a} vs SIMD128 {b} at {i}"
+                    );
+                }
             }
             continue;
         }

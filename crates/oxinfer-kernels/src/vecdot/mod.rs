@@ -17,6 +17,12 @@ mod unpack;
 pub use crate::dispatch::{available_isas, detected_isa, Isa};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub(crate) use simd128::f16x4_to_f32 as simd128_f16x4_to_f32;
+#[cfg(all(
+    target_arch = "wasm32",
+    target_feature = "simd128",
+    target_feature = "relaxed-simd"
+))]
+pub(crate) use simd128::relaxed as simd128_relaxed;
 pub use unpack::{unpack_k, KBlock};
 
 use crate::format::WeightFormat;
@@ -31,7 +37,7 @@ pub fn pairs_rows(isa: Isa) -> bool {
 /// Whether [`dot_q8_rows4`] is faster than four [`dot_q8`] calls at `isa` (it has a kernel of
 /// its own); callers with one token and four or more rows then take the rows four at a time.
 pub fn groups_rows4(isa: Isa) -> bool {
-    isa == Isa::Simd128
+    isa.is_simd128()
 }
 
 /// The activation format a weight format's kernels take.
@@ -73,7 +79,7 @@ pub fn dot_float(format: WeightFormat, w: &[u8], x: &[f32], isa: Isa) -> f32 {
         // the CPU reports it).
         isa if isa.is_neon() => unsafe { neon::dot_float(format, w, x) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             simd128::dot_float(format, w, x).unwrap_or_else(|| scalar::dot_float(format, w, x))
         }
         _ => scalar::dot_float(format, w, x),
@@ -94,7 +100,7 @@ pub fn dot_q8(format: WeightFormat, w: &[u8], x: &[BlockQ8], isa: Isa) -> f32 {
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<1>(format, w, None, [x], isa)[0],
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             let mut out = [0f32; 1];
             if simd128::dot_q8_multi::<1>(format, w, [x], &mut out) {
                 out[0]
@@ -149,7 +155,7 @@ pub fn dot_q8_x4(format: WeightFormat, w: &[u8], xs: [&[BlockQ8]; 4], isa: Isa) 
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<4>(format, w, None, xs, isa),
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             let mut out = [0f32; 4];
             if simd128::dot_q8_multi::<4>(format, w, xs, &mut out) {
                 out
@@ -201,9 +207,9 @@ pub fn dot_q8_rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], isa: Isa
     }
     match isa {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             let mut out = [0f32; 4];
-            if simd128::dot_q8_rows4(format, w, x, &mut out) {
+            if simd128::dot_q8_rows4(format, w, x, isa, &mut out) {
                 out
             } else {
                 w.map(|row| scalar::dot_q8(format, row, x))
@@ -231,7 +237,7 @@ pub fn dot_split(format: WeightFormat, w: &[u8], s: &[u8], x: &[BlockQ8], isa: I
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<1>(format, w, Some(s), [x], isa)[0],
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             let mut out = [0f32; 1];
             simd128::dot_split_multi::<1>(format, w, s, [x], &mut out);
             out[0]
@@ -265,7 +271,7 @@ pub fn dot_split_x4(
         #[cfg(target_arch = "aarch64")]
         isa if isa.is_neon() => neon_q8_multi::<4>(format, w, Some(s), xs, isa),
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => {
+        Isa::Simd128 | Isa::RelaxedSimd128 => {
             let mut out = [0f32; 4];
             simd128::dot_split_multi::<4>(format, w, s, xs, &mut out);
             out
@@ -287,7 +293,7 @@ pub fn dot_kblock(kb: &KBlock, y: &BlockQ8K, isa: Isa) -> f32 {
         // SAFETY: Isa::NeonDot and Isa::NeonI8mm are only chosen when the CPU reports dotprod.
         Isa::NeonDot | Isa::NeonI8mm => unsafe { neon::dot_kblock_dot(kb, y) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => simd128::dot_kblock(kb, y),
+        Isa::Simd128 | Isa::RelaxedSimd128 => simd128::dot_kblock(kb, y),
         _ => scalar::dot_kblock(kb, y),
     }
 }

@@ -16,6 +16,7 @@ use super::unpack::KBlock;
 use crate::dequant::f16_at;
 use crate::dequant::iq::e8m0_half;
 use crate::dequant::{KVALUES_IQ4NL, KVALUES_MXFP4};
+use crate::dispatch::Isa;
 use crate::format::WeightFormat;
 use crate::q8::{BlockQ8, BlockQ8K};
 use std::arch::wasm32::*;
@@ -198,30 +199,67 @@ fn hsum4_i32(s: [v128; 4]) -> v128 {
 }
 
 /// `out[r] = w[r] · x` for four rows of a 32-weight format and one token (the decode GEMV):
-/// each activation block is widened to i16 once for the four rows, and the rows' integer sums
-/// are gathered into one vector (lane `r`: row `r`) where the scales are applied, so no
-/// horizontal sum is taken per block. Each lane takes the scalar twin's float steps in its
-/// order: the same bits as four [`dot_q8_multi`] calls. `false` (nothing written) for a format
-/// without a kernel here. The caller checked that each row is `x.len()` blocks.
+/// each activation block is prepared once for the four rows (widened to i16 on SIMD128), and
+/// the rows' integer sums are gathered into one vector (lane `r`: row `r`) where the scales are
+/// applied, so no horizontal sum is taken per block. Each lane takes the scalar twin's float
+/// steps in its order: the same bits as four [`dot_q8_multi`] calls. On
+/// [`Isa::RelaxedSimd128`] they take their integer sums with relaxed SIMD
+/// ([`relaxed::Relaxed`]): the same integers. `false` (nothing written) for a
+/// format without a kernel here. The caller checked that each row is `x.len()` blocks.
 pub fn dot_q8_rows4(
     format: WeightFormat,
     w: [&[u8]; 4],
     x: &[BlockQ8],
+    isa: Isa,
     out: &mut [f32; 4],
 ) -> bool {
     // One monomorphic loop per format, so the format's match folds away.
     macro_rules! go {
-        ($($f:ident)|*) => {
+        ($s:ty: $($f:ident)|*) => {
             match format {
                 $(WeightFormat::$f => {
-                    rows4(WeightFormat::$f, w, x, out);
+                    rows4::<$s>(WeightFormat::$f, w, x, out);
                     true
                 })*
                 _ => false,
             }
         };
     }
-    go!(Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4)
+    #[cfg(target_feature = "relaxed-simd")]
+    if isa == Isa::RelaxedSimd128 {
+        return go!(relaxed::Relaxed: Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4);
+    }
+    let _ = isa;
+    go!(Widen: Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4)
+}
+
+/// The integer part of [`rows4`]: one activation block prepared once for four rows, then a
+/// row's block sum in four i32 lanes whose total is the block's integer dot product (the
+/// scalar twin's `sumi`, quant offsets included).
+trait RowSums {
+    /// One activation block, prepared.
+    type Acts;
+    /// Prepares `y` for the blocks of `format`.
+    fn acts(format: WeightFormat, y: &BlockQ8) -> Self::Acts;
+    /// Block `b` of `format` against prepared activations.
+    fn block(format: WeightFormat, b: &[u8], a: &Self::Acts) -> v128;
+}
+
+/// SIMD128: activations widened to i16, `i32x4.dot_i16x8_s`.
+struct Widen;
+
+impl RowSums for Widen {
+    type Acts = [v128; 4];
+
+    #[inline(always)]
+    fn acts(format: WeightFormat, y: &BlockQ8) -> [v128; 4] {
+        widen_acts(format, y)
+    }
+
+    #[inline(always)]
+    fn block(format: WeightFormat, b: &[u8], a: &[v128; 4]) -> v128 {
+        block_sum(format, b, a)
+    }
 }
 
 /// One activation block as i16 for [`block_sum`]: for Q4_0 / Q4_1 quants 0, 2 .. 14, then
@@ -285,7 +323,7 @@ fn head(b: &[u8]) -> u32 {
 }
 
 #[inline(always)]
-fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4]) {
+fn rows4<S: RowSums>(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4]) {
     // The four rows are written out one by one (not looped over): LLVM keeps a loop over an
     // array of rows as a loop, with the array and the sums in linear memory.
     let bb = format.block_bytes();
@@ -295,12 +333,12 @@ fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4])
         let at = bi * bb;
         let (b0, b1) = (&w0[at..at + bb], &w1[at..at + bb]);
         let (b2, b3) = (&w2[at..at + bb], &w3[at..at + bb]);
-        let a16 = widen_acts(format, y);
+        let a = S::acts(format, y);
         let sums = [
-            block_sum(format, b0, &a16),
-            block_sum(format, b1, &a16),
-            block_sum(format, b2, &a16),
-            block_sum(format, b3, &a16),
+            S::block(format, b0, &a),
+            S::block(format, b1, &a),
+            S::block(format, b2, &a),
+            S::block(format, b3, &a),
         ];
         let sumi = f32x4_convert_i32x4(hsum4_i32(sums));
         let (d, m) = if format == WeightFormat::MXFP4 {
@@ -341,6 +379,124 @@ fn rows4(format: WeightFormat, w: [&[u8]; 4], x: &[BlockQ8], out: &mut [f32; 4])
         f32x4_extract_lane::<2>(acc),
         f32x4_extract_lane::<3>(acc),
     ];
+}
+
+/// The relaxed-SIMD int8 products (`i32x4.relaxed_dot_i8x16_i7x16_add_s`), for the build with
+/// `+relaxed-simd` ([`Isa::RelaxedSimd128`]).
+///
+/// The instruction multiplies 16 signed bytes with 16 bytes that must be 0..=127 (a byte with
+/// its top bit set may be read as signed or unsigned, by engine and CPU), adds the products in
+/// pairs into i16 (which may saturate, or wrap: never here, as |2 · 127 · 128| < 2¹⁵) and the
+/// pairs into i32 lanes (lane `i`: bytes `4i .. 4i + 4`), plus an accumulator; on x86 it is one
+/// `vpmaddubsw` and one `vpmaddwd` (or a VNNI `vpdpbusd`). The weights go in the 0..=127
+/// operand: 4- and 5-bit quants are already there; quants with negative values go in as
+/// `q + offset` (a table of `value + offset`, split in two where it exceeds 127), and
+/// `offset · Σ activations` is taken off; a Q8_0 quant (a full signed byte) is
+/// `(q & 0x7F) − 128 · (q >> 7)`. The integer sums are those of the SIMD128 kernels, so
+/// the results are their bits.
+#[cfg(target_feature = "relaxed-simd")]
+pub(crate) mod relaxed {
+    use super::*;
+
+    /// `acc` + the products of the signed bytes `a` with the bytes `w` (each 0..=127), summed
+    /// four by four into the i32 lanes.
+    #[inline(always)]
+    pub(crate) fn dot_u7(acc: v128, a: v128, w: v128) -> v128 {
+        i32x4_relaxed_dot_i8x16_i7x16_add(a, w, acc)
+    }
+
+    /// The 32 signed bytes `a` summed into four i32 lanes (their total is the sum).
+    #[inline(always)]
+    pub(crate) fn sum_acts(a: [v128; 2]) -> v128 {
+        let ones = i8x16_splat(1);
+        dot_u7(dot_u7(i32x4_splat(0), a[0], ones), a[1], ones)
+    }
+
+    /// `table[i] + offset` (0..=254) as two tables of 0..=127: `min(v, 127)` and the rest.
+    const fn split_u7(table: &[i8; 16], offset: i16) -> [[i8; 16]; 2] {
+        let mut out = [[0i8; 16]; 2];
+        let mut i = 0;
+        while i < 16 {
+            let v = table[i] as i16 + offset;
+            assert!(v >= 0 && v <= 254);
+            let first = if v > 127 { 127 } else { v };
+            out[0][i] = first as i8;
+            out[1][i] = (v - first) as i8;
+            i += 1;
+        }
+        out
+    }
+
+    /// The IQ4_NL values (−127..=113) + 128 as two tables of 0..=127.
+    const IQ4NL_U7: [[i8; 16]; 2] = split_u7(&KVALUES_IQ4NL, 128);
+    /// The MXFP4 values (−12..=12) + 12: one table of 0..=24.
+    const MXFP4_U7: [[i8; 16]; 2] = split_u7(&KVALUES_MXFP4, 12);
+
+    /// [`IQ4NL_U7`] as two vectors.
+    #[inline(always)]
+    pub(crate) fn iq4nl_u7_tables() -> [v128; 2] {
+        [load_i8(&IQ4NL_U7[0], 0), load_i8(&IQ4NL_U7[1], 0)]
+    }
+
+    /// Relaxed SIMD for [`rows4`]: the two 16-byte halves of the activations and their sum.
+    pub(crate) struct Relaxed;
+
+    impl RowSums for Relaxed {
+        type Acts = ([v128; 2], v128);
+
+        #[inline(always)]
+        fn acts(_: WeightFormat, y: &BlockQ8) -> Self::Acts {
+            let a = [load_i8(&y.qs, 0), load_i8(&y.qs, 16)];
+            (a, sum_acts(a))
+        }
+
+        #[inline(always)]
+        fn block(format: WeightFormat, b: &[u8], (a, sum): &Self::Acts) -> v128 {
+            // Quants 0..16 in the low nibbles, 16..32 in the high ones.
+            let nibbles = |at: usize| {
+                let qs = load_at(b, at);
+                (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4))
+            };
+            let both = |acc: v128, (lo, hi): (v128, v128)| dot_u7(dot_u7(acc, a[0], lo), a[1], hi);
+            let off = |k: i32| i32x4_mul(*sum, i32x4_splat(-k));
+            let look =
+                |t: v128, (lo, hi): (v128, v128)| (i8x16_swizzle(t, lo), i8x16_swizzle(t, hi));
+            match format {
+                WeightFormat::Q4_0 => both(off(8), nibbles(2)),
+                WeightFormat::Q4_1 => both(i32x4_splat(0), nibbles(4)),
+                WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+                    let (h, at, k) = if format == WeightFormat::Q5_0 {
+                        (2, 6, 16)
+                    } else {
+                        (4, 8, 0)
+                    };
+                    let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
+                    let (lo, hi) = nibbles(at);
+                    let (hb_lo, hb_hi) = q5_high_bits(qh);
+                    both(off(k), (v128_or(lo, hb_lo), v128_or(hi, hb_hi)))
+                }
+                WeightFormat::IQ4_NL => {
+                    let q = nibbles(2);
+                    let [t1, t2] = iq4nl_u7_tables();
+                    both(both(off(128), look(t1, q)), look(t2, q))
+                }
+                WeightFormat::MXFP4 => {
+                    let t = load_i8(&MXFP4_U7[0], 0);
+                    both(off(12), look(t, nibbles(1)))
+                }
+                WeightFormat::Q8_0 => {
+                    // q = (q & 0x7F) − 128 · (q >> 7).
+                    let q = (load_at(b, 2), load_at(b, 18));
+                    let low = |v: v128| v128_and(v, u8x16_splat(0x7F));
+                    let top = |v: v128| u8x16_shr(v, 7);
+                    let pos = both(i32x4_splat(0), (low(q.0), low(q.1)));
+                    let neg = both(i32x4_splat(0), (top(q.0), top(q.1)));
+                    i32x4_sub(pos, i32x4_shl(neg, 7))
+                }
+                _ => unreachable!("{format:?} has no relaxed kernel"),
+            }
+        }
+    }
 }
 
 /// `out[k] = w · xs[k]` for a row of a 32-weight format (the blocks unpacked once for the

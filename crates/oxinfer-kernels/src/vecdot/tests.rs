@@ -305,7 +305,14 @@ fn isa_levels_end_at_the_detected_one() {
     if cfg!(target_arch = "aarch64") {
         assert!(isas.contains(&Isa::Neon), "{isas:?}");
     }
-    if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+    if cfg!(all(
+        target_arch = "wasm32",
+        target_feature = "simd128",
+        target_feature = "relaxed-simd"
+    )) {
+        assert_eq!(detected_isa(), Isa::RelaxedSimd128, "{isas:?}");
+        assert!(isas.contains(&Isa::Simd128), "{isas:?}");
+    } else if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
         assert_eq!(detected_isa(), Isa::Simd128, "{isas:?}");
     }
     if let Ok(want) = std::env::var("OXINFER_TEST_EXPECT_ISA") {
@@ -401,14 +408,21 @@ fn wrong_lengths_and_formats_panic_with_a_message() {
     }
 }
 
-/// The SIMD128 kernels against their scalar twins on every format, several lengths and seeds
-/// (the proptest above samples a few formats per run): the integer kernels return the scalar
-/// twin's bits (the same exact integer sums, then the same float steps in the same order), the
-/// float rows agree within summation-order rounding.
+/// The SIMD128 kernels (and, in a build with relaxed SIMD, the relaxed ones) against their
+/// scalar twins on every format, several lengths and seeds (the proptest above samples a few
+/// formats per run): the integer kernels return the scalar twin's bits (the same exact integer
+/// sums, then the same float steps in the same order), the float rows agree within
+/// summation-order rounding.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd128_kernels_match_their_scalar_twins() {
-    let simd = Isa::Simd128;
+    for simd in available_isas().into_iter().filter(|i| i.is_simd128()) {
+        simd128_against_scalar(simd);
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn simd128_against_scalar(simd: Isa) {
     for format in FORMATS {
         for seed in 0..12u64 {
             let blocks = 1 + seed as usize % 5;
@@ -478,6 +492,82 @@ fn simd128_kernels_match_their_scalar_twins() {
             );
             let x4 = dot_split_x4(format, w, s, [&q[..], &q[..], &q[..], &q[..]], simd);
             assert!(x4.iter().all(|v| v.to_bits() == want), "{format} x4");
+        }
+    }
+}
+
+/// The four-row kernels at the ends of both operands' ranges, where the relaxed dot product's
+/// 16-bit pair sums are largest (2 · 127 · 128): activations of ±127 and −128 (which the
+/// quantizer never writes, but a block may hold) against quant bytes of all zeros, all ones,
+/// 0x80 (Q8_0's −128) and 0x7F; every SIMD128 level returns the scalar twin's bits.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd128_rows4_are_exact_at_the_extremes() {
+    let formats = [
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
+        WeightFormat::Q8_0,
+        WeightFormat::IQ4_NL,
+        WeightFormat::MXFP4,
+    ];
+    let patterns: [fn(usize) -> i8; 4] = [
+        |_| 127,
+        |_| -128,
+        |i| if i % 2 == 0 { 127 } else { -128 },
+        |i| if i % 3 == 0 { -128 } else { -127 },
+    ];
+    let n = 64;
+    let acts: Vec<Vec<BlockQ8>> = patterns
+        .iter()
+        .map(|p| {
+            (0..n / 32)
+                .map(|b| {
+                    let qs: [i8; 32] = std::array::from_fn(|i| p(32 * b + i));
+                    let d = 0.013;
+                    let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+                    BlockQ8 {
+                        d,
+                        s: d * sum as f32,
+                        qs,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    for format in formats {
+        let bb = format.block_bytes();
+        let head = match format {
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => 4,
+            WeightFormat::MXFP4 => 1,
+            _ => 2,
+        };
+        let rows: Vec<Vec<u8>> = [0x00u8, 0xFF, 0x80, 0x7F]
+            .iter()
+            .enumerate()
+            .map(|(r, &fill)| {
+                let mut row = random_row(format, n, 7 + r as u64);
+                for blk in row.chunks_exact_mut(bb) {
+                    blk[head..].fill(fill);
+                }
+                row
+            })
+            .collect();
+        let four = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+        for simd in available_isas().into_iter().filter(|i| i.is_simd128()) {
+            for (p, x) in acts.iter().enumerate() {
+                let got = dot_q8_rows4(format, four, x, simd);
+                for (r, row) in rows.iter().enumerate() {
+                    let want = dot_q8(format, row, x, Isa::Scalar);
+                    assert_eq!(
+                        got[r].to_bits(),
+                        want.to_bits(),
+                        "{format} {simd:?} pattern {p} row {r}: {} vs {want}",
+                        got[r]
+                    );
+                }
+            }
         }
     }
 }
