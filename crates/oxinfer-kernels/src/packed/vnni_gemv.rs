@@ -212,17 +212,23 @@ pub(super) unsafe fn gemv2_q6k<const N: usize>(
                     );
                     for k in 0..N {
                         let xq = ys[k].qs.as_ptr().add(32 * s + 16 * h);
-                        let a = dp(
-                            dp(_mm512_setzero_si512(), w0, bcast4(xq)),
-                            w1,
-                            bcast4(xq.add(4)),
-                        );
-                        let b = dp(
-                            dp(_mm512_setzero_si512(), w2, bcast4(xq.add(8))),
+                        // One chain of four products (no add of two half sums): the
+                        // two halves and N tokens keep enough chains in flight, and on
+                        // Zen 5 the kernel runs about a tenth faster than with two
+                        // chains of two (see docs/performance.md, issue 26 item 3).
+                        let part = dp(
+                            dp(
+                                dp(
+                                    dp(_mm512_setzero_si512(), w0, bcast4(xq)),
+                                    w1,
+                                    bcast4(xq.add(4)),
+                                ),
+                                w2,
+                                bcast4(xq.add(8)),
+                            ),
                             w3,
                             bcast4(xq.add(12)),
                         );
-                        let part = _mm512_add_epi32(a, b);
                         s32[k] = _mm512_add_epi32(s32[k], _mm512_mullo_epi32(part, scv));
                     }
                 }
