@@ -89,30 +89,46 @@ pub(super) unsafe fn gemv2_q4k<const N: usize>(
             prefetch_ahead(p0, q4k::QS);
             prefetch_ahead(p1, q4k::QS);
             let ys: [&BlockQ8K; N] = std::array::from_fn(|k| &*xs[k].add(i));
+            // Sub-blocks in pairs (2sp, 2sp + 1): each half sum (16 products of a 4-bit
+            // quant and an int8, |Σ| <= 16 · 15 · 127 = 30480) fits an i16, so the two
+            // sub-blocks' half sums are packed into the i16 halves of one lane (`idx`: the low
+            // i16 of lane r from the first, the high from the second) and one `vpdpwssd`
+            // against the pair's scales (sc[2sp], sc[2sp + 1]) adds both to the lane's sum:
+            // two `vpermt2w` and two `vpdpwssd` per pair and token where one add, one
+            // `mullo` and one add per sub-block were (the same exact integer sum).
             let mut s32 = [_mm512_setzero_si512(); N];
-            for s in 0..8 {
-                let sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
-                    _mm_loadl_epi64(p0.add(q4k::SC + 8 * s) as *const __m128i),
-                    _mm_loadl_epi64(p1.add(q4k::SC + 8 * s) as *const __m128i),
-                ));
-                let qo = q4k::QS + 128 * s;
-                prefetch_ahead(p0.add(qo), 128);
-                prefetch_ahead(p1.add(qo), 128);
-                let mut ea = [_mm512_setzero_si512(); N];
-                let mut oa = [_mm512_setzero_si512(); N];
-                for c in 0..4 {
-                    let v = load2(p0.add(qo + 32 * c), p1.add(qo + 32 * c));
-                    let lo = _mm512_and_si512(v, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-                    for k in 0..N {
-                        let xq = ys[k].qs.as_ptr().add(32 * s + 8 * c);
-                        ea[k] = dp(ea[k], lo, bcast4(xq));
-                        oa[k] = dp(oa[k], hi, bcast4(xq.add(4)));
+            let idx = _mm512_set_epi16(
+                62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12, 42,
+                10, 40, 8, 38, 6, 36, 4, 34, 2, 32, 0,
+            );
+            for sp in 0..4 {
+                // sc[2sp] and sc[2sp + 1] of lanes 0..8 (group g0) and 8..16 (g1), as the i16
+                // pairs (sc[2sp][r], sc[2sp + 1][r]) of lane r.
+                let scb = load2x16(p0.add(q4k::SC + 16 * sp), p1.add(q4k::SC + 16 * sp));
+                let scw =
+                    _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(scb, _mm256_srli_si256::<8>(scb)));
+                let mut ea = [[_mm512_setzero_si512(); N]; 2];
+                let mut oa = [[_mm512_setzero_si512(); N]; 2];
+                for h in 0..2 {
+                    let s = 2 * sp + h;
+                    let qo = q4k::QS + 128 * s;
+                    prefetch_ahead(p0.add(qo), 128);
+                    prefetch_ahead(p1.add(qo), 128);
+                    for c in 0..4 {
+                        let v = load2(p0.add(qo + 32 * c), p1.add(qo + 32 * c));
+                        let lo = _mm512_and_si512(v, m4);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                        for k in 0..N {
+                            let xq = ys[k].qs.as_ptr().add(32 * s + 8 * c);
+                            ea[h][k] = dp(ea[h][k], lo, bcast4(xq));
+                            oa[h][k] = dp(oa[h][k], hi, bcast4(xq.add(4)));
+                        }
                     }
                 }
                 for k in 0..N {
-                    let part = _mm512_add_epi32(ea[k], oa[k]);
-                    s32[k] = _mm512_add_epi32(s32[k], _mm512_mullo_epi32(part, sc));
+                    let a0 = _mm512_permutex2var_epi16(ea[0][k], idx, ea[1][k]);
+                    let a1 = _mm512_permutex2var_epi16(oa[0][k], idx, oa[1][k]);
+                    s32[k] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s32[k], a0, scw), a1, scw);
                 }
             }
             let d = f16x16(p0, p1);
@@ -212,17 +228,23 @@ pub(super) unsafe fn gemv2_q6k<const N: usize>(
                     );
                     for k in 0..N {
                         let xq = ys[k].qs.as_ptr().add(32 * s + 16 * h);
-                        let a = dp(
-                            dp(_mm512_setzero_si512(), w0, bcast4(xq)),
-                            w1,
-                            bcast4(xq.add(4)),
-                        );
-                        let b = dp(
-                            dp(_mm512_setzero_si512(), w2, bcast4(xq.add(8))),
+                        // One chain of four products (no add of two half sums): the
+                        // two halves and N tokens keep enough chains in flight, and on
+                        // Zen 5 the kernel runs about a tenth faster than with two
+                        // chains of two (see docs/performance.md, issue 26 item 3).
+                        let part = dp(
+                            dp(
+                                dp(
+                                    dp(_mm512_setzero_si512(), w0, bcast4(xq)),
+                                    w1,
+                                    bcast4(xq.add(4)),
+                                ),
+                                w2,
+                                bcast4(xq.add(8)),
+                            ),
                             w3,
                             bcast4(xq.add(12)),
                         );
-                        let part = _mm512_add_epi32(a, b);
                         s32[k] = _mm512_add_epi32(s32[k], _mm512_mullo_epi32(part, scv));
                     }
                 }
