@@ -1,6 +1,7 @@
 //! The 2-D convolution layer of the UNet and the VAE ([`Conv2d`]) and the kernel it keeps: the
 //! unfolded `[n_out][ky][kx][cin]` matrix of [`crate::nn::conv2d`], or, where the CPU's packed
-//! f32 GEMM runs, the kernel packed into its panels or transformed for Winograd F(4×4, 3×3).
+//! f32 GEMM runs, the kernel packed into its panels or transformed for Winograd F(4×4, 3×3) or
+//! F(2×2, 3×3).
 //!
 //! An f32 kernel stored `[cout, cin, k, k]` (every convolution of an f32 diffusers or
 //! single-file checkpoint) is packed or transformed straight from the file's bytes, with no
@@ -11,7 +12,7 @@
 use super::layers::{add_rows, FeatureMap, Norm, Weights};
 use super::DiffusionError;
 use crate::backend::cpu_ref::conv::conv2d_cpu_images_packed;
-use crate::backend::cpu_ref::winograd::{conv2d_winograd_images, WinogradWeight};
+use crate::backend::cpu_ref::winograd::{conv2d_winograd_images, Variant, WinogradWeight};
 use crate::backend::{self, ConvGeom, DeviceWeight};
 use crate::loader::TensorView;
 use crate::nn::{conv_geom, ConvError};
@@ -24,11 +25,13 @@ use std::sync::{Mutex, OnceLock};
 /// layout `[n_out][ky][kx][cin]` of [`crate::nn::conv2d`] (f32, f16 or bf16 as stored), or an
 /// f32 one packed for the CPU's packed GEMM when that is the path it takes ([`Kernel`]).
 ///
-/// Where the packed GEMM runs, an f32 `3 × 3` convolution of stride 1 with
-/// `cin · cout ≤` [`WINOGRAD_MAX_CHANNEL_PAIRS`] and `cin ≥` [`WINOGRAD_MIN_CIN`] keeps its
-/// weight in the Winograd domain instead ([`WinogradWeight`]: F(4×4, 3×3), a quarter of the
-/// multiplies, four times the kernel's memory). `OXINFER_WINOGRAD=0` (read once) keeps every
-/// weight packed for the direct convolution instead, for A/B runs and as a fallback.
+/// Where the packed GEMM runs, an f32 `3 × 3` convolution of stride 1 with `cin ≥`
+/// [`WINOGRAD_MIN_CIN`] keeps its weight in the Winograd domain instead ([`WinogradWeight`]):
+/// F(4×4, 3×3) (a quarter of the multiplies, four times the kernel's memory) where
+/// `cin · cout ≤` [`WINOGRAD_MAX_CHANNEL_PAIRS`], F(2×2, 3×3) (2.25 times fewer multiplies,
+/// 1.78 times the memory) above it ([`winograd_variant`]). `OXINFER_WINOGRAD` (read once)
+/// changes the rule for A/B runs and as a fallback ([`WinogradMode`]): `0` keeps every weight
+/// packed for the direct convolution.
 pub struct Conv2d {
     /// The kernel the products read, made at load or on first use (see the module doc); an
     /// error there is kept and returned by every forward pass.
@@ -122,9 +125,12 @@ impl Conv2d {
             let taps = self.k * self.k;
             let kernel = match plan {
                 Plan::Packed => Kernel::Packed(pack_stored(t.bytes(), self.cout, self.cin, taps)?),
-                Plan::Winograd => {
-                    Kernel::Winograd(WinogradWeight::from_stored(t.bytes(), self.cout, self.cin)?)
-                }
+                Plan::Winograd(v) => Kernel::Winograd(WinogradWeight::from_stored(
+                    t.bytes(),
+                    self.cout,
+                    self.cin,
+                    v,
+                )?),
             };
             // Only the packed or transformed copy is read from now on.
             t.release_rows(0..self.cout);
@@ -200,8 +206,8 @@ pub fn lazy_kernels<T>(f: impl FnOnce() -> T) -> T {
 enum Plan {
     /// Panels for the packed GEMM ([`Kernel::Packed`]).
     Packed,
-    /// The Winograd transform ([`Kernel::Winograd`]).
-    Winograd,
+    /// The Winograd transform of this variant ([`Kernel::Winograd`]).
+    Winograd(Variant),
 }
 
 /// What the CPU keeps instead of the unfolded matrix of a `format` kernel, if anything. Only
@@ -219,19 +225,13 @@ fn cpu_plan(
 ) -> Option<Plan> {
     let cpu_packed =
         backend::active().is_none() && format == WeightFormat::F32 && float_packing_pays(format);
-    let winograd = cpu_packed
-        && k == 3
-        && stride == 1
-        && cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS
-        && cin >= WINOGRAD_MIN_CIN
-        && winograd_enabled();
-    if winograd {
-        Some(Plan::Winograd)
-    } else if cpu_packed {
-        Some(Plan::Packed)
-    } else {
-        None
+    if !cpu_packed {
+        return None;
     }
+    let winograd = (k == 3 && stride == 1)
+        .then(|| winograd_variant(WinogradMode::from_env(), cin, cout))
+        .flatten();
+    Some(winograd.map_or(Plan::Packed, Plan::Winograd))
 }
 
 /// The kernel [`cpu_plan`] keeps for the unfolded `[cout, k · k · cin]` matrix `m`, if any.
@@ -242,7 +242,7 @@ fn cpu_kernel(
     stride: usize,
 ) -> Result<Option<Kernel>, DiffusionError> {
     Ok(match cpu_plan(m.format, cin, m.rows, k, stride) {
-        Some(Plan::Winograd) => Some(Kernel::Winograd(WinogradWeight::new(m, cin)?)),
+        Some(Plan::Winograd(v)) => Some(Kernel::Winograd(WinogradWeight::new(m, cin, v)?)),
         Some(Plan::Packed) => PackedFloatMatrix::pack(m).map(Kernel::Packed),
         None => None,
     })
@@ -333,34 +333,77 @@ enum Kernel {
     /// no GPU backend is installed and the packed GEMM is on (not `OXINFER_PACKED=0`, not
     /// `OXINFER_KERNELS=scalar`).
     Packed(PackedFloatMatrix),
-    /// The kernel in the Winograd domain (`U = G g Gᵀ`, 36 packed `[cout, cin]` matrices),
-    /// transformed once: kept instead of the packed panels where [`Conv2d`] says.
+    /// The kernel in the Winograd domain (`U = G g Gᵀ`, 36 or 16 packed `[cout, cin]`
+    /// matrices), transformed once: kept instead of the packed panels where [`Conv2d`] says.
     Winograd(WinogradWeight),
 }
 
 /// The largest `cin · cout` of a `3 × 3` convolution whose weight [`Conv2d`] keeps in the
-/// Winograd domain: `1920 · 640`, every convolution of the SD 1.5 UNet's 320- and 640-channel
-/// levels (the up blocks' `1920 → 640` included) and every VAE convolution (≤ 512 channels):
-/// on SD 1.5 in f32, 23 UNet layers (0.29 GB of kernels, 1.15 GB transformed: 0.86 GB more)
-/// and 53 VAE layers (0.31 GB, 0.94 GB more, the encoder's included). The 1280-channel level
-/// stays packed for the direct convolution: it holds most of the kernel bytes (1.8 GB;
-/// transformed, 5.4 GB more), and at 256 × 256 it runs on 8 × 8 and 4 × 4 latents, a handful
-/// of tiles per image, where the transformed matrices are read for too few pixels to pay much
-/// (measured on 2 images: 1.3× faster at 8 × 8, 0.7× at 4 × 4, against 1.9–2.9× for the
-/// levels it covers; `examples/conv_winograd.rs`).
+/// Winograd F(4×4, 3×3) domain: `1920 · 640`, every convolution of the SD 1.5 UNet's 320- and
+/// 640-channel levels (the up blocks' `1920 → 640` included) and every VAE convolution (≤ 512
+/// channels): on SD 1.5 in f32, 23 UNet layers (0.29 GB of kernels, 1.15 GB transformed:
+/// 0.86 GB more) and 53 VAE layers (0.31 GB, 0.94 GB more, the encoder's included). Above it
+/// (the 1280-channel level, 1.8 GB of kernels: F(4×4) would add 5.4 GB) F(2×2, 3×3) is used
+/// ([`winograd_variant`]).
 pub const WINOGRAD_MAX_CHANNEL_PAIRS: usize = 1920 * 640;
 
 /// The fewest input channels of a convolution [`Conv2d`] keeps in the Winograd domain: with
-/// 3 or 4 (the UNet's and the VAE's `conv_in`) the 36 products have too short a sum to pay
-/// for the tile transforms (measured: 2 × 32 × 32 × 4 → 320 took 1.3 ms against 0.6 ms
-/// direct; 16 input channels are even).
+/// 3 or 4 (the UNet's and the VAE's `conv_in`) the products have too short a sum to pay
+/// for the tile transforms (measured for F(4×4): 2 × 32 × 32 × 4 → 320 took 1.3 ms against
+/// 0.6 ms direct; 16 input channels are even).
 pub const WINOGRAD_MIN_CIN: usize = 16;
 
-/// Whether [`Conv2d`] may load weights in the Winograd domain: not when `OXINFER_WINOGRAD=0`
-/// (read once).
-fn winograd_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_WINOGRAD").map_or(true, |v| v.trim() != "0"))
+/// Which Winograd variants [`Conv2d`] may use: `OXINFER_WINOGRAD`, read once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WinogradMode {
+    /// `0`: none; every `3 × 3` weight is packed for the direct convolution.
+    Off,
+    /// `f4`: F(4×4, 3×3) where [`winograd_variant`] puts it, the direct convolution elsewhere
+    /// (the rule before F(2×2) existed).
+    F4Only,
+    /// `f2`: F(2×2, 3×3) for every convolution that takes Winograd.
+    F2Only,
+    /// Unset or anything else: [`winograd_variant`]'s rule.
+    Auto,
+}
+
+impl WinogradMode {
+    /// The mode an `OXINFER_WINOGRAD` value names (`None`: unset).
+    pub fn parse(value: Option<&str>) -> Self {
+        match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            Some("0") => WinogradMode::Off,
+            Some("f4") => WinogradMode::F4Only,
+            Some("f2") => WinogradMode::F2Only,
+            _ => WinogradMode::Auto,
+        }
+    }
+
+    /// `OXINFER_WINOGRAD`'s mode, read once.
+    fn from_env() -> Self {
+        static MODE: OnceLock<WinogradMode> = OnceLock::new();
+        *MODE.get_or_init(|| Self::parse(std::env::var("OXINFER_WINOGRAD").ok().as_deref()))
+    }
+}
+
+/// The Winograd variant of a stride-1 `3 × 3` convolution of `cin → cout` channels under
+/// `mode`, or `None` for the direct convolution: none below [`WINOGRAD_MIN_CIN`] input
+/// channels; F(4×4, 3×3) up to [`WINOGRAD_MAX_CHANNEL_PAIRS`], F(2×2, 3×3) above (the SD 1.5
+/// UNet's 1280-channel level: 1.3 GiB more than its packed kernels). Measured there on 2
+/// images (`examples/conv_winograd.rs`, best of 5, 2 threads): F(2×2) about 2× the direct
+/// convolution from 8 × 8 up (1280 → 1280 at 8 × 8 20.5 → 10.0 ms, 16 × 16 70.8 → 34.7 ms) and
+/// even at 4 × 4 (6.6 / 6.4 ms), where F(4×4) took twice the direct time.
+pub fn winograd_variant(mode: WinogradMode, cin: usize, cout: usize) -> Option<Variant> {
+    if cin < WINOGRAD_MIN_CIN {
+        return None;
+    }
+    let small = cin * cout <= WINOGRAD_MAX_CHANNEL_PAIRS;
+    match mode {
+        WinogradMode::Off => None,
+        WinogradMode::F4Only => small.then_some(Variant::F4x4),
+        WinogradMode::F2Only => Some(Variant::F2x2),
+        WinogradMode::Auto if small => Some(Variant::F4x4),
+        WinogradMode::Auto => Some(Variant::F2x2),
+    }
 }
 
 /// A convolution kernel `t` `[cout, cin, k, k]` rearranged element by element to the unfolded
@@ -413,6 +456,33 @@ mod tests {
         (0..n as u32)
             .flat_map(|i| (i.wrapping_mul(2_654_435_761) as f32 / 4e9 - 0.5).to_le_bytes())
             .collect()
+    }
+
+    #[test]
+    fn winograd_rule_and_switch() {
+        use Variant::{F2x2, F4x4};
+        assert_eq!(WinogradMode::parse(None), WinogradMode::Auto);
+        assert_eq!(WinogradMode::parse(Some("0")), WinogradMode::Off);
+        assert_eq!(WinogradMode::parse(Some(" F4 ")), WinogradMode::F4Only);
+        assert_eq!(WinogradMode::parse(Some("f2")), WinogradMode::F2Only);
+        assert_eq!(WinogradMode::parse(Some("1")), WinogradMode::Auto);
+        // (cin, cout, Auto, F4Only, F2Only): conv_in, the 320/640 levels, 1920 -> 640 (the
+        // largest F(4x4) layer), 640 -> 1280 (the first of the 1280-channel level, within
+        // F(4x4)'s bound), the rest of the 1280-channel level.
+        let cases = [
+            (4, 320, None, None, None),
+            (320, 320, Some(F4x4), Some(F4x4), Some(F2x2)),
+            (1920, 640, Some(F4x4), Some(F4x4), Some(F2x2)),
+            (640, 1280, Some(F4x4), Some(F4x4), Some(F2x2)),
+            (1280, 1280, Some(F2x2), None, Some(F2x2)),
+            (2560, 1280, Some(F2x2), None, Some(F2x2)),
+        ];
+        for (cin, cout, auto, f4, f2) in cases {
+            assert_eq!(winograd_variant(WinogradMode::Auto, cin, cout), auto);
+            assert_eq!(winograd_variant(WinogradMode::F4Only, cin, cout), f4);
+            assert_eq!(winograd_variant(WinogradMode::F2Only, cin, cout), f2);
+            assert_eq!(winograd_variant(WinogradMode::Off, cin, cout), None);
+        }
     }
 
     #[test]
