@@ -88,6 +88,27 @@ fn q5_high_bits(qh: u32) -> (v128, v128) {
     (spread(0, 1), spread(2, 3))
 }
 
+/// A Q5_0 / Q5_1 block's 32 five-bit codes (0..32; quants 0..16 and 16..32) and the offset
+/// its quants subtract from them (16 for Q5_0, 0 for Q5_1).
+#[inline(always)]
+fn q5_codes(format: WeightFormat, b: &[u8]) -> ((v128, v128), i8) {
+    let (h, at, off) = if format == WeightFormat::Q5_0 {
+        (2, 6, 16)
+    } else {
+        (4, 8, 0)
+    };
+    let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
+    let qs = load_at(b, at);
+    let (hb_lo, hb_hi) = q5_high_bits(qh);
+    (
+        (
+            v128_or(v128_and(qs, u8x16_splat(0x0F)), hb_lo),
+            v128_or(u8x16_shr(qs, 4), hb_hi),
+        ),
+        off,
+    )
+}
+
 /// The 32 quants of one block of a 32-weight `format` as signed bytes (quants 0..16, 16..32);
 /// `None` for a format without a kernel here.
 #[inline(always)]
@@ -104,19 +125,9 @@ fn legacy_quants(format: WeightFormat, b: &[u8]) -> Option<(v128, v128)> {
         }
         WeightFormat::Q4_1 => nibbles(4),
         WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
-            let (h, at, off) = if format == WeightFormat::Q5_0 {
-                (2, 6, 16)
-            } else {
-                (4, 8, 0)
-            };
-            let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
-            let (lo, hi) = nibbles(at);
-            let (hb_lo, hb_hi) = q5_high_bits(qh);
+            let ((lo, hi), off) = q5_codes(format, b);
             let off = i8x16_splat(off);
-            (
-                i8x16_sub(v128_or(lo, hb_lo), off),
-                i8x16_sub(v128_or(hi, hb_hi), off),
-            )
+            (i8x16_sub(lo, off), i8x16_sub(hi, off))
         }
         WeightFormat::Q8_0 => (load_at(b, 2), load_at(b, 18)),
         WeightFormat::IQ4_NL | WeightFormat::MXFP4 => {
@@ -465,15 +476,8 @@ pub(crate) mod relaxed {
                 WeightFormat::Q4_0 => both(off(8), nibbles(2)),
                 WeightFormat::Q4_1 => both(i32x4_splat(0), nibbles(4)),
                 WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
-                    let (h, at, k) = if format == WeightFormat::Q5_0 {
-                        (2, 6, 16)
-                    } else {
-                        (4, 8, 0)
-                    };
-                    let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
-                    let (lo, hi) = nibbles(at);
-                    let (hb_lo, hb_hi) = q5_high_bits(qh);
-                    both(off(k), (v128_or(lo, hb_lo), v128_or(hi, hb_hi)))
+                    let (codes, k) = q5_codes(format, b);
+                    both(off(i32::from(k)), codes)
                 }
                 WeightFormat::IQ4_NL => {
                     let q = nibbles(2);
