@@ -194,14 +194,19 @@ impl ModelArgs {
     }
 }
 
-/// The projector of a Hugging Face GGUF reference `spec` (resolved to `model`) whose
+/// The projector of a Hugging Face GGUF reference `spec` (resolved to the file `model`) whose
 /// architecture takes towers from one (Gemma 4, Qwen 3.5), fetched beside it when missing; a
-/// projector that cannot be had is a warning, and the model runs as a text model.
+/// projector that cannot be had is a warning, and the model runs as a text model. Other
+/// references cost nothing here (the GGUF is opened only for a Hub reference).
 pub fn hub_projector(
     spec: Option<&str>,
     model: &std::path::Path,
     progress: &mut dyn oxinfer::hub::Progress,
 ) -> Option<PathBuf> {
+    let r = spec.and_then(oxinfer::hub::hf_reference)?;
+    if !model.is_file() {
+        return None;
+    }
     let arch = oxinfer::gguf::GgufFile::open(model).ok().and_then(|g| {
         g.architecture()
             .ok()
@@ -210,7 +215,8 @@ pub fn hub_projector(
     if !oxinfer::arch::mmproj::takes_projector(arch) {
         return None;
     }
-    match oxinfer::hub::resolve_projector(spec, model, progress) {
+    let cfg = oxinfer::hub::hf::config::HfConfig::from_env();
+    match oxinfer::hub::hf::resolve_projector(&r, &cfg, model, progress) {
         Ok(found) => found,
         Err(e) => {
             eprintln!(

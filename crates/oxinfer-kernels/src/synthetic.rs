@@ -69,6 +69,20 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) 
     Some(data)
 }
 
+/// `n` values in `[-amp, amp)` from a xorshift sequence started at `seed`: activations for
+/// timing examples (any values time the same).
+pub fn random_values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            amp * ((s >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@
 use oxinfer::backend::cpu_ref::conv::{conv2d_cpu_images_packed, conv_geom};
 use oxinfer::backend::cpu_ref::winograd::{conv2d_winograd_images, Variant, WinogradWeight};
 use oxinfer_kernels::packed::float::PackedFloatMatrix;
+use oxinfer_kernels::synthetic::random_values;
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::time::Instant;
 
@@ -28,19 +29,6 @@ fn cpu_seconds() -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0)
-}
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 /// Timings of one path: wall seconds per call, CPU seconds in all.
@@ -105,8 +93,8 @@ fn main() {
     );
     for [images, h, w, cin, cout] in shapes {
         let g = conv_geom(h, w, cin, 3, 1).expect("geometry");
-        let x = values(images * h * w * cin, 1);
-        let wv = values(cout * 9 * cin, 2);
+        let x = random_values(images * h * w * cin, 1, 1.0);
+        let wv = random_values(cout * 9 * cin, 2, 1.0);
         let bytes: Vec<u8> = wv.iter().flat_map(|v| (v * 0.05).to_le_bytes()).collect();
         let wm = WeightMatrix::new(WeightFormat::F32, &bytes, cout, 9 * cin).expect("weight");
         let packed = PackedFloatMatrix::pack(&wm).expect("f32 packs");

@@ -14,20 +14,8 @@
 
 use oxinfer::nn::full_attention::attention_full_seqs;
 use oxinfer_kernels::attention::AttnShape;
+use oxinfer_kernels::synthetic::random_values as values;
 use std::time::Instant;
-
-/// Deterministic values in [-amp, amp).
-fn values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            amp * ((s >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
-        })
-        .collect()
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

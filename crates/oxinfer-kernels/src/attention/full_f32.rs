@@ -317,6 +317,39 @@ mod avx512 {
         }
     }
 
+    /// `a[i] += Σ_{x < n} b[x · sx + i · si] · r[x][..32]` for `i < M`, `a0` / `a1` holding
+    /// the low / high 16 of each `a[i]`, the rows of `r` 32 floats apart: the multiply-adds of
+    /// both tiles (scores: `b` the keys, `r` the transposed queries; `P·V`: `b` the values, `r`
+    /// the probabilities).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `b` is readable at every `x · sx + i · si`, `r` for `n * 32`
+    /// floats.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rank1_updates<const M: usize>(
+        a0: &mut [__m512; M],
+        a1: &mut [__m512; M],
+        b: *const f32,
+        sx: usize,
+        si: usize,
+        r: *const f32,
+        n: usize,
+    ) {
+        // SAFETY: x < n and i < M stay inside the contract's reads.
+        unsafe {
+            for x in 0..n {
+                let r0 = _mm512_loadu_ps(r.add(x * Q_BLOCK));
+                let r1 = _mm512_loadu_ps(r.add(x * Q_BLOCK + 16));
+                for i in 0..M {
+                    let bv = _mm512_set1_ps(*b.add(x * sx + i * si));
+                    a0[i] = _mm512_fmadd_ps(bv, r0, a0[i]);
+                    a1[i] = _mm512_fmadd_ps(bv, r1, a1[i]);
+                }
+            }
+        }
+    }
+
     /// Scores of `MR` keys × 32 queries: `s[i][..32] = Σ_e k[i * ldk + e] · qt[e][..32]`, and
     /// `bm` raised to their max per query.
     ///
@@ -332,19 +365,11 @@ mod avx512 {
         s: *mut f32,
         bm: &mut [__m512; 2],
     ) {
-        // SAFETY: e < d and i < MR stay inside the contract's rows.
+        // SAFETY: the contract's rows are those rank1_updates reads (e < d, i < MR).
         unsafe {
             let mut a0 = [_mm512_setzero_ps(); MR];
             let mut a1 = [_mm512_setzero_ps(); MR];
-            for e in 0..d {
-                let w0 = _mm512_loadu_ps(qt.add(e * Q_BLOCK));
-                let w1 = _mm512_loadu_ps(qt.add(e * Q_BLOCK + 16));
-                for i in 0..MR {
-                    let kv = _mm512_set1_ps(*k.add(i * ldk + e));
-                    a0[i] = _mm512_fmadd_ps(kv, w0, a0[i]);
-                    a1[i] = _mm512_fmadd_ps(kv, w1, a1[i]);
-                }
-            }
+            rank1_updates(&mut a0, &mut a1, k, 1, ldk, qt, d);
             for i in 0..MR {
                 _mm512_storeu_ps(s.add(i * Q_BLOCK), a0[i]);
                 _mm512_storeu_ps(s.add(i * Q_BLOCK + 16), a1[i]);
@@ -369,7 +394,8 @@ mod avx512 {
         acc: *mut f32,
         alpha: [__m512; 2],
     ) {
-        // SAFETY: i < ME and j < nb stay inside the contract's rows.
+        // SAFETY: i < ME and j < nb stay inside the contract's rows (rank1_updates reads the
+        // same ones).
         unsafe {
             let mut a0 = [_mm512_setzero_ps(); ME];
             let mut a1 = [_mm512_setzero_ps(); ME];
@@ -377,15 +403,7 @@ mod avx512 {
                 a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc.add(i * Q_BLOCK)), alpha[0]);
                 a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc.add(i * Q_BLOCK + 16)), alpha[1]);
             }
-            for j in 0..nb {
-                let p0 = _mm512_loadu_ps(p.add(j * Q_BLOCK));
-                let p1 = _mm512_loadu_ps(p.add(j * Q_BLOCK + 16));
-                for i in 0..ME {
-                    let vv = _mm512_set1_ps(*v.add(j * ldv + i));
-                    a0[i] = _mm512_fmadd_ps(vv, p0, a0[i]);
-                    a1[i] = _mm512_fmadd_ps(vv, p1, a1[i]);
-                }
-            }
+            rank1_updates(&mut a0, &mut a1, v, ldv, 1, p, nb);
             for i in 0..ME {
                 _mm512_storeu_ps(acc.add(i * Q_BLOCK), a0[i]);
                 _mm512_storeu_ps(acc.add(i * Q_BLOCK + 16), a1[i]);

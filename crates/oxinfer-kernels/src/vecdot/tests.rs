@@ -207,21 +207,21 @@ proptest! {
     }
 }
 
+/// The 32-weight formats with four-token (four-row) kernels.
+const FOUR_TOKEN_FORMATS: [WeightFormat; 7] = [
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::Q8_0,
+    WeightFormat::IQ4_NL,
+    WeightFormat::MXFP4,
+];
+
 /// The four-token kernels give each token what the one-token kernel gives it, on every ISA.
 #[test]
 fn four_token_kernels_match_one_token() {
-    for (fi, format) in [
-        WeightFormat::Q4_0,
-        WeightFormat::Q4_1,
-        WeightFormat::Q5_0,
-        WeightFormat::Q5_1,
-        WeightFormat::Q8_0,
-        WeightFormat::IQ4_NL,
-        WeightFormat::MXFP4,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (fi, format) in FOUR_TOKEN_FORMATS.into_iter().enumerate() {
         let n = 32 * 7;
         let w = random_row(format, n, 11 + fi as u64);
         let acts: Vec<Vec<BlockQ8>> = (0..4)
@@ -503,15 +503,7 @@ fn simd128_against_scalar(simd: Isa) {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd128_rows4_are_exact_at_the_extremes() {
-    let formats = [
-        WeightFormat::Q4_0,
-        WeightFormat::Q4_1,
-        WeightFormat::Q5_0,
-        WeightFormat::Q5_1,
-        WeightFormat::Q8_0,
-        WeightFormat::IQ4_NL,
-        WeightFormat::MXFP4,
-    ];
+    let formats = FOUR_TOKEN_FORMATS;
     let patterns: [fn(usize) -> i8; 4] = [
         |_| 127,
         |_| -128,

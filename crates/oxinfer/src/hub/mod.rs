@@ -114,25 +114,16 @@ pub fn resolve_model_in(
     }
 }
 
-/// The multimodal projector (`mmproj*.gguf`, llama.cpp's image and audio towers) that goes with
-/// the GGUF file `model` a Hugging Face reference `spec` resolved to: the repository's projector
-/// in the model's folder, fetched into the same snapshot when missing ([`hf::resolve_projector`]);
-/// `None` for other references, safetensors models and repositories without one. The caller
-/// decides whether the model's architecture takes towers from such a file before asking (the
-/// file may be hundreds of megabytes).
-pub fn resolve_projector(
-    spec: Option<&str>,
-    model: &Path,
-    progress: &mut dyn Progress,
-) -> Result<Option<PathBuf>, HubError> {
-    let Some(spec) = spec.filter(|s| !Path::new(s).exists()) else {
-        return Ok(None);
-    };
-    match parse_reference(spec)? {
-        ModelRef::Hf(r) if model.is_file() => {
-            hf::resolve_projector(&r, &hf::config::HfConfig::from_env(), model, progress)
-        }
-        _ => Ok(None),
+/// The Hugging Face repository reference `spec` names (`None` for an existing path, a built-in
+/// model name, an Ollama reference or a malformed one): for asking
+/// [`hf::resolve_projector`] after [`resolve_model`].
+pub fn hf_reference(spec: &str) -> Option<HfRef> {
+    if Path::new(spec).exists() {
+        return None;
+    }
+    match parse_reference(spec) {
+        Ok(ModelRef::Hf(r)) => Some(r),
+        _ => None,
     }
 }
 
