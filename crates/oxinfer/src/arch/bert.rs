@@ -16,27 +16,15 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::encoder_attention::{encoder_attention, EncoderHeads};
-use super::encoder_linear::EncoderLinear;
-use super::encoder_math;
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::{TensorStore, TensorView};
+use crate::nn::encoder_act::EncoderAct;
+use crate::nn::encoder_attention::EncoderHeads;
+use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::moe::expert_rows;
 use crate::nn::{Embedding, LayerNorm, Linear, Rope};
-
-/// The activation of the MLP (`hidden_act`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EncoderAct {
-    /// `gelu`: exact GELU `0.5 · x · (1 + erf(x / √2))`.
-    GeluErf,
-    /// `gelu_new` / `gelu_pytorch_tanh`: the tanh approximation.
-    GeluTanh,
-    /// `relu`.
-    Relu,
-    /// `silu` (`x · sigmoid(x)`).
-    Silu,
-}
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan};
 
 /// The non-negative integer field `key` of the JSON object `v` read from `path`, or an error
 /// naming the field and the file (the encoder configs' and sentence-transformers folders' reader).
@@ -45,89 +33,6 @@ pub(crate) fn json_usize(path: &Path, v: &Value, key: &str) -> Result<usize, Loa
         .and_then(Value::as_u64)
         .map(|x| x as usize)
         .ok_or_else(|| LoadError::field(path, format!("missing integer field '{key}'")))
-}
-
-impl EncoderAct {
-    /// The activation `hidden_act` names (`gelu`, `gelu_new` / `gelu_pytorch_tanh` /
-    /// `gelu_fast`, `relu`, `silu` / `swish`), if supported.
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "gelu" => EncoderAct::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => EncoderAct::GeluTanh,
-            "relu" => EncoderAct::Relu,
-            "silu" | "swish" => EncoderAct::Silu,
-            _ => return None,
-        })
-    }
-
-    /// [`Self::parse`], or an error naming the `hidden_act` field of `path`.
-    pub fn from_name(path: &Path, name: &str) -> Result<Self, LoadError> {
-        Self::parse(name).ok_or_else(|| {
-            LoadError::field(
-                path,
-                format!("hidden_act '{name}' is not supported (gelu, gelu_new, relu, silu)"),
-            )
-        })
-    }
-
-    /// The activation over `h` in place (times `up`, elementwise, for a gated MLP:
-    /// `act(h) · up`), in parallel parts.
-    pub fn apply_all(self, h: &mut [f32], up: Option<&[f32]>) {
-        const PART: usize = 16 * 1024;
-        let mut parts: Vec<&mut [f32]> = h.chunks_mut(PART).collect();
-        oxinfer_kernels::pool::for_each_mut(&mut parts, |i, part| {
-            self.apply_times(part, up.map(|u| &u[i * PART..]))
-        });
-    }
-
-    /// The activation over `h` in place, on the calling thread.
-    pub fn apply_slice(self, h: &mut [f32]) {
-        self.apply_times(h, None);
-    }
-
-    /// `h[j] = act(h[j])`, times `up[j]` when there is an `up`; one loop per activation, so that
-    /// each vectorizes.
-    fn apply_times(self, h: &mut [f32], up: Option<&[f32]>) {
-        match self {
-            EncoderAct::GeluErf => apply_part(h, up, encoder_math::gelu_erf),
-            EncoderAct::GeluTanh => apply_part(h, up, gelu_tanh),
-            EncoderAct::Relu => apply_part(h, up, |x| x.max(0.0)),
-            EncoderAct::Silu => apply_part(h, up, silu),
-        }
-    }
-
-    /// The activation of one value.
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            EncoderAct::GeluErf => encoder_math::gelu_erf(x),
-            EncoderAct::GeluTanh => gelu_tanh(x),
-            EncoderAct::Relu => x.max(0.0),
-            EncoderAct::Silu => silu(x),
-        }
-    }
-}
-
-/// `h[j] = act(h[j])`, times `up[j]` when there is an `up` (a gated MLP's part).
-#[inline(always)]
-fn apply_part(h: &mut [f32], up: Option<&[f32]>, act: impl Fn(f32) -> f32) {
-    match up {
-        None => h.iter_mut().for_each(|v| *v = act(*v)),
-        Some(u) => h.iter_mut().zip(u).for_each(|(v, &u)| *v = act(*v) * u),
-    }
-}
-
-/// GELU's tanh form, `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`, with the
-/// vectorizable [`encoder_math::tanh`].
-#[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // √(2/π)
-    0.5 * x * (1.0 + encoder_math::tanh(C * (x + 0.044_715 * x * x * x)))
-}
-
-/// `x · sigmoid(x)` with the vectorizable [`encoder_math::exp`].
-#[inline(always)]
-fn silu(x: f32) -> f32 {
-    x / (1.0 + encoder_math::exp(-x))
 }
 
 /// The `model_type`s of `config.json` this encoder reads.
@@ -707,46 +612,47 @@ impl Bert {
     /// rows of sequence `i` after those of sequences `0 .. i`.
     pub fn forward(&self, batch: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
         let d = self.cfg.hidden_size;
-        let mut x = self.embed(batch)?;
-        let total = x.len() / d;
+        let x = self.embed(batch)?;
         let lens: Vec<usize> = batch.iter().map(|s| s.ids.len()).collect();
-        let heads = EncoderHeads {
-            n_heads: self.cfg.n_heads,
-            head_dim: d / self.cfg.n_heads,
-            scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
-            window: None,
-        };
         let scaled = self.scaled_ropes(&lens);
-        for b in &self.blocks {
-            let mut qkv = EncoderLinear::forward_shared(&[&b.q, &b.k, &b.v], &x, total);
-            if let Some(rope) = &self.rope {
-                let rope_of = |n: usize| {
-                    scaled
-                        .iter()
-                        .find(|(len, _)| *len == n)
-                        .map_or(rope, |(_, r)| r)
-                };
-                for m in &mut qkv[..2] {
-                    rotate_each_sequence(&rope_of, m, &lens, &heads);
-                }
-            }
-            let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
-            residual_norm(&mut x, &b.o.forward(&mixed, total), &b.attn_norm);
-            let h = match &b.gate {
-                None => {
-                    let act = self.cfg.act;
-                    b.up.forward_then(&x, total, &|h| act.apply_slice(h))
-                }
-                Some(gate) => {
-                    let gu = EncoderLinear::forward_shared(&[gate, &b.up], &x, total);
-                    let [mut g, u]: [Vec<f32>; 2] = gu.try_into().expect("two projections");
-                    self.cfg.act.apply_all(&mut g, Some(&u[..]));
-                    g
-                }
-            };
-            residual_norm(&mut x, &b.down.forward(&h, total), &b.ffn_norm);
-        }
-        Ok(x)
+        let rope_of = |n: usize| {
+            let rope = self.rope.as_ref().expect("rotary encoders have a rope");
+            scaled
+                .iter()
+                .find(|(len, _)| *len == n)
+                .map_or(rope, |(_, r)| r)
+        };
+        let layers = self
+            .blocks
+            .iter()
+            .map(|b| EncoderLayer {
+                q: &b.q,
+                k: &b.k,
+                v: &b.v,
+                o: &b.o,
+                attn_norm: &b.attn_norm,
+                gate: b.gate.as_ref(),
+                up: &b.up,
+                down: &b.down,
+                ffn_norm: &b.ffn_norm,
+            })
+            .collect();
+        let plan = EncoderPlan {
+            layers,
+            heads: EncoderHeads {
+                n_heads: self.cfg.n_heads,
+                head_dim: d / self.cfg.n_heads,
+                scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
+                window: None,
+            },
+            act: self.cfg.act,
+            rope_of: match self.rope {
+                Some(_) => Some(&rope_of),
+                None => None,
+            },
+            dim: d,
+        };
+        encoder::run(&plan, x, &lens)
     }
 
     /// The rotations of the sequence lengths among `lens` that dynamic NTK scaling gives a
@@ -814,57 +720,5 @@ impl Bert {
         }
         self.embed_norm.forward_inplace(&mut x);
         Ok(x)
-    }
-}
-
-/// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated) with each sequence's
-/// positions starting at 0, a sequence of `n` tokens by `rope_of(n)`.
-pub(crate) fn rotate_each_sequence<'r>(
-    rope_of: &dyn Fn(usize) -> &'r Rope,
-    m: &mut [f32],
-    lens: &[usize],
-    h: &EncoderHeads,
-) {
-    let width = h.n_heads * h.head_dim;
-    let mut first = 0;
-    for &n in lens {
-        rope_of(n).apply(
-            &mut m[first * width..(first + n) * width],
-            n,
-            h.n_heads,
-            h.head_dim,
-            0,
-        );
-        first += n;
-    }
-}
-
-/// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel, each row with
-/// [`layer_norm_lanes`].
-fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
-    const ROWS_PER_PART: usize = 32;
-    let dim = norm.weight.len().max(1);
-    let part = ROWS_PER_PART * dim;
-    let mut parts: Vec<&mut [f32]> = x.chunks_mut(part).collect();
-    oxinfer_kernels::pool::for_each_mut(&mut parts, |i, xs| {
-        xs.iter_mut().zip(&y[i * part..]).for_each(|(a, b)| *a += b);
-        for row in xs.chunks_exact_mut(dim) {
-            layer_norm_lanes(row, &norm.weight, &norm.bias, norm.eps);
-        }
-    });
-}
-
-/// LayerNorm of one row in place, `(v − mean) / √(var + eps) · w + b`, with the mean and the
-/// (two-pass) variance summed in f32 over 8 lanes ([`encoder_math::lanes_fold`]), as torch's
-/// f32 LayerNorm sums in f32, so the loops vectorize (the f64 sums of
-/// `nn::layer_norm::layer_norm_row` run one value at a time: 4 % of an encoder's time).
-fn layer_norm_lanes(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    let n = row.len() as f32;
-    let mean = encoder_math::lanes_fold(row, 0.0, |a, v| a + v) / n;
-    row.iter_mut().for_each(|v| *v -= mean);
-    let var = encoder_math::lanes_sum_of(row, |v| v * v) / n;
-    let inv = 1.0 / (var + eps).sqrt();
-    for ((v, &g), &bias) in row.iter_mut().zip(w).zip(b) {
-        *v = *v * inv * g + bias;
     }
 }

@@ -7,9 +7,6 @@
 
 pub mod bert;
 pub mod diffusion;
-pub mod encoder_attention;
-pub mod encoder_linear;
-pub mod encoder_math;
 pub mod gemma;
 pub mod kv_typed;
 pub mod llama;

@@ -15,13 +15,15 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::bert::{json_usize, rotate_each_sequence, split_rows, EncoderAct, EncoderInput};
-use super::encoder_attention::{encoder_attention, EncoderHeads};
-use super::encoder_linear::EncoderLinear;
+use super::bert::{json_usize, split_rows, EncoderInput};
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::TensorStore;
+use crate::nn::encoder_act::EncoderAct;
+use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
+use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::{Embedding, LayerNorm, Rope};
+use crate::plan::encoder::rotate_each_sequence;
 
 /// The `model_type` of a ModernBERT `config.json`.
 pub const MODEL_TYPE: &str = "modernbert";
@@ -348,6 +350,9 @@ impl ModernBert {
         }
         let lens: Vec<usize> = batch.iter().map(|s| s.ids.len()).collect();
         let total = ids.len();
+        // No device runs ModernBERT whole yet, and op by op an encoder is slower on a GPU than
+        // on the host (plan::encoder::run): its products stay here.
+        let _host = crate::backend::cpu_only_here();
         let mut x = self.words.forward(&ids)?;
         self.embed_norm.forward_inplace(&mut x);
         for b in &self.blocks {

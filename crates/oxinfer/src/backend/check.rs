@@ -2,7 +2,8 @@
 //! it with the CPU twin, and keeps the worst relative error per op kind for [`report`].
 //!
 //! A whole [`Plan`] run is compared with the CPU executor ([`crate::plan::cpu`]) on copies of
-//! the caches: the logits and every layer's stored keys and values.
+//! the caches: the logits and every layer's stored keys and values; a whole encoder run with
+//! [`encoder::run_cpu`]: the last hidden states.
 //!
 //! Relative error of one op = `max |device − cpu| / max |cpu|` over its whole output (a norm-wise
 //! measure: element-wise ratios explode on outputs near zero). The CPU twin is the path the
@@ -12,6 +13,7 @@
 
 use super::{AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight};
 use crate::plan::batch::gather_rows;
+use crate::plan::encoder::{self, EncoderPlan};
 use crate::plan::{cpu, KvCache, Plan, PlanInput, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 use std::collections::BTreeMap;
@@ -242,6 +244,16 @@ impl Backend for Checked {
             }
         }
         record("plan logits".to_string(), logits, &cpu_logits);
+        true
+    }
+
+    fn run_encoder(&self, plan: &EncoderPlan, x: &[f32], lens: &[usize], out: &mut [f32]) -> bool {
+        if !self.inner.run_encoder(plan, x, lens, out) {
+            return false;
+        }
+        let _cpu = super::cpu_only();
+        let cpu = encoder::run_cpu(plan, x.to_vec(), lens);
+        record("encoder hidden states".to_string(), out, &cpu);
         true
     }
 

@@ -37,10 +37,11 @@ pub use crate::plan::DeviceWeight;
 pub use oxinfer_kernels::act::GateAct;
 pub use oxinfer_kernels::attention::AttnShape;
 pub use registry::{
-    active, check_report, cpu_only, init, install, BackendError, DeviceChoice, DeviceKind,
-    DevicePref, GpuInfo, Provider,
+    active, check_report, cpu_only, cpu_only_here, init, install, BackendError, DeviceChoice,
+    DeviceKind, DevicePref, GpuInfo, Provider,
 };
 
+use crate::plan::encoder::EncoderPlan;
 use crate::plan::{KvTypes, Plan, PlanInput, ProjOp, RowScore, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 
@@ -233,6 +234,24 @@ pub trait Backend: Send + Sync {
         _seqs: &mut [SeqRows<'_>],
         _targets: &[u32],
         _scores: &mut [RowScore],
+    ) -> bool {
+        false
+    }
+
+    /// A whole bidirectional encoder pass ([`EncoderPlan`]) with the hidden state resident on
+    /// the device: `x` (`[Σ lens, plan.dim]`, the embedded and normalized rows of every
+    /// sequence, concatenated) goes up, the last hidden states come down into `out` (same
+    /// shape); attention runs within each sequence of `lens`. Returns false when not handled,
+    /// before writing anything (the CPU then runs the plan, [`crate::plan::encoder::run_cpu`]).
+    ///
+    /// Not in the spec: an encoder reached op by op moves every activation over the bus (on an
+    /// H200 that made `oxinfer embed` 6–17× slower than the host's own cores).
+    fn run_encoder(
+        &self,
+        _plan: &EncoderPlan,
+        _x: &[f32],
+        _lens: &[usize],
+        _out: &mut [f32],
     ) -> bool {
         false
     }

@@ -157,9 +157,15 @@ pub fn install(b: Option<Box<dyn Backend>>) {
 /// Live [`cpu_only`] guards.
 static CPU_ONLY: AtomicUsize = AtomicUsize::new(0);
 
-/// The installed backend, if any (none while a [`cpu_only`] guard lives).
+thread_local! {
+    /// Live [`cpu_only_here`] guards of this thread.
+    static CPU_ONLY_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The installed backend, if any (none while a [`cpu_only`] guard lives, nor on a thread
+/// holding a [`cpu_only_here`] guard).
 pub fn active() -> Option<&'static dyn Backend> {
-    if CPU_ONLY.load(Ordering::Acquire) > 0 {
+    if CPU_ONLY.load(Ordering::Acquire) > 0 || CPU_ONLY_HERE.with(|c| c.get()) > 0 {
         return None;
     }
     ACTIVE.get().and_then(|b| b.as_deref())
@@ -175,6 +181,23 @@ pub fn cpu_only() -> CpuOnly {
 
 /// Guard of [`cpu_only`].
 pub struct CpuOnly(());
+
+/// While the returned guard lives, [`active`] answers `None` on this thread only: work this
+/// thread starts runs on the CPU (an encoder plan the device declined runs whole on the host
+/// rather than op by op), while other threads keep the device.
+pub fn cpu_only_here() -> CpuOnlyHere {
+    CPU_ONLY_HERE.with(|c| c.set(c.get() + 1));
+    CpuOnlyHere(std::marker::PhantomData)
+}
+
+/// Guard of [`cpu_only_here`] (bound to its thread: not `Send`).
+pub struct CpuOnlyHere(std::marker::PhantomData<*const ()>);
+
+impl Drop for CpuOnlyHere {
+    fn drop(&mut self) {
+        CPU_ONLY_HERE.with(|c| c.set(c.get() - 1));
+    }
+}
 
 impl Drop for CpuOnly {
     fn drop(&mut self) {

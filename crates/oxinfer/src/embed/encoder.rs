@@ -107,11 +107,15 @@ impl TextEncoder {
     }
 
     /// Whether whole sequences may run on separate threads: a bidirectional encoder (its
-    /// sequences are independent and it holds no state between calls) on the CPU (no backend
-    /// installed, which wants big batches instead). A decoder runs through the generation
-    /// engine's batch and is never split.
+    /// sequences are independent and it holds no state between calls) on the CPU (a BERT
+    /// with no backend installed, which wants big batches instead; ModernBERT always runs on
+    /// the host). A decoder runs through the generation engine's batch and is never split.
     pub fn runs_sequences_apart(&self) -> bool {
-        !matches!(self, TextEncoder::Decoder(_)) && crate::backend::active().is_none()
+        match self {
+            TextEncoder::Bert(_) => crate::backend::active().is_none(),
+            TextEncoder::ModernBert(_) => true,
+            TextEncoder::Decoder(_) => false,
+        }
     }
 
     /// Width of a hidden state.

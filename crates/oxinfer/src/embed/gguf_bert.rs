@@ -20,10 +20,11 @@ use std::path::Path;
 use super::layout::SentenceLayout;
 use super::pooling::{PoolMode, Pooling};
 use super::template::InputTemplate;
-use crate::arch::bert::{Bert, BertConfig, EncoderAct, PositionIds};
+use crate::arch::bert::{Bert, BertConfig, PositionIds};
 use crate::error::LoadError;
 use crate::gguf::GgufFile;
 use crate::loader::{TensorStore, TensorView};
+use crate::nn::encoder_act::EncoderAct;
 use crate::tokenizer::Tokenizer;
 
 /// The `general.architecture`s this module reads.

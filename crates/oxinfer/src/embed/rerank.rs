@@ -17,10 +17,10 @@ use super::layout::read_json;
 use super::template::{Encoded, InputTemplate};
 use super::yes_no::{is_yes_no_reranker, YesNo};
 use crate::arch::bert::{tensor_prefix, Bert, BertConfig, EncoderInput, ENCODER_MODEL_TYPES};
-use crate::arch::encoder_linear::EncoderLinear;
 use crate::error::{Error, LoadError, Result};
 use crate::loader::safetensors::SafetensorsModel;
 use crate::loader::TensorStore;
+use crate::nn::encoder_linear::EncoderLinear;
 use crate::quant::{Overlay, Precision};
 use crate::tokenizer::Tokenizer;
 

@@ -4,6 +4,10 @@
 pub mod attention;
 pub mod conv;
 pub mod embedding;
+pub mod encoder_act;
+pub mod encoder_attention;
+pub mod encoder_linear;
+pub mod encoder_math;
 pub mod exact_matmuls;
 pub mod full_attention;
 pub mod gated_delta;

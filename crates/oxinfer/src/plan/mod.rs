@@ -1,4 +1,5 @@
-//! One description of a decoder, executed by every device.
+//! One description of a decoder, executed by every device ([`encoder`]: the same for the
+//! bidirectional encoders).
 //!
 //! Each architecture describes its model once as a [`Plan`]: the embedding, then per layer a
 //! token mixer (attention of some kind, or a recurrent mixer) between optional norms, a
@@ -13,6 +14,7 @@
 
 pub mod batch;
 pub mod cpu;
+pub mod encoder;
 pub mod kv_cache;
 pub mod kv_mirror;
 pub mod kv_rows;

@@ -7,8 +7,8 @@
 
 use super::layers::{concat_images, map_rows, zip_apply, Conv2d, FeatureMap, Norm, Weights};
 use super::DiffusionError;
-use crate::arch::encoder_math;
 use crate::backend::NormKind;
+use crate::nn::encoder_math;
 use crate::nn::full_attention::attention_full_seqs;
 use crate::nn::Linear;
 use oxinfer_kernels::attention::AttnShape;

@@ -1,8 +1,8 @@
 //! `vision_config` of a Qwen 3.5 checkpoint (transformers `Qwen3_5VisionConfig`, the Qwen3-VL
 //! vision config without deepstack), with transformers' defaults for absent fields.
 
-use crate::arch::bert::EncoderAct;
 use crate::error::LoadError;
+use crate::nn::encoder_act::EncoderAct;
 use serde_json::Value;
 
 /// Shape and settings of the vision tower.

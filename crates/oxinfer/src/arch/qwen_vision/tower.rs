@@ -9,11 +9,11 @@
 
 use super::config::VisionConfig;
 use super::image_processor::VisionPatches;
-use crate::arch::bert::EncoderAct;
-use crate::arch::encoder_attention::{encoder_attention, EncoderHeads};
-use crate::arch::encoder_linear::EncoderLinear;
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
+use crate::nn::encoder_act::EncoderAct;
+use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
+use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::rope::rotate_half_pairs;
 use crate::nn::{LayerNorm, Linear};
 

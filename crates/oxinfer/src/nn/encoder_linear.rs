@@ -18,7 +18,7 @@ use oxinfer_kernels::packed::float::{
     float_packing_pays, matmul_float_packed_post, Epilogue, PackedFloatMatrix,
 };
 
-use crate::backend;
+use crate::backend::{self, DeviceWeight};
 use crate::error::LoadError;
 use crate::loader::TensorStore;
 use crate::nn::Linear;
@@ -52,6 +52,7 @@ impl Packed {
 pub struct EncoderLinear {
     inner: Linear,
     packed: OnceLock<Option<Packed>>,
+    plan_dev: OnceLock<Option<DeviceWeight>>,
 }
 
 impl EncoderLinear {
@@ -70,7 +71,16 @@ impl EncoderLinear {
         EncoderLinear {
             inner,
             packed: OnceLock::new(),
+            plan_dev: OnceLock::new(),
         }
+    }
+
+    /// Where a backend keeps this weight's device state for whole encoder plans
+    /// ([`crate::backend::Backend::run_encoder`]), made on first use; apart from the
+    /// [`Linear`]'s own slot, which single products use, since a plan may keep another form
+    /// (`None` inside: the backend declined it).
+    pub fn plan_slot(&self) -> &OnceLock<Option<DeviceWeight>> {
+        &self.plan_dev
     }
 
     /// The wrapped layer.
