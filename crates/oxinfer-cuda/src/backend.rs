@@ -11,6 +11,7 @@ use crate::stack_run::Out;
 use oxinfer::backend::{
     AttentionGeom, Backend, ConvGeom, DeviceWeight, GateAct, Job, NormSpec, Weight,
 };
+use oxinfer::plan::encoder::EncoderPlan;
 use oxinfer::plan::{KvTypes, Plan, PlanInput, RowScore, SeqRows};
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::collections::BTreeMap;
@@ -560,6 +561,22 @@ impl Backend for CudaBackend {
     ) -> bool {
         let down = 4 * logits.len();
         self.stack_pass(plan, input, seqs, Out::Logits(logits), down)
+    }
+
+    fn run_encoder(&self, plan: &EncoderPlan, x: &[f32], lens: &[usize], out: &mut [f32]) -> bool {
+        let start = Instant::now();
+        let mut g = self.lock();
+        let r = crate::encoder::run(&mut g, plan, x, lens, out);
+        drop(g);
+        match r {
+            Ok(done) => {
+                if done {
+                    self.note("run_encoder".to_string(), start, x.len() * 4, out.len() * 4);
+                }
+                done
+            }
+            Err(e) => self.fail("run_encoder", e),
+        }
     }
 
     fn run_plan_scored(

@@ -536,6 +536,24 @@ pub(crate) fn cublas(
     k: usize,
     scale: Option<CUdeviceptr>,
 ) -> Result<(), String> {
+    cublas_ld(gpu, w, ty, x, y, n, t, n, k, scale)
+}
+
+/// [`cublas`] with output rows `ldy` ≥ `n` values apart: `y[i, 0 .. n]` starts at `y + i · ldy`
+/// (a product writing its columns of a wider row, e.g. a query/key/value row).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cublas_ld(
+    gpu: &Gpu,
+    w: CUdeviceptr,
+    ty: blas_sys::cudaDataType,
+    x: CUdeviceptr,
+    y: CUdeviceptr,
+    ldy: usize,
+    t: usize,
+    n: usize,
+    k: usize,
+    scale: Option<CUdeviceptr>,
+) -> Result<(), String> {
     // cuBLAS calls are not recorded: run what a decode step recorded so far first.
     gpu.flush_recording()?;
     let (one, zero) = (1f32, 0f32);
@@ -555,7 +573,7 @@ pub(crate) fn cublas(
     unsafe { blas_sys::cublasSetPointerMode_v2(gpu.blas, mode) }
         .result()
         .map_err(|e| format!("cublasSetPointerMode: {e:?}"))?;
-    // SAFETY: `w` holds n·k, `x` t·k 16-bit values and `y` room for t·n f32, all in this
+    // SAFETY: `w` holds n·k, `x` t·k values of `ty` and `y` room for (t − 1)·ldy + n f32, all in this
     // context; alpha/beta point to host values or to device words written before on the
     // stream; the handle runs on the backend's stream.
     unsafe {
@@ -576,7 +594,7 @@ pub(crate) fn cublas(
             beta,
             y as *mut c_void,
             blas_sys::cudaDataType::CUDA_R_32F,
-            n as i32,
+            ldy as i32,
             blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )

@@ -145,6 +145,8 @@ pub(crate) struct Gpu {
     /// The packed norm gains and biases last uploaded into [`Slot::Params`] (the decoder stack
     /// re-uploads them only when they change).
     pub params_host: Vec<f32>,
+    /// The same for the encoder pass's [`Slot::EncParams`].
+    pub enc_params_host: Vec<f32>,
     /// The decode step being recorded for a CUDA graph (see [`crate::graph`]).
     rec: RefCell<Recorder>,
     /// The graphs of recent decode steps.
@@ -214,6 +216,22 @@ pub(crate) enum Slot {
     Pos = 21,
     /// Decoder stack: per logit row its score (log-probability of the target, argmax), f64 pairs.
     Scores = 22,
+    /// Encoder pass: the hidden state `[T, dim]`.
+    EncX = 23,
+    /// Encoder pass: queries, keys and values side by side, `[T, 3 dim]`.
+    EncQkv = 24,
+    /// Encoder pass: the attention's output `[T, dim]`.
+    EncAtt = 25,
+    /// Encoder pass: a projection back to the hidden width `[T, dim]`.
+    EncY = 26,
+    /// Encoder pass: the MLP's (gate or up) projection `[T, ffn]`.
+    EncG = 27,
+    /// Encoder pass: a gated MLP's up projection `[T, ffn]`.
+    EncU = 28,
+    /// Encoder pass: biases and LayerNorm parameters of every layer, packed.
+    EncParams = 29,
+    /// Encoder pass: the first row of each sequence and the total, i32.
+    EncSeq = 30,
 }
 
 impl Gpu {
@@ -252,6 +270,7 @@ impl Gpu {
             scratch: Vec::new(),
             pinned: Pinned::empty(),
             params_host: Vec::new(),
+            enc_params_host: Vec::new(),
             rec: RefCell::default(),
             graphs: Graphs::default(),
             sm_count,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// Every kernel file under the name its `#include "…"` directives use: the shared headers
 /// (integer types and conversions, per-format decoders, the tensor-core tile) and the
 /// translation units.
-const FILES: [(&str, &str); 19] = [
+const FILES: [(&str, &str); 20] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("head_post.cuh", include_str!("kernels/head_post.cuh")),
     (
@@ -39,6 +39,7 @@ const FILES: [(&str, &str); 19] = [
         include_str!("kernels/decode_attention.cu"),
     ),
     ("conv.cu", include_str!("kernels/conv.cu")),
+    ("encoder.cu", include_str!("kernels/encoder.cu")),
     ("iq_grids.cuh", include_str!("kernels/iq_grids.cuh")),
     ("iq_dequant.cuh", include_str!("kernels/iq_dequant.cuh")),
     ("iq_gemv.cuh", include_str!("kernels/iq_gemv.cuh")),
@@ -47,7 +48,7 @@ const FILES: [(&str, &str); 19] = [
 ];
 
 /// The translation units (each includes the headers it uses), compiled as one program.
-pub const KERNEL_UNITS: [&str; 8] = [
+pub const KERNEL_UNITS: [&str; 9] = [
     "gemm.cu",
     "gemv.cu",
     "act_quant.cu",
@@ -56,6 +57,7 @@ pub const KERNEL_UNITS: [&str; 8] = [
     "stack.cu",
     "decode_attention.cu",
     "conv.cu",
+    "encoder.cu",
 ];
 
 /// The units of the IQ programs, one program each: the GEMM, GEMV and decoder templates
@@ -279,7 +281,19 @@ pub(crate) struct Kernels {
     /// The same on the tensor cores (bf16 products; the GEMM's tile, `GEMM_SMEM` bytes of
     /// dynamic shared memory).
     pub conv_igemm_bf16: sys::CUfunction,
+    /// Encoder pass: `y = act(y + bias)` per row.
+    pub enc_bias_act: sys::CUfunction,
+    /// Encoder pass: `g = act(g) · u`.
+    pub enc_gated_act: sys::CUfunction,
+    /// Encoder pass: post-norm residual LayerNorm, one block per row.
+    pub enc_residual_layer_norm: sys::CUfunction,
+    /// Encoder pass: attention within each sequence, per head width of
+    /// [`ENCODER_HEAD_DIMS`].
+    pub enc_attention: [sys::CUfunction; 5],
 }
+
+/// Head widths the encoder pass's attention has a kernel for (`enc_attention_h*`).
+pub const ENCODER_HEAD_DIMS: [usize; 5] = [32, 64, 96, 128, 256];
 
 fn arch(major: i32, minor: i32) -> &'static str {
     match (major, minor) {
@@ -581,6 +595,16 @@ impl Kernels {
             conv_stats_layer: get("conv_stats_layer")?,
             conv_igemm_f32: get("conv_igemm_f32")?,
             conv_igemm_bf16,
+            enc_bias_act: get("enc_bias_act")?,
+            enc_gated_act: get("enc_gated_act")?,
+            enc_residual_layer_norm: get("enc_residual_layer_norm")?,
+            enc_attention: {
+                let mut f = [std::ptr::null_mut(); 5];
+                for (f, hd) in f.iter_mut().zip(ENCODER_HEAD_DIMS) {
+                    *f = get(&format!("enc_attention_h{hd}"))?;
+                }
+                f
+            },
             formats,
             names: HashMap::new(),
             dependents: HashSet::new(),

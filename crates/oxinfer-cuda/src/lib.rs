@@ -37,6 +37,7 @@
 mod backend;
 mod conv;
 mod decode_attention;
+mod encoder;
 mod gemm;
 mod gemv;
 mod gpu;

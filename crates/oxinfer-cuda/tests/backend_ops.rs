@@ -596,3 +596,7 @@ mod decode;
 /// The whole-plan case of the plan tests: same binary.
 #[path = "backend_ops/plan.rs"]
 mod plan;
+
+/// Whole encoder passes (BERT-style, `run_encoder`): same binary.
+#[path = "backend_ops/encoder.rs"]
+mod encoder;

@@ -1,0 +1,363 @@
+//! Whole encoder passes ([`EncoderPlan`]) on the device: the hidden state of every sequence of a
+//! batch goes up once, every layer runs on the GPU, the last hidden states come down.
+//!
+//! The products are cuBLAS SGEMMs (f32 inputs, f32 accumulation, no TF32: the plan's CPU twin
+//! and transformers' float32 reference multiply in f32), on an f32 copy of each weight made on
+//! first use whatever the file's format (an encoder is small; quantized weights are dequantized
+//! as the CPU dequantizes them). Per layer: q, k and v into one `[T, 3 dim]` buffer, their
+//! biases, attention within each sequence (`enc_attention_h*`), the output projection, the
+//! residual LayerNorm with the product's bias, the MLP (bias and activation, or the gated
+//! activation), the down projection and its residual LayerNorm (`kernels/encoder.cu`).
+//!
+//! Declined (the CPU runs the plan): rotary positions (NomicBERT), local attention windows,
+//! head widths without a kernel ([`ENCODER_HEAD_DIMS`]), a weight no CPU dequantizer reads.
+
+use crate::gemm::cublas_ld;
+use crate::gpu::{DevBuf, Gpu, Slot};
+use crate::kernels::ENCODER_HEAD_DIMS;
+use crate::ops::arg;
+use cudarc::cublas::sys as blas_sys;
+use cudarc::driver::sys::CUdeviceptr;
+use oxinfer::nn::encoder_act::EncoderAct;
+use oxinfer::nn::encoder_linear::EncoderLinear;
+use oxinfer::nn::LayerNorm;
+use oxinfer::plan::encoder::EncoderPlan;
+use oxinfer_kernels::dequant::dequantize_row_split;
+use std::any::Any;
+
+/// Threads per block of the element-wise kernels.
+const THREADS: u32 = 256;
+/// Threads per block of the residual LayerNorm (one block per row).
+const NORM_THREADS: u32 = 256;
+/// Query rows per warp of `enc_attention_h*` (its `ENC_QR`).
+const ATTENTION_ROWS: usize = 4;
+/// Warps per block of `enc_attention_h*`.
+const ATTENTION_WARPS: usize = 4;
+
+/// A weight's f32 copy on the device, `[rows, cols]` row-major.
+pub(crate) struct EncoderMatrix {
+    rows: usize,
+    cols: usize,
+    buf: DevBuf,
+}
+
+/// The kernel code of an activation (`enc_act` in `kernels/encoder.cu`).
+fn act_code(a: EncoderAct) -> i32 {
+    match a {
+        EncoderAct::GeluErf => 0,
+        EncoderAct::GeluTanh => 1,
+        EncoderAct::Relu => 2,
+        EncoderAct::Silu => 3,
+    }
+}
+
+/// Why the device does not run `plan`, if it does not (nothing uploaded).
+pub(crate) fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
+    let h = &plan.heads;
+    if plan.rope_of.is_some() {
+        return Some("rotary positions");
+    }
+    if h.window.is_some() {
+        return Some("local attention");
+    }
+    if !ENCODER_HEAD_DIMS.contains(&h.head_dim) || h.n_heads * h.head_dim != plan.dim {
+        return Some("head width");
+    }
+    None
+}
+
+/// `l`'s weight as an f32 copy on the device, made on first use (in `l`'s plan slot); `None`
+/// when its format cannot be dequantized or the upload failed (said once by the caller).
+fn f32_weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a EncoderMatrix> {
+    let dev = l
+        .plan_slot()
+        .get_or_init(|| {
+            let m = l.linear().matrix();
+            let mut host = vec![0f32; m.rows * m.cols];
+            for (r, dst) in host.chunks_exact_mut(m.cols.max(1)).enumerate() {
+                dequantize_row_split(m.format, m.row(r), m.row_scales(r), dst).ok()?;
+            }
+            g.bind().ok()?;
+            let buf = DevBuf::from_host(&g.ctx, &host).ok()?;
+            let w: Box<dyn Any + Send + Sync> = Box::new(EncoderMatrix {
+                rows: m.rows,
+                cols: m.cols,
+                buf,
+            });
+            Some(w)
+        })
+        .as_ref()?;
+    dev.downcast_ref::<EncoderMatrix>()
+}
+
+/// Offsets into the packed biases and LayerNorm parameters of one layer (`None`: no bias).
+struct LayerParams {
+    /// q, k, v biases side by side `[3 dim]` (zeros for a missing one).
+    qkv_bias: Option<usize>,
+    o_bias: Option<usize>,
+    attn_norm: Norm,
+    up_bias: Option<usize>,
+    down_bias: Option<usize>,
+    ffn_norm: Norm,
+}
+
+/// A LayerNorm's gain and bias offsets in the pack, and its epsilon.
+#[derive(Clone, Copy)]
+struct Norm {
+    gain: usize,
+    bias: usize,
+    eps: f32,
+}
+
+/// The small vectors of every layer, packed into one upload.
+fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>) {
+    let mut pack: Vec<f32> = Vec::new();
+    let mut push = |v: &[f32]| {
+        let o = pack.len();
+        pack.extend_from_slice(v);
+        pack.resize(pack.len().next_multiple_of(4), 0.0);
+        o
+    };
+    let mut layers = Vec::with_capacity(plan.layers.len());
+    for l in &plan.layers {
+        let biases = [l.q, l.k, l.v].map(|p| p.linear().bias());
+        let qkv_bias = biases.iter().any(Option::is_some).then(|| {
+            let mut v = Vec::with_capacity(3 * plan.dim);
+            for b in biases {
+                match b {
+                    Some(b) => v.extend_from_slice(b),
+                    None => v.resize(v.len() + plan.dim, 0.0),
+                }
+            }
+            push(&v)
+        });
+        let mut norm = |n: &LayerNorm| Norm {
+            gain: push(&n.weight),
+            bias: push(&n.bias),
+            eps: n.eps,
+        };
+        let attn_norm = norm(l.attn_norm);
+        let ffn_norm = norm(l.ffn_norm);
+        let mut bias = |p: &EncoderLinear| p.linear().bias().map(&mut push);
+        layers.push(LayerParams {
+            qkv_bias,
+            o_bias: bias(l.o),
+            attn_norm,
+            up_bias: bias(l.up),
+            down_bias: bias(l.down),
+            ffn_norm,
+        });
+    }
+    (pack, layers)
+}
+
+/// The device matrices of one layer: q, k, v, o, gate, up, down.
+type LayerMats<'a> = [Option<&'a EncoderMatrix>; 7];
+
+/// Runs `plan` over `x` (`[Σ lens, dim]`) into `out` on `g` (locked by the caller).
+/// `Ok(false)`: declined before anything ran (a weight the device cannot hold).
+pub(crate) fn run(
+    g: &mut Gpu,
+    plan: &EncoderPlan,
+    x: &[f32],
+    lens: &[usize],
+    out: &mut [f32],
+) -> Result<bool, String> {
+    let (dim, t) = (plan.dim, lens.iter().sum::<usize>());
+    if t == 0 || x.len() != t * dim || out.len() != x.len() || unsupported(plan).is_some() {
+        return Ok(false);
+    }
+    let mut mats: Vec<LayerMats> = Vec::with_capacity(plan.layers.len());
+    for l in &plan.layers {
+        let m = [
+            Some(l.q),
+            Some(l.k),
+            Some(l.v),
+            Some(l.o),
+            l.gate,
+            Some(l.up),
+            Some(l.down),
+        ]
+        .map(|p| p.map(|p| f32_weight(g, p)));
+        if m.iter().any(|w| matches!(w, Some(None))) {
+            return Ok(false);
+        }
+        let m = m.map(Option::flatten);
+        let shapes_fit = m[..4]
+            .iter()
+            .all(|w| w.is_some_and(|w| w.rows == dim && w.cols == dim))
+            && m[4..6].iter().flatten().all(|w| w.cols == dim)
+            && m[6].is_some_and(|w| w.rows == dim && m[5].is_some_and(|up| up.rows == w.cols));
+        if !shapes_fit {
+            return Ok(false);
+        }
+        mats.push(m);
+    }
+    let ffn = mats
+        .iter()
+        .map(|m| m[5].map_or(0, |w| w.rows))
+        .max()
+        .unwrap_or(0);
+    let (pack, params) = pack_params(plan);
+    g.bind()?;
+    let p = {
+        let (p, fresh) = g.scratch_fresh(Slot::EncParams, pack.len().max(1) * 4)?;
+        if fresh || g.enc_params_host != pack {
+            g.upload(p, &pack)?;
+            g.enc_params_host = pack;
+        }
+        p
+    };
+    let at = |o: usize| p + (o * 4) as CUdeviceptr;
+    let hidden = g.scratch(Slot::EncX, t * dim * 4)?;
+    let qkv = g.scratch(Slot::EncQkv, t * 3 * dim * 4)?;
+    let att = g.scratch(Slot::EncAtt, t * dim * 4)?;
+    let y = g.scratch(Slot::EncY, t * dim * 4)?;
+    let gate = g.scratch(Slot::EncG, t * ffn * 4)?;
+    let up = match plan.layers.iter().any(|l| l.gate.is_some()) {
+        true => g.scratch(Slot::EncU, t * ffn * 4)?,
+        false => 0,
+    };
+    let mut starts: Vec<i32> = Vec::with_capacity(lens.len() + 1);
+    let mut first = 0i32;
+    for &n in lens {
+        starts.push(first);
+        first += n as i32;
+    }
+    starts.push(first);
+    let seq = g.scratch(Slot::EncSeq, starts.len() * 4)?;
+    g.upload(seq, &starts)?;
+    g.upload(hidden, x)?;
+    let act = act_code(plan.act);
+    let f32_ty = blas_sys::cudaDataType::CUDA_R_32F;
+    let gemm = |w: &EncoderMatrix, x: CUdeviceptr, y: CUdeviceptr, ldy: usize| {
+        cublas_ld(g, w.buf.ptr(), f32_ty, x, y, ldy, t, w.rows, w.cols, None)
+    };
+    for (m, lp) in mats.iter().zip(&params) {
+        let [Some(q), Some(k), Some(v), Some(o), gate_w, Some(up_w), Some(down)] = *m else {
+            unreachable!("shapes checked above");
+        };
+        for (i, w) in [q, k, v].into_iter().enumerate() {
+            gemm(w, hidden, qkv + (i * dim * 4) as CUdeviceptr, 3 * dim)?;
+        }
+        if let Some(b) = lp.qkv_bias {
+            bias_act(g, qkv, Some(at(b)), t * 3 * dim, 3 * dim, -1)?;
+        }
+        attention(g, plan, qkv, att, seq, lens)?;
+        gemm(o, att, y, dim)?;
+        residual_norm(g, hidden, y, lp.o_bias.map(at), lp.attn_norm, &at, dim, t)?;
+        let width = up_w.rows;
+        match gate_w {
+            None => {
+                gemm(up_w, hidden, gate, width)?;
+                bias_act(g, gate, lp.up_bias.map(at), t * width, width, act)?;
+            }
+            Some(gw) => {
+                gemm(gw, hidden, gate, width)?;
+                gemm(up_w, hidden, up, width)?;
+                let n = (t * width) as i64;
+                let params = &mut [arg(&gate), arg(&up), arg(&n), arg(&act)];
+                launch_1d(g, g.k.enc_gated_act, t * width, params)?;
+            }
+        }
+        gemm(down, gate, y, dim)?;
+        residual_norm(g, hidden, y, lp.down_bias.map(at), lp.ffn_norm, &at, dim, t)?;
+    }
+    g.download(out, hidden)?;
+    Ok(true)
+}
+
+/// `y = act(y + b)` over `n` values in rows of `width` (`act` −1: none).
+fn bias_act(
+    g: &Gpu,
+    y: CUdeviceptr,
+    b: Option<CUdeviceptr>,
+    n: usize,
+    width: usize,
+    act: i32,
+) -> Result<(), String> {
+    let (b, n_l, w) = (b.unwrap_or(0), n as i64, width as i32);
+    let params = &mut [arg(&y), arg(&b), arg(&n_l), arg(&w), arg(&act)];
+    launch_1d(g, g.k.enc_bias_act, n, params)
+}
+
+/// Launches `f` with at least `n` threads in blocks of [`THREADS`].
+fn launch_1d(
+    g: &Gpu,
+    f: cudarc::driver::sys::CUfunction,
+    n: usize,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<(), String> {
+    g.launch(
+        f,
+        (n.div_ceil(THREADS as usize) as u32, 1, 1),
+        (THREADS, 1, 1),
+        params,
+    )
+}
+
+/// `x = norm(x + (y + bias))` over `t` rows of `dim`; `at` maps packed offsets to addresses.
+#[allow(clippy::too_many_arguments)]
+fn residual_norm(
+    g: &Gpu,
+    x: CUdeviceptr,
+    y: CUdeviceptr,
+    bias: Option<CUdeviceptr>,
+    norm: Norm,
+    at: &dyn Fn(usize) -> CUdeviceptr,
+    dim: usize,
+    t: usize,
+) -> Result<(), String> {
+    let (eps, yb, d) = (norm.eps, bias.unwrap_or(0), dim as i32);
+    let (w, b) = (at(norm.gain), at(norm.bias));
+    let params = &mut [
+        arg(&x),
+        arg(&y),
+        arg(&yb),
+        arg(&w),
+        arg(&b),
+        arg(&d),
+        arg(&eps),
+    ];
+    g.launch_smem(
+        g.k.enc_residual_layer_norm,
+        (t as u32, 1, 1),
+        (NORM_THREADS, 1, 1),
+        (dim * 4) as u32,
+        params,
+    )
+}
+
+/// Attention of every sequence of `lens` with itself: `qkv` `[T, 3 dim]` into `out` `[T, dim]`;
+/// `seq` holds the sequences' first rows and the total on the device.
+fn attention(
+    g: &Gpu,
+    plan: &EncoderPlan,
+    qkv: CUdeviceptr,
+    out: CUdeviceptr,
+    seq: CUdeviceptr,
+    lens: &[usize],
+) -> Result<(), String> {
+    let h = &plan.heads;
+    let Some(k) = ENCODER_HEAD_DIMS.iter().position(|&d| d == h.head_dim) else {
+        return Err(format!("no attention kernel for heads of {}", h.head_dim));
+    };
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    let warps = h.n_heads * longest.div_ceil(ATTENTION_ROWS);
+    let grid = (warps.div_ceil(ATTENTION_WARPS) as u32, lens.len() as u32, 1);
+    let (heads, ld, scale) = (h.n_heads as i32, (3 * plan.dim) as i32, h.scale);
+    let params = &mut [
+        arg(&qkv),
+        arg(&out),
+        arg(&seq),
+        arg(&heads),
+        arg(&ld),
+        arg(&scale),
+    ];
+    g.launch(
+        g.k.enc_attention[k],
+        grid,
+        ((ATTENTION_WARPS * 32) as u32, 1, 1),
+        params,
+    )
+}

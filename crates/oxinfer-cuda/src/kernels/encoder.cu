@@ -1,0 +1,159 @@
+// Kernels of a whole bidirectional encoder pass (encoder.rs): bias and activation, the gated
+// activation, the post-norm residual LayerNorm, and attention of every sequence with itself over
+// a batch concatenated without padding. f32 throughout, the CPU twin's formulas
+// (plan/encoder.rs, nn/encoder_act.rs).
+
+// Activation codes (encoder.rs `act_code`): 0 GELU (erf), 1 GELU (tanh), 2 ReLU, 3 SiLU.
+__device__ __forceinline__ float enc_act(float x, int act) {
+    switch (act) {
+    case 0: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case 1: return 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+    case 2: return fmaxf(x, 0.f);
+    default: return x / (1.f + expf(-x));
+    }
+}
+
+// y[r, c] = act(y[r, c] + b[c]) over n = rows · width values; b may be null, act < 0: none.
+extern "C" __global__ void enc_bias_act(float* __restrict__ y, const float* __restrict__ b, long n,
+                                        int width, int act) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = y[i];
+    if (b) v += b[i % width];
+    if (act >= 0) v = enc_act(v, act);
+    y[i] = v;
+}
+
+// g[i] = act(g[i]) · u[i] over n values (a gated MLP without biases).
+extern "C" __global__ void enc_gated_act(float* __restrict__ g, const float* __restrict__ u,
+                                         long n, int act) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = enc_act(g[i], act) * u[i];
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float enc_block_sum(float v, float* sh) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+// Post-norm residual, one block per row of width dim: x = LayerNorm(x + (y + yb)) · w + b, mean
+// and (two-pass) variance in f32. yb (the product's bias) may be null. Dynamic shared memory:
+// dim floats.
+extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
+                                                   const float* __restrict__ y,
+                                                   const float* __restrict__ yb,
+                                                   const float* __restrict__ w,
+                                                   const float* __restrict__ b, int dim,
+                                                   float eps) {
+    extern __shared__ float row[];
+    __shared__ float sh[32];
+    float* xr = x + (long)blockIdx.x * dim;
+    const float* yr = y + (long)blockIdx.x * dim;
+    float s = 0.f;
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+        float v = xr[c] + (yb ? yr[c] + yb[c] : yr[c]);
+        row[c] = v;
+        s += v;
+    }
+    float mean = enc_block_sum(s, sh) / (float)dim;
+    float q = 0.f;
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+        float d = row[c] - mean;
+        row[c] = d;
+        q += d * d;
+    }
+    float var = enc_block_sum(q, sh) / (float)dim;
+    float inv = 1.f / sqrtf(var + eps);
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) xr[c] = row[c] * inv * w[c] + b[c];
+}
+
+#define ENC_QR 4
+
+// Attention of every sequence with itself. Row r of qkv (row stride ld floats) holds its query
+// at column 0, key at d = H·hd, value at 2d; sequence s is rows seq[s] .. seq[s + 1]. out is
+// [T, d]. Grid: y one per sequence, x enough warps for H heads × ⌈longest / ENC_QR⌉ query
+// blocks; warp (h, qb) runs ENC_QR query rows of head h over all of the sequence's keys with a
+// running max and sum. Lane l holds elements l, l + 32, ... of a head (hd = 32 · ME; one
+// kernel per ME, enc_attention_h{32 ME}).
+template <int ME>
+__device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv,
+                                                   float* __restrict__ out,
+                                                   const int* __restrict__ seq, int H, int ld,
+                                                   float scale) {
+    const int hd = 32 * ME;
+    int r0 = seq[blockIdx.y];
+    int n = seq[blockIdx.y + 1] - r0;
+    int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    int qblocks = (n + ENC_QR - 1) / ENC_QR;
+    if (qblocks == 0) return;
+    int h = gw / qblocks, qb = gw % qblocks;
+    if (h >= H) return;
+    int d = H * hd, i0 = qb * ENC_QR;
+    const float* base = qkv + (long)r0 * ld + h * hd + lane;
+    float qv[ENC_QR][ME], acc[ENC_QR][ME], m[ENC_QR], l[ENC_QR];
+    #pragma unroll
+    for (int r = 0; r < ENC_QR; r++) {
+        m[r] = __int_as_float(0xff800000);
+        l[r] = 0.f;
+        #pragma unroll
+        for (int e = 0; e < ME; e++) {
+            acc[r][e] = 0.f;
+            qv[r][e] = (i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        float kk[ME], vv[ME];
+        const float* kr = base + (long)j * ld + d;
+        #pragma unroll
+        for (int e = 0; e < ME; e++) {
+            kk[e] = kr[32 * e];
+            vv[e] = kr[d + 32 * e];
+        }
+        #pragma unroll
+        for (int r = 0; r < ENC_QR; r++) {
+            float s = 0.f;
+            #pragma unroll
+            for (int e = 0; e < ME; e++) s += qv[r][e] * kk[e];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            s *= scale;
+            float mn = fmaxf(m[r], s);
+            float corr = expf(m[r] - mn);
+            float p = expf(s - mn);
+            l[r] = l[r] * corr + p;
+            #pragma unroll
+            for (int e = 0; e < ME; e++) acc[r][e] = acc[r][e] * corr + p * vv[e];
+            m[r] = mn;
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ENC_QR; r++) {
+        if (i0 + r >= n) continue;
+        float inv = 1.f / l[r];
+        float* o = out + (long)(r0 + i0 + r) * d + h * hd + lane;
+        #pragma unroll
+        for (int e = 0; e < ME; e++) o[32 * e] = acc[r][e] * inv;
+    }
+}
+
+#define ENC_ATTENTION(HD, ME)                                                                  \
+    extern "C" __global__ void enc_attention_h##HD(const float* __restrict__ qkv,              \
+                                                   float* __restrict__ out,                    \
+                                                   const int* __restrict__ seq, int H, int ld, \
+                                                   float scale) {                              \
+        enc_attention_rows<ME>(qkv, out, seq, H, ld, scale);                                   \
+    }
+ENC_ATTENTION(32, 1)
+ENC_ATTENTION(64, 2)
+ENC_ATTENTION(96, 3)
+ENC_ATTENTION(128, 4)
+ENC_ATTENTION(256, 8)

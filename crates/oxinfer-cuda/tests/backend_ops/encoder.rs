@@ -1,0 +1,247 @@
+//! Whole encoder passes on the device ([`Backend::run_encoder`]) against the CPU executor of the
+//! same plan ([`oxinfer::plan::encoder::run_cpu`]): random BERT-style encoders of several widths
+//! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 / Q8_0 weights, a
+//! batch of sequences of different lengths (one of a single token).
+
+use super::{gpu, rel_err, Rng};
+use half::f16;
+use oxinfer::backend::Backend;
+use oxinfer::mapped::TensorView;
+use oxinfer::nn::encoder_act::EncoderAct;
+use oxinfer::nn::encoder_attention::EncoderHeads;
+use oxinfer::nn::encoder_linear::EncoderLinear;
+use oxinfer::nn::{LayerNorm, Linear, Rope};
+use oxinfer::plan::encoder::{run_cpu, EncoderLayer, EncoderPlan};
+use oxinfer_cuda::QuantPath;
+use oxinfer_kernels::WeightFormat;
+use std::path::Path;
+
+/// How the random weights are stored.
+#[derive(Clone, Copy, Debug)]
+enum Stored {
+    F32,
+    F16,
+}
+
+/// A random `[n_out, n_in]` projection (weights of std ≈ 1/√n_in), with a bias when `bias`.
+fn linear(rng: &mut Rng, n_out: usize, n_in: usize, bias: bool, stored: Stored) -> EncoderLinear {
+    let s = 1.7 / (n_in as f32).sqrt();
+    let w: Vec<f32> = (0..n_out * n_in).map(|_| rng.f() * s).collect();
+    let view = match stored {
+        Stored::F32 => TensorView::from_f32(Path::new("random"), "w", vec![n_out, n_in], &w),
+        Stored::F16 => {
+            let bytes = w
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect();
+            TensorView::from_owned(
+                Path::new("random"),
+                "w",
+                WeightFormat::F16,
+                vec![n_out, n_in],
+                bytes,
+                Vec::new(),
+            )
+        }
+    };
+    let b = bias.then(|| (0..n_out).map(|_| rng.f() * 0.1).collect());
+    EncoderLinear::from_linear(Linear::from_view(view, b).expect("a valid matrix"))
+}
+
+/// A random LayerNorm of `dim` (gains near 1).
+fn norm(rng: &mut Rng, dim: usize) -> LayerNorm {
+    LayerNorm {
+        weight: (0..dim).map(|_| 1.0 + 0.2 * rng.f()).collect(),
+        bias: (0..dim).map(|_| 0.1 * rng.f()).collect(),
+        eps: 1e-12,
+    }
+}
+
+/// One layer's owned parts.
+struct Owned {
+    q: EncoderLinear,
+    k: EncoderLinear,
+    v: EncoderLinear,
+    o: EncoderLinear,
+    attn_norm: LayerNorm,
+    gate: Option<EncoderLinear>,
+    up: EncoderLinear,
+    down: EncoderLinear,
+    ffn_norm: LayerNorm,
+}
+
+struct Case {
+    dim: usize,
+    heads: usize,
+    ffn: usize,
+    layers: usize,
+    bias: bool,
+    gated: bool,
+    act: EncoderAct,
+    stored: Stored,
+}
+
+fn build(c: &Case, rng: &mut Rng) -> Vec<Owned> {
+    let (d, f, b, st) = (c.dim, c.ffn, c.bias, c.stored);
+    (0..c.layers)
+        .map(|_| Owned {
+            q: linear(rng, d, d, b, st),
+            k: linear(rng, d, d, b, st),
+            v: linear(rng, d, d, b, st),
+            o: linear(rng, d, d, b, st),
+            attn_norm: norm(rng, d),
+            gate: c.gated.then(|| linear(rng, f, d, false, st)),
+            up: linear(rng, f, d, b && !c.gated, st),
+            down: linear(rng, d, f, b, st),
+            ffn_norm: norm(rng, d),
+        })
+        .collect()
+}
+
+fn plan<'a>(c: &Case, owned: &'a [Owned]) -> EncoderPlan<'a> {
+    EncoderPlan {
+        layers: owned
+            .iter()
+            .map(|l| EncoderLayer {
+                q: &l.q,
+                k: &l.k,
+                v: &l.v,
+                o: &l.o,
+                attn_norm: &l.attn_norm,
+                gate: l.gate.as_ref(),
+                up: &l.up,
+                down: &l.down,
+                ffn_norm: &l.ffn_norm,
+            })
+            .collect(),
+        heads: EncoderHeads {
+            n_heads: c.heads,
+            head_dim: c.dim / c.heads,
+            scale: 1.0 / ((c.dim / c.heads) as f32).sqrt(),
+            window: None,
+        },
+        act: c.act,
+        rope_of: None,
+        dim: c.dim,
+    }
+}
+
+#[test]
+fn encoder_plan_matches_cpu() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let lens = [5usize, 1, 37, 130, 64];
+    let t: usize = lens.iter().sum();
+    let cases = [
+        // all-MiniLM-L6-v2's geometry (two of its six layers).
+        Case {
+            dim: 384,
+            heads: 12,
+            ffn: 1536,
+            layers: 2,
+            bias: true,
+            gated: false,
+            act: EncoderAct::GeluErf,
+            stored: Stored::F32,
+        },
+        Case {
+            dim: 128,
+            heads: 2,
+            ffn: 320,
+            layers: 2,
+            bias: true,
+            gated: false,
+            act: EncoderAct::GeluTanh,
+            stored: Stored::F16,
+        },
+        // NomicBERT's block without its rotary positions: no biases, SwiGLU.
+        Case {
+            dim: 192,
+            heads: 2,
+            ffn: 256,
+            layers: 2,
+            bias: false,
+            gated: true,
+            act: EncoderAct::Silu,
+            stored: Stored::F32,
+        },
+        Case {
+            dim: 256,
+            heads: 1,
+            ffn: 512,
+            layers: 1,
+            bias: true,
+            gated: false,
+            act: EncoderAct::Relu,
+            stored: Stored::F32,
+        },
+    ];
+    let mut rng = Rng(0x5eed_e4c0);
+    for c in &cases {
+        let owned = build(c, &mut rng);
+        let p = plan(c, &owned);
+        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
+        let cpu = run_cpu(&p, x.clone(), &lens);
+        let mut dev = vec![f32::NAN; x.len()];
+        assert!(
+            b.run_encoder(&p, &x, &lens, &mut dev),
+            "the device declined {} × {} heads",
+            c.heads,
+            c.dim / c.heads
+        );
+        let e = rel_err(&dev, &cpu);
+        println!(
+            "encoder dim {} heads {} ffn {} gated {} {:?} {:?}: rel err {e:.2e}",
+            c.dim, c.heads, c.ffn, c.gated, c.act, c.stored
+        );
+        assert!(e <= 2e-5, "encoder pass differs from the CPU by {e}");
+        // A second pass of a smaller batch reuses the uploaded weights and scratch.
+        let mut one = vec![f32::NAN; lens[0] * c.dim];
+        assert!(b.run_encoder(&p, &x[..one.len()], &lens[..1], &mut one));
+        let cpu_one = run_cpu(&p, x[..one.len()].to_vec(), &lens[..1]);
+        assert!(rel_err(&one, &cpu_one) <= 2e-5);
+    }
+}
+
+#[test]
+fn encoder_plan_declines_what_it_does_not_run() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let mut rng = Rng(7);
+    let c = Case {
+        dim: 48,
+        heads: 2,
+        ffn: 64,
+        layers: 1,
+        bias: true,
+        gated: false,
+        act: EncoderAct::GeluErf,
+        stored: Stored::F32,
+    };
+    let owned = build(&c, &mut rng);
+    let x = vec![0.5f32; 3 * c.dim];
+    let mut out = vec![0f32; x.len()];
+    // Heads of 24: no kernel.
+    assert!(!b.run_encoder(&plan(&c, &owned), &x, &[3], &mut out));
+    // Rotary positions: the CPU's.
+    let c = Case { dim: 64, ..c };
+    let owned = build(&c, &mut rng);
+    let rope = Rope::new(
+        &oxinfer::config::RopeConfig {
+            theta: 10_000.0,
+            dim: 32,
+            style: oxinfer::config::RopeStyle::Half,
+            scaling: oxinfer::config::RopeScaling::None,
+        },
+        None,
+    );
+    let rope_of = |_: usize| &rope;
+    let mut p = plan(&c, &owned);
+    p.rope_of = Some(&rope_of);
+    let x = vec![0.5f32; 3 * c.dim];
+    let mut out = vec![0f32; x.len()];
+    assert!(!b.run_encoder(&p, &x, &[3], &mut out));
+    assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
+}
