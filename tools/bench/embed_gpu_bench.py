@@ -1,9 +1,10 @@
 """Embedding speed on a CUDA machine: texts/s for 1,000 texts (16-128 tokens, embed_bench.py's
 texts) with a random-weight BertModel of a sentence-transformers model's config and tokenizer
 (all-MiniLM-L6-v2's in docs/embeddings.md, whose weights were too large to carry to the GPU
-host): `oxinfer embed --device cuda` and `--device cpu` (whole processes) against transformers on
-the GPU (BertModel + mean pooling + L2 norm, fp32 and fp16, model loaded before timing), batch 32,
-with the worst cosine of oxinfer's CUDA vectors against transformers fp32.
+host): `oxinfer embed --device cuda` and `--device cpu` (the rate each process reports with the
+model loaded, and the whole process's) against transformers on the GPU (BertModel + mean pooling
++ L2 norm, fp32 and fp16, model loaded before timing), batches of 32 and 128, with the worst
+cosine of oxinfer's CUDA vectors against transformers fp32.
 
     python tools/bench/embed_gpu_bench.py MODEL_DIR_WITHOUT_WEIGHTS path/to/oxinfer
 
@@ -26,13 +27,13 @@ texts = make_texts(tok, 1000)
 with open("/tmp/texts.txt", "w") as f:
     f.write("\n".join(texts) + "\n")
 lens = [len(tok(t)["input_ids"]) for t in texts]
-print(f"{len(texts)} texts, {min(lens)}-{max(lens)} tokens (mean {np.mean(lens):.1f}), batch 32")
+print(f"{len(texts)} texts, {min(lens)}-{max(lens)} tokens (mean {np.mean(lens):.1f})")
 
-def torch_encode(model, dtype):
+def torch_encode(model, batch=32):
     out = []
     with torch.no_grad():
-        for i in range(0, len(texts), 32):
-            b = tok(texts[i:i + 32], padding=True, truncation=True, return_tensors="pt").to("cuda")
+        for i in range(0, len(texts), batch):
+            b = tok(texts[i:i + batch], padding=True, truncation=True, return_tensors="pt").to("cuda")
             h = model(**b).last_hidden_state.float()
             mask = b["attention_mask"].unsqueeze(-1).float()
             v = (h * mask).sum(1) / mask.sum(1)
@@ -42,20 +43,31 @@ def torch_encode(model, dtype):
 
 for dtype in (torch.float32, torch.float16):
     model = BertModel.from_pretrained(d, add_pooling_layer=False, torch_dtype=dtype).cuda().eval()
-    torch_encode(model, dtype)  # warm-up
-    for r in range(2):
-        t0 = time.perf_counter(); ref = torch_encode(model, dtype); s = time.perf_counter() - t0
-        print(f"transformers cuda {str(dtype)[6:]}: {len(texts)/s:.0f} texts/s ({s:.3f} s)")
+    torch_encode(model)  # warm-up
+    for batch in (32, 128):
+        for r in range(2):
+            t0 = time.perf_counter(); got = torch_encode(model, batch); s = time.perf_counter() - t0
+            print(f"transformers cuda {str(dtype)[6:]} batch {batch}: {len(texts)/s:.0f} texts/s ({s:.3f} s)")
+            if batch == 32:
+                ref = got
     if dtype == torch.float32:
         ref32 = ref
-for r in range(3):
+def ox_embed(device, batch, out):
+    """One whole `oxinfer embed` process: (texts/s of the process, texts/s it reports for
+    tokenizing and encoding with the model loaded)."""
     t0 = time.perf_counter()
-    subprocess.run([ox, "embed", "-m", d, "-f", "/tmp/texts.txt", "-o", "/tmp/ox.npy", "--device", "cuda", "--batch", "32"], check=True, stderr=subprocess.DEVNULL)
+    p = subprocess.run([ox, "embed", "-m", d, "-f", "/tmp/texts.txt", "-o", out, "--device", device, "--batch", str(batch)],
+                       check=True, stderr=subprocess.PIPE, text=True)
     s = time.perf_counter() - t0
-    v = np.load("/tmp/ox.npy")
-    cos = (v * ref32).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref32, axis=1)
-    print(f"oxinfer embed --device cuda (whole process, load included): {len(texts)/s:.0f} texts/s ({s:.3f} s), worst cosine vs transformers fp32 {cos.min():.7f}")
-t0 = time.perf_counter()
-subprocess.run([ox, "embed", "-m", d, "-f", "/tmp/texts.txt", "-o", "/tmp/oxc.npy", "--device", "cpu", "--batch", "32"], check=True, stderr=subprocess.DEVNULL)
-s = time.perf_counter() - t0
-print(f"oxinfer embed --device cpu (16 host cores): {len(texts)/s:.0f} texts/s ({s:.3f} s)")
+    inner = [l for l in p.stderr.splitlines() if "texts/s" in l]
+    rate = float(inner[-1].split(", ")[-1].split()[0]) if inner else float("nan")
+    return len(texts) / s, rate
+
+for batch in (32, 128):
+    for r in range(3):
+        whole, inner = ox_embed("cuda", batch, "/tmp/ox.npy")
+        v = np.load("/tmp/ox.npy")
+        cos = (v * ref32).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref32, axis=1)
+        print(f"oxinfer embed --device cuda --batch {batch}: {inner:.0f} texts/s model loaded ({whole:.0f} for the whole process), worst cosine vs transformers fp32 {cos.min():.7f}")
+whole, inner = ox_embed("cpu", 32, "/tmp/oxc.npy")
+print(f"oxinfer embed --device cpu (all host cores): {inner:.0f} texts/s model loaded ({whole:.0f} whole process)")

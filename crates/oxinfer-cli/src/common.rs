@@ -119,10 +119,8 @@ impl ModelArgs {
         self.prepare_runtime_for(false)
     }
 
-    /// [`Self::prepare_runtime`] for an encoder (embeddings, reranking): `auto` means the CPU.
-    /// Encoders reach a GPU backend op by op, each product's activations crossing the bus, and
-    /// all-MiniLM-L6-v2 ran 6–17× slower that way than on the host's cores (docs/embeddings.md);
-    /// `--device cuda` still asks for it.
+    /// [`Self::prepare_runtime`] for an encoder (embeddings, reranking): `auto` means a CUDA
+    /// GPU when one works, else the CPU ([`crate::devices::select_for_encoder`]).
     #[cfg(feature = "server")]
     pub fn prepare_encoder_runtime(&self) -> Result<()> {
         self.prepare_runtime_for(true)
@@ -134,11 +132,11 @@ impl ModelArgs {
             oxinfer_kernels::set_num_threads(n);
         }
         oxinfer_kernels::profile::enable(self.profile);
-        let (mut pref, gpu_asked) = self.device_request();
-        if encoder && pref == DevicePref::Auto && !gpu_asked {
-            pref = DevicePref::Cpu;
+        let (pref, gpu_asked) = self.device_request();
+        match encoder {
+            true => crate::devices::select_for_encoder(pref, gpu_asked || self.verbose)?,
+            false => crate::devices::select(pref, gpu_asked || self.verbose)?,
         }
-        crate::devices::select(pref, gpu_asked || self.verbose)?;
         Ok(())
     }
 

@@ -25,6 +25,28 @@ pub fn select(pref: DevicePref, announce: bool) -> Result<()> {
     Ok(())
 }
 
+/// [`select`] for an encoder model (embeddings, reranking): `auto` means the first CUDA GPU
+/// when one works, else the CPU. CUDA runs a BERT-family encoder whole on the device
+/// (`Backend::run_encoder`); the other backends would take it op by op, each product's
+/// activations crossing the bus, which is slower than the host's cores (docs/embeddings.md).
+pub fn select_for_encoder(pref: DevicePref, announce: bool) -> Result<()> {
+    if pref != DevicePref::Auto {
+        return select(pref, announce);
+    }
+    match oxinfer::backend::init(&providers(), DevicePref::Cuda) {
+        Ok(choice) => {
+            eprintln!("{}", choice.describe());
+            Ok(())
+        }
+        Err(e) => {
+            if announce {
+                eprintln!("encoder on the CPU ({e})");
+            }
+            select(DevicePref::Cpu, false)
+        }
+    }
+}
+
 fn memory_gib() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: f64 = info

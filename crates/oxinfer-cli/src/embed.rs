@@ -45,10 +45,10 @@ pub struct EmbedArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Compute device: cpu (the default: encoders reach a GPU op by op, which is slower than
-    /// the CPU for small encoders, docs/embeddings.md), auto (a GPU when one works), cuda, or
-    /// wgpu (aliases vulkan, metal).
-    #[arg(long, default_value_t = oxinfer::backend::DevicePref::Cpu)]
+    /// Compute device: auto (the default: a CUDA GPU when one works, which runs BERT-family
+    /// encoders whole; else the CPU), cpu, cuda, or wgpu (aliases vulkan, metal: op by op,
+    /// slower than the CPU for small encoders, docs/embeddings.md).
+    #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
     pub device: oxinfer::backend::DevicePref,
     /// Convert the encoder's weight matrices on load: q8 (32 int8 weights per scale), q4 or
     /// bf16; they then run on the quantized matmul kernels (docs/embeddings.md, "Quantized
@@ -106,7 +106,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
     }
-    crate::devices::select(a.device, a.device.is_gpu())?;
+    crate::devices::select_for_encoder(a.device, a.device.is_gpu())?;
     oxinfer_kernels::profile::enable(a.profile);
     let spec = a.model.as_deref().unwrap_or(DEFAULT_EMBED_MODEL);
     let mut progress = crate::progress::Bars::new();
