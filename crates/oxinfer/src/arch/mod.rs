@@ -152,8 +152,9 @@ pub fn run_plan_argmax(plan: &Plan, batch: &mut [SeqBatch<'_>]) -> Result<Vec<u3
     }
     let (ids, x, mut seqs) = embed_batch(plan, batch)?;
     if let Some(b) = crate::backend::active() {
-        // The scored pass computes each row's argmax; the targets' log-probabilities are unused.
-        let targets = vec![0; seqs.len()];
+        // The scored pass computes each row's argmax; no target (past the vocabulary: logp is
+        // −inf, so a device skips the row's log-sum).
+        let targets = vec![u32::MAX; seqs.len()];
         let scored = crate::backend::plan_run::run_scored(b, plan, &ids, &x, &mut seqs, &targets);
         if let Some(r) = scored {
             return r.map(|rows| rows.iter().map(|s| s.argmax).collect());

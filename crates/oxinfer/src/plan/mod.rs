@@ -178,7 +178,8 @@ impl PlanInput<'_> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RowScore {
     /// ln softmax(row)[target], in f64: `(row[target] − max)` − ln Σ exp(row − max), each
-    /// `row − max` taken in f32 and widened, the sum in f64.
+    /// `row − max` taken in f32 and widened, the sum in f64; −∞ for a target past the
+    /// vocabulary (an argmax-only pass passes `u32::MAX`, and a device may skip the sum).
     pub logp: f64,
     /// The most likely token: the first index of the row's maximum.
     pub argmax: u32,
