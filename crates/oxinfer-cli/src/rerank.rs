@@ -43,6 +43,10 @@ pub struct RerankArgs {
     /// (as `oxinfer embed --quant`). Default: as stored (exact f32 products).
     #[arg(long, value_name = "q8|q4|bf16")]
     pub quant: Option<oxinfer::quant::Precision>,
+    /// Compute device: auto (the default: a CUDA GPU when one works, which runs BERT-family
+    /// cross-encoders whole; else the CPU), cpu, cuda, or wgpu (aliases vulkan, metal).
+    #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
+    pub device: oxinfer::backend::DevicePref,
 }
 
 pub fn run(a: RerankArgs) -> Result<()> {
@@ -63,6 +67,7 @@ pub fn run(a: RerankArgs) -> Result<()> {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
         oxinfer_kernels::set_num_threads(n);
     }
+    crate::devices::select_for_encoder(a.device, a.device.is_gpu())?;
     let path = PathBuf::from(&a.model);
     let model = CrossEncoder::load_quantized(&path, a.quant)
         .with_context(|| format!("-m {}: cannot load the reranker", a.model))?;

@@ -1,7 +1,8 @@
 //! `oxinfer embed` as a process on the tiny BERT sentence-transformers fixture: the .npy and
 //! JSON-lines outputs equal sentence-transformers' `encode` (tests/fixtures/bert-tiny), a
 //! prompt, --no-normalize, --quant, and bad input (nothing to embed, a non-embedding model, an unknown
-//! output extension, too long with --no-truncate) giving one clear error line.
+//! output extension, too long with --no-truncate) giving one clear error line; `oxinfer rerank`
+//! on the cross-encoder fixture against sentence-transformers' `CrossEncoder.predict`.
 
 mod cli_process;
 #[path = "../../oxinfer/tests/common/mod.rs"]
@@ -161,4 +162,55 @@ fn bad_input_gives_one_error_line() {
         &["input 0", "limit of 24"],
     );
     assert_exits_with(&oxinfer(&["embed", "--batch", "x"]), 2, &["--batch"]);
+}
+
+#[test]
+fn rerank_matches_cross_encoder_predict() {
+    let dir = fixtures().join("bert-cross-encoder");
+    let r = reference(&dir);
+    let pairs = r["pairs"].as_array().unwrap();
+    let docs: Vec<&str> = pairs
+        .iter()
+        .map(|p| p["document"].as_str().unwrap())
+        .collect();
+    let model = dir.to_str().unwrap().to_string();
+    let mut args = vec![
+        "rerank",
+        "-m",
+        &model,
+        "-q",
+        r["query"].as_str().unwrap(),
+        "--device",
+        "cpu",
+    ];
+    for d in &docs {
+        args.extend(["-d", d]);
+    }
+    let (out, _) = ok(oxinfer(&args));
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), docs.len());
+    let mut last = f64::INFINITY;
+    for row in &rows {
+        let i = row["index"].as_u64().unwrap() as usize;
+        let got = row["relevance_score"].as_f64().unwrap();
+        let want = pairs[i]["score"].as_f64().unwrap();
+        assert!(
+            (got - want).abs() <= 1e-5,
+            "document {i}: {got} against {want}"
+        );
+        assert_eq!(row["document"], docs[i]);
+        assert!(got <= last, "not ranked best first: {out}");
+        last = got;
+    }
+    args.extend(["--top-n", "1"]);
+    let (top, _) = ok(oxinfer(&args));
+    assert_eq!(top.lines().count(), 1);
+    assert_eq!(top.lines().next(), out.lines().next());
+    assert_fails_with(
+        &oxinfer(&["rerank", "-m", &model, "-q", "a query"]),
+        &["nothing to rerank"],
+    );
 }

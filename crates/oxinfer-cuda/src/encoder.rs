@@ -9,8 +9,14 @@
 //! residual LayerNorm with the product's bias, the MLP (bias and activation, or the gated
 //! activation), the down projection and its residual LayerNorm (`kernels/encoder.cu`).
 //!
-//! Declined (the CPU runs the plan): rotary positions (NomicBERT), local attention windows,
-//! head widths without a kernel ([`ENCODER_HEAD_DIMS`]), a weight no CPU dequantizer reads.
+//! Rotary positions (NomicBERT) rotate the queries and keys in that buffer before attention
+//! (`enc_rope`), from tables the host makes once per pass: one per distinct rotation of the
+//! batch's sequences (dynamic NTK scaling gives a long sequence its own), as long as its
+//! longest sequence, and each row's row in them.
+//!
+//! Declined (the CPU runs the plan): local attention windows, head widths without a kernel
+//! ([`ENCODER_HEAD_DIMS`]), rotations of several widths or wider than a head, a weight no CPU
+//! dequantizer reads.
 
 use crate::gemm::cublas_ld;
 use crate::gpu::{DevBuf, Gpu, Slot};
@@ -20,7 +26,7 @@ use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::nn::encoder_linear::EncoderLinear;
-use oxinfer::nn::LayerNorm;
+use oxinfer::nn::{LayerNorm, Rope};
 use oxinfer::plan::encoder::EncoderPlan;
 use oxinfer_kernels::dequant::dequantize_row_split;
 use std::any::Any;
@@ -54,13 +60,11 @@ fn act_code(a: EncoderAct) -> i32 {
 /// Why the device does not run `plan`, if it does not (nothing uploaded).
 pub(crate) fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
     let h = &plan.heads;
-    if plan.rope_of.is_some() {
-        return Some("rotary positions");
-    }
     if h.window.is_some() {
         return Some("local attention");
     }
-    if !ENCODER_HEAD_DIMS.contains(&h.head_dim) || h.n_heads * h.head_dim != plan.dim {
+    let width_runs = h.head_dim < 32 || ENCODER_HEAD_DIMS.contains(&h.head_dim);
+    if h.head_dim == 0 || !width_runs || h.n_heads * h.head_dim != plan.dim {
         return Some("head width");
     }
     None
@@ -151,6 +155,69 @@ fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>) {
     (pack, layers)
 }
 
+/// Rotary tables of one pass: cosines then sines (`[rows, half]` each, one block of rows per
+/// distinct rotation, positions from 0), each token row's row in them, the rotated pairs per
+/// head and the pair layout.
+struct RopeTables {
+    cos_sin: Vec<f32>,
+    row_of: Vec<i32>,
+    half: usize,
+    interleaved: bool,
+}
+
+/// The tables of `plan`'s rotations over sequences of lengths `lens`; `None` when they do not
+/// fit the kernel (rotations of several widths or layouts, or wider than a head).
+fn rope_tables<'r>(
+    rope_of: &dyn Fn(usize) -> &'r Rope,
+    lens: &[usize],
+    head_dim: usize,
+) -> Option<RopeTables> {
+    // (rotation, rows it needs, its first row in the tables)
+    let mut ropes: Vec<(&'r Rope, usize, usize)> = Vec::new();
+    let mut which = Vec::with_capacity(lens.len());
+    for &n in lens {
+        let r = rope_of(n);
+        let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
+            Some(i) => i,
+            None => {
+                ropes.push((r, 0, 0));
+                ropes.len() - 1
+            }
+        };
+        ropes[i].1 = ropes[i].1.max(n);
+        which.push(i);
+    }
+    let (dim, interleaved) = (ropes.first()?.0.dim(), ropes[0].0.interleaved());
+    let uniform = ropes
+        .iter()
+        .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
+    if !uniform || dim > head_dim || dim % 2 != 0 {
+        return None;
+    }
+    let half = dim / 2;
+    let rows: usize = ropes.iter().map(|r| r.1).sum();
+    let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
+    let mut first = 0;
+    for (r, n, at) in &mut ropes {
+        *at = first;
+        let span = first * half..(first + *n) * half;
+        r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
+        first += *n;
+    }
+    let mut row_of = Vec::with_capacity(lens.iter().sum());
+    for (&n, &i) in lens.iter().zip(&which) {
+        let at = ropes[i].2 as i32;
+        row_of.extend((0..n as i32).map(|p| at + p));
+    }
+    cos.extend_from_slice(&sin);
+    Some(RopeTables {
+        cos_sin: cos,
+        row_of,
+        half,
+        interleaved,
+    })
+}
+
 /// The device matrices of one layer: q, k, v, o, gate, up, down.
 type LayerMats<'a> = [Option<&'a EncoderMatrix>; 7];
 
@@ -198,6 +265,13 @@ pub(crate) fn run(
         .map(|m| m[5].map_or(0, |w| w.rows))
         .max()
         .unwrap_or(0);
+    let rope = match plan.rope_of {
+        Some(rope_of) => match rope_tables(rope_of, lens, plan.heads.head_dim) {
+            Some(tables) => Some(tables),
+            None => return Ok(false),
+        },
+        None => None,
+    };
     let (pack, params) = pack_params(plan);
     g.bind()?;
     let p = {
@@ -227,6 +301,17 @@ pub(crate) fn run(
     starts.push(first);
     let seq = g.scratch(Slot::EncSeq, starts.len() * 4)?;
     g.upload(seq, &starts)?;
+    let rope = match &rope {
+        Some(tables) => {
+            let cs = g.scratch(Slot::EncRope, tables.cos_sin.len() * 4)?;
+            g.upload(cs, &tables.cos_sin)?;
+            let rows = g.scratch(Slot::EncRopeRow, tables.row_of.len() * 4)?;
+            g.upload(rows, &tables.row_of)?;
+            let sn = cs + (tables.cos_sin.len() / 2 * 4) as CUdeviceptr;
+            Some((cs, sn, rows, tables.half, tables.interleaved))
+        }
+        None => None,
+    };
     g.upload(hidden, x)?;
     let act = act_code(plan.act);
     let f32_ty = blas_sys::cudaDataType::CUDA_R_32F;
@@ -242,6 +327,23 @@ pub(crate) fn run(
         }
         if let Some(b) = lp.qkv_bias {
             bias_act(g, qkv, Some(at(b)), t * 3 * dim, 3 * dim, -1)?;
+        }
+        if let Some((cs, sn, rows, half, interleaved)) = rope {
+            let h = &plan.heads;
+            let (t_l, heads, hd) = (t as i64, h.n_heads as i32, h.head_dim as i32);
+            let (half_i, il) = (half as i32, i32::from(interleaved));
+            let params = &mut [
+                arg(&qkv),
+                arg(&cs),
+                arg(&sn),
+                arg(&rows),
+                arg(&t_l),
+                arg(&heads),
+                arg(&hd),
+                arg(&half_i),
+                arg(&il),
+            ];
+            launch_1d(g, g.k.enc_rope, t * 2 * h.n_heads * half, params)?;
         }
         attention(g, plan, qkv, att, seq, lens)?;
         gemm(o, att, y, dim)?;
@@ -339,14 +441,13 @@ fn attention(
     lens: &[usize],
 ) -> Result<(), String> {
     let h = &plan.heads;
-    let Some(k) = ENCODER_HEAD_DIMS.iter().position(|&d| d == h.head_dim) else {
-        return Err(format!("no attention kernel for heads of {}", h.head_dim));
-    };
     let longest = lens.iter().copied().max().unwrap_or(0);
     let warps = h.n_heads * longest.div_ceil(ATTENTION_ROWS);
     let grid = (warps.div_ceil(ATTENTION_WARPS) as u32, lens.len() as u32, 1);
+    let block = ((ATTENTION_WARPS * 32) as u32, 1, 1);
     let (heads, ld, scale) = (h.n_heads as i32, (3 * plan.dim) as i32, h.scale);
-    let params = &mut [
+    let hd = h.head_dim as i32;
+    let mut params = vec![
         arg(&qkv),
         arg(&out),
         arg(&seq),
@@ -354,10 +455,12 @@ fn attention(
         arg(&ld),
         arg(&scale),
     ];
-    g.launch(
-        g.k.enc_attention[k],
-        grid,
-        ((ATTENTION_WARPS * 32) as u32, 1, 1),
-        params,
-    )
+    if h.head_dim < 32 {
+        params.push(arg(&hd));
+        return g.launch(g.k.enc_attention_narrow, grid, block, &mut params);
+    }
+    let Some(k) = ENCODER_HEAD_DIMS.iter().position(|&d| d == h.head_dim) else {
+        return Err(format!("no attention kernel for heads of {}", h.head_dim));
+    };
+    g.launch(g.k.enc_attention[k], grid, block, &mut params)
 }

@@ -232,6 +232,10 @@ pub(crate) enum Slot {
     EncParams = 29,
     /// Encoder pass: the first row of each sequence and the total, i32.
     EncSeq = 30,
+    /// Encoder pass: rotary cosines `[rows, half]`, then sines (the same shape).
+    EncRope = 31,
+    /// Encoder pass: each row's row of the rotary tables, i32.
+    EncRopeRow = 32,
 }
 
 impl Gpu {

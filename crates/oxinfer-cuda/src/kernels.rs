@@ -287,12 +287,17 @@ pub(crate) struct Kernels {
     pub enc_gated_act: sys::CUfunction,
     /// Encoder pass: post-norm residual LayerNorm, one block per row.
     pub enc_residual_layer_norm: sys::CUfunction,
+    /// Encoder pass: rotary positions of the queries and keys.
+    pub enc_rope: sys::CUfunction,
     /// Encoder pass: attention within each sequence, per head width of
     /// [`ENCODER_HEAD_DIMS`].
     pub enc_attention: [sys::CUfunction; 5],
+    /// Encoder pass: attention for heads narrower than 32 (tiny test models).
+    pub enc_attention_narrow: sys::CUfunction,
 }
 
-/// Head widths the encoder pass's attention has a kernel for (`enc_attention_h*`).
+/// Head widths the encoder pass's attention has a kernel for (`enc_attention_h*`), besides
+/// every width below 32 (`enc_attention_narrow`).
 pub const ENCODER_HEAD_DIMS: [usize; 5] = [32, 64, 96, 128, 256];
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -598,6 +603,7 @@ impl Kernels {
             enc_bias_act: get("enc_bias_act")?,
             enc_gated_act: get("enc_gated_act")?,
             enc_residual_layer_norm: get("enc_residual_layer_norm")?,
+            enc_rope: get("enc_rope")?,
             enc_attention: {
                 let mut f = [std::ptr::null_mut(); 5];
                 for (f, hd) in f.iter_mut().zip(ENCODER_HEAD_DIMS) {
@@ -605,6 +611,7 @@ impl Kernels {
                 }
                 f
             },
+            enc_attention_narrow: get("enc_attention_narrow")?,
             formats,
             names: HashMap::new(),
             dependents: HashSet::new(),

@@ -31,6 +31,30 @@ extern "C" __global__ void enc_gated_act(float* __restrict__ g, const float* __r
     if (i < n) g[i] = enc_act(g[i], act) * u[i];
 }
 
+// Rotary positions of the queries and keys in qkv [T, 3 dim] (queries at column 0, keys at
+// dim; n_heads heads of hd): row r rotates by row ti[r] of the tables cs / sn [*, half], the
+// pairs (2j, 2j + 1) when interleaved, else (j, j + half); a head's values past 2 half stay.
+// Rope::apply's arithmetic, without contraction into FMAs (the same bits). One thread per
+// (row, query or key head, pair).
+extern "C" __global__ void enc_rope(float* __restrict__ qkv, const float* __restrict__ cs,
+                                    const float* __restrict__ sn, const int* __restrict__ ti,
+                                    long t, int n_heads, int hd, int half, int interleaved) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long per_row = 2l * n_heads * half;
+    if (i >= t * per_row) return;
+    long r = i / per_row;
+    int rem = (int)(i % per_row), h = rem / half, j = rem % half;
+    // Key head h - n_heads lies at dim + (h - n_heads) hd = h hd.
+    float* head = qkv + r * 3l * n_heads * hd + (long)h * hd;
+    long at = (long)ti[r] * half + j;
+    float c = cs[at], s = sn[at];
+    int ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + half;
+    float a = head[ia], b = head[ib];
+    head[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    head[ib] = interleaved ? __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c))
+                           : __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
 __device__ __forceinline__ float enc_block_sum(float v, float* sh) {
     #pragma unroll
@@ -82,13 +106,14 @@ extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
 // [T, d]. Grid: y one per sequence, x enough warps for H heads × ⌈longest / ENC_QR⌉ query
 // blocks; warp (h, qb) runs ENC_QR query rows of head h over all of the sequence's keys with a
 // running max and sum. Lane l holds elements l, l + 32, ... of a head (hd = 32 · ME; one
-// kernel per ME, enc_attention_h{32 ME}).
-template <int ME>
+// kernel per ME, enc_attention_h{32 ME}), or with NARROW (ME = 1) element l of a head of
+// hd_narrow < 32 values, the other lanes idle (enc_attention_narrow: tiny test models).
+template <int ME, bool NARROW = false>
 __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv,
                                                    float* __restrict__ out,
                                                    const int* __restrict__ seq, int H, int ld,
-                                                   float scale) {
-    const int hd = 32 * ME;
+                                                   float scale, int hd_narrow = 0) {
+    const int hd = NARROW ? hd_narrow : 32 * ME;
     int r0 = seq[blockIdx.y];
     int n = seq[blockIdx.y + 1] - r0;
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -98,7 +123,8 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     int h = gw / qblocks, qb = gw % qblocks;
     if (h >= H) return;
     int d = H * hd, i0 = qb * ENC_QR;
-    const float* base = qkv + (long)r0 * ld + h * hd + lane;
+    const bool on = !NARROW || lane < hd;
+    const float* base = qkv + (long)r0 * ld + h * hd + (on ? lane : 0);
     float qv[ENC_QR][ME], acc[ENC_QR][ME], m[ENC_QR], l[ENC_QR];
     #pragma unroll
     for (int r = 0; r < ENC_QR; r++) {
@@ -107,7 +133,7 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
         #pragma unroll
         for (int e = 0; e < ME; e++) {
             acc[r][e] = 0.f;
-            qv[r][e] = (i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
+            qv[r][e] = (on && i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
         }
     }
     for (int j = 0; j < n; j++) {
@@ -115,8 +141,8 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
         const float* kr = base + (long)j * ld + d;
         #pragma unroll
         for (int e = 0; e < ME; e++) {
-            kk[e] = kr[32 * e];
-            vv[e] = kr[d + 32 * e];
+            kk[e] = on ? kr[32 * e] : 0.f;
+            vv[e] = on ? kr[d + 32 * e] : 0.f;
         }
         #pragma unroll
         for (int r = 0; r < ENC_QR; r++) {
@@ -137,7 +163,7 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     }
     #pragma unroll
     for (int r = 0; r < ENC_QR; r++) {
-        if (i0 + r >= n) continue;
+        if (i0 + r >= n || !on) continue;
         float inv = 1.f / l[r];
         float* o = out + (long)(r0 + i0 + r) * d + h * hd + lane;
         #pragma unroll
@@ -157,3 +183,9 @@ ENC_ATTENTION(64, 2)
 ENC_ATTENTION(96, 3)
 ENC_ATTENTION(128, 4)
 ENC_ATTENTION(256, 8)
+extern "C" __global__ void enc_attention_narrow(const float* __restrict__ qkv,
+                                                float* __restrict__ out,
+                                                const int* __restrict__ seq, int H, int ld,
+                                                float scale, int hd) {
+    enc_attention_rows<1, true>(qkv, out, seq, H, ld, scale, hd);
+}

@@ -1,7 +1,8 @@
 //! Whole encoder passes on the device ([`Backend::run_encoder`]) against the CPU executor of the
 //! same plan ([`oxinfer::plan::encoder::run_cpu`]): random BERT-style encoders of several widths
-//! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 / Q8_0 weights, a
-//! batch of sequences of different lengths (one of a single token).
+//! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 weights, rotary
+//! positions (half and interleaved pairs, a base per sequence length), a batch of sequences of
+//! different lengths (one of a single token).
 
 use super::{gpu, rel_err, Rng};
 use half::f16;
@@ -155,7 +156,7 @@ fn encoder_plan_matches_cpu() {
             act: EncoderAct::GeluTanh,
             stored: Stored::F16,
         },
-        // NomicBERT's block without its rotary positions: no biases, SwiGLU.
+        // NomicBERT's block without its rotary positions (below): no biases, SwiGLU.
         Case {
             dim: 192,
             heads: 2,
@@ -164,6 +165,17 @@ fn encoder_plan_matches_cpu() {
             bias: false,
             gated: true,
             act: EncoderAct::Silu,
+            stored: Stored::F32,
+        },
+        // The tiny test checkpoints' heads of 8 (the narrow kernel).
+        Case {
+            dim: 32,
+            heads: 4,
+            ffn: 37,
+            layers: 2,
+            bias: true,
+            gated: false,
+            act: EncoderAct::GeluErf,
             stored: Stored::F32,
         },
         Case {
@@ -204,14 +216,97 @@ fn encoder_plan_matches_cpu() {
     }
 }
 
+/// A rotation of `dim` of a head's dimensions with base `theta`.
+fn rope(theta: f32, dim: usize, style: oxinfer::config::RopeStyle) -> Rope {
+    Rope::new(
+        &oxinfer::config::RopeConfig {
+            theta,
+            dim,
+            style,
+            scaling: oxinfer::config::RopeScaling::None,
+        },
+        None,
+    )
+}
+
+#[test]
+fn encoder_plan_rotary_matches_cpu() {
+    use oxinfer::config::RopeStyle;
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let lens = [5usize, 1, 37, 130, 64];
+    // NomicBERT's block (no biases, SwiGLU) with its rotary positions, heads of 64.
+    let c = Case {
+        dim: 192,
+        heads: 3,
+        ffn: 256,
+        layers: 2,
+        bias: false,
+        gated: true,
+        act: EncoderAct::Silu,
+        stored: Stored::F32,
+    };
+    let mut rng = Rng(0x20ae_0001);
+    let owned = build(&c, &mut rng);
+    // Every pair rotated (transformers' rotate_half), a longer sequence with a base of its
+    // own as dynamic NTK scaling gives one; then half the pairs, interleaved.
+    let (short, long) = (
+        rope(10_000.0, 64, RopeStyle::Half),
+        rope(37_000.0, 64, RopeStyle::Half),
+    );
+    let partial = rope(10_000.0, 32, RopeStyle::Interleaved);
+    let scaled = |n: usize| if n > 64 { &long } else { &short };
+    let one = |_: usize| &partial;
+    rotary_case(&b, &c, &owned, &scaled, "half, two bases", &lens, &mut rng);
+    rotary_case(
+        &b,
+        &c,
+        &owned,
+        &one,
+        "interleaved, 32 of 64",
+        &lens,
+        &mut rng,
+    );
+}
+
+/// Case `c` with rotations `rope_of` on the device against the CPU.
+fn rotary_case<'a>(
+    b: &oxinfer_cuda::CudaBackend,
+    c: &Case,
+    owned: &'a [Owned],
+    rope_of: &'a dyn Fn(usize) -> &'a Rope,
+    name: &str,
+    lens: &[usize],
+    rng: &mut Rng,
+) {
+    let t: usize = lens.iter().sum();
+    let mut p = plan(c, owned);
+    p.rope_of = Some(rope_of);
+    let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
+    let cpu = run_cpu(&p, x.clone(), lens);
+    let mut dev = vec![f32::NAN; x.len()];
+    assert!(
+        b.run_encoder(&p, &x, lens, &mut dev),
+        "the device declined {name}"
+    );
+    let e = rel_err(&dev, &cpu);
+    println!("rotary encoder ({name}): rel err {e:.2e}");
+    assert!(
+        e <= 2e-5,
+        "rotary encoder pass ({name}) differs from the CPU by {e}"
+    );
+}
+
 #[test]
 fn encoder_plan_declines_what_it_does_not_run() {
+    use oxinfer::config::RopeStyle;
     let Some(b) = gpu(QuantPath::DequantCublas) else {
         return;
     };
     let mut rng = Rng(7);
     let c = Case {
-        dim: 48,
+        dim: 96,
         heads: 2,
         ffn: 64,
         layers: 1,
@@ -223,25 +318,28 @@ fn encoder_plan_declines_what_it_does_not_run() {
     let owned = build(&c, &mut rng);
     let x = vec![0.5f32; 3 * c.dim];
     let mut out = vec![0f32; x.len()];
-    // Heads of 24: no kernel.
+    // Heads of 48: no kernel.
     assert!(!b.run_encoder(&plan(&c, &owned), &x, &[3], &mut out));
-    // Rotary positions: the CPU's.
     let c = Case { dim: 64, ..c };
     let owned = build(&c, &mut rng);
-    let rope = Rope::new(
-        &oxinfer::config::RopeConfig {
-            theta: 10_000.0,
-            dim: 32,
-            style: oxinfer::config::RopeStyle::Half,
-            scaling: oxinfer::config::RopeScaling::None,
-        },
-        None,
-    );
-    let rope_of = |_: usize| &rope;
-    let mut p = plan(&c, &owned);
-    p.rope_of = Some(&rope_of);
     let x = vec![0.5f32; 3 * c.dim];
-    let mut out = vec![0f32; x.len()];
+    // Local attention windows (ModernBERT's): the CPU's.
+    let mut p = plan(&c, &owned);
+    p.heads.window = Some(2);
     assert!(!b.run_encoder(&p, &x, &[3], &mut out));
-    assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
+    // Rotations of two widths in one batch: the CPU's.
+    let (narrow, wide) = (
+        rope(10_000.0, 16, RopeStyle::Half),
+        rope(10_000.0, 32, RopeStyle::Half),
+    );
+    let mixed = |n: usize| if n > 2 { &wide } else { &narrow };
+    let mut p = plan(&c, &owned);
+    p.rope_of = Some(&mixed);
+    let x2 = vec![0.5f32; 5 * c.dim];
+    let mut out2 = vec![0f32; x2.len()];
+    assert!(!b.run_encoder(&p, &x2, &[3, 2], &mut out2));
+    assert!(
+        out.iter().chain(&out2).all(|&v| v == 0.0),
+        "a declined pass wrote"
+    );
 }
