@@ -136,6 +136,9 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
             qv[r][e] = (on && i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
         }
     }
+    // Unrolled so that several keys' loads are in flight before the first one's arithmetic
+    // (one key at a time waited for each key and value row in turn).
+    #pragma unroll (ME <= 2 ? 4 : 2)
     for (int j = 0; j < n; j++) {
         float kk[ME], vv[ME];
         const float* kr = base + (long)j * ld + d;
