@@ -62,13 +62,7 @@ __device__ __forceinline__ void attention_rows(const float* __restrict__ q,
             if (!visible) continue;
             s *= scale;
             if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-            float mn = fmaxf(m[r], s);
-            float corr = __expf(m[r] - mn);
-            float p = __expf(s - mn);
-            l[r] = l[r] * corr + p;
-            #pragma unroll
-            for (int e = 0; e < MAXE; e++) acc[r][e] = acc[r][e] * corr + p * vv[e];
-            m[r] = mn;
+            online_softmax_add<MAXE, true>(s, vv, m[r], l[r], acc[r]);
         }
     }
     #pragma unroll

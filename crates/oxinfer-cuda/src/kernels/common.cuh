@@ -280,4 +280,20 @@ __device__ __forceinline__ float gated_value(float x, float u, int act) {
     return a * u;
 }
 
+// One key of an online softmax (flash attention): a query row's running max m, sum l and output
+// acc (this lane's values) take the key's score s (scaled) and its values v. FAST: the hardware
+// exponential, as the prompt attention takes it; else expf, as the encoder pass takes it
+// (closer to its CPU twin).
+template <int ME, bool FAST>
+__device__ __forceinline__ void online_softmax_add(float s, const float (&v)[ME], float& m,
+                                                   float& l, float (&acc)[ME]) {
+    float mn = fmaxf(m, s);
+    float corr = FAST ? __expf(m - mn) : expf(m - mn);
+    float p = FAST ? __expf(s - mn) : expf(s - mn);
+    l = l * corr + p;
+    #pragma unroll
+    for (int e = 0; e < ME; e++) acc[e] = acc[e] * corr + p * v[e];
+    m = mn;
+}
+
 #endif  // OXINFER_COMMON_CUH

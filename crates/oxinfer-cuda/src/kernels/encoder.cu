@@ -3,6 +3,8 @@
 // a batch concatenated without padding. f32 throughout, the CPU twin's formulas
 // (plan/encoder.rs, nn/encoder_act.rs).
 
+#include "common.cuh"
+
 // Activation codes (encoder.rs `act_code`): 0 GELU (erf), 1 GELU (tanh), 2 ReLU, 3 SiLU.
 __device__ __forceinline__ float enc_act(float x, int act) {
     switch (act) {
@@ -154,14 +156,7 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
             for (int e = 0; e < ME; e++) s += qv[r][e] * kk[e];
             #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            s *= scale;
-            float mn = fmaxf(m[r], s);
-            float corr = expf(m[r] - mn);
-            float p = expf(s - mn);
-            l[r] = l[r] * corr + p;
-            #pragma unroll
-            for (int e = 0; e < ME; e++) acc[r][e] = acc[r][e] * corr + p * vv[e];
-            m[r] = mn;
+            online_softmax_add<ME, false>(s * scale, vv, m[r], l[r], acc[r]);
         }
     }
     #pragma unroll
