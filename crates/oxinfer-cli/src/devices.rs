@@ -33,18 +33,12 @@ pub fn select_for_encoder(pref: DevicePref, announce: bool) -> Result<()> {
     if pref != DevicePref::Auto {
         return select(pref, announce);
     }
-    match oxinfer::backend::init(&providers(), DevicePref::Cuda) {
-        Ok(choice) => {
-            eprintln!("{}", choice.describe());
-            Ok(())
+    select(DevicePref::Cuda, announce).or_else(|e| {
+        if announce {
+            eprintln!("encoder on the CPU ({e})");
         }
-        Err(e) => {
-            if announce {
-                eprintln!("encoder on the CPU ({e})");
-            }
-            select(DevicePref::Cpu, false)
-        }
-    }
+        select(DevicePref::Cpu, false)
+    })
 }
 
 fn memory_gib() -> Option<f64> {

@@ -21,7 +21,7 @@
 use crate::gemm::cublas_ld;
 use crate::gpu::{DevBuf, Gpu, Slot};
 use crate::kernels::ENCODER_HEAD_DIMS;
-use crate::ops::arg;
+use crate::ops::{arg, launch_1d};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::nn::encoder_act::EncoderAct;
@@ -31,8 +31,6 @@ use oxinfer::plan::encoder::EncoderPlan;
 use oxinfer_kernels::dequant::dequantize_row_split;
 use std::any::Any;
 
-/// Threads per block of the element-wise kernels.
-const THREADS: u32 = 256;
 /// Threads per block of the residual LayerNorm (one block per row).
 const NORM_THREADS: u32 = 256;
 /// Query rows per warp of `enc_attention_h*` (its `ENC_QR`).
@@ -58,7 +56,7 @@ fn act_code(a: EncoderAct) -> i32 {
 }
 
 /// Why the device does not run `plan`, if it does not (nothing uploaded).
-pub(crate) fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
+fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
     let h = &plan.heads;
     if h.window.is_some() {
         return Some("local attention");
@@ -234,6 +232,13 @@ pub(crate) fn run(
     if t == 0 || x.len() != t * dim || out.len() != x.len() || unsupported(plan).is_some() {
         return Ok(false);
     }
+    let rope = match plan.rope_of {
+        Some(rope_of) => match rope_tables(rope_of, lens, plan.heads.head_dim) {
+            Some(tables) => Some(tables),
+            None => return Ok(false),
+        },
+        None => None,
+    };
     let mut mats: Vec<LayerMats> = Vec::with_capacity(plan.layers.len());
     for l in &plan.layers {
         let m = [
@@ -265,13 +270,6 @@ pub(crate) fn run(
         .map(|m| m[5].map_or(0, |w| w.rows))
         .max()
         .unwrap_or(0);
-    let rope = match plan.rope_of {
-        Some(rope_of) => match rope_tables(rope_of, lens, plan.heads.head_dim) {
-            Some(tables) => Some(tables),
-            None => return Ok(false),
-        },
-        None => None,
-    };
     let (pack, params) = pack_params(plan);
     g.bind()?;
     let p = {
@@ -381,21 +379,6 @@ fn bias_act(
     let (b, n_l, w) = (b.unwrap_or(0), n as i64, width as i32);
     let params = &mut [arg(&y), arg(&b), arg(&n_l), arg(&w), arg(&act)];
     launch_1d(g, g.k.enc_bias_act, n, params)
-}
-
-/// Launches `f` with at least `n` threads in blocks of [`THREADS`].
-fn launch_1d(
-    g: &Gpu,
-    f: cudarc::driver::sys::CUfunction,
-    n: usize,
-    params: &mut [*mut std::ffi::c_void],
-) -> Result<(), String> {
-    g.launch(
-        f,
-        (n.div_ceil(THREADS as usize) as u32, 1, 1),
-        (THREADS, 1, 1),
-        params,
-    )
 }
 
 /// `x = norm(x + (y + bias))` over `t` rows of `dim`; `at` maps packed offsets to addresses.

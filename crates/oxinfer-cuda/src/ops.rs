@@ -33,7 +33,12 @@ pub(crate) fn arg<T>(v: &T) -> *mut c_void {
 }
 
 /// Launches `f` with at least `n` threads in blocks of [`THREADS`].
-fn launch_1d(g: &Gpu, f: CUfunction, n: usize, params: &mut [*mut c_void]) -> Result<(), String> {
+pub(crate) fn launch_1d(
+    g: &Gpu,
+    f: CUfunction,
+    n: usize,
+    params: &mut [*mut c_void],
+) -> Result<(), String> {
     let grid = (n.div_ceil(THREADS as usize) as u32, 1, 1);
     g.launch(f, grid, (THREADS, 1, 1), params)
 }

@@ -272,11 +272,18 @@ __device__ __forceinline__ void warp_quant_block(const float (&v)[8], int B, i8*
     if (lane == 0) *d_out = d;
 }
 
+// SiLU, x · sigmoid(x).
+__device__ __forceinline__ float silu_value(float x) { return x / (1.f + expf(-x)); }
+
+// GELU's tanh form, 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+__device__ __forceinline__ float gelu_tanh_value(float x) {
+    return 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+}
+
 // The gated MLP's middle for one value: act(x) · u (act 0: SiLU, 1: tanh-GELU), the arithmetic
 // of every kernel that computes it (gated_act_f32, gated_act_q8).
 __device__ __forceinline__ float gated_value(float x, float u, int act) {
-    float a = act == 0 ? x / (1.f + expf(-x))
-                       : 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+    float a = act == 0 ? silu_value(x) : gelu_tanh_value(x);
     return a * u;
 }
 

@@ -9,9 +9,9 @@
 __device__ __forceinline__ float enc_act(float x, int act) {
     switch (act) {
     case 0: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case 1: return 0.5f * x * (1.f + tanhf(0.7978846f * (x + 0.044715f * x * x * x)));
+    case 1: return gelu_tanh_value(x);
     case 2: return fmaxf(x, 0.f);
-    default: return x / (1.f + expf(-x));
+    default: return silu_value(x);
     }
 }
 
