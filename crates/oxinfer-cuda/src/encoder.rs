@@ -9,14 +9,21 @@
 //! residual LayerNorm with the product's bias, the MLP (bias and activation, or the gated
 //! activation), the down projection and its residual LayerNorm (`kernels/encoder.cu`).
 //!
-//! Rotary positions (NomicBERT) rotate the queries and keys in that buffer before attention
-//! (`enc_rope`), from tables the host makes once per pass: one per distinct rotation of the
-//! batch's sequences (dynamic NTK scaling gives a long sequence its own), as long as its
-//! longest sequence, and each row's row in them.
+//! Pre-norm plans (ModernBERT) keep the residual stream in one buffer and each sublayer's
+//! normalized input in another: one kernel adds a product to the stream and normalizes the
+//! sum for the next sublayer (the last one with the final norm, in place). Local layers
+//! attend within their window.
 //!
-//! Declined (the CPU runs the plan): local attention windows, head widths without a kernel
-//! ([`ENCODER_HEAD_DIMS`]), rotations of several widths or wider than a head, a weight no CPU
-//! dequantizer reads.
+//! Rotary positions (NomicBERT, ModernBERT) rotate the queries and keys in that buffer before
+//! attention (`enc_rope`), from tables the host makes once per pass: one per distinct rotation
+//! of the batch's sequences and layers (dynamic NTK scaling gives a long sequence its own,
+//! ModernBERT's local and global layers have theirs), as long as its longest sequence, and
+//! each layer's row of them for every token.
+//!
+//! Declined (the CPU runs the plan): head widths without a kernel ([`ENCODER_HEAD_DIMS`]),
+//! rotations of several widths or wider than a head, a post-norm block without its norm or a
+//! pre-norm block past the first without its attention norm, a weight no CPU dequantizer
+//! reads.
 
 use crate::gemm::cublas_ld;
 use crate::gpu::{DevBuf, Gpu, Slot};
@@ -27,7 +34,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::nn::encoder_linear::EncoderLinear;
 use oxinfer::nn::{LayerNorm, Rope};
-use oxinfer::plan::encoder::EncoderPlan;
+use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 use oxinfer_kernels::dequant::dequantize_row_split;
 use std::any::Any;
 
@@ -58,8 +65,19 @@ fn act_code(a: EncoderAct) -> i32 {
 /// Why the device does not run `plan`, if it does not (nothing uploaded).
 fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
     let h = &plan.heads;
-    if h.window.is_some() {
-        return Some("local attention");
+    let norms_missing = match plan.order {
+        NormOrder::Post => plan.layers.iter().any(|l| l.attn_norm.is_none()),
+        NormOrder::Pre { .. } => plan.layers.iter().skip(1).any(|l| l.attn_norm.is_none()),
+    };
+    if norms_missing {
+        return Some("a block without its attention norm");
+    }
+    if plan
+        .layers
+        .iter()
+        .any(|l| l.window.is_some_and(|w| w > i32::MAX as usize))
+    {
+        return Some("window");
     }
     let width_runs = h.head_dim < 32 || ENCODER_HEAD_DIMS.contains(&h.head_dim);
     if h.head_dim == 0 || !width_runs || h.n_heads * h.head_dim != plan.dim {
@@ -92,12 +110,13 @@ fn f32_weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a EncoderMatrix> {
     dev.downcast_ref::<EncoderMatrix>()
 }
 
-/// Offsets into the packed biases and LayerNorm parameters of one layer (`None`: no bias).
+/// Offsets into the packed biases and LayerNorm parameters of one layer (`None`: no bias, no
+/// norm).
 struct LayerParams {
     /// q, k, v biases side by side `[3 dim]` (zeros for a missing one).
     qkv_bias: Option<usize>,
     o_bias: Option<usize>,
-    attn_norm: Norm,
+    attn_norm: Option<Norm>,
     up_bias: Option<usize>,
     down_bias: Option<usize>,
     ffn_norm: Norm,
@@ -111,8 +130,8 @@ struct Norm {
     eps: f32,
 }
 
-/// The small vectors of every layer, packed into one upload.
-fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>) {
+/// The small vectors of every layer, packed into one upload, and the final norm's (pre-norm).
+fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>, Option<Norm>) {
     let mut pack: Vec<f32> = Vec::new();
     let mut push = |v: &[f32]| {
         let o = pack.len();
@@ -138,7 +157,7 @@ fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>) {
             bias: push(&n.bias),
             eps: n.eps,
         };
-        let attn_norm = norm(l.attn_norm);
+        let attn_norm = l.attn_norm.map(&mut norm);
         let ffn_norm = norm(l.ffn_norm);
         let mut bias = |p: &EncoderLinear| p.linear().bias().map(&mut push);
         layers.push(LayerParams {
@@ -150,42 +169,73 @@ fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>) {
             ffn_norm,
         });
     }
-    (pack, layers)
+    let final_norm = match plan.order {
+        NormOrder::Post => None,
+        NormOrder::Pre { final_norm: n } => Some(Norm {
+            gain: push(&n.weight),
+            bias: push(&n.bias),
+            eps: n.eps,
+        }),
+    };
+    (pack, layers, final_norm)
 }
 
 /// Rotary tables of one pass: cosines then sines (`[rows, half]` each, one block of rows per
-/// distinct rotation, positions from 0), each token row's row in them, the rotated pairs per
-/// head and the pair layout.
+/// distinct rotation, positions from 0), the token rows' rows in them (`[maps, T]`: one map per
+/// distinct assignment of rotations to sequences), each layer's map (`None`: no rotation), the
+/// rotated pairs per head and the pair layout.
 struct RopeTables {
     cos_sin: Vec<f32>,
     row_of: Vec<i32>,
+    layer_map: Vec<Option<usize>>,
     half: usize,
     interleaved: bool,
 }
 
-/// The tables of `plan`'s rotations over sequences of lengths `lens`; `None` when they do not
-/// fit the kernel (rotations of several widths or layouts, or wider than a head).
-fn rope_tables<'r>(
-    rope_of: &dyn Fn(usize) -> &'r Rope,
+/// The tables of the rotations of `layers` over sequences of lengths `lens`; `Some(None)`
+/// when no layer rotates, `None` when they do not fit the kernel (rotations of several widths
+/// or layouts, or wider than a head).
+fn rope_tables(
+    layers: &[EncoderLayer],
     lens: &[usize],
     head_dim: usize,
-) -> Option<RopeTables> {
+) -> Option<Option<RopeTables>> {
     // (rotation, rows it needs, its first row in the tables)
-    let mut ropes: Vec<(&'r Rope, usize, usize)> = Vec::new();
-    let mut which = Vec::with_capacity(lens.len());
-    for &n in lens {
-        let r = rope_of(n);
-        let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
-            Some(i) => i,
+    let mut ropes: Vec<(&Rope, usize, usize)> = Vec::new();
+    // Each distinct map: the rotation of every sequence, as indices into `ropes`.
+    let mut maps: Vec<Vec<usize>> = Vec::new();
+    let mut layer_map = Vec::with_capacity(layers.len());
+    for l in layers {
+        let Some(rope_of): Option<RopeOf> = l.rope_of else {
+            layer_map.push(None);
+            continue;
+        };
+        let mut which = Vec::with_capacity(lens.len());
+        for &n in lens {
+            let r = rope_of(n);
+            let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
+                Some(i) => i,
+                None => {
+                    ropes.push((r, 0, 0));
+                    ropes.len() - 1
+                }
+            };
+            ropes[i].1 = ropes[i].1.max(n);
+            which.push(i);
+        }
+        let m = match maps.iter().position(|m| *m == which) {
+            Some(m) => m,
             None => {
-                ropes.push((r, 0, 0));
-                ropes.len() - 1
+                maps.push(which);
+                maps.len() - 1
             }
         };
-        ropes[i].1 = ropes[i].1.max(n);
-        which.push(i);
+        layer_map.push(Some(m));
     }
-    let (dim, interleaved) = (ropes.first()?.0.dim(), ropes[0].0.interleaved());
+    let Some(first_rope) = ropes.first() else {
+        return Some(None);
+    };
+    let (dim, interleaved) = (first_rope.0.dim(), first_rope.0.interleaved());
     let uniform = ropes
         .iter()
         .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
@@ -202,18 +252,21 @@ fn rope_tables<'r>(
         r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
         first += *n;
     }
-    let mut row_of = Vec::with_capacity(lens.iter().sum());
-    for (&n, &i) in lens.iter().zip(&which) {
-        let at = ropes[i].2 as i32;
-        row_of.extend((0..n as i32).map(|p| at + p));
+    let mut row_of = Vec::with_capacity(maps.len() * lens.iter().sum::<usize>());
+    for which in &maps {
+        for (&n, &i) in lens.iter().zip(which) {
+            let at = ropes[i].2 as i32;
+            row_of.extend((0..n as i32).map(|p| at + p));
+        }
     }
     cos.extend_from_slice(&sin);
-    Some(RopeTables {
+    Some(Some(RopeTables {
         cos_sin: cos,
         row_of,
+        layer_map,
         half,
         interleaved,
-    })
+    }))
 }
 
 /// The device matrices of one layer: q, k, v, o, gate, up, down.
@@ -232,12 +285,8 @@ pub(crate) fn run(
     if t == 0 || x.len() != t * dim || out.len() != x.len() || unsupported(plan).is_some() {
         return Ok(false);
     }
-    let rope = match plan.rope_of {
-        Some(rope_of) => match rope_tables(rope_of, lens, plan.heads.head_dim) {
-            Some(tables) => Some(tables),
-            None => return Ok(false),
-        },
-        None => None,
+    let Some(rope) = rope_tables(&plan.layers, lens, plan.heads.head_dim) else {
+        return Ok(false);
     };
     let mut mats: Vec<LayerMats> = Vec::with_capacity(plan.layers.len());
     for l in &plan.layers {
@@ -270,7 +319,7 @@ pub(crate) fn run(
         .map(|m| m[5].map_or(0, |w| w.rows))
         .max()
         .unwrap_or(0);
-    let (pack, params) = pack_params(plan);
+    let (pack, params, final_norm) = pack_params(plan);
     g.bind()?;
     let p = {
         let (p, fresh) = g.scratch_fresh(Slot::EncParams, pack.len().max(1) * 4)?;
@@ -290,6 +339,10 @@ pub(crate) fn run(
         true => g.scratch(Slot::EncU, t * ffn * 4)?,
         false => 0,
     };
+    let normed = match plan.order {
+        NormOrder::Pre { .. } => g.scratch(Slot::EncNormed, t * dim * 4)?,
+        NormOrder::Post => 0,
+    };
     let mut starts: Vec<i32> = Vec::with_capacity(lens.len() + 1);
     let mut first = 0i32;
     for &n in lens {
@@ -306,7 +359,7 @@ pub(crate) fn run(
             let rows = g.scratch(Slot::EncRopeRow, tables.row_of.len() * 4)?;
             g.upload(rows, &tables.row_of)?;
             let sn = cs + (tables.cos_sin.len() / 2 * 4) as CUdeviceptr;
-            Some((cs, sn, rows, tables.half, tables.interleaved))
+            Some((cs, sn, rows, tables))
         }
         None => None,
     };
@@ -316,52 +369,105 @@ pub(crate) fn run(
     let gemm = |w: &EncoderMatrix, x: CUdeviceptr, y: CUdeviceptr, ldy: usize| {
         cublas_ld(g, w.buf.ptr(), f32_ty, x, y, ldy, t, w.rows, w.cols, None)
     };
-    for (m, lp) in mats.iter().zip(&params) {
+    let pre = matches!(plan.order, NormOrder::Pre { .. });
+    // Pre-norm: the first block's attention input (the stream itself without a norm).
+    if let (true, Some(n)) = (pre, params.first().and_then(|p| p.attn_norm)) {
+        residual_norm(g, hidden, None, None, n, &at, normed, dim, t)?;
+    }
+    for (li, ((m, lp), l)) in mats.iter().zip(&params).zip(&plan.layers).enumerate() {
         let [Some(q), Some(k), Some(v), Some(o), gate_w, Some(up_w), Some(down)] = *m else {
             unreachable!("shapes checked above");
         };
+        // The sublayers' input: the stream (post-norm, or a pre-norm block without its
+        // attention norm), else its normalized copy.
+        let input = match (pre, li, lp.attn_norm) {
+            (true, 0, None) | (false, _, _) => hidden,
+            (true, _, _) => normed,
+        };
         for (i, w) in [q, k, v].into_iter().enumerate() {
-            gemm(w, hidden, qkv + (i * dim * 4) as CUdeviceptr, 3 * dim)?;
+            gemm(w, input, qkv + (i * dim * 4) as CUdeviceptr, 3 * dim)?;
         }
         if let Some(b) = lp.qkv_bias {
             bias_act(g, qkv, Some(at(b)), t * 3 * dim, 3 * dim, -1)?;
         }
-        if let Some((cs, sn, rows, half, interleaved)) = rope {
-            let h = &plan.heads;
-            let (t_l, heads, hd) = (t as i64, h.n_heads as i32, h.head_dim as i32);
-            let (half_i, il) = (half as i32, i32::from(interleaved));
-            let params = &mut [
-                arg(&qkv),
-                arg(&cs),
-                arg(&sn),
-                arg(&rows),
-                arg(&t_l),
-                arg(&heads),
-                arg(&hd),
-                arg(&half_i),
-                arg(&il),
-            ];
-            launch_1d(g, g.k.enc_rope, t * 2 * h.n_heads * half, params)?;
+        if let Some((cs, sn, rows, tables)) = &rope {
+            if let Some(map) = tables.layer_map[li] {
+                let rows = rows + (map * t * 4) as CUdeviceptr;
+                let h = &plan.heads;
+                let (t_l, heads, hd) = (t as i64, h.n_heads as i32, h.head_dim as i32);
+                let (half_i, il) = (tables.half as i32, i32::from(tables.interleaved));
+                let params = &mut [
+                    arg(&qkv),
+                    arg(cs),
+                    arg(sn),
+                    arg(&rows),
+                    arg(&t_l),
+                    arg(&heads),
+                    arg(&hd),
+                    arg(&half_i),
+                    arg(&il),
+                ];
+                launch_1d(g, g.k.enc_rope, t * 2 * h.n_heads * tables.half, params)?;
+            }
         }
-        attention(g, plan, qkv, att, seq, lens)?;
+        attention(g, plan, l, qkv, att, seq, lens)?;
         gemm(o, att, y, dim)?;
-        residual_norm(g, hidden, y, lp.o_bias.map(at), lp.attn_norm, &at, dim, t)?;
+        // Post-norm: the stream normalized in place. Pre-norm: the stream kept, the MLP's
+        // normalized input beside it.
+        let mlp_in = if pre { normed } else { hidden };
+        if pre {
+            residual_norm(
+                g,
+                hidden,
+                Some(y),
+                lp.o_bias.map(at),
+                lp.ffn_norm,
+                &at,
+                normed,
+                dim,
+                t,
+            )?;
+        } else {
+            let norm = lp.attn_norm.expect("checked by unsupported");
+            residual_norm(
+                g,
+                hidden,
+                Some(y),
+                lp.o_bias.map(at),
+                norm,
+                &at,
+                hidden,
+                dim,
+                t,
+            )?;
+        }
         let width = up_w.rows;
         match gate_w {
             None => {
-                gemm(up_w, hidden, gate, width)?;
+                gemm(up_w, mlp_in, gate, width)?;
                 bias_act(g, gate, lp.up_bias.map(at), t * width, width, act)?;
             }
             Some(gw) => {
-                gemm(gw, hidden, gate, width)?;
-                gemm(up_w, hidden, up, width)?;
+                gemm(gw, mlp_in, gate, width)?;
+                gemm(up_w, mlp_in, up, width)?;
                 let n = (t * width) as i64;
                 let params = &mut [arg(&gate), arg(&up), arg(&n), arg(&act)];
                 launch_1d(g, g.k.enc_gated_act, t * width, params)?;
             }
         }
         gemm(down, gate, y, dim)?;
-        residual_norm(g, hidden, y, lp.down_bias.map(at), lp.ffn_norm, &at, dim, t)?;
+        // Post-norm: in place. Pre-norm: the next block's attention input beside the stream,
+        // or after the last block the final norm in place.
+        let (norm, dst) = match (pre, params.get(li + 1)) {
+            (false, _) => (Some(lp.ffn_norm), hidden),
+            (true, Some(next)) => (next.attn_norm, normed),
+            (true, None) => (final_norm, hidden),
+        };
+        let bias = lp.down_bias.map(at);
+        match norm {
+            Some(n) => residual_norm(g, hidden, Some(y), bias, n, &at, dst, dim, t)?,
+            None => unreachable!("checked by unsupported"),
+        }
     }
     g.download(out, hidden)?;
     Ok(true)
@@ -381,19 +487,21 @@ fn bias_act(
     launch_1d(g, g.k.enc_bias_act, n, params)
 }
 
-/// `x = norm(x + (y + bias))` over `t` rows of `dim`; `at` maps packed offsets to addresses.
+/// `out = norm(x + (y + bias))` over `t` rows of `dim`, with `x` keeping the sum when `out`
+/// is another buffer (`y` `None`: `out = norm(x)`); `at` maps packed offsets to addresses.
 #[allow(clippy::too_many_arguments)]
 fn residual_norm(
     g: &Gpu,
     x: CUdeviceptr,
-    y: CUdeviceptr,
+    y: Option<CUdeviceptr>,
     bias: Option<CUdeviceptr>,
     norm: Norm,
     at: &dyn Fn(usize) -> CUdeviceptr,
+    out: CUdeviceptr,
     dim: usize,
     t: usize,
 ) -> Result<(), String> {
-    let (eps, yb, d) = (norm.eps, bias.unwrap_or(0), dim as i32);
+    let (eps, y, yb, d) = (norm.eps, y.unwrap_or(0), bias.unwrap_or(0), dim as i32);
     let (w, b) = (at(norm.gain), at(norm.bias));
     let params = &mut [
         arg(&x),
@@ -403,6 +511,7 @@ fn residual_norm(
         arg(&b),
         arg(&d),
         arg(&eps),
+        arg(&out),
     ];
     g.launch_smem(
         g.k.enc_residual_layer_norm,
@@ -413,11 +522,13 @@ fn residual_norm(
     )
 }
 
-/// Attention of every sequence of `lens` with itself: `qkv` `[T, 3 dim]` into `out` `[T, dim]`;
-/// `seq` holds the sequences' first rows and the total on the device.
+/// Attention of every sequence of `lens` with itself (within layer `l`'s window): `qkv`
+/// `[T, 3 dim]` into `out` `[T, dim]`; `seq` holds the sequences' first rows and the total on
+/// the device.
 fn attention(
     g: &Gpu,
     plan: &EncoderPlan,
+    l: &EncoderLayer,
     qkv: CUdeviceptr,
     out: CUdeviceptr,
     seq: CUdeviceptr,
@@ -430,6 +541,7 @@ fn attention(
     let block = ((ATTENTION_WARPS * 32) as u32, 1, 1);
     let (heads, ld, scale) = (h.n_heads as i32, (3 * plan.dim) as i32, h.scale);
     let hd = h.head_dim as i32;
+    let window = l.window.map_or(-1, |w| w as i32);
     let mut params = vec![
         arg(&qkv),
         arg(&out),
@@ -437,6 +549,7 @@ fn attention(
         arg(&heads),
         arg(&ld),
         arg(&scale),
+        arg(&window),
     ];
     if h.head_dim < 32 {
         params.push(arg(&hd));

@@ -236,6 +236,8 @@ pub(crate) enum Slot {
     EncRope = 31,
     /// Encoder pass: each row's row of the rotary tables, i32.
     EncRopeRow = 32,
+    /// Encoder pass, pre-norm: the normalized input of the next sublayer `[T, dim]`.
+    EncNormed = 33,
 }
 
 impl Gpu {

@@ -1,7 +1,7 @@
 // Kernels of a whole bidirectional encoder pass (encoder.rs): bias and activation, the gated
-// activation, the post-norm residual LayerNorm, and attention of every sequence with itself over
-// a batch concatenated without padding. f32 throughout, the CPU twin's formulas
-// (plan/encoder.rs, nn/encoder_act.rs).
+// activation, the residual LayerNorm (post-norm and pre-norm), and attention of every sequence
+// with itself (optionally within a local window) over a batch concatenated without padding. f32
+// throughout, the CPU twin's formulas (plan/encoder.rs, nn/encoder_act.rs).
 
 #include "common.cuh"
 
@@ -70,22 +70,28 @@ __device__ __forceinline__ float enc_block_sum(float v, float* sh) {
     return s;
 }
 
-// Post-norm residual, one block per row of width dim: x = LayerNorm(x + (y + yb)) · w + b, mean
-// and (two-pass) variance in f32. yb (the product's bias) may be null. Dynamic shared memory:
-// dim floats.
+// The residual add and LayerNorm, one block per row of width dim: v = x + (y + yb), then
+// out = LayerNorm(v) · w + b with mean and (two-pass) variance in f32. Post-norm: out is x (x
+// becomes the normalized row). Pre-norm: out is another buffer, x keeps v (the residual stream)
+// and out gets the next sublayer's normalized input. y null: v = x (a norm alone); yb (the
+// product's bias) may be null. Dynamic shared memory: dim floats.
 extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
                                                    const float* __restrict__ y,
                                                    const float* __restrict__ yb,
                                                    const float* __restrict__ w,
                                                    const float* __restrict__ b, int dim,
-                                                   float eps) {
+                                                   float eps, float* out) {
     extern __shared__ float row[];
     __shared__ float sh[32];
     float* xr = x + (long)blockIdx.x * dim;
-    const float* yr = y + (long)blockIdx.x * dim;
+    float* orow = out + (long)blockIdx.x * dim;
+    const float* yr = y ? y + (long)blockIdx.x * dim : nullptr;
+    bool keep = out != x && yr;
     float s = 0.f;
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-        float v = xr[c] + (yb ? yr[c] + yb[c] : yr[c]);
+        float v = xr[c];
+        if (yr) v += yb ? yr[c] + yb[c] : yr[c];
+        if (keep) xr[c] = v;
         row[c] = v;
         s += v;
     }
@@ -98,7 +104,7 @@ extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
     }
     float var = enc_block_sum(q, sh) / (float)dim;
     float inv = 1.f / sqrtf(var + eps);
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) xr[c] = row[c] * inv * w[c] + b[c];
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) orow[c] = row[c] * inv * w[c] + b[c];
 }
 
 #define ENC_QR 4
@@ -106,15 +112,16 @@ extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
 // Attention of every sequence with itself. Row r of qkv (row stride ld floats) holds its query
 // at column 0, key at d = H·hd, value at 2d; sequence s is rows seq[s] .. seq[s + 1]. out is
 // [T, d]. Grid: y one per sequence, x enough warps for H heads × ⌈longest / ENC_QR⌉ query
-// blocks; warp (h, qb) runs ENC_QR query rows of head h over all of the sequence's keys with a
-// running max and sum. Lane l holds elements l, l + 32, ... of a head (hd = 32 · ME; one
-// kernel per ME, enc_attention_h{32 ME}), or with NARROW (ME = 1) element l of a head of
-// hd_narrow < 32 values, the other lanes idle (enc_attention_narrow: tiny test models).
+// blocks; warp (h, qb) runs ENC_QR query rows of head h over all of the sequence's keys (with
+// window ≥ 0 only those at distance ≤ window from the row) with a running max and sum. Lane l
+// holds elements l, l + 32, ... of a head (hd = 32 · ME; one kernel per ME,
+// enc_attention_h{32 ME}), or with NARROW (ME = 1) element l of a head of hd_narrow < 32 values,
+// the other lanes idle (enc_attention_narrow: tiny test models).
 template <int ME, bool NARROW = false>
 __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv,
                                                    float* __restrict__ out,
                                                    const int* __restrict__ seq, int H, int ld,
-                                                   float scale, int hd_narrow = 0) {
+                                                   float scale, int window, int hd_narrow = 0) {
     const int hd = NARROW ? hd_narrow : 32 * ME;
     int r0 = seq[blockIdx.y];
     int n = seq[blockIdx.y + 1] - r0;
@@ -140,8 +147,10 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     }
     // Unrolled so that several keys' loads are in flight before the first one's arithmetic
     // (one key at a time waited for each key and value row in turn).
+    int j0 = window >= 0 ? max(0, i0 - window) : 0;
+    int j1 = window >= 0 ? min(n, i0 + ENC_QR + window) : n;
     #pragma unroll (ME <= 2 ? 4 : 2)
-    for (int j = 0; j < n; j++) {
+    for (int j = j0; j < j1; j++) {
         float kk[ME], vv[ME];
         const float* kr = base + (long)j * ld + d;
         #pragma unroll
@@ -156,7 +165,8 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
             for (int e = 0; e < ME; e++) s += qv[r][e] * kk[e];
             #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            online_softmax_add<ME, false>(s * scale, vv, m[r], l[r], acc[r]);
+            if (window < 0 || abs(i0 + r - j) <= window)
+                online_softmax_add<ME, false>(s * scale, vv, m[r], l[r], acc[r]);
         }
     }
     #pragma unroll
@@ -173,8 +183,8 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     extern "C" __global__ void enc_attention_h##HD(const float* __restrict__ qkv,              \
                                                    float* __restrict__ out,                    \
                                                    const int* __restrict__ seq, int H, int ld, \
-                                                   float scale) {                              \
-        enc_attention_rows<ME>(qkv, out, seq, H, ld, scale);                                   \
+                                                   float scale, int window) {                  \
+        enc_attention_rows<ME>(qkv, out, seq, H, ld, scale, window);                           \
     }
 ENC_ATTENTION(32, 1)
 ENC_ATTENTION(64, 2)
@@ -184,6 +194,6 @@ ENC_ATTENTION(256, 8)
 extern "C" __global__ void enc_attention_narrow(const float* __restrict__ qkv,
                                                 float* __restrict__ out,
                                                 const int* __restrict__ seq, int H, int ld,
-                                                float scale, int hd) {
-    enc_attention_rows<1, true>(qkv, out, seq, H, ld, scale, hd);
+                                                float scale, int window, int hd) {
+    enc_attention_rows<1, true>(qkv, out, seq, H, ld, scale, window, hd);
 }

@@ -1,8 +1,9 @@
 //! Whole encoder passes on the device ([`Backend::run_encoder`]) against the CPU executor of the
 //! same plan ([`oxinfer::plan::encoder::run_cpu`]): random BERT-style encoders of several widths
 //! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 weights, rotary
-//! positions (half and interleaved pairs, a base per sequence length), a batch of sequences of
-//! different lengths (one of a single token).
+//! positions (half and interleaved pairs, a base per sequence length), pre-norm blocks with
+//! local windows and a rotation per layer type (ModernBERT's), a batch of sequences of different
+//! lengths (one of a single token).
 
 use super::{gpu, rel_err, Rng};
 use half::f16;
@@ -12,7 +13,7 @@ use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::nn::encoder_attention::EncoderHeads;
 use oxinfer::nn::encoder_linear::EncoderLinear;
 use oxinfer::nn::{LayerNorm, Linear, Rope};
-use oxinfer::plan::encoder::{run_cpu, EncoderLayer, EncoderPlan};
+use oxinfer::plan::encoder::{run_cpu, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 use oxinfer_cuda::QuantPath;
 use oxinfer_kernels::WeightFormat;
 use std::path::Path;
@@ -108,13 +109,16 @@ fn plan<'a>(c: &Case, owned: &'a [Owned]) -> EncoderPlan<'a> {
                 k: &l.k,
                 v: &l.v,
                 o: &l.o,
-                attn_norm: &l.attn_norm,
+                attn_norm: Some(&l.attn_norm),
+                window: None,
+                rope_of: None,
                 gate: l.gate.as_ref(),
                 up: &l.up,
                 down: &l.down,
                 ffn_norm: &l.ffn_norm,
             })
             .collect(),
+        order: NormOrder::Post,
         heads: EncoderHeads {
             n_heads: c.heads,
             head_dim: c.dim / c.heads,
@@ -122,7 +126,6 @@ fn plan<'a>(c: &Case, owned: &'a [Owned]) -> EncoderPlan<'a> {
             window: None,
         },
         act: c.act,
-        rope_of: None,
         dim: c.dim,
     }
 }
@@ -275,14 +278,14 @@ fn rotary_case<'a>(
     b: &oxinfer_cuda::CudaBackend,
     c: &Case,
     owned: &'a [Owned],
-    rope_of: &'a dyn Fn(usize) -> &'a Rope,
+    rope_of: RopeOf<'a>,
     name: &str,
     lens: &[usize],
     rng: &mut Rng,
 ) {
     let t: usize = lens.iter().sum();
     let mut p = plan(c, owned);
-    p.rope_of = Some(rope_of);
+    p.layers.iter_mut().for_each(|l| l.rope_of = Some(rope_of));
     let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
     let cpu = run_cpu(&p, x.clone(), lens);
     let mut dev = vec![f32::NAN; x.len()];
@@ -323,9 +326,9 @@ fn encoder_plan_declines_what_it_does_not_run() {
     let c = Case { dim: 64, ..c };
     let owned = build(&c, &mut rng);
     let x = vec![0.5f32; 3 * c.dim];
-    // Local attention windows (ModernBERT's): the CPU's.
+    // A post-norm block without its norm.
     let mut p = plan(&c, &owned);
-    p.heads.window = Some(2);
+    p.layers[0].attn_norm = None;
     assert!(!b.run_encoder(&p, &x, &[3], &mut out));
     // Rotations of two widths in one batch: the CPU's.
     let (narrow, wide) = (
@@ -334,7 +337,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
     );
     let mixed = |n: usize| if n > 2 { &wide } else { &narrow };
     let mut p = plan(&c, &owned);
-    p.rope_of = Some(&mixed);
+    p.layers[0].rope_of = Some(&mixed);
     let x2 = vec![0.5f32; 5 * c.dim];
     let mut out2 = vec![0f32; x2.len()];
     assert!(!b.run_encoder(&p, &x2, &[3, 2], &mut out2));
@@ -342,4 +345,87 @@ fn encoder_plan_declines_what_it_does_not_run() {
         out.iter().chain(&out2).all(|&v| v == 0.0),
         "a declined pass wrote"
     );
+}
+
+#[test]
+fn encoder_plan_pre_norm_matches_cpu() {
+    use oxinfer::config::RopeStyle;
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let lens = [5usize, 1, 37, 130, 64];
+    let t: usize = lens.iter().sum();
+    let global = rope(160_000.0, 64, RopeStyle::Half);
+    let local = rope(10_000.0, 64, RopeStyle::Half);
+    let (global_8, local_8) = (
+        rope(160_000.0, 8, RopeStyle::Half),
+        rope(10_000.0, 8, RopeStyle::Half),
+    );
+    // ModernBERT's blocks: GeGLU (GELU erf) without biases, a global layer then local ones
+    // (windows of 64 / 2 and, for the tiny checkpoints' heads of 8, 8 / 2), each layer type
+    // with its own base; heads of 64 (modernbert-base) and of 8.
+    let cases = [
+        (
+            Case {
+                dim: 256,
+                heads: 4,
+                ffn: 384,
+                layers: 4,
+                bias: false,
+                gated: true,
+                act: EncoderAct::GeluErf,
+                stored: Stored::F32,
+            },
+            32,
+            (&global, &local),
+        ),
+        (
+            Case {
+                dim: 32,
+                heads: 4,
+                ffn: 48,
+                layers: 3,
+                bias: false,
+                gated: true,
+                act: EncoderAct::GeluErf,
+                stored: Stored::F16,
+            },
+            4,
+            (&global_8, &local_8),
+        ),
+    ];
+    let mut rng = Rng(0x70de_4e5f);
+    for (c, window, (g_rope, l_rope)) in cases {
+        let owned = build(&c, &mut rng);
+        let final_norm = norm(&mut rng, c.dim);
+        let (g_of, l_of) = (|_: usize| g_rope, |_: usize| l_rope);
+        let mut p = plan(&c, &owned);
+        p.order = NormOrder::Pre {
+            final_norm: &final_norm,
+        };
+        for (i, l) in p.layers.iter_mut().enumerate() {
+            let is_global = i % 3 == 0;
+            l.window = (!is_global).then_some(window);
+            let rope_of: RopeOf = if is_global { &g_of } else { &l_of };
+            l.rope_of = Some(rope_of);
+        }
+        p.layers[0].attn_norm = None;
+        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
+        let cpu = run_cpu(&p, x.clone(), &lens);
+        let mut dev = vec![f32::NAN; x.len()];
+        assert!(
+            b.run_encoder(&p, &x, &lens, &mut dev),
+            "the device declined the pre-norm plan of dim {}",
+            c.dim
+        );
+        let e = rel_err(&dev, &cpu);
+        println!(
+            "pre-norm encoder dim {} heads {} window {window} {:?}: rel err {e:.2e}",
+            c.dim, c.heads, c.stored
+        );
+        assert!(
+            e <= 2e-5,
+            "pre-norm encoder pass differs from the CPU by {e}"
+        );
+    }
 }

@@ -24,7 +24,7 @@ use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::moe::expert_rows;
 use crate::nn::{Embedding, LayerNorm, Linear, Rope};
-use crate::plan::encoder::{self, EncoderLayer, EncoderPlan};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 
 /// The non-negative integer field `key` of the JSON object `v` read from `path`, or an error
 /// naming the field and the file (the encoder configs' and sentence-transformers folders' reader).
@@ -622,6 +622,10 @@ impl Bert {
                 .find(|(len, _)| *len == n)
                 .map_or(rope, |(_, r)| r)
         };
+        let rope_of: Option<RopeOf<'_>> = match self.rope {
+            Some(_) => Some(&rope_of),
+            None => None,
+        };
         let layers = self
             .blocks
             .iter()
@@ -630,7 +634,9 @@ impl Bert {
                 k: &b.k,
                 v: &b.v,
                 o: &b.o,
-                attn_norm: &b.attn_norm,
+                attn_norm: Some(&b.attn_norm),
+                window: None,
+                rope_of,
                 gate: b.gate.as_ref(),
                 up: &b.up,
                 down: &b.down,
@@ -639,6 +645,7 @@ impl Bert {
             .collect();
         let plan = EncoderPlan {
             layers,
+            order: NormOrder::Post,
             heads: EncoderHeads {
                 n_heads: self.cfg.n_heads,
                 head_dim: d / self.cfg.n_heads,
@@ -646,10 +653,6 @@ impl Bert {
                 window: None,
             },
             act: self.cfg.act,
-            rope_of: match self.rope {
-                Some(_) => Some(&rope_of),
-                None => None,
-            },
             dim: d,
         };
         encoder::run(&plan, x, &lens)

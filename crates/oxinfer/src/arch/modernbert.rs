@@ -20,10 +20,10 @@ use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::TensorStore;
 use crate::nn::encoder_act::EncoderAct;
-use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
+use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::{Embedding, LayerNorm, Rope};
-use crate::plan::encoder::rotate_each_sequence;
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 
 /// The `model_type` of a ModernBERT `config.json`.
 pub const MODEL_TYPE: &str = "modernbert";
@@ -219,7 +219,8 @@ struct Block {
     o: EncoderLinear,
     attention: LayerAttention,
     mlp_norm: LayerNorm,
-    /// `Wi`'s first half (activated) and second half (the gate it multiplies).
+    /// `Wi`'s first half (activated) and second half (the gate it multiplies; the plan's
+    /// `up`).
     input: EncoderLinear,
     gate: EncoderLinear,
     out: EncoderLinear,
@@ -349,53 +350,50 @@ impl ModernBert {
             ids.extend_from_slice(s.ids);
         }
         let lens: Vec<usize> = batch.iter().map(|s| s.ids.len()).collect();
-        let total = ids.len();
-        // No device runs ModernBERT whole yet, and op by op an encoder is slower on a GPU than
-        // on the host (plan::encoder::run): its products stay here.
-        let _host = crate::backend::cpu_only_here();
         let mut x = self.words.forward(&ids)?;
         self.embed_norm.forward_inplace(&mut x);
-        for b in &self.blocks {
-            let (rope, window) = match b.attention {
-                LayerAttention::Global => (&self.global_rope, None),
-                LayerAttention::Local => (&self.local_rope, Some(self.cfg.window)),
-            };
-            let heads = EncoderHeads {
+        let (global, local) = (|_| &self.global_rope, |_| &self.local_rope);
+        let layers = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let (rope_of, window): (RopeOf<'_>, _) = match b.attention {
+                    LayerAttention::Global => (&global, None),
+                    LayerAttention::Local => (&local, Some(self.cfg.window)),
+                };
+                EncoderLayer {
+                    q: &b.qkv[0],
+                    k: &b.qkv[1],
+                    v: &b.qkv[2],
+                    o: &b.o,
+                    attn_norm: b.attn_norm.as_ref(),
+                    window,
+                    rope_of: Some(rope_of),
+                    // GeGLU: `Wi`'s first half is activated and multiplies the second.
+                    gate: Some(&b.input),
+                    up: &b.gate,
+                    down: &b.out,
+                    ffn_norm: &b.mlp_norm,
+                }
+            })
+            .collect();
+        let head_dim = self.cfg.head_dim();
+        let plan = EncoderPlan {
+            layers,
+            order: NormOrder::Pre {
+                final_norm: &self.final_norm,
+            },
+            heads: EncoderHeads {
                 n_heads: self.cfg.n_heads,
-                head_dim: self.cfg.head_dim(),
-                scale: 1.0 / (self.cfg.head_dim() as f32).sqrt(),
-                window,
-            };
-            let h = normed(&x, b.attn_norm.as_ref());
-            let [q, k, v] = &b.qkv;
-            let mut qkv = EncoderLinear::forward_shared(&[q, k, v], &h, total);
-            for m in &mut qkv[..2] {
-                rotate_each_sequence(&|_| rope, m, &lens, &heads);
-            }
-            let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], &lens, &heads);
-            add(&mut x, &b.o.forward(&mixed, total));
-            let h = normed(&x, Some(&b.mlp_norm));
-            let ig = EncoderLinear::forward_shared(&[&b.input, &b.gate], &h, total);
-            let [mut input, gate]: [Vec<f32>; 2] = ig.try_into().expect("two projections");
-            self.cfg.act.apply_all(&mut input, Some(&gate));
-            add(&mut x, &b.out.forward(&input, total));
-        }
-        debug_assert_eq!(x.len(), total * d);
-        self.final_norm.forward_inplace(&mut x);
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window: None,
+            },
+            act: self.cfg.act,
+            dim: d,
+        };
+        let x = encoder::run(&plan, x, &lens)?;
+        debug_assert_eq!(x.len(), ids.len() * d);
         Ok(x)
     }
-}
-
-/// `norm(x)` as a new buffer (`x` itself when there is no norm).
-fn normed(x: &[f32], norm: Option<&LayerNorm>) -> Vec<f32> {
-    let mut h = x.to_vec();
-    if let Some(n) = norm {
-        n.forward_inplace(&mut h);
-    }
-    h
-}
-
-/// `x ← x + y`.
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }

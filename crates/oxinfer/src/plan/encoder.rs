@@ -1,8 +1,9 @@
-//! One description of a bidirectional post-norm encoder (BERT, XLM-RoBERTa, NomicBERT), executed
-//! by every device.
+//! One description of a bidirectional encoder (post-norm: BERT, XLM-RoBERTa, NomicBERT;
+//! pre-norm: ModernBERT), executed by every device.
 //!
-//! The architecture ([`crate::arch::bert::Bert`]) embeds and normalizes the tokens on the host,
-//! then describes its blocks once as an [`EncoderPlan`]; [`run`] offers the plan whole to the
+//! The architecture ([`crate::arch::bert::Bert`], [`crate::arch::modernbert::ModernBert`])
+//! embeds and normalizes the tokens on the host, then describes its blocks once as an
+//! [`EncoderPlan`]; [`run`] offers the plan whole to the
 //! installed backend ([`crate::backend::Backend::run_encoder`]: the hidden state stays on the
 //! device for every layer) and runs it on the CPU ([`run_cpu`]) when the backend declines it.
 //!
@@ -17,9 +18,11 @@ use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
 use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::{encoder_math, LayerNorm, Rope};
 
-/// One post-norm block: `x = attn_norm(x + o(attention(q(x), k(x), v(x))))`, then
-/// `x = ffn_norm(x + down(act(up(x))))`, or with a gate `down(act(gate(x)) · up(x))`.
-/// Every projection carries its own bias (or none).
+/// One block. Post-norm ([`NormOrder::Post`]): `x = attn_norm(x + o(attention(q(x), k(x),
+/// v(x))))`, then `x = ffn_norm(x + mlp(x))`. Pre-norm ([`NormOrder::Pre`]): `x += o(attention(
+/// q(h), k(h), v(h)))` with `h = attn_norm(x)`, then `x += mlp(ffn_norm(x))`. The MLP is
+/// `down(act(up(·)))`, or with a gate `down(act(gate(·)) · up(·))`. Every projection carries its
+/// own bias (or none).
 pub struct EncoderLayer<'a> {
     /// Query, key, value projections, `[dim, dim]` each.
     pub q: &'a EncoderLinear,
@@ -27,31 +30,61 @@ pub struct EncoderLayer<'a> {
     pub v: &'a EncoderLinear,
     /// Attention output projection `[dim, dim]`.
     pub o: &'a EncoderLinear,
-    /// LayerNorm after the attention's residual add.
-    pub attn_norm: &'a LayerNorm,
+    /// Post-norm: the LayerNorm after the attention's residual add (required). Pre-norm: the
+    /// LayerNorm of the attention's input (`None`: none, ModernBERT's first block).
+    pub attn_norm: Option<&'a LayerNorm>,
+    /// Local attention: a query sees only the keys of its sequence at distance `≤ window`;
+    /// `None`: all of them.
+    pub window: Option<usize>,
+    /// Rotary positions of this layer's queries and keys (NomicBERT, ModernBERT): the rotation
+    /// of a sequence of `n` tokens, positions from 0 (dynamic NTK scaling gives long sequences
+    /// their own base). `None`: positions are part of the embedding.
+    pub rope_of: Option<RopeOf<'a>>,
     /// The gate of a gated MLP `[ffn, dim]` (NomicBERT's SwiGLU); `None`: `act(up(x))`.
     pub gate: Option<&'a EncoderLinear>,
     /// `[ffn, dim]`.
     pub up: &'a EncoderLinear,
     /// `[dim, ffn]`.
     pub down: &'a EncoderLinear,
-    /// LayerNorm after the MLP's residual add.
+    /// LayerNorm after the MLP's residual add (post-norm), or of the MLP's input (pre-norm).
     pub ffn_norm: &'a LayerNorm,
+}
+
+/// The rotation of a sequence of `n` tokens (an argument of [`EncoderLayer::rope_of`]).
+pub type RopeOf<'a> = &'a dyn Fn(usize) -> &'a Rope;
+
+/// Where a block's LayerNorms sit.
+#[derive(Clone, Copy)]
+pub enum NormOrder<'a> {
+    /// After each residual add (BERT); the plan's output is the last block's.
+    Post,
+    /// On each sublayer's input, the residual stream itself never normalized until
+    /// `final_norm` after the last block (ModernBERT).
+    Pre { final_norm: &'a LayerNorm },
 }
 
 /// A whole encoder after its embeddings: the blocks, their attention heads and activation.
 pub struct EncoderPlan<'a> {
     pub layers: Vec<EncoderLayer<'a>>,
-    /// Heads of every layer's attention (same for all layers; `window` is `None` here).
+    /// Where the LayerNorms sit.
+    pub order: NormOrder<'a>,
+    /// Heads of every layer's attention (the same for all layers; their `window` is ignored:
+    /// each layer has its own, [`EncoderLayer::window`]).
     pub heads: EncoderHeads,
     /// The MLP's activation.
     pub act: EncoderAct,
-    /// Rotary positions of queries and keys (NomicBERT): the rotation of a sequence of `n`
-    /// tokens, positions from 0 (dynamic NTK scaling gives long sequences their own base).
-    /// `None`: positions are part of the embedding.
-    pub rope_of: Option<&'a dyn Fn(usize) -> &'a Rope>,
     /// Width of the hidden state.
     pub dim: usize,
+}
+
+impl EncoderPlan<'_> {
+    /// The heads of layer `l`'s attention (with its window).
+    pub fn heads_of(&self, l: &EncoderLayer) -> EncoderHeads {
+        EncoderHeads {
+            window: l.window,
+            ..self.heads
+        }
+    }
 }
 
 /// The last hidden states of the sequences of lengths `lens` whose embedded, normalized rows
@@ -73,30 +106,60 @@ pub fn run(plan: &EncoderPlan, x: Vec<f32>, lens: &[usize]) -> Result<Vec<f32>> 
 
 /// [`run`] on the CPU (single projections still go to an installed backend that wants them,
 /// unless the caller holds [`backend::cpu_only_here`]).
+///
+/// # Panics
+/// If a post-norm layer has no `attn_norm`.
 pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> {
     let total: usize = lens.iter().sum();
     for b in &plan.layers {
-        let mut qkv = EncoderLinear::forward_shared(&[b.q, b.k, b.v], &x, total);
-        if let Some(rope_of) = plan.rope_of {
+        let heads = plan.heads_of(b);
+        let input = match plan.order {
+            NormOrder::Post => None,
+            NormOrder::Pre { .. } => Some(normed(&x, b.attn_norm)),
+        };
+        let h = input.as_deref().unwrap_or(&x);
+        let mut qkv = EncoderLinear::forward_shared(&[b.q, b.k, b.v], h, total);
+        if let Some(rope_of) = b.rope_of {
             for m in &mut qkv[..2] {
-                rotate_each_sequence(rope_of, m, lens, &plan.heads);
+                rotate_each_sequence(rope_of, m, lens, &heads);
             }
         }
-        let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], lens, &plan.heads);
-        residual_norm(&mut x, &b.o.forward(&mixed, total), b.attn_norm);
-        let h = match b.gate {
+        let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], lens, &heads);
+        let y = b.o.forward(&mixed, total);
+        match plan.order {
+            NormOrder::Post => {
+                let norm = b
+                    .attn_norm
+                    .expect("a post-norm block has an attention norm");
+                residual_norm(&mut x, &y, norm);
+            }
+            NormOrder::Pre { .. } => add(&mut x, &y),
+        }
+        let input = match plan.order {
+            NormOrder::Post => None,
+            NormOrder::Pre { .. } => Some(normed(&x, Some(b.ffn_norm))),
+        };
+        let h = input.as_deref().unwrap_or(&x);
+        let act = match b.gate {
             None => {
                 let act = plan.act;
-                b.up.forward_then(&x, total, &|h| act.apply_slice(h))
+                b.up.forward_then(h, total, &|v| act.apply_slice(v))
             }
             Some(gate) => {
-                let gu = EncoderLinear::forward_shared(&[gate, b.up], &x, total);
+                let gu = EncoderLinear::forward_shared(&[gate, b.up], h, total);
                 let [mut g, u]: [Vec<f32>; 2] = gu.try_into().expect("two projections");
                 plan.act.apply_all(&mut g, Some(&u[..]));
                 g
             }
         };
-        residual_norm(&mut x, &b.down.forward(&h, total), b.ffn_norm);
+        let y = b.down.forward(&act, total);
+        match plan.order {
+            NormOrder::Post => residual_norm(&mut x, &y, b.ffn_norm),
+            NormOrder::Pre { .. } => add(&mut x, &y),
+        }
+    }
+    if let NormOrder::Pre { final_norm } = plan.order {
+        norm_rows(&mut x, final_norm);
     }
     x
 }
@@ -123,10 +186,12 @@ pub(crate) fn rotate_each_sequence<'r>(
     }
 }
 
+/// Rows per parallel part of the residual and norm loops.
+const ROWS_PER_PART: usize = 32;
+
 /// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel, each row with
 /// [`layer_norm_lanes`].
 fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
-    const ROWS_PER_PART: usize = 32;
     let dim = norm.weight.len().max(1);
     let part = ROWS_PER_PART * dim;
     let mut parts: Vec<&mut [f32]> = x.chunks_mut(part).collect();
@@ -136,6 +201,36 @@ fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
             layer_norm_lanes(row, &norm.weight, &norm.bias, norm.eps);
         }
     });
+}
+
+/// `x ← x + y`, parts in parallel.
+fn add(x: &mut [f32], y: &[f32]) {
+    const PART: usize = 1 << 14;
+    let mut parts: Vec<&mut [f32]> = x.chunks_mut(PART).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |i, xs| {
+        xs.iter_mut().zip(&y[i * PART..]).for_each(|(a, b)| *a += b);
+    });
+}
+
+/// Every row of `x` (rows of `norm`'s width) normalized in place, parts of rows in parallel.
+fn norm_rows(x: &mut [f32], norm: &LayerNorm) {
+    let dim = norm.weight.len().max(1);
+    let part = ROWS_PER_PART * dim;
+    let mut parts: Vec<&mut [f32]> = x.chunks_mut(part).collect();
+    oxinfer_kernels::pool::for_each_mut(&mut parts, |_, xs| {
+        for row in xs.chunks_exact_mut(dim) {
+            layer_norm_lanes(row, &norm.weight, &norm.bias, norm.eps);
+        }
+    });
+}
+
+/// `norm(x)` as a new buffer (a copy of `x` without a norm).
+fn normed(x: &[f32], norm: Option<&LayerNorm>) -> Vec<f32> {
+    let mut h = x.to_vec();
+    if let Some(n) = norm {
+        norm_rows(&mut h, n);
+    }
+    h
 }
 
 /// LayerNorm of one row in place, `(v − mean) / √(var + eps) · w + b`, with the mean and the
