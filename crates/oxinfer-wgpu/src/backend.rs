@@ -6,6 +6,7 @@ use crate::kernels::{self, MAX_HEAD_DIM};
 use crate::matrix::{linear, DeviceMatrix, LinearIo};
 use crate::stack_run::{Layout, Scratch};
 use oxinfer::backend::{AttentionGeom, Backend, DeviceWeight, GateAct, Job, Weight};
+use oxinfer::plan::encoder::EncoderPlan;
 use oxinfer::plan::{Plan, PlanInput, SeqRows};
 use oxinfer_kernels::WeightMatrix;
 use std::collections::BTreeMap;
@@ -25,6 +26,8 @@ pub struct WgpuBackend {
     stats: Mutex<Stats>,
     min_tokens: usize,
     warned: AtomicBool,
+    /// The reasons for declined whole passes said so far (each once).
+    declines: Mutex<Vec<&'static str>>,
 }
 
 impl WgpuBackend {
@@ -48,6 +51,7 @@ impl WgpuBackend {
             stats: Mutex::new(BTreeMap::new()),
             min_tokens,
             warned: AtomicBool::new(false),
+            declines: Mutex::new(Vec::new()),
         })
     }
 
@@ -100,6 +104,18 @@ impl WgpuBackend {
             eprintln!("[{}: {what} failed: {e}; running it on the CPU]", self.name);
         }
         false
+    }
+
+    /// Says once per reason that a whole `what` pass was declined (the CPU runs it).
+    fn declined(&self, what: &str, why: &'static str) {
+        let mut said = self.declines.lock().unwrap_or_else(|e| e.into_inner());
+        if !said.contains(&why) {
+            said.push(why);
+            eprintln!(
+                "[{}: {what} declined ({why}); running it on the CPU]",
+                self.name
+            );
+        }
     }
 
     /// Runs `f`'s dispatches over an arena laid out by `f` after `x` is uploaded to its start,
@@ -307,6 +323,22 @@ impl Backend for WgpuBackend {
                 done
             }
             Err(e) => self.fail("run_plan", e),
+        }
+    }
+
+    fn run_encoder(&self, plan: &EncoderPlan, x: &[f32], lens: &[usize], out: &mut [f32]) -> bool {
+        let start = Instant::now();
+        let r = crate::encoder::run(&self.gpu, &mut self.scratch(), plan, x, lens, out);
+        match r {
+            Ok(None) => {
+                self.note("run_encoder", start, x.len() * 4, out.len() * 4);
+                true
+            }
+            Ok(Some(why)) => {
+                self.declined("encoder", why);
+                false
+            }
+            Err(e) => self.fail("run_encoder", e),
         }
     }
 

@@ -2,6 +2,7 @@
 //! builder per kernel that turns offsets and sizes into a [`Dispatch`] (the only place that
 //! knows each kernel's parameter words and bindings).
 
+use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer_kernels::act::GateAct;
 use oxinfer_kernels::WeightFormat;
 
@@ -17,6 +18,7 @@ const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const COPY: &str = include_str!("shaders/copy.wgsl");
+const ENCODER: &str = include_str!("shaders/encoder.wgsl");
 
 /// One kernel launch: parameters, storage buffers by binding, workgroup count.
 pub(crate) struct Dispatch {
@@ -211,6 +213,12 @@ pub(crate) enum Kernel {
     Rope,
     Attention,
     Copy,
+    /// Encoder activation with bias or gate (`encoder.wgsl`).
+    EncAct,
+    EncRope,
+    EncResidualNorm,
+    /// Encoder attention for heads of at most this many values ([`enc_head_width`]).
+    EncAttention(u32),
 }
 
 impl Kernel {
@@ -224,6 +232,10 @@ impl Kernel {
             Kernel::AddBias => "add_bias",
             Kernel::GatherRows => "gather_rows",
             Kernel::Rope => "rope",
+            Kernel::EncAct => "enc_act",
+            Kernel::EncRope => "enc_rope",
+            Kernel::EncResidualNorm => "enc_residual_norm",
+            Kernel::EncAttention(_) => "enc_attention",
             Kernel::Matmul(_)
             | Kernel::Matvec(_)
             | Kernel::Quant
@@ -293,6 +305,10 @@ impl Kernel {
             Kernel::AddBias | Kernel::GatherRows | Kernel::Rope => ROWS.to_string(),
             Kernel::Attention => ATTENTION.to_string(),
             Kernel::Copy => COPY.to_string(),
+            Kernel::EncAttention(hd) => ENCODER.replace("//HD", &format!("const HD: u32 = {hd}u;")),
+            Kernel::EncAct | Kernel::EncRope | Kernel::EncResidualNorm => {
+                ENCODER.replace("//HD", "const HD: u32 = 32u;")
+            }
         };
         format!("{COMMON}\n{body}")
     }
@@ -495,5 +511,191 @@ pub(crate) fn copy(a: &Buf, from: usize, dst: &Buf, to: usize, n: usize) -> Disp
         params: words(&[u(from), u(to), u(n)]),
         bufs: vec![(1, a.clone()), (2, dst.clone())],
         groups: threads(n),
+    }
+}
+
+/// Widest row the encoder's residual LayerNorm takes (`NT · PER` in `encoder.wgsl`).
+pub(crate) const ENC_MAX_DIM: usize = 4096;
+
+/// Queries per workgroup of the encoder attention (its workgroup size).
+pub(crate) const ENC_QUERY_BLOCK: usize = 64;
+
+/// Workgroup memory the encoder attention takes (its key and value tiles), bytes.
+pub(crate) const ENC_ATTENTION_SHARED: u32 = 2 * 2048 * 4;
+
+/// The head width the encoder attention kernel for heads of `hd` is compiled for (its private
+/// arrays' length: 32, 64, 128 or 256); `None` above 256.
+pub(crate) fn enc_head_width(hd: usize) -> Option<u32> {
+    [32u32, 64, 128, 256]
+        .into_iter()
+        .find(|&w| hd <= w as usize)
+}
+
+/// Loop iterations one invocation of the encoder attention runs at most for heads of `hd` over
+/// `keys` keys, counting every loop over a head as not unrolled (`enc_attention` in
+/// `encoder.wgsl`): the query load and the output, then per tile of keys its load and rescale,
+/// per key its two passes over the head. llvmpipe ends an invocation past 65,535 in all
+/// (`LP_MAX_TGSI_LOOP_ITERATIONS`), so longer sequences are declined there.
+pub(crate) fn enc_attention_loops(hd: usize, keys: usize) -> usize {
+    let w = enc_head_width(hd).unwrap_or(256) as usize;
+    let tile = 2048 / w;
+    w / 4 + hd + keys.div_ceil(tile) * (8 + w / 16) + keys * (2 + w / 8)
+}
+
+/// The code of an encoder activation in `encoder.wgsl` (`enc_act_value`; 4: none).
+fn enc_act_code(act: Option<EncoderAct>) -> u32 {
+    match act {
+        Some(EncoderAct::GeluErf) => 0,
+        Some(EncoderAct::GeluTanh) => 1,
+        Some(EncoderAct::Relu) => 2,
+        Some(EncoderAct::Silu) => 3,
+        None => 4,
+    }
+}
+
+/// `y = act(y + bias)` over `n` values at `y` in rows of `w` (the bias at `bias` in `c`), times
+/// the values at `up` when given (a gated MLP's `act(gate) · up`); `act` `None`: no activation.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn enc_act(
+    a: &Buf,
+    c: &Buf,
+    y: usize,
+    n: usize,
+    w: usize,
+    bias: Option<usize>,
+    act: Option<EncoderAct>,
+    up: Option<usize>,
+) -> Dispatch {
+    let flags = u32::from(bias.is_some()) | (u32::from(up.is_some()) << 1);
+    Dispatch {
+        kernel: Kernel::EncAct,
+        params: words(&[
+            u(y),
+            u(bias.unwrap_or(0)),
+            u(w.max(1)),
+            u(n),
+            flags,
+            enc_act_code(act),
+            u(up.unwrap_or(0)),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(n),
+    }
+}
+
+/// Rotates the queries and keys of `t` rows of `qkv` (rows `ld` apart, `heads` query heads of
+/// `head_dim` then as many key heads), row `r` by row `rows[r]` (u32 bits at `rows` in `c`)
+/// of the tables `r`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn enc_rope(
+    a: &Buf,
+    c: &Buf,
+    qkv: usize,
+    (t, ld): (usize, usize),
+    heads: usize,
+    head_dim: usize,
+    r: RopeAt,
+    rows: usize,
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::EncRope,
+        params: words(&[
+            u(qkv),
+            u(t),
+            u(heads),
+            u(head_dim),
+            u(r.half),
+            u32::from(r.interleaved),
+            u(r.cos),
+            u(r.sin),
+            u(rows),
+            u(ld),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(t * 2 * heads * r.half),
+    }
+}
+
+/// Where a LayerNorm's gain and bias lie in the constants, and its epsilon.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NormAt {
+    pub gain: usize,
+    pub bias: usize,
+    pub eps: f32,
+}
+
+/// `out = norm(x + (y + y_bias))` over `rows` rows of `dim` (`y` `None`: `out = norm(x)`), with
+/// `x` keeping the sum when `out` is elsewhere (pre-norm) or becoming the normalized rows when
+/// `out == x` (post-norm).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn enc_residual_norm(
+    a: &Buf,
+    c: &Buf,
+    x: usize,
+    y: Option<(usize, Option<usize>)>,
+    n: NormAt,
+    out: usize,
+    dim: usize,
+    rows: usize,
+) -> Dispatch {
+    let (y_at, yb) = y.unwrap_or((0, None));
+    let flags = u32::from(y.is_some()) | (u32::from(yb.is_some()) << 1);
+    Dispatch {
+        kernel: Kernel::EncResidualNorm,
+        params: words(&[
+            u(x),
+            u(y_at),
+            u(yb.unwrap_or(0)),
+            u(n.gain),
+            u(n.bias),
+            u(dim),
+            n.eps.to_bits(),
+            u(out),
+            flags,
+            u(rows),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: u(rows),
+    }
+}
+
+/// The heads of one encoder attention: count, width, score scale, keys seen at distance
+/// `≤ window` (`None`: all of the sequence's).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EncHeads {
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+}
+
+/// Attention of every sequence with itself: `qkv` rows of `3 · heads · head_dim` (queries, keys,
+/// values) into `out` (`[T, heads · head_dim]`), over the `blocks` query blocks at `at` in `c`
+/// (`(first row, length, first query)` of [`ENC_QUERY_BLOCK`] queries of one sequence, as u32
+/// bits).
+pub(crate) fn enc_attention(
+    a: &Buf,
+    c: &Buf,
+    (qkv, out): (usize, usize),
+    h: EncHeads,
+    at: usize,
+    blocks: usize,
+) -> Dispatch {
+    let width = enc_head_width(h.head_dim).unwrap_or(256);
+    Dispatch {
+        kernel: Kernel::EncAttention(width),
+        params: words(&[
+            u(qkv),
+            u(out),
+            u(h.n_heads),
+            u(h.head_dim),
+            u(3 * h.n_heads * h.head_dim),
+            h.scale.to_bits(),
+            u(h.window.map_or(0, |w| w + 1)),
+            u(at),
+            u(blocks),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: u(blocks * h.n_heads),
     }
 }

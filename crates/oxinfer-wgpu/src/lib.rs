@@ -14,17 +14,22 @@
 //! - the gated MLP, and whole model plans with the hidden state and each sequence's KV cache
 //!   resident on the device (`stack.rs` reads the plan's layer description, `stack_run.rs`
 //!   records one submission per pass, `kv.rs` holds the caches): RMSNorm (pre, post, per-head),
-//!   biases, RoPE (interleaved or halves), residual adds, SiLU/tanh-GELU gates, final soft-cap.
+//!   biases, RoPE (interleaved or halves), residual adds, SiLU/tanh-GELU gates, final soft-cap;
+//! - whole bidirectional encoder passes (`encoder.rs`: BERT, XLM-RoBERTa, NomicBERT, ModernBERT
+//!   plans), with LayerNorm, GELU (erf and tanh), rotary tables and windowed attention within
+//!   each sequence of a batch.
 //!
 //! Plain WGSL only (no `shader-f16`, no subgroups): every adapter runs the same kernels. The
 //! matmul takes up to 8 activation rows per weight read; `OXINFER_WGPU_PROFILE=1` times each
 //! kernel (`profile`).
 //!
 //! Modules, each importing only those before it: `kernels` (WGSL sources and one dispatch
-//! builder per kernel), `profile` (timestamps and host times per submission), `gpu` (device, buffers, submission), `matrix` (uploaded weights and the
-//! matmul), `kv`, `stack`, `stack_run`, `backend`, `probe`.
+//! builder per kernel), `profile` (timestamps and host times per submission), `gpu` (device,
+//! buffers, submission), `matrix` (uploaded weights and the matmul), `kv`, `stack`,
+//! `stack_run`, `encoder` (whole encoder passes), `backend`, `probe`.
 
 mod backend;
+mod encoder;
 mod gpu;
 mod kernels;
 mod kv;

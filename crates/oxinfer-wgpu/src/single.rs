@@ -3,6 +3,7 @@
 
 use crate::backend::WgpuBackend;
 use crate::kernels::{self, RopeAt};
+use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer_kernels::act::GateAct;
 
 impl WgpuBackend {
@@ -78,5 +79,16 @@ impl WgpuBackend {
     /// A device failure.
     pub fn softcap(&self, x: &[f32], cap: f32) -> Result<Vec<f32>, String> {
         self.in_place(x, &[], |a, _| kernels::softcap(a, 0, x.len(), cap))
+    }
+
+    /// `act(x)` element-wise with the encoder pass's activation kernel (`encoder.wgsl`).
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn encoder_act(&self, x: &[f32], act: EncoderAct) -> Result<Vec<f32>, String> {
+        let n = x.len();
+        self.in_place(x, &[0.0], |a, c| {
+            kernels::enc_act(a, c, 0, n, n, None, Some(act), None)
+        })
     }
 }

@@ -61,10 +61,10 @@ impl Layout {
 
 /// Small f32 vectors packed into the constants buffer; each `push` returns its offset.
 #[derive(Default)]
-struct Pack(Vec<f32>);
+pub(crate) struct Pack(pub(crate) Vec<f32>);
 
 impl Pack {
-    fn push(&mut self, v: &[f32]) -> usize {
+    pub(crate) fn push(&mut self, v: &[f32]) -> usize {
         let at = self.0.len();
         self.0.extend_from_slice(v);
         self.0.resize(self.0.len().next_multiple_of(64), 0.0);

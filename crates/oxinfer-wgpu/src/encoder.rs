@@ -1,0 +1,618 @@
+//! Whole encoder passes ([`EncoderPlan`]) on the device: the hidden state of every sequence of a
+//! batch goes up once, every layer runs as kernels recorded into one [`Gpu::run`] (submitted
+//! every 64 dispatches), the last hidden states come down.
+//!
+//! The products are the matmul of `matrix.rs` on each weight in its storage format (F32, F16,
+//! BF16 exactly; a format the kernels do not decode is dequantized to an f32 copy first, as the
+//! CPU dequantizes it), uploaded on first use into the weight's plan slot
+//! ([`EncoderLinear::plan_slot`]). Per layer: q, k and v into one `[T, 3 dim]` region, their
+//! biases, rotary positions, attention within each sequence (`enc_attention`), the output
+//! projection, the residual LayerNorm with the product's bias, the MLP (bias and activation, or
+//! the gated activation), the down projection and its residual LayerNorm
+//! (`shaders/encoder.wgsl`).
+//!
+//! Pre-norm plans (ModernBERT) keep the residual stream in one region and each sublayer's
+//! normalized input in another: one kernel adds a product to the stream and normalizes the sum
+//! for the next sublayer (the last one with the final norm, in place). Local layers attend
+//! within their window.
+//!
+//! Rotary positions (NomicBERT, ModernBERT) rotate the queries and keys before attention
+//! (`enc_rope`) from tables the host makes once per pass: one per distinct rotation of the
+//! batch's sequences and layers (dynamic NTK scaling gives a long sequence its own, ModernBERT's
+//! local and global layers have theirs), as long as its longest sequence, and each layer's row of
+//! them for every token.
+//!
+//! A batch whose activations do not fit one storage binding (lavapipe: 128 MiB, about 5,800
+//! tokens of all-MiniLM-L6-v2) runs as several passes over consecutive groups of whole
+//! sequences. Declined (the CPU runs the plan; [`run`] says why): heads wider than 256 or not
+//! tiling the hidden state, a hidden state wider than 4,096, rotations of several widths or
+//! layouts or wider than a head, a post-norm block without its attention norm or a pre-norm
+//! block past the first without it, a weight the device cannot hold, one sequence too long for a
+//! binding, and on llvmpipe (lavapipe) a sequence whose attention would run past its 65,535 loop
+//! iterations per invocation (heads of 64: about 6,000 keys; of 256: about 1,800).
+
+use crate::gpu::Gpu;
+use crate::kernels::{
+    self, enc_head_width, Dispatch, EncHeads, NormAt, RopeAt, ENC_ATTENTION_SHARED, ENC_MAX_DIM,
+    ENC_QUERY_BLOCK,
+};
+use crate::matrix::{int8_inputs, linear, DeviceMatrix, LinearIo};
+use crate::stack_run::{Layout, Pack, Scratch};
+use oxinfer::backend::DeviceWeight;
+use oxinfer::nn::encoder_linear::EncoderLinear;
+use oxinfer::nn::{LayerNorm, Rope};
+use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder};
+use oxinfer_kernels::dequant::dequantize_row_split;
+use oxinfer_kernels::{WeightFormat, WeightMatrix};
+use std::ops::Range;
+
+/// Why the kernels do not run `plan` on `g`, if they do not (nothing uploaded).
+pub(crate) fn unsupported(g: &Gpu, plan: &EncoderPlan) -> Option<&'static str> {
+    let h = &plan.heads;
+    let norms_missing = match plan.order {
+        NormOrder::Post => plan.layers.iter().any(|l| l.attn_norm.is_none()),
+        NormOrder::Pre { .. } => plan.layers.iter().skip(1).any(|l| l.attn_norm.is_none()),
+    };
+    let why = [
+        (norms_missing, "a block without its attention norm"),
+        (
+            h.head_dim == 0
+                || enc_head_width(h.head_dim).is_none()
+                || h.n_heads * h.head_dim != plan.dim,
+            "head width",
+        ),
+        (plan.dim > ENC_MAX_DIM, "hidden state wider than 4096"),
+        (
+            plan.layers
+                .iter()
+                .any(|l| l.window.is_some_and(|w| w >= u32::MAX as usize)),
+            "window",
+        ),
+        (
+            g.limits.max_compute_workgroup_storage_size < ENC_ATTENTION_SHARED,
+            "workgroup memory",
+        ),
+    ];
+    why.into_iter().find_map(|(bad, what)| bad.then_some(what))
+}
+
+/// `l`'s weight on the device, uploaded on first use into its plan slot (in its storage format,
+/// or as an f32 copy when the kernels do not decode that format); `None` when it cannot be
+/// uploaded or the slot holds another backend's.
+fn weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a DeviceMatrix> {
+    let dev = l
+        .plan_slot()
+        .get_or_init(|| {
+            let m = l.linear().matrix();
+            let up = match kernels::FORMATS.contains(&m.format) {
+                true => DeviceMatrix::upload(g, &m),
+                false => {
+                    let mut host = vec![0f32; m.rows * m.cols];
+                    for (r, dst) in host.chunks_exact_mut(m.cols.max(1)).enumerate() {
+                        dequantize_row_split(m.format, m.row(r), m.row_scales(r), dst).ok()?;
+                    }
+                    let bytes: Vec<u8> = host.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let f = WeightMatrix::new(WeightFormat::F32, &bytes, m.rows, m.cols).ok()?;
+                    DeviceMatrix::upload(g, &f)
+                }
+            }?;
+            g.check().ok()?;
+            let w: DeviceWeight = Box::new(up);
+            Some(w)
+        })
+        .as_ref()?;
+    dev.downcast_ref::<DeviceMatrix>()
+}
+
+/// The device matrices of one layer: q, k, v, o, gate, up, down.
+type LayerMats<'a> = (
+    [&'a DeviceMatrix; 4],
+    Option<&'a DeviceMatrix>,
+    [&'a DeviceMatrix; 2],
+);
+
+/// Every layer's matrices (uploaded on first use), or why not: a weight the device cannot hold,
+/// or shapes that do not chain.
+fn layer_mats<'a>(g: &Gpu, plan: &EncoderPlan<'a>) -> Result<Vec<LayerMats<'a>>, &'static str> {
+    let dim = plan.dim;
+    let mut out = Vec::with_capacity(plan.layers.len());
+    for l in &plan.layers {
+        let w = |p| weight(g, p).ok_or("a weight the device cannot hold");
+        let attn = [w(l.q)?, w(l.k)?, w(l.v)?, w(l.o)?];
+        let gate = l.gate.map(w).transpose()?;
+        let [up, down] = [w(l.up)?, w(l.down)?];
+        let fits = attn.iter().all(|m| m.rows == dim && m.cols == dim)
+            && gate.is_none_or(|m| m.cols == dim && m.rows == up.rows)
+            && up.cols == dim
+            && down.rows == dim
+            && down.cols == up.rows;
+        if !fits {
+            return Err("projection shapes");
+        }
+        out.push((attn, gate, [up, down]));
+    }
+    Ok(out)
+}
+
+/// Offsets into the constants of one layer's biases and LayerNorms (`None`: none).
+struct LayerParams {
+    /// q, k, v biases side by side `[3 dim]` (zeros for a missing one).
+    qkv_bias: Option<usize>,
+    o_bias: Option<usize>,
+    attn_norm: Option<NormAt>,
+    gate_bias: Option<usize>,
+    up_bias: Option<usize>,
+    down_bias: Option<usize>,
+    ffn_norm: NormAt,
+}
+
+/// Every layer's biases and norm parameters packed into `pack`, and the final norm's
+/// (pre-norm).
+fn pack_params(plan: &EncoderPlan, pack: &mut Pack) -> (Vec<LayerParams>, Option<NormAt>) {
+    let norm = |pack: &mut Pack, n: &LayerNorm| NormAt {
+        gain: pack.push(&n.weight),
+        bias: pack.push(&n.bias),
+        eps: n.eps,
+    };
+    let mut layers = Vec::with_capacity(plan.layers.len());
+    for l in &plan.layers {
+        let biases = [l.q, l.k, l.v].map(|p| p.linear().bias());
+        let qkv_bias = biases.iter().any(Option::is_some).then(|| {
+            let mut v = Vec::with_capacity(3 * plan.dim);
+            for b in biases {
+                match b {
+                    Some(b) => v.extend_from_slice(b),
+                    None => v.resize(v.len() + plan.dim, 0.0),
+                }
+            }
+            pack.push(&v)
+        });
+        let mut bias =
+            |p: Option<&EncoderLinear>| p.and_then(|p| p.linear().bias()).map(|b| pack.push(b));
+        let (o_bias, gate_bias, up_bias, down_bias) = (
+            bias(Some(l.o)),
+            bias(l.gate),
+            bias(Some(l.up)),
+            bias(Some(l.down)),
+        );
+        layers.push(LayerParams {
+            qkv_bias,
+            o_bias,
+            attn_norm: l.attn_norm.map(|n| norm(pack, n)),
+            gate_bias,
+            up_bias,
+            down_bias,
+            ffn_norm: norm(pack, l.ffn_norm),
+        });
+    }
+    let final_norm = match plan.order {
+        NormOrder::Post => None,
+        NormOrder::Pre { final_norm } => Some(norm(pack, final_norm)),
+    };
+    (layers, final_norm)
+}
+
+/// The rotary tables of one pass on the host: cosines and sines (`[rows, half]` each, one block
+/// of rows per distinct rotation, positions from 0), the token rows' rows in them (`[maps, T]`:
+/// one map per distinct assignment of rotations to sequences), each layer's map (`None`: no
+/// rotation), the rotated pairs per head and the pair layout.
+struct RopeTables {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    row_of: Vec<u32>,
+    layer_map: Vec<Option<usize>>,
+    half: usize,
+    interleaved: bool,
+}
+
+/// The tables of the rotations of `layers` over sequences of lengths `lens`: `Ok(None)` when no
+/// layer rotates, `Err` when they do not fit the kernel (rotations of several widths or
+/// layouts, or wider than a head).
+fn rope_tables(
+    layers: &[EncoderLayer],
+    lens: &[usize],
+    head_dim: usize,
+) -> Result<Option<RopeTables>, &'static str> {
+    // (rotation, rows it needs, its first row in the tables)
+    let mut ropes: Vec<(&Rope, usize, usize)> = Vec::new();
+    // Each distinct map: the rotation of every sequence, as indices into `ropes`.
+    let mut maps: Vec<Vec<usize>> = Vec::new();
+    let mut layer_map = Vec::with_capacity(layers.len());
+    for l in layers {
+        let Some(rope_of) = l.rope_of else {
+            layer_map.push(None);
+            continue;
+        };
+        let mut which = Vec::with_capacity(lens.len());
+        for &n in lens {
+            let r = rope_of(n);
+            let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
+                Some(i) => i,
+                None => {
+                    ropes.push((r, 0, 0));
+                    ropes.len() - 1
+                }
+            };
+            ropes[i].1 = ropes[i].1.max(n);
+            which.push(i);
+        }
+        let m = match maps.iter().position(|m| *m == which) {
+            Some(m) => m,
+            None => {
+                maps.push(which);
+                maps.len() - 1
+            }
+        };
+        layer_map.push(Some(m));
+    }
+    let Some(first) = ropes.first() else {
+        return Ok(None);
+    };
+    let (dim, interleaved) = (first.0.dim(), first.0.interleaved());
+    let uniform = ropes
+        .iter()
+        .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
+    if !uniform || dim > head_dim || dim % 2 != 0 || dim == 0 {
+        return Err("rotary positions of several widths, or wider than a head");
+    }
+    let half = dim / 2;
+    let rows: usize = ropes.iter().map(|r| r.1).sum();
+    let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
+    let mut first_row = 0;
+    for (r, n, at) in &mut ropes {
+        *at = first_row;
+        let span = first_row * half..(first_row + *n) * half;
+        r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
+        first_row += *n;
+    }
+    let mut row_of = Vec::with_capacity(maps.len() * lens.iter().sum::<usize>());
+    for which in &maps {
+        for (&n, &i) in lens.iter().zip(which) {
+            let at = ropes[i].2 as u32;
+            row_of.extend((0..n as u32).map(|p| at + p));
+        }
+    }
+    Ok(Some(RopeTables {
+        cos,
+        sin,
+        row_of,
+        layer_map,
+        half,
+        interleaved,
+    }))
+}
+
+/// f32 values of a pass's activation arena per token row (hidden state, pre-norm's normalized
+/// copy, q/k/v, attention output, product output, the MLP's hidden and up values, the int8
+/// rounding of inputs), and the most rows one binding holds.
+fn rows_per_pass(g: &Gpu, plan: &EncoderPlan, ffn: usize) -> usize {
+    let pre = matches!(plan.order, NormOrder::Pre { .. });
+    let gated = plan.layers.iter().any(|l| l.gate.is_some());
+    let dim = plan.dim;
+    let per_row = dim * (6 + usize::from(pre))
+        + ffn * (1 + usize::from(gated))
+        + if int8_inputs() { dim.max(ffn) } else { 0 };
+    // Each region is rounded up to 64 values (`Layout::take`).
+    let room = (g.max_binding() / 4) as usize;
+    room.saturating_sub(9 * 64) / per_row.max(1)
+}
+
+/// Most loop iterations one shader invocation may run on `g` (llvmpipe: 65,535 in all,
+/// `LP_MAX_TGSI_LOOP_ITERATIONS` in Mesa's gallivm, after which it silently stops; elsewhere
+/// no limit).
+fn loop_limit(g: &Gpu) -> usize {
+    match g.info.name.contains("llvmpipe") {
+        true => 65_535,
+        false => usize::MAX,
+    }
+}
+
+/// Whether some layer's attention over the longest of `lens` runs past [`loop_limit`]: a
+/// windowed layer's query block sees at most its 64 queries and `window` keys on each side.
+fn over_loop_limit(g: &Gpu, plan: &EncoderPlan, lens: &[usize]) -> bool {
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    plan.layers.iter().any(|l| {
+        let keys = l
+            .window
+            .map_or(longest, |w| longest.min(ENC_QUERY_BLOCK + 2 * w));
+        kernels::enc_attention_loops(plan.heads.head_dim, keys) > loop_limit(g)
+    })
+}
+
+/// Consecutive groups of whole sequences of at most `max_rows` rows each (each group one
+/// pass); `None` when one sequence alone is longer.
+fn passes(lens: &[usize], max_rows: usize) -> Option<Vec<Range<usize>>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    let (mut first, mut rows) = (0, 0);
+    for (i, &n) in lens.iter().enumerate() {
+        if n > max_rows {
+            return None;
+        }
+        if rows + n > max_rows {
+            out.push(first..i);
+            (first, rows) = (i, 0);
+        }
+        rows += n;
+    }
+    out.push(first..lens.len());
+    Some(out)
+}
+
+/// Runs `plan` over `x` (`[Σ lens, dim]`) into `out` (same shape). `Ok(Some(why))`: declined
+/// before anything was written; `Err`: a device failure (`out` may be partly written).
+pub(crate) fn run(
+    g: &Gpu,
+    scratch: &mut Scratch,
+    plan: &EncoderPlan,
+    x: &[f32],
+    lens: &[usize],
+    out: &mut [f32],
+) -> Result<Option<&'static str>, String> {
+    let (dim, t) = (plan.dim, lens.iter().sum::<usize>());
+    if t == 0 || x.len() != t * dim || out.len() != x.len() {
+        return Ok(Some("input shape"));
+    }
+    if let Some(why) = unsupported(g, plan) {
+        return Ok(Some(why));
+    }
+    if over_loop_limit(g, plan, lens) {
+        return Ok(Some("a sequence too long for llvmpipe's loop limit"));
+    }
+    let whole_rope = match rope_tables(&plan.layers, lens, plan.heads.head_dim) {
+        Ok(r) => r,
+        Err(why) => return Ok(Some(why)),
+    };
+    let mats = match layer_mats(g, plan) {
+        Ok(m) => m,
+        Err(why) => return Ok(Some(why)),
+    };
+    let ffn = mats.iter().map(|m| m.2[0].rows).max().unwrap_or(0);
+    let Some(groups) = passes(lens, rows_per_pass(g, plan, ffn)) else {
+        return Ok(Some("a sequence too long for one storage binding"));
+    };
+    let mut base = Pack::default();
+    let (params, final_norm) = pack_params(plan, &mut base);
+    let mut whole_rope = (groups.len() == 1).then_some(whole_rope).flatten();
+    let mut row0 = 0;
+    for sg in groups {
+        let lens = &lens[sg];
+        let rows = lens.iter().sum::<usize>();
+        let rope = match whole_rope.take() {
+            Some(r) => Some(r),
+            None => rope_tables(&plan.layers, lens, plan.heads.head_dim)
+                .ok()
+                .flatten(),
+        };
+        let span = row0 * dim..(row0 + rows) * dim;
+        let pass = Pass {
+            plan,
+            mats: &mats,
+            params: &params,
+            final_norm,
+            ffn,
+        };
+        pass.run(
+            g,
+            scratch,
+            &base,
+            rope.as_ref(),
+            lens,
+            &x[span.clone()],
+            &mut out[span],
+        )?;
+        row0 += rows;
+    }
+    Ok(None)
+}
+
+/// What every pass of one plan shares.
+struct Pass<'p, 'a> {
+    plan: &'p EncoderPlan<'a>,
+    mats: &'p [LayerMats<'a>],
+    params: &'p [LayerParams],
+    final_norm: Option<NormAt>,
+    /// Widest MLP hidden layer.
+    ffn: usize,
+}
+
+impl Pass<'_, '_> {
+    /// One submission over the sequences `lens` (rows `x`, `[Σ lens, dim]`) into `out`; `base`
+    /// holds the plan's packed parameters, `rope` the group's rotary tables.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        g: &Gpu,
+        scratch: &mut Scratch,
+        base: &Pack,
+        rope: Option<&RopeTables>,
+        lens: &[usize],
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), String> {
+        let (plan, dim, t) = (self.plan, self.plan.dim, lens.iter().sum::<usize>());
+        let pre = matches!(plan.order, NormOrder::Pre { .. });
+        let gated = plan.layers.iter().any(|l| l.gate.is_some());
+        // Constants: the plan's parameters, then this group's rotary tables and query blocks.
+        let mut pack = Pack(base.0.clone());
+        let rope_at = rope.map(|r| {
+            let at = RopeAt {
+                cos: pack.push(&r.cos),
+                sin: pack.push(&r.sin),
+                half: r.half,
+                interleaved: r.interleaved,
+            };
+            let maps: Vec<usize> = r
+                .row_of
+                .chunks(t.max(1))
+                .map(|m| pack.push(&m.iter().map(|&v| f32::from_bits(v)).collect::<Vec<_>>()))
+                .collect();
+            (at, maps)
+        });
+        let mut blocks = Vec::new();
+        let mut r0 = 0u32;
+        for &n in lens {
+            for i0 in (0..n).step_by(ENC_QUERY_BLOCK) {
+                blocks.extend([r0, n as u32, i0 as u32].map(f32::from_bits));
+            }
+            r0 += n as u32;
+        }
+        let n_blocks = blocks.len() / 3;
+        let blocks_at = pack.push(&blocks);
+
+        let mut lay = Layout::default();
+        let ffn = self.ffn;
+        let widest = if int8_inputs() { dim.max(ffn) } else { 0 };
+        let [hidden, normed, qkv, att, y, gt, up, xq] = [
+            t * dim,
+            if pre { t * dim } else { 0 },
+            t * 3 * dim,
+            t * dim,
+            t * dim,
+            t * ffn,
+            if gated { t * ffn } else { 0 },
+            t * widest,
+        ]
+        .map(|n| lay.take(n));
+        if !g.fits((lay.0 * 4) as u64) || !g.fits((pack.0.len() * 4) as u64) {
+            return Err(format!("{t} rows over the device's buffer limit"));
+        }
+        let a = scratch.arena(g, lay.0);
+        let c = scratch.consts(g, pack.0.len());
+        g.write(&a, hidden, x);
+        g.write(&c, 0, &pack.0);
+
+        let mut d: Vec<Dispatch> = Vec::new();
+        type Ready = Option<(usize, usize)>;
+        let mm = |d: &mut Vec<Dispatch>, r: &mut Ready, m: &DeviceMatrix, x, y, ld| {
+            let io = LinearIo {
+                a: &a,
+                x,
+                xq,
+                out: &a,
+                y,
+                ld,
+            };
+            linear(m, &io, t, r, d)
+        };
+        let norm = |x, y, n, out| kernels::enc_residual_norm(&a, &c, x, y, n, out, dim, t);
+        // Pre-norm: the first block's attention input (the stream itself without a norm).
+        if let (true, Some(n)) = (pre, self.params.first().and_then(|p| p.attn_norm)) {
+            d.push(norm(hidden, None, n, normed));
+        }
+        for (li, ((m, lp), l)) in self
+            .mats
+            .iter()
+            .zip(self.params)
+            .zip(&plan.layers)
+            .enumerate()
+        {
+            let ([wq, wk, wv, wo], wg, [wu, wd]) = *m;
+            // The sublayers' input: the stream (post-norm, or a pre-norm block without its
+            // attention norm), else its normalized copy.
+            let input = match (pre, lp.attn_norm) {
+                (false, _) | (true, None) => hidden,
+                (true, Some(_)) => normed,
+            };
+            let mut ready = None;
+            for (i, w) in [wq, wk, wv].into_iter().enumerate() {
+                mm(&mut d, &mut ready, w, input, qkv + i * dim, 3 * dim);
+            }
+            if let Some(b) = lp.qkv_bias {
+                d.push(kernels::add_bias(&a, &c, qkv, b, 3 * dim, t));
+            }
+            let h = plan.heads_of(l);
+            if let (Some((at, maps)), Some(r)) = (&rope_at, rope) {
+                if let Some(map) = r.layer_map[li] {
+                    let geom = (t, 3 * dim);
+                    let hd = h.head_dim;
+                    d.push(kernels::enc_rope(
+                        &a, &c, qkv, geom, h.n_heads, hd, *at, maps[map],
+                    ));
+                }
+            }
+            let heads = EncHeads {
+                n_heads: h.n_heads,
+                head_dim: h.head_dim,
+                scale: h.scale,
+                window: h.window,
+            };
+            d.push(kernels::enc_attention(
+                &a,
+                &c,
+                (qkv, att),
+                heads,
+                blocks_at,
+                n_blocks,
+            ));
+            mm(&mut d, &mut None, wo, att, y, dim);
+            // Post-norm: the stream normalized in place. Pre-norm: the stream kept, the MLP's
+            // normalized input beside it.
+            let (n, dst, mlp_in) = match (pre, lp.attn_norm) {
+                (true, _) => (lp.ffn_norm, normed, normed),
+                (false, n) => (n.expect("checked by unsupported"), hidden, hidden),
+            };
+            d.push(norm(hidden, Some((y, lp.o_bias)), n, dst));
+            let width = wu.rows;
+            let mut ready = None;
+            match wg {
+                None => {
+                    mm(&mut d, &mut ready, wu, mlp_in, gt, width);
+                    let act = Some(plan.act);
+                    d.push(kernels::enc_act(
+                        &a,
+                        &c,
+                        gt,
+                        t * width,
+                        width,
+                        lp.up_bias,
+                        act,
+                        None,
+                    ));
+                }
+                Some(wg) => {
+                    mm(&mut d, &mut ready, wg, mlp_in, gt, width);
+                    mm(&mut d, &mut ready, wu, mlp_in, up, width);
+                    if let Some(b) = lp.up_bias {
+                        d.push(kernels::add_bias(&a, &c, up, b, width, t));
+                    }
+                    let (n, act) = (t * width, Some(plan.act));
+                    d.push(kernels::enc_act(
+                        &a,
+                        &c,
+                        gt,
+                        n,
+                        width,
+                        lp.gate_bias,
+                        act,
+                        Some(up),
+                    ));
+                }
+            }
+            mm(&mut d, &mut None, wd, gt, y, dim);
+            // Post-norm: in place. Pre-norm: the next block's attention input beside the
+            // stream, or after the last block the final norm in place.
+            let (n, dst) = match (pre, self.params.get(li + 1)) {
+                (false, _) => (Some(lp.ffn_norm), hidden),
+                (true, Some(next)) => (next.attn_norm, normed),
+                (true, None) => (self.final_norm, hidden),
+            };
+            let n = n.expect("checked by unsupported");
+            d.push(norm(hidden, Some((y, lp.down_bias)), n, dst));
+        }
+        g.run(&d, &mut [(&a, hidden, out)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes;
+
+    /// Batches split into passes of whole sequences; a sequence longer than a pass is declined.
+    #[test]
+    fn batches_split_by_whole_sequences() {
+        let lens = [5, 1, 37, 130, 64];
+        assert_eq!(passes(&lens, 140), Some(vec![0..3, 3..4, 4..5]));
+        assert_eq!(passes(&lens, 237).map(|p| p.len()), Some(1));
+        assert_eq!(passes(&lens, 129), None);
+    }
+}
