@@ -1,26 +1,44 @@
 """Embedding speed on a CUDA machine: texts/s for 1,000 texts (16-128 tokens, embed_bench.py's
-texts) with a random-weight BertModel of a sentence-transformers model's config and tokenizer
+texts) with a random-weight model of a sentence-transformers model's config and tokenizer
 (all-MiniLM-L6-v2's in docs/embeddings.md, whose weights were too large to carry to the GPU
 host): `oxinfer embed --device cuda` and `--device cpu` (the rate each process reports with the
-model loaded, and the whole process's) against transformers on the GPU (BertModel + mean pooling
+model loaded, and the whole process's) against transformers on the GPU (the model + mean pooling
 + L2 norm, fp32 and fp16, model loaded before timing), batches of 32 and 128, with the worst
 cosine of oxinfer's CUDA vectors against transformers fp32.
 
-    python tools/bench/embed_gpu_bench.py MODEL_DIR_WITHOUT_WEIGHTS path/to/oxinfer
+    python tools/bench/embed_gpu_bench.py MODEL_DIR_WITHOUT_WEIGHTS path/to/oxinfer [modernbert]
 
 MODEL_DIR: config.json, tokenizer files, modules.json, 1_Pooling/ (no weights needed: random
-ones are written to a copy in /tmp/minilm). Needs torch with CUDA and transformers."""
-import os, subprocess, sys, time
+ones are written to a copy in /tmp/minilm). With `modernbert`, MODEL_DIR is a ModernBERT folder
+(tests/fixtures/modernbert-tiny: its tokenizer) whose config is widened to modernbert-embed-base's
+geometry (768 wide, 22 layers of 12 heads, MLP 1152, local windows of 128, every third layer
+global). Needs torch with CUDA and transformers."""
+import json, os, subprocess, sys, time
 import numpy as np, torch
 sys.path.insert(0, "tools/bench")
 from embed_bench import make_texts
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 src, ox = sys.argv[1], sys.argv[2]
+modern = len(sys.argv) > 3 and sys.argv[3] == "modernbert"
 d = "/tmp/minilm"
+subprocess.run(["rm", "-rf", d], check=True)
 subprocess.run(["cp", "-r", src, d], check=True)
+subprocess.run(f"rm -f {d}/*.safetensors {d}/*.npy", shell=True, check=True)
+if modern:
+    c = json.load(open(f"{d}/config.json"))
+    c.update(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+             local_attention=128, max_position_embeddings=8192,
+             layer_types=["full_attention" if i % 3 == 0 else "sliding_attention" for i in range(22)])
+    json.dump(c, open(f"{d}/config.json", "w"), indent=1)
 torch.manual_seed(0)
-m = BertModel(BertConfig.from_pretrained(d), add_pooling_layer=False)
+cfg = AutoConfig.from_pretrained(d)
+cfg._attn_implementation = "sdpa"
+m = AutoModel.from_config(cfg, **({} if modern else {"add_pooling_layer": False}))
+with torch.no_grad():
+    for p in m.parameters():
+        if p.dim() > 1:
+            p.normal_(0.0, 0.02)
 m.save_pretrained(d, safe_serialization=True)
 tok = AutoTokenizer.from_pretrained(d)
 texts = make_texts(tok, 1000)
@@ -34,7 +52,7 @@ def torch_encode(model, batch=32):
     with torch.no_grad():
         for i in range(0, len(texts), batch):
             b = tok(texts[i:i + batch], padding=True, truncation=True, return_tensors="pt").to("cuda")
-            h = model(**b).last_hidden_state.float()
+            h = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state.float()
             mask = b["attention_mask"].unsqueeze(-1).float()
             v = (h * mask).sum(1) / mask.sum(1)
             out.append(torch.nn.functional.normalize(v, dim=-1).cpu())
@@ -42,7 +60,8 @@ def torch_encode(model, batch=32):
     return torch.cat(out).numpy()
 
 for dtype in (torch.float32, torch.float16):
-    model = BertModel.from_pretrained(d, add_pooling_layer=False, torch_dtype=dtype).cuda().eval()
+    kw = {} if modern else {"add_pooling_layer": False}
+    model = AutoModel.from_pretrained(d, torch_dtype=dtype, **kw).cuda().eval()
     torch_encode(model)  # warm-up
     for batch in (32, 128):
         for r in range(2):

@@ -2,6 +2,7 @@
 fixtures' reference texts against their sentence-transformers references (and against `--device
 cpu`), printing whether each ran as a device encoder pass (`run_encoder` in `--profile`), and
 `oxinfer rerank --device cuda` on the cross-encoder fixture against `CrossEncoder.predict`.
+ModernBERT (pre-norm, local windows of 4 in the tiny fixture) runs as a device pass too.
 NomicBERT's dynamic NTK scaling is checked on a copy of the dynamic fixture in nomic's remote-code
 `config.json` spelling (as crates/oxinfer/tests/nomic_bert_variants.rs makes it).
 
@@ -31,7 +32,7 @@ json.dump({
 cases = [("tests/fixtures/bert-tiny", "embeddings.npy"), ("tests/fixtures/xlmr-tiny", "embeddings.npy"),
          ("tests/fixtures/nomic-bert-tiny", "embeddings.npy"),
          ("tests/fixtures/nomic-bert-dynamic", "embeddings_trained.npy"),
-         (remote, "embeddings.npy")]
+         (remote, "embeddings.npy"), ("tests/fixtures/modernbert-tiny", "embeddings.npy")]
 for d, ref in cases:
     texts = [t["text"] for t in json.load(open(f"tests/fixtures/{d.split('/')[-1]}/reference.json" if d.startswith("tests") else "tests/fixtures/nomic-bert-dynamic/reference.json"))["texts"]]
     out = {}

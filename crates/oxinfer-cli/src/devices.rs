@@ -26,9 +26,10 @@ pub fn select(pref: DevicePref, announce: bool) -> Result<()> {
 }
 
 /// [`select`] for an encoder model (embeddings, reranking): `auto` means the first CUDA GPU
-/// when one works, else the CPU. CUDA runs a BERT-family encoder whole on the device
-/// (`Backend::run_encoder`); the other backends would take it op by op, each product's
-/// activations crossing the bus, which is slower than the host's cores (docs/embeddings.md).
+/// when one works, else the CPU. CUDA and wgpu run an encoder plan whole on the device
+/// (`Backend::run_encoder`), but wgpu's products are not tiled for throughput yet (on
+/// lavapipe, a CPU rasterizer, 86× slower than the CPU kernels; docs/wgpu.md), so `auto`
+/// never picks it: `--device wgpu` does.
 pub fn select_for_encoder(pref: DevicePref, announce: bool) -> Result<()> {
     if pref != DevicePref::Auto {
         return select(pref, announce);

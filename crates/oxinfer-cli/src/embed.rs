@@ -45,9 +45,9 @@ pub struct EmbedArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Compute device: auto (the default: a CUDA GPU when one works, which runs BERT-family
-    /// encoders whole; else the CPU), cpu, cuda, or wgpu (aliases vulkan, metal: op by op,
-    /// slower than the CPU for small encoders, docs/embeddings.md).
+    /// Compute device: auto (the default: a CUDA GPU when one works, which runs the encoder
+    /// whole; else the CPU), cpu, cuda, or wgpu (aliases vulkan, metal: also whole on the
+    /// device, but its products are not tuned for speed yet; docs/wgpu.md).
     #[arg(long, default_value_t = oxinfer::backend::DevicePref::Auto)]
     pub device: oxinfer::backend::DevicePref,
     /// Convert the encoder's weight matrices on load: q8 (32 int8 weights per scale), q4 or

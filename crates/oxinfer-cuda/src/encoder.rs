@@ -33,8 +33,8 @@ use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::nn::encoder_linear::EncoderLinear;
-use oxinfer::nn::{LayerNorm, Rope};
-use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder};
+use oxinfer::plan::encoder_tables::{pack_params, rope_tables, NormAt};
 use oxinfer_kernels::dequant::dequantize_row_split;
 use std::any::Any;
 
@@ -110,165 +110,6 @@ fn f32_weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a EncoderMatrix> {
     dev.downcast_ref::<EncoderMatrix>()
 }
 
-/// Offsets into the packed biases and LayerNorm parameters of one layer (`None`: no bias, no
-/// norm).
-struct LayerParams {
-    /// q, k, v biases side by side `[3 dim]` (zeros for a missing one).
-    qkv_bias: Option<usize>,
-    o_bias: Option<usize>,
-    attn_norm: Option<Norm>,
-    up_bias: Option<usize>,
-    down_bias: Option<usize>,
-    ffn_norm: Norm,
-}
-
-/// A LayerNorm's gain and bias offsets in the pack, and its epsilon.
-#[derive(Clone, Copy)]
-struct Norm {
-    gain: usize,
-    bias: usize,
-    eps: f32,
-}
-
-/// The small vectors of every layer, packed into one upload, and the final norm's (pre-norm).
-fn pack_params(plan: &EncoderPlan) -> (Vec<f32>, Vec<LayerParams>, Option<Norm>) {
-    let mut pack: Vec<f32> = Vec::new();
-    let mut push = |v: &[f32]| {
-        let o = pack.len();
-        pack.extend_from_slice(v);
-        pack.resize(pack.len().next_multiple_of(4), 0.0);
-        o
-    };
-    let mut layers = Vec::with_capacity(plan.layers.len());
-    for l in &plan.layers {
-        let biases = [l.q, l.k, l.v].map(|p| p.linear().bias());
-        let qkv_bias = biases.iter().any(Option::is_some).then(|| {
-            let mut v = Vec::with_capacity(3 * plan.dim);
-            for b in biases {
-                match b {
-                    Some(b) => v.extend_from_slice(b),
-                    None => v.resize(v.len() + plan.dim, 0.0),
-                }
-            }
-            push(&v)
-        });
-        let mut norm = |n: &LayerNorm| Norm {
-            gain: push(&n.weight),
-            bias: push(&n.bias),
-            eps: n.eps,
-        };
-        let attn_norm = l.attn_norm.map(&mut norm);
-        let ffn_norm = norm(l.ffn_norm);
-        let mut bias = |p: &EncoderLinear| p.linear().bias().map(&mut push);
-        layers.push(LayerParams {
-            qkv_bias,
-            o_bias: bias(l.o),
-            attn_norm,
-            up_bias: bias(l.up),
-            down_bias: bias(l.down),
-            ffn_norm,
-        });
-    }
-    let final_norm = match plan.order {
-        NormOrder::Post => None,
-        NormOrder::Pre { final_norm: n } => Some(Norm {
-            gain: push(&n.weight),
-            bias: push(&n.bias),
-            eps: n.eps,
-        }),
-    };
-    (pack, layers, final_norm)
-}
-
-/// Rotary tables of one pass: cosines then sines (`[rows, half]` each, one block of rows per
-/// distinct rotation, positions from 0), the token rows' rows in them (`[maps, T]`: one map per
-/// distinct assignment of rotations to sequences), each layer's map (`None`: no rotation), the
-/// rotated pairs per head and the pair layout.
-struct RopeTables {
-    cos_sin: Vec<f32>,
-    row_of: Vec<i32>,
-    layer_map: Vec<Option<usize>>,
-    half: usize,
-    interleaved: bool,
-}
-
-/// The tables of the rotations of `layers` over sequences of lengths `lens`; `Some(None)`
-/// when no layer rotates, `None` when they do not fit the kernel (rotations of several widths
-/// or layouts, or wider than a head).
-fn rope_tables(
-    layers: &[EncoderLayer],
-    lens: &[usize],
-    head_dim: usize,
-) -> Option<Option<RopeTables>> {
-    // (rotation, rows it needs, its first row in the tables)
-    let mut ropes: Vec<(&Rope, usize, usize)> = Vec::new();
-    // Each distinct map: the rotation of every sequence, as indices into `ropes`.
-    let mut maps: Vec<Vec<usize>> = Vec::new();
-    let mut layer_map = Vec::with_capacity(layers.len());
-    for l in layers {
-        let Some(rope_of): Option<RopeOf> = l.rope_of else {
-            layer_map.push(None);
-            continue;
-        };
-        let mut which = Vec::with_capacity(lens.len());
-        for &n in lens {
-            let r = rope_of(n);
-            let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
-                Some(i) => i,
-                None => {
-                    ropes.push((r, 0, 0));
-                    ropes.len() - 1
-                }
-            };
-            ropes[i].1 = ropes[i].1.max(n);
-            which.push(i);
-        }
-        let m = match maps.iter().position(|m| *m == which) {
-            Some(m) => m,
-            None => {
-                maps.push(which);
-                maps.len() - 1
-            }
-        };
-        layer_map.push(Some(m));
-    }
-    let Some(first_rope) = ropes.first() else {
-        return Some(None);
-    };
-    let (dim, interleaved) = (first_rope.0.dim(), first_rope.0.interleaved());
-    let uniform = ropes
-        .iter()
-        .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
-    if !uniform || dim > head_dim || dim % 2 != 0 {
-        return None;
-    }
-    let half = dim / 2;
-    let rows: usize = ropes.iter().map(|r| r.1).sum();
-    let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
-    let mut first = 0;
-    for (r, n, at) in &mut ropes {
-        *at = first;
-        let span = first * half..(first + *n) * half;
-        r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
-        first += *n;
-    }
-    let mut row_of = Vec::with_capacity(maps.len() * lens.iter().sum::<usize>());
-    for which in &maps {
-        for (&n, &i) in lens.iter().zip(which) {
-            let at = ropes[i].2 as i32;
-            row_of.extend((0..n as i32).map(|p| at + p));
-        }
-    }
-    cos.extend_from_slice(&sin);
-    Some(Some(RopeTables {
-        cos_sin: cos,
-        row_of,
-        layer_map,
-        half,
-        interleaved,
-    }))
-}
-
 /// The device matrices of one layer: q, k, v, o, gate, up, down.
 type LayerMats<'a> = [Option<&'a EncoderMatrix>; 7];
 
@@ -285,7 +126,11 @@ pub(crate) fn run(
     if t == 0 || x.len() != t * dim || out.len() != x.len() || unsupported(plan).is_some() {
         return Ok(false);
     }
-    let Some(rope) = rope_tables(&plan.layers, lens, plan.heads.head_dim) else {
+    let Ok(rope) = rope_tables(
+        plan.layers.iter().map(|l| l.rope_of),
+        lens,
+        plan.heads.head_dim,
+    ) else {
         return Ok(false);
     };
     let mut mats: Vec<LayerMats> = Vec::with_capacity(plan.layers.len());
@@ -319,7 +164,8 @@ pub(crate) fn run(
         .map(|m| m[5].map_or(0, |w| w.rows))
         .max()
         .unwrap_or(0);
-    let (pack, params, final_norm) = pack_params(plan);
+    let packed = pack_params(plan, 4);
+    let (pack, params, final_norm) = (packed.pack, packed.layers, packed.final_norm);
     g.bind()?;
     let p = {
         let (p, fresh) = g.scratch_fresh(Slot::EncParams, pack.len().max(1) * 4)?;
@@ -354,11 +200,13 @@ pub(crate) fn run(
     g.upload(seq, &starts)?;
     let rope = match &rope {
         Some(tables) => {
-            let cs = g.scratch(Slot::EncRope, tables.cos_sin.len() * 4)?;
-            g.upload(cs, &tables.cos_sin)?;
+            let n = tables.cos.len();
+            let cs = g.scratch(Slot::EncRope, 2 * n * 4)?;
+            let sn = cs + (n * 4) as CUdeviceptr;
+            g.upload(cs, &tables.cos)?;
+            g.upload(sn, &tables.sin)?;
             let rows = g.scratch(Slot::EncRopeRow, tables.row_of.len() * 4)?;
             g.upload(rows, &tables.row_of)?;
-            let sn = cs + (tables.cos_sin.len() / 2 * 4) as CUdeviceptr;
             Some((cs, sn, rows, tables))
         }
         None => None,
@@ -450,6 +298,11 @@ pub(crate) fn run(
             Some(gw) => {
                 gemm(gw, mlp_in, gate, width)?;
                 gemm(up_w, mlp_in, up, width)?;
+                for (y, b) in [(gate, lp.gate_bias), (up, lp.up_bias)] {
+                    if let Some(b) = b {
+                        bias_act(g, y, Some(at(b)), t * width, width, -1)?;
+                    }
+                }
                 let n = (t * width) as i64;
                 let params = &mut [arg(&gate), arg(&up), arg(&n), arg(&act)];
                 launch_1d(g, g.k.enc_gated_act, t * width, params)?;
@@ -495,7 +348,7 @@ fn residual_norm(
     x: CUdeviceptr,
     y: Option<CUdeviceptr>,
     bias: Option<CUdeviceptr>,
-    norm: Norm,
+    norm: NormAt,
     at: &dyn Fn(usize) -> CUdeviceptr,
     out: CUdeviceptr,
     dim: usize,

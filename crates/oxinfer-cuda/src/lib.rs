@@ -52,6 +52,7 @@ mod ops;
 mod probe;
 mod stack;
 mod stack_run;
+mod stack_switches;
 mod timing;
 
 pub use backend::CudaBackend;

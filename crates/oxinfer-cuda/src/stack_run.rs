@@ -16,6 +16,10 @@ use crate::kv::{DeviceKvCache, KvLayout};
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap, Residual};
 use crate::stack::StackDesc;
+use crate::stack_switches::{
+    combine_quantizes, graphs_enabled, norm_slices_always, post_norm_fused, residual_in_gemv,
+    skipped, Skip,
+};
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
 use oxinfer::backend::{AttentionGeom, AttnShape, Weight};
@@ -443,17 +447,6 @@ pub(crate) enum Out<'a> {
     },
 }
 
-/// Whether decode steps run as CUDA graphs: unless `OXINFER_CUDA_GRAPHS=0`, and never under
-/// `OXINFER_GPU_CHECK` (the checked passes run as plain launches).
-fn graphs_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = |k: &str, v: &str| std::env::var(k).is_ok_and(|x| x == v);
-        !off("OXINFER_CUDA_GRAPHS", "0")
-            && !std::env::var("OXINFER_GPU_CHECK").is_ok_and(|v| !v.is_empty() && v != "0")
-    })
-}
-
 /// The scratch buffers of one pass (device addresses).
 struct Bufs {
     x: CUdeviceptr,
@@ -502,7 +495,7 @@ struct Pass<'p, 'a> {
 
 /// The residual add (when `res` is given) and RMSNorm of `x` into `y`, quantizing `y` for `w`'s
 /// product in the same kernel when that is an int8 GEMV; returns what `gemm::linear` needs to
-/// know of the prepared input.
+/// know of the prepared input. With `skip` ([`Skip`]) no kernel runs.
 #[allow(clippy::too_many_arguments)]
 fn add_norm_for(
     g: &mut Gpu,
@@ -515,6 +508,7 @@ fn add_norm_for(
     eps: f32,
     w: &DeviceMatrix,
     path: QuantPath,
+    skip: bool,
 ) -> Result<Ready, String> {
     let (out, ready) = match gemm::int8_layout(w, rows) {
         Some(layout) if dim.is_multiple_of(layout.block) => {
@@ -526,6 +520,9 @@ fn add_norm_for(
     // Int8 blocks of 32 are quantized from registers by the one-block kernel; the sliced one
     // (which reads nothing back) is for blocks of 256 and plain norms.
     let blocks_of_32 = out.is_some_and(|o| o.layout.block == 32) && !norm_slices_always();
+    if skip {
+        return Ok(ready);
+    }
     if res.is_none() && x != y && rows <= GEMV_MAX_ROWS && dim <= ops::RMS_MAX_DIM && !blocks_of_32
     {
         ops::rms_norm_q8_slices(g, x, gain, y, out, rows, dim, eps)?;
@@ -533,30 +530,6 @@ fn add_norm_for(
         ops::add_rms_norm_q8(g, x, res, gain, y, out, rows, dim, eps)?;
     }
     Ok(ready)
-}
-
-/// Whether the decode stack adds each block's output to the residual stream inside the
-/// block's last GEMV (unless `OXINFER_CUDA_RESIDUAL_GEMV=0`: then in the next norm's kernel).
-/// Either way the sum is the CPU's `x + y` in f32.
-fn residual_in_gemv() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_RESIDUAL_GEMV").is_ok_and(|v| v == "0"))
-}
-
-/// Whether decode norms without a residual always take the sliced kernel
-/// (`OXINFER_CUDA_NORM_SLICES=1`, the rule before session 22; for measuring), even when the
-/// next GEMV takes int8 blocks of 32.
-fn norm_slices_always() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_NORM_SLICES").is_ok_and(|v| v == "1"))
-}
-
-/// Whether a post-norm (Gemma's post-attention and post-MLP norms) runs inside the next norm's
-/// kernel (unless `OXINFER_CUDA_POST_NORM_FUSED=0`: then as its own kernel first). Either way
-/// the same arithmetic in the same order.
-fn post_norm_fused() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_POST_NORM_FUSED").is_ok_and(|v| v == "0"))
 }
 
 /// `y`'s rows as the residual of the next norm, post-normalized with gain `post` when given:
@@ -581,13 +554,6 @@ fn post_normed(
     }
 }
 
-/// Whether the split attention's merge quantizes the output projection's input itself (unless
-/// `OXINFER_CUDA_COMBINE_Q8=0`).
-fn combine_quantizes() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_COMBINE_Q8").is_ok_and(|v| v == "0"))
-}
-
 /// Queues every layer and the head of one pass (the inputs already uploaded).
 fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Result<(), String> {
     let (d, t, path) = (p.d, p.t, p.path);
@@ -603,6 +569,15 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
     let all_split = p.all_split;
     // Every sequence brings one row (decode): the fused decode attention may run.
     let one_row_each = rows.iter().all(|&(_, len)| len == 1);
+    let skip = if one_row_each {
+        skipped()
+    } else {
+        Skip::default()
+    };
+    let add_norm = |g: &mut Gpu, x, res: Option<Residual>, gain, y, w| {
+        let skip = skip.norm && res.is_none();
+        add_norm_for(g, x, res, gain, y, t, dim, d.eps, w, path, skip)
+    };
     for (li, (l, m)) in d.layers.iter().zip(p.mats).enumerate() {
         let lp = &p.lp[li];
         let [wq, wk, wv, wo, wg, wu, wd] = *m;
@@ -610,7 +585,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         let (rope_dim, interleaved) = d.ropes[l.spec.rope];
         let (x, np) = (b.x, b.norm);
         let attn_norm = at_p(lp.attn_norm);
-        let mut ready = add_norm_for(g, x, pending.take(), attn_norm, np, t, dim, d.eps, wq, path)?;
+        let mut ready = add_norm(g, x, pending.take(), attn_norm, np, wq)?;
         let qkv = [(wq, b.q), (wk, b.k_new), (wv, b.v_new)];
         gemm::linear_group(g, &qkv, np, t, path, &mut ready)?;
         // The output projection's int8 input, written by the attention's merge.
@@ -658,6 +633,7 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             .then(|| decode_attention::fused_layout(&shape, p.layout.elem, block, splits))
             .flatten();
         match fused {
+            Some(_) if skip.attention => {}
             // Post-processing, cache append, attention, merge and int8 in one kernel.
             Some(lay) => decode_attention::decode_attention(
                 g, b.q, b.k_new, b.v_new, &post, b.att, o_quant, t, &shape, splits, lay,
@@ -677,13 +653,15 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
             Some(post_normed(g, b.y, post, t, dim, d.eps)?)
         };
         let ffn_norm = at_p(lp.ffn_norm);
-        let mut ready = add_norm_for(g, x, res, ffn_norm, np, t, dim, d.eps, wg, path)?;
+        let mut ready = add_norm(g, x, res, ffn_norm, np, wg)?;
         gemm::linear_group(g, &[(wg, b.gate), (wu, b.up)], np, t, path, &mut ready)?;
         let n = t * wg.rows;
         let mut ready = match gemm::int8_layout(wd, t) {
             Some(layout) if wg.rows.is_multiple_of(layout.block) => {
                 let (out, ready) = gemm::int8_input(g, b.gate, t, wg.rows, layout, path)?;
-                ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
+                if !skip.act {
+                    ops::gated_act_q8(g, b.gate, b.up, out, n, wg.rows, l.act)?;
+                }
                 ready
             }
             _ => {
@@ -710,7 +688,9 @@ fn queue_pass(g: &mut Gpu, p: &Pass, b: &Bufs, rows: &[(usize, usize)]) -> Resul
         ops::gather_rows(g, b.x, at(b.per_pass, p.idx_o), b.rows, n, dim)?;
         let gain = at_p(p.final_norm);
         // Normalized into `norm` (free by now): out of place, so decode takes the sliced norm.
-        let mut ready = add_norm_for(g, b.rows, None, gain, b.norm, n, dim, d.eps, p.head, path)?;
+        let mut ready = add_norm_for(
+            g, b.rows, None, gain, b.norm, n, dim, d.eps, p.head, path, false,
+        )?;
         gemm::linear(g, p.head, b.norm, n, b.logits, path, &mut ready)?;
         if let Some(cap) = d.final_softcap {
             softcap(g, b.logits, n * p.head.rows, cap)?;

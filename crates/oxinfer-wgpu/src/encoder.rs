@@ -40,8 +40,8 @@ use crate::matrix::{int8_inputs, linear, DeviceMatrix, LinearIo};
 use crate::stack_run::{Layout, Pack, Scratch};
 use oxinfer::backend::DeviceWeight;
 use oxinfer::nn::encoder_linear::EncoderLinear;
-use oxinfer::nn::{LayerNorm, Rope};
-use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder};
+use oxinfer::plan::encoder::{EncoderPlan, NormOrder};
+use oxinfer::plan::encoder_tables::{pack_params, rope_tables, LayerParams, RopeTables};
 use oxinfer_kernels::dequant::dequantize_row_split;
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::ops::Range;
@@ -134,154 +134,6 @@ fn layer_mats<'a>(g: &Gpu, plan: &EncoderPlan<'a>) -> Result<Vec<LayerMats<'a>>,
     Ok(out)
 }
 
-/// Offsets into the constants of one layer's biases and LayerNorms (`None`: none).
-struct LayerParams {
-    /// q, k, v biases side by side `[3 dim]` (zeros for a missing one).
-    qkv_bias: Option<usize>,
-    o_bias: Option<usize>,
-    attn_norm: Option<NormAt>,
-    gate_bias: Option<usize>,
-    up_bias: Option<usize>,
-    down_bias: Option<usize>,
-    ffn_norm: NormAt,
-}
-
-/// Every layer's biases and norm parameters packed into `pack`, and the final norm's
-/// (pre-norm).
-fn pack_params(plan: &EncoderPlan, pack: &mut Pack) -> (Vec<LayerParams>, Option<NormAt>) {
-    let norm = |pack: &mut Pack, n: &LayerNorm| NormAt {
-        gain: pack.push(&n.weight),
-        bias: pack.push(&n.bias),
-        eps: n.eps,
-    };
-    let mut layers = Vec::with_capacity(plan.layers.len());
-    for l in &plan.layers {
-        let biases = [l.q, l.k, l.v].map(|p| p.linear().bias());
-        let qkv_bias = biases.iter().any(Option::is_some).then(|| {
-            let mut v = Vec::with_capacity(3 * plan.dim);
-            for b in biases {
-                match b {
-                    Some(b) => v.extend_from_slice(b),
-                    None => v.resize(v.len() + plan.dim, 0.0),
-                }
-            }
-            pack.push(&v)
-        });
-        let mut bias =
-            |p: Option<&EncoderLinear>| p.and_then(|p| p.linear().bias()).map(|b| pack.push(b));
-        let (o_bias, gate_bias, up_bias, down_bias) = (
-            bias(Some(l.o)),
-            bias(l.gate),
-            bias(Some(l.up)),
-            bias(Some(l.down)),
-        );
-        layers.push(LayerParams {
-            qkv_bias,
-            o_bias,
-            attn_norm: l.attn_norm.map(|n| norm(pack, n)),
-            gate_bias,
-            up_bias,
-            down_bias,
-            ffn_norm: norm(pack, l.ffn_norm),
-        });
-    }
-    let final_norm = match plan.order {
-        NormOrder::Post => None,
-        NormOrder::Pre { final_norm } => Some(norm(pack, final_norm)),
-    };
-    (layers, final_norm)
-}
-
-/// The rotary tables of one pass on the host: cosines and sines (`[rows, half]` each, one block
-/// of rows per distinct rotation, positions from 0), the token rows' rows in them (`[maps, T]`:
-/// one map per distinct assignment of rotations to sequences), each layer's map (`None`: no
-/// rotation), the rotated pairs per head and the pair layout.
-struct RopeTables {
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-    row_of: Vec<u32>,
-    layer_map: Vec<Option<usize>>,
-    half: usize,
-    interleaved: bool,
-}
-
-/// The tables of the rotations of `layers` over sequences of lengths `lens`: `Ok(None)` when no
-/// layer rotates, `Err` when they do not fit the kernel (rotations of several widths or
-/// layouts, or wider than a head).
-fn rope_tables(
-    layers: &[EncoderLayer],
-    lens: &[usize],
-    head_dim: usize,
-) -> Result<Option<RopeTables>, &'static str> {
-    // (rotation, rows it needs, its first row in the tables)
-    let mut ropes: Vec<(&Rope, usize, usize)> = Vec::new();
-    // Each distinct map: the rotation of every sequence, as indices into `ropes`.
-    let mut maps: Vec<Vec<usize>> = Vec::new();
-    let mut layer_map = Vec::with_capacity(layers.len());
-    for l in layers {
-        let Some(rope_of) = l.rope_of else {
-            layer_map.push(None);
-            continue;
-        };
-        let mut which = Vec::with_capacity(lens.len());
-        for &n in lens {
-            let r = rope_of(n);
-            let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
-                Some(i) => i,
-                None => {
-                    ropes.push((r, 0, 0));
-                    ropes.len() - 1
-                }
-            };
-            ropes[i].1 = ropes[i].1.max(n);
-            which.push(i);
-        }
-        let m = match maps.iter().position(|m| *m == which) {
-            Some(m) => m,
-            None => {
-                maps.push(which);
-                maps.len() - 1
-            }
-        };
-        layer_map.push(Some(m));
-    }
-    let Some(first) = ropes.first() else {
-        return Ok(None);
-    };
-    let (dim, interleaved) = (first.0.dim(), first.0.interleaved());
-    let uniform = ropes
-        .iter()
-        .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
-    if !uniform || dim > head_dim || dim % 2 != 0 || dim == 0 {
-        return Err("rotary positions of several widths, or wider than a head");
-    }
-    let half = dim / 2;
-    let rows: usize = ropes.iter().map(|r| r.1).sum();
-    let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
-    let mut first_row = 0;
-    for (r, n, at) in &mut ropes {
-        *at = first_row;
-        let span = first_row * half..(first_row + *n) * half;
-        r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
-        first_row += *n;
-    }
-    let mut row_of = Vec::with_capacity(maps.len() * lens.iter().sum::<usize>());
-    for which in &maps {
-        for (&n, &i) in lens.iter().zip(which) {
-            let at = ropes[i].2 as u32;
-            row_of.extend((0..n as u32).map(|p| at + p));
-        }
-    }
-    Ok(Some(RopeTables {
-        cos,
-        sin,
-        row_of,
-        layer_map,
-        half,
-        interleaved,
-    }))
-}
-
 /// f32 values of a pass's activation arena per token row (hidden state, pre-norm's normalized
 /// copy, q/k/v, attention output, product output, the MLP's hidden and up values, the int8
 /// rounding of inputs), and the most rows one binding holds.
@@ -358,7 +210,8 @@ pub(crate) fn run(
     if over_loop_limit(g, plan, lens) {
         return Ok(Some("a sequence too long for llvmpipe's loop limit"));
     }
-    let whole_rope = match rope_tables(&plan.layers, lens, plan.heads.head_dim) {
+    let ropes_of = || plan.layers.iter().map(|l| l.rope_of);
+    let whole_rope = match rope_tables(ropes_of(), lens, plan.heads.head_dim) {
         Ok(r) => r,
         Err(why) => return Ok(Some(why)),
     };
@@ -370,8 +223,9 @@ pub(crate) fn run(
     let Some(groups) = passes(lens, rows_per_pass(g, plan, ffn)) else {
         return Ok(Some("a sequence too long for one storage binding"));
     };
-    let mut base = Pack::default();
-    let (params, final_norm) = pack_params(plan, &mut base);
+    // Every vector at a multiple of 64 values: bindings start 256 bytes apart.
+    let packed = pack_params(plan, 64);
+    let (base, params, final_norm) = (Pack(packed.pack), packed.layers, packed.final_norm);
     let mut whole_rope = (groups.len() == 1).then_some(whole_rope).flatten();
     let mut row0 = 0;
     for sg in groups {
@@ -379,7 +233,7 @@ pub(crate) fn run(
         let rows = lens.iter().sum::<usize>();
         let rope = match whole_rope.take() {
             Some(r) => Some(r),
-            None => rope_tables(&plan.layers, lens, plan.heads.head_dim)
+            None => rope_tables(ropes_of(), lens, plan.heads.head_dim)
                 .ok()
                 .flatten(),
         };

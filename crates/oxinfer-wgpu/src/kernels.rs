@@ -616,13 +616,8 @@ pub(crate) fn enc_rope(
     }
 }
 
-/// Where a LayerNorm's gain and bias lie in the constants, and its epsilon.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct NormAt {
-    pub gain: usize,
-    pub bias: usize,
-    pub eps: f32,
-}
+/// A LayerNorm's gain and bias offsets in the constants, and its epsilon.
+pub(crate) use oxinfer::plan::encoder_tables::NormAt;
 
 /// `out = norm(x + (y + y_bias))` over `rows` rows of `dim` (`y` `None`: `out = norm(x)`), with
 /// `x` keeping the sum when `out` is elsewhere (pre-norm) or becoming the normalized rows when
