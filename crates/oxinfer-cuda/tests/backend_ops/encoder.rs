@@ -92,8 +92,8 @@ fn build(c: &Case, rng: &mut Rng) -> Vec<Owned> {
             v: linear(rng, d, d, b, st),
             o: linear(rng, d, d, b, st),
             attn_norm: norm(rng, d),
-            gate: c.gated.then(|| linear(rng, f, d, false, st)),
-            up: linear(rng, f, d, b && !c.gated, st),
+            gate: c.gated.then(|| linear(rng, f, d, b, st)),
+            up: linear(rng, f, d, b, st),
             down: linear(rng, d, f, b, st),
             ffn_norm: norm(rng, d),
         })
@@ -168,6 +168,17 @@ fn encoder_plan_matches_cpu() {
             bias: false,
             gated: true,
             act: EncoderAct::Silu,
+            stored: Stored::F32,
+        },
+        // A gated MLP with biases on its gate and up projections.
+        Case {
+            dim: 128,
+            heads: 2,
+            ffn: 192,
+            layers: 1,
+            bias: true,
+            gated: true,
+            act: EncoderAct::GeluTanh,
             stored: Stored::F32,
         },
         // The tiny test checkpoints' heads of 8 (the narrow kernel).
