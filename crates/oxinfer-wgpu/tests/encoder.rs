@@ -11,18 +11,15 @@
 mod device;
 
 use device::{backend, randoms, rel_err};
-use half::f16;
 use oxinfer::backend::Backend;
-use oxinfer::config::{RopeConfig, RopeScaling, RopeStyle};
-use oxinfer::mapped::TensorView;
+use oxinfer::config::RopeStyle;
 use oxinfer::nn::encoder_act::EncoderAct;
-use oxinfer::nn::encoder_attention::EncoderHeads;
-use oxinfer::nn::encoder_linear::EncoderLinear;
-use oxinfer::nn::{LayerNorm, Linear, Rope};
-use oxinfer::plan::encoder::{run_cpu, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
-use oxinfer_kernels::WeightFormat;
+use oxinfer::plan::encoder::{run_cpu, EncoderPlan, NormOrder, RopeOf};
+use oxinfer::plan::encoder_random::{
+    build, make_pre_norm, norm, plan, pre_norm_ropes, rope, RandomCase as Case, Stored,
+    PRE_NORM_CASES,
+};
 use oxinfer_wgpu::WgpuBackend;
-use std::path::Path;
 
 /// The batch of every case: sequences of 5, 1, 37, 130 and 64 tokens.
 const LENS: [usize; 5] = [5, 1, 37, 130, 64];
@@ -38,119 +35,10 @@ impl Seeds {
         self.0 += 1;
         randoms(n, self.0, scale)
     }
-}
 
-/// How the random weights are stored.
-#[derive(Clone, Copy, Debug)]
-enum Stored {
-    F32,
-    F16,
-}
-
-/// A random `[n_out, n_in]` projection (weights of std ≈ 1/√n_in), with a bias when `bias`.
-fn linear(s: &mut Seeds, n_out: usize, n_in: usize, bias: bool, stored: Stored) -> EncoderLinear {
-    let w = s.take(n_out * n_in, 1.7 / (n_in as f32).sqrt());
-    let view = match stored {
-        Stored::F32 => TensorView::from_f32(Path::new("random"), "w", vec![n_out, n_in], &w),
-        Stored::F16 => {
-            let bytes = w
-                .iter()
-                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                .collect();
-            TensorView::from_owned(
-                Path::new("random"),
-                "w",
-                WeightFormat::F16,
-                vec![n_out, n_in],
-                bytes,
-                Vec::new(),
-            )
-        }
-    };
-    let b = bias.then(|| s.take(n_out, 0.1));
-    EncoderLinear::from_linear(Linear::from_view(view, b).expect("a valid matrix"))
-}
-
-/// A random LayerNorm of `dim` (gains near 1).
-fn norm(s: &mut Seeds, dim: usize) -> LayerNorm {
-    LayerNorm {
-        weight: s.take(dim, 0.2).iter().map(|g| 1.0 + g).collect(),
-        bias: s.take(dim, 0.1),
-        eps: 1e-12,
-    }
-}
-
-/// One layer's owned parts.
-struct Owned {
-    q: EncoderLinear,
-    k: EncoderLinear,
-    v: EncoderLinear,
-    o: EncoderLinear,
-    attn_norm: LayerNorm,
-    gate: Option<EncoderLinear>,
-    up: EncoderLinear,
-    down: EncoderLinear,
-    ffn_norm: LayerNorm,
-}
-
-/// A random encoder's geometry.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    dim: usize,
-    heads: usize,
-    ffn: usize,
-    layers: usize,
-    bias: bool,
-    gated: bool,
-    act: EncoderAct,
-    stored: Stored,
-}
-
-fn build(c: &Case, s: &mut Seeds) -> Vec<Owned> {
-    let (d, f, b, st) = (c.dim, c.ffn, c.bias, c.stored);
-    (0..c.layers)
-        .map(|_| Owned {
-            q: linear(s, d, d, b, st),
-            k: linear(s, d, d, b, st),
-            v: linear(s, d, d, b, st),
-            o: linear(s, d, d, b, st),
-            attn_norm: norm(s, d),
-            gate: c.gated.then(|| linear(s, f, d, b, st)),
-            up: linear(s, f, d, b, st),
-            down: linear(s, d, f, b, st),
-            ffn_norm: norm(s, d),
-        })
-        .collect()
-}
-
-/// The post-norm plan of `owned` (no rotation, no window).
-fn plan<'a>(c: &Case, owned: &'a [Owned]) -> EncoderPlan<'a> {
-    EncoderPlan {
-        layers: owned
-            .iter()
-            .map(|l| EncoderLayer {
-                q: &l.q,
-                k: &l.k,
-                v: &l.v,
-                o: &l.o,
-                attn_norm: Some(&l.attn_norm),
-                window: None,
-                rope_of: None,
-                gate: l.gate.as_ref(),
-                up: &l.up,
-                down: &l.down,
-                ffn_norm: &l.ffn_norm,
-            })
-            .collect(),
-        order: NormOrder::Post,
-        heads: EncoderHeads {
-            n_heads: c.heads,
-            head_dim: c.dim / c.heads,
-            scale: 1.0 / ((c.dim / c.heads) as f32).sqrt(),
-            window: None,
-        },
-        act: c.act,
-        dim: c.dim,
+    /// [`encoder_random`]'s source of random values.
+    fn source(&mut self) -> impl FnMut(usize, f32) -> Vec<f32> + '_ {
+        |n, scale| self.take(n, scale)
     }
 }
 
@@ -169,17 +57,6 @@ fn check(b: &WgpuBackend, p: &EncoderPlan, lens: &[usize], s: &mut Seeds, what: 
     println!("{what}: rel err {e:.2e}");
     assert!(e <= BOUND, "{what}: differs from the CPU by {e}");
     e
-}
-
-/// A rotation of `dim` of a head's dimensions with base `theta`.
-fn rope(theta: f32, dim: usize, style: RopeStyle) -> Rope {
-    let cfg = RopeConfig {
-        theta,
-        dim,
-        style,
-        scaling: RopeScaling::None,
-    };
-    Rope::new(&cfg, None)
 }
 
 #[test]
@@ -211,7 +88,7 @@ fn encoder_plan_matches_cpu() {
     ];
     let mut s = Seeds(0x5eed);
     for c in &cases {
-        let owned = build(c, &mut s);
+        let owned = build(c, &mut s.source());
         let p = plan(c, &owned);
         let what = format!(
             "encoder dim {} heads {}x{} ffn {} gated {} {:?} {:?}",
@@ -244,7 +121,7 @@ fn encoder_plan_rotary_matches_cpu() {
         stored: Stored::F32,
     };
     let mut s = Seeds(0x20ae);
-    let owned = build(&c, &mut s);
+    let owned = build(&c, &mut s.source());
     // Every pair rotated (transformers' rotate_half), a longer sequence with a base of its own
     // as dynamic NTK scaling gives one; then half the pairs, interleaved.
     let (short, long) = (
@@ -268,61 +145,15 @@ fn encoder_plan_rotary_matches_cpu() {
 #[test]
 fn encoder_plan_pre_norm_matches_cpu() {
     let Some(b) = backend() else { return };
-    let global = rope(160_000.0, 64, RopeStyle::Half);
-    let local = rope(10_000.0, 64, RopeStyle::Half);
-    let (global_8, local_8) = (
-        rope(160_000.0, 8, RopeStyle::Half),
-        rope(10_000.0, 8, RopeStyle::Half),
-    );
-    // ModernBERT's blocks: GeGLU (GELU erf) without biases, a global layer then local ones
-    // (windows of 64 / 2 and, for the tiny checkpoints' heads of 8, 8 / 2), each layer type with
-    // its own base; heads of 64 (modernbert-base) and of 8.
-    let cases = [
-        (
-            Case {
-                dim: 256,
-                heads: 4,
-                ffn: 384,
-                layers: 4,
-                bias: false,
-                gated: true,
-                act: EncoderAct::GeluErf,
-                stored: Stored::F32,
-            },
-            32,
-            (&global, &local),
-        ),
-        (
-            Case {
-                dim: 32,
-                heads: 4,
-                ffn: 48,
-                layers: 3,
-                bias: false,
-                gated: true,
-                act: EncoderAct::GeluErf,
-                stored: Stored::F16,
-            },
-            4,
-            (&global_8, &local_8),
-        ),
-    ];
     let mut s = Seeds(0x70de);
-    for (c, window, (g_rope, l_rope)) in cases {
-        let owned = build(&c, &mut s);
-        let final_norm = norm(&mut s, c.dim);
-        let (g_of, l_of) = (|_: usize| g_rope, |_: usize| l_rope);
+    // ModernBERT's blocks: pre-norm, a global layer then local ones, a rotation per layer type.
+    for (c, window) in PRE_NORM_CASES {
+        let (g_rope, l_rope) = pre_norm_ropes(&c);
+        let owned = build(&c, &mut s.source());
+        let final_norm = norm(&mut s.source(), c.dim);
+        let (g_of, l_of) = (|_: usize| &g_rope, |_: usize| &l_rope);
         let mut p = plan(&c, &owned);
-        p.order = NormOrder::Pre {
-            final_norm: &final_norm,
-        };
-        for (i, l) in p.layers.iter_mut().enumerate() {
-            let is_global = i % 3 == 0;
-            l.window = (!is_global).then_some(window);
-            let rope_of: RopeOf = if is_global { &g_of } else { &l_of };
-            l.rope_of = Some(rope_of);
-        }
-        p.layers[0].attn_norm = None;
+        make_pre_norm(&mut p, &final_norm, window, &g_of, &l_of);
         let what = format!(
             "pre-norm encoder dim {} heads {} window {window} {:?}",
             c.dim, c.heads, c.stored
@@ -349,7 +180,7 @@ fn encoder_plan_splits_large_batches() {
         stored: Stored::F32,
     };
     let mut s = Seeds(0x5b11);
-    let owned = build(&c, &mut s);
+    let owned = build(&c, &mut s.source());
     let p = plan(&c, &owned);
     check(&b, &p, &LENS, &mut s, "encoder in three passes");
     let long = [600usize];
@@ -373,13 +204,13 @@ fn encoder_plan_declines_what_it_does_not_run() {
         act: EncoderAct::GeluErf,
         stored: Stored::F32,
     };
-    let owned = build(&c, &mut s);
+    let owned = build(&c, &mut s.source());
     let x = vec![0.5f32; 3 * c.dim];
     let mut out = vec![0f32; x.len()];
     // Heads of 288: wider than the kernel's 256.
     assert!(!b.run_encoder(&plan(&c, &owned), &x, &[3], &mut out));
     let c = Case { dim: 64, ..c };
-    let owned = build(&c, &mut s);
+    let owned = build(&c, &mut s.source());
     let x = vec![0.5f32; 3 * c.dim];
     let mut out = vec![0f32; x.len()];
     // A post-norm block without its norm.
@@ -387,8 +218,8 @@ fn encoder_plan_declines_what_it_does_not_run() {
     p.layers[0].attn_norm = None;
     assert!(!b.run_encoder(&p, &x, &[3], &mut out));
     // A pre-norm block past the first without its attention norm.
-    let owned2 = build(&Case { layers: 2, ..c }, &mut s);
-    let final_norm = norm(&mut s, c.dim);
+    let owned2 = build(&Case { layers: 2, ..c }, &mut s.source());
+    let final_norm = norm(&mut s.source(), c.dim);
     let mut p = plan(&c, &owned2);
     p.order = NormOrder::Pre {
         final_norm: &final_norm,
@@ -414,7 +245,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
             heads: 1,
             ..c
         };
-        let owned = build(&c, &mut s);
+        let owned = build(&c, &mut s.source());
         let x = vec![0.5f32; 1800 * c.dim];
         let mut long = vec![0f32; x.len()];
         assert!(!b.run_encoder(&plan(&c, &owned), &x, &[1800], &mut long));

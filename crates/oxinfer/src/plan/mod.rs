@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod cpu;
 pub mod encoder;
+pub mod encoder_random;
 pub mod encoder_tables;
 pub mod kv_cache;
 pub mod kv_mirror;

@@ -1,0 +1,211 @@
+//! Random encoder plans of a chosen geometry, for the backends' tests against [`run_cpu`] (every
+//! device executor of an [`EncoderPlan`] is checked on the same cases) and for benchmarks.
+//!
+//! [`run_cpu`]: super::encoder::run_cpu
+
+use super::encoder::{EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use crate::config::{RopeConfig, RopeScaling, RopeStyle};
+use crate::mapped::TensorView;
+use crate::nn::encoder_act::EncoderAct;
+use crate::nn::encoder_attention::EncoderHeads;
+use crate::nn::encoder_linear::EncoderLinear;
+use crate::nn::{LayerNorm, Linear, Rope};
+use half::f16;
+use oxinfer_kernels::WeightFormat;
+use std::path::Path;
+
+/// `take(n, scale)`: `n` random values in `[-scale, scale]` (the caller's deterministic source).
+pub type Take<'t> = &'t mut dyn FnMut(usize, f32) -> Vec<f32>;
+
+/// How the random weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    F32,
+    F16,
+}
+
+/// A random encoder's geometry: hidden width, heads (of `dim / heads`), MLP width, blocks,
+/// whether every projection has a bias, whether the MLP is gated, its activation, the weights'
+/// storage.
+#[derive(Clone, Copy, Debug)]
+pub struct RandomCase {
+    pub dim: usize,
+    pub heads: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    pub bias: bool,
+    pub gated: bool,
+    pub act: EncoderAct,
+    pub stored: Stored,
+}
+
+/// One block's owned weights (what [`EncoderLayer`] borrows).
+pub struct RandomLayer {
+    pub q: EncoderLinear,
+    pub k: EncoderLinear,
+    pub v: EncoderLinear,
+    pub o: EncoderLinear,
+    pub attn_norm: LayerNorm,
+    pub gate: Option<EncoderLinear>,
+    pub up: EncoderLinear,
+    pub down: EncoderLinear,
+    pub ffn_norm: LayerNorm,
+}
+
+/// A random `[n_out, n_in]` projection (weights in `±1.7/√n_in`), with a bias in `±0.1` when
+/// `bias`, stored as `stored`.
+pub fn linear(take: Take, n_out: usize, n_in: usize, bias: bool, stored: Stored) -> EncoderLinear {
+    let w = take(n_out * n_in, 1.7 / (n_in as f32).sqrt());
+    let view = match stored {
+        Stored::F32 => TensorView::from_f32(Path::new("random"), "w", vec![n_out, n_in], &w),
+        Stored::F16 => {
+            let bytes = w
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect();
+            TensorView::from_owned(
+                Path::new("random"),
+                "w",
+                WeightFormat::F16,
+                vec![n_out, n_in],
+                bytes,
+                Vec::new(),
+            )
+        }
+    };
+    let b = bias.then(|| take(n_out, 0.1));
+    EncoderLinear::from_linear(Linear::from_view(view, b).expect("a valid random matrix"))
+}
+
+/// A random LayerNorm of `dim` (gains in `1 ± 0.2`, biases in `±0.1`).
+pub fn norm(take: Take, dim: usize) -> LayerNorm {
+    LayerNorm {
+        weight: take(dim, 0.2).iter().map(|g| 1.0 + g).collect(),
+        bias: take(dim, 0.1),
+        eps: 1e-12,
+    }
+}
+
+/// The blocks of case `c`.
+pub fn build(c: &RandomCase, take: Take) -> Vec<RandomLayer> {
+    let (d, f, b, st) = (c.dim, c.ffn, c.bias, c.stored);
+    (0..c.layers)
+        .map(|_| RandomLayer {
+            q: linear(take, d, d, b, st),
+            k: linear(take, d, d, b, st),
+            v: linear(take, d, d, b, st),
+            o: linear(take, d, d, b, st),
+            attn_norm: norm(take, d),
+            gate: c.gated.then(|| linear(take, f, d, b, st)),
+            up: linear(take, f, d, b, st),
+            down: linear(take, d, f, b, st),
+            ffn_norm: norm(take, d),
+        })
+        .collect()
+}
+
+/// The post-norm plan of `layers` (case `c`; no rotation, no window).
+pub fn plan<'a>(c: &RandomCase, layers: &'a [RandomLayer]) -> EncoderPlan<'a> {
+    EncoderPlan {
+        layers: layers
+            .iter()
+            .map(|l| EncoderLayer {
+                q: &l.q,
+                k: &l.k,
+                v: &l.v,
+                o: &l.o,
+                attn_norm: Some(&l.attn_norm),
+                window: None,
+                rope_of: None,
+                gate: l.gate.as_ref(),
+                up: &l.up,
+                down: &l.down,
+                ffn_norm: &l.ffn_norm,
+            })
+            .collect(),
+        order: NormOrder::Post,
+        heads: EncoderHeads {
+            n_heads: c.heads,
+            head_dim: c.dim / c.heads,
+            scale: 1.0 / ((c.dim / c.heads) as f32).sqrt(),
+            window: None,
+        },
+        act: c.act,
+        dim: c.dim,
+    }
+}
+
+/// `p` made ModernBERT-like: pre-norm with `final_norm`, the first block without an attention
+/// norm, every third layer from the first global (rotated by `global`), the others local
+/// (`window`, rotated by `local`).
+pub fn make_pre_norm<'a>(
+    p: &mut EncoderPlan<'a>,
+    final_norm: &'a LayerNorm,
+    window: usize,
+    global: RopeOf<'a>,
+    local: RopeOf<'a>,
+) {
+    p.order = NormOrder::Pre { final_norm };
+    for (i, l) in p.layers.iter_mut().enumerate() {
+        let is_global = i % 3 == 0;
+        l.window = (!is_global).then_some(window);
+        l.rope_of = Some(if is_global { global } else { local });
+    }
+    if let Some(first) = p.layers.first_mut() {
+        first.attn_norm = None;
+    }
+}
+
+/// A rotation of `dim` of a head's dimensions with base `theta`.
+pub fn rope(theta: f32, dim: usize, style: RopeStyle) -> Rope {
+    let cfg = RopeConfig {
+        theta,
+        dim,
+        style,
+        scaling: RopeScaling::None,
+    };
+    Rope::new(&cfg, None)
+}
+
+/// ModernBERT-like cases for [`make_pre_norm`], as (case, window): GeGLU (GELU erf) without
+/// biases; heads of 64 (modernbert-base's) with windows of 32, and the tiny checkpoints' heads of
+/// 8 with windows of 4 and f16 weights. Each layer type rotates the whole head
+/// ([`pre_norm_ropes`]).
+pub const PRE_NORM_CASES: [(RandomCase, usize); 2] = [
+    (
+        RandomCase {
+            dim: 256,
+            heads: 4,
+            ffn: 384,
+            layers: 4,
+            bias: false,
+            gated: true,
+            act: EncoderAct::GeluErf,
+            stored: Stored::F32,
+        },
+        32,
+    ),
+    (
+        RandomCase {
+            dim: 32,
+            heads: 4,
+            ffn: 48,
+            layers: 3,
+            bias: false,
+            gated: true,
+            act: EncoderAct::GeluErf,
+            stored: Stored::F16,
+        },
+        4,
+    ),
+];
+
+/// The global (θ 160,000) and local (θ 10,000) rotations of the heads of case `c`, as
+/// ModernBERT's layer types have them.
+pub fn pre_norm_ropes(c: &RandomCase) -> (Rope, Rope) {
+    let hd = c.dim / c.heads;
+    (
+        rope(160_000.0, hd, RopeStyle::Half),
+        rope(10_000.0, hd, RopeStyle::Half),
+    )
+}
