@@ -22,8 +22,7 @@
 //!
 //! Declined (the CPU runs the plan): head widths without a kernel ([`ENCODER_HEAD_DIMS`]),
 //! rotations of several widths or wider than a head, a post-norm block without its norm or a
-//! pre-norm block past the first without its attention norm, a weight no CPU dequantizer
-//! reads.
+//! pre-norm block past the first without its attention norm, a weight whose upload fails.
 
 use crate::gemm::cublas_ld;
 use crate::gpu::{DevBuf, Gpu, Slot};
@@ -35,7 +34,6 @@ use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::nn::encoder_linear::EncoderLinear;
 use oxinfer::plan::encoder::{EncoderLayer, EncoderPlan, NormOrder};
 use oxinfer::plan::encoder_tables::{pack_params, rope_tables, NormAt};
-use oxinfer_kernels::dequant::dequantize_row_split;
 use std::any::Any;
 
 /// Threads per block of the residual LayerNorm (one block per row).
@@ -65,11 +63,7 @@ fn act_code(a: EncoderAct) -> i32 {
 /// Why the device does not run `plan`, if it does not (nothing uploaded).
 fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
     let h = &plan.heads;
-    let norms_missing = match plan.order {
-        NormOrder::Post => plan.layers.iter().any(|l| l.attn_norm.is_none()),
-        NormOrder::Pre { .. } => plan.layers.iter().skip(1).any(|l| l.attn_norm.is_none()),
-    };
-    if norms_missing {
+    if plan.lacks_attention_norm() {
         return Some("a block without its attention norm");
     }
     if plan
@@ -87,16 +81,13 @@ fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
 }
 
 /// `l`'s weight as an f32 copy on the device, made on first use (in `l`'s plan slot); `None`
-/// when its format cannot be dequantized or the upload failed (said once by the caller).
+/// when the upload failed (said once by the caller).
 fn f32_weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a EncoderMatrix> {
     let dev = l
         .plan_slot()
         .get_or_init(|| {
             let m = l.linear().matrix();
-            let mut host = vec![0f32; m.rows * m.cols];
-            for (r, dst) in host.chunks_exact_mut(m.cols.max(1)).enumerate() {
-                dequantize_row_split(m.format, m.row(r), m.row_scales(r), dst).ok()?;
-            }
+            let host = m.to_f32();
             g.bind().ok()?;
             let buf = DevBuf::from_host(&g.ctx, &host).ok()?;
             let w: Box<dyn Any + Send + Sync> = Box::new(EncoderMatrix {

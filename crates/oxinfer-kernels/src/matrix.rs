@@ -151,6 +151,19 @@ impl<'a> WeightMatrix<'a> {
             panic!("inconsistent WeightMatrix: {e}");
         }
     }
+
+    /// Every row dequantized, `[rows, cols]` row-major f32 (what a device that does not decode
+    /// the format uploads instead).
+    ///
+    /// # Panics
+    /// As [`WeightMatrix::dequantize_row_into`].
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (r, dst) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
+            self.dequantize_row_into(r, dst);
+        }
+        out
+    }
 }
 
 /// Panics unless `x` holds `[t, cols]` and `y` `[t, rows]` values, the shapes of every matmul

@@ -33,7 +33,7 @@
 
 use crate::gpu::Gpu;
 use crate::kernels::{
-    self, enc_head_width, Dispatch, EncHeads, NormAt, RopeAt, ENC_ATTENTION_SHARED, ENC_MAX_DIM,
+    self, enc_head_width, Dispatch, NormAt, RopeAt, ENC_ATTENTION_SHARED, ENC_MAX_DIM,
     ENC_QUERY_BLOCK,
 };
 use crate::matrix::{int8_inputs, linear, DeviceMatrix, LinearIo};
@@ -42,19 +42,17 @@ use oxinfer::backend::DeviceWeight;
 use oxinfer::nn::encoder_linear::EncoderLinear;
 use oxinfer::plan::encoder::{EncoderPlan, NormOrder};
 use oxinfer::plan::encoder_tables::{pack_params, rope_tables, LayerParams, RopeTables};
-use oxinfer_kernels::dequant::dequantize_row_split;
 use oxinfer_kernels::{WeightFormat, WeightMatrix};
 use std::ops::Range;
 
 /// Why the kernels do not run `plan` on `g`, if they do not (nothing uploaded).
 pub(crate) fn unsupported(g: &Gpu, plan: &EncoderPlan) -> Option<&'static str> {
     let h = &plan.heads;
-    let norms_missing = match plan.order {
-        NormOrder::Post => plan.layers.iter().any(|l| l.attn_norm.is_none()),
-        NormOrder::Pre { .. } => plan.layers.iter().skip(1).any(|l| l.attn_norm.is_none()),
-    };
     let why = [
-        (norms_missing, "a block without its attention norm"),
+        (
+            plan.lacks_attention_norm(),
+            "a block without its attention norm",
+        ),
         (
             h.head_dim == 0
                 || enc_head_width(h.head_dim).is_none()
@@ -87,11 +85,7 @@ fn weight<'a>(g: &Gpu, l: &'a EncoderLinear) -> Option<&'a DeviceMatrix> {
             let up = match kernels::FORMATS.contains(&m.format) {
                 true => DeviceMatrix::upload(g, &m),
                 false => {
-                    let mut host = vec![0f32; m.rows * m.cols];
-                    for (r, dst) in host.chunks_exact_mut(m.cols.max(1)).enumerate() {
-                        dequantize_row_split(m.format, m.row(r), m.row_scales(r), dst).ok()?;
-                    }
-                    let bytes: Vec<u8> = host.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let bytes: Vec<u8> = m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect();
                     let f = WeightMatrix::new(WeightFormat::F32, &bytes, m.rows, m.cols).ok()?;
                     DeviceMatrix::upload(g, &f)
                 }
@@ -384,17 +378,11 @@ impl Pass<'_, '_> {
                     ));
                 }
             }
-            let heads = EncHeads {
-                n_heads: h.n_heads,
-                head_dim: h.head_dim,
-                scale: h.scale,
-                window: h.window,
-            };
             d.push(kernels::enc_attention(
                 &a,
                 &c,
                 (qkv, att),
-                heads,
+                h,
                 blocks_at,
                 n_blocks,
             ));

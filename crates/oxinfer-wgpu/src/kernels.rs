@@ -3,6 +3,7 @@
 //! knows each kernel's parameter words and bindings).
 
 use oxinfer::nn::encoder_act::EncoderAct;
+use oxinfer::nn::encoder_attention::EncoderHeads;
 use oxinfer_kernels::act::GateAct;
 use oxinfer_kernels::WeightFormat;
 
@@ -654,16 +655,6 @@ pub(crate) fn enc_residual_norm(
     }
 }
 
-/// The heads of one encoder attention: count, width, score scale, keys seen at distance
-/// `≤ window` (`None`: all of the sequence's).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct EncHeads {
-    pub n_heads: usize,
-    pub head_dim: usize,
-    pub scale: f32,
-    pub window: Option<usize>,
-}
-
 /// Attention of every sequence with itself: `qkv` rows of `3 · heads · head_dim` (queries, keys,
 /// values) into `out` (`[T, heads · head_dim]`), over the `blocks` query blocks at `at` in `c`
 /// (`(first row, length, first query)` of [`ENC_QUERY_BLOCK`] queries of one sequence, as u32
@@ -672,7 +663,7 @@ pub(crate) fn enc_attention(
     a: &Buf,
     c: &Buf,
     (qkv, out): (usize, usize),
-    h: EncHeads,
+    h: EncoderHeads,
     at: usize,
     blocks: usize,
 ) -> Dispatch {

@@ -78,6 +78,16 @@ pub struct EncoderPlan<'a> {
 }
 
 impl EncoderPlan<'_> {
+    /// Whether a block lacks the attention norm its order needs: any post-norm block, or a
+    /// pre-norm block past the first (only the first may have none).
+    pub fn lacks_attention_norm(&self) -> bool {
+        let skip = match self.order {
+            NormOrder::Post => 0,
+            NormOrder::Pre { .. } => 1,
+        };
+        self.layers.iter().skip(skip).any(|l| l.attn_norm.is_none())
+    }
+
     /// The heads of layer `l`'s attention (with its window).
     pub fn heads_of(&self, l: &EncoderLayer) -> EncoderHeads {
         EncoderHeads {
@@ -115,7 +125,7 @@ pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> 
         let heads = plan.heads_of(b);
         let input = match plan.order {
             NormOrder::Post => None,
-            NormOrder::Pre { .. } => Some(normed(&x, b.attn_norm)),
+            NormOrder::Pre { .. } => b.attn_norm.map(|n| normed(&x, n)),
         };
         let h = input.as_deref().unwrap_or(&x);
         let mut qkv = EncoderLinear::forward_shared(&[b.q, b.k, b.v], h, total);
@@ -137,7 +147,7 @@ pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> 
         }
         let input = match plan.order {
             NormOrder::Post => None,
-            NormOrder::Pre { .. } => Some(normed(&x, Some(b.ffn_norm))),
+            NormOrder::Pre { .. } => Some(normed(&x, b.ffn_norm)),
         };
         let h = input.as_deref().unwrap_or(&x);
         let act = match b.gate {
@@ -224,12 +234,10 @@ fn norm_rows(x: &mut [f32], norm: &LayerNorm) {
     });
 }
 
-/// `norm(x)` as a new buffer (a copy of `x` without a norm).
-fn normed(x: &[f32], norm: Option<&LayerNorm>) -> Vec<f32> {
+/// `norm(x)` as a new buffer.
+fn normed(x: &[f32], norm: &LayerNorm) -> Vec<f32> {
     let mut h = x.to_vec();
-    if let Some(n) = norm {
-        norm_rows(&mut h, n);
-    }
+    norm_rows(&mut h, norm);
     h
 }
 
