@@ -14,11 +14,12 @@
 //! sum for the next sublayer (the last one with the final norm, in place). Local layers
 //! attend within their window.
 //!
-//! Rotary positions (NomicBERT, ModernBERT) rotate the queries and keys in that buffer before
-//! attention (`enc_rope`), from tables the host makes once per pass: one per distinct rotation
-//! of the batch's sequences and layers (dynamic NTK scaling gives a long sequence its own,
-//! ModernBERT's local and global layers have theirs), as long as its longest sequence, and
-//! each layer's row of them for every token.
+//! Rotary positions (NomicBERT, ModernBERT, Qwen 3.5's vision tower) rotate the queries and keys
+//! in that buffer before attention (`enc_rope`), from tables the host makes once per pass: one
+//! per distinct rotation of the batch's sequences and layers (dynamic NTK scaling gives a long
+//! sequence its own, ModernBERT's local and global layers have theirs, a vision tower's patch
+//! grid gives each image its rows), as long as its longest sequence, and each layer's row of
+//! them for every token.
 //!
 //! Declined (the CPU runs the plan): head widths without a kernel ([`ENCODER_HEAD_DIMS`]),
 //! rotations of several widths or wider than a head, a post-norm block without its norm or a

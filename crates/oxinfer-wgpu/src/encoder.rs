@@ -16,11 +16,12 @@
 //! for the next sublayer (the last one with the final norm, in place). Local layers attend
 //! within their window.
 //!
-//! Rotary positions (NomicBERT, ModernBERT) rotate the queries and keys before attention
-//! (`enc_rope`) from tables the host makes once per pass: one per distinct rotation of the
-//! batch's sequences and layers (dynamic NTK scaling gives a long sequence its own, ModernBERT's
-//! local and global layers have theirs), as long as its longest sequence, and each layer's row of
-//! them for every token.
+//! Rotary positions (NomicBERT, ModernBERT, Qwen 3.5's vision tower) rotate the queries and keys
+//! before attention (`enc_rope`) from tables the host makes once per pass: one per distinct
+//! rotation of the batch's sequences and layers (dynamic NTK scaling gives a long sequence its
+//! own, ModernBERT's local and global layers have theirs, a vision tower's patch grid gives each
+//! image its rows), as long as its longest sequence, and each layer's row of them for every
+//! token.
 //!
 //! A batch whose activations do not fit one storage binding (lavapipe: 128 MiB, about 5,800
 //! tokens of all-MiniLM-L6-v2) runs as several passes over consecutive groups of whole
@@ -204,8 +205,11 @@ pub(crate) fn run(
     if over_loop_limit(g, plan, lens) {
         return Ok(Some("a sequence too long for llvmpipe's loop limit"));
     }
-    let ropes_of = || plan.layers.iter().map(|l| l.rope_of);
-    let whole_rope = match rope_tables(ropes_of(), lens, plan.heads.head_dim) {
+    // Each layer's rotations of the sequences `seqs` of the batch.
+    let ropes_of = |seqs: Range<usize>| {
+        (plan.layers.iter()).map(move |l| l.rope_of.map(|r| r.of_sequences(seqs.clone())))
+    };
+    let whole_rope = match rope_tables(ropes_of(0..lens.len()), lens, plan.heads.head_dim) {
         Ok(r) => r,
         Err(why) => return Ok(Some(why)),
     };
@@ -223,11 +227,12 @@ pub(crate) fn run(
     let mut whole_rope = (groups.len() == 1).then_some(whole_rope).flatten();
     let mut row0 = 0;
     for sg in groups {
+        let seqs = sg.clone();
         let lens = &lens[sg];
         let rows = lens.iter().sum::<usize>();
         let rope = match whole_rope.take() {
             Some(r) => Some(r),
-            None => rope_tables(ropes_of(), lens, plan.heads.head_dim)
+            None => rope_tables(ropes_of(seqs), lens, plan.heads.head_dim)
                 .ok()
                 .flatten(),
         };

@@ -3,7 +3,8 @@
 //! `backend_ops/encoder.rs`: random BERT-style encoders of several widths and head sizes (8 to
 //! 256), with and without biases, plain and gated MLPs, f32 / f16 weights, rotary positions (half
 //! and interleaved pairs, partial, a base per sequence length), pre-norm blocks with local windows
-//! and a rotation per layer type (ModernBERT's), a batch of sequences of different lengths (one
+//! and a rotation per layer type (ModernBERT's), pre-norm blocks with each sequence's own 2-D grid
+//! rotation rows (Qwen 3.5's vision tower), a batch of sequences of different lengths (one
 //! of a single token), batches split over several passes; the activations against
 //! [`EncoderAct::apply`]; and the plans the device declines. Runs on the first wgpu adapter
 //! (lavapipe in CI); without one it prints a `skipped:` line, and under `CI=true` it fails.
@@ -16,8 +17,8 @@ use oxinfer::config::RopeStyle;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::plan::encoder::{run_cpu, EncoderPlan, NormOrder, RopeOf};
 use oxinfer::plan::encoder_random::{
-    build, make_pre_norm, norm, plan, pre_norm_ropes, rope, RandomCase as Case, Stored,
-    PRE_NORM_CASES,
+    build, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan, pre_norm_ropes, rope,
+    RandomCase as Case, Stored, GRID_CASES, PRE_NORM_CASES,
 };
 use oxinfer_wgpu::WgpuBackend;
 
@@ -131,9 +132,9 @@ fn encoder_plan_rotary_matches_cpu() {
     let partial = rope(10_000.0, 32, RopeStyle::Interleaved);
     let scaled = |n: usize| if n > 64 { &long } else { &short };
     let one = |_: usize| &partial;
-    let cases: [(RopeOf, &str); 2] = [
-        (&scaled, "half, two bases by length"),
-        (&one, "interleaved, 32 of 64"),
+    let cases = [
+        (RopeOf::Positions(&scaled), "half, two bases by length"),
+        (RopeOf::Positions(&one), "interleaved, 32 of 64"),
     ];
     for (rope_of, name) in cases {
         let mut p = plan(&c, &owned);
@@ -153,7 +154,8 @@ fn encoder_plan_pre_norm_matches_cpu() {
         let final_norm = norm(&mut s.source(), c.dim);
         let (g_of, l_of) = (|_: usize| &g_rope, |_: usize| &l_rope);
         let mut p = plan(&c, &owned);
-        make_pre_norm(&mut p, &final_norm, window, &g_of, &l_of);
+        let (g_of, l_of) = (RopeOf::Positions(&g_of), RopeOf::Positions(&l_of));
+        make_pre_norm(&mut p, &final_norm, window, g_of, l_of);
         let what = format!(
             "pre-norm encoder dim {} heads {} window {window} {:?}",
             c.dim, c.heads, c.stored
@@ -162,9 +164,37 @@ fn encoder_plan_pre_norm_matches_cpu() {
     }
 }
 
+/// Qwen 3.5's vision tower's blocks: pre-norm with a final norm (its merger's), biases, a GELU
+/// (tanh) MLP, each sequence's queries and keys rotated by its own 2-D grid rows.
+#[test]
+fn encoder_plan_grid_rotation_matches_cpu() {
+    let Some(b) = backend() else { return };
+    let mut s = Seeds(0x6121);
+    for c in GRID_CASES {
+        let owned = build(&c, &mut s.source());
+        let final_norm = norm(&mut s.source(), c.dim);
+        let rows = grid_rows(&c, &LENS);
+        let mut p = plan(&c, &owned);
+        make_grid_pre_norm(&mut p, &final_norm, &rows);
+        let what = format!(
+            "grid-rotated pre-norm encoder dim {} heads {}x{} {:?}",
+            c.dim,
+            c.heads,
+            c.dim / c.heads,
+            c.stored
+        );
+        check(&b, &p, &LENS, &mut s, &what);
+        // Rows that do not fit the batch: declined, nothing written.
+        let x = vec![0.5f32; 5 * c.dim];
+        let mut out = vec![0f32; x.len()];
+        assert!(!b.run_encoder(&p, &x, &[3, 2], &mut out));
+        assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
+    }
+}
+
 /// A batch larger than one storage binding runs as several passes of whole sequences (the
-/// binding limit lowered to 128 KiB: about 140 rows of this plan); one sequence longer than a
-/// binding is declined.
+/// binding limit lowered to 128 KiB: about 140 rows of this plan), each pass with its
+/// sequences' own rotary rows; one sequence longer than a binding is declined.
 #[test]
 fn encoder_plan_splits_large_batches() {
     let Some(b) = backend() else { return };
@@ -183,6 +213,19 @@ fn encoder_plan_splits_large_batches() {
     let owned = build(&c, &mut s.source());
     let p = plan(&c, &owned);
     check(&b, &p, &LENS, &mut s, "encoder in three passes");
+    // Pre-norm keeps one more row buffer (about 120 rows a pass): 43, 100 and 64 rows.
+    let lens = [5usize, 1, 37, 100, 64];
+    let final_norm = norm(&mut s.source(), c.dim);
+    let rows = grid_rows(&c, &lens);
+    let mut grid = plan(&c, &owned);
+    make_grid_pre_norm(&mut grid, &final_norm, &rows);
+    check(
+        &b,
+        &grid,
+        &lens,
+        &mut s,
+        "grid-rotated encoder in three passes",
+    );
     let long = [600usize];
     let x = vec![0.5f32; long[0] * c.dim];
     let mut out = vec![0f32; x.len()];
@@ -233,7 +276,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
     );
     let mixed = |n: usize| if n > 2 { &wide } else { &narrow };
     let mut p = plan(&c, &owned);
-    p.layers[0].rope_of = Some(&mixed);
+    p.layers[0].rope_of = Some(RopeOf::Positions(&mixed));
     let x2 = vec![0.5f32; 5 * c.dim];
     let mut out2 = vec![0f32; x2.len()];
     assert!(!b.run_encoder(&p, &x2, &[3, 2], &mut out2));

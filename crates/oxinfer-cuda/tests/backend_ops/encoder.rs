@@ -2,16 +2,17 @@
 //! same plan ([`oxinfer::plan::encoder::run_cpu`]): random BERT-style encoders of several widths
 //! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 weights, rotary
 //! positions (half and interleaved pairs, a base per sequence length), pre-norm blocks with
-//! local windows and a rotation per layer type (ModernBERT's), a batch of sequences of different
-//! lengths (one of a single token).
+//! local windows and a rotation per layer type (ModernBERT's), pre-norm blocks with each
+//! sequence's own 2-D grid rotation rows (Qwen 3.5's vision tower, heads of 72 and 8), a batch of
+//! sequences of different lengths (one of a single token).
 
 use super::{gpu, rel_err, Rng};
 use oxinfer::backend::Backend;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::plan::encoder::{run_cpu, RopeOf};
 use oxinfer::plan::encoder_random::{
-    build, make_pre_norm, norm, plan, pre_norm_ropes, rope, RandomCase as Case,
-    RandomLayer as Owned, Stored, PRE_NORM_CASES,
+    build, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan, pre_norm_ropes, rope,
+    RandomCase as Case, RandomLayer as Owned, Stored, GRID_CASES, PRE_NORM_CASES,
 };
 use oxinfer_cuda::QuantPath;
 
@@ -149,12 +150,13 @@ fn encoder_plan_rotary_matches_cpu() {
     let partial = rope(10_000.0, 32, RopeStyle::Interleaved);
     let scaled = |n: usize| if n > 64 { &long } else { &short };
     let one = |_: usize| &partial;
-    rotary_case(&b, &c, &owned, &scaled, "half, two bases", &lens, &mut rng);
+    let (scaled, one) = (RopeOf::Positions(&scaled), RopeOf::Positions(&one));
+    rotary_case(&b, &c, &owned, scaled, "half, two bases", &lens, &mut rng);
     rotary_case(
         &b,
         &c,
         &owned,
-        &one,
+        one,
         "interleaved, 32 of 64",
         &lens,
         &mut rng,
@@ -225,7 +227,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
     );
     let mixed = |n: usize| if n > 2 { &wide } else { &narrow };
     let mut p = plan(&c, &owned);
-    p.layers[0].rope_of = Some(&mixed);
+    p.layers[0].rope_of = Some(RopeOf::Positions(&mixed));
     let x2 = vec![0.5f32; 5 * c.dim];
     let mut out2 = vec![0f32; x2.len()];
     assert!(!b.run_encoder(&p, &x2, &[3, 2], &mut out2));
@@ -250,7 +252,8 @@ fn encoder_plan_pre_norm_matches_cpu() {
         let final_norm = norm(&mut take(&mut rng), c.dim);
         let (g_of, l_of) = (|_: usize| &g_rope, |_: usize| &l_rope);
         let mut p = plan(&c, &owned);
-        make_pre_norm(&mut p, &final_norm, window, &g_of, &l_of);
+        let (g_of, l_of) = (RopeOf::Positions(&g_of), RopeOf::Positions(&l_of));
+        make_pre_norm(&mut p, &final_norm, window, g_of, l_of);
         let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
         let cpu = run_cpu(&p, x.clone(), &lens);
         let mut dev = vec![f32::NAN; x.len()];
@@ -268,5 +271,42 @@ fn encoder_plan_pre_norm_matches_cpu() {
             e <= 2e-5,
             "pre-norm encoder pass differs from the CPU by {e}"
         );
+    }
+}
+
+#[test]
+fn encoder_plan_grid_rotation_matches_cpu() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let lens = [5usize, 1, 37, 130, 64];
+    let t: usize = lens.iter().sum();
+    let mut rng = Rng(0x6121_0001);
+    // Qwen 3.5's vision tower's blocks: pre-norm with a final norm (its merger's), biases, a
+    // GELU (tanh) MLP, each sequence rotated by its own 2-D grid rows.
+    for c in GRID_CASES {
+        let owned = build(&c, &mut take(&mut rng));
+        let final_norm = norm(&mut take(&mut rng), c.dim);
+        let rows = grid_rows(&c, &lens);
+        let mut p = plan(&c, &owned);
+        make_grid_pre_norm(&mut p, &final_norm, &rows);
+        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
+        let cpu = run_cpu(&p, x.clone(), &lens);
+        let mut dev = vec![f32::NAN; x.len()];
+        let hd = c.dim / c.heads;
+        assert!(
+            b.run_encoder(&p, &x, &lens, &mut dev),
+            "the device declined the grid-rotated plan with heads of {hd}"
+        );
+        let e = rel_err(&dev, &cpu);
+        println!(
+            "grid-rotated pre-norm encoder dim {} heads {}x{hd} {:?}: rel err {e:.2e}",
+            c.dim, c.heads, c.stored
+        );
+        assert!(e <= 2e-5, "grid-rotated pass differs from the CPU by {e}");
+        // Rows that do not fit the batch: declined, nothing written.
+        let mut out = vec![0f32; 5 * c.dim];
+        assert!(!b.run_encoder(&p, &x[..out.len()], &[3, 2], &mut out));
+        assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
     }
 }

@@ -18,12 +18,11 @@ use serde_json::Value;
 
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
-use crate::loader::{TensorStore, TensorView};
+use crate::loader::TensorStore;
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
-use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::moe::expert_rows;
-use crate::nn::{Embedding, LayerNorm, Linear, Rope};
+use crate::nn::encoder_linear::{split_rows, EncoderLinear};
+use crate::nn::{Embedding, LayerNorm, Rope};
 use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 
 /// The non-negative integer field `key` of the JSON object `v` read from `path`, or an error
@@ -502,31 +501,6 @@ fn fused_qkv(
     Ok([q, k, v])
 }
 
-/// The bias-free matrix `name` (`[Σ rows, n_in]`) as `N` projections, part `i` borrowing the
-/// `rows[i]` rows after those of parts `0 .. i` (fused query/key/value, fused gate/up).
-pub(crate) fn split_rows<const N: usize>(
-    store: &dyn TensorStore,
-    name: &str,
-    rows: [usize; N],
-    n_in: usize,
-) -> Result<[EncoderLinear; N], LoadError> {
-    let total: usize = rows.iter().sum();
-    let fused = store.require_shape(name, &[total, n_in])?;
-    // One "expert" of `total` rows: `expert_rows` borrows a row range of it.
-    let stacked = TensorView {
-        shape: vec![1, total, n_in],
-        ..fused
-    };
-    let mut first = 0;
-    let mut parts = Vec::with_capacity(N);
-    for n in rows {
-        let view = expert_rows(&stacked, 0, first, n)?;
-        parts.push(EncoderLinear::from_linear(Linear::from_view(view, None)?));
-        first += n;
-    }
-    Ok(parts.try_into().unwrap_or_else(|_| unreachable!("N parts")))
-}
-
 /// A loaded BERT-style encoder.
 pub struct Bert {
     cfg: BertConfig,
@@ -622,10 +596,7 @@ impl Bert {
                 .find(|(len, _)| *len == n)
                 .map_or(rope, |(_, r)| r)
         };
-        let rope_of: Option<RopeOf<'_>> = match self.rope {
-            Some(_) => Some(&rope_of),
-            None => None,
-        };
+        let rope_of = self.rope.is_some().then_some(RopeOf::Positions(&rope_of));
         let layers = self
             .blocks
             .iter()

@@ -15,13 +15,13 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::bert::{json_usize, split_rows, EncoderInput};
+use super::bert::{json_usize, EncoderInput};
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::error::{Error, LoadError, Result};
 use crate::loader::TensorStore;
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
-use crate::nn::encoder_linear::EncoderLinear;
+use crate::nn::encoder_linear::{split_rows, EncoderLinear};
 use crate::nn::{Embedding, LayerNorm, Rope};
 use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 
@@ -358,8 +358,8 @@ impl ModernBert {
             .iter()
             .map(|b| {
                 let (rope_of, window): (RopeOf<'_>, _) = match b.attention {
-                    LayerAttention::Global => (&global, None),
-                    LayerAttention::Local => (&local, Some(self.cfg.window)),
+                    LayerAttention::Global => (RopeOf::Positions(&global), None),
+                    LayerAttention::Local => (RopeOf::Positions(&local), Some(self.cfg.window)),
                 };
                 EncoderLayer {
                     q: &b.qkv[0],

@@ -20,7 +20,8 @@ use oxinfer_kernels::packed::float::{
 
 use crate::backend::{self, DeviceWeight};
 use crate::error::LoadError;
-use crate::loader::TensorStore;
+use crate::loader::{TensorStore, TensorView};
+use crate::nn::moe::expert_rows;
 use crate::nn::Linear;
 
 /// A weight prepared for one of the CPU's encoder GEMMs.
@@ -152,4 +153,39 @@ impl EncoderLinear {
             })
             .as_ref()
     }
+}
+
+/// The matrix `name` (`[Σ rows, n_in]`) as `N` projections, part `i` borrowing the `rows[i]`
+/// rows after those of parts `0 .. i` (fused query/key/value, fused gate/up), each with its
+/// part of the bias (`{stem}bias`, `[Σ rows]`, when `name` is `{stem}weight` and the store
+/// has it).
+pub fn split_rows<const N: usize>(
+    store: &dyn TensorStore,
+    name: &str,
+    rows: [usize; N],
+    n_in: usize,
+) -> Result<[EncoderLinear; N], LoadError> {
+    let total: usize = rows.iter().sum();
+    let fused = store.require_shape(name, &[total, n_in])?;
+    let bias = match name
+        .strip_suffix("weight")
+        .map(|stem| format!("{stem}bias"))
+    {
+        Some(b) if store.get(&b).is_some() => Some(store.require_shape(&b, &[total])?.to_f32()?),
+        _ => None,
+    };
+    // One "expert" of `total` rows: `expert_rows` borrows a row range of it.
+    let stacked = TensorView {
+        shape: vec![1, total, n_in],
+        ..fused
+    };
+    let mut first = 0;
+    let mut parts = Vec::with_capacity(N);
+    for n in rows {
+        let view = expert_rows(&stacked, 0, first, n)?;
+        let b = bias.as_ref().map(|b| b[first..first + n].to_vec());
+        parts.push(EncoderLinear::from_linear(Linear::from_view(view, b)?));
+        first += n;
+    }
+    Ok(parts.try_into().unwrap_or_else(|_| unreachable!("N parts")))
 }

@@ -18,6 +18,7 @@ pub mod moe;
 pub mod mrope;
 pub mod norm;
 pub mod rope;
+pub mod rope_rows;
 pub mod self_attention;
 
 pub use crate::backend::cpu_ref::conv::{
@@ -35,4 +36,5 @@ pub use norm::RmsNorm;
 pub use oxinfer_kernels::act::GateAct;
 pub use oxinfer_kernels::attention::AttnShape;
 pub use rope::Rope;
+pub use rope_rows::RopeRows;
 pub use self_attention::{AttentionShape, SelfAttention};

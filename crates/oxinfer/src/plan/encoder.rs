@@ -1,8 +1,9 @@
 //! One description of a bidirectional encoder (post-norm: BERT, XLM-RoBERTa, NomicBERT;
-//! pre-norm: ModernBERT), executed by every device.
+//! pre-norm: ModernBERT, Qwen 3.5's vision tower), executed by every device.
 //!
-//! The architecture ([`crate::arch::bert::Bert`], [`crate::arch::modernbert::ModernBert`])
-//! embeds and normalizes the tokens on the host, then describes its blocks once as an
+//! The architecture ([`crate::arch::bert::Bert`], [`crate::arch::modernbert::ModernBert`],
+//! [`crate::arch::qwen_vision::tower::VisionTower`]) embeds (and normalizes) the tokens on
+//! the host, then describes its blocks once as an
 //! [`EncoderPlan`]; [`run`] offers the plan whole to the
 //! installed backend ([`crate::backend::Backend::run_encoder`]: the hidden state stays on the
 //! device for every layer) and runs it on the CPU ([`run_cpu`]) when the backend declines it.
@@ -12,11 +13,11 @@
 //! per sequence, so padded and unpadded batches give the same rows by construction.
 
 use crate::backend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::{encoder_math, LayerNorm, Rope};
+use crate::nn::{encoder_math, LayerNorm, Rope, RopeRows};
 
 /// One block. Post-norm ([`NormOrder::Post`]): `x = attn_norm(x + o(attention(q(x), k(x),
 /// v(x))))`, then `x = ffn_norm(x + mlp(x))`. Pre-norm ([`NormOrder::Pre`]): `x += o(attention(
@@ -36,9 +37,9 @@ pub struct EncoderLayer<'a> {
     /// Local attention: a query sees only the keys of its sequence at distance `≤ window`;
     /// `None`: all of them.
     pub window: Option<usize>,
-    /// Rotary positions of this layer's queries and keys (NomicBERT, ModernBERT): the rotation
-    /// of a sequence of `n` tokens, positions from 0 (dynamic NTK scaling gives long sequences
-    /// their own base). `None`: positions are part of the embedding.
+    /// Rotary positions of this layer's queries and keys, per sequence of the batch
+    /// ([`RopeOf`]: NomicBERT, ModernBERT, a vision tower's patch grid). `None`: positions are
+    /// part of the embedding.
     pub rope_of: Option<RopeOf<'a>>,
     /// The gate of a gated MLP `[ffn, dim]` (NomicBERT's SwiGLU); `None`: `act(up(x))`.
     pub gate: Option<&'a EncoderLinear>,
@@ -50,8 +51,119 @@ pub struct EncoderLayer<'a> {
     pub ffn_norm: &'a LayerNorm,
 }
 
-/// The rotation of a sequence of `n` tokens (an argument of [`EncoderLayer::rope_of`]).
-pub type RopeOf<'a> = &'a dyn Fn(usize) -> &'a Rope;
+/// The rotary positions of one layer's queries and keys over a batch (an argument of
+/// [`EncoderLayer::rope_of`]).
+#[derive(Clone, Copy)]
+pub enum RopeOf<'a> {
+    /// Token `p` of each sequence at position `p`, a sequence of `n` tokens rotated by `of(n)`
+    /// (one rotation per length: dynamic NTK scaling gives long sequences their own base).
+    Positions(&'a dyn Fn(usize) -> &'a Rope),
+    /// Rows given token by token: sequence `i` of the batch (of `n` tokens) by `rows[i]`, a
+    /// table of exactly `n` rows (a vision tower's 2-D patch grid, [`RopeRows::axial_2d`]).
+    Rows(&'a [RopeRows]),
+}
+
+/// The rotation of one sequence of a batch in one layer (what [`RopeOf`] gives it).
+#[derive(Clone, Copy)]
+pub enum SeqRope<'a> {
+    /// Token `p` at position `p` of this rotation.
+    Positions(&'a Rope),
+    /// Token `p` by row `p` of these rows.
+    Rows(&'a RopeRows),
+}
+
+impl<'a> RopeOf<'a> {
+    /// The rotation of sequence `i` of the batch, of `n` tokens.
+    ///
+    /// # Panics
+    /// With [`RopeOf::Rows`], if there is no sequence `i` (see [`Self::check`]).
+    pub fn of_sequence(self, i: usize, n: usize) -> SeqRope<'a> {
+        match self {
+            RopeOf::Positions(of) => SeqRope::Positions(of(n)),
+            RopeOf::Rows(rows) => SeqRope::Rows(&rows[i]),
+        }
+    }
+
+    /// The same rotations for the sequences `seqs` of the batch alone (a device pass over part
+    /// of a batch).
+    pub fn of_sequences(self, seqs: std::ops::Range<usize>) -> Self {
+        match self {
+            RopeOf::Positions(_) => self,
+            RopeOf::Rows(rows) => RopeOf::Rows(&rows[seqs]),
+        }
+    }
+
+    /// Whether every sequence of lengths `lens` has its rotation: with [`RopeOf::Rows`], one
+    /// table per sequence of exactly its length.
+    pub fn check(self, lens: &[usize]) -> std::result::Result<(), String> {
+        let RopeOf::Rows(rows) = self else {
+            return Ok(());
+        };
+        if rows.len() != lens.len() {
+            return Err(format!(
+                "{} tables of rotary rows for a batch of {} sequences",
+                rows.len(),
+                lens.len()
+            ));
+        }
+        match lens.iter().zip(rows).position(|(&n, r)| r.tokens() != n) {
+            Some(i) => Err(format!(
+                "sequence {i} has {} tokens and {} rotary rows",
+                lens[i],
+                rows[i].tokens()
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl SeqRope<'_> {
+    /// Rotated dimensions per head.
+    pub fn dim(self) -> usize {
+        match self {
+            SeqRope::Positions(r) => r.dim(),
+            SeqRope::Rows(r) => 2 * r.half(),
+        }
+    }
+
+    /// Whether pairs are interleaved `(2j, 2j + 1)` (else `(j, j + dim / 2)`).
+    pub fn interleaved(self) -> bool {
+        match self {
+            SeqRope::Positions(r) => r.interleaved(),
+            SeqRope::Rows(_) => false,
+        }
+    }
+
+    /// Whether `self` and `other` are the same rotation (the same object).
+    pub fn same(self, other: SeqRope) -> bool {
+        match (self, other) {
+            (SeqRope::Positions(a), SeqRope::Positions(b)) => std::ptr::eq(a, b),
+            (SeqRope::Rows(a), SeqRope::Rows(b)) => std::ptr::eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// The cosines and sines of tokens `0 .. n` into `cos` / `sin` (`[n, dim / 2]` each; with
+    /// rows, `n ≤` their tokens).
+    pub fn tables(self, n: usize, cos: &mut [f32], sin: &mut [f32]) {
+        match self {
+            SeqRope::Positions(r) => r.tables(0, n, cos, sin),
+            SeqRope::Rows(r) => {
+                let k = n * r.half();
+                cos[..k].copy_from_slice(&r.cos()[..k]);
+                sin[..k].copy_from_slice(&r.sin()[..k]);
+            }
+        }
+    }
+
+    /// Rotates `m` (`[n, heads · head_dim]`, one sequence's queries or keys) in place.
+    pub fn apply(self, m: &mut [f32], n: usize, heads: usize, head_dim: usize) {
+        match self {
+            SeqRope::Positions(r) => r.apply(m, n, heads, head_dim, 0),
+            SeqRope::Rows(r) => r.apply(m, n, heads, head_dim),
+        }
+    }
+}
 
 /// Where a block's LayerNorms sit.
 #[derive(Clone, Copy)]
@@ -59,7 +171,8 @@ pub enum NormOrder<'a> {
     /// After each residual add (BERT); the plan's output is the last block's.
     Post,
     /// On each sublayer's input, the residual stream itself never normalized until
-    /// `final_norm` after the last block (ModernBERT).
+    /// `final_norm` after the last block (ModernBERT's final norm; the vision tower's merger
+    /// norm, per patch).
     Pre { final_norm: &'a LayerNorm },
 }
 
@@ -88,6 +201,23 @@ impl EncoderPlan<'_> {
         self.layers.iter().skip(skip).any(|l| l.attn_norm.is_none())
     }
 
+    /// Whether `x` holds the rows of sequences of lengths `lens` (`[Σ lens, dim]`) and every
+    /// layer's rotation fits them ([`RopeOf::check`]); `Err` says what does not.
+    pub fn check(&self, x: &[f32], lens: &[usize]) -> std::result::Result<(), String> {
+        let t: usize = lens.iter().sum();
+        if x.len() != t * self.dim {
+            return Err(format!(
+                "{} values for {t} rows of width {}",
+                x.len(),
+                self.dim
+            ));
+        }
+        self.layers
+            .iter()
+            .filter_map(|l| l.rope_of)
+            .try_for_each(|r| r.check(lens))
+    }
+
     /// The heads of layer `l`'s attention (with its window).
     pub fn heads_of(&self, l: &EncoderLayer) -> EncoderHeads {
         EncoderHeads {
@@ -102,7 +232,10 @@ impl EncoderPlan<'_> {
 /// whole on the CPU (op by op, each product's activations crossing the bus and attention on
 /// the host, all-MiniLM-L6-v2 ran 6–17× slower on an H200 than on its host's cores:
 /// docs/embeddings.md). Same layout out.
+/// `Err` when the rows are not `[Σ lens, dim]` or a layer's rotation does not fit the batch
+/// ([`RopeOf::check`]).
 pub fn run(plan: &EncoderPlan, x: Vec<f32>, lens: &[usize]) -> Result<Vec<f32>> {
+    plan.check(&x, lens).map_err(Error::Request)?;
     if let Some(b) = backend::active() {
         let mut out = vec![0f32; x.len()];
         if b.run_encoder(plan, &x, lens, &mut out) {
@@ -118,7 +251,7 @@ pub fn run(plan: &EncoderPlan, x: Vec<f32>, lens: &[usize]) -> Result<Vec<f32>> 
 /// unless the caller holds [`backend::cpu_only_here`]).
 ///
 /// # Panics
-/// If a post-norm layer has no `attn_norm`.
+/// If a post-norm layer has no `attn_norm`, or what [`EncoderPlan::check`] refuses.
 pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> {
     let total: usize = lens.iter().sum();
     for b in &plan.layers {
@@ -174,24 +307,16 @@ pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> 
     x
 }
 
-/// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated) with each sequence's
-/// positions starting at 0, a sequence of `n` tokens by `rope_of(n)`.
-pub(crate) fn rotate_each_sequence<'r>(
-    rope_of: &dyn Fn(usize) -> &'r Rope,
-    m: &mut [f32],
-    lens: &[usize],
-    h: &EncoderHeads,
-) {
+/// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated), each sequence by its
+/// rotation of `rope_of`.
+fn rotate_each_sequence(rope_of: RopeOf, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
     let width = h.n_heads * h.head_dim;
     let mut first = 0;
-    for &n in lens {
-        rope_of(n).apply(
-            &mut m[first * width..(first + n) * width],
-            n,
-            h.n_heads,
-            h.head_dim,
-            0,
-        );
+    for (i, &n) in lens.iter().enumerate() {
+        let rows = &mut m[first * width..(first + n) * width];
+        rope_of
+            .of_sequence(i, n)
+            .apply(rows, n, h.n_heads, h.head_dim);
         first += n;
     }
 }

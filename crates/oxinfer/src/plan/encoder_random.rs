@@ -9,7 +9,7 @@ use crate::mapped::TensorView;
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::{LayerNorm, Linear, Rope};
+use crate::nn::{LayerNorm, Linear, Rope, RopeRows};
 use half::f16;
 use oxinfer_kernels::WeightFormat;
 use std::path::Path;
@@ -209,3 +209,52 @@ pub fn pre_norm_ropes(c: &RandomCase) -> (Rope, Rope) {
         rope(10_000.0, hd, RopeStyle::Half),
     )
 }
+
+/// `p` made like Qwen 3.5's vision tower: pre-norm with `final_norm` (its merger's norm), every
+/// block with its attention norm, every layer's queries and keys rotated by the rows of
+/// their sequence, `rows[i]` for sequence `i` ([`grid_rows`]).
+pub fn make_grid_pre_norm<'a>(
+    p: &mut EncoderPlan<'a>,
+    final_norm: &'a LayerNorm,
+    rows: &'a [RopeRows],
+) {
+    p.order = NormOrder::Pre { final_norm };
+    for l in &mut p.layers {
+        l.rope_of = Some(RopeOf::Rows(rows));
+    }
+}
+
+/// The 2-D grid rotation ([`RopeRows::axial_2d`], θ 10,000) of each sequence of `lens` for the
+/// heads of case `c`: token `i` at row `i / 6`, column `i % 6` (patches of an image 6 wide).
+pub fn grid_rows(c: &RandomCase, lens: &[usize]) -> Vec<RopeRows> {
+    let hd = c.dim / c.heads;
+    lens.iter()
+        .map(|&n| RopeRows::axial_2d(hd, 10_000.0, (0..n).map(|i| (i / 6, i % 6))))
+        .collect()
+}
+
+/// Vision-tower-like cases for [`make_grid_pre_norm`]: biases on every projection, a plain
+/// GELU (tanh) MLP; heads of 72 (Qwen 3.5's real tower: 1152 wide, 16 heads), and the tiny
+/// fixture's geometry (width 32, heads of 8, MLP 48) with f16 weights.
+pub const GRID_CASES: [RandomCase; 2] = [
+    RandomCase {
+        dim: 144,
+        heads: 2,
+        ffn: 288,
+        layers: 2,
+        bias: true,
+        gated: false,
+        act: EncoderAct::GeluTanh,
+        stored: Stored::F32,
+    },
+    RandomCase {
+        dim: 32,
+        heads: 4,
+        ffn: 48,
+        layers: 2,
+        bias: true,
+        gated: false,
+        act: EncoderAct::GeluTanh,
+        stored: Stored::F16,
+    },
+];

@@ -4,9 +4,9 @@
 
 #[cfg(doc)]
 use super::encoder::EncoderLayer;
-use super::encoder::{EncoderPlan, NormOrder, RopeOf};
+use super::encoder::{EncoderPlan, NormOrder, RopeOf, SeqRope};
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::{LayerNorm, Rope};
+use crate::nn::LayerNorm;
 
 /// A LayerNorm's gain and bias offsets in the pack (f32 values), and its epsilon.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -99,9 +99,9 @@ pub fn pack_params(plan: &EncoderPlan, align: usize) -> EncoderParams {
 }
 
 /// The rotary tables of one batch: cosines and sines (`[rows, half]` each, one block of rows per
-/// distinct rotation, positions from 0), the token rows' rows in them (`[maps, T]`: one map per
-/// distinct assignment of rotations to sequences), each layer's map (`None`: no rotation), the
-/// rotated pairs per head and the pair layout.
+/// distinct rotation: a 1-D rotation's positions from 0, or a sequence's own rows), the token
+/// rows' rows in them (`[maps, T]`: one map per distinct assignment of rotations to sequences),
+/// each layer's map (`None`: no rotation), the rotated pairs per head and the pair layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTables {
     pub cos: Vec<f32>,
@@ -112,17 +112,17 @@ pub struct RopeTables {
     pub interleaved: bool,
 }
 
-/// The tables of the layers' rotations `ropes` (each layer's [`EncoderLayer::rope_of`], in
+/// The tables of the layers' rotations `ropes_of` (each layer's [`EncoderLayer::rope_of`], in
 /// order) over sequences of lengths `lens`: `Ok(None)` when no layer rotates, `Err` (the
 /// reason) when one kernel cannot apply them all (rotations of several widths or layouts, or
-/// wider than a head of `head_dim`).
+/// wider than a head of `head_dim`) or rows do not fit their sequences ([`RopeOf::check`]).
 pub fn rope_tables<'r>(
     ropes_of: impl IntoIterator<Item = Option<RopeOf<'r>>>,
     lens: &[usize],
     head_dim: usize,
 ) -> Result<Option<RopeTables>, &'static str> {
     // (rotation, rows it needs, its first row in the tables)
-    let mut ropes: Vec<(&Rope, usize, usize)> = Vec::new();
+    let mut ropes: Vec<(SeqRope, usize, usize)> = Vec::new();
     // Each distinct map: the rotation of every sequence, as indices into `ropes`.
     let mut maps: Vec<Vec<usize>> = Vec::new();
     let mut layer_map = Vec::new();
@@ -131,10 +131,13 @@ pub fn rope_tables<'r>(
             layer_map.push(None);
             continue;
         };
+        if rope_of.check(lens).is_err() {
+            return Err("rotary rows that do not fit the sequences");
+        }
         let mut which = Vec::with_capacity(lens.len());
-        for &n in lens {
-            let r = rope_of(n);
-            let i = match ropes.iter().position(|(q, _, _)| std::ptr::eq(*q, r)) {
+        for (s, &n) in lens.iter().enumerate() {
+            let r = rope_of.of_sequence(s, n);
+            let i = match ropes.iter().position(|(q, _, _)| q.same(r)) {
                 Some(i) => i,
                 None => {
                     ropes.push((r, 0, 0));
@@ -170,7 +173,7 @@ pub fn rope_tables<'r>(
     for (r, n, at) in &mut ropes {
         *at = first_row;
         let span = first_row * half..(first_row + *n) * half;
-        r.tables(0, *n, &mut cos[span.clone()], &mut sin[span]);
+        r.tables(*n, &mut cos[span.clone()], &mut sin[span]);
         first_row += *n;
     }
     let mut row_of = Vec::with_capacity(maps.len() * lens.iter().sum::<usize>());
@@ -194,6 +197,7 @@ pub fn rope_tables<'r>(
 mod tests {
     use super::*;
     use crate::config::{RopeConfig, RopeScaling, RopeStyle};
+    use crate::nn::{Rope, RopeRows};
 
     fn rope(theta: f32, dim: usize) -> Rope {
         Rope::new(
@@ -211,7 +215,8 @@ mod tests {
     fn rope_tables_share_rotations_and_maps() {
         let (a, b) = (rope(10_000.0, 8), rope(160_000.0, 8));
         let (of_a, of_b) = (|_: usize| &a, |n: usize| if n > 3 { &b } else { &a });
-        let ropes: [Option<RopeOf>; 4] = [Some(&of_a), None, Some(&of_b), Some(&of_a)];
+        let (of_a, of_b) = (RopeOf::Positions(&of_a), RopeOf::Positions(&of_b));
+        let ropes: [Option<RopeOf>; 4] = [Some(of_a), None, Some(of_b), Some(of_a)];
         let lens = [2usize, 5];
         let t = rope_tables(ropes, &lens, 8).unwrap().unwrap();
         // a for both sequences (layers 0, 3), a then b (layer 2): two maps; a needs 5 rows, b 5.
@@ -224,8 +229,36 @@ mod tests {
         assert_eq!(&t.cos[(5 + 3) * 4..(5 + 4) * 4], &c[..]);
         let wide = rope(10_000.0, 16);
         let of_wide = |_: usize| &wide;
-        let wide_of: RopeOf = &of_wide;
+        let wide_of = RopeOf::Positions(&of_wide);
         assert!(rope_tables([Some(wide_of)], &lens, 8).is_err());
         assert_eq!(rope_tables([None, None], &lens, 8), Ok(None));
+    }
+
+    #[test]
+    fn rope_tables_take_rows_as_given() {
+        // A sequence of 2 tokens and one of 3, each with its own rows (a patch grid each).
+        let rows = [
+            RopeRows::axial_2d(8, 10_000.0, [(0, 0), (0, 1)].into_iter()),
+            RopeRows::axial_2d(8, 10_000.0, [(1, 0), (1, 1), (2, 0)].into_iter()),
+        ];
+        let lens = [2usize, 3];
+        let of = RopeOf::Rows(&rows);
+        let t = rope_tables([Some(of), None, Some(of)], &lens, 8)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.layer_map, vec![Some(0), None, Some(0)]);
+        assert_eq!((t.half, t.interleaved), (4, false));
+        assert_eq!(t.row_of, vec![0, 1, 2, 3, 4]);
+        assert_eq!(&t.cos[..8], rows[0].cos());
+        assert_eq!(&t.sin[8..], rows[1].sin());
+        // The second sequence alone (a pass over part of the batch).
+        let t = rope_tables([Some(of.of_sequences(1..2))], &lens[1..], 8)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&t.cos[..], rows[1].cos());
+        // Rows that do not fit the batch, or a head narrower than they rotate.
+        assert!(rope_tables([Some(of)], &[3, 2], 8).is_err());
+        assert!(rope_tables([Some(of)], &lens[..1], 8).is_err());
+        assert!(rope_tables([Some(of)], &lens, 4).is_err());
     }
 }

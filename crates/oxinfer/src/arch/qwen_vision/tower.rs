@@ -1,21 +1,27 @@
 //! Qwen 3.5's vision tower (transformers `Qwen3_5VisionModel`, Qwen3-VL's without deepstack):
 //! patches `[n, 3 · frames · p²]` (merge-block order) → the Conv3d patch embedding as one
 //! linear layer, plus the learned square position table bilinearly resampled to the patch grid
-//! (`align_corners=True`) → pre-LayerNorm blocks (fused qkv with bias, 2-D rotary positions —
-//! the first half of each head's frequencies read the patch row, the second the column,
+//! (`align_corners=True`) → pre-LayerNorm blocks (qkv with bias, 2-D rotary positions — the
+//! first half of each head's frequencies read the patch row, the second the column,
 //! `rotate_half` layout —, bidirectional attention over the image, a GELU MLP) → the merger:
 //! a LayerNorm per patch, each `merge × merge` block of patches concatenated, then
 //! `fc2(gelu(fc1(·)))` into the text model's width.
+//!
+//! The blocks and the merger's LayerNorm are one pre-norm [`EncoderPlan`] (the fused qkv split
+//! into its query, key and value rows at load, the grid rotation as [`RopeRows`], the merger's
+//! LayerNorm as the plan's final norm), which [`encoder::run`] offers whole to the installed
+//! backend (CUDA, wgpu) and runs on the CPU otherwise; the patch embedding, the learned
+//! positions and the rest of the merger run on the host.
 
 use super::config::VisionConfig;
 use super::image_processor::VisionPatches;
 use crate::error::LoadError;
 use crate::loader::{TensorStore, TensorView};
 use crate::nn::encoder_act::EncoderAct;
-use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
-use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::rope::rotate_half_pairs;
-use crate::nn::{LayerNorm, Linear};
+use crate::nn::encoder_attention::EncoderHeads;
+use crate::nn::encoder_linear::{split_rows, EncoderLinear};
+use crate::nn::{LayerNorm, Linear, RopeRows};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
 
 /// LayerNorm epsilon of the blocks and the merger (fixed in transformers).
 const NORM_EPS: f32 = 1e-6;
@@ -26,7 +32,11 @@ pub const MAX_PATCHES: usize = 16_384;
 
 struct Block {
     norm1: LayerNorm,
-    qkv: EncoderLinear,
+    /// Query, key and value: the rows of the fused `attn.qkv` (`[3 hidden, hidden]`, with its
+    /// bias) in that order.
+    q: EncoderLinear,
+    k: EncoderLinear,
+    v: EncoderLinear,
     proj: EncoderLinear,
     norm2: LayerNorm,
     fc1: EncoderLinear,
@@ -59,9 +69,13 @@ impl VisionTower {
         let blocks = (0..cfg.depth)
             .map(|i| {
                 let b = |part: &str| format!("blocks.{i}.{part}");
+                let qkv = format!("{prefix}{}", b("attn.qkv.weight"));
+                let [q, k, v] = split_rows(store, &qkv, [d; 3], d)?;
                 Ok(Block {
                     norm1: norm(&b("norm1"), d)?,
-                    qkv: lin(&b("attn.qkv.weight"), 3 * d, d)?,
+                    q,
+                    k,
+                    v,
                     proj: lin(&b("attn.proj.weight"), d, d)?,
                     norm2: norm(&b("norm2"), d)?,
                     fc1: lin(&b("mlp.linear_fc1.weight"), cfg.ffn, d)?,
@@ -134,11 +148,51 @@ impl VisionTower {
         let cells = BlockGrid::new(p.rows, p.cols, c.merge);
         let mut x = self.patch_embed.forward(&p.values, n);
         self.add_positions(&mut x, &cells);
-        let rope = GridRope::new(c.head_dim(), c.rope_theta, &cells);
-        for b in &self.blocks {
-            self.block(b, &mut x, n, &rope);
-        }
-        Ok(self.merge(&mut x, n))
+        let x = self.blocks(x, &cells)?;
+        Ok(self.merge(&x, n))
+    }
+
+    /// The blocks and the merger's LayerNorm over the embedded patches `x` (`[n, hidden]`, one
+    /// image's patches of the grid `cells` in merge-block order) as one [`EncoderPlan`];
+    /// returns `[n, hidden]`.
+    fn blocks(&self, x: Vec<f32>, cells: &BlockGrid) -> Result<Vec<f32>, String> {
+        let c = &self.cfg;
+        let n = cells.rows * cells.cols;
+        let grid = (0..n).map(|i| cells.cell(i));
+        let rows = [RopeRows::axial_2d(c.head_dim(), c.rope_theta, grid)];
+        let rope_of = Some(RopeOf::Rows(&rows));
+        let layers = self
+            .blocks
+            .iter()
+            .map(|b| EncoderLayer {
+                q: &b.q,
+                k: &b.k,
+                v: &b.v,
+                o: &b.proj,
+                attn_norm: Some(&b.norm1),
+                window: None,
+                rope_of,
+                gate: None,
+                up: &b.fc1,
+                down: &b.fc2,
+                ffn_norm: &b.norm2,
+            })
+            .collect();
+        let plan = EncoderPlan {
+            layers,
+            order: NormOrder::Pre {
+                final_norm: &self.merger_norm,
+            },
+            heads: EncoderHeads {
+                n_heads: c.heads,
+                head_dim: c.head_dim(),
+                scale: 1.0 / (c.head_dim() as f32).sqrt(),
+                window: None,
+            },
+            act: c.act,
+            dim: c.hidden,
+        };
+        encoder::run(&plan, x, &[n]).map_err(|e| format!("vision tower: {e}"))
     }
 
     /// Adds the learned positions resampled to the patch grid (`F.interpolate`, bilinear,
@@ -162,45 +216,10 @@ impl VisionTower {
         }
     }
 
-    fn block(&self, b: &Block, x: &mut [f32], n: usize, rope: &GridRope) {
-        let c = &self.cfg;
-        let d = c.hidden;
-        let mut h = x.to_vec();
-        b.norm1.forward_inplace(&mut h);
-        let qkv = b.qkv.forward(&h, n);
-        let (mut q, mut k, mut v) = (
-            Vec::with_capacity(n * d),
-            Vec::with_capacity(n * d),
-            Vec::with_capacity(n * d),
-        );
-        for row in qkv.chunks_exact(3 * d) {
-            q.extend_from_slice(&row[..d]);
-            k.extend_from_slice(&row[d..2 * d]);
-            v.extend_from_slice(&row[2 * d..]);
-        }
-        rope.apply(&mut q, c.heads);
-        rope.apply(&mut k, c.heads);
-        let heads = EncoderHeads {
-            n_heads: c.heads,
-            head_dim: c.head_dim(),
-            scale: 1.0 / (c.head_dim() as f32).sqrt(),
-            window: None,
-        };
-        let a = encoder_attention(&q, &k, &v, &[n], &heads);
-        let o = b.proj.forward(&a, n);
-        x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-        let mut h = x.to_vec();
-        b.norm2.forward_inplace(&mut h);
-        let mut m = b.fc1.forward(&h, n);
-        c.act.apply_all(&mut m, None);
-        let m = b.fc2.forward(&m, n);
-        x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
-    }
-
-    /// The merger: LayerNorm per patch, each block's `merge²` consecutive patches as one row,
-    /// `fc2(gelu(fc1(row)))` (exact GELU).
-    fn merge(&self, x: &mut [f32], n: usize) -> Vec<f32> {
-        self.merger_norm.forward_inplace(x);
+    /// The merger after its LayerNorm (the blocks' plan ran that): each block's `merge²`
+    /// consecutive patches of `x` (`[n, hidden]`) as one row, `fc2(gelu(fc1(row)))` (exact
+    /// GELU).
+    fn merge(&self, x: &[f32], n: usize) -> Vec<f32> {
         let tokens = n / (self.cfg.merge * self.cfg.merge);
         let mut h = self.merger_fc1.forward(x, tokens);
         h.iter_mut()
@@ -252,55 +271,101 @@ impl BlockGrid {
     }
 }
 
-/// 2-D rotary angles of a patch grid: per patch, `head_dim / 4` frequencies of its row then the
-/// same of its column, rotating the pairs `(j, j + head_dim / 2)` of each head.
-struct GridRope {
-    head_dim: usize,
-    /// `[n, head_dim / 2]` each.
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-}
-
-impl GridRope {
-    fn new(head_dim: usize, theta: f64, cells: &BlockGrid) -> Self {
-        let quarter = head_dim / 4;
-        let spatial = head_dim / 2;
-        let inv: Vec<f32> = (0..quarter)
-            .map(|i| (1.0 / theta.powf((2 * i) as f64 / spatial as f64)) as f32)
-            .collect();
-        let n = cells.rows * cells.cols;
-        let (mut cos, mut sin) = (
-            Vec::with_capacity(n * spatial),
-            Vec::with_capacity(n * spatial),
-        );
-        for i in 0..n {
-            let (r, c) = cells.cell(i);
-            for pos in [r as f32, c as f32] {
-                for f in &inv {
-                    let a = pos * f;
-                    cos.push(a.cos());
-                    sin.push(a.sin());
-                }
-            }
-        }
-        GridRope { head_dim, cos, sin }
-    }
-
-    /// Rotates `x` `[n, heads · head_dim]` in place.
-    fn apply(&self, x: &mut [f32], heads: usize) {
-        let (hd, half) = (self.head_dim, self.head_dim / 2);
-        for (i, row) in x.chunks_exact_mut(heads * hd).enumerate() {
-            let r = i * half..(i + 1) * half;
-            for head in row.chunks_exact_mut(hd) {
-                rotate_half_pairs(head, &self.cos[r.clone()], &self.sin[r.clone()]);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::safetensors::SafetensorsModel;
+    use crate::nn::encoder_attention::encoder_attention;
+    use std::path::Path;
+
+    /// One block as the tower ran it before its blocks became a plan (the fused qkv in one
+    /// product, the rotation and attention on the host): the twin of the plan path.
+    fn host_block(
+        c: &VisionConfig,
+        b: &Block,
+        qkv: &EncoderLinear,
+        x: &mut [f32],
+        rope: &RopeRows,
+    ) {
+        let (d, n) = (c.hidden, x.len() / c.hidden);
+        let mut h = x.to_vec();
+        b.norm1.forward_inplace(&mut h);
+        let qkv = qkv.forward(&h, n);
+        let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+        for row in qkv.chunks_exact(3 * d) {
+            q.extend_from_slice(&row[..d]);
+            k.extend_from_slice(&row[d..2 * d]);
+            v.extend_from_slice(&row[2 * d..]);
+        }
+        rope.apply(&mut q, n, c.heads, c.head_dim());
+        rope.apply(&mut k, n, c.heads, c.head_dim());
+        let heads = EncoderHeads {
+            n_heads: c.heads,
+            head_dim: c.head_dim(),
+            scale: 1.0 / (c.head_dim() as f32).sqrt(),
+            window: None,
+        };
+        let a = encoder_attention(&q, &k, &v, &[n], &heads);
+        let o = b.proj.forward(&a, n);
+        x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+        let mut h = x.to_vec();
+        b.norm2.forward_inplace(&mut h);
+        let mut m = b.fc1.forward(&h, n);
+        c.act.apply_all(&mut m, None);
+        let m = b.fc2.forward(&m, n);
+        x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+    }
+
+    /// The tiny fixture's blocks and merger norm as one plan against the host loop above, over
+    /// random embedded patches of a 4 × 6 grid.
+    #[test]
+    fn the_blocks_plan_matches_the_host_loop() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen35-vl-tiny");
+        let store = SafetensorsModel::open(&dir).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        let err = |what| LoadError::Field {
+            path: dir.clone(),
+            what,
+        };
+        let cfg = VisionConfig::from_json(&json["vision_config"], &err).unwrap();
+        let prefix = "model.visual.";
+        let tower = VisionTower::load(&store, cfg.clone(), prefix).unwrap();
+        let (d, cells) = (cfg.hidden, BlockGrid::new(4, 6, cfg.merge));
+        let n = 24;
+        let mut seed = 0x9e37_79b9u32;
+        let x: Vec<f32> = (0..n * d)
+            .map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (seed >> 8) as f32 / (1 << 23) as f32 - 1.0
+            })
+            .collect();
+        let plan = tower.blocks(x.clone(), &cells).unwrap();
+        let rope = RopeRows::axial_2d(
+            cfg.head_dim(),
+            cfg.rope_theta,
+            (0..n).map(|i| cells.cell(i)),
+        );
+        let mut host = x;
+        for (i, b) in tower.blocks.iter().enumerate() {
+            let name = format!("{prefix}blocks.{i}.attn.qkv.weight");
+            let qkv = EncoderLinear::load(&store, &name, 3 * d, d).unwrap();
+            host_block(&cfg, b, &qkv, &mut host, &rope);
+        }
+        tower.merger_norm.forward_inplace(&mut host);
+        let diff = plan
+            .iter()
+            .zip(&host)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        println!("blocks plan against the host loop: max diff {diff:e}");
+        assert!(
+            diff <= 1e-5,
+            "the plan differs from the host loop by {diff}"
+        );
+        // A grid that does not fit the rows given is an error, not a panic.
+        assert!(tower.blocks(vec![0.0; 5 * d], &cells).is_err());
+    }
 
     #[test]
     fn block_order_walks_each_merge_square() {
