@@ -1,6 +1,6 @@
 //! What the whole-model wgpu test binaries share: the backend installed process-wide on adapter
-//! 0 (as `--device wgpu` does), the count of plan passes it ran, and greedy tokens against the
-//! CPU path.
+//! 0 (as `--device wgpu` does), the count of plan and encoder passes it ran, and greedy tokens
+//! against the CPU path.
 #![allow(dead_code)]
 
 use crate::common::greedy;
@@ -27,12 +27,22 @@ pub fn installed() -> bool {
 
 /// Plan passes the installed backend ran so far (from its stats).
 pub fn device_passes() -> u64 {
+    calls_of("run_plan")
+}
+
+/// Whole encoder passes (`run_encoder`) the installed backend ran so far.
+pub fn encoder_passes() -> u64 {
+    calls_of("run_encoder")
+}
+
+/// Calls of the installed backend's operations whose names start with `op` (from its stats).
+fn calls_of(op: &str) -> u64 {
     let stats = backend::active()
         .and_then(|b| b.stats())
         .unwrap_or_default();
     stats
         .lines()
-        .filter(|l| l.trim_start().starts_with("run_plan"))
+        .filter(|l| l.trim_start().starts_with(op))
         .filter_map(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok()))
         .sum()
 }
