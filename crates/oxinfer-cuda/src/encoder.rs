@@ -21,9 +21,11 @@
 //! grid gives each image its rows), as long as its longest sequence, and each layer's row of
 //! them for every token.
 //!
-//! Declined (the CPU runs the plan): head widths without a kernel ([`ENCODER_HEAD_DIMS`]),
-//! rotations of several widths or wider than a head, a post-norm block without its norm or a
-//! pre-norm block past the first without its attention norm, a weight whose upload fails.
+//! Heads of a width without a kernel of their own ([`ENCODER_HEAD_DIMS`]: Qwen 3.5's vision
+//! tower's 72, the tiny models' 8) run on the next wider one with the lanes past the head idle.
+//! Declined (the CPU runs the plan): heads wider than 256, rotations of several widths or wider
+//! than a head, a post-norm block without its norm or a pre-norm block past the first without
+//! its attention norm, a weight whose upload fails.
 
 use crate::gemm::cublas_ld;
 use crate::gpu::{DevBuf, Gpu, Slot};
@@ -74,8 +76,8 @@ fn unsupported(plan: &EncoderPlan) -> Option<&'static str> {
     {
         return Some("window");
     }
-    let width_runs = h.head_dim < 32 || ENCODER_HEAD_DIMS.contains(&h.head_dim);
-    if h.head_dim == 0 || !width_runs || h.n_heads * h.head_dim != plan.dim {
+    let widest = ENCODER_HEAD_DIMS[ENCODER_HEAD_DIMS.len() - 1];
+    if h.head_dim == 0 || h.head_dim > widest || h.n_heads * h.head_dim != plan.dim {
         return Some("head width");
     }
     None
@@ -396,12 +398,13 @@ fn attention(
         arg(&scale),
         arg(&window),
     ];
-    if h.head_dim < 32 {
-        params.push(arg(&hd));
-        return g.launch(g.k.enc_attention_narrow, grid, block, &mut params);
-    }
-    let Some(k) = ENCODER_HEAD_DIMS.iter().position(|&d| d == h.head_dim) else {
+    // The narrowest kernel as wide as the head: exactly, or with the lanes past it idle.
+    let Some(k) = ENCODER_HEAD_DIMS.iter().position(|&d| d >= h.head_dim) else {
         return Err(format!("no attention kernel for heads of {}", h.head_dim));
     };
-    g.launch(g.k.enc_attention[k], grid, block, &mut params)
+    if ENCODER_HEAD_DIMS[k] == h.head_dim {
+        return g.launch(g.k.enc_attention[k], grid, block, &mut params);
+    }
+    params.push(arg(&hd));
+    g.launch(g.k.enc_attention_partial[k], grid, block, &mut params)
 }

@@ -292,12 +292,14 @@ pub(crate) struct Kernels {
     /// Encoder pass: attention within each sequence, per head width of
     /// [`ENCODER_HEAD_DIMS`].
     pub enc_attention: [sys::CUfunction; 5],
-    /// Encoder pass: attention for heads narrower than 32 (tiny test models).
-    pub enc_attention_narrow: sys::CUfunction,
+    /// Encoder pass: the same for heads narrower than the width of [`ENCODER_HEAD_DIMS`] at the
+    /// same index (the head's width an argument: heads of 72, of 8).
+    pub enc_attention_partial: [sys::CUfunction; 5],
 }
 
-/// Head widths the encoder pass's attention has a kernel for (`enc_attention_h*`), besides
-/// every width below 32 (`enc_attention_narrow`).
+/// Head widths the encoder pass's attention has a kernel for (`enc_attention_h*`); a head of
+/// another width up to 256 runs on the kernel of the next wider one with its lanes past the
+/// head idle (`enc_attention_p*`).
 pub const ENCODER_HEAD_DIMS: [usize; 5] = [32, 64, 96, 128, 256];
 
 fn arch(major: i32, minor: i32) -> &'static str {
@@ -611,7 +613,13 @@ impl Kernels {
                 }
                 f
             },
-            enc_attention_narrow: get("enc_attention_narrow")?,
+            enc_attention_partial: {
+                let mut f = [std::ptr::null_mut(); 5];
+                for (f, hd) in f.iter_mut().zip(ENCODER_HEAD_DIMS) {
+                    *f = get(&format!("enc_attention_p{hd}"))?;
+                }
+                f
+            },
             formats,
             names: HashMap::new(),
             dependents: HashSet::new(),

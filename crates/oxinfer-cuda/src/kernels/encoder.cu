@@ -115,14 +115,15 @@ extern "C" __global__ void enc_residual_layer_norm(float* __restrict__ x,
 // blocks; warp (h, qb) runs ENC_QR query rows of head h over all of the sequence's keys (with
 // window ≥ 0 only those at distance ≤ window from the row) with a running max and sum. Lane l
 // holds elements l, l + 32, ... of a head (hd = 32 · ME; one kernel per ME,
-// enc_attention_h{32 ME}), or with NARROW (ME = 1) element l of a head of hd_narrow < 32 values,
-// the other lanes idle (enc_attention_narrow: tiny test models).
-template <int ME, bool NARROW = false>
+// enc_attention_h{32 ME}), or with PARTIAL only those below a head of hd_partial < 32 ME
+// values, the elements past it idle (enc_attention_p{32 ME}, the narrowest kernel wider than
+// the head: heads of 72 in Qwen 3.5's vision tower, of 8 in the tiny test models).
+template <int ME, bool PARTIAL = false>
 __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv,
                                                    float* __restrict__ out,
                                                    const int* __restrict__ seq, int H, int ld,
-                                                   float scale, int window, int hd_narrow = 0) {
-    const int hd = NARROW ? hd_narrow : 32 * ME;
+                                                   float scale, int window, int hd_partial = 0) {
+    const int hd = PARTIAL ? hd_partial : 32 * ME;
     int r0 = seq[blockIdx.y];
     int n = seq[blockIdx.y + 1] - r0;
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -132,8 +133,10 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     int h = gw / qblocks, qb = gw % qblocks;
     if (h >= H) return;
     int d = H * hd, i0 = qb * ENC_QR;
-    const bool on = !NARROW || lane < hd;
-    const float* base = qkv + (long)r0 * ld + h * hd + (on ? lane : 0);
+    bool on[ME];
+    #pragma unroll
+    for (int e = 0; e < ME; e++) on[e] = !PARTIAL || lane + 32 * e < hd;
+    const float* base = qkv + (long)r0 * ld + h * hd + (on[0] ? lane : 0);
     float qv[ENC_QR][ME], acc[ENC_QR][ME], m[ENC_QR], l[ENC_QR];
     #pragma unroll
     for (int r = 0; r < ENC_QR; r++) {
@@ -142,7 +145,7 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
         #pragma unroll
         for (int e = 0; e < ME; e++) {
             acc[r][e] = 0.f;
-            qv[r][e] = (on && i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
+            qv[r][e] = (on[e] && i0 + r < n) ? base[(long)(i0 + r) * ld + 32 * e] : 0.f;
         }
     }
     // Unrolled so that several keys' loads are in flight before the first one's arithmetic
@@ -155,8 +158,8 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
         const float* kr = base + (long)j * ld + d;
         #pragma unroll
         for (int e = 0; e < ME; e++) {
-            kk[e] = on ? kr[32 * e] : 0.f;
-            vv[e] = on ? kr[d + 32 * e] : 0.f;
+            kk[e] = on[e] ? kr[32 * e] : 0.f;
+            vv[e] = on[e] ? kr[d + 32 * e] : 0.f;
         }
         #pragma unroll
         for (int r = 0; r < ENC_QR; r++) {
@@ -171,11 +174,12 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
     }
     #pragma unroll
     for (int r = 0; r < ENC_QR; r++) {
-        if (i0 + r >= n || !on) continue;
+        if (i0 + r >= n) continue;
         float inv = 1.f / l[r];
         float* o = out + (long)(r0 + i0 + r) * d + h * hd + lane;
         #pragma unroll
-        for (int e = 0; e < ME; e++) o[32 * e] = acc[r][e] * inv;
+        for (int e = 0; e < ME; e++)
+            if (on[e]) o[32 * e] = acc[r][e] * inv;
     }
 }
 
@@ -185,15 +189,15 @@ __device__ __forceinline__ void enc_attention_rows(const float* __restrict__ qkv
                                                    const int* __restrict__ seq, int H, int ld, \
                                                    float scale, int window) {                  \
         enc_attention_rows<ME>(qkv, out, seq, H, ld, scale, window);                           \
+    }                                                                                          \
+    extern "C" __global__ void enc_attention_p##HD(const float* __restrict__ qkv,              \
+                                                   float* __restrict__ out,                    \
+                                                   const int* __restrict__ seq, int H, int ld, \
+                                                   float scale, int window, int hd) {          \
+        enc_attention_rows<ME, true>(qkv, out, seq, H, ld, scale, window, hd);                 \
     }
 ENC_ATTENTION(32, 1)
 ENC_ATTENTION(64, 2)
 ENC_ATTENTION(96, 3)
 ENC_ATTENTION(128, 4)
 ENC_ATTENTION(256, 8)
-extern "C" __global__ void enc_attention_narrow(const float* __restrict__ qkv,
-                                                float* __restrict__ out,
-                                                const int* __restrict__ seq, int H, int ld,
-                                                float scale, int window, int hd) {
-    enc_attention_rows<1, true>(qkv, out, seq, H, ld, scale, window, hd);
-}

@@ -72,7 +72,18 @@ fn encoder_plan_matches_cpu() {
             act: EncoderAct::GeluTanh,
             stored: Stored::F32,
         },
-        // The tiny test checkpoints' heads of 8 (the narrow kernel).
+        // Heads of 48: the kernel of 64 with its second element idle past the head.
+        Case {
+            dim: 96,
+            heads: 2,
+            ffn: 64,
+            layers: 1,
+            bias: true,
+            gated: false,
+            act: EncoderAct::GeluErf,
+            stored: Stored::F32,
+        },
+        // The tiny test checkpoints' heads of 8 (the kernel of 32, lanes past 8 idle).
         Case {
             dim: 32,
             heads: 4,
@@ -199,8 +210,8 @@ fn encoder_plan_declines_what_it_does_not_run() {
     };
     let mut rng = Rng(7);
     let c = Case {
-        dim: 96,
-        heads: 2,
+        dim: 288,
+        heads: 1,
         ffn: 64,
         layers: 1,
         bias: true,
@@ -211,7 +222,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
     let owned = build(&c, &mut take(&mut rng));
     let x = vec![0.5f32; 3 * c.dim];
     let mut out = vec![0f32; x.len()];
-    // Heads of 48: no kernel.
+    // Heads of 288: wider than the widest kernel's 256.
     assert!(!b.run_encoder(&plan(&c, &owned), &x, &[3], &mut out));
     let c = Case { dim: 64, ..c };
     let owned = build(&c, &mut take(&mut rng));
