@@ -86,6 +86,9 @@ impl<'a> RopeOf<'a> {
 
     /// The same rotations for the sequences `seqs` of the batch alone (a device pass over part
     /// of a batch).
+    ///
+    /// # Panics
+    /// With [`RopeOf::Rows`], if `seqs` reaches past its tables.
     pub fn of_sequences(self, seqs: std::ops::Range<usize>) -> Self {
         match self {
             RopeOf::Positions(_) => self,
