@@ -9,6 +9,21 @@
 // Most warps per block.
 #define DA_MAX_WARPS 16
 
+// Phase marks for tools/bench/cuda/decode_attention_bench.cu (compiled with DA_TRACE there,
+// never by the engine): lane 0 of each warp stores clock64() at mark n of 8 into
+// da_trace[(block · DA_MAX_WARPS + warp) · 8 + n].
+#ifdef DA_TRACE
+__device__ long long da_trace[4096 * DA_MAX_WARPS * 8];
+#define DA_MARK(n)                                                                             \
+    do {                                                                                       \
+        if ((threadIdx.x & 31) == 0)                                                           \
+            da_trace[((long)blockIdx.x * DA_MAX_WARPS + (threadIdx.x >> 5)) * 8 + (n)] =       \
+                clock64();                                                                     \
+    } while (0)
+#else
+#define DA_MARK(n) do {} while (0)
+#endif
+
 // One block per L = NH · hd consecutive values of out [t, H * hd] (NH heads of one row r; L a
 // multiple of the int8 block B when quantizing): W = blockDim / (32 NH) warps per head.
 //
@@ -43,6 +58,7 @@ __device__ __forceinline__ void decode_attention(
     float* __restrict__ dq, int* __restrict__ qs, int B, int gnb, int H, int KVH, int hd,
     float scale, int window, float softcap, int S, int NH) {
     extern __shared__ float da_smem[];
+    DA_MARK(0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int W = nw / NH, i = warp / W, w = warp % W;
     int per = hd >> 5, L = NH * hd;
@@ -68,7 +84,9 @@ __device__ __forceinline__ void decode_attention(
     HeadPre pk, pq;
     if (w == 0) pk.load(kw, c, s, half, hd, true);
     if (w == 2 % W) pq.load(qn, c, s, half, hd, true);
+    DA_MARK(1);
     PDL_WAIT();
+    DA_MARK(2);
     // The three post-processing chains of head i in parallel, on warps 0, 1 and 2 of the head
     // (fewer warps take two or three in turn): its new key, its new value, its query (into
     // vals, free until the merge).
@@ -98,7 +116,9 @@ __device__ __forceinline__ void decode_attention(
         for (int e = 0; e < 8; e++)
             if (e < per) vals[i * hd + lane + 32 * e] = v[e];
     }
+    DA_MARK(3);
     __syncthreads();
+    DA_MARK(4);
     float qv[ME];
     #pragma unroll
     for (int e = 0; e < ME; e++) qv[e] = e < per ? vals[i * hd + lane + 32 * e] : 0.f;
@@ -115,11 +135,14 @@ __device__ __forceinline__ void decode_attention(
                                 knew, vnew, pos);
         store_partial<ME>(part, (long)i * S + sl, hd, acc, m, l);
     }
+    DA_MARK(5);
     __syncthreads();
     if (w == 0) merge_head(part, i, hd, S, vrot, out + (long)r * q_row + h * hd, vals + i * hd);
+    DA_MARK(6);
     if (!q8) return;
     __syncthreads();
     quant_span(vals, L, B, q8, dq, qs, gnb);
+    DA_MARK(7);
 }
 
 #define DECODE_ATTENTION_KERNEL(NAME, ME, KC, E)                                               \

@@ -5,6 +5,33 @@
 
 #include "common.cuh"
 
+// RoPE pairs (j, j + half) of a head whose pairs each lie in one lane (element j = lane + 32 e
+// pairs with e + D, D = half / 32), rotated in registers with the lane's table entries c[e],
+// s[e] (pair lane + 32 e): the arithmetic of the shared-memory exchange below, without it.
+template <int D>
+__device__ __forceinline__ void rope_lane_pairs(float (&v)[8], const float (&c)[4],
+                                                const float (&s)[4]) {
+    #pragma unroll
+    for (int e = 0; e < D; e++) {
+        float a = v[e], b = v[e + D];
+        v[e] = a * c[e] - b * s[e];
+        v[e + D] = a * s[e] + b * c[e];
+    }
+}
+
+// rope_lane_pairs when the layout allows it (not interleaved, half 32, 64 or 128); false (and
+// nothing done) otherwise.
+__device__ __forceinline__ bool rope_in_lane(float (&v)[8], const float (&c)[4],
+                                             const float (&s)[4], int half, int interleaved) {
+    if (interleaved) return false;
+    switch (half) {
+        case 32: rope_lane_pairs<1>(v, c, s); return true;
+        case 64: rope_lane_pairs<2>(v, c, s); return true;
+        case 128: rope_lane_pairs<4>(v, c, s); return true;
+        default: return false;
+    }
+}
+
 // One head of new queries, keys or values after its projection (the warp's lane holds
 // elements lane + 32 e, e < hd / 32, hd ≤ 256): the bias (when given), the RMSNorm over the
 // head with `gain` (when given; sum of squares in f64 like the CPU), then, when `rotate`, RoPE
@@ -62,7 +89,7 @@ __device__ __forceinline__ void head_post_pre(const float* __restrict__ src,
         for (int e = 0; e < 8; e++)
             if (e < per) v[e] = v[e] * inv * pre.g[e];
     }
-    if (!rotate) return;
+    if (!rotate || rope_in_lane(v, pre.c, pre.s, half, interleaved)) return;
     #pragma unroll
     for (int e = 0; e < 8; e++)
         if (e < per) sh[lane + 32 * e] = v[e];
@@ -112,6 +139,17 @@ __device__ __forceinline__ void head_post(const float* __restrict__ src,
             if (e < per) v[e] = v[e] * inv * gain[lane + 32 * e];
     }
     if (!rotate) return;
+    if (!interleaved && (half == 32 || half == 64 || half == 128)) {
+        float cl[4], sl[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int j = lane + 32 * i;
+            cl[i] = j < half ? c[j] : 0.f;
+            sl[i] = j < half ? s[j] : 0.f;
+        }
+        rope_in_lane(v, cl, sl, half, interleaved);
+        return;
+    }
     #pragma unroll
     for (int e = 0; e < 8; e++)
         if (e < per) sh[lane + 32 * e] = v[e];

@@ -13,35 +13,85 @@
 // Keys per step of the split decode attention (twice as many for heads up to 128).
 #define KCH 4
 
-// One step of the online softmax over keys j .. j + KC - 1 (those from j1 on masked out): each
-// lane's partial scores sc summed across the warp, scaled (and soft-capped), then the running
-// max m, sum l and output acc (lane's values) updated with the keys' values vv.
+// warp_sum_keys's layout of KC keys (a power of two up to 32) over the warp: key bit b,
+// counted from the top, sits in lane bit 4 - b. The lane holding key c's sum (lanes differing
+// in the low 5 - log2 KC bits hold the same key):
+template <int KC>
+__device__ __forceinline__ int lane_of_key(int c) {
+    int lane = 0;
+    #pragma unroll
+    for (int half = KC / 2, o = 16; half >= 1; half >>= 1, o >>= 1)
+        if (c & half) lane |= o;
+    return lane;
+}
+
+// ... and the key whose sum a lane holds.
+template <int KC>
+__device__ __forceinline__ int key_of_lane(int lane) {
+    int key = 0;
+    #pragma unroll
+    for (int half = KC / 2, o = 16; half >= 1; half >>= 1, o >>= 1)
+        if (lane & o) key |= half;
+    return key;
+}
+
+// The KC lane-partial scores sc summed across the warp with KC - 1 + 5 - log2 KC shuffles
+// instead of 5 KC: at each of the first log2 KC levels (partners 16, 8, ... lanes apart) a lane
+// keeps half of its keys and trades the other half with its partner; the levels left sum the
+// one key each lane then holds (key_of_lane). Every sum adds the same pairs in the same order
+// as a shuffle reduction per key, so the results are its bits. Returns the lane's key's sum.
+template <int KC>
+__device__ __forceinline__ float warp_sum_keys(float (&sc)[KC]) {
+    int lane = threadIdx.x & 31;
+    int o = 16;
+    #pragma unroll
+    for (int n = KC; n > 1; n >>= 1, o >>= 1) {
+        bool up = lane & o;
+        #pragma unroll
+        for (int c = 0; c < n / 2; c++) {
+            float keep = up ? sc[c + n / 2] : sc[c];
+            float send = up ? sc[c] : sc[c + n / 2];
+            sc[c] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float x = sc[0];
+    #pragma unroll
+    for (; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// One step of the online softmax over keys j .. j + KC - 1 (those from j1 on masked out): the
+// lanes' partial scores sc summed across the warp (warp_sum_keys); each lane scales (and
+// soft-caps) and masks the one key's score it holds and takes its exponential; the keys'
+// maximum and probabilities are exchanged by shuffles, and the running max m, sum l and output
+// acc (lane's values) take the keys' values vv in key order. The same arithmetic as reducing
+// and exponentiating every score on every lane (which took 5 KC shuffles and KC exponentials a
+// step), so the same bits: the maximum of non-NaN values does not depend on the order.
 template <int ME, int KC>
 __device__ __forceinline__ void softmax_step(float (&sc)[KC], const float (&vv)[KC][ME], int j,
                                              int j1, float scale, float softcap, float& m,
                                              float& l, float (&acc)[ME]) {
+    float s = warp_sum_keys<KC>(sc);
+    int key = key_of_lane<KC>(threadIdx.x & 31);
+    s *= scale;
+    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+    if (j + key >= j1) s = __int_as_float(0xff800000);
+    float mx = s;
     #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        #pragma unroll
-        for (int c = 0; c < KC; c++) sc[c] += __shfl_xor_sync(0xffffffffu, sc[c], o);
-    float mn = m;
-    #pragma unroll
-    for (int c = 0; c < KC; c++) {
-        sc[c] *= scale;
-        if (softcap > 0.f) sc[c] = softcap * tanhf(sc[c] / softcap);
-        if (j + c >= j1) sc[c] = __int_as_float(0xff800000);
-        mn = fmaxf(mn, sc[c]);
-    }
+    for (int half = KC / 2, o = 16; half >= 1; half >>= 1, o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float mn = fmaxf(m, mx);
     float corr = __expf(m - mn);
+    float p = __expf(s - mn);
     l *= corr;
     #pragma unroll
     for (int e = 0; e < ME; e++) acc[e] *= corr;
     #pragma unroll
     for (int c = 0; c < KC; c++) {
-        float p = __expf(sc[c] - mn);
-        l += p;
+        float pc = __shfl_sync(0xffffffffu, p, lane_of_key<KC>(c));
+        l += pc;
         #pragma unroll
-        for (int e = 0; e < ME; e++) acc[e] += p * vv[c][e];
+        for (int e = 0; e < ME; e++) acc[e] += pc * vv[c][e];
     }
     m = mn;
 }
