@@ -178,17 +178,14 @@ impl MediaTowers for Qwen35Vision {
             .ok()
     }
 
-    /// Each frame group through the tower on its own (transformers' vision attention is per
-    /// group: `cu_seqlens` splits the video's `t`).
+    /// Every frame group through the tower in one pass, each group its own attention sequence
+    /// (transformers' vision attention is per group: `cu_seqlens` splits the video's `t`).
     fn encode_video(&self, video: &VideoClip) -> Result<EncodedVideo, String> {
         let v = self.video_processor.preprocess(video)?;
         let m = self.video_processor.pixels.merge;
         let first = v.groups.first().ok_or("the video has no frames")?;
         let grid = [first.rows / m, first.cols / m];
-        let mut rows = Vec::new();
-        for g in &v.groups {
-            rows.extend(self.tower.encode(g)?);
-        }
+        let rows = self.tower.encode_batch(&v.groups)?.concat();
         Ok(EncodedVideo {
             rows,
             grid,

@@ -120,6 +120,41 @@ impl VisionTower {
     /// Encodes one image's patches; returns the soft tokens `[rows · cols / merge², out_hidden]`
     /// in merge-block order (row-major over the merged grid).
     pub fn encode(&self, p: &VisionPatches) -> Result<Vec<f32>, String> {
+        let mut out = self.encode_batch(std::slice::from_ref(p))?;
+        out.pop()
+            .ok_or_else(|| "vision tower: no output".to_string())
+    }
+
+    /// Encodes several grids of patches (a video's frame groups) in one pass of the blocks,
+    /// each attending only to its own patches (transformers' `cu_seqlens`); returns each one's
+    /// soft tokens as [`Self::encode`] does.
+    pub fn encode_batch(&self, ps: &[VisionPatches]) -> Result<Vec<Vec<f32>>, String> {
+        let c = &self.cfg;
+        let mut cells = Vec::with_capacity(ps.len());
+        let mut x = Vec::new();
+        for p in ps {
+            let n = self.check(p)?;
+            let grid = BlockGrid::new(p.rows, p.cols, c.merge);
+            let mut xi = self.patch_embed.forward(&p.values, n);
+            self.add_positions(&mut xi, &grid);
+            x.extend_from_slice(&xi);
+            cells.push(grid);
+        }
+        let x = self.blocks(x, &cells)?;
+        let mut first = 0;
+        Ok(cells
+            .iter()
+            .map(|g| {
+                let n = g.rows * g.cols;
+                let rows = &x[first * c.hidden..(first + n) * c.hidden];
+                first += n;
+                self.merge(rows, n)
+            })
+            .collect())
+    }
+
+    /// The patch count of `p`, or why the tower cannot encode it.
+    fn check(&self, p: &VisionPatches) -> Result<usize, String> {
         let c = &self.cfg;
         let n = p.rows * p.cols;
         if n == 0 || p.values.len() != n * c.patch_values() {
@@ -145,21 +180,22 @@ impl VisionTower {
                 p.rows, p.cols
             ));
         }
-        let cells = BlockGrid::new(p.rows, p.cols, c.merge);
-        let mut x = self.patch_embed.forward(&p.values, n);
-        self.add_positions(&mut x, &cells);
-        let x = self.blocks(x, &cells)?;
-        Ok(self.merge(&x, n))
+        Ok(n)
     }
 
-    /// The blocks and the merger's LayerNorm over the embedded patches `x` (`[n, hidden]`, one
-    /// image's patches of the grid `cells` in merge-block order) as one [`EncoderPlan`];
-    /// returns `[n, hidden]`.
-    fn blocks(&self, x: Vec<f32>, cells: &BlockGrid) -> Result<Vec<f32>, String> {
+    /// The blocks and the merger's LayerNorm over the embedded patches `x` (`[Σ n, hidden]`:
+    /// the patches of each grid of `cells` in merge-block order, one grid after the other) as
+    /// one [`EncoderPlan`], each grid its own attention sequence; returns `[Σ n, hidden]`.
+    fn blocks(&self, x: Vec<f32>, cells: &[BlockGrid]) -> Result<Vec<f32>, String> {
         let c = &self.cfg;
-        let n = cells.rows * cells.cols;
-        let grid = (0..n).map(|i| cells.cell(i));
-        let rows = [RopeRows::axial_2d(c.head_dim(), c.rope_theta, grid)];
+        let lens: Vec<usize> = cells.iter().map(|g| g.rows * g.cols).collect();
+        let rows: Vec<RopeRows> = cells
+            .iter()
+            .map(|g| {
+                let grid = (0..g.rows * g.cols).map(|i| g.cell(i));
+                RopeRows::axial_2d(c.head_dim(), c.rope_theta, grid)
+            })
+            .collect();
         let rope_of = Some(RopeOf::Rows(&rows));
         let layers = self
             .blocks
@@ -192,7 +228,7 @@ impl VisionTower {
             act: c.act,
             dim: c.hidden,
         };
-        encoder::run(&plan, x, &[n]).map_err(|e| format!("vision tower: {e}"))
+        encoder::run(&plan, x, &lens).map_err(|e| format!("vision tower: {e}"))
     }
 
     /// Adds the learned positions resampled to the patch grid (`F.interpolate`, bilinear,
@@ -340,12 +376,15 @@ mod tests {
                 (seed >> 8) as f32 / (1 << 23) as f32 - 1.0
             })
             .collect();
-        let plan = tower.blocks(x.clone(), &cells).unwrap();
+        let plan = tower
+            .blocks(x.clone(), std::slice::from_ref(&cells))
+            .unwrap();
         let rope = RopeRows::axial_2d(
             cfg.head_dim(),
             cfg.rope_theta,
             (0..n).map(|i| cells.cell(i)),
         );
+        let x_first = x.clone();
         let mut host = x;
         for (i, b) in tower.blocks.iter().enumerate() {
             let name = format!("{prefix}blocks.{i}.attn.qkv.weight");
@@ -364,7 +403,28 @@ mod tests {
             "the plan differs from the host loop by {diff}"
         );
         // A grid that does not fit the rows given is an error, not a panic.
-        assert!(tower.blocks(vec![0.0; 5 * d], &cells).is_err());
+        assert!(tower
+            .blocks(vec![0.0; 5 * d], std::slice::from_ref(&cells))
+            .is_err());
+        // Two grids in one pass (a video's frame groups): each attends to its own patches only,
+        // so each gets the rows of a pass of its own.
+        let small = BlockGrid::new(2, 2, cfg.merge);
+        let xs: Vec<f32> = (0..4 * d).map(|i| (i % 7) as f32 * 0.25 - 0.75).collect();
+        let alone = tower
+            .blocks(xs.clone(), std::slice::from_ref(&small))
+            .unwrap();
+        let both = tower
+            .blocks([x_first, xs].concat(), &[cells, small])
+            .unwrap();
+        let gap = both
+            .iter()
+            .zip(plan.iter().chain(&alone))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            gap <= 1e-5,
+            "a batched pass differs from single ones by {gap}"
+        );
     }
 
     #[test]
