@@ -139,17 +139,6 @@ __device__ __forceinline__ void head_post(const float* __restrict__ src,
             if (e < per) v[e] = v[e] * inv * gain[lane + 32 * e];
     }
     if (!rotate) return;
-    if (!interleaved && (half == 32 || half == 64 || half == 128)) {
-        float cl[4], sl[4];
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int j = lane + 32 * i;
-            cl[i] = j < half ? c[j] : 0.f;
-            sl[i] = j < half ? s[j] : 0.f;
-        }
-        rope_in_lane(v, cl, sl, half, interleaved);
-        return;
-    }
     #pragma unroll
     for (int e = 0; e < 8; e++)
         if (e < per) sh[lane + 32 * e] = v[e];
