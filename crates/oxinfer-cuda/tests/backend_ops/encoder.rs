@@ -21,13 +21,37 @@ fn take(rng: &mut Rng) -> impl FnMut(usize, f32) -> Vec<f32> + '_ {
     |n, scale| (0..n).map(|_| rng.f() * scale).collect()
 }
 
+/// Random rows for sequences of lengths `lens` through plan `p` on the device and on the CPU:
+/// the device must run it (`declined` says what it declined otherwise) and agree within 2e-5
+/// (relative); prints `label` and the error.
+fn assert_matches_cpu(
+    b: &oxinfer_cuda::CudaBackend,
+    p: &oxinfer::plan::encoder::EncoderPlan,
+    lens: &[usize],
+    rng: &mut Rng,
+    declined: &str,
+    label: &str,
+) -> Vec<f32> {
+    let t: usize = lens.iter().sum();
+    let x: Vec<f32> = (0..t * p.dim).map(|_| rng.f()).collect();
+    let cpu = run_cpu(p, x.clone(), lens);
+    let mut dev = vec![f32::NAN; x.len()];
+    assert!(
+        b.run_encoder(p, &x, lens, &mut dev),
+        "the device declined {declined}"
+    );
+    let e = rel_err(&dev, &cpu);
+    println!("{label}: rel err {e:.2e}");
+    assert!(e <= 2e-5, "{label}: the device differs from the CPU by {e}");
+    x
+}
+
 #[test]
 fn encoder_plan_matches_cpu() {
     let Some(b) = gpu(QuantPath::DequantCublas) else {
         return;
     };
     let lens = [5usize, 1, 37, 130, 64];
-    let t: usize = lens.iter().sum();
     let cases = [
         // all-MiniLM-L6-v2's geometry (two of its six layers).
         Case {
@@ -109,21 +133,12 @@ fn encoder_plan_matches_cpu() {
     for c in &cases {
         let owned = build(c, &mut take(&mut rng));
         let p = plan(c, &owned);
-        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
-        let cpu = run_cpu(&p, x.clone(), &lens);
-        let mut dev = vec![f32::NAN; x.len()];
-        assert!(
-            b.run_encoder(&p, &x, &lens, &mut dev),
-            "the device declined {} × {} heads",
-            c.heads,
-            c.dim / c.heads
-        );
-        let e = rel_err(&dev, &cpu);
-        println!(
-            "encoder dim {} heads {} ffn {} gated {} {:?} {:?}: rel err {e:.2e}",
+        let declined = format!("{} × {} heads", c.heads, c.dim / c.heads);
+        let label = format!(
+            "encoder dim {} heads {} ffn {} gated {} {:?} {:?}",
             c.dim, c.heads, c.ffn, c.gated, c.act, c.stored
         );
-        assert!(e <= 2e-5, "encoder pass differs from the CPU by {e}");
+        let x = assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
         // A second pass of a smaller batch reuses the uploaded weights and scratch.
         let mut one = vec![f32::NAN; lens[0] * c.dim];
         assert!(b.run_encoder(&p, &x[..one.len()], &lens[..1], &mut one));
@@ -184,22 +199,10 @@ fn rotary_case<'a>(
     lens: &[usize],
     rng: &mut Rng,
 ) {
-    let t: usize = lens.iter().sum();
     let mut p = plan(c, owned);
     p.layers.iter_mut().for_each(|l| l.rope_of = Some(rope_of));
-    let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
-    let cpu = run_cpu(&p, x.clone(), lens);
-    let mut dev = vec![f32::NAN; x.len()];
-    assert!(
-        b.run_encoder(&p, &x, lens, &mut dev),
-        "the device declined {name}"
-    );
-    let e = rel_err(&dev, &cpu);
-    println!("rotary encoder ({name}): rel err {e:.2e}");
-    assert!(
-        e <= 2e-5,
-        "rotary encoder pass ({name}) differs from the CPU by {e}"
-    );
+    let label = format!("rotary encoder ({name})");
+    assert_matches_cpu(b, &p, lens, rng, name, &label);
 }
 
 #[test]
@@ -254,7 +257,6 @@ fn encoder_plan_pre_norm_matches_cpu() {
         return;
     };
     let lens = [5usize, 1, 37, 130, 64];
-    let t: usize = lens.iter().sum();
     let mut rng = Rng(0x70de_4e5f);
     // ModernBERT's blocks: pre-norm, a global layer then local ones, a rotation per layer type.
     for (c, window) in PRE_NORM_CASES {
@@ -265,23 +267,12 @@ fn encoder_plan_pre_norm_matches_cpu() {
         let mut p = plan(&c, &owned);
         let (g_of, l_of) = (RopeOf::Positions(&g_of), RopeOf::Positions(&l_of));
         make_pre_norm(&mut p, &final_norm, window, g_of, l_of);
-        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
-        let cpu = run_cpu(&p, x.clone(), &lens);
-        let mut dev = vec![f32::NAN; x.len()];
-        assert!(
-            b.run_encoder(&p, &x, &lens, &mut dev),
-            "the device declined the pre-norm plan of dim {}",
-            c.dim
-        );
-        let e = rel_err(&dev, &cpu);
-        println!(
-            "pre-norm encoder dim {} heads {} window {window} {:?}: rel err {e:.2e}",
+        let declined = format!("the pre-norm plan of dim {}", c.dim);
+        let label = format!(
+            "pre-norm encoder dim {} heads {} window {window} {:?}",
             c.dim, c.heads, c.stored
         );
-        assert!(
-            e <= 2e-5,
-            "pre-norm encoder pass differs from the CPU by {e}"
-        );
+        assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
     }
 }
 
@@ -291,7 +282,6 @@ fn encoder_plan_grid_rotation_matches_cpu() {
         return;
     };
     let lens = [5usize, 1, 37, 130, 64];
-    let t: usize = lens.iter().sum();
     let mut rng = Rng(0x6121_0001);
     // Qwen 3.5's vision tower's blocks: pre-norm with a final norm (its merger's), biases, a
     // GELU (tanh) MLP, each sequence rotated by its own 2-D grid rows.
@@ -301,20 +291,13 @@ fn encoder_plan_grid_rotation_matches_cpu() {
         let rows = grid_rows(&c, &lens);
         let mut p = plan(&c, &owned);
         make_grid_pre_norm(&mut p, &final_norm, &rows);
-        let x: Vec<f32> = (0..t * c.dim).map(|_| rng.f()).collect();
-        let cpu = run_cpu(&p, x.clone(), &lens);
-        let mut dev = vec![f32::NAN; x.len()];
         let hd = c.dim / c.heads;
-        assert!(
-            b.run_encoder(&p, &x, &lens, &mut dev),
-            "the device declined the grid-rotated plan with heads of {hd}"
-        );
-        let e = rel_err(&dev, &cpu);
-        println!(
-            "grid-rotated pre-norm encoder dim {} heads {}x{hd} {:?}: rel err {e:.2e}",
+        let declined = format!("the grid-rotated plan with heads of {hd}");
+        let label = format!(
+            "grid-rotated pre-norm encoder dim {} heads {}x{hd} {:?}",
             c.dim, c.heads, c.stored
         );
-        assert!(e <= 2e-5, "grid-rotated pass differs from the CPU by {e}");
+        let x = assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
         // Rows that do not fit the batch: declined, nothing written.
         let mut out = vec![0f32; 5 * c.dim];
         assert!(!b.run_encoder(&p, &x[..out.len()], &[3, 2], &mut out));

@@ -137,7 +137,12 @@ impl VisionTower {
             let grid = BlockGrid::new(p.rows, p.cols, c.merge);
             let mut xi = self.patch_embed.forward(&p.values, n);
             self.add_positions(&mut xi, &grid);
-            x.extend_from_slice(&xi);
+            // One image (the usual case) keeps its rows; groups are appended.
+            if x.is_empty() {
+                x = xi;
+            } else {
+                x.extend_from_slice(&xi);
+            }
             cells.push(grid);
         }
         let x = self.blocks(x, &cells)?;
