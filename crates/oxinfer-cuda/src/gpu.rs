@@ -238,6 +238,8 @@ pub(crate) enum Slot {
     EncRopeRow = 32,
     /// Encoder pass, pre-norm: the normalized input of the next sublayer `[T, dim]`.
     EncNormed = 33,
+    /// Encoder pass: a clamped product's input `[T, widest input]`.
+    EncClamped = 34,
 }
 
 impl Gpu {

@@ -289,6 +289,10 @@ pub(crate) struct Kernels {
     pub enc_residual_layer_norm: sys::CUfunction,
     /// Encoder pass: rotary positions of the queries and keys.
     pub enc_rope: sys::CUfunction,
+    /// Encoder pass: a product's input clamped into a copy, or its output in place.
+    pub enc_clamp: sys::CUfunction,
+    /// Encoder pass: per-head RMS norm of queries, keys or values, one warp per head.
+    pub enc_head_rms_norm: sys::CUfunction,
     /// Encoder pass: attention within each sequence, per head width of
     /// [`ENCODER_HEAD_DIMS`].
     pub enc_attention: [sys::CUfunction; 5],
@@ -606,6 +610,8 @@ impl Kernels {
             enc_gated_act: get("enc_gated_act")?,
             enc_residual_layer_norm: get("enc_residual_layer_norm")?,
             enc_rope: get("enc_rope")?,
+            enc_clamp: get("enc_clamp")?,
+            enc_head_rms_norm: get("enc_head_rms_norm")?,
             enc_attention: {
                 let mut f = [std::ptr::null_mut(); 5];
                 for (f, hd) in f.iter_mut().zip(ENCODER_HEAD_DIMS) {

@@ -16,21 +16,29 @@
 //! for the next sublayer (the last one with the final norm, in place). Local layers attend
 //! within their window.
 //!
-//! Rotary positions (NomicBERT, ModernBERT, Qwen 3.5's vision tower) rotate the queries and keys
-//! before attention (`enc_rope`) from tables the host makes once per pass: one per distinct
-//! rotation of the batch's sequences and layers (dynamic NTK scaling gives a long sequence its
-//! own, ModernBERT's local and global layers have theirs, a vision tower's patch grid gives each
-//! image its rows), as long as its longest sequence, and each layer's row of them for every
-//! token.
+//! Rotary positions (NomicBERT, ModernBERT, Qwen 3.5's and Gemma 4's vision towers) rotate the
+//! queries and keys before attention (`enc_rope`) from tables the host makes once per pass: one
+//! per distinct rotation of the batch's sequences and layers (dynamic NTK scaling gives a long
+//! sequence its own, ModernBERT's local and global layers have theirs, a vision tower's patch
+//! grid gives each image its rows), as long as its longest sequence, and each layer's row of
+//! them for every token.
+//!
+//! Gemma-style blocks (Gemma 4's vision tower) add RMSNorms in the residual kernel, per-head RMS
+//! norms of the queries, keys and values after their products (`enc_head_norm`), each
+//! sublayer's output normalized before its residual add, grouped-query heads (the q/k/v region
+//! holds `heads` query heads then the key and value heads), and clamped projections: a clamped
+//! input is copied clamped into a region of its own before the product, a clamped output is
+//! clamped in place after the product and its bias (`enc_clamp`).
 //!
 //! A batch whose activations do not fit one storage binding (lavapipe: 128 MiB, about 5,800
 //! tokens of all-MiniLM-L6-v2) runs as several passes over consecutive groups of whole
-//! sequences. Declined (the CPU runs the plan; [`run`] says why): heads wider than 256 or not
-//! tiling the hidden state, a hidden state wider than 4,096, rotations of several widths or
-//! layouts or wider than a head, a post-norm block without its attention norm or a pre-norm
-//! block past the first without it, a weight the device cannot hold, one sequence too long for a
-//! binding, and on llvmpipe (lavapipe) a sequence whose attention would run past its 65,535 loop
-//! iterations per invocation (heads of 64: about 6,000 keys; of 256: about 1,800).
+//! sequences. Declined (the CPU runs the plan; [`run`] says why): heads wider than 256,
+//! projections or norms whose shapes do not chain ([`EncoderPlan::check_shapes`]), a hidden
+//! state wider than 4,096, rotations of several widths or layouts or wider than a head, a
+//! post-norm block without its attention norm or a pre-norm block past the first without it, a
+//! weight the device cannot hold, one sequence too long for a binding, and on llvmpipe
+//! (lavapipe) a sequence whose attention would run past its 65,535 loop iterations per
+//! invocation (heads of 64: about 6,000 keys; of 256: about 1,800).
 
 use crate::gpu::Gpu;
 use crate::kernels::{
@@ -55,11 +63,10 @@ pub(crate) fn unsupported(g: &Gpu, plan: &EncoderPlan) -> Option<&'static str> {
             "a block without its attention norm",
         ),
         (
-            h.head_dim == 0
-                || enc_head_width(h.head_dim).is_none()
-                || h.n_heads * h.head_dim != plan.dim,
+            h.head_dim == 0 || enc_head_width(h.head_dim).is_none(),
             "head width",
         ),
+        (plan.check_shapes().is_err(), "projection or norm shapes"),
         (plan.dim > ENC_MAX_DIM, "hidden state wider than 4096"),
         (
             plan.layers
@@ -109,14 +116,20 @@ type LayerMats<'a> = (
 /// Every layer's matrices (uploaded on first use), or why not: a weight the device cannot hold,
 /// or shapes that do not chain.
 fn layer_mats<'a>(g: &Gpu, plan: &EncoderPlan<'a>) -> Result<Vec<LayerMats<'a>>, &'static str> {
-    let dim = plan.dim;
+    let (dim, h) = (plan.dim, &plan.heads);
+    let (qw, kvw) = (h.n_heads * h.head_dim, h.n_kv_heads * h.head_dim);
     let mut out = Vec::with_capacity(plan.layers.len());
     for l in &plan.layers {
         let w = |p| weight(g, p).ok_or("a weight the device cannot hold");
         let attn = [w(l.q)?, w(l.k)?, w(l.v)?, w(l.o)?];
         let gate = l.gate.map(w).transpose()?;
         let [up, down] = [w(l.up)?, w(l.down)?];
-        let fits = attn.iter().all(|m| m.rows == dim && m.cols == dim)
+        let rows = [qw, kvw, kvw, dim];
+        let cols = [dim, dim, dim, qw];
+        let fits = attn
+            .iter()
+            .zip(rows.iter().zip(&cols))
+            .all(|(m, (&r, &c))| m.rows == r && m.cols == c)
             && gate.is_none_or(|m| m.cols == dim && m.rows == up.rows)
             && up.cols == dim
             && down.rows == dim
@@ -129,19 +142,48 @@ fn layer_mats<'a>(g: &Gpu, plan: &EncoderPlan<'a>) -> Result<Vec<LayerMats<'a>>,
     Ok(out)
 }
 
+/// The widths of a pass's per-row regions: q/k/v side by side, the attention output (query
+/// heads), and the widest input a clamped product reads (0: no product is clamped).
+fn widths(plan: &EncoderPlan, ffn: usize) -> (usize, usize, usize) {
+    let h = &plan.heads;
+    let (qw, kvw) = (h.n_heads * h.head_dim, h.n_kv_heads * h.head_dim);
+    let clamped = plan.layers.iter().any(|l| {
+        let ps = [Some(l.q), Some(l.k), Some(l.v), Some(l.o), l.gate];
+        ps.into_iter()
+            .chain([Some(l.up), Some(l.down)])
+            .flatten()
+            .any(|p| p.input_clamp().is_some())
+    });
+    let widest = if clamped {
+        plan.dim.max(qw).max(ffn)
+    } else {
+        0
+    };
+    (qw + 2 * kvw, qw, widest)
+}
+
 /// f32 values of a pass's activation arena per token row (hidden state, pre-norm's normalized
-/// copy, q/k/v, attention output, product output, the MLP's hidden and up values, the int8
-/// rounding of inputs), and the most rows one binding holds.
+/// copy, q/k/v, attention output, product output, the MLP's hidden and up values, the clamped
+/// copy of a product's input, the int8 rounding of inputs), and the most rows one binding
+/// holds.
 fn rows_per_pass(g: &Gpu, plan: &EncoderPlan, ffn: usize) -> usize {
     let pre = matches!(plan.order, NormOrder::Pre { .. });
     let gated = plan.layers.iter().any(|l| l.gate.is_some());
     let dim = plan.dim;
-    let per_row = dim * (6 + usize::from(pre))
+    let (qkv, att, clamped) = widths(plan, ffn);
+    let per_row = dim * (2 + usize::from(pre))
+        + qkv
+        + att
+        + clamped
         + ffn * (1 + usize::from(gated))
-        + if int8_inputs() { dim.max(ffn) } else { 0 };
+        + if int8_inputs() {
+            dim.max(ffn).max(att)
+        } else {
+            0
+        };
     // Each region is rounded up to 64 values (`Layout::take`).
     let room = (g.max_binding() / 4) as usize;
-    room.saturating_sub(9 * 64) / per_row.max(1)
+    room.saturating_sub(10 * 64) / per_row.max(1)
 }
 
 /// Most loop iterations one shader invocation may run on `g` (llvmpipe: 65,535 in all,
@@ -299,7 +341,7 @@ impl Pass<'_, '_> {
                 .chunks(t.max(1))
                 .map(|m| pack.push(&m.iter().map(|&v| f32::from_bits(v)).collect::<Vec<_>>()))
                 .collect();
-            (at, maps)
+            (at, r.sections, maps)
         });
         let mut blocks = Vec::new();
         let mut r0 = 0u32;
@@ -314,15 +356,21 @@ impl Pass<'_, '_> {
 
         let mut lay = Layout::default();
         let ffn = self.ffn;
-        let widest = if int8_inputs() { dim.max(ffn) } else { 0 };
-        let [hidden, normed, qkv, att, y, gt, up, xq] = [
+        let (qkv_w, att_w, clamped_w) = widths(plan, ffn);
+        let widest = if int8_inputs() {
+            dim.max(ffn).max(att_w)
+        } else {
+            0
+        };
+        let [hidden, normed, qkv, att, y, gt, up, xc, xq] = [
             t * dim,
             if pre { t * dim } else { 0 },
-            t * 3 * dim,
-            t * dim,
+            t * qkv_w,
+            t * att_w,
             t * dim,
             t * ffn,
             if gated { t * ffn } else { 0 },
+            t * clamped_w,
             t * widest,
         ]
         .map(|n| lay.take(n));
@@ -336,7 +384,24 @@ impl Pass<'_, '_> {
 
         let mut d: Vec<Dispatch> = Vec::new();
         type Ready = Option<(usize, usize)>;
-        let mm = |d: &mut Vec<Dispatch>, r: &mut Ready, m: &DeviceMatrix, x, y, ld| {
+        // The product of `l` (its matrix `m`) over `x` (rows of `l`'s input width) into `y`
+        // (rows `ld` apart), its input clamped into `xc` first when `l` clamps it; the output
+        // clamp is the caller's (after the bias).
+        let mm = |d: &mut Vec<Dispatch>,
+                  r: &mut Ready,
+                  (m, l): (&DeviceMatrix, &EncoderLinear),
+                  x,
+                  y,
+                  ld| {
+            let x = match l.input_clamp() {
+                Some(b) => {
+                    let w = m.cols;
+                    d.push(kernels::enc_clamp(&a, (x, w), (xc, w), (t, w), b));
+                    *r = None;
+                    xc
+                }
+                None => x,
+            };
             let io = LinearIo {
                 a: &a,
                 x,
@@ -345,13 +410,40 @@ impl Pass<'_, '_> {
                 y,
                 ld,
             };
-            linear(m, &io, t, r, d)
+            linear(m, &io, t, r, d);
+            if l.input_clamp().is_some() {
+                *r = None;
+            }
+        };
+        // The output clamp of `l` over `w` columns of rows `ld` apart at `y`, in place.
+        let clamp_out = |d: &mut Vec<Dispatch>, l: &EncoderLinear, y, w, ld| {
+            if let Some(b) = l.output_clamp() {
+                d.push(kernels::enc_clamp(&a, (y, ld), (y, ld), (t, w), b));
+            }
         };
         let norm = |x, y, n, out| kernels::enc_residual_norm(&a, &c, x, y, n, out, dim, t);
+        // A product's output at `y` (`[t, dim]`) made ready for its residual add: its bias, its
+        // clamp and the sublayer's output norm applied when it has either; returns the bias
+        // still to add (folded into the residual kernel).
+        let finish = |d: &mut Vec<Dispatch>, l: &EncoderLinear, bias, post: Option<NormAt>| {
+            if l.output_clamp().is_none() && post.is_none() {
+                return bias;
+            }
+            if let Some(b) = bias {
+                d.push(kernels::add_bias(&a, &c, y, b, dim, t));
+            }
+            clamp_out(d, l, y, dim, dim);
+            if let Some(n) = post {
+                d.push(norm(y, None, Some(n), y));
+            }
+            None
+        };
         // Pre-norm: the first block's attention input (the stream itself without a norm).
         if let (true, Some(n)) = (pre, self.params.first().and_then(|p| p.attn_norm)) {
-            d.push(norm(hidden, None, n, normed));
+            d.push(norm(hidden, None, Some(n), normed));
         }
+        let h = &plan.heads;
+        let (qw, kvw) = (h.n_heads * h.head_dim, h.n_kv_heads * h.head_dim);
         for (li, ((m, lp), l)) in self
             .mats
             .iter()
@@ -367,19 +459,48 @@ impl Pass<'_, '_> {
                 (true, Some(_)) => normed,
             };
             let mut ready = None;
-            for (i, w) in [wq, wk, wv].into_iter().enumerate() {
-                mm(&mut d, &mut ready, w, input, qkv + i * dim, 3 * dim);
+            let cols = [0, qw, qw + kvw];
+            let parts = [(wq, l.q), (wk, l.k), (wv, l.v)];
+            for (w, &col) in parts.into_iter().zip(&cols) {
+                mm(&mut d, &mut ready, w, input, qkv + col, qkv_w);
             }
             if let Some(b) = lp.qkv_bias {
-                d.push(kernels::add_bias(&a, &c, qkv, b, 3 * dim, t));
+                d.push(kernels::add_bias(&a, &c, qkv, b, qkv_w, t));
             }
-            let h = plan.heads_of(l);
-            if let (Some((at, maps)), Some(r)) = (&rope_at, rope) {
+            let heads = [h.n_heads, h.n_kv_heads, h.n_kv_heads];
+            let head_norms = [lp.q_norm, lp.k_norm, lp.v_norm];
+            for (((p, &col), &n_heads), n) in [l.q, l.k, l.v]
+                .into_iter()
+                .zip(&cols)
+                .zip(&heads)
+                .zip(head_norms)
+            {
+                clamp_out(&mut d, p, qkv + col, p.n_out(), qkv_w);
+                if let Some(n) = n {
+                    let geom = (qkv + col, qkv_w, t);
+                    d.push(kernels::enc_head_norm(
+                        &a,
+                        &c,
+                        geom,
+                        (n_heads, h.head_dim),
+                        n,
+                    ));
+                }
+            }
+            let hl = plan.heads_of(l);
+            if let (Some((at, sections, maps)), Some(r)) = (&rope_at, rope) {
                 if let Some(map) = r.layer_map[li] {
-                    let geom = (t, 3 * dim);
-                    let hd = h.head_dim;
+                    let geom = (t, qkv_w);
+                    let heads = (h.n_heads, h.n_kv_heads);
                     d.push(kernels::enc_rope(
-                        &a, &c, qkv, geom, h.n_heads, hd, *at, maps[map],
+                        &a,
+                        &c,
+                        qkv,
+                        geom,
+                        heads,
+                        h.head_dim,
+                        (*at, *sections),
+                        maps[map],
                     ));
                 }
             }
@@ -387,23 +508,36 @@ impl Pass<'_, '_> {
                 &a,
                 &c,
                 (qkv, att),
-                h,
+                hl,
                 blocks_at,
                 n_blocks,
             ));
-            mm(&mut d, &mut None, wo, att, y, dim);
+            mm(&mut d, &mut None, (wo, l.o), att, y, dim);
+            let o_bias = finish(&mut d, l.o, lp.o_bias, lp.post_attn_norm);
             // Post-norm: the stream normalized in place. Pre-norm: the stream kept, the MLP's
             // normalized input beside it.
             let (n, dst, mlp_in) = match (pre, lp.attn_norm) {
                 (true, _) => (lp.ffn_norm, normed, normed),
                 (false, n) => (n.expect("checked by unsupported"), hidden, hidden),
             };
-            d.push(norm(hidden, Some((y, lp.o_bias)), n, dst));
+            d.push(norm(hidden, Some((y, o_bias)), Some(n), dst));
             let width = wu.rows;
             let mut ready = None;
+            // Biases of clamped outputs go before their clamp, not into the activation.
+            let early = |d: &mut Vec<Dispatch>, p: &EncoderLinear, at, bias: Option<usize>| {
+                if p.output_clamp().is_none() {
+                    return bias;
+                }
+                if let Some(b) = bias {
+                    d.push(kernels::add_bias(&a, &c, at, b, width, t));
+                }
+                clamp_out(d, p, at, width, width);
+                None
+            };
             match wg {
                 None => {
-                    mm(&mut d, &mut ready, wu, mlp_in, gt, width);
+                    mm(&mut d, &mut ready, (wu, l.up), mlp_in, gt, width);
+                    let bias = early(&mut d, l.up, gt, lp.up_bias);
                     let act = Some(plan.act);
                     d.push(kernels::enc_act(
                         &a,
@@ -411,40 +545,37 @@ impl Pass<'_, '_> {
                         gt,
                         t * width,
                         width,
-                        lp.up_bias,
+                        bias,
                         act,
                         None,
                     ));
                 }
                 Some(wg) => {
-                    mm(&mut d, &mut ready, wg, mlp_in, gt, width);
-                    mm(&mut d, &mut ready, wu, mlp_in, up, width);
+                    let gate = l.gate.expect("a gate matrix has its layer");
+                    mm(&mut d, &mut ready, (wg, gate), mlp_in, gt, width);
+                    mm(&mut d, &mut ready, (wu, l.up), mlp_in, up, width);
                     if let Some(b) = lp.up_bias {
                         d.push(kernels::add_bias(&a, &c, up, b, width, t));
                     }
+                    clamp_out(&mut d, l.up, up, width, width);
+                    let bias = early(&mut d, gate, gt, lp.gate_bias);
                     let (n, act) = (t * width, Some(plan.act));
-                    d.push(kernels::enc_act(
-                        &a,
-                        &c,
-                        gt,
-                        n,
-                        width,
-                        lp.gate_bias,
-                        act,
-                        Some(up),
-                    ));
+                    d.push(kernels::enc_act(&a, &c, gt, n, width, bias, act, Some(up)));
                 }
             }
-            mm(&mut d, &mut None, wd, gt, y, dim);
+            mm(&mut d, &mut None, (wd, l.down), gt, y, dim);
+            let down_bias = finish(&mut d, l.down, lp.down_bias, lp.post_ffn_norm);
             // Post-norm: in place. Pre-norm: the next block's attention input beside the
-            // stream, or after the last block the final norm in place.
+            // stream, or after the last block the final norm (if any) in place.
             let (n, dst) = match (pre, self.params.get(li + 1)) {
                 (false, _) => (Some(lp.ffn_norm), hidden),
-                (true, Some(next)) => (next.attn_norm, normed),
+                (true, Some(next)) => (
+                    Some(next.attn_norm.expect("checked by unsupported")),
+                    normed,
+                ),
                 (true, None) => (self.final_norm, hidden),
             };
-            let n = n.expect("checked by unsupported");
-            d.push(norm(hidden, Some((y, lp.down_bias)), n, dst));
+            d.push(norm(hidden, Some((y, down_bias)), n, dst));
         }
         g.run(&d, &mut [(&a, hidden, out)])
     }

@@ -217,6 +217,10 @@ pub(crate) enum Kernel {
     /// Encoder activation with bias or gate (`encoder.wgsl`).
     EncAct,
     EncRope,
+    /// Clamp of a product's input (into a copy) or output (in place).
+    EncClamp,
+    /// Per-head RMS norm of queries, keys or values.
+    EncHeadNorm,
     EncResidualNorm,
     /// Encoder attention for heads of at most this many values ([`enc_head_width`]).
     EncAttention(u32),
@@ -235,6 +239,8 @@ impl Kernel {
             Kernel::Rope => "rope",
             Kernel::EncAct => "enc_act",
             Kernel::EncRope => "enc_rope",
+            Kernel::EncClamp => "enc_clamp",
+            Kernel::EncHeadNorm => "enc_head_norm",
             Kernel::EncResidualNorm => "enc_residual_norm",
             Kernel::EncAttention(_) => "enc_attention",
             Kernel::Matmul(_)
@@ -307,9 +313,11 @@ impl Kernel {
             Kernel::Attention => ATTENTION.to_string(),
             Kernel::Copy => COPY.to_string(),
             Kernel::EncAttention(hd) => ENCODER.replace("//HD", &format!("const HD: u32 = {hd}u;")),
-            Kernel::EncAct | Kernel::EncRope | Kernel::EncResidualNorm => {
-                ENCODER.replace("//HD", "const HD: u32 = 32u;")
-            }
+            Kernel::EncAct
+            | Kernel::EncRope
+            | Kernel::EncClamp
+            | Kernel::EncHeadNorm
+            | Kernel::EncResidualNorm => ENCODER.replace("//HD", "const HD: u32 = 32u;"),
         };
         format!("{COMMON}\n{body}")
     }
@@ -584,18 +592,70 @@ pub(crate) fn enc_act(
     }
 }
 
+/// `dst = clamp(src, lo, hi)` over `rows` rows of `w` values (`src` rows `ld_src` apart, `dst`
+/// rows `ld_dst` apart; `dst == src` in place).
+pub(crate) fn enc_clamp(
+    a: &Buf,
+    (src, ld_src): (usize, usize),
+    (dst, ld_dst): (usize, usize),
+    (rows, w): (usize, usize),
+    [lo, hi]: [f32; 2],
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::EncClamp,
+        params: words(&[
+            u(src),
+            u(dst),
+            u(rows),
+            u(w),
+            u(ld_src),
+            u(ld_dst),
+            lo.to_bits(),
+            hi.to_bits(),
+        ]),
+        bufs: vec![(1, a.clone())],
+        groups: threads(rows * w),
+    }
+}
+
+/// Each of `heads` heads of `hd` values of `rows` rows at `x` (rows `ld` apart) normalized in
+/// place by the RMSNorm `n` (gains of `hd` in `c`).
+pub(crate) fn enc_head_norm(
+    a: &Buf,
+    c: &Buf,
+    (x, ld, rows): (usize, usize, usize),
+    (heads, hd): (usize, usize),
+    n: NormAt,
+) -> Dispatch {
+    Dispatch {
+        kernel: Kernel::EncHeadNorm,
+        params: words(&[
+            u(x),
+            u(rows),
+            u(ld),
+            u(heads),
+            u(hd),
+            u(n.gain),
+            n.eps.to_bits(),
+        ]),
+        bufs: vec![(1, a.clone()), (5, c.clone())],
+        groups: threads(rows * heads),
+    }
+}
+
 /// Rotates the queries and keys of `t` rows of `qkv` (rows `ld` apart, `heads` query heads of
-/// `head_dim` then as many key heads), row `r` by row `rows[r]` (u32 bits at `rows` in `c`)
-/// of the tables `r`.
+/// `head_dim` then `kv_heads` key heads), row `r` by row `rows[r]` (u32 bits at `rows` in `c`)
+/// of the tables `r`, their pairs in `sections` blocks per head
+/// ([`oxinfer::plan::encoder_tables::RopeTables::sections`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn enc_rope(
     a: &Buf,
     c: &Buf,
     qkv: usize,
     (t, ld): (usize, usize),
-    heads: usize,
+    (heads, kv_heads): (usize, usize),
     head_dim: usize,
-    r: RopeAt,
+    (r, sections): (RopeAt, usize),
     rows: usize,
 ) -> Dispatch {
     Dispatch {
@@ -611,31 +671,43 @@ pub(crate) fn enc_rope(
             u(r.sin),
             u(rows),
             u(ld),
+            u(kv_heads),
+            u(sections.max(1)),
         ]),
         bufs: vec![(1, a.clone()), (5, c.clone())],
-        groups: threads(t * 2 * heads * r.half),
+        groups: threads(t * (heads + kv_heads) * r.half),
     }
 }
 
-/// A LayerNorm's gain and bias offsets in the constants, and its epsilon.
+/// A norm's gain and bias offsets in the constants, its epsilon and kind.
 pub(crate) use oxinfer::plan::encoder_tables::NormAt;
 
 /// `out = norm(x + (y + y_bias))` over `rows` rows of `dim` (`y` `None`: `out = norm(x)`), with
 /// `x` keeping the sum when `out` is elsewhere (pre-norm) or becoming the normalized rows when
-/// `out == x` (post-norm).
+/// `out == x` (post-norm); `n` `None`: no norm, `out = x + (y + y_bias)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn enc_residual_norm(
     a: &Buf,
     c: &Buf,
     x: usize,
     y: Option<(usize, Option<usize>)>,
-    n: NormAt,
+    n: Option<NormAt>,
     out: usize,
     dim: usize,
     rows: usize,
 ) -> Dispatch {
     let (y_at, yb) = y.unwrap_or((0, None));
-    let flags = u32::from(y.is_some()) | (u32::from(yb.is_some()) << 1);
+    let rms = n.is_some_and(|n| n.rms);
+    let flags = u32::from(y.is_some())
+        | (u32::from(yb.is_some()) << 1)
+        | (u32::from(rms) << 2)
+        | (u32::from(n.is_none()) << 3);
+    let n = n.unwrap_or(NormAt {
+        gain: 0,
+        bias: None,
+        eps: 0.0,
+        rms: true,
+    });
     Dispatch {
         kernel: Kernel::EncResidualNorm,
         params: words(&[
@@ -643,7 +715,7 @@ pub(crate) fn enc_residual_norm(
             u(y_at),
             u(yb.unwrap_or(0)),
             u(n.gain),
-            u(n.bias),
+            u(n.bias.unwrap_or(0)),
             u(dim),
             n.eps.to_bits(),
             u(out),
@@ -655,8 +727,9 @@ pub(crate) fn enc_residual_norm(
     }
 }
 
-/// Attention of every sequence with itself: `qkv` rows of `3 · heads · head_dim` (queries, keys,
-/// values) into `out` (`[T, heads · head_dim]`), over the `blocks` query blocks at `at` in `c`
+/// Attention of every sequence with itself: `qkv` rows of `(heads + 2 kv_heads) · head_dim`
+/// (queries, keys, values) into `out` (`[T, heads · head_dim]`), over the `blocks` query
+/// blocks at `at` in `c`
 /// (`(first row, length, first query)` of [`ENC_QUERY_BLOCK`] queries of one sequence, as u32
 /// bits).
 pub(crate) fn enc_attention(
@@ -675,11 +748,12 @@ pub(crate) fn enc_attention(
             u(out),
             u(h.n_heads),
             u(h.head_dim),
-            u(3 * h.n_heads * h.head_dim),
+            u((h.n_heads + 2 * h.n_kv_heads) * h.head_dim),
             h.scale.to_bits(),
             u(h.window.map_or(0, |w| w + 1)),
             u(at),
             u(blocks),
+            u(h.n_kv_heads),
         ]),
         bufs: vec![(1, a.clone()), (5, c.clone())],
         groups: u(blocks * h.n_heads),

@@ -4,8 +4,10 @@
 //! 256), with and without biases, plain and gated MLPs, f32 / f16 weights, rotary positions (half
 //! and interleaved pairs, partial, a base per sequence length), pre-norm blocks with local windows
 //! and a rotation per layer type (ModernBERT's), pre-norm blocks with each sequence's own 2-D grid
-//! rotation rows (Qwen 3.5's vision tower), a batch of sequences of different lengths (one
-//! of a single token), batches split over several passes; the activations against
+//! rotation rows (Qwen 3.5's vision tower), Gemma 4's vision tower's blocks (RMS sandwich norms,
+//! per-head query / key / value norms, grouped-query heads, clamped projections, axial halves
+//! rotation), a batch of sequences of different lengths (one of a single token), batches split
+//! over several passes; the activations against
 //! [`EncoderAct::apply`]; and the plans the device declines. Runs on the first wgpu adapter
 //! (lavapipe in CI); without one it prints a `skipped:` line, and under `CI=true` it fails.
 
@@ -17,8 +19,9 @@ use oxinfer::config::RopeStyle;
 use oxinfer::nn::encoder_act::EncoderAct;
 use oxinfer::plan::encoder::{run_cpu, EncoderPlan, NormOrder, RopeOf};
 use oxinfer::plan::encoder_random::{
-    build, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan, pre_norm_ropes, rope,
-    RandomCase as Case, Stored, GRID_CASES, PRE_NORM_CASES,
+    build, build_sandwich, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan,
+    pre_norm_ropes, rms_norm, rope, sandwich_plan, sandwich_rows, RandomCase as Case, Stored,
+    GRID_CASES, PRE_NORM_CASES, SANDWICH_CASES,
 };
 use oxinfer_wgpu::WgpuBackend;
 
@@ -192,6 +195,35 @@ fn encoder_plan_grid_rotation_matches_cpu() {
     }
 }
 
+/// Gemma 4's vision tower's blocks: pre-norm RMS sandwich blocks without a final norm, per-head
+/// RMS norms of the queries, keys and values, grouped-query heads (an attention wider than the
+/// hidden state), scale 1, a gated GELU (tanh) MLP, clamped projections, each sequence rotated
+/// by its own axial halves; the first case also post-norm and with a final RMSNorm.
+#[test]
+fn encoder_plan_sandwich_matches_cpu() {
+    let Some(b) = backend() else { return };
+    let mut s = Seeds(0x6e44);
+    for (i, c) in SANDWICH_CASES.iter().enumerate() {
+        let owned = build_sandwich(c, &mut s.source());
+        let rows = sandwich_rows(c, &LENS);
+        let mut p = sandwich_plan(c, &owned, &rows);
+        let what = format!(
+            "sandwich encoder dim {} heads {} over {} of {} clip {} {:?}",
+            c.dim, c.heads, c.kv_heads, c.head_dim, c.clip, c.stored
+        );
+        check(&b, &p, &LENS, &mut s, &what);
+        if i == 0 {
+            let final_norm = rms_norm(&mut s.source(), c.dim);
+            p.order = NormOrder::Pre {
+                final_norm: Some((&final_norm).into()),
+            };
+            check(&b, &p, &LENS, &mut s, &format!("{what}, final RMSNorm"));
+            p.order = NormOrder::Post;
+            check(&b, &p, &LENS, &mut s, &format!("{what}, post-norm"));
+        }
+    }
+}
+
 /// A batch larger than one storage binding runs as several passes of whole sequences (the
 /// binding limit lowered to 128 KiB: about 140 rows of this plan), each pass with its
 /// sequences' own rotary rows; one sequence longer than a binding is declined.
@@ -265,7 +297,7 @@ fn encoder_plan_declines_what_it_does_not_run() {
     let final_norm = norm(&mut s.source(), c.dim);
     let mut p = plan(&c, &owned2);
     p.order = NormOrder::Pre {
-        final_norm: &final_norm,
+        final_norm: Some((&final_norm).into()),
     };
     p.layers[1].attn_norm = None;
     assert!(!b.run_encoder(&p, &x, &[3], &mut out));

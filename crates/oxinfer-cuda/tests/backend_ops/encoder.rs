@@ -3,16 +3,19 @@
 //! and head sizes, with and without biases, plain and gated MLPs, f32 / f16 weights, rotary
 //! positions (half and interleaved pairs, a base per sequence length), pre-norm blocks with
 //! local windows and a rotation per layer type (ModernBERT's), pre-norm blocks with each
-//! sequence's own 2-D grid rotation rows (Qwen 3.5's vision tower, heads of 72 and 8), a batch of
-//! sequences of different lengths (one of a single token).
+//! sequence's own 2-D grid rotation rows (Qwen 3.5's vision tower, heads of 72 and 8), Gemma 4's
+//! vision tower's blocks (RMS sandwich norms, per-head query / key / value norms, grouped-query
+//! heads, clamped projections, axial halves rotation), a batch of sequences of different lengths
+//! (one of a single token).
 
 use super::{gpu, rel_err, Rng};
 use oxinfer::backend::Backend;
 use oxinfer::nn::encoder_act::EncoderAct;
-use oxinfer::plan::encoder::{run_cpu, RopeOf};
+use oxinfer::plan::encoder::{run_cpu, NormOrder, RopeOf};
 use oxinfer::plan::encoder_random::{
-    build, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan, pre_norm_ropes, rope,
-    RandomCase as Case, RandomLayer as Owned, Stored, GRID_CASES, PRE_NORM_CASES,
+    build, build_sandwich, grid_rows, make_grid_pre_norm, make_pre_norm, norm, plan,
+    pre_norm_ropes, rms_norm, rope, sandwich_plan, sandwich_rows, RandomCase as Case,
+    RandomLayer as Owned, Stored, GRID_CASES, PRE_NORM_CASES, SANDWICH_CASES,
 };
 use oxinfer_cuda::QuantPath;
 
@@ -302,5 +305,40 @@ fn encoder_plan_grid_rotation_matches_cpu() {
         let mut out = vec![0f32; 5 * c.dim];
         assert!(!b.run_encoder(&p, &x[..out.len()], &[3, 2], &mut out));
         assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
+    }
+}
+
+/// Gemma 4's vision tower's blocks: pre-norm RMS sandwich blocks without a final norm, per-head
+/// RMS norms of the queries, keys and values, grouped-query heads (an attention wider than the
+/// hidden state), scale 1, a gated GELU (tanh) MLP, clamped projections, each sequence rotated
+/// by its own axial halves; the first case also with a final RMSNorm and post-norm.
+#[test]
+fn encoder_plan_sandwich_matches_cpu() {
+    let Some(b) = gpu(QuantPath::DequantCublas) else {
+        return;
+    };
+    let lens = [5usize, 1, 37, 130, 64];
+    let mut rng = Rng(0x6e44_0001);
+    for (i, c) in SANDWICH_CASES.iter().enumerate() {
+        let owned = build_sandwich(c, &mut take(&mut rng));
+        let rows = sandwich_rows(c, &lens);
+        let mut p = sandwich_plan(c, &owned, &rows);
+        let declined = format!("the sandwich plan of dim {}", c.dim);
+        let label = format!(
+            "sandwich encoder dim {} heads {} over {} of {} clip {} {:?}",
+            c.dim, c.heads, c.kv_heads, c.head_dim, c.clip, c.stored
+        );
+        assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
+        if i == 0 {
+            let final_norm = rms_norm(&mut take(&mut rng), c.dim);
+            p.order = NormOrder::Pre {
+                final_norm: Some((&final_norm).into()),
+            };
+            let label = format!("{label}, final RMSNorm");
+            assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
+            p.order = NormOrder::Post;
+            let label = format!("{label}, post-norm");
+            assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
+        }
     }
 }

@@ -1,7 +1,8 @@
 // Kernels of a whole bidirectional encoder pass (encoder.rs): the activation (with the
-// product's bias, or a gated MLP's up factor), rotary positions from per-row table indices,
-// the residual LayerNorm (post-norm and pre-norm), and attention of every sequence of a batch
-// with itself (optionally within a local window). f32 throughout, with the CPU twin's formulas
+// product's bias, or a gated MLP's up factor), clamps of a product's input or output, per-head
+// RMS norms, rotary positions from per-row table indices, the residual LayerNorm or RMSNorm
+// (post-norm and pre-norm), and attention of every sequence of a batch with itself (optionally
+// within a local window; grouped-query heads). f32 throughout, with the CPU twin's formulas
 // (plan/encoder.rs, nn/encoder_act.rs, nn/encoder_math.rs).
 @group(0) @binding(1) var<storage, read_write> A: array<f32>;
 @group(0) @binding(5) var<storage, read> C: array<f32>;
@@ -59,25 +60,57 @@ fn enc_act(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     A[pu(0u) + i] = v;
 }
 
-// Rotary positions of the queries and keys of rows [t] of qkv (row stride ld; queries at column
-// 0, keys at heads · hd): row r rotates by row ti[r] of the tables cos / sin [*, half] in C, the
-// pairs (2j, 2j + 1) when interleaved, else (j, j + half); a head's values past 2 half stay.
-// Rope::apply's arithmetic. One thread per (row, query or key head, pair).
+// dst[r · ld_dst + c] = clamp(src[r · ld_src + c], lo, hi) for rows r < rows, columns c < w
+// (a product's input into a copy, or its output in place).
+// Params: 0 src (A), 1 dst (A), 2 rows, 3 w, 4 ld_src, 5 ld_dst, 6 lo, 7 hi.
+@compute @workgroup_size(64)
+fn enc_clamp(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gidx(gid, nwg);
+    let w = pu(3u);
+    if (i >= pu(2u) * w) { return; }
+    let r = i / w;
+    let c = i % w;
+    A[pu(1u) + r * pu(5u) + c] = clamp(A[pu(0u) + r * pu(4u) + c], pf(6u), pf(7u));
+}
+
+// Per-head RMS norm in place: each of the heads heads of hd values of rows [rows] (row stride
+// ld) becomes v / sqrt(mean(v²) + eps) · gain (gain [hd] in C). One thread per (row, head).
+// Params: 0 x (A), 1 rows, 2 ld, 3 heads, 4 hd, 5 gain (C), 6 eps.
+@compute @workgroup_size(64)
+fn enc_head_norm(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gidx(gid, nwg);
+    let heads = pu(3u);
+    if (i >= pu(1u) * heads) { return; }
+    let hd = pu(4u);
+    let base = pu(0u) + (i / heads) * pu(2u) + (i % heads) * hd;
+    var s = 0.0;
+    for (var e = 0u; e < hd; e++) { s += A[base + e] * A[base + e]; }
+    let inv = 1.0 / sqrt(s / f32(hd) + pf(6u));
+    for (var e = 0u; e < hd; e++) { A[base + e] = A[base + e] * inv * C[pu(5u) + e]; }
+}
+
+// Rotary positions of the queries and keys of rows [t] of qkv (row stride ld; heads query heads
+// at column 0, then kv key heads): row r rotates by row ti[r] of the tables cos / sin [*, half]
+// in C, the pairs (2j, 2j + 1) when interleaved, else those of sections blocks rotated each
+// alone: angle j = s w + k (w = half / sections) the pair (2 s w + k, 2 s w + k + w) — one
+// section: (j, j + half); a head's values past 2 half stay. Rope::apply's arithmetic. One
+// thread per (row, query or key head, pair).
 // Params: 0 qkv (A), 1 t, 2 heads, 3 hd, 4 half, 5 interleaved, 6 cos (C), 7 sin (C),
-// 8 ti (C, u32 bits), 9 ld.
+// 8 ti (C, u32 bits), 9 ld, 10 kv heads, 11 sections.
 @compute @workgroup_size(64)
 fn enc_rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gidx(gid, nwg);
     let half = pu(4u);
-    let heads2 = 2u * pu(2u);
+    let heads2 = pu(2u) + pu(10u);
     if (i >= pu(1u) * heads2 * half) { return; }
     let j = i % half;
     let h = (i / half) % heads2;
     let r = i / (half * heads2);
     // Key head h - heads lies at heads · hd + (h - heads) · hd = h · hd.
     let base = pu(0u) + r * pu(9u) + h * pu(3u);
-    var ia = base + j;
-    var ib = base + j + half;
+    let w = half / pu(11u);
+    var ia = base + 2u * w * (j / w) + j % w;
+    var ib = ia + w;
     if (pu(5u) != 0u) { ia = base + 2u * j; ib = ia + 1u; }
     let at = cu(pu(8u) + r) * half + j;
     let c = C[pu(6u) + at];
@@ -108,10 +141,11 @@ fn block_sum(lid: u32, v: f32) -> f32 {
 
 // The residual add and LayerNorm, one workgroup per row of width dim: v = x + (y + yb), then
 // out = (v - mean) / sqrt(var + eps) · gain + bias with the mean and the (two-pass) variance
-// in f32. Post-norm: out is x. Pre-norm: out is elsewhere, x keeps v (the residual stream) and
-// out gets the next sublayer's normalized input. Without y: v = x (a norm alone).
+// in f32 (an RMSNorm: v / sqrt(mean(v²) + eps) · gain; none: out = v). Post-norm: out is x.
+// Pre-norm: out is elsewhere, x keeps v (the residual stream) and out gets the next sublayer's
+// normalized input. Without y: v = x (a norm alone).
 // Params: 0 x (A), 1 y (A), 2 yb (C), 3 gain (C), 4 bias (C), 5 dim, 6 eps, 7 out (A),
-// 8 flags (1: y, 2: yb), 9 rows.
+// 8 flags (1: y, 2: yb, 4: RMSNorm, 8: no norm), 9 rows.
 @compute @workgroup_size(256)
 fn enc_residual_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
@@ -139,7 +173,16 @@ fn enc_residual_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
             s += a;
         }
     }
-    let mean = block_sum(lid, s) / f32(dim);
+    if ((flags & 8u) != 0u) {
+        for (var e = 0u; e < PER; e++) {
+            let c = lid + e * NT;
+            if (c < dim) { A[o + c] = v[e]; }
+        }
+        return;
+    }
+    let rms = (flags & 4u) != 0u;
+    var mean = block_sum(lid, s) / f32(dim);
+    if (rms) { mean = 0.0; }
     var q = 0.0;
     for (var e = 0u; e < PER; e++) {
         if (lid + e * NT < dim) {
@@ -151,12 +194,17 @@ fn enc_residual_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     let inv = 1.0 / sqrt(block_sum(lid, q) / f32(dim) + pf(6u));
     for (var e = 0u; e < PER; e++) {
         let c = lid + e * NT;
-        if (c < dim) { A[o + c] = v[e] * inv * C[pu(3u) + c] + C[pu(4u) + c]; }
+        if (c < dim) {
+            var n = v[e] * inv * C[pu(3u) + c];
+            if (!rms) { n += C[pu(4u) + c]; }
+            A[o + c] = n;
+        }
     }
 }
 
-// Attention of every sequence with itself. Row r of qkv (row stride ld) holds its query at
-// column 0, key at d = heads · hd, value at 2d; out is [T, d]. One workgroup of 64 threads per
+// Attention of every sequence with itself. Row r of qkv (row stride ld) holds its heads query
+// heads at column 0, then kvh key heads at d = heads · hd, then kvh value heads (query head h
+// reads key / value head h / (heads / kvh)); out is [T, d]. One workgroup of 64 threads per
 // (block of up to 64 queries of one sequence, head): block b is (first row of its sequence,
 // the sequence's length, the block's first query) as u32 bits in C. Thread i takes query i0 + i;
 // the keys (those at distance ≤ window - 1 with window > 0, else all of the sequence's) go
@@ -167,7 +215,7 @@ fn enc_residual_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
 // every invocation after 65,535 loop iterations in all, LP_MAX_TGSI_LOOP_ITERATIONS:
 // encoder.rs declines sequences whose keys would pass that.)
 // Params: 0 qkv (A), 1 out (A), 2 heads, 3 hd, 4 ld, 5 scale, 6 window + 1 (0: none),
-// 7 blocks (C), 8 block count.
+// 7 blocks (C), 8 block count, 9 kvh.
 //HD
 const HD4: u32 = HD / 4u;
 const TK: u32 = 2048u / HD;
@@ -199,6 +247,9 @@ fn enc_attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let window = pu(6u);
     let i = i0 + lid;
     let col = pu(0u) + h * hd;
+    let kvh = pu(9u);
+    let kcol = pu(0u) + d + (h / (heads / kvh)) * hd;
+    let vcol = kcol + kvh * hd;
     var q: array<vec4<f32>, HD4>;
     var acc: array<vec4<f32>, HD4>;
     let qr = col + (r0 + min(i, n - 1u)) * ld;
@@ -215,10 +266,10 @@ fn enc_attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
         let cnt = min(TK, hi - j0);
         workgroupBarrier();
         for (var e = lid; e < cnt * HD4; e += 64u) {
-            let at = col + (r0 + j0 + e / HD4) * ld;
+            let at = (r0 + j0 + e / HD4) * ld;
             let dd = 4u * (e % HD4);
-            kt[e] = head4(at + d, dd, hd);
-            vt[e] = head4(at + 2u * d, dd, hd);
+            kt[e] = head4(kcol + at, dd, hd);
+            vt[e] = head4(vcol + at, dd, hd);
         }
         workgroupBarrier();
         var s: array<f32, TK>;

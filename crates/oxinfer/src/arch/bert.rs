@@ -23,7 +23,7 @@ use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::{split_rows, EncoderLinear};
 use crate::nn::{Embedding, LayerNorm, Rope};
-use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, ExtraNorms, NormOrder, RopeOf};
 
 /// The non-negative integer field `key` of the JSON object `v` read from `path`, or an error
 /// naming the field and the file (the encoder configs' and sentence-transformers folders' reader).
@@ -605,13 +605,14 @@ impl Bert {
                 k: &b.k,
                 v: &b.v,
                 o: &b.o,
-                attn_norm: Some(&b.attn_norm),
+                attn_norm: Some((&b.attn_norm).into()),
                 window: None,
                 rope_of,
                 gate: b.gate.as_ref(),
                 up: &b.up,
                 down: &b.down,
-                ffn_norm: &b.ffn_norm,
+                ffn_norm: (&b.ffn_norm).into(),
+                extra_norms: ExtraNorms::default(),
             })
             .collect();
         let plan = EncoderPlan {
@@ -619,6 +620,7 @@ impl Bert {
             order: NormOrder::Post,
             heads: EncoderHeads {
                 n_heads: self.cfg.n_heads,
+                n_kv_heads: self.cfg.n_heads,
                 head_dim: d / self.cfg.n_heads,
                 scale: 1.0 / ((d / self.cfg.n_heads) as f32).sqrt(),
                 window: None,

@@ -23,7 +23,7 @@ use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::{split_rows, EncoderLinear};
 use crate::nn::{Embedding, LayerNorm, Rope};
-use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, ExtraNorms, Norm, NormOrder, RopeOf};
 
 /// The `model_type` of a ModernBERT `config.json`.
 pub const MODEL_TYPE: &str = "modernbert";
@@ -366,14 +366,15 @@ impl ModernBert {
                     k: &b.qkv[1],
                     v: &b.qkv[2],
                     o: &b.o,
-                    attn_norm: b.attn_norm.as_ref(),
+                    attn_norm: b.attn_norm.as_ref().map(Norm::from),
                     window,
                     rope_of: Some(rope_of),
                     // GeGLU: `Wi`'s first half is activated and multiplies the second.
                     gate: Some(&b.input),
                     up: &b.gate,
                     down: &b.out,
-                    ffn_norm: &b.mlp_norm,
+                    ffn_norm: (&b.mlp_norm).into(),
+                    extra_norms: ExtraNorms::default(),
                 }
             })
             .collect();
@@ -381,10 +382,11 @@ impl ModernBert {
         let plan = EncoderPlan {
             layers,
             order: NormOrder::Pre {
-                final_norm: &self.final_norm,
+                final_norm: Some((&self.final_norm).into()),
             },
             heads: EncoderHeads {
                 n_heads: self.cfg.n_heads,
+                n_kv_heads: self.cfg.n_heads,
                 head_dim,
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 window: None,

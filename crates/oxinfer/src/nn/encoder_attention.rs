@@ -7,8 +7,11 @@ use oxinfer_kernels::attention::AttnShape;
 /// The heads of one attention layer.
 #[derive(Clone, Copy, Debug)]
 pub struct EncoderHeads {
-    /// Query (and key/value) heads.
+    /// Query heads.
     pub n_heads: usize,
+    /// Key/value heads (`n_heads` a multiple of them: grouped-query attention; usually
+    /// `n_heads`).
+    pub n_kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
     /// Score scale (usually `1 / √head_dim`).
@@ -18,9 +21,9 @@ pub struct EncoderHeads {
     pub window: Option<usize>,
 }
 
-/// Softmax-attention of every sequence with itself: `q`, `k`, `v` are `[Σ lens, n_heads *
-/// head_dim]` (sequence `i`'s rows after those of `0 .. i`); returns the mixed values in the
-/// same layout.
+/// Softmax-attention of every sequence with itself: `q` is `[Σ lens, n_heads · head_dim]`, `k`
+/// and `v` `[Σ lens, n_kv_heads · head_dim]` (sequence `i`'s rows after those of `0 .. i`);
+/// returns the mixed values in `q`'s layout.
 ///
 /// # Panics
 /// If `q`, `k` or `v` do not hold `Σ lens` rows.
@@ -40,7 +43,7 @@ pub fn encoder_attention(
     );
     let shape = AttnShape {
         n_heads: h.n_heads,
-        n_kv_heads: h.n_heads,
+        n_kv_heads: h.n_kv_heads,
         head_dim: h.head_dim,
         scale: h.scale,
         // Keys at distance ≤ window: the shared attention's window counts `< window`.

@@ -8,6 +8,9 @@
 //! 1.2e-4 relative rounding at 1,536 features).
 //! Quantized weights, an installed backend that takes the product, and
 //! `OXINFER_KERNELS=scalar` / `OXINFER_PACKED=0` go through `Linear` unchanged.
+//!
+//! A layer may clamp its input and its output ([`EncoderLinear::with_clamps`]: Gemma 4's
+//! clippable linears), on every path.
 
 use std::sync::OnceLock;
 
@@ -49,9 +52,13 @@ impl Packed {
     }
 }
 
-/// A linear layer `y = x Wᵀ + b` with an encoder GEMM on the CPU (module doc).
+/// A linear layer `y = clamp_out(clamp_in(x) Wᵀ + b)` with an encoder GEMM on the CPU (module
+/// doc); without clamps `y = x Wᵀ + b`.
 pub struct EncoderLinear {
     inner: Linear,
+    /// `[min, max]` of the input and of the output (after the bias), when clamped.
+    input_clamp: Option<[f32; 2]>,
+    output_clamp: Option<[f32; 2]>,
     packed: OnceLock<Option<Packed>>,
     plan_dev: OnceLock<Option<DeviceWeight>>,
 }
@@ -71,9 +78,36 @@ impl EncoderLinear {
     pub fn from_linear(inner: Linear) -> Self {
         EncoderLinear {
             inner,
+            input_clamp: None,
+            output_clamp: None,
             packed: OnceLock::new(),
             plan_dev: OnceLock::new(),
         }
+    }
+
+    /// The layer with its input clamped to `input` (`[min, max]`) before the product and its
+    /// output (after the bias) to `output`; `None`: not clamped.
+    pub fn with_clamps(self, input: Option<[f32; 2]>, output: Option<[f32; 2]>) -> Self {
+        EncoderLinear {
+            input_clamp: input,
+            output_clamp: output,
+            ..self
+        }
+    }
+
+    /// `[min, max]` of the input, when clamped.
+    pub fn input_clamp(&self) -> Option<[f32; 2]> {
+        self.input_clamp
+    }
+
+    /// `[min, max]` of the output (after the bias), when clamped.
+    pub fn output_clamp(&self) -> Option<[f32; 2]> {
+        self.output_clamp
+    }
+
+    /// Whether the input or the output is clamped.
+    pub fn clamps(&self) -> bool {
+        self.input_clamp.is_some() || self.output_clamp.is_some()
     }
 
     /// Where a backend keeps this weight's device state for whole encoder plans
@@ -96,11 +130,24 @@ impl EncoderLinear {
 
     /// `x` is `[t, n_in]`; returns `[t, n_out]`.
     pub fn forward(&self, x: &[f32], t: usize) -> Vec<f32> {
+        let clamped = self.clamped_input(x);
+        let x = clamped.as_deref().unwrap_or(x);
         let Some(p) = self.packed_here(t) else {
-            return self.inner.forward(x, t);
+            let mut y = self.inner.forward(x, t);
+            self.clamp_output(&mut y);
+            return y;
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        p.matmul(x, t, self.inner.bias(), &mut y, None);
+        match self.output_clamp {
+            None => p.matmul(x, t, self.inner.bias(), &mut y, None),
+            Some(_) => p.matmul(
+                x,
+                t,
+                self.inner.bias(),
+                &mut y,
+                Some(&|v| self.clamp_output(v)),
+            ),
+        }
         y
     }
 
@@ -108,20 +155,40 @@ impl EncoderLinear {
     /// the packed path inside the matmul's own pool tasks
     /// ([`matmul_float_packed_post`]), so it costs no parallel region of its own.
     pub fn forward_then(&self, x: &[f32], t: usize, post: Epilogue<'_>) -> Vec<f32> {
+        let clamped = self.clamped_input(x);
+        let x = clamped.as_deref().unwrap_or(x);
+        let then = |v: &mut [f32]| {
+            self.clamp_output(v);
+            post(v);
+        };
         let Some(p) = self.packed_here(t) else {
             let mut y = self.inner.forward(x, t);
-            post(&mut y);
+            then(&mut y);
             return y;
         };
         let mut y = vec![0f32; t * self.inner.n_out];
-        p.matmul(x, t, self.inner.bias(), &mut y, Some(post));
+        p.matmul(x, t, self.inner.bias(), &mut y, Some(&then));
         y
     }
 
+    /// A clamped copy of `x` when the input is clamped.
+    fn clamped_input(&self, x: &[f32]) -> Option<Vec<f32>> {
+        let [lo, hi] = self.input_clamp?;
+        Some(x.iter().map(|v| v.clamp(lo, hi)).collect())
+    }
+
+    /// `y` clamped in place when the output is clamped.
+    fn clamp_output(&self, y: &mut [f32]) {
+        if let Some([lo, hi]) = self.output_clamp {
+            y.iter_mut().for_each(|v| *v = v.clamp(lo, hi));
+        }
+    }
+
     /// Several layers over one input `x` `[t, n_in]` (a backend gets them as one batch, as
-    /// [`Linear::forward_shared`]); returns each `[t, n_out]`.
+    /// [`Linear::forward_shared`], unless one clamps); returns each `[t, n_out]`.
     pub fn forward_shared(layers: &[&EncoderLinear], x: &[f32], t: usize) -> Vec<Vec<f32>> {
-        if layers.iter().all(|l| l.packed_here(t).is_some()) {
+        let clamped = layers.iter().any(|l| l.clamps());
+        if clamped || layers.iter().all(|l| l.packed_here(t).is_some()) {
             return layers.iter().map(|l| l.forward(x, t)).collect();
         }
         let inner: Vec<&Linear> = layers.iter().map(|l| &l.inner).collect();

@@ -1,9 +1,11 @@
 //! One description of a bidirectional encoder (post-norm: BERT, XLM-RoBERTa, NomicBERT;
-//! pre-norm: ModernBERT, Qwen 3.5's vision tower), executed by every device.
+//! pre-norm: ModernBERT, Qwen 3.5's vision tower; pre-norm with sandwich norms, per-head query /
+//! key / value norms, grouped-query attention and clamped projections: Gemma 4's vision tower),
+//! executed by every device.
 //!
 //! The architecture ([`crate::arch::bert::Bert`], [`crate::arch::modernbert::ModernBert`],
-//! [`crate::arch::qwen_vision::tower::VisionTower`]) embeds (and normalizes) the tokens on
-//! the host, then describes its blocks once as an
+//! [`crate::arch::qwen_vision::tower::VisionTower`], [`crate::arch::gemma::vision::VisionTower`])
+//! embeds (and normalizes) the tokens on the host, then describes its blocks once as an
 //! [`EncoderPlan`]; [`run`] offers the plan whole to the
 //! installed backend ([`crate::backend::Backend::run_encoder`]: the hidden state stays on the
 //! device for every layer) and runs it on the CPU ([`run_cpu`]) when the backend declines it.
@@ -17,23 +19,26 @@ use crate::error::{Error, Result};
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::{encoder_attention, EncoderHeads};
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::{encoder_math, LayerNorm, Rope, RopeRows};
+use crate::nn::{encoder_math, LayerNorm, RmsNorm, Rope, RopeRows};
 
 /// One block. Post-norm ([`NormOrder::Post`]): `x = attn_norm(x + o(attention(q(x), k(x),
 /// v(x))))`, then `x = ffn_norm(x + mlp(x))`. Pre-norm ([`NormOrder::Pre`]): `x += o(attention(
 /// q(h), k(h), v(h)))` with `h = attn_norm(x)`, then `x += mlp(ffn_norm(x))`. The MLP is
 /// `down(act(up(·)))`, or with a gate `down(act(gate(·)) · up(·))`. Every projection carries its
-/// own bias (or none).
+/// own bias (or none) and clamps (or none: [`EncoderLinear::with_clamps`]). [`ExtraNorms`] adds
+/// per-head norms of the queries, keys and values (before the rotation) and norms of each
+/// sublayer's output before its residual add (Gemma's sandwich norms).
 pub struct EncoderLayer<'a> {
-    /// Query, key, value projections, `[dim, dim]` each.
+    /// Query projection `[n_heads · head_dim, dim]`.
     pub q: &'a EncoderLinear,
+    /// Key and value projections, `[n_kv_heads · head_dim, dim]` each.
     pub k: &'a EncoderLinear,
     pub v: &'a EncoderLinear,
-    /// Attention output projection `[dim, dim]`.
+    /// Attention output projection `[dim, n_heads · head_dim]`.
     pub o: &'a EncoderLinear,
-    /// Post-norm: the LayerNorm after the attention's residual add (required). Pre-norm: the
-    /// LayerNorm of the attention's input (`None`: none, ModernBERT's first block).
-    pub attn_norm: Option<&'a LayerNorm>,
+    /// Post-norm: the norm after the attention's residual add (required). Pre-norm: the norm
+    /// of the attention's input (`None`: none, ModernBERT's first block).
+    pub attn_norm: Option<Norm<'a>>,
     /// Local attention: a query sees only the keys of its sequence at distance `≤ window`;
     /// `None`: all of them.
     pub window: Option<usize>,
@@ -47,8 +52,66 @@ pub struct EncoderLayer<'a> {
     pub up: &'a EncoderLinear,
     /// `[dim, ffn]`.
     pub down: &'a EncoderLinear,
-    /// LayerNorm after the MLP's residual add (post-norm), or of the MLP's input (pre-norm).
-    pub ffn_norm: &'a LayerNorm,
+    /// The norm after the MLP's residual add (post-norm), or of the MLP's input (pre-norm).
+    pub ffn_norm: Norm<'a>,
+    /// Per-head and sublayer-output norms (all `None` but in Gemma-style blocks).
+    pub extra_norms: ExtraNorms<'a>,
+}
+
+/// A block's normalization of rows of the hidden state.
+#[derive(Clone, Copy)]
+pub enum Norm<'a> {
+    /// `(v − mean) / √(var + eps) · w + b`.
+    Layer(&'a LayerNorm),
+    /// `v / √(mean(v²) + eps) · w` (the gain as stored in [`RmsNorm::weight`], its `1 +`
+    /// already added for zero-centred variants).
+    Rms(&'a RmsNorm),
+}
+
+impl<'a> From<&'a LayerNorm> for Norm<'a> {
+    fn from(n: &'a LayerNorm) -> Self {
+        Norm::Layer(n)
+    }
+}
+
+impl<'a> From<&'a RmsNorm> for Norm<'a> {
+    fn from(n: &'a RmsNorm) -> Self {
+        Norm::Rms(n)
+    }
+}
+
+impl Norm<'_> {
+    /// Width of the rows it normalizes.
+    pub fn width(self) -> usize {
+        match self {
+            Norm::Layer(n) => n.weight.len(),
+            Norm::Rms(n) => n.weight.len(),
+        }
+    }
+
+    /// Every row of `x` normalized in place, parts of rows in parallel (LayerNorm with
+    /// [`layer_norm_lanes`], RMSNorm as [`RmsNorm::forward_inplace`]).
+    pub fn apply_rows(self, x: &mut [f32]) {
+        match self {
+            Norm::Layer(n) => norm_rows(x, n),
+            Norm::Rms(n) => n.forward_inplace(x),
+        }
+    }
+}
+
+/// The norms of a Gemma-style block beyond [`EncoderLayer::attn_norm`] and
+/// [`EncoderLayer::ffn_norm`] (`Default`: none). The per-head norms are RMS norms of
+/// `head_dim` applied to each head of the queries, keys and values after their projections
+/// (and clamps) and before the rotation (`v`'s may be unscaled: a gain of ones); `post_attn`
+/// normalizes the attention's output (after `o`) and `post_ffn` the MLP's (after `down`), each
+/// before its residual add, in either [`NormOrder`].
+#[derive(Clone, Copy, Default)]
+pub struct ExtraNorms<'a> {
+    pub q: Option<&'a RmsNorm>,
+    pub k: Option<&'a RmsNorm>,
+    pub v: Option<&'a RmsNorm>,
+    pub post_attn: Option<Norm<'a>>,
+    pub post_ffn: Option<Norm<'a>>,
 }
 
 /// The rotary positions of one layer's queries and keys over a batch (an argument of
@@ -129,11 +192,22 @@ impl SeqRope<'_> {
         }
     }
 
-    /// Whether pairs are interleaved `(2j, 2j + 1)` (else `(j, j + dim / 2)`).
+    /// Whether pairs are interleaved `(2j, 2j + 1)` (else in `rotate_half` sections:
+    /// [`Self::sections`]).
     pub fn interleaved(self) -> bool {
         match self {
             SeqRope::Positions(r) => r.interleaved(),
             SeqRope::Rows(_) => false,
+        }
+    }
+
+    /// Independent `rotate_half` sections of the rotated dimensions (not interleaved): with `s`
+    /// sections of `w = dim / (2 s)` angles, angle `j` rotates the pair `(2 w ⌊j / w⌋ + j mod w,
+    /// that + w)`; one section is the usual `(j, j + dim / 2)` ([`RopeRows::sections`]).
+    pub fn sections(self) -> usize {
+        match self {
+            SeqRope::Positions(_) => 1,
+            SeqRope::Rows(r) => r.sections(),
         }
     }
 
@@ -168,24 +242,25 @@ impl SeqRope<'_> {
     }
 }
 
-/// Where a block's LayerNorms sit.
+/// Where a block's norms sit.
 #[derive(Clone, Copy)]
 pub enum NormOrder<'a> {
     /// After each residual add (BERT); the plan's output is the last block's.
     Post,
     /// On each sublayer's input, the residual stream itself never normalized until
-    /// `final_norm` after the last block (ModernBERT's final norm; the vision tower's merger
-    /// norm, per patch).
-    Pre { final_norm: &'a LayerNorm },
+    /// `final_norm` after the last block (ModernBERT's final norm; Qwen 3.5's vision tower's
+    /// merger norm, per patch; `None`: the stream as it is, Gemma 4's vision tower).
+    Pre { final_norm: Option<Norm<'a>> },
 }
 
 /// A whole encoder after its embeddings: the blocks, their attention heads and activation.
 pub struct EncoderPlan<'a> {
     pub layers: Vec<EncoderLayer<'a>>,
-    /// Where the LayerNorms sit.
+    /// Where the norms sit.
     pub order: NormOrder<'a>,
     /// Heads of every layer's attention (the same for all layers; their `window` is ignored:
-    /// each layer has its own, [`EncoderLayer::window`]).
+    /// each layer has its own, [`EncoderLayer::window`]). `n_heads · head_dim` need not be
+    /// `dim`.
     pub heads: EncoderHeads,
     /// The MLP's activation.
     pub act: EncoderAct,
@@ -204,8 +279,9 @@ impl EncoderPlan<'_> {
         self.layers.iter().skip(skip).any(|l| l.attn_norm.is_none())
     }
 
-    /// Whether `x` holds the rows of sequences of lengths `lens` (`[Σ lens, dim]`) and every
-    /// layer's rotation fits them ([`RopeOf::check`]); `Err` says what does not.
+    /// Whether `x` holds the rows of sequences of lengths `lens` (`[Σ lens, dim]`), the
+    /// layers' projections and norms chain ([`Self::check_shapes`]) and every layer's rotation
+    /// fits the sequences ([`RopeOf::check`]); `Err` says what does not.
     pub fn check(&self, x: &[f32], lens: &[usize]) -> std::result::Result<(), String> {
         let t: usize = lens.iter().sum();
         if x.len() != t * self.dim {
@@ -215,10 +291,61 @@ impl EncoderPlan<'_> {
                 self.dim
             ));
         }
+        self.check_shapes()?;
         self.layers
             .iter()
             .filter_map(|l| l.rope_of)
             .try_for_each(|r| r.check(lens))
+    }
+
+    /// Whether the heads group (`n_kv_heads` dividing `n_heads`), every projection has the
+    /// shape its place needs and every norm its width: `Err` names the first that does not.
+    pub fn check_shapes(&self) -> std::result::Result<(), String> {
+        let (h, dim) = (&self.heads, self.dim);
+        if h.n_heads == 0 || h.n_kv_heads == 0 || !h.n_heads.is_multiple_of(h.n_kv_heads) {
+            return Err(format!(
+                "{} query heads over {} key/value heads",
+                h.n_heads, h.n_kv_heads
+            ));
+        }
+        let (qw, kvw) = (h.n_heads * h.head_dim, h.n_kv_heads * h.head_dim);
+        for (i, l) in self.layers.iter().enumerate() {
+            let ffn = l.up.n_out();
+            let shapes = [
+                ("q", Some(l.q), qw, dim),
+                ("k", Some(l.k), kvw, dim),
+                ("v", Some(l.v), kvw, dim),
+                ("o", Some(l.o), dim, qw),
+                ("gate", l.gate, ffn, dim),
+                ("up", Some(l.up), ffn, dim),
+                ("down", Some(l.down), dim, ffn),
+            ];
+            for (what, p, rows, cols) in shapes {
+                let Some(p) = p else { continue };
+                let m = p.linear();
+                if (m.n_out, m.n_in) != (rows, cols) {
+                    return Err(format!(
+                        "layer {i}: {what} is [{}, {}], not [{rows}, {cols}]",
+                        m.n_out, m.n_in
+                    ));
+                }
+            }
+            let e = &l.extra_norms;
+            let heads = [e.q, e.k, e.v].into_iter().flatten();
+            let rows = [l.attn_norm, e.post_attn, Some(l.ffn_norm), e.post_ffn];
+            let widths = heads
+                .map(|n| (n.weight.len(), h.head_dim))
+                .chain(rows.into_iter().flatten().map(|n| (n.width(), dim)));
+            if let Some((w, want)) = widths.into_iter().find(|(w, want)| w != want) {
+                return Err(format!("layer {i}: a norm of {w} values, not {want}"));
+            }
+        }
+        match self.order {
+            NormOrder::Pre {
+                final_norm: Some(n),
+            } if n.width() != dim => Err(format!("a final norm of {} values", n.width())),
+            _ => Ok(()),
+        }
     }
 
     /// The heads of layer `l`'s attention (with its window).
@@ -257,34 +384,44 @@ pub fn run(plan: &EncoderPlan, x: Vec<f32>, lens: &[usize]) -> Result<Vec<f32>> 
 /// If a post-norm layer has no `attn_norm`, or what [`EncoderPlan::check`] refuses.
 pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> {
     let total: usize = lens.iter().sum();
+    let pre = matches!(plan.order, NormOrder::Pre { .. });
     for b in &plan.layers {
         let heads = plan.heads_of(b);
-        let input = match plan.order {
-            NormOrder::Post => None,
-            NormOrder::Pre { .. } => b.attn_norm.map(|n| normed(&x, n)),
+        let extra = &b.extra_norms;
+        let input = match pre {
+            false => None,
+            true => b.attn_norm.map(|n| normed(&x, n)),
         };
         let h = input.as_deref().unwrap_or(&x);
         let mut qkv = EncoderLinear::forward_shared(&[b.q, b.k, b.v], h, total);
-        if let Some(rope_of) = b.rope_of {
-            for m in &mut qkv[..2] {
-                rotate_each_sequence(rope_of, m, lens, &heads);
+        // Each norm has `head_dim` values: every head of every row normalized alone.
+        for (m, n) in qkv.iter_mut().zip([extra.q, extra.k, extra.v]) {
+            if let Some(n) = n {
+                n.forward_inplace(m);
             }
         }
+        if let Some(rope_of) = b.rope_of {
+            let [q, k, _] = &mut qkv[..] else {
+                unreachable!("three projections")
+            };
+            rotate_each_sequence(rope_of, q, lens, heads.n_heads, heads.head_dim);
+            rotate_each_sequence(rope_of, k, lens, heads.n_kv_heads, heads.head_dim);
+        }
         let mixed = encoder_attention(&qkv[0], &qkv[1], &qkv[2], lens, &heads);
-        let y = b.o.forward(&mixed, total);
-        match plan.order {
-            NormOrder::Post => {
+        let mut y = b.o.forward(&mixed, total);
+        if let Some(n) = extra.post_attn {
+            n.apply_rows(&mut y);
+        }
+        match pre {
+            false => {
                 let norm = b
                     .attn_norm
                     .expect("a post-norm block has an attention norm");
                 residual_norm(&mut x, &y, norm);
             }
-            NormOrder::Pre { .. } => add(&mut x, &y),
+            true => add(&mut x, &y),
         }
-        let input = match plan.order {
-            NormOrder::Post => None,
-            NormOrder::Pre { .. } => Some(normed(&x, b.ffn_norm)),
-        };
+        let input = pre.then(|| normed(&x, b.ffn_norm));
         let h = input.as_deref().unwrap_or(&x);
         let act = match b.gate {
             None => {
@@ -298,28 +435,38 @@ pub fn run_cpu(plan: &EncoderPlan, mut x: Vec<f32>, lens: &[usize]) -> Vec<f32> 
                 g
             }
         };
-        let y = b.down.forward(&act, total);
-        match plan.order {
-            NormOrder::Post => residual_norm(&mut x, &y, b.ffn_norm),
-            NormOrder::Pre { .. } => add(&mut x, &y),
+        let mut y = b.down.forward(&act, total);
+        if let Some(n) = extra.post_ffn {
+            n.apply_rows(&mut y);
+        }
+        match pre {
+            false => residual_norm(&mut x, &y, b.ffn_norm),
+            true => add(&mut x, &y),
         }
     }
-    if let NormOrder::Pre { final_norm } = plan.order {
-        norm_rows(&mut x, final_norm);
+    if let NormOrder::Pre {
+        final_norm: Some(n),
+    } = plan.order
+    {
+        n.apply_rows(&mut x);
     }
     x
 }
 
-/// Rotates `m` (`[Σ lens, n_heads · head_dim]`, sequences concatenated), each sequence by its
+/// Rotates `m` (`[Σ lens, heads · head_dim]`, sequences concatenated), each sequence by its
 /// rotation of `rope_of`.
-fn rotate_each_sequence(rope_of: RopeOf, m: &mut [f32], lens: &[usize], h: &EncoderHeads) {
-    let width = h.n_heads * h.head_dim;
+fn rotate_each_sequence(
+    rope_of: RopeOf,
+    m: &mut [f32],
+    lens: &[usize],
+    heads: usize,
+    head_dim: usize,
+) {
+    let width = heads * head_dim;
     let mut first = 0;
     for (i, &n) in lens.iter().enumerate() {
         let rows = &mut m[first * width..(first + n) * width];
-        rope_of
-            .of_sequence(i, n)
-            .apply(rows, n, h.n_heads, h.head_dim);
+        rope_of.of_sequence(i, n).apply(rows, n, heads, head_dim);
         first += n;
     }
 }
@@ -328,8 +475,15 @@ fn rotate_each_sequence(rope_of: RopeOf, m: &mut [f32], lens: &[usize], h: &Enco
 const ROWS_PER_PART: usize = 32;
 
 /// `x ← norm(x + y)` (post-norm residual), parts of rows in parallel, each row with
-/// [`layer_norm_lanes`].
-fn residual_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm) {
+/// [`layer_norm_lanes`] (an RMSNorm: the sum, then [`Norm::apply_rows`]).
+fn residual_norm(x: &mut [f32], y: &[f32], norm: Norm) {
+    let norm = match norm {
+        Norm::Layer(n) => n,
+        Norm::Rms(_) => {
+            add(x, y);
+            return norm.apply_rows(x);
+        }
+    };
     let dim = norm.weight.len().max(1);
     let part = ROWS_PER_PART * dim;
     let mut parts: Vec<&mut [f32]> = x.chunks_mut(part).collect();
@@ -363,9 +517,9 @@ fn norm_rows(x: &mut [f32], norm: &LayerNorm) {
 }
 
 /// `norm(x)` as a new buffer.
-fn normed(x: &[f32], norm: &LayerNorm) -> Vec<f32> {
+fn normed(x: &[f32], norm: Norm) -> Vec<f32> {
     let mut h = x.to_vec();
-    norm_rows(&mut h, norm);
+    norm.apply_rows(&mut h);
     h
 }
 

@@ -3,13 +3,13 @@
 //!
 //! [`run_cpu`]: super::encoder::run_cpu
 
-use super::encoder::{EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use super::encoder::{EncoderLayer, EncoderPlan, ExtraNorms, NormOrder, RopeOf};
 use crate::config::{RopeConfig, RopeScaling, RopeStyle};
 use crate::mapped::TensorView;
 use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::{LayerNorm, Linear, Rope, RopeRows};
+use crate::nn::{LayerNorm, Linear, RmsNorm, Rope, RopeRows};
 use half::f16;
 use oxinfer_kernels::WeightFormat;
 use std::path::Path;
@@ -114,18 +114,20 @@ pub fn plan<'a>(c: &RandomCase, layers: &'a [RandomLayer]) -> EncoderPlan<'a> {
                 k: &l.k,
                 v: &l.v,
                 o: &l.o,
-                attn_norm: Some(&l.attn_norm),
+                attn_norm: Some((&l.attn_norm).into()),
                 window: None,
                 rope_of: None,
                 gate: l.gate.as_ref(),
                 up: &l.up,
                 down: &l.down,
-                ffn_norm: &l.ffn_norm,
+                ffn_norm: (&l.ffn_norm).into(),
+                extra_norms: ExtraNorms::default(),
             })
             .collect(),
         order: NormOrder::Post,
         heads: EncoderHeads {
             n_heads: c.heads,
+            n_kv_heads: c.heads,
             head_dim: c.dim / c.heads,
             scale: 1.0 / ((c.dim / c.heads) as f32).sqrt(),
             window: None,
@@ -145,7 +147,9 @@ pub fn make_pre_norm<'a>(
     global: RopeOf<'a>,
     local: RopeOf<'a>,
 ) {
-    p.order = NormOrder::Pre { final_norm };
+    p.order = NormOrder::Pre {
+        final_norm: Some(final_norm.into()),
+    };
     for (i, l) in p.layers.iter_mut().enumerate() {
         let is_global = i % 3 == 0;
         l.window = (!is_global).then_some(window);
@@ -218,7 +222,9 @@ pub fn make_grid_pre_norm<'a>(
     final_norm: &'a LayerNorm,
     rows: &'a [RopeRows],
 ) {
-    p.order = NormOrder::Pre { final_norm };
+    p.order = NormOrder::Pre {
+        final_norm: Some(final_norm.into()),
+    };
     for l in &mut p.layers {
         l.rope_of = Some(RopeOf::Rows(rows));
     }
@@ -256,5 +262,192 @@ pub const GRID_CASES: [RandomCase; 2] = [
         gated: false,
         act: EncoderAct::GeluTanh,
         stored: Stored::F16,
+    },
+];
+
+/// A Gemma-4-vision-like random encoder ([`build_sandwich`], [`sandwich_plan`]): pre-norm RMS
+/// sandwich blocks without a final norm, per-head RMS norms of the queries and keys (and an
+/// unscaled one of the values) before each sequence's own axial rotation
+/// ([`RopeRows::axial_halves`]), `heads` query heads over `kv_heads` key/value heads of
+/// `head_dim` (`heads · head_dim` need not be `dim`), attention scale 1, a gated GELU (tanh)
+/// MLP, no biases, every projection's input and output clamped when `clip`.
+#[derive(Clone, Copy, Debug)]
+pub struct SandwichCase {
+    pub dim: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    pub clip: bool,
+    pub stored: Stored,
+}
+
+/// One sandwich block's owned weights (what [`sandwich_plan`] borrows).
+pub struct SandwichLayer {
+    pub q: EncoderLinear,
+    pub k: EncoderLinear,
+    pub v: EncoderLinear,
+    pub o: EncoderLinear,
+    pub gate: EncoderLinear,
+    pub up: EncoderLinear,
+    pub down: EncoderLinear,
+    pub input_norm: RmsNorm,
+    pub post_attn_norm: RmsNorm,
+    pub pre_ffn_norm: RmsNorm,
+    pub post_ffn_norm: RmsNorm,
+    pub q_norm: RmsNorm,
+    pub k_norm: RmsNorm,
+    /// Unscaled (gains of one).
+    pub v_norm: RmsNorm,
+}
+
+/// A random RMSNorm of `dim` (gains in `1 ± 0.2`, epsilon 1e-6).
+pub fn rms_norm(take: Take, dim: usize) -> RmsNorm {
+    RmsNorm {
+        weight: take(dim, 0.2).iter().map(|g| 1.0 + g).collect(),
+        eps: 1e-6,
+    }
+}
+
+/// A random per-head RMSNorm of the queries or keys, gains in `0.5 ± 0.1`: the attention's
+/// logits (scale 1) then have a standard deviation of about 2 at heads of 64; with gains of
+/// one, about 8, a softmax so sharp that the f32 rounding differences of two executors
+/// (summation orders) grow to 2e-5 of the output.
+fn head_norm(take: Take, dim: usize) -> RmsNorm {
+    RmsNorm {
+        weight: take(dim, 0.1).iter().map(|g| 0.5 + g).collect(),
+        eps: 1e-6,
+    }
+}
+
+/// A random bias-free `[n_out, n_in]` projection, with random clamps of its input and output
+/// when `clip` (bounds about ±1.25, so that some values of the rows these cases see are cut).
+fn clamped(take: Take, n_out: usize, n_in: usize, clip: bool, stored: Stored) -> EncoderLinear {
+    let l = linear(take, n_out, n_in, false, stored);
+    if !clip {
+        return l;
+    }
+    let mut bounds = || {
+        let r = take(2, 0.25);
+        Some([-1.25 + r[0], 1.25 + r[1]])
+    };
+    let (input, output) = (bounds(), bounds());
+    l.with_clamps(input, output)
+}
+
+/// The blocks of sandwich case `c`.
+pub fn build_sandwich(c: &SandwichCase, take: Take) -> Vec<SandwichLayer> {
+    let (d, f, st, clip) = (c.dim, c.ffn, c.stored, c.clip);
+    let (qw, kvw, hd) = (c.heads * c.head_dim, c.kv_heads * c.head_dim, c.head_dim);
+    (0..c.layers)
+        .map(|_| SandwichLayer {
+            q: clamped(take, qw, d, clip, st),
+            k: clamped(take, kvw, d, clip, st),
+            v: clamped(take, kvw, d, clip, st),
+            o: clamped(take, d, qw, clip, st),
+            gate: clamped(take, f, d, clip, st),
+            up: clamped(take, f, d, clip, st),
+            down: clamped(take, d, f, clip, st),
+            input_norm: rms_norm(take, d),
+            post_attn_norm: rms_norm(take, d),
+            pre_ffn_norm: rms_norm(take, d),
+            post_ffn_norm: rms_norm(take, d),
+            q_norm: head_norm(take, hd),
+            k_norm: head_norm(take, hd),
+            v_norm: RmsNorm {
+                weight: vec![1.0; hd],
+                eps: 1e-6,
+            },
+        })
+        .collect()
+}
+
+/// The plan of sandwich blocks `layers` (case `c`), each sequence `i` rotated by `rows[i]`
+/// ([`sandwich_rows`]).
+pub fn sandwich_plan<'a>(
+    c: &SandwichCase,
+    layers: &'a [SandwichLayer],
+    rows: &'a [RopeRows],
+) -> EncoderPlan<'a> {
+    EncoderPlan {
+        layers: layers
+            .iter()
+            .map(|l| EncoderLayer {
+                q: &l.q,
+                k: &l.k,
+                v: &l.v,
+                o: &l.o,
+                attn_norm: Some((&l.input_norm).into()),
+                window: None,
+                rope_of: Some(RopeOf::Rows(rows)),
+                gate: Some(&l.gate),
+                up: &l.up,
+                down: &l.down,
+                ffn_norm: (&l.pre_ffn_norm).into(),
+                extra_norms: ExtraNorms {
+                    q: Some(&l.q_norm),
+                    k: Some(&l.k_norm),
+                    v: Some(&l.v_norm),
+                    post_attn: Some((&l.post_attn_norm).into()),
+                    post_ffn: Some((&l.post_ffn_norm).into()),
+                },
+            })
+            .collect(),
+        order: NormOrder::Pre { final_norm: None },
+        heads: EncoderHeads {
+            n_heads: c.heads,
+            n_kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0,
+            window: None,
+        },
+        act: EncoderAct::GeluTanh,
+        dim: c.dim,
+    }
+}
+
+/// Gemma 4's axial rotation ([`RopeRows::axial_halves`], θ 100) of each sequence of `lens` for
+/// the heads of case `c`: token `i` at row `i / 6`, column `i % 6`.
+pub fn sandwich_rows(c: &SandwichCase, lens: &[usize]) -> Vec<RopeRows> {
+    lens.iter()
+        .map(|&n| RopeRows::axial_halves(c.head_dim, 100.0, (0..n).map(|i| (i / 6, i % 6))))
+        .collect()
+}
+
+/// Gemma-4-vision-like cases for [`sandwich_plan`]: heads of 64 (the real tower's) with two
+/// query heads per key/value head and an attention twice as wide as the hidden state, clamped;
+/// the tiny fixture's geometry (width 24, 4 heads of 8 over 2, MLP 40) with f16 weights,
+/// clamped; heads of 32 without grouping or clamps.
+pub const SANDWICH_CASES: [SandwichCase; 3] = [
+    SandwichCase {
+        dim: 128,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 192,
+        layers: 2,
+        clip: true,
+        stored: Stored::F32,
+    },
+    SandwichCase {
+        dim: 24,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 8,
+        ffn: 40,
+        layers: 2,
+        clip: true,
+        stored: Stored::F16,
+    },
+    SandwichCase {
+        dim: 64,
+        heads: 2,
+        kv_heads: 2,
+        head_dim: 32,
+        ffn: 96,
+        layers: 1,
+        clip: false,
+        stored: Stored::F32,
     },
 ];

@@ -1,25 +1,28 @@
 //! What a device executor of an [`EncoderPlan`] uploads besides the weights, made once on the
-//! host for every backend: the layers' biases and LayerNorm parameters packed into one vector
+//! host for every backend: the layers' biases and norm parameters packed into one vector
 //! ([`pack_params`]), and the rotary tables of a batch ([`rope_tables`]).
 
 #[cfg(doc)]
 use super::encoder::EncoderLayer;
-use super::encoder::{EncoderPlan, NormOrder, RopeOf, SeqRope};
+use super::encoder::{EncoderPlan, Norm, NormOrder, RopeOf, SeqRope};
 use crate::nn::encoder_linear::EncoderLinear;
-use crate::nn::LayerNorm;
 
-/// A LayerNorm's gain and bias offsets in the pack (f32 values), and its epsilon.
+/// A norm's gain and bias offsets in the pack (f32 values), its epsilon and kind.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NormAt {
     pub gain: usize,
-    pub bias: usize,
+    /// `None`: an RMSNorm (no bias).
+    pub bias: Option<usize>,
     pub eps: f32,
+    /// An RMSNorm (`v / √(mean(v²) + eps) · gain`), else a LayerNorm.
+    pub rms: bool,
 }
 
-/// Offsets into the pack of one layer's biases and LayerNorms (`None`: none).
+/// Offsets into the pack of one layer's biases and norms (`None`: none).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerParams {
-    /// q, k, v biases side by side `[3 dim]` (zeros for a missing one; `None` when all are).
+    /// q, k, v biases side by side `[q width + 2 · kv width]` (zeros for a missing one; `None`
+    /// when all are).
     pub qkv_bias: Option<usize>,
     pub o_bias: Option<usize>,
     /// `None`: a pre-norm block without an attention norm.
@@ -28,6 +31,13 @@ pub struct LayerParams {
     pub up_bias: Option<usize>,
     pub down_bias: Option<usize>,
     pub ffn_norm: NormAt,
+    /// The per-head RMS norms of the queries, keys and values (`head_dim` gains each).
+    pub q_norm: Option<NormAt>,
+    pub k_norm: Option<NormAt>,
+    pub v_norm: Option<NormAt>,
+    /// The norms of the attention's and the MLP's outputs before their residual adds.
+    pub post_attn_norm: Option<NormAt>,
+    pub post_ffn_norm: Option<NormAt>,
 }
 
 /// The packed parameters of a plan: `pack` (every vector starting at a multiple of the
@@ -50,20 +60,29 @@ pub fn pack_params(plan: &EncoderPlan, align: usize) -> EncoderParams {
         pack.resize(pack.len().next_multiple_of(align), 0.0);
         at
     };
-    let norm = |push: &mut dyn FnMut(&[f32]) -> usize, n: &LayerNorm| NormAt {
-        gain: push(&n.weight),
-        bias: push(&n.bias),
-        eps: n.eps,
+    let norm = |push: &mut dyn FnMut(&[f32]) -> usize, n: Norm| match n {
+        Norm::Layer(n) => NormAt {
+            gain: push(&n.weight),
+            bias: Some(push(&n.bias)),
+            eps: n.eps,
+            rms: false,
+        },
+        Norm::Rms(n) => NormAt {
+            gain: push(&n.weight),
+            bias: None,
+            eps: n.eps,
+            rms: true,
+        },
     };
     let mut layers = Vec::with_capacity(plan.layers.len());
     for l in &plan.layers {
-        let biases = [l.q, l.k, l.v].map(|p| p.linear().bias());
-        let qkv_bias = biases.iter().any(Option::is_some).then(|| {
-            let mut v = Vec::with_capacity(3 * plan.dim);
-            for b in biases {
-                match b {
+        let qkv = [l.q, l.k, l.v];
+        let qkv_bias = qkv.iter().any(|p| p.linear().bias().is_some()).then(|| {
+            let mut v = Vec::new();
+            for p in qkv {
+                match p.linear().bias() {
                     Some(b) => v.extend_from_slice(b),
-                    None => v.resize(v.len() + plan.dim, 0.0),
+                    None => v.resize(v.len() + p.n_out(), 0.0),
                 }
             }
             push(&v)
@@ -77,6 +96,10 @@ pub fn pack_params(plan: &EncoderPlan, align: usize) -> EncoderParams {
         );
         let attn_norm = l.attn_norm.map(|n| norm(&mut push, n));
         let ffn_norm = norm(&mut push, l.ffn_norm);
+        let e = &l.extra_norms;
+        let mut opt = |n: Option<Norm>| n.map(|n| norm(&mut push, n));
+        let [q_norm, k_norm, v_norm] = [e.q, e.k, e.v].map(|n| opt(n.map(Norm::Rms)));
+        let (post_attn_norm, post_ffn_norm) = (opt(e.post_attn), opt(e.post_ffn));
         layers.push(LayerParams {
             qkv_bias,
             o_bias,
@@ -85,11 +108,16 @@ pub fn pack_params(plan: &EncoderPlan, align: usize) -> EncoderParams {
             up_bias,
             down_bias,
             ffn_norm,
+            q_norm,
+            k_norm,
+            v_norm,
+            post_attn_norm,
+            post_ffn_norm,
         });
     }
     let final_norm = match plan.order {
         NormOrder::Post => None,
-        NormOrder::Pre { final_norm } => Some(norm(&mut push, final_norm)),
+        NormOrder::Pre { final_norm } => final_norm.map(|n| norm(&mut push, n)),
     };
     EncoderParams {
         pack,
@@ -110,6 +138,9 @@ pub struct RopeTables {
     pub layer_map: Vec<Option<usize>>,
     pub half: usize,
     pub interleaved: bool,
+    /// `rotate_half` sections per head when not interleaved ([`SeqRope::sections`]): angle `j`
+    /// rotates the pair `(2 w ⌊j / w⌋ + j mod w, that + w)` with `w = half / sections`.
+    pub sections: usize,
 }
 
 /// The tables of the layers' rotations `ropes_of` (each layer's [`EncoderLayer::rope_of`], in
@@ -159,12 +190,13 @@ pub fn rope_tables<'r>(
     let Some(first) = ropes.first() else {
         return Ok(None);
     };
-    let (dim, interleaved) = (first.0.dim(), first.0.interleaved());
-    let uniform = ropes
-        .iter()
-        .all(|(r, _, _)| r.dim() == dim && r.interleaved() == interleaved);
-    if !uniform || dim > head_dim || dim % 2 != 0 || dim == 0 {
-        return Err("rotary positions of several widths, or wider than a head");
+    let (dim, interleaved, sections) = (first.0.dim(), first.0.interleaved(), first.0.sections());
+    let uniform = ropes.iter().all(|(r, _, _)| {
+        r.dim() == dim && r.interleaved() == interleaved && r.sections() == sections
+    });
+    let whole_sections = sections > 0 && (dim / 2).is_multiple_of(sections);
+    if !uniform || !whole_sections || dim > head_dim || dim % 2 != 0 || dim == 0 {
+        return Err("rotary positions of several widths or layouts, or wider than a head");
     }
     let half = dim / 2;
     let rows: usize = ropes.iter().map(|r| r.1).sum();
@@ -190,6 +222,7 @@ pub fn rope_tables<'r>(
         layer_map,
         half,
         interleaved,
+        sections,
     }))
 }
 

@@ -21,7 +21,7 @@ use crate::nn::encoder_act::EncoderAct;
 use crate::nn::encoder_attention::EncoderHeads;
 use crate::nn::encoder_linear::{split_rows, EncoderLinear};
 use crate::nn::{LayerNorm, Linear, RopeRows};
-use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, NormOrder, RopeOf};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, ExtraNorms, NormOrder, RopeOf};
 
 /// LayerNorm epsilon of the blocks and the merger (fixed in transformers).
 const NORM_EPS: f32 = 1e-6;
@@ -210,22 +210,24 @@ impl VisionTower {
                 k: &b.k,
                 v: &b.v,
                 o: &b.proj,
-                attn_norm: Some(&b.norm1),
+                attn_norm: Some((&b.norm1).into()),
                 window: None,
                 rope_of,
                 gate: None,
                 up: &b.fc1,
                 down: &b.fc2,
-                ffn_norm: &b.norm2,
+                ffn_norm: (&b.norm2).into(),
+                extra_norms: ExtraNorms::default(),
             })
             .collect();
         let plan = EncoderPlan {
             layers,
             order: NormOrder::Pre {
-                final_norm: &self.merger_norm,
+                final_norm: Some((&self.merger_norm).into()),
             },
             heads: EncoderHeads {
                 n_heads: c.heads,
+                n_kv_heads: c.heads,
                 head_dim: c.head_dim(),
                 scale: 1.0 / (c.head_dim() as f32).sqrt(),
                 window: None,
@@ -342,6 +344,7 @@ mod tests {
         rope.apply(&mut k, n, c.heads, c.head_dim());
         let heads = EncoderHeads {
             n_heads: c.heads,
+            n_kv_heads: c.heads,
             head_dim: c.head_dim(),
             scale: 1.0 / (c.head_dim() as f32).sqrt(),
             window: None,
