@@ -99,47 +99,46 @@ fn tokens_with_images_match_transformers() {
     }
 }
 
-/// `--device wgpu` (lavapipe where no GPU is): the Qwen 3.5 vision tower's blocks run as one
-/// encoder pass on the device per image (`--profile` counts the two `run_encoder` calls), and
-/// the image prompt gives transformers' logits (within 1e-4), the `--device cpu` run's (within
-/// 1e-4) and the greedy ids. Without a wgpu adapter it prints a `skipped:` line (under `CI=true`
-/// it fails).
+/// `--device wgpu` (lavapipe where no GPU is): the Qwen 3.5 and Gemma 4 vision towers' blocks
+/// run as one encoder pass on the device per image (`--profile` counts the two `run_encoder`
+/// calls), and the image prompt gives transformers' logits (within 1e-4), the `--device cpu`
+/// run's (within 1e-4) and the greedy ids. Without a wgpu adapter it prints a `skipped:` line
+/// (under `CI=true` it fails).
 #[test]
 fn images_on_wgpu_match_transformers_and_the_cpu() {
-    let dir = fixtures().join("qwen35-vl-tiny");
-    let d = dir.to_str().unwrap();
-    let probe = oxinfer(&[
-        "run", "-m", d, "--tokens", "1", "-n", "1", "--device", "wgpu",
-    ]);
-    if !probe.status.success() && stderr(&probe).contains("--device wgpu:") {
-        let why = stderr(&probe);
-        common::models::skip("qwen35-vl-tiny on wgpu", why.trim(), true);
-        return;
+    for (name, images) in &FIXTURES[..2] {
+        let dir = fixtures().join(name);
+        let d = dir.to_str().unwrap();
+        let probe = oxinfer(&[
+            "run", "-m", d, "--tokens", "1", "-n", "1", "--device", "wgpu",
+        ]);
+        if !probe.status.success() && stderr(&probe).contains("--device wgpu:") {
+            let why = stderr(&probe);
+            common::models::skip(&format!("{name} on wgpu"), why.trim(), true);
+            return;
+        }
+        let r = common::reference(&dir);
+        let media = images.map(|f| ("--image", dir.join(f)));
+        let tmp = scratch_dir(&format!("media-cli-wgpu-{name}"));
+        let mut logits = Vec::new();
+        for device in ["cpu", "wgpu"] {
+            let out = tmp.join(format!("{device}.npy"));
+            let model = ["-m", d, "--device", device, "--profile"];
+            let label = format!("{name} --device {device}");
+            let err = check_tokens_run(&model, &r, &media, &dir.join("logits.npy"), &out, &label);
+            let encoder_calls = err
+                .lines()
+                .find(|l| l.trim_start().starts_with("run_encoder"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u32>().ok());
+            let want = (device == "wgpu").then_some(2);
+            assert_eq!(encoder_calls, want, "{label}: device encoder passes\n{err}");
+            logits.push(read_npy_f32(&out).1);
+        }
+        let d = max_abs_diff(&logits[1], &logits[0]);
+        println!("{name}: --device wgpu against --device cpu, logits max diff {d:e}");
+        assert!(d <= 1e-4, "{name}: wgpu logits differ from the CPU's by {d}");
     }
-    let r = common::reference(&dir);
-    let media = [
-        ("--image", dir.join("wide.png")),
-        ("--image", dir.join("logo.png")),
-    ];
-    let tmp = scratch_dir("media-cli-wgpu");
-    let mut logits = Vec::new();
-    for device in ["cpu", "wgpu"] {
-        let out = tmp.join(format!("{device}.npy"));
-        let model = ["-m", d, "--device", device, "--profile"];
-        let label = format!("qwen35-vl-tiny --device {device}");
-        let err = check_tokens_run(&model, &r, &media, &dir.join("logits.npy"), &out, &label);
-        let encoder_calls = err
-            .lines()
-            .find(|l| l.trim_start().starts_with("run_encoder"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse::<u32>().ok());
-        let want = (device == "wgpu").then_some(2);
-        assert_eq!(encoder_calls, want, "{label}: device encoder passes\n{err}");
-        logits.push(read_npy_f32(&out).1);
-    }
-    let d = max_abs_diff(&logits[1], &logits[0]);
-    println!("qwen35-vl-tiny: --device wgpu against --device cpu, logits max diff {d:e}");
-    assert!(d <= 1e-4, "wgpu logits differ from the CPU's by {d}");
 }
 
 #[test]

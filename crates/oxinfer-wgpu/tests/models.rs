@@ -1,7 +1,8 @@
 //! Whole models on the wgpu backend (installed process-wide, as `--device wgpu` does): the tiny
 //! fixtures' logits within 1e-3 of the committed transformers references (whole, chunked and
 //! one-token prefill; greedy ids as the reference) and 32 greedy tokens identical to the CPU
-//! path; Qwen 3.5's vision tower's soft tokens against transformers and the CPU. Every check
+//! path; Qwen 3.5's and Gemma 4's vision towers' soft tokens against transformers and the CPU.
+//! Every check
 //! also asserts that the plans really ran on the device. The real GGUFs are in
 //! `real_models.rs`. Without an adapter the tests print a `skipped:` line (under `CI=true`
 //! they fail instead).
@@ -85,5 +86,41 @@ fn qwen35_vision_tower_matches_transformers_and_cpu() {
             assert!(to_ref <= 1e-4, "{name} {image}: {to_ref} from transformers");
             assert!(to_cpu <= 1e-5, "{name} {image}: {to_cpu} from the CPU");
         }
+    }
+}
+
+/// Gemma 4's vision tower on the device: its encoder layers (RMS sandwich norms, per-head q / k
+/// / v norms, grouped-query heads, clamped projections, the axial rotation) as one encoder pass
+/// per image; the tiny fixture's soft tokens (two images) against transformers (within 1e-4, as
+/// on the CPU) and against the CPU path (within 1e-5).
+#[test]
+fn gemma4_vision_tower_matches_transformers_and_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !installed() {
+        return;
+    }
+    let dir = fixtures().join("tiny_gemma4_mm");
+    let model = Model::load(&dir).expect("load");
+    let files = [
+        ("scene", dir.join("scene.png")),
+        ("logo", dir.join("logo.png")),
+    ];
+    let before = encoder_passes();
+    let dev = encode_files(&model, MediaKind::Image, &files);
+    let passes = encoder_passes() - before;
+    assert_eq!(passes, 2, "one device encoder pass per image");
+    let cpu = {
+        let _cpu = backend::cpu_only();
+        encode_files(&model, MediaKind::Image, &files)
+    };
+    for (((image, _), d), c) in files.iter().zip(&dev).zip(&cpu) {
+        let (shape, want) = read_npy_f32(&dir.join(format!("vision_{image}.npy")));
+        let (to_ref, to_cpu) = (max_abs_diff(&d.rows, &want), max_abs_diff(&d.rows, &c.rows));
+        println!(
+            "gemma4 {image} {shape:?}: soft tokens on the device, max diff {to_ref:.2e} from \
+             transformers, {to_cpu:.2e} from the CPU"
+        );
+        assert!(to_ref <= 1e-4, "{image}: {to_ref} from transformers");
+        assert!(to_cpu <= 1e-5, "{image}: {to_cpu} from the CPU");
     }
 }

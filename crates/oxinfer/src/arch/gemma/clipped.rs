@@ -1,9 +1,12 @@
 //! Gemma 4's clippable linear layers (vision and audio towers): an optional clamp of the input
 //! and of the output around a bias-free projection, the bounds stored as scalar tensors
-//! `input_min`, `input_max`, `output_min`, `output_max` beside `linear.weight`.
+//! `input_min`, `input_max`, `output_min`, `output_max` beside `linear.weight`. The audio tower
+//! runs them as [`ClippedLinear`]s; the vision tower's blocks, an encoder plan, as
+//! [`EncoderLinear`]s carrying the same clamps ([`load_encoder`]).
 
 use crate::error::LoadError;
 use crate::loader::TensorStore;
+use crate::nn::encoder_linear::EncoderLinear;
 use crate::nn::Linear;
 
 /// A projection `{stem}.linear.weight` with the clamps the checkpoint stores.
@@ -36,6 +39,21 @@ fn bounds(store: &dyn TensorStore, stem: &str, which: &str) -> Result<Option<[f3
     let lo = scalar(store, &format!("{stem}.{which}_min"))?;
     let hi = scalar(store, &format!("{stem}.{which}_max"))?;
     Ok(lo.zip(hi).map(|(a, b)| [a, b]))
+}
+
+/// `{stem}.linear.weight` (`[n_out, n_in]`) as an encoder plan's projection, with the clamps
+/// the checkpoint stores ([`EncoderLinear::with_clamps`]).
+pub fn load_encoder(
+    store: &dyn TensorStore,
+    stem: &str,
+    n_out: usize,
+    n_in: usize,
+) -> Result<EncoderLinear, LoadError> {
+    let linear = EncoderLinear::load(store, &format!("{stem}.linear.weight"), n_out, n_in)?;
+    Ok(linear.with_clamps(
+        bounds(store, stem, "input")?,
+        bounds(store, stem, "output")?,
+    ))
 }
 
 impl ClippedLinear {

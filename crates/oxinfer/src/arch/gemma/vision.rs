@@ -5,14 +5,19 @@
 //! row —, sandwich norms, a tanh-GELU gated MLP, clippable linears) → k×k average pooling by
 //! patch position, × √hidden, optional standardization → an unscaled RMS norm and the
 //! projection into the text embedding space.
+//!
+//! The encoder layers run as one [`EncoderPlan`] ([`encoder::run`]: whole on a CUDA or wgpu
+//! device that takes it, else on the CPU); the patch embedding, the position tables, the
+//! pooling, the standardization and the projection stay on the host.
 
-use super::clipped::ClippedLinear;
+use super::clipped::load_encoder;
 use crate::error::LoadError;
 use crate::loader::TensorStore;
-use crate::nn::full_attention::attention_full;
-use crate::nn::mlp::apply_gated;
-use crate::nn::{AttnShape, Linear, RmsNorm};
-use oxinfer_kernels::act::GateAct;
+use crate::nn::encoder_act::EncoderAct;
+use crate::nn::encoder_attention::EncoderHeads;
+use crate::nn::encoder_linear::EncoderLinear;
+use crate::nn::{Linear, RmsNorm, RopeRows};
+use crate::plan::encoder::{self, EncoderLayer, EncoderPlan, ExtraNorms, NormOrder, RopeOf};
 use serde_json::Value;
 
 /// Shape and settings of the tower (`vision_config`).
@@ -108,19 +113,20 @@ impl VisionConfig {
     }
 }
 
+/// One encoder layer's weights (its projections with their clamps).
 struct VisionLayer {
     input_norm: RmsNorm,
-    q: ClippedLinear,
-    k: ClippedLinear,
-    v: ClippedLinear,
-    o: ClippedLinear,
+    q: EncoderLinear,
+    k: EncoderLinear,
+    v: EncoderLinear,
+    o: EncoderLinear,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
     post_attn_norm: RmsNorm,
     pre_ffn_norm: RmsNorm,
-    gate: ClippedLinear,
-    up: ClippedLinear,
-    down: ClippedLinear,
+    gate: EncoderLinear,
+    up: EncoderLinear,
+    down: EncoderLinear,
     post_ffn_norm: RmsNorm,
 }
 
@@ -166,7 +172,7 @@ impl VisionTower {
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             let p = format!("{prefix}encoder.layers.{i}.");
-            let lin = |part: &str, o, n| ClippedLinear::load(store, &format!("{p}{part}"), o, n);
+            let lin = |part: &str, o, n| load_encoder(store, &format!("{p}{part}"), o, n);
             layers.push(VisionLayer {
                 input_norm: norm(&format!("{p}input_layernorm.weight"), d)?,
                 q: lin("self_attn.q_proj", cfg.heads * hd, d)?,
@@ -273,43 +279,57 @@ impl VisionTower {
                 *v += a + b;
             }
         }
-        let rope = AxialRope::new(c.head_dim, c.rope_theta, p.rows, p.cols);
-        for l in &self.layers {
-            self.layer(l, &mut x, n, &rope);
-        }
+        let x = self.blocks(x, p.rows, p.cols)?;
         Ok(self.pool_and_project(&x, p.rows, p.cols))
     }
 
-    fn layer(&self, l: &VisionLayer, x: &mut [f32], n: usize, rope: &AxialRope) {
+    /// The encoder layers over the embedded patches `x` (`[rows · cols, hidden]`, row-major
+    /// over the grid) as one [`EncoderPlan`]: pre-norm RMS sandwich blocks without a final
+    /// norm, per-head q / k / v norms, the axial rotation of the grid
+    /// ([`RopeRows::axial_halves`]), scale 1, a gated GELU (tanh) MLP, clamped projections.
+    fn blocks(&self, x: Vec<f32>, rows: usize, cols: usize) -> Result<Vec<f32>, String> {
         let c = &self.cfg;
-        let h = l.input_norm.forward(x);
-        let mut q = l.q.forward(&h, n);
-        let mut k = l.k.forward(&h, n);
-        let mut v = l.v.forward(&h, n);
-        l.q_norm.forward_inplace(&mut q);
-        l.k_norm.forward_inplace(&mut k);
-        self.v_norm.forward_inplace(&mut v);
-        rope.apply(&mut q, c.heads);
-        rope.apply(&mut k, c.kv_heads);
-        let shape = AttnShape {
-            n_heads: c.heads,
-            n_kv_heads: c.kv_heads,
-            head_dim: c.head_dim,
-            scale: 1.0,
-            window: None,
-            softcap: None,
+        let grid = (0..rows * cols).map(|i| (i / cols, i % cols));
+        let rope = [RopeRows::axial_halves(c.head_dim, c.rope_theta, grid)];
+        let rope_of = Some(RopeOf::Rows(&rope));
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| EncoderLayer {
+                q: &l.q,
+                k: &l.k,
+                v: &l.v,
+                o: &l.o,
+                attn_norm: Some((&l.input_norm).into()),
+                window: None,
+                rope_of,
+                gate: Some(&l.gate),
+                up: &l.up,
+                down: &l.down,
+                ffn_norm: (&l.pre_ffn_norm).into(),
+                extra_norms: ExtraNorms {
+                    q: Some(&l.q_norm),
+                    k: Some(&l.k_norm),
+                    v: Some(&self.v_norm),
+                    post_attn: Some((&l.post_attn_norm).into()),
+                    post_ffn: Some((&l.post_ffn_norm).into()),
+                },
+            })
+            .collect();
+        let plan = EncoderPlan {
+            layers,
+            order: NormOrder::Pre { final_norm: None },
+            heads: EncoderHeads {
+                n_heads: c.heads,
+                n_kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                scale: 1.0,
+                window: None,
+            },
+            act: EncoderAct::GeluTanh,
+            dim: c.hidden,
         };
-        let a = attention_full(&q, &k, &v, n, &shape);
-        let mut a = l.o.forward(&a, n);
-        l.post_attn_norm.forward_inplace(&mut a);
-        x.iter_mut().zip(&a).for_each(|(x, a)| *x += a);
-        let h = l.pre_ffn_norm.forward(x);
-        let mut g = l.gate.forward(&h, n);
-        let u = l.up.forward(&h, n);
-        apply_gated(GateAct::GeluTanh, &mut g, &u);
-        let mut m = l.down.forward(&g, n);
-        l.post_ffn_norm.forward_inplace(&mut m);
-        x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+        encoder::run(&plan, x, &[rows * cols]).map_err(|e| format!("vision tower: {e}"))
     }
 
     /// k×k average pooling by grid position, × √hidden, standardization, the unscaled norm
@@ -344,55 +364,6 @@ impl VisionTower {
     }
 }
 
-/// 2-D axial rotary tables of a patch grid: per patch, the angles of the column (first half of
-/// each head) and of the row (second half); each half rotates its two quarters (`rotate_half`).
-struct AxialRope {
-    head_dim: usize,
-    /// `[n, head_dim / 2]`: cos of the column angles then of the row angles, per frequency.
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-}
-
-impl AxialRope {
-    fn new(head_dim: usize, theta: f64, rows: usize, cols: usize) -> Self {
-        let half = head_dim / 2;
-        let q = half / 2;
-        let inv: Vec<f32> = (0..q)
-            .map(|i| (1.0 / theta.powf((2 * i) as f64 / half as f64)) as f32)
-            .collect();
-        let n = rows * cols;
-        let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
-        for i in 0..n {
-            for pos in [(i % cols) as f32, (i / cols) as f32] {
-                for f in &inv {
-                    let a = pos * f;
-                    cos.push(a.cos());
-                    sin.push(a.sin());
-                }
-            }
-        }
-        AxialRope { head_dim, cos, sin }
-    }
-
-    /// Rotates `x` `[n, heads · head_dim]` in place.
-    fn apply(&self, x: &mut [f32], heads: usize) {
-        let (hd, half) = (self.head_dim, self.head_dim / 2);
-        let q = half / 2;
-        for (i, row) in x.chunks_exact_mut(heads * hd).enumerate() {
-            let (cos, sin) = (
-                &self.cos[i * half..(i + 1) * half],
-                &self.sin[i * half..(i + 1) * half],
-            );
-            for head in row.chunks_exact_mut(hd) {
-                for (part, chunk) in head.chunks_exact_mut(half).enumerate() {
-                    for j in 0..q {
-                        let (c, s) = (cos[part * q + j], sin[part * q + j]);
-                        let (a, b) = (chunk[j], chunk[j + q]);
-                        chunk[j] = a * c - b * s;
-                        chunk[j + q] = b * c + a * s;
-                    }
-                }
-            }
-        }
-    }
-}
+#[cfg(test)]
+#[path = "vision_twin.rs"]
+mod twin;
