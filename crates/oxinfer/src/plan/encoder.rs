@@ -89,8 +89,8 @@ impl Norm<'_> {
         }
     }
 
-    /// Every row of `x` normalized in place, parts of rows in parallel (LayerNorm with
-    /// [`layer_norm_lanes`], RMSNorm as [`RmsNorm::forward_inplace`]).
+    /// Every row of `x` normalized in place, parts of rows in parallel (LayerNorm with its
+    /// mean and variance summed in f32 over 8 lanes, RMSNorm as [`RmsNorm::forward_inplace`]).
     pub fn apply_rows(self, x: &mut [f32]) {
         match self {
             Norm::Layer(n) => norm_rows(x, n),
