@@ -339,6 +339,14 @@ fn encoder_plan_sandwich_matches_cpu() {
             p.order = NormOrder::Post;
             let label = format!("{label}, post-norm");
             assert_matches_cpu(&b, &p, &lens, &mut rng, &declined, &label);
+            // Key/value heads that do not match their projections: declined, nothing written
+            // (and an error, not a panic, from `encoder::run`).
+            p.heads.n_kv_heads = c.heads;
+            let x = vec![0.5f32; 5 * c.dim];
+            let mut out = vec![0f32; x.len()];
+            assert!(!b.run_encoder(&p, &x, &[3, 2], &mut out));
+            assert!(out.iter().all(|&v| v == 0.0), "a declined pass wrote");
+            assert!(p.check(&x, &[3, 2]).is_err());
         }
     }
 }
