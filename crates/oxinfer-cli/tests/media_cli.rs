@@ -137,7 +137,10 @@ fn images_on_wgpu_match_transformers_and_the_cpu() {
         }
         let d = max_abs_diff(&logits[1], &logits[0]);
         println!("{name}: --device wgpu against --device cpu, logits max diff {d:e}");
-        assert!(d <= 1e-4, "{name}: wgpu logits differ from the CPU's by {d}");
+        assert!(
+            d <= 1e-4,
+            "{name}: wgpu logits differ from the CPU's by {d}"
+        );
     }
 }
 
