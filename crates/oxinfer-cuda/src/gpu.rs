@@ -49,12 +49,22 @@ impl DevBuf {
         })
     }
 
-    /// Allocates and fills with `data` (synchronous copy).
+    /// Allocates and fills with `data`; the bytes are on the device when this returns.
+    ///
+    /// `cuMemcpyHtoD` from pageable memory returns once `data` is staged for the DMA, which
+    /// may still be in flight, on the legacy stream, with which the backend's non-blocking
+    /// stream does not synchronize: a kernel launched next could read the buffer before the
+    /// copy lands (seen as garbage logits when many uploads share the copy engines, e.g. the
+    /// device tests run in parallel). So the legacy stream is synchronized after the copy.
     pub fn from_host<T>(ctx: &Arc<CudaContext>, data: &[T]) -> Result<Self, String> {
         let b = Self::new(ctx, std::mem::size_of_val(data))?;
-        // SAFETY: `b` holds exactly size_of_val(data) bytes; the copy completes before return.
-        unsafe { result::memcpy_htod_sync(b.ptr, data) }
-            .map_err(|e| format!("upload of {} bytes: {e:?}", b.bytes))?;
+        // SAFETY: `b` holds exactly size_of_val(data) bytes; the null stream is the bound
+        // context's legacy stream, on which the copy was issued.
+        unsafe {
+            result::memcpy_htod_sync(b.ptr, data)
+                .and_then(|_| sys::cuStreamSynchronize(std::ptr::null_mut()).result())
+        }
+        .map_err(|e| format!("upload of {} bytes: {e:?}", b.bytes))?;
         Ok(b)
     }
 
@@ -160,6 +170,10 @@ pub(crate) struct Gpu {
     /// Kernels launched as programmatic dependents of the previous one (compute 9.0+, unless
     /// `OXINFER_CUDA_PDL=0`).
     pdl: bool,
+    /// Staged one-row int8 GEMVs copy each unit's rows with one bulk copy (the TMA of compute
+    /// 9.0+) instead of 16-byte chunks from every lane (unless `OXINFER_CUDA_GEMV_BULK=0`;
+    /// measured in docs/gpu.md).
+    pub(crate) bulk_staging: bool,
 }
 
 // SAFETY: the raw stream, cuBLAS handle and pinned buffer belong to this context and are only
@@ -285,6 +299,8 @@ impl Gpu {
             prof: kernel_profile::enabled().then(RefCell::default),
             next_bytes: Cell::new(0),
             pdl: major >= 9 && std::env::var("OXINFER_CUDA_PDL").map_or(true, |v| v != "0"),
+            bulk_staging: major >= 9
+                && std::env::var("OXINFER_CUDA_GEMV_BULK").map_or(true, |v| v != "0"),
         })
     }
 

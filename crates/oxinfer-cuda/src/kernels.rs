@@ -407,6 +407,31 @@ fn load_smem(
     Ok(f)
 }
 
+/// How a one-row int8 GEMV reads its weight rows (the entry points of gemv.cu's `gemv_i8`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Staging {
+    /// `_1`: straight from global memory in the dot products.
+    Direct,
+    /// `_s1`: each unit's rows copied whole into shared memory first (16-byte `cp.async`).
+    Staged,
+    /// `_s1e`: staged, the copies issued before waiting for the previous kernel.
+    Early,
+    /// `_s1b`: as [`Staging::Early`], each unit's rows one bulk copy (compute 9.0+ only).
+    Bulk,
+}
+
+impl Staging {
+    /// Index among a format's staged entry points (`_s1`, `_s1e`, `_s1b`); none for `Direct`.
+    fn staged_index(self) -> Option<usize> {
+        match self {
+            Staging::Direct => None,
+            Staging::Staged => Some(0),
+            Staging::Early => Some(1),
+            Staging::Bulk => Some(2),
+        }
+    }
+}
+
 /// The per-format kernels of one program.
 #[derive(Default)]
 struct FormatKernels {
@@ -422,9 +447,9 @@ struct FormatKernels {
     gemv_i8: Vec<(WeightFormat, [sys::CUfunction; 4])>,
     /// One-row int8 GEMVs with the weight rows staged in shared memory, per format: waiting
     /// for the previous kernel first, and fetching the weights before waiting.
-    gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 2])>,
+    gemv_i8_staged: Vec<(WeightFormat, [sys::CUfunction; 3])>,
     /// One-row int8 GEMVs of [`INT8_GEMV_MIXES`]' pairs: plain, staged, staged early.
-    gemv_i8_mixed: Vec<((WeightFormat, WeightFormat), [sys::CUfunction; 3])>,
+    gemv_i8_mixed: Vec<((WeightFormat, WeightFormat), [sys::CUfunction; 4])>,
 }
 
 impl FormatKernels {
@@ -460,7 +485,8 @@ impl FormatKernels {
             let smem = crate::gemv::STAGED_MAX_SMEM;
             let staged = load_smem(module, names, &format!("gemv_{n}_i8_s1"), smem)?;
             let early = load_smem(module, names, &format!("gemv_{n}_i8_s1e"), smem)?;
-            k.gemv_i8_staged.push((f, [staged, early]));
+            let bulk = load_smem(module, names, &format!("gemv_{n}_i8_s1b"), smem)?;
+            k.gemv_i8_staged.push((f, [staged, early, bulk]));
         }
         Ok(k)
     }
@@ -528,6 +554,7 @@ impl Kernels {
                     get(&format!("gemv_{n}_i8_1"))?,
                     load_smem(&module, &names, &format!("gemv_{n}_i8_s1"), smem)?,
                     load_smem(&module, &names, &format!("gemv_{n}_i8_s1e"), smem)?,
+                    load_smem(&module, &names, &format!("gemv_{n}_i8_s1b"), smem)?,
                 ],
             ));
         }
@@ -681,22 +708,20 @@ impl Kernels {
         Some(self.formats.gemv_i8.iter().find(|(g, _)| *g == f)?.1[3])
     }
 
-    /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory;
-    /// with `early`, the variant that issues its weight copies before waiting for the previous
-    /// kernel (programmatic dependent launch).
-    pub fn gemv_i8_staged(&self, f: WeightFormat, early: bool) -> Option<sys::CUfunction> {
+    /// The one-row int8-activation GEMV for `f` with its weight rows staged in shared memory
+    /// as `s` says ([`Staging::Direct`] has none: see [`Self::gemv_i8`]).
+    pub fn gemv_i8_staged(&self, f: WeightFormat, s: Staging) -> Option<sys::CUfunction> {
         let k = self.formats.gemv_i8_staged.iter().find(|(g, _)| *g == f)?.1;
-        Some(k[usize::from(early)])
+        s.staged_index().map(|i| k[i])
     }
 
     /// The one-row int8 GEMV taking matrices of `f` and a third one of `f3`
-    /// ([`INT8_GEMV_MIXES`]): plain, or staged (`early`: fetching before the wait).
+    /// ([`INT8_GEMV_MIXES`]), its weight rows read as `s` says.
     pub fn gemv_i8_mixed(
         &self,
         f: WeightFormat,
         f3: WeightFormat,
-        staged: bool,
-        early: bool,
+        s: Staging,
     ) -> Option<sys::CUfunction> {
         let k = self
             .formats
@@ -704,7 +729,7 @@ impl Kernels {
             .iter()
             .find(|(p, _)| *p == (f, f3))?
             .1;
-        Some(k[if staged { 1 + usize::from(early) } else { 0 }])
+        Some(k[s.staged_index().map_or(0, |i| i + 1)])
     }
 
     /// The whole-matrix dequantizer to IEEE f16 for `f`.
@@ -790,6 +815,8 @@ mod tests {
             "attention_combine_q8",
             "gemv_q4_k_i8_s1",
             "gemv_q6_k_i8_s1e",
+            "gemv_q4_k_i8_s1b",
+            "gemv_q4_k_q6_k_i8_s1b",
             "attention_split_f32_h128",
             "qkv_post",
             "attention_split_f32",
@@ -828,7 +855,7 @@ mod tests {
         for v in [Iq4Gemv::Default, Iq4Gemv::Old, Iq4Gemv::Wide] {
             for (_, n) in iq_int8_kernel_names(v) {
                 // Every variant waits (the early-fetch one after its weight copies).
-                for s in ["1", "4", "8", "r2_1", "s1", "s1e"] {
+                for s in ["1", "4", "8", "r2_1", "s1", "s1e", "s1b"] {
                     let k = format!("gemv_{n}_i8_{s}");
                     assert!(iq_waiting.contains(&k), "{k} does not wait");
                 }

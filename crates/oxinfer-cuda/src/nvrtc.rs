@@ -42,10 +42,11 @@ pub(crate) fn compile(main: &str, files: &[(&str, &str)], arch: &str) -> Result<
     }
     .result()
     .map_err(|e| format!("NVRTC: creating the program: {e:?}"))?;
-    let options = [
+    let mut options = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
     ];
+    options.extend(extra_defines());
     // SAFETY: `prog` was created above and is destroyed once, after its last use.
     let out = unsafe {
         let r = match result::compile_program(prog, &options) {
@@ -61,6 +62,18 @@ pub(crate) fn compile(main: &str, files: &[(&str, &str)], arch: &str) -> Result<
         r
     };
     out
+}
+
+/// `-D` options from `OXINFER_CUDA_DEFINES` (`NAME=VALUE` or `NAME`, separated by spaces or
+/// commas): for measuring a kernel's compile-time variants (gemv.cu's `GEMV_Q4K_MIN_BLOCKS`, …)
+/// with one binary. Nothing by default.
+fn extra_defines() -> Vec<String> {
+    std::env::var("OXINFER_CUDA_DEFINES")
+        .unwrap_or_default()
+        .split([' ', ','])
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("-D{d}"))
+        .collect()
 }
 
 /// A NUL-terminated buffer from NVRTC as text.

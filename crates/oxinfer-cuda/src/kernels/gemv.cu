@@ -10,7 +10,9 @@
 
 #include "dequant.cuh"
 
+#ifndef GEMV_WARPS
 #define GEMV_WARPS 4
+#endif
 
 // Sums each of the T per-row partials of a warp and stores row r's at y[r * rows + row] (lane 0,
 // rows r < t; with `accum`, adds it to what y holds): the one epilogue of every GEMV kernel.
@@ -366,6 +368,49 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// One bulk copy (cp.async.bulk, the Hopper TMA; compute 9.0+) of `nbytes` from global `src`
+// into shared `dst`, completion counted on the mbarrier `bar` (initialized by mbar_init for one
+// arrival): the alternative to stage_bytes where one thread stages a whole unit. As there, the
+// copy starts at the 16-byte boundary at or below src and covers whole 16-byte chunks; returns
+// where src's first byte lies in dst. The callers wait with mbar_wait(bar, 0).
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_stage(u8* dst, const u8* src, long nbytes,
+                                           unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    int off = (int)((unsigned long long)src & 15ull);
+    u32 bytes = (u32)((nbytes + off + 15) & ~15l);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];\n" ::"r"(smem_addr(dst)),
+        "l"(src - off), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+#endif
+}
+
 // Bytes of shared memory a staged int8 GEMV gives one staged unit (a warp's R rows, or a
 // block's one row when split): 16-byte aligned with room for the 16-byte misalignment.
 __device__ __forceinline__ long staged_unit_bytes(long row_bytes, int R) {
@@ -474,7 +519,7 @@ __device__ __forceinline__ void gemv_i8_dots(const u8* __restrict__ wr, long row
 // F3: the format of the third matrix of m (F: all three). A mixed launch (F3 != F) joins a
 // value projection stored in another format than the query's and key's (Q8_0 beside Q5_0,
 // Q6_K beside Q4_K in llama.cpp's mixes); both formats must take the same int8 input layout.
-template <int F, int T, int R, bool STAGED, bool EARLY = false, int F3 = F>
+template <int F, int T, int R, bool STAGED, bool EARLY = false, int F3 = F, bool BULK = false>
 __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
                                         const i8* __restrict__ xq,
                                         const float* __restrict__ xd, int cols, int t, int split,
@@ -498,7 +543,19 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(F3 == F ? row_bytes : max(row_bytes, m.row_bytes3), R);
-        if (split == 1) {
+        if constexpr (BULK) {
+            // One bulk copy per unit, issued by its first thread (see bulk_stage).
+            __shared__ unsigned long long gemv_bars[GEMV_WARPS];
+            int u = warp / split;
+            bool first = threadIdx.x == u * 32 * split;
+            if (first) mbar_init(&gemv_bars[u]);
+            if (split == 1) __syncwarp(); else __syncthreads();
+            u8* dst = gemv_smem + u * unit;
+            if (first && valid) bulk_stage(dst, wr, R * rb, &gemv_bars[u]);
+            wr = dst + (int)((unsigned long long)wr & 15ull);
+            if constexpr (EARLY) PDL_WAIT();
+            if (valid) mbar_wait(&gemv_bars[u], 0);
+        } else if (split == 1) {
             wr = stage_bytes(gemv_smem + warp * unit, wr, R * rb, lane, 32);
             if constexpr (EARLY) PDL_WAIT();
             cp_async_wait_all();
@@ -564,7 +621,13 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
 // registers per warp in units of 256) and at 40 needs no spill (IQ4_NL's one-row kernels and
 // FMT_IQ4_XS_W's spill at 40); 0 (no bound, no .minnctapersm: a bound of 1 changes the
 // registers ptxas gives) for the others.
-#define GEMV_I8_MIN_BLOCKS(F, T, R) ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1 ? 12 : 0)
+#ifndef GEMV_Q4K_MIN_BLOCKS
+#define GEMV_Q4K_MIN_BLOCKS 0
+#endif
+#define GEMV_I8_MIN_BLOCKS(F, T, R)                                                            \
+    ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1   ? 12                                          \
+     : (F) == FMT_Q4_K && (T) == 1 && (R) == 1 ? GEMV_Q4K_MIN_BLOCKS                           \
+                                               : 0)
 
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
 // waits inside gemv_i8, after issuing its weight copies. F3: the third matrix's format (a mixed
@@ -583,19 +646,32 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     }
 #define GEMV_I8_KERNEL(F, NAME, T, R, STAGED, EARLY, SUFFIX)                                   \
     GEMV_I8_KERNEL_F3(F, F, NAME, T, R, STAGED, EARLY, SUFFIX)
+// The one-row staged early entry point whose units are staged by one bulk copy each (BULK:
+// compute 9.0+ only, the host never picks it on older devices, where bulk_stage is empty).
+#define GEMV_I8_KERNEL_BULK(F, F3, NAME)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, GEMV_I8_MIN_BLOCKS(F, 1, 1))  \
+        gemv_##NAME##_i8_s1b(                                                                  \
+        GemvMats m, long row_bytes, const i8* xq, const float* xd, int cols, int t, int split, \
+        int accum, int grouped) {                                                              \
+        PDL_LAUNCH();                                                                          \
+        gemv_i8<F, 1, 1, true, true, F3, true>(m, row_bytes, xq, xd, cols, t, split, accum,    \
+                                               grouped);                                       \
+    }
 #define GEMV_I8(F, NAME)                                                                       \
     GEMV_I8_KERNEL(F, NAME, 1, 1, false, false, _1)                                            \
     GEMV_I8_KERNEL(F, NAME, 4, 1, false, false, _4)                                            \
     GEMV_I8_KERNEL(F, NAME, 8, 1, false, false, _8)                                            \
     GEMV_I8_KERNEL(F, NAME, 1, 2, false, false, _r2_1)                                         \
     GEMV_I8_KERNEL(F, NAME, 1, 1, true, false, _s1)                                            \
-    GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)
+    GEMV_I8_KERNEL(F, NAME, 1, 1, true, true, _s1e)                                            \
+    GEMV_I8_KERNEL_BULK(F, F, NAME)
 // The one-row entry points of a mixed pair (the third matrix in format F3): plain, staged,
 // staged early.
 #define GEMV_I8_MIXED(F, F3, NAME)                                                             \
     GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, false, false, _1)                                     \
     GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, false, _s1)                                     \
-    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, true, _s1e)
+    GEMV_I8_KERNEL_F3(F, F3, NAME, 1, 1, true, true, _s1e)                                     \
+    GEMV_I8_KERNEL_BULK(F, F3, NAME)
 
 #ifndef OXINFER_TEMPLATES_ONLY
 // The mixes of llama.cpp's quantization types (kernels.rs, INT8_GEMV_MIXES).
