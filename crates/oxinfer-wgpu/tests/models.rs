@@ -62,30 +62,7 @@ fn qwen35_vision_tower_matches_transformers_and_cpu() {
         return;
     }
     for name in ["qwen35-vl-tiny", "qwen35moe-vl-tiny"] {
-        let dir = fixtures().join(name);
-        let model = Model::load(&dir).expect("load");
-        let files = [
-            ("wide", dir.join("wide.png")),
-            ("logo", dir.join("logo.png")),
-        ];
-        let before = encoder_passes();
-        let dev = encode_files(&model, MediaKind::Image, &files);
-        let passes = encoder_passes() - before;
-        assert_eq!(passes, 2, "{name}: one device encoder pass per image");
-        let cpu = {
-            let _cpu = backend::cpu_only();
-            encode_files(&model, MediaKind::Image, &files)
-        };
-        for (((image, _), d), c) in files.iter().zip(&dev).zip(&cpu) {
-            let (shape, want) = read_npy_f32(&dir.join(format!("vision_{image}.npy")));
-            let (to_ref, to_cpu) = (max_abs_diff(&d.rows, &want), max_abs_diff(&d.rows, &c.rows));
-            println!(
-                "{name} {image} {shape:?}: soft tokens on the device, max diff {to_ref:.2e} from \
-                 transformers, {to_cpu:.2e} from the CPU"
-            );
-            assert!(to_ref <= 1e-4, "{name} {image}: {to_ref} from transformers");
-            assert!(to_cpu <= 1e-5, "{name} {image}: {to_cpu} from the CPU");
-        }
+        tower_matches_transformers_and_cpu(name, ["wide", "logo"]);
     }
 }
 
@@ -99,16 +76,20 @@ fn gemma4_vision_tower_matches_transformers_and_cpu() {
     if !installed() {
         return;
     }
-    let dir = fixtures().join("tiny_gemma4_mm");
+    tower_matches_transformers_and_cpu("tiny_gemma4_mm", ["scene", "logo"]);
+}
+
+/// The vision tower of fixture `name` encodes `images` (`{image}.png` beside the checkpoint) in
+/// one device encoder pass each; its soft tokens are within 1e-4 of transformers'
+/// (`vision_{image}.npy`) and within 1e-5 of the CPU path's.
+fn tower_matches_transformers_and_cpu(name: &str, images: [&str; 2]) {
+    let dir = fixtures().join(name);
     let model = Model::load(&dir).expect("load");
-    let files = [
-        ("scene", dir.join("scene.png")),
-        ("logo", dir.join("logo.png")),
-    ];
+    let files = images.map(|i| (i, dir.join(format!("{i}.png"))));
     let before = encoder_passes();
     let dev = encode_files(&model, MediaKind::Image, &files);
     let passes = encoder_passes() - before;
-    assert_eq!(passes, 2, "one device encoder pass per image");
+    assert_eq!(passes, 2, "{name}: one device encoder pass per image");
     let cpu = {
         let _cpu = backend::cpu_only();
         encode_files(&model, MediaKind::Image, &files)
@@ -117,10 +98,10 @@ fn gemma4_vision_tower_matches_transformers_and_cpu() {
         let (shape, want) = read_npy_f32(&dir.join(format!("vision_{image}.npy")));
         let (to_ref, to_cpu) = (max_abs_diff(&d.rows, &want), max_abs_diff(&d.rows, &c.rows));
         println!(
-            "gemma4 {image} {shape:?}: soft tokens on the device, max diff {to_ref:.2e} from \
+            "{name} {image} {shape:?}: soft tokens on the device, max diff {to_ref:.2e} from \
              transformers, {to_cpu:.2e} from the CPU"
         );
-        assert!(to_ref <= 1e-4, "{image}: {to_ref} from transformers");
-        assert!(to_cpu <= 1e-5, "{image}: {to_cpu} from the CPU");
+        assert!(to_ref <= 1e-4, "{name} {image}: {to_ref} from transformers");
+        assert!(to_cpu <= 1e-5, "{name} {image}: {to_cpu} from the CPU");
     }
 }
