@@ -120,7 +120,7 @@ pub(crate) fn gemv_i8(
         _ => None,
     };
     let total: usize = mats.rows.iter().map(|&r| r as usize).sum();
-    let split = gemv_split(w, total, t, g.sm_count);
+    let split = gemv_split(w.format, w.cols, total, t, g.sm_count);
     let pair = t == 1
         && split == 1
         && mixed.is_none()
@@ -233,7 +233,8 @@ pub(crate) fn iq4_gemv() -> Iq4Gemv {
     })
 }
 
-/// Warps that share one output row of `w`'s int8 GEMV for a grid of `rows` output rows on a
+/// Warps that share one output row of an int8 GEMV over `cols`-wide rows of `format` for a grid
+/// of `rows` output rows on a
 /// device of `sm_count` multiprocessors: 1 (a warp per row, the fastest when the grid holds
 /// several waves: 5–15 % faster on the H200, docs/gpu.md) unless the rows would give fewer than
 /// 32 warps per multiprocessor; then as many as a row's blocks keep busy, up to [`GEMV_WARPS`]
@@ -244,7 +245,7 @@ pub(crate) fn iq4_gemv() -> Iq4Gemv {
 /// blocks of one-warp rows. `OXINFER_CUDA_GEMV_SPLIT=0`/`1` forces one
 /// warp / four warps per row, `few4` four whenever the rows are few, `old` the rule without the
 /// two-step exception (for measuring).
-fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize {
+fn gemv_split(format: WeightFormat, cols: usize, rows: usize, t: usize, sm_count: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
     let forced =
         *FORCED.get_or_init(
@@ -264,7 +265,7 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize
         _ if rows >= 32 * sm_count => return 1,
         _ => {}
     }
-    let (block_cols, per_step) = match w.format {
+    let (block_cols, per_step) = match format {
         WeightFormat::Q4K if t == 1 => (256, 8),
         WeightFormat::Q4K | WeightFormat::Q6K => (256, 2),
         WeightFormat::IQ4_XS if t == 1 && iq4_gemv() == Iq4Gemv::Wide => (256, 8),
@@ -272,7 +273,7 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize
         f if f.block_size() == 256 => (256, 4),
         _ => (32, 32),
     };
-    let warps = (w.cols / block_cols).div_ceil(per_step);
+    let warps = (cols / block_cols).div_ceil(per_step);
     // A row of at most two warp steps stays on one warp when that still gives every
     // multiprocessor two blocks: sharing it costs a block barrier and a reduction through
     // shared memory for one step saved (the 7B's 3,584 × 3,584 Q4_K output projection alone on
@@ -289,4 +290,34 @@ fn gemv_split(w: &DeviceMatrix, rows: usize, t: usize, sm_count: usize) -> usize
 fn gemv_pairs() -> bool {
     static PAIRS: OnceLock<bool> = OnceLock::new();
     *PAIRS.get_or_init(|| std::env::var("OXINFER_CUDA_GEMV_ROWS").is_ok_and(|v| v == "2"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split rule at the 7B's and SmolLM2's shapes on an H100 (132 multiprocessors), one
+    /// activation row (no `OXINFER_CUDA_GEMV_SPLIT` in the test environment).
+    #[test]
+    fn split_rule_at_real_shapes() {
+        let sm = 132;
+        // q/k/v (4,608 rows): a warp per row for its many rows.
+        assert_eq!(gemv_split(WeightFormat::Q4K, 3584, 4608, 1, sm), 1);
+        // The output projection: 14 super-blocks a row, two warp steps: one warp.
+        assert_eq!(gemv_split(WeightFormat::Q4K, 3584, 3584, 1, sm), 1);
+        // The down projections: 74 super-blocks a row, four warps.
+        assert_eq!(
+            gemv_split(WeightFormat::Q4K, 18944, 3584, 1, sm),
+            GEMV_WARPS
+        );
+        assert_eq!(
+            gemv_split(WeightFormat::Q6K, 18944, 3584, 1, sm),
+            GEMV_WARPS
+        );
+        // SmolLM2's down projection (576 rows of 48 Q4_1 blocks): too few rows for one warp
+        // each to give every multiprocessor two blocks, so two warps share a row as before.
+        assert_eq!(gemv_split(WeightFormat::Q4_1, 1536, 576, 1, sm), 2);
+        // Several activation rows: Q4_K at two super-blocks a step.
+        assert_eq!(gemv_split(WeightFormat::Q4K, 3584, 3584, 4, sm), GEMV_WARPS);
+    }
 }
