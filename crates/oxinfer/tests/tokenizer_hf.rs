@@ -100,6 +100,33 @@ fn errors_name_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A vocabulary whose ids are far past its size (the fuzzer's `2363333333`) is refused by
+/// name instead of sizing the id table by its largest id (tens of GB).
+#[test]
+fn sparse_ids_are_refused() {
+    let dir = std::env::temp_dir().join(format!("oxinfer-tok-sparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join("tokenizer.json");
+    let json = r#"{"version": "1.0", "added_tokens": [], "model": {"type": "WordLevel",
+        "vocab": {"a": 0, "b": 1, "[UNK]": 2363333333}, "unk_token": "[UNK]"},
+        "pre_tokenizer": {"type": "Whitespace"}}"#;
+    std::fs::write(&path, json).unwrap_or_else(|e| panic!("{e}"));
+    let msg = Tokenizer::from_files(&path, None)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("tokenizer.json") && msg.contains("token id 2363333333 for only 3 tokens"),
+        "{msg}"
+    );
+    // Dense ids with a few gaps still load.
+    let gaps = json.replace("2363333333", "7");
+    std::fs::write(&path, gaps).unwrap_or_else(|e| panic!("{e}"));
+    let tok = Tokenizer::from_files(&path, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tok.encode("a b", false).unwrap_or_default(), vec![0, 1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn shareable_across_threads() {
     fn send_sync<T: Send + Sync>() {}

@@ -180,6 +180,19 @@ pub(crate) fn from_files(
     // Vocabulary: model tokens plus added tokens, indexed by id.
     let map = hf.get_vocab(true);
     let n = map.values().map(|&i| i as usize + 1).max().unwrap_or(0);
+    // The table is indexed by id, so ids far past the number of tokens would size it by the
+    // largest id alone (a 2^31 id: tens of GB). Real vocabularies are dense up to a few gaps.
+    if n > 4 * map.len() + 65_536 {
+        return Err(TokenizerError::File {
+            path: tokenizer_json.to_path_buf(),
+            what: format!(
+                "token id {} for only {} tokens: the ids must number the vocabulary (at most \
+                 a few gaps)",
+                n - 1,
+                map.len()
+            ),
+        });
+    }
     let mut texts = vec![String::new(); n];
     for (t, &i) in &map {
         texts[i as usize] = t.clone();
