@@ -16,14 +16,7 @@
 
 #include "decode_attention.cu"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e = (x);                                                                   \
-        if (e != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));          \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "bench_common.cuh"
 
 static float* upload_random(size_t n, float scale, unsigned seed) {
     std::vector<float> h(n);

@@ -22,14 +22,7 @@
 
 #include "gemv.cu"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e = (x);                                                                   \
-        if (e != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));          \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "bench_common.cuh"
 
 // The staged kernel's prologue and nothing else: the same rows copied into shared memory by the
 // same threads, then one word read so the copies are not dead.
