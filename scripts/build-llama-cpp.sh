@@ -54,6 +54,11 @@ case "$FLAVOR" in
       --exclude='ggml-cann' --exclude='ggml-opencl' --exclude='ggml-musa' \
       --exclude='ggml-webgpu' --exclude='ggml-kompute' --exclude='ggml-zdnn' \
       --exclude='ggml-hexagon' --exclude='ggml-openvino' --exclude='ggml-zendnn' \
+      --exclude=llama.cpp/gguf-py --exclude=llama.cpp/tools/ui/src --exclude=llama.cpp/tools/ui/static \
+      --exclude=llama.cpp/tools/mtmd/tests --exclude='ggml-cpu/arch/arm' \
+      --exclude='ggml-cpu/arch/riscv' --exclude='ggml-cpu/arch/loongarch' \
+      --exclude='ggml-cpu/arch/powerpc' --exclude='ggml-cpu/arch/s390' \
+      --exclude='ggml-cpu/arch/wasm' --exclude='ggml-cpu/spacemit' --exclude='ggml-cpu/kleidiai' \
       "$(basename "$SRC")"
     echo "packed $OUT ($(du -h "$OUT" | cut -f1))"
     exit 0 ;;

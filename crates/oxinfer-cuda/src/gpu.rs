@@ -144,6 +144,19 @@ unsafe fn par_copy(dst: *mut u8, src: *const u8, bytes: usize) {
     });
 }
 
+/// Values packed into one scratch slot by an earlier pass, with the identity of what they were
+/// packed from: a pass whose `key` matches (and whose slot was not reallocated since) uses the
+/// device copy as it is, without packing or comparing the values again.
+#[derive(Default)]
+pub(crate) struct PackedParams {
+    /// The identity of the packed values (for the decoder stack, `stack_run::params_key`).
+    pub key: Vec<usize>,
+    /// Where the packed parts start, in f32 elements (the packer's own encoding).
+    pub offsets: Vec<usize>,
+    /// Bytes uploaded.
+    pub bytes: usize,
+}
+
 /// Everything one op needs on the device.
 pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -152,10 +165,12 @@ pub(crate) struct Gpu {
     pub k: Kernels,
     scratch: Vec<Option<DevBuf>>,
     pinned: Pinned,
-    /// The packed norm gains and biases last uploaded into [`Slot::Params`] (the decoder stack
+    /// Whether copies queued from `pinned` may still be reading it ([`Self::upload_many_queued`]).
+    staging_busy: bool,
+    /// What the decoder stack last packed into [`Slot::Params`].
+    pub params: PackedParams,
+    /// The packed norm gains and biases last uploaded into [`Slot::EncParams`] (the encoder pass
     /// re-uploads them only when they change).
-    pub params_host: Vec<f32>,
-    /// The same for the encoder pass's [`Slot::EncParams`].
     pub enc_params_host: Vec<f32>,
     /// The decode step being recorded for a CUDA graph (see [`crate::graph`]).
     rec: RefCell<Recorder>,
@@ -291,7 +306,8 @@ impl Gpu {
             k,
             scratch: Vec::new(),
             pinned: Pinned::empty(),
-            params_host: Vec::new(),
+            staging_busy: false,
+            params: PackedParams::default(),
             enc_params_host: Vec::new(),
             rec: RefCell::default(),
             graphs: Graphs::default(),
@@ -340,7 +356,14 @@ impl Gpu {
     }
 
     /// The pinned staging buffer, grown to at least `bytes`.
-    fn staging(&mut self, bytes: usize) -> Result<*mut u8, String> {
+    /// Copies queued from it by [`Self::upload_many_queued`] are waited for first when the host
+    /// is to write it (`host_writes`) or it must grow (which frees it); a device-to-host copy
+    /// queued after them on the stream needs no wait.
+    fn staging(&mut self, bytes: usize, host_writes: bool) -> Result<*mut u8, String> {
+        if self.staging_busy && (host_writes || self.pinned.bytes < bytes) {
+            self.sync()?;
+            self.staging_busy = false;
+        }
         self.pinned.grow(bytes)
     }
 
@@ -348,7 +371,7 @@ impl Gpu {
     /// the copy is done (the staging buffer is free again).
     pub fn upload<T: Copy>(&mut self, dst: sys::CUdeviceptr, src: &[T]) -> Result<(), String> {
         let bytes = std::mem::size_of_val(src);
-        let p = self.staging(bytes)?;
+        let p = self.staging(bytes, true)?;
         // SAFETY: `p` holds at least `bytes`; `src` is `bytes` long; distinct allocations. The
         // device copy reads `p` and completes (synchronized) before `p` is reused; callers
         // pass a `dst` with room for `bytes`.
@@ -364,14 +387,28 @@ impl Gpu {
     /// Copies each `(dst, src)` of `parts` to its device address through the pinned staging
     /// buffer (one staging pass, one wait at the end).
     pub fn upload_many(&mut self, parts: &[(sys::CUdeviceptr, HostSrc<'_>)]) -> Result<(), String> {
+        self.upload_many_queued(parts)?;
+        self.staging_busy = false;
+        self.sync()
+    }
+
+    /// [`Self::upload_many`] without the wait: the copies are queued on the stream (so kernels
+    /// queued after them read the new values) and the host may return to its work at once; the
+    /// next use of the staging buffer waits for them. `src` is copied into the staging buffer
+    /// before this returns, so the caller may drop it.
+    pub fn upload_many_queued(
+        &mut self,
+        parts: &[(sys::CUdeviceptr, HostSrc<'_>)],
+    ) -> Result<(), String> {
         let bytes: usize = parts.iter().map(|(_, s)| s.len_bytes()).sum();
-        let p = self.staging(bytes)?;
+        let p = self.staging(bytes, true)?;
         let mut off = 0;
         for (dst, src) in parts {
             let n = src.len_bytes();
             // SAFETY: `p` holds `bytes` ≥ off + n; `src` is n bytes; distinct allocations; the
-            // device copy reads `p + off` and completes (synchronized below) before `p` is
-            // reused; callers pass a `dst` with room for `n` bytes.
+            // device copy reads `p + off` and completes before `p` is written or freed again
+            // (`staging_busy`: `staging` waits for it, and so does Drop's sync); callers pass
+            // a `dst` with room for `n` bytes.
             unsafe {
                 par_copy(p.add(off), src.as_ptr(), n);
                 sys::cuMemcpyHtoDAsync_v2(
@@ -385,7 +422,8 @@ impl Gpu {
             }
             off += n;
         }
-        self.sync()
+        self.staging_busy = true;
+        Ok(())
     }
 
     /// Copies device address `src` into `dst` through the pinned staging buffer, after all
@@ -396,7 +434,7 @@ impl Gpu {
         src: sys::CUdeviceptr,
     ) -> Result<(), String> {
         let bytes = std::mem::size_of_val(dst);
-        let p = self.staging(bytes)?;
+        let p = self.staging(bytes, false)?;
         // SAFETY: `src` holds at least `bytes` (callers' contract), `p` holds at least `bytes`;
         // the stream is synchronized before `p` is read.
         unsafe {
@@ -404,6 +442,7 @@ impl Gpu {
                 .result()
                 .map_err(|e| format!("download of {bytes} bytes: {e:?}"))?;
             self.sync()?;
+            self.staging_busy = false;
             par_copy(dst.as_mut_ptr() as *mut u8, p, bytes);
         }
         Ok(())

@@ -10,7 +10,7 @@
 use crate::decode_attention;
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
-use crate::gpu::{Gpu, HostSrc, Slot};
+use crate::gpu::{Gpu, HostSrc, PackedParams, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::{DeviceKvCache, KvLayout};
 use crate::matrix::DeviceMatrix;
@@ -51,6 +51,7 @@ impl Pack {
 }
 
 /// Offsets into the packed parameters of one layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct LayerParams {
     attn_norm: usize,
     ffn_norm: usize,
@@ -61,6 +62,43 @@ struct LayerParams {
     v_bias: Option<usize>,
     q_norm: Option<usize>,
     k_norm: Option<usize>,
+}
+
+impl LayerParams {
+    /// Offsets a layer packs into [`PackedParams::offsets`].
+    const WIDTH: usize = 9;
+
+    /// This layer's offsets in [`PackedParams::offsets`]' encoding (`usize::MAX`: absent).
+    fn encode(&self, out: &mut Vec<usize>) {
+        let o = |v: Option<usize>| v.unwrap_or(usize::MAX);
+        out.extend([
+            self.attn_norm,
+            self.ffn_norm,
+            o(self.post_attn_norm),
+            o(self.post_ffn_norm),
+            o(self.q_bias),
+            o(self.k_bias),
+            o(self.v_bias),
+            o(self.q_norm),
+            o(self.k_norm),
+        ]);
+    }
+
+    /// The inverse of [`Self::encode`] on one layer's [`Self::WIDTH`] values.
+    fn decode(v: &[usize]) -> Self {
+        let o = |x: usize| (x != usize::MAX).then_some(x);
+        LayerParams {
+            attn_norm: v[0],
+            ffn_norm: v[1],
+            post_attn_norm: o(v[2]),
+            post_ffn_norm: o(v[3]),
+            q_bias: o(v[4]),
+            k_bias: o(v[5]),
+            v_bias: o(v[6]),
+            q_norm: o(v[7]),
+            k_norm: o(v[8]),
+        }
+    }
 }
 
 /// The norm gains and biases of every layer and the final norm, packed.
@@ -202,16 +240,73 @@ fn prepare_mirrors<'c>(
     Ok(bases)
 }
 
-/// The device addresses of the norm gains and biases: uploaded when they differ from the
-/// last pass's (the same model's passes upload them once).
-fn params_on_device(g: &mut Gpu, pack: &Pack) -> Result<CUdeviceptr, String> {
-    let bytes = pack.0.len() * 4;
-    let (p, fresh) = g.scratch_fresh(Slot::Params, bytes)?;
-    if fresh || g.params_host != pack.0 {
-        g.upload(p, &pack.0)?;
-        g.params_host.clone_from(&pack.0);
+/// The identity of what [`pack_params`] packs for `d`: the head matrix's id (unique to the
+/// loaded model, [`DeviceMatrix::id`]), then the address and length of every norm gain and
+/// bias in packing order (0, 0 where absent). The slices belong to that model, whose values do
+/// not change while its matrices are on the device, so an equal key means equal values.
+fn params_key(d: &StackDesc) -> Vec<usize> {
+    let mut key = Vec::with_capacity(3 + d.layers.len() * 2 * LayerParams::WIDTH);
+    key.push(mat(&d.head).map_or(0, |h| h.id as usize));
+    let mut add = |v: Option<&[f32]>| {
+        key.extend(v.map_or([0, 0], |v| [v.as_ptr() as usize, v.len()]));
+    };
+    for l in &d.layers {
+        for v in [
+            Some(l.attn_norm),
+            Some(l.ffn_norm),
+            l.post_attn_norm,
+            l.post_ffn_norm,
+            l.q_bias,
+            l.k_bias,
+            l.v_bias,
+            l.q_norm,
+            l.k_norm,
+        ] {
+            add(v);
+        }
     }
-    Ok(p)
+    add(Some(d.final_norm));
+    key
+}
+
+/// The device address of the packed norm gains and biases, each layer's offsets there and the
+/// final norm's. Packed and uploaded only when the previous pass's were another model's (or
+/// their slot was reallocated): a decode step of the same model skips the packing and the
+/// comparison (for a 7B's 1.3 MB, about 0.3 ms of host time a step, the GPU idle meanwhile).
+fn params_on_device(
+    g: &mut Gpu,
+    d: &StackDesc,
+) -> Result<(CUdeviceptr, Vec<LayerParams>, usize), String> {
+    let key = params_key(d);
+    if g.params.key == key {
+        let (p, fresh) = g.scratch_fresh(Slot::Params, g.params.bytes)?;
+        if !fresh {
+            let (layers, last) = g
+                .params
+                .offsets
+                .split_at(g.params.offsets.len().saturating_sub(1));
+            let lp = layers
+                .chunks_exact(LayerParams::WIDTH)
+                .map(LayerParams::decode)
+                .collect();
+            return Ok((p, lp, last.first().copied().unwrap_or(0)));
+        }
+    }
+    let (pack, lp, final_norm) = pack_params(d);
+    let bytes = pack.0.len() * 4;
+    let (p, _) = g.scratch_fresh(Slot::Params, bytes)?;
+    g.upload(p, &pack.0)?;
+    let mut offsets = Vec::with_capacity(lp.len() * LayerParams::WIDTH + 1);
+    for l in &lp {
+        l.encode(&mut offsets);
+    }
+    offsets.push(final_norm);
+    g.params = PackedParams {
+        key,
+        offsets,
+        bytes,
+    };
+    Ok((p, lp, final_norm))
 }
 
 /// Runs the lowered plan on `g` (the device state behind `gpu`, locked by the caller), the
@@ -252,7 +347,6 @@ pub(crate) fn run(
     let n_logit = i.logit_rows.len();
     let vocab = head.rows;
 
-    let (params, lp, final_norm) = pack_params(d);
     let pos0: Vec<usize> = seqs.iter().map(|s| s.cache.len()).collect();
     // Per pass: RoPE rows of every table, the logit row indices and every row's position (as
     // i32 bits): the values that change between decode steps, read by the kernels.
@@ -353,10 +447,8 @@ pub(crate) fn run(
         Some(_) => g.scratch(Slot::Scores, n_logit * 16)?,
         None => 0,
     };
-    let bufs = Bufs {
-        params: params_on_device(g, &params)?,
-        ..bufs
-    };
+    let (params, lp, final_norm) = params_on_device(g, d)?;
+    let bufs = Bufs { params, ..bufs };
     let bases = {
         let mut parts: Vec<(CUdeviceptr, HostSrc)> = vec![(bufs.x, HostSrc::F32(i.x))];
         let bases = prepare_mirrors(g, gpu, d, elem, seqs, &mut parts)?;
@@ -364,7 +456,8 @@ pub(crate) fn run(
         per_pass.0[kv_o..kv_o + table.len()].copy_from_slice(&table);
         parts.push((bufs.per_pass, HostSrc::F32(&per_pass.0)));
         parts.retain(|(_, p)| !p.is_empty());
-        g.upload_many(&parts)?;
+        // Queued only: the pass's kernels come after the copies on the stream.
+        g.upload_many_queued(&parts)?;
         bases
     };
     let pass = Pass {
@@ -757,5 +850,49 @@ fn geom(d: &StackDesc, t: usize, pos0: usize, window: Option<usize>) -> Attentio
             window,
             softcap: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LayerParams;
+
+    /// The offsets a pass keeps for the next one come back as they were packed.
+    #[test]
+    fn layer_params_survive_their_encoding() {
+        let layers = [
+            LayerParams {
+                attn_norm: 0,
+                ffn_norm: 3584,
+                post_attn_norm: None,
+                post_ffn_norm: None,
+                q_bias: Some(7168),
+                k_bias: Some(10752),
+                v_bias: Some(11264),
+                q_norm: None,
+                k_norm: None,
+            },
+            LayerParams {
+                attn_norm: 11776,
+                ffn_norm: 12416,
+                post_attn_norm: Some(13056),
+                post_ffn_norm: Some(13696),
+                q_bias: None,
+                k_bias: None,
+                v_bias: None,
+                q_norm: Some(14336),
+                k_norm: Some(14592),
+            },
+        ];
+        let mut enc = Vec::new();
+        for l in &layers {
+            l.encode(&mut enc);
+        }
+        assert_eq!(enc.len(), layers.len() * LayerParams::WIDTH);
+        let back: Vec<_> = enc
+            .chunks_exact(LayerParams::WIDTH)
+            .map(LayerParams::decode)
+            .collect();
+        assert_eq!(back, layers);
     }
 }
