@@ -153,20 +153,19 @@ __device__ __forceinline__ int ld32_a2(const u8* p) {
 // (the mins' term), decoding the pair's scales once. With `grouped` (T = 1 only) xq is in the
 // grouped layout (common.cuh): lane 4 j + c's four chunks of block 8 g + j are then chunks
 // 128 g + 4 rem i + 4 j + c, i = 0..3, so each of the four loads of the warp is 512
-// contiguous bytes. Only super-blocks [b_lo, b_hi) are added (b_lo a multiple of the
-// unit's step, 8 · split: chunked staging; the whole row by default).
+// contiguous bytes.
 template <int T, int R>
 __device__ __forceinline__ void q4k_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                             const i8* __restrict__ xq,
                                             const float* __restrict__ xd,
                                             const int* __restrict__ xs, int cols, int t,
                                             int lane, int share, int split, float (&accs)[R][T],
-                                            int grouped, int b_lo = 0, int b_hi = 1 << 30) {
+                                            int grouped) {
     int nb = cols >> 8;
-    int c = lane & 3, b_end = min(nb, b_hi);
+    int c = lane & 3;
     // Unrolled so that several blocks' loads are in flight at once.
     #pragma unroll 2
-    for (int b = b_lo + (lane >> 2) + 8 * share; b < b_end; b += 8 * split) {
+    for (int b = (lane >> 2) + 8 * share; b < nb; b += 8 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
         float (&acc)[T] = accs[rr];
@@ -273,21 +272,19 @@ __device__ __forceinline__ void q4k16_i8_rows(const u8* __restrict__ w0, long ro
 // bits (qh[32 n + l0 ..], bits 2 qu) and 16 contiguous activations, whose sum (4 dp4a) gives
 // the -32 offset's term. Blocks are 210 bytes, so the quant words are read 2-byte aligned.
 // With `grouped` (T = 1 only) xq is in the grouped layout (common.cuh), where chunk l of
-// block b lies at grouped_offset(b, nb, 16 l). Only super-blocks [b_lo, b_hi) are added (b_lo a
-// multiple of the unit's step, 2 · split: chunked staging; the whole row by default).
+// block b lies at grouped_offset(b, nb, 16 l).
 template <int T, int R>
 __device__ __forceinline__ void q6k16_i8_rows(const u8* __restrict__ w0, long row_bytes,
                                               const i8* __restrict__ xq,
                                               const float* __restrict__ xd,
                                               const int* __restrict__ xs, int cols, int t,
                                               int lane, int share, int split,
-                                              float (&accs)[R][T], int grouped,
-                                              int b_lo = 0, int b_hi = 1 << 30) {
-    int nb = cols >> 8, b_end = min(nb, b_hi);
+                                              float (&accs)[R][T], int grouped) {
+    int nb = cols >> 8;
     int l = lane & 15, n = l >> 3, qu = (l & 7) >> 1, l0 = 16 * (l & 1);
     int nib = (qu >> 1) * 4, hsh = 2 * qu;
     #pragma unroll 2
-    for (int b = b_lo + (lane >> 4) + 2 * share; b < b_end; b += 2 * split) {
+    for (int b = (lane >> 4) + 2 * share; b < nb; b += 2 * split) {
       #pragma unroll
       for (int rr = 0; rr < R; rr++) {
         float (&acc)[T] = accs[rr];
@@ -384,26 +381,20 @@ __device__ __forceinline__ void mbar_init(unsigned long long* bar) {
 #endif
 }
 
-// One bulk copy of `bytes` (a multiple of 16) from 16-byte aligned global `src` to 16-byte
-// aligned shared `dst`, its completion counted on `bar` (one arrival with that many bytes).
-__device__ __forceinline__ void bulk_copy(u8* dst, const u8* src, u32 bytes,
-                                          unsigned long long* bar) {
+__device__ __forceinline__ void bulk_stage(u8* dst, const u8* src, long nbytes,
+                                           unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    int off = (int)((unsigned long long)src & 15ull);
+    u32 bytes = (u32)((nbytes + off + 15) & ~15l);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
                  "r"(bytes)
                  : "memory");
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
         "[%3];\n" ::"r"(smem_addr(dst)),
-        "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        "l"(src - off), "r"(bytes), "r"(smem_addr(bar))
         : "memory");
 #endif
-}
-
-__device__ __forceinline__ void bulk_stage(u8* dst, const u8* src, long nbytes,
-                                           unsigned long long* bar) {
-    int off = (int)((unsigned long long)src & 15ull);
-    bulk_copy(dst, src - off, (u32)((nbytes + off + 15) & ~15l), bar);
 }
 
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
@@ -508,42 +499,22 @@ __device__ __forceinline__ int2 gemv_mat_row(const GemvMats& m, int row) {
     return make_int2(k, row);
 }
 
-// The dot products of one warp's R rows of format F (the dispatch of gemv_i8 below); b_lo / b_hi
-// bound the super-blocks for the formats chunk_step names (the others take whole rows).
+// The dot products of one warp's R rows of format F (the dispatch of gemv_i8 below).
 template <int F, int T, int R>
 __device__ __forceinline__ void gemv_i8_dots(const u8* __restrict__ wr, long row_bytes,
                                              const i8* __restrict__ xq,
                                              const float* __restrict__ xd,
                                              const int* __restrict__ xs, int cols, int t,
                                              int lane, int share, int split, float (&acc)[R][T],
-                                             int grouped, int b_lo = 0, int b_hi = 1 << 30) {
-    if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped, b_lo, b_hi);
+                                             int grouped) {
+    if constexpr (F == FMT_Q4_K && T == 1) q4k_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
     else if constexpr (F == FMT_Q4_K) q4k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
-    else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped, b_lo, b_hi);
+    else if constexpr (F == FMT_Q6_K) q6k16_i8_rows<T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
     else if constexpr (F == FMT_IQ4_XS_W && T == 1) iq4xs_wide_rows<R>(wr, row_bytes, xq, xd, cols, lane, share, split, acc);
     else if constexpr (F == FMT_IQ4_NL && T > 1) iq4nl_rows<T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
     else if constexpr (is_iq256(F)) iq_i8_rows<F, T, R>(wr, row_bytes, xq, xd, cols, t, lane, share, split, acc);
     else b32_i8_rows<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc);
 }
-
-// Chunked bulk staging: GEMV_BULK_CHUNKS > 1 splits a bulk-staged unit's row into up to that
-// many copies, each completing on its own mbarrier, and each chunk's dot products start when it
-// has landed, so a block's arithmetic overlaps its own later copies (with one copy a block
-// computes only once its whole row is in, and a wave's blocks all start together: their
-// arithmetic then runs while the memory idles). Q4_K at one activation row and Q6_K only (the
-// formats whose dot loops take a super-block range); the others keep one copy.
-#ifndef GEMV_BULK_CHUNKS
-#define GEMV_BULK_CHUNKS 1
-#endif
-
-// Super-blocks one warp's lanes take per step of a dot loop that takes a range (q4k_i8_rows:
-// 8, q6k16_i8_rows: 2), 0 for formats whose loops take whole rows.
-__host__ __device__ constexpr int chunk_step(int f) {
-    return f == FMT_Q4_K ? 8 : f == FMT_Q6_K ? 2 : 0;
-}
-
-// Bytes of one super-block of the K-quant formats chunk_step serves.
-__host__ __device__ constexpr int kquant_block_bytes(int f) { return f == FMT_Q4_K ? 144 : 210; }
 
 // F3: the format of the third matrix of m (F: all three). A mixed launch (F3 != F) joins a
 // value projection stored in another format than the query's and key's (Q8_0 beside Q5_0,
@@ -569,73 +540,21 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
     const bool third = F3 != F && mat == 2;
     const long rb = third ? m.row_bytes3 : row_bytes;
     const u8* wr = valid ? m.wk(mat) + (long)lrow * rb : m.w[0];
-    float acc[R][T];
-    #pragma unroll
-    for (int rr = 0; rr < R; rr++)
-        #pragma unroll
-        for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
-    // This warp's dot products over super-blocks [lo, hi) of its row (whole rows unless chunked).
-    auto dots = [&](int lo, int hi) {
-        if constexpr (F3 != F) {
-            if (third) gemv_i8_dots<F3, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped, lo, hi);
-            else gemv_i8_dots<F, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped, lo, hi);
-        } else {
-            gemv_i8_dots<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped, lo, hi);
-        }
-    };
-    constexpr bool CHUNKED = BULK && GEMV_BULK_CHUNKS > 1 && T == 1 && R == 1 &&
-                             chunk_step(F) > 0 && chunk_step(F3) > 0;
-    bool dots_done = false;
     if constexpr (STAGED) {
         extern __shared__ __align__(16) u8 gemv_smem[];
         long unit = staged_unit_bytes(F3 == F ? row_bytes : max(row_bytes, m.row_bytes3), R);
         if constexpr (BULK) {
-            // One bulk copy per unit (see bulk_stage), or per chunk of it (CHUNKED), issued by
-            // the unit's first thread.
-            constexpr int NC = CHUNKED ? GEMV_BULK_CHUNKS : 1;
-            __shared__ unsigned long long gemv_bars[GEMV_WARPS][NC];
+            // One bulk copy per unit, issued by its first thread (see bulk_stage).
+            __shared__ unsigned long long gemv_bars[GEMV_WARPS];
             int u = warp / split;
             bool first = threadIdx.x == u * 32 * split;
-            if (first)
-                for (int c = 0; c < NC; c++) mbar_init(&gemv_bars[u][c]);
+            if (first) mbar_init(&gemv_bars[u]);
             if (split == 1) __syncwarp(); else __syncthreads();
             u8* dst = gemv_smem + u * unit;
-            int off = (int)((unsigned long long)wr & 15ull);
-            if constexpr (CHUNKED) {
-                // Chunk c holds super-blocks [first_block(c), first_block(c + 1)), whole
-                // steps of the unit's lanes (a lane adds the same blocks in the same order as
-                // unchunked: the same bits); its copy ends at the 16-byte boundary at or
-                // after its last block's end (a block across a boundary is read after both
-                // chunks' waits, which run in order).
-                int step = (third ? chunk_step(F3) : chunk_step(F)) * split;
-                int bb = third ? kquant_block_bytes(F3) : kquant_block_bytes(F);
-                int steps = ((cols >> 8) + step - 1) / step, nch = min(NC, steps);
-                auto first_block = [&](int c) { return c * steps / nch * step; };
-                if (first && valid) {
-                    const u8* src = wr - off;
-                    u32 from = 0, total = (u32)((rb + off + 15) & ~15l);
-                    for (int c = 0; c < nch; c++) {
-                        u32 to = c + 1 == nch ? total : (u32)((off + first_block(c + 1) * bb + 15) & ~15);
-                        bulk_copy(dst + from, src + from, to - from, &gemv_bars[u][c]);
-                        from = to;
-                    }
-                }
-                wr = dst + off;
-                if constexpr (EARLY) PDL_WAIT();
-                if (valid) {
-                    #pragma unroll 1
-                    for (int c = 0; c < nch; c++) {
-                        mbar_wait(&gemv_bars[u][c], 0);
-                        dots(first_block(c), first_block(c + 1));
-                    }
-                }
-                dots_done = true;
-            } else {
-                if (first && valid) bulk_stage(dst, wr, R * rb, &gemv_bars[u][0]);
-                wr = dst + off;
-                if constexpr (EARLY) PDL_WAIT();
-                if (valid) mbar_wait(&gemv_bars[u][0], 0);
-            }
+            if (first && valid) bulk_stage(dst, wr, R * rb, &gemv_bars[u]);
+            wr = dst + (int)((unsigned long long)wr & 15ull);
+            if constexpr (EARLY) PDL_WAIT();
+            if (valid) mbar_wait(&gemv_bars[u], 0);
         } else if (split == 1) {
             wr = stage_bytes(gemv_smem + warp * unit, wr, R * rb, lane, 32);
             if constexpr (EARLY) PDL_WAIT();
@@ -652,7 +571,19 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
             __syncthreads();
         }
     }
-    if (valid && !dots_done) dots(0, 1 << 30);
+    float acc[R][T];
+    #pragma unroll
+    for (int rr = 0; rr < R; rr++)
+        #pragma unroll
+        for (int r = 0; r < T; r++) acc[rr][r] = 0.f;
+    if (valid) {
+        if constexpr (F3 != F) {
+            if (third) gemv_i8_dots<F3, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+            else gemv_i8_dots<F, T, R>(wr, rb, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        } else {
+            gemv_i8_dots<F, T, R>(wr, row_bytes, xq, xd, xs, cols, t, lane, share, split, acc, grouped);
+        }
+    }
     if (split == 1) {
         int ac = mat == 0 ? accum : 0;
         #pragma unroll
@@ -689,18 +620,13 @@ __device__ __forceinline__ void gemv_i8(const GemvMats& m, long row_bytes,
 // whose loop otherwise takes 42 registers (10 blocks resident instead of 12: sm_90 allocates
 // registers per warp in units of 256) and at 40 needs no spill (IQ4_NL's one-row kernels and
 // FMT_IQ4_XS_W's spill at 40); 0 (no bound, no .minnctapersm: a bound of 1 changes the
-// registers ptxas gives) for the others. GEMV_Q4K_MIN_BLOCKS / GEMV_Q6K_MIN_BLOCKS set a bound
-// for the one-row Q4_K / Q6_K kernels, for measuring (OXINFER_CUDA_DEFINES).
+// registers ptxas gives) for the others.
 #ifndef GEMV_Q4K_MIN_BLOCKS
 #define GEMV_Q4K_MIN_BLOCKS 0
-#endif
-#ifndef GEMV_Q6K_MIN_BLOCKS
-#define GEMV_Q6K_MIN_BLOCKS 0
 #endif
 #define GEMV_I8_MIN_BLOCKS(F, T, R)                                                            \
     ((F) == FMT_IQ4_XS && (T) == 1 && (R) == 1   ? 12                                          \
      : (F) == FMT_Q4_K && (T) == 1 && (R) == 1 ? GEMV_Q4K_MIN_BLOCKS                           \
-     : (F) == FMT_Q6_K && (T) == 1 && (R) == 1 ? GEMV_Q6K_MIN_BLOCKS                           \
                                                : 0)
 
 // An int8 GEMV entry point. EARLY (staged only): the kernel enters with PDL_LAUNCH alone and
