@@ -9,8 +9,8 @@
 #
 # Env: GPU_SBS_CARRY (target/gpucarry), GPU_SBS_WORK (/tmp/gpu-sbs), GPU_SBS_PYTHON (python3),
 # GEMV_AB_SETTINGS (one `VAR=value` a line; default below: the defaults, the cp.async staging,
-# the split rule before session 29, the one-row Q4_K GEMVs bound to ten blocks a
-# multiprocessor), GEMV_AB_DEFINES (-D options for extra harness builds, one set a line).
+# the split rule before session 29), GEMV_AB_DEFINES (-D options for extra harness builds, one
+# set a line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
@@ -19,8 +19,7 @@ W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
 PY=${GPU_SBS_PYTHON:-python3}
 SETTINGS=${GEMV_AB_SETTINGS:-"OXINFER_CUDA_DEFINES=
 OXINFER_CUDA_GEMV_BULK=0
-OXINFER_CUDA_GEMV_SPLIT=old
-OXINFER_CUDA_DEFINES=GEMV_Q4K_MIN_BLOCKS=10"}
+OXINFER_CUDA_GEMV_SPLIT=old"}
 DEFINES=${GEMV_AB_DEFINES:-""}
 source scripts/gpu-work.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader

@@ -169,6 +169,8 @@ pub(crate) struct Gpu {
     staging_busy: bool,
     /// What the decoder stack last packed into [`Slot::Params`].
     pub params: PackedParams,
+    /// The values last uploaded there under `OXINFER_CUDA_STEP_HOST=old` (compared every pass).
+    pub params_host_old: Vec<f32>,
     /// The packed norm gains and biases last uploaded into [`Slot::EncParams`] (the encoder pass
     /// re-uploads them only when they change).
     pub enc_params_host: Vec<f32>,
@@ -308,6 +310,7 @@ impl Gpu {
             pinned: Pinned::empty(),
             staging_busy: false,
             params: PackedParams::default(),
+            params_host_old: Vec::new(),
             enc_params_host: Vec::new(),
             rec: RefCell::default(),
             graphs: Graphs::default(),

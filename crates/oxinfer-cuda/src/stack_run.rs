@@ -18,7 +18,7 @@ use crate::ops::{self, add, gated_act, rms_norm, softcap, Residual};
 use crate::stack::StackDesc;
 use crate::stack_switches::{
     combine_quantizes, graphs_enabled, norm_slices_always, post_norm_fused, residual_in_gemv,
-    skipped, Skip,
+    skipped, step_host_old, Skip,
 };
 use crate::timing::Timing;
 use cudarc::driver::sys::CUdeviceptr;
@@ -277,6 +277,16 @@ fn params_on_device(
     g: &mut Gpu,
     d: &StackDesc,
 ) -> Result<(CUdeviceptr, Vec<LayerParams>, usize), String> {
+    if step_host_old() {
+        let (pack, lp, final_norm) = pack_params(d);
+        let (p, fresh) = g.scratch_fresh(Slot::Params, pack.0.len() * 4)?;
+        if fresh || g.params_host_old != pack.0 {
+            g.upload(p, &pack.0)?;
+            g.params_host_old.clone_from(&pack.0);
+        }
+        g.params = PackedParams::default();
+        return Ok((p, lp, final_norm));
+    }
     let key = params_key(d);
     if g.params.key == key {
         let (p, fresh) = g.scratch_fresh(Slot::Params, g.params.bytes)?;
@@ -457,7 +467,11 @@ pub(crate) fn run(
         parts.push((bufs.per_pass, HostSrc::F32(&per_pass.0)));
         parts.retain(|(_, p)| !p.is_empty());
         // Queued only: the pass's kernels come after the copies on the stream.
-        g.upload_many_queued(&parts)?;
+        if step_host_old() {
+            g.upload_many(&parts)?;
+        } else {
+            g.upload_many_queued(&parts)?;
+        }
         bases
     };
     let pass = Pass {
