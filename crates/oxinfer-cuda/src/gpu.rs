@@ -169,7 +169,8 @@ pub(crate) struct Gpu {
     staging_busy: bool,
     /// What the decoder stack last packed into [`Slot::Params`].
     pub params: PackedParams,
-    /// The values last uploaded there under `OXINFER_CUDA_STEP_HOST=old` (compared every pass).
+    /// The values last uploaded there by the default preparation (compared every pass; see
+    /// `stack_switches::step_host_old`).
     pub params_host_old: Vec<f32>,
     /// The packed norm gains and biases last uploaded into [`Slot::EncParams`] (the encoder pass
     /// re-uploads them only when they change).

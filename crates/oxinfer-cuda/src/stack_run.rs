@@ -270,9 +270,11 @@ fn params_key(d: &StackDesc) -> Vec<usize> {
 }
 
 /// The device address of the packed norm gains and biases, each layer's offsets there and the
-/// final norm's. Packed and uploaded only when the previous pass's were another model's (or
-/// their slot was reallocated): a decode step of the same model skips the packing and the
-/// comparison (for a 7B's 1.3 MB, about 0.3 ms of host time a step, the GPU idle meanwhile).
+/// final norm's. With `OXINFER_CUDA_STEP_HOST=new`, packed and uploaded only when the previous
+/// pass's were another model's (or their slot was reallocated): a decode step of the same model
+/// skips the packing and the comparison (for a 7B's 1.3 MB, about 0.3 ms of host time a step,
+/// the GPU idle meanwhile). By default ([`step_host_old`]) packed every pass and uploaded when
+/// they differ from the last upload.
 fn params_on_device(
     g: &mut Gpu,
     d: &StackDesc,
@@ -466,7 +468,8 @@ pub(crate) fn run(
         per_pass.0[kv_o..kv_o + table.len()].copy_from_slice(&table);
         parts.push((bufs.per_pass, HostSrc::F32(&per_pass.0)));
         parts.retain(|(_, p)| !p.is_empty());
-        // Queued only: the pass's kernels come after the copies on the stream.
+        // With the new preparation queued only: the pass's kernels come after the copies on
+        // the stream.
         if step_host_old() {
             g.upload_many(&parts)?;
         } else {

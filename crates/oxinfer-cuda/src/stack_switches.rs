@@ -1,12 +1,13 @@
 //! The environment switches of the decoder stack's passes (read once): which fusions run, and
 //! for measuring, which kernels are left out. docs/gpu.md ("Switches") lists them.
 
-/// Whether the host prepares each pass as before session 30 (`OXINFER_CUDA_STEP_HOST=old`, for
-/// measuring): the norm gains and biases packed and compared with the last pass's every time,
-/// and the input upload waited for.
+/// Whether the host prepares each pass as before session 30, unless `OXINFER_CUDA_STEP_HOST=new`:
+/// the norm gains and biases packed and compared with the last pass's every time, and the input
+/// upload waited for. The new preparation (packed offsets kept under a key, the upload queued)
+/// has not run on a GPU yet, so it is opt-in until a device call has checked and measured it.
 pub(crate) fn step_host_old() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXINFER_CUDA_STEP_HOST").is_ok_and(|v| v == "old"))
+    *ON.get_or_init(|| !std::env::var("OXINFER_CUDA_STEP_HOST").is_ok_and(|v| v == "new"))
 }
 
 /// Whether decode steps run as CUDA graphs: unless `OXINFER_CUDA_GRAPHS=0`, and never under
