@@ -2,15 +2,14 @@
 
 use crate::gpu::DevBuf;
 use oxinfer_kernels::WeightFormat;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// A weight matrix in device memory, in its file's format, and (quantized formats on the
 /// dequantize + cuBLAS path) its f16 decoding, made on first use and kept.
 pub(crate) struct DeviceMatrix {
-    /// Unique among the matrices of this process (never reused after a matrix is dropped):
-    /// identifies the loaded model its pass descriptions come from (`stack_run`'s parameter
-    /// cache).
+    /// Unique in this process ([`oxinfer::backend::next_upload_id`], never reused after a
+    /// matrix is dropped): identifies the loaded model its pass descriptions come from
+    /// (`stack_run`'s parameter cache).
     pub id: u64,
     pub format: WeightFormat,
     /// Output features.
@@ -36,9 +35,8 @@ impl DeviceMatrix {
         row_bytes: usize,
         buf: DevBuf,
     ) -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         DeviceMatrix {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: oxinfer::backend::next_upload_id(),
             format,
             rows,
             cols,

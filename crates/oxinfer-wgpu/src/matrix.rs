@@ -14,6 +14,9 @@ use oxinfer_kernels::{WeightFormat, WeightMatrix};
 /// 178 MB output head) is split by rows, and its product runs one dispatch per part.
 #[derive(Debug)]
 pub struct DeviceMatrix {
+    /// Unique in this process ([`oxinfer::backend::next_upload_id`]): identifies the loaded
+    /// model a pass comes from (`stack_run`'s model constants).
+    pub(crate) id: u64,
     pub(crate) format: WeightFormat,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
@@ -71,6 +74,7 @@ impl DeviceMatrix {
             })
             .collect();
         Some(DeviceMatrix {
+            id: oxinfer::backend::next_upload_id(),
             format: m.format,
             rows: m.rows,
             cols: m.cols,

@@ -20,6 +20,71 @@ use std::sync::Arc;
 pub(crate) struct Scratch {
     arena: Option<(Buf, usize)>,
     consts: Option<(Buf, usize)>,
+    /// The decoder stack's own constants buffer (the encoder passes take `consts`).
+    stack_consts: Option<(Buf, usize)>,
+    /// The model constants at the start of `stack_consts`, as the last stack pass wrote them
+    /// (`None` after a failed pass).
+    model: Option<ModelConsts>,
+}
+
+/// A model's norm gains and biases packed at the start of the stack's constants buffer, with the
+/// identity of what they were packed from ([`consts_key`]) and where each landed: a pass of the
+/// same model writes only its own values after them (packing and writing a 7B's 1.3 MB every
+/// decode step cost more host time than the step's dispatches).
+pub(crate) struct ModelConsts {
+    key: Vec<usize>,
+    /// Per layer, each norm's gain offset and eps ([`crate::stack::StackLayer::norms`]' order).
+    gains: Vec<[Option<(usize, f32)>; 6]>,
+    /// Per layer, the q, k and v biases' offsets.
+    biases: Vec<[Option<usize>; 3]>,
+    final_norm: (usize, f32),
+    /// f32 values the model's part takes (a multiple of 64).
+    len: usize,
+}
+
+/// The identity of a stack's model constants: the head matrix's upload id, then the address
+/// and length of every gain and bias [`ModelConsts`] packs (0, 0 where absent). The slices are
+/// the loaded model's, unchanged while its matrices are on the device.
+fn consts_key(s: &Stack) -> Vec<usize> {
+    let mut key = vec![s.head.id as usize];
+    let mut add = |v: Option<&[f32]>| {
+        key.extend(v.map_or([0, 0], |v| [v.as_ptr() as usize, v.len()]));
+    };
+    for l in &s.layers {
+        for n in l.norms() {
+            add(n.map(|n| n.gain()));
+        }
+        for b in l.biases() {
+            add(b);
+        }
+    }
+    add(Some(s.plan.final_norm.gain()));
+    key
+}
+
+/// Packs `s`'s model constants from offset 0.
+fn pack_model(s: &Stack, key: Vec<usize>) -> (Pack, ModelConsts) {
+    let mut pack = Pack::default();
+    let gains = s
+        .layers
+        .iter()
+        .map(|l| l.norms().map(|n| n.map(|n| (pack.push(n.gain()), n.eps()))))
+        .collect();
+    let biases = s
+        .layers
+        .iter()
+        .map(|l| l.biases().map(|b| b.map(|b| pack.push(b))))
+        .collect();
+    let final_norm = (pack.push(s.plan.final_norm.gain()), s.plan.final_norm.eps());
+    let len = pack.0.len();
+    let model = ModelConsts {
+        key,
+        gains,
+        biases,
+        final_norm,
+        len,
+    };
+    (pack, model)
 }
 
 impl Scratch {
@@ -43,6 +108,16 @@ impl Scratch {
     /// The constants buffer with room for `n` f32.
     pub(crate) fn consts(&mut self, gpu: &Gpu, n: usize) -> Buf {
         Self::get(gpu, &mut self.consts, n, "constants")
+    }
+
+    /// The decoder stack's constants buffer with room for `n` f32.
+    fn stack_consts(&mut self, gpu: &Gpu, n: usize) -> Buf {
+        Self::get(gpu, &mut self.stack_consts, n, "stack constants")
+    }
+
+    /// Whether the stack's constants buffer holds `n` f32 without being reallocated.
+    fn stack_consts_fit(&self, n: usize) -> bool {
+        self.stack_consts.as_ref().is_some_and(|(_, cap)| *cap >= n)
     }
 }
 
@@ -143,36 +218,44 @@ pub(crate) fn run(
     let n_logit = i.logit_rows.len();
     let vocab = s.head.rows;
 
-    // The constants: every layer's gains and biases, the final norm, RoPE rows, row indices.
-    let mut pack = Pack::default();
-    let gains: Vec<[Option<(usize, f32)>; 6]> = s
-        .layers
-        .iter()
-        .map(|l| l.norms().map(|n| n.map(|n| (pack.push(n.gain()), n.eps()))))
-        .collect();
-    let biases: Vec<[Option<usize>; 3]> = s
-        .layers
-        .iter()
-        .map(|l| l.biases().map(|b| b.map(|b| pack.push(b))))
-        .collect();
-    let final_norm = (pack.push(s.plan.final_norm.gain()), s.plan.final_norm.eps());
-    let ropes: Vec<RopeAt> = i
+    // The constants: the model's (every layer's gains and biases, the final norm), written
+    // once per model (`ModelConsts`), then this pass's (RoPE rows, row indices) after them.
+    let mut pass = Pack::default();
+    let rope_at: Vec<(usize, usize)> = i
         .rope_tables
         .iter()
-        .zip(&s.plan.ropes)
-        .map(|(tb, r)| RopeAt {
-            cos: pack.push(&tb.cos),
-            sin: pack.push(&tb.sin),
-            half: r.dim() / 2,
-            interleaved: r.interleaved(),
-        })
+        .map(|tb| (pass.push(&tb.cos), pass.push(&tb.sin)))
         .collect();
     let idx: Vec<f32> = i
         .logit_rows
         .iter()
         .map(|&r| f32::from_bits(r as u32))
         .collect();
-    let idx_at = pack.push(&idx);
+    let idx_in_pass = pass.push(&idx);
+    let key = consts_key(s);
+    let kept = scratch
+        .model
+        .take()
+        .filter(|m| m.key == key && scratch.stack_consts_fit(m.len + pass.0.len()));
+    let (model_pack, model) = match kept {
+        Some(m) => (None, m),
+        None => {
+            let (p, m) = pack_model(s, key);
+            (Some(p), m)
+        }
+    };
+    let base = model.len;
+    let ropes: Vec<RopeAt> = rope_at
+        .iter()
+        .zip(&s.plan.ropes)
+        .map(|(&(cos, sin), r)| RopeAt {
+            cos: base + cos,
+            sin: base + sin,
+            half: r.dim() / 2,
+            interleaved: r.interleaved(),
+        })
+        .collect();
+    let idx_at = base + idx_in_pass;
 
     let mut lay = Layout::default();
     let widest = dim.max(q_row).max(ffn);
@@ -198,9 +281,13 @@ pub(crate) fn run(
         ));
     }
     let a = scratch.arena(gpu, lay.0);
-    let c = scratch.consts(gpu, pack.0.len());
+    let c = scratch.stack_consts(gpu, base + pass.0.len());
     gpu.write(&a, x, i.x);
-    gpu.write(&c, 0, &pack.0);
+    if let Some(p) = &model_pack {
+        gpu.write(&c, 0, &p.0);
+    }
+    gpu.write(&c, base, &pass.0);
+    let (gains, biases, final_norm) = (&model.gains, &model.biases, model.final_norm);
     let kv = prepare_mirrors(gpu, s, seqs)?;
     let pos0: Vec<usize> = seqs.iter().map(|sq| sq.cache.len()).collect();
     let kv_at: Vec<Vec<(usize, usize)>> = seqs
@@ -318,5 +405,7 @@ pub(crate) fn run(
             m.set_len(p0 + sq.len);
         }
     }
+    // The buffer now holds them for the next pass of this model.
+    scratch.model = Some(model);
     Ok(true)
 }

@@ -67,6 +67,14 @@ pub struct Weight<'a> {
     pub dev: &'a DeviceWeight,
 }
 
+/// A number no earlier call in this process returned (starting at 1): a backend gives one to
+/// each weight it uploads, so that state it keeps between passes (packed constants) can tell
+/// one loaded model from a later one that happens to reuse the same host addresses.
+pub fn next_upload_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Projection `p`'s weight with its device state on `b`, uploaded on first use; `None` when `b`
 /// declined it.
 pub fn device_weight<'a>(b: &dyn Backend, p: &'a dyn ProjOp) -> Option<Weight<'a>> {
