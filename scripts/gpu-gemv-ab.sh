@@ -14,9 +14,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
-C=${GPU_SBS_CARRY:-target/gpucarry}
-W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
-PY=${GPU_SBS_PYTHON:-python3}
 SETTINGS=${GEMV_AB_SETTINGS:-"OXINFER_CUDA_DEFINES=
 OXINFER_CUDA_GEMV_BULK=0
 OXINFER_CUDA_GEMV_SPLIT=old"}
@@ -39,17 +36,7 @@ while IFS= read -r d; do
   "$W/gemv_bench_x" | sed -n '/alone/,$p'
 done <<<"$DEFINES"
 wait $MODEL
-f=$W/m/q7b.gguf
 echo "== greedy ids (32 tokens after 1,2,3,4,5), md5 of the reply"
-while IFS= read -r v; do
-  env "$v" "$OX" run -m "$f" --device cuda --tokens 1,2,3,4,5 -n 32 --temp 0 2>/dev/null |
-    tail -c 400 | md5sum | sed "s|^|[$v] |"
-done <<<"$SETTINGS"
+gpu_greedy_md5 q7b "$SETTINGS"
 echo "== tg128 (oxinfer bench --device cuda -p 0 -n 128 -r 3)"
-for round in $(seq "$ROUNDS"); do
-  while IFS= read -r v; do
-    r=$(env "$v" "$OX" bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>/dev/null |
-      grep tg128 | tail -1 | awk -F'|' '{print $(NF-1)}')
-    echo "round $round [$v] tg128 $r"
-  done <<<"$SETTINGS"
-done
+gpu_tg_rounds q7b "$ROUNDS" "$SETTINGS"

@@ -17,13 +17,10 @@ cd "$(dirname "$0")/.."
 M=${1:?model: smol, gemma or q7b}
 FULL=0
 [ "${2:-}" = --full ] && FULL=${3:?--full N}
-C=${GPU_SBS_CARRY:-target/gpucarry}
-W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
-O=${NCU_OUT:-${OUT:-$W}}
-PY=${GPU_SBS_PYTHON:-python3}
-mkdir -p "$O"
 source scripts/gpu-work.sh
+O=${NCU_OUT:-${OUT:-$W}}
+mkdir -p "$O"
 gpu_model "$M"
 f=$W/m/$M.gguf
 X=$OX

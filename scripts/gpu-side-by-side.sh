@@ -15,13 +15,10 @@
 # (python3; needs numpy, which the device machines have with PyTorch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-C=${GPU_SBS_CARRY:-target/gpucarry}
-W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
 REPS=${GPU_SBS_REPS:-3}
 TG=${GPU_SBS_TG:-128}
 PP=${GPU_SBS_PP:-512}
 DEV=${GPU_SBS_DEVICE:-cuda}
-PY=${GPU_SBS_PYTHON:-python3}
 read -r -a MODELS <<<"${*:-smol gemma q7b}"
 S=$(date +%s)
 say() { echo "[$(($(date +%s) - S)) s] $*" >&2; }

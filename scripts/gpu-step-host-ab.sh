@@ -12,9 +12,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
-C=${GPU_SBS_CARRY:-target/gpucarry}
-W=${GPU_SBS_WORK:-/tmp/gpu-sbs}
-PY=${GPU_SBS_PYTHON:-python3}
 S=$(date +%s)
 say() { echo "[$(($(date +%s) - S)) s] $*"; }
 source scripts/gpu-work.sh
@@ -31,22 +28,10 @@ if [ -f "$C/backend_ops.xz" ]; then
 fi
 SETTINGS="OXINFER_CUDA_STEP_HOST=new
 OXINFER_CUDA_STEP_HOST=old"
-ab() {
-  for round in $(seq "$ROUNDS"); do
-    while IFS= read -r v; do
-      x=$(env "$v" "$OX" bench -m "$W/m/$1.gguf" --device cuda -p 0 -n 128 -r 3 2>/dev/null |
-        grep tg128 | awk -F'|' '{print $(NF-1)}')
-      echo "round $round $1 [$v] tg128 $x"
-    done <<<"$SETTINGS"
-  done
-}
-ab gemma
-ab smol
+gpu_tg_rounds gemma "$ROUNDS" "$SETTINGS"
+gpu_tg_rounds smol "$ROUNDS" "$SETTINGS"
 wait $MODEL
-ab q7b
+gpu_tg_rounds q7b "$ROUNDS" "$SETTINGS"
 echo "== greedy ids of the 7B (32 tokens after 1,2,3,4,5), md5 of the reply"
-while IFS= read -r v; do
-  env "$v" "$OX" run -m "$W/m/q7b.gguf" --device cuda --tokens 1,2,3,4,5 -n 32 --temp 0 2>/dev/null |
-    tail -c 400 | md5sum | sed "s|^|[$v] |"
-done <<<"$SETTINGS"
+gpu_greedy_md5 q7b "$SETTINGS"
 say "end"
