@@ -144,19 +144,6 @@ unsafe fn par_copy(dst: *mut u8, src: *const u8, bytes: usize) {
     });
 }
 
-/// Values packed into one scratch slot by an earlier pass, with the identity of what they were
-/// packed from: a pass whose `key` matches (and whose slot was not reallocated since) uses the
-/// device copy as it is, without packing or comparing the values again.
-#[derive(Default)]
-pub(crate) struct PackedParams {
-    /// The identity of the packed values (for the decoder stack, `stack_run::params_key`).
-    pub key: Vec<usize>,
-    /// Where the packed parts start, in f32 elements (the packer's own encoding).
-    pub offsets: Vec<usize>,
-    /// Bytes uploaded.
-    pub bytes: usize,
-}
-
 /// Everything one op needs on the device.
 pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -167,8 +154,9 @@ pub(crate) struct Gpu {
     pinned: Pinned,
     /// Whether copies queued from `pinned` may still be reading it ([`Self::upload_many_queued`]).
     staging_busy: bool,
-    /// What the decoder stack last packed into [`Slot::Params`].
-    pub params: PackedParams,
+    /// What the decoder stack last packed into [`Slot::Params`] (`OXINFER_CUDA_STEP_HOST=new`):
+    /// the key of what was packed (`stack_params::key`) and where each part lies.
+    pub params: Option<(Vec<usize>, crate::stack_params::StackParams)>,
     /// The values last uploaded there by the default preparation (compared every pass; see
     /// `stack_switches::step_host_old`).
     pub params_host_old: Vec<f32>,
@@ -310,7 +298,7 @@ impl Gpu {
             scratch: Vec::new(),
             pinned: Pinned::empty(),
             staging_busy: false,
-            params: PackedParams::default(),
+            params: None,
             params_host_old: Vec::new(),
             enc_params_host: Vec::new(),
             rec: RefCell::default(),

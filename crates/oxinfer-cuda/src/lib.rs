@@ -51,6 +51,7 @@ mod nvrtc;
 mod ops;
 mod probe;
 mod stack;
+mod stack_params;
 mod stack_run;
 mod stack_switches;
 mod timing;

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 pub(crate) struct DeviceMatrix {
     /// Unique in this process ([`oxinfer::backend::next_upload_id`], never reused after a
     /// matrix is dropped): identifies the loaded model its pass descriptions come from
-    /// (`stack_run`'s parameter cache).
+    /// (`stack_params::key`).
     pub id: u64,
     pub format: WeightFormat,
     /// Output features.

@@ -10,12 +10,13 @@
 use crate::decode_attention;
 use crate::gemm::Ready;
 use crate::gemm::{self, QuantPath};
-use crate::gpu::{Gpu, HostSrc, PackedParams, Slot};
+use crate::gpu::{Gpu, HostSrc, Slot};
 use crate::kernels::GEMV_MAX_ROWS;
 use crate::kv::{DeviceKvCache, KvLayout};
 use crate::matrix::DeviceMatrix;
 use crate::ops::{self, add, gated_act, rms_norm, softcap, Residual};
 use crate::stack::StackDesc;
+use crate::stack_params::{self, LayerParams, Pack, StackParams};
 use crate::stack_switches::{
     combine_quantizes, graphs_enabled, norm_slices_always, post_norm_fused, residual_in_gemv,
     skipped, step_host_old, Skip,
@@ -30,97 +31,6 @@ use std::sync::{Arc, Mutex};
 /// Byte offset of f32 element `i`.
 fn at(p: CUdeviceptr, i: usize) -> CUdeviceptr {
     p + (i * 4) as CUdeviceptr
-}
-
-/// Small f32 vectors of one call packed into one upload; each `push` returns the element
-/// offset.
-#[derive(Default)]
-struct Pack(Vec<f32>);
-
-impl Pack {
-    fn push(&mut self, v: &[f32]) -> usize {
-        let o = self.0.len();
-        self.0.extend_from_slice(v);
-        // Keep every vector 16-byte aligned.
-        self.0.resize(self.0.len().next_multiple_of(4), 0.0);
-        o
-    }
-    fn opt(&mut self, v: Option<&[f32]>) -> Option<usize> {
-        v.map(|v| self.push(v))
-    }
-}
-
-/// Offsets into the packed parameters of one layer.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct LayerParams {
-    attn_norm: usize,
-    ffn_norm: usize,
-    post_attn_norm: Option<usize>,
-    post_ffn_norm: Option<usize>,
-    q_bias: Option<usize>,
-    k_bias: Option<usize>,
-    v_bias: Option<usize>,
-    q_norm: Option<usize>,
-    k_norm: Option<usize>,
-}
-
-impl LayerParams {
-    /// Offsets a layer packs into [`PackedParams::offsets`].
-    const WIDTH: usize = 9;
-
-    /// This layer's offsets in [`PackedParams::offsets`]' encoding (`usize::MAX`: absent).
-    fn encode(&self, out: &mut Vec<usize>) {
-        let o = |v: Option<usize>| v.unwrap_or(usize::MAX);
-        out.extend([
-            self.attn_norm,
-            self.ffn_norm,
-            o(self.post_attn_norm),
-            o(self.post_ffn_norm),
-            o(self.q_bias),
-            o(self.k_bias),
-            o(self.v_bias),
-            o(self.q_norm),
-            o(self.k_norm),
-        ]);
-    }
-
-    /// The inverse of [`Self::encode`] on one layer's [`Self::WIDTH`] values.
-    fn decode(v: &[usize]) -> Self {
-        let o = |x: usize| (x != usize::MAX).then_some(x);
-        LayerParams {
-            attn_norm: v[0],
-            ffn_norm: v[1],
-            post_attn_norm: o(v[2]),
-            post_ffn_norm: o(v[3]),
-            q_bias: o(v[4]),
-            k_bias: o(v[5]),
-            v_bias: o(v[6]),
-            q_norm: o(v[7]),
-            k_norm: o(v[8]),
-        }
-    }
-}
-
-/// The norm gains and biases of every layer and the final norm, packed.
-fn pack_params(d: &StackDesc) -> (Pack, Vec<LayerParams>, usize) {
-    let mut pack = Pack::default();
-    let lp = d
-        .layers
-        .iter()
-        .map(|l| LayerParams {
-            attn_norm: pack.push(l.attn_norm),
-            ffn_norm: pack.push(l.ffn_norm),
-            post_attn_norm: pack.opt(l.post_attn_norm),
-            post_ffn_norm: pack.opt(l.post_ffn_norm),
-            q_bias: pack.opt(l.q_bias),
-            k_bias: pack.opt(l.k_bias),
-            v_bias: pack.opt(l.v_bias),
-            q_norm: pack.opt(l.q_norm),
-            k_norm: pack.opt(l.k_norm),
-        })
-        .collect();
-    let final_norm = pack.push(d.final_norm);
-    (pack, lp, final_norm)
 }
 
 fn mat<'a>(w: &Weight<'a>) -> Option<&'a DeviceMatrix> {
@@ -240,85 +150,37 @@ fn prepare_mirrors<'c>(
     Ok(bases)
 }
 
-/// The identity of what [`pack_params`] packs for `d`: the head matrix's id (unique to the
-/// loaded model, [`DeviceMatrix::id`]), then the address and length of every norm gain and
-/// bias in packing order (0, 0 where absent). The slices belong to that model, whose values do
-/// not change while its matrices are on the device, so an equal key means equal values.
-fn params_key(d: &StackDesc) -> Vec<usize> {
-    let mut key = Vec::with_capacity(3 + d.layers.len() * 2 * LayerParams::WIDTH);
-    key.push(mat(&d.head).map_or(0, |h| h.id as usize));
-    let mut add = |v: Option<&[f32]>| {
-        key.extend(v.map_or([0, 0], |v| [v.as_ptr() as usize, v.len()]));
-    };
-    for l in &d.layers {
-        for v in [
-            Some(l.attn_norm),
-            Some(l.ffn_norm),
-            l.post_attn_norm,
-            l.post_ffn_norm,
-            l.q_bias,
-            l.k_bias,
-            l.v_bias,
-            l.q_norm,
-            l.k_norm,
-        ] {
-            add(v);
-        }
-    }
-    add(Some(d.final_norm));
-    key
-}
-
-/// The device address of the packed norm gains and biases, each layer's offsets there and the
-/// final norm's. With `OXINFER_CUDA_STEP_HOST=new`, packed and uploaded only when the previous
-/// pass's were another model's (or their slot was reallocated): a decode step of the same model
-/// skips the packing and the comparison (for a 7B's 1.3 MB, about 0.3 ms of host time a step,
-/// the GPU idle meanwhile). By default ([`step_host_old`]) packed every pass and uploaded when
-/// they differ from the last upload.
-fn params_on_device(
-    g: &mut Gpu,
-    d: &StackDesc,
-) -> Result<(CUdeviceptr, Vec<LayerParams>, usize), String> {
+/// The device address of the packed norm gains and biases and where each lies there
+/// ([`stack_params`]). With `OXINFER_CUDA_STEP_HOST=new`, packed and uploaded only when the
+/// previous pass's were another model's (or their slot was reallocated): a decode step of the
+/// same model skips the packing and the comparison (for a 7B's 1.3 MB, about 0.3 ms of host time
+/// a step, the GPU idle meanwhile). By default ([`step_host_old`]) packed every pass and
+/// uploaded when they differ from the last upload.
+fn params_on_device(g: &mut Gpu, d: &StackDesc) -> Result<(CUdeviceptr, StackParams), String> {
+    let head_id = mat(&d.head).map_or(0, |h| h.id);
     if step_host_old() {
-        let (pack, lp, final_norm) = pack_params(d);
-        let (p, fresh) = g.scratch_fresh(Slot::Params, pack.0.len() * 4)?;
+        let (pack, params) = stack_params::pack(d);
+        let (p, fresh) = g.scratch_fresh(Slot::Params, params.bytes)?;
         if fresh || g.params_host_old != pack.0 {
             g.upload(p, &pack.0)?;
             g.params_host_old.clone_from(&pack.0);
         }
-        g.params = PackedParams::default();
-        return Ok((p, lp, final_norm));
+        g.params = None;
+        return Ok((p, params));
     }
-    let key = params_key(d);
-    if g.params.key == key {
-        let (p, fresh) = g.scratch_fresh(Slot::Params, g.params.bytes)?;
+    let key = stack_params::key(d, head_id);
+    if let Some((_, kept)) = g.params.as_ref().filter(|(k, _)| *k == key) {
+        let kept = kept.clone();
+        let (p, fresh) = g.scratch_fresh(Slot::Params, kept.bytes)?;
         if !fresh {
-            let (layers, last) = g
-                .params
-                .offsets
-                .split_at(g.params.offsets.len().saturating_sub(1));
-            let lp = layers
-                .chunks_exact(LayerParams::WIDTH)
-                .map(LayerParams::decode)
-                .collect();
-            return Ok((p, lp, last.first().copied().unwrap_or(0)));
+            return Ok((p, kept));
         }
     }
-    let (pack, lp, final_norm) = pack_params(d);
-    let bytes = pack.0.len() * 4;
-    let (p, _) = g.scratch_fresh(Slot::Params, bytes)?;
+    let (pack, params) = stack_params::pack(d);
+    let (p, _) = g.scratch_fresh(Slot::Params, params.bytes)?;
     g.upload(p, &pack.0)?;
-    let mut offsets = Vec::with_capacity(lp.len() * LayerParams::WIDTH + 1);
-    for l in &lp {
-        l.encode(&mut offsets);
-    }
-    offsets.push(final_norm);
-    g.params = PackedParams {
-        key,
-        offsets,
-        bytes,
-    };
-    Ok((p, lp, final_norm))
+    g.params = Some((key, params.clone()));
+    Ok((p, params))
 }
 
 /// Runs the lowered plan on `g` (the device state behind `gpu`, locked by the caller), the
@@ -459,7 +321,7 @@ pub(crate) fn run(
         Some(_) => g.scratch(Slot::Scores, n_logit * 16)?,
         None => 0,
     };
-    let (params, lp, final_norm) = params_on_device(g, d)?;
+    let (params, packed) = params_on_device(g, d)?;
     let bufs = Bufs { params, ..bufs };
     let bases = {
         let mut parts: Vec<(CUdeviceptr, HostSrc)> = vec![(bufs.x, HostSrc::F32(i.x))];
@@ -481,8 +343,8 @@ pub(crate) fn run(
         d,
         mats: &mats,
         head,
-        lp: &lp,
-        final_norm,
+        lp: &packed.layers,
+        final_norm: packed.final_norm,
         rope_o: &rope_o,
         idx_o,
         pos_o,
@@ -867,49 +729,5 @@ fn geom(d: &StackDesc, t: usize, pos0: usize, window: Option<usize>) -> Attentio
             window,
             softcap: None,
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LayerParams;
-
-    /// The offsets a pass keeps for the next one come back as they were packed.
-    #[test]
-    fn layer_params_survive_their_encoding() {
-        let layers = [
-            LayerParams {
-                attn_norm: 0,
-                ffn_norm: 3584,
-                post_attn_norm: None,
-                post_ffn_norm: None,
-                q_bias: Some(7168),
-                k_bias: Some(10752),
-                v_bias: Some(11264),
-                q_norm: None,
-                k_norm: None,
-            },
-            LayerParams {
-                attn_norm: 11776,
-                ffn_norm: 12416,
-                post_attn_norm: Some(13056),
-                post_ffn_norm: Some(13696),
-                q_bias: None,
-                k_bias: None,
-                v_bias: None,
-                q_norm: Some(14336),
-                k_norm: Some(14592),
-            },
-        ];
-        let mut enc = Vec::new();
-        for l in &layers {
-            l.encode(&mut enc);
-        }
-        assert_eq!(enc.len(), layers.len() * LayerParams::WIDTH);
-        let back: Vec<_> = enc
-            .chunks_exact(LayerParams::WIDTH)
-            .map(LayerParams::decode)
-            .collect();
-        assert_eq!(back, layers);
     }
 }

@@ -15,7 +15,7 @@ use oxinfer_kernels::{WeightFormat, WeightMatrix};
 #[derive(Debug)]
 pub struct DeviceMatrix {
     /// Unique in this process ([`oxinfer::backend::next_upload_id`]): identifies the loaded
-    /// model a pass comes from (`stack_run`'s model constants).
+    /// model a pass comes from (`stack_run::consts_key`).
     pub(crate) id: u64,
     pub(crate) format: WeightFormat,
     pub(crate) rows: usize,

@@ -42,24 +42,15 @@ pub(crate) struct ModelConsts {
     len: usize,
 }
 
-/// The identity of a stack's model constants: the head matrix's upload id, then the address
-/// and length of every gain and bias [`ModelConsts`] packs (0, 0 where absent). The slices are
-/// the loaded model's, unchanged while its matrices are on the device.
+/// The identity of a stack's model constants ([`oxinfer::backend::constants_key`]): the head
+/// matrix's upload id and every gain and bias [`ModelConsts`] packs, in packing order.
 fn consts_key(s: &Stack) -> Vec<usize> {
-    let mut key = vec![s.head.id as usize];
-    let mut add = |v: Option<&[f32]>| {
-        key.extend(v.map_or([0, 0], |v| [v.as_ptr() as usize, v.len()]));
-    };
-    for l in &s.layers {
-        for n in l.norms() {
-            add(n.map(|n| n.gain()));
-        }
-        for b in l.biases() {
-            add(b);
-        }
-    }
-    add(Some(s.plan.final_norm.gain()));
-    key
+    let layers = s.layers.iter().flat_map(|l| {
+        let gains = l.norms().map(|n| n.map(|n| n.gain()));
+        gains.into_iter().chain(l.biases())
+    });
+    let last = std::iter::once(Some(s.plan.final_norm.gain()));
+    oxinfer::backend::constants_key(s.head.id, layers.chain(last))
 }
 
 /// Packs `s`'s model constants from offset 0.

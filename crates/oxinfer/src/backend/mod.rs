@@ -75,6 +75,22 @@ pub fn next_upload_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The identity of host values a backend packed for a pass and keeps on the device between
+/// passes: `id` (an upload id of the model's, [`next_upload_id`]), then the address and length
+/// of each slice in packing order (0, 0 where absent). The slices belong to that loaded model,
+/// whose values do not change while its weights are uploaded, so an equal key means equal
+/// values.
+pub fn constants_key<'a>(
+    id: u64,
+    slices: impl IntoIterator<Item = Option<&'a [f32]>>,
+) -> Vec<usize> {
+    let mut key = vec![id as usize];
+    for v in slices {
+        key.extend(v.map_or([0, 0], |v| [v.as_ptr() as usize, v.len()]));
+    }
+    key
+}
+
 /// Projection `p`'s weight with its device state on `b`, uploaded on first use; `None` when `b`
 /// declined it.
 pub fn device_weight<'a>(b: &dyn Backend, p: &'a dyn ProjOp) -> Option<Weight<'a>> {
